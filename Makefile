@@ -1,0 +1,34 @@
+# `make run` and `make test` work on a fresh machine: they create .venv and install what they need.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: run test lint typecheck unit tools bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/gateway serve
+
+# System tools the tests drive for real (redis-server, prometheus/promtool, ...).
+tools:
+	bash scripts/ensure-tools.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check gateway tests bench
+	$(BIN)/mypy
+
+test: $(STAMP) tools lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,175 @@
+"""The compiled configuration: frozen dataclasses, built once by `gateway.config`.
+
+Nothing outside `gateway.config` reads YAML or the environment; everything else receives these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+Routing = Literal["ordered", "balanced"]
+Stage = Literal["input", "output", "both"]
+GuardMode = Literal["stream", "hold", "audit"]
+ProviderType = Literal["openai", "anthropic", "azure", "mock"]
+PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "azure", "mock")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    metrics_port: int = 9464
+    max_body_bytes: int = 10 * 1024 * 1024
+    drain_s: float = 30.0
+    keepalive_after_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    name: str
+    key: str | None = field(default=None, repr=False)
+    key_sha256: str | None = field(default=None, repr=False)
+    models: tuple[str, ...] | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    budget_usd: float | None = None
+    budget_period: Literal["day", "month"] = "day"
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    keys: tuple[ApiKey, ...] = ()
+    allow_unauthenticated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StateConfig:
+    backend: Literal["memory", "redis"] = "memory"
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect_s: float = 5.0
+    first_token_s: float = 60.0
+    idle_s: float = 60.0
+    total_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    name: str
+    type: ProviderType
+    base_url: str = ""
+    api_key: str | None = field(default=None, repr=False)
+    headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+    timeouts: Timeouts = Timeouts()
+    api_version: str | None = None  # azure
+    anthropic_version: str = "2023-06-01"  # anthropic
+    # mock only: pacing of the built-in demo answer
+    ttft_ms: float = 120.0
+    token_delay_ms: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cached_input: float | None = None
+    cache_creation_input: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    provider: str
+    model: str
+    price: Price = Price()
+
+    @property
+    def label(self) -> str:
+        """`provider/model`: the value of `x-gateway-deployment` and the `deployment` label."""
+        return f"{self.provider}/{self.model}"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 4
+    per_deployment: int = 2
+    initial_backoff_ms: float = 200.0
+    max_backoff_ms: float = 5000.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str
+    deployments: tuple[Deployment, ...]
+    routing: Routing = "ordered"
+    retry: RetryPolicy = RetryPolicy()
+    hedge_after_ms: float = 0.0
+    guardrails: tuple[str, ...] = ()
+    cache: bool = False
+    redaction: str = "off"
+
+
+@dataclass(frozen=True, slots=True)
+class GuardrailConfig:
+    name: str
+    type: Literal["terms", "regex", "webhook"]
+    stage: Stage = "output"
+    mode: GuardMode = "stream"
+    terms: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    url: str | None = None
+    timeout_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class CustomRule:
+    name: str
+    pattern: str
+
+
+@dataclass(frozen=True, slots=True)
+class RedactionProfile:
+    name: str
+    rules: tuple[str, ...] = ("secrets",)
+    custom: tuple[CustomRule, ...] = ()
+    scope: tuple[str, ...] = ("content", "reasoning", "refusal")
+    inputs: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    enabled: bool = False
+    ttl_s: float = 300.0
+    max_entries: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    level: str = "info"
+    format: Literal["json", "console"] = "json"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    server: ServerConfig
+    auth: AuthConfig
+    state: StateConfig
+    providers: MappingProxyType[str, ProviderConfig]
+    models: MappingProxyType[str, ModelConfig]
+    guardrails: MappingProxyType[str, GuardrailConfig]
+    redaction_profiles: MappingProxyType[str, RedactionProfile]
+    cache: CacheConfig
+    logging: LoggingConfig
+    is_demo: bool = False
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Every configured secret, so output paths can prove none of them leaks."""
+        out: list[str] = [p.api_key for p in self.providers.values() if p.api_key]
+        out += [k.key for k in self.auth.keys if k.key]
+        return tuple(out)

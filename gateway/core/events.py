@@ -1,0 +1,118 @@
+"""Typed values that cross the boundary between providers, the pure cores and the I/O shell.
+
+Providers turn upstream bytes into these; the pipeline, assembler, redaction window and retry
+policy consume them. They are plain frozen dataclasses with slots: cheap to build on the per-event
+hot path, no validation layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class DeltaKind(str, Enum):
+    """The three kinds of output text a client can read (CONTRACT §4.1, §5.1 `scope`)."""
+
+    CONTENT = "content"
+    REASONING = "reasoning"
+    REFUSAL = "refusal"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputDelta:
+    """A piece of output text for one choice. Its arrival is an *output token*."""
+
+    choice: int
+    kind: DeltaKind
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a tool call, keyed by (choice, index). Also an output token."""
+
+    choice: int
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    choice: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts normalised to OpenAI semantics (CONTRACT §6 token types).
+
+    `input` includes cached and cache-creation tokens; `output` includes reasoning tokens.
+    """
+
+    input: int = 0
+    output: int = 0
+    cached_input: int = 0
+    cache_creation_input: int = 0
+    reasoning: int = 0
+
+    def as_openai(self) -> dict[str, object]:
+        return {
+            "prompt_tokens": self.input,
+            "completion_tokens": self.output,
+            "total_tokens": self.input + self.output,
+            "prompt_tokens_details": {"cached_tokens": self.cached_input},
+            "completion_tokens_details": {"reasoning_tokens": self.reasoning},
+        }
+
+
+class FailureKind(str, Enum):
+    """Why an upstream attempt failed. Providers classify from structured fields only."""
+
+    CONNECT = "connect_error"  # could not connect / connection reset before a response
+    HTTP_429 = "http_429"  # rate limited by status
+    HTTP_5XX = "http_5xx"  # 5xx, 408, 409: transient server side
+    HTTP_4XX = "http_4xx"  # other client errors: passed through, never retried
+    CONTEXT_LENGTH = "context_length"  # context_length_exceeded: next deployment, never same
+    QUOTA = "quota"  # insufficient_quota / billing: next deployment, never same
+    INBAND = "inband_error"  # an error event inside an HTTP 200 stream
+    EARLY_EOF = "early_eof"  # stream ended before any token / before a terminal signal
+    MALFORMED = "malformed"  # an event or body we cannot parse, or over the size limit
+    FIRST_TOKEN_TIMEOUT = "first_token_timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    TOTAL_TIMEOUT = "total_timeout"
+    STREAM_REJECTED = "stream_rejected"  # upstream refuses `stream: true` (learn once)
+    STREAM_OPTIONS_REJECTED = "stream_options_rejected"  # upstream refuses stream_options
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed attempt, classified. `message` is client-safe: no URL, address or key."""
+
+    kind: FailureKind
+    message: str
+    status: int | None = None  # upstream HTTP status, when there was one
+    code: str | None = None  # provider's error code (string form)
+    type: str | None = None  # provider's error type
+    param: str | None = None
+    retry_after_s: float | None = None  # from Retry-After / retry-after-ms / error body
+
+    @property
+    def is_timeout(self) -> bool:
+        return self.kind in (
+            FailureKind.FIRST_TOKEN_TIMEOUT,
+            FailureKind.IDLE_TIMEOUT,
+            FailureKind.TOTAL_TIMEOUT,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InbandError:
+    """An error reported inside a 200 stream; the provider has already classified it."""
+
+    failure: Failure
+
+
+StreamEvent = OutputDelta | ToolCallDelta | Finish | Usage | InbandError

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the system tools that tests run for real, when missing. Idempotent and quiet.
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v promtool >/dev/null || need+=(prometheus)
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # The Debian packages start their services; tests start their own on free ports.
+  for svc in redis-server prometheus; do $SUDO systemctl stop "$svc" 2>/dev/null || $SUDO service "$svc" stop 2>/dev/null || true; done
+fi
