@@ -75,6 +75,7 @@ class FailureKind(str, Enum):
     HTTP_429 = "http_429"  # rate limited by status
     HTTP_5XX = "http_5xx"  # 5xx, 408, 409: transient server side
     HTTP_4XX = "http_4xx"  # other client errors: passed through, never retried
+    UPSTREAM_AUTH = "upstream_auth"  # 401/403 from upstream: our credentials, not the client's: next
     CONTEXT_LENGTH = "context_length"  # context_length_exceeded: next deployment, never same
     QUOTA = "quota"  # insufficient_quota / billing: next deployment, never same
     INBAND = "inband_error"  # an error event inside an HTTP 200 stream
