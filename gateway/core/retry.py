@@ -1,0 +1,195 @@
+"""The retry decision table: what to do after an attempt failed (CONTRACT §4.2, §4.3, §4.6).
+
+Pure: the caller passes the failure, where the request stands, the model's policy and a random source;
+it sleeps, moves on or answers. Nothing here reads a clock or does I/O.
+
+The table, in the order the rules apply:
+
+1. The client already has an output token: GIVE_UP, whatever the failure. A retry would duplicate text.
+2. `HTTP_4XX` (content policy, invalid request, other client errors): PASS_THROUGH. Another attempt would
+   get the same answer, and the client needs the provider's reason.
+3. Learn-once fallbacks (`STREAM_OPTIONS_REJECTED`, `STREAM_REJECTED`): RETRY_SAME at once; the caller
+   changes the request (drops `stream_options`, or goes buffered) and remembers that for the provider.
+   They are protocol negotiation, not a sick deployment, so they ignore `per_deployment` and get
+   `LEARN_ONCE_HEADROOM` attempts on top of `max_attempts`. The caller counts every attempt, these
+   included: that is what bounds a provider that keeps rejecting after the request was changed.
+4. `attempts_total >= max_attempts`: GIVE_UP.
+5. Never again on the same deployment (`CONTEXT_LENGTH`, `QUOTA`, `UPSTREAM_AUTH`, every timeout):
+   NEXT, or GIVE_UP when no deployment is left. A timeout is not resent where it happened; quota and
+   credentials will not change in a second; another deployment may have a larger context.
+6. Transient (`CONNECT`, `HTTP_429`, `HTTP_5XX`, `INBAND`, `EARLY_EOF`, `MALFORMED`): RETRY_SAME after
+   `backoff_s` while `attempts_on_deployment < per_deployment`, then NEXT, then GIVE_UP. A Retry-After
+   sets the least delay; one longer than `max_backoff_ms` moves to the NEXT deployment at once instead
+   of waiting (GIVE_UP when there is none): the operator capped the wait with `max_backoff_ms`.
+
+Moving to another deployment never waits: a different deployment is not rate limited by the first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from types import MappingProxyType
+from typing import Literal
+
+from gateway.config_types import RetryPolicy
+from gateway.core.events import Failure, FailureKind
+
+LEARN_ONCE_HEADROOM = 2
+"""Extra attempts a request may spend on learn-once fallbacks: one per fact (stream_options, stream)."""
+
+_MAX_DOUBLINGS = 64  # 2**64 * any sane initial backoff is far past any cap; avoids float overflow
+
+
+class Action(StrEnum):
+    RETRY_SAME = "retry_same"  # sleep `delay_s`, then the same deployment again
+    NEXT = "next"  # the next deployment in the plan, at once
+    GIVE_UP = "give_up"  # report `final_error_kind` of the failures so far
+    PASS_THROUGH = "pass_through"  # answer with the upstream's own client error
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptState:
+    """Where the request stands after a failed attempt. Count every attempt, learn-once ones included."""
+
+    attempts_total: int  # attempts made so far for this request, including the one that just failed
+    attempts_on_deployment: int  # attempts made on the current deployment, including the one that failed
+    has_next_deployment: bool  # another deployment may follow this one in the plan
+    first_token_sent: bool  # the client has already received an output token
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    delay_s: float  # > 0 only for RETRY_SAME
+    reason: str  # short and client-safe (kinds and counts, never upstream text): for logs
+
+
+class _Rule(Enum):
+    PASS = "pass"
+    LEARN = "learn"
+    MOVE = "move"
+    TRANSIENT = "transient"
+
+
+_RULE_OF: Mapping[FailureKind, _Rule] = MappingProxyType(
+    {
+        FailureKind.HTTP_4XX: _Rule.PASS,
+        FailureKind.STREAM_OPTIONS_REJECTED: _Rule.LEARN,
+        FailureKind.STREAM_REJECTED: _Rule.LEARN,
+        FailureKind.CONTEXT_LENGTH: _Rule.MOVE,
+        FailureKind.QUOTA: _Rule.MOVE,
+        FailureKind.UPSTREAM_AUTH: _Rule.MOVE,
+        FailureKind.FIRST_TOKEN_TIMEOUT: _Rule.MOVE,
+        FailureKind.IDLE_TIMEOUT: _Rule.MOVE,
+        FailureKind.TOTAL_TIMEOUT: _Rule.MOVE,
+        FailureKind.CONNECT: _Rule.TRANSIENT,
+        FailureKind.HTTP_429: _Rule.TRANSIENT,
+        FailureKind.HTTP_5XX: _Rule.TRANSIENT,
+        FailureKind.INBAND: _Rule.TRANSIENT,
+        FailureKind.EARLY_EOF: _Rule.TRANSIENT,
+        FailureKind.MALFORMED: _Rule.TRANSIENT,
+    }
+)
+
+LEARN_ONCE_KINDS: frozenset[FailureKind] = frozenset(k for k, r in _RULE_OF.items() if r is _Rule.LEARN)
+
+
+def decide(
+    failure: Failure, state: AttemptState, policy: RetryPolicy, rand: Callable[[], float]
+) -> Decision:
+    """Apply the table in the module docstring. `rand()` returns a float in [0, 1)."""
+    kind = failure.kind.value
+    if state.first_token_sent:
+        return Decision(Action.GIVE_UP, 0.0, f"{kind} after the first token: not retried")
+    # A kind added to FailureKind but not to the table is not hammered on the same deployment.
+    rule = _RULE_OF.get(failure.kind, _Rule.MOVE)
+    if rule is _Rule.PASS:
+        return Decision(Action.PASS_THROUGH, 0.0, f"{kind}: upstream client error passed through")
+    if rule is _Rule.LEARN:
+        return _learn_once(kind, state, policy)
+    if state.attempts_total >= policy.max_attempts:
+        return _give_up(kind, f"attempts used ({state.attempts_total} of {policy.max_attempts})")
+    if rule is _Rule.MOVE:
+        return _move_on(kind, state, "not retried on the same deployment")
+    return _transient(failure, state, policy, rand)
+
+
+def _learn_once(kind: str, state: AttemptState, policy: RetryPolicy) -> Decision:
+    limit = policy.max_attempts + LEARN_ONCE_HEADROOM
+    if state.attempts_total >= limit:
+        return _give_up(kind, f"attempts used with fallbacks ({state.attempts_total} of {limit})")
+    return Decision(Action.RETRY_SAME, 0.0, f"{kind}: retry with the fallback request")
+
+
+def _transient(
+    failure: Failure, state: AttemptState, policy: RetryPolicy, rand: Callable[[], float]
+) -> Decision:
+    kind = failure.kind.value
+    used, allowed = state.attempts_on_deployment, policy.per_deployment
+    if used >= allowed:
+        return _move_on(kind, state, f"deployment attempts used ({used} of {allowed})")
+    wait = _retry_after_s(failure)
+    if wait is not None and wait * 1000.0 > policy.max_backoff_ms:
+        return _move_on(kind, state, "Retry-After longer than max backoff")
+    delay = backoff_s(used, policy, rand)
+    if wait is not None:
+        delay = max(delay, wait)
+    return Decision(Action.RETRY_SAME, delay, f"{kind}: retry same deployment ({used + 1} of {allowed})")
+
+
+def _move_on(kind: str, state: AttemptState, why: str) -> Decision:
+    if state.has_next_deployment:
+        return Decision(Action.NEXT, 0.0, f"{kind}: {why}; next deployment")
+    return _give_up(kind, f"{why}; no deployment left")
+
+
+def _give_up(kind: str, why: str) -> Decision:
+    return Decision(Action.GIVE_UP, 0.0, f"{kind}: {why}")
+
+
+def _retry_after_s(failure: Failure) -> float | None:
+    """The upstream's requested wait, made safe: NaN is no request, a negative wait is none."""
+    wait = failure.retry_after_s
+    if wait is None or math.isnan(wait):
+        return None
+    return max(wait, 0.0)
+
+
+def backoff_s(attempt_on_deployment: int, policy: RetryPolicy, rand: Callable[[], float]) -> float:
+    """Full-jitter exponential backoff after the given (1-based) attempt on a deployment.
+
+    The cap doubles from `initial_backoff_ms` with each attempt, up to `max_backoff_ms`; the delay is
+    uniform in [0, cap). Full jitter spreads clients that failed together, so they do not come back
+    together.
+    """
+    doublings = min(max(attempt_on_deployment, 1) - 1, _MAX_DOUBLINGS)
+    cap_ms = max(min(policy.max_backoff_ms, policy.initial_backoff_ms * 2.0**doublings), 0.0)
+    r = rand()
+    r = 0.0 if not r >= 0.0 else min(r, 1.0)  # `not >=` also catches NaN from a broken source
+    return r * cap_ms / 1000.0
+
+
+def final_error_kind(failures: Sequence[Failure]) -> Literal["timeout", "upstream", "client"]:
+    """What the gateway reports when it gives up, from every failed attempt in order.
+
+    - "client": the last failure is a pass-through 4xx, or every deployment tried said the context is
+      too long. The caller answers with that failure's own status (400 when it has none), type, code
+      and message: clients handle `context_length_exceeded` by shortening the prompt, which a 502 would
+      hide (and SDKs would retry a 502 in vain).
+    - "timeout" (504 `upstream_timeout`): every attempt timed out.
+    - "upstream" (502 `upstream_error`): anything else, also no attempt at all (every breaker open).
+    Learn-once fallbacks are negotiation, not outcomes, so they are left out of "every".
+    """
+    real = [f for f in failures if f.kind not in LEARN_ONCE_KINDS]
+    if not real:
+        return "upstream"
+    if real[-1].kind is FailureKind.HTTP_4XX:
+        return "client"
+    if all(f.kind is FailureKind.CONTEXT_LENGTH for f in real):
+        return "client"
+    if all(f.is_timeout for f in real):
+        return "timeout"
+    return "upstream"

@@ -1,0 +1,70 @@
+"""The order in which a request tries a model's deployments (CONTRACT §2 `routing`, §4.2).
+
+- ordered: config order ("tried in this order").
+- balanced: least in-flight first, ties broken at random, so equal deployments share the load; the
+  others follow by the same key as fallbacks.
+
+Either way a deployment whose breaker does not allow it is skipped. If every breaker refuses, the
+plan is empty and the request fails at once (502): while every deployment is out of rotation, fast
+failure beats queueing onto known-bad upstreams. Recovery does not wait on luck: once a cooldown has
+passed, `allow()` admits that deployment's probe, so the next request carries the probe.
+
+`allowed(label)` is the breaker's `allow()` and admitting a half-open probe uses the probe up. So
+`iter_plan` asks lazily, once per deployment, just before the caller tries it; a probe slot is never
+taken by a deployment that the request does not reach because an earlier one served it. Prefer
+`iter_plan` in the attempt loop; `plan_order` asks about every deployment up front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from gateway.config_types import Deployment, Routing
+
+
+def candidate_order(
+    deployments: Sequence[Deployment],
+    routing: Routing,
+    inflight: Mapping[str, int],
+    rand: Callable[[], float],
+) -> list[int]:
+    """Every deployment index in routing order, breakers not consulted."""
+    indexes = list(range(len(deployments)))
+    if routing == "ordered":
+        return indexes
+    # One random draw per deployment breaks ties; sort is stable, so equal draws keep config order.
+    keys = {i: (inflight.get(deployments[i].label, 0), rand()) for i in indexes}
+    return sorted(indexes, key=keys.__getitem__)
+
+
+def iter_plan(
+    deployments: Sequence[Deployment],
+    routing: Routing,
+    inflight: Mapping[str, int],
+    allowed: Callable[[str], bool],
+    rand: Callable[[], float],
+) -> Iterator[int]:
+    """Yield the deployments to try, asking `allowed` about each only when the caller gets that far.
+
+    The order is fixed when the iterator is created: in-flight counts that change during the
+    request do not reshuffle its fallbacks.
+    """
+    order = candidate_order(deployments, routing, inflight, rand)
+
+    def gen() -> Iterator[int]:
+        for i in order:
+            if allowed(deployments[i].label):
+                yield i
+
+    return gen()
+
+
+def plan_order(
+    deployments: Sequence[Deployment],
+    routing: Routing,
+    inflight: Mapping[str, int],
+    allowed: Callable[[str], bool],
+    rand: Callable[[], float],
+) -> list[int]:
+    """The whole plan at once: `iter_plan` run to the end (see the module docstring about probes)."""
+    return list(iter_plan(deployments, routing, inflight, allowed, rand))
