@@ -1,0 +1,153 @@
+"""Small builders for Grafana dashboard JSON (schema 39, Grafana 10/11), used by generate.py.
+
+Only what the gateway's dashboards need: time series, stats, heatmaps, rows, and the datasource, model
+and provider template variables. Layout is computed, so panels are listed in reading order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DS: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
+GRID_WIDTH = 24
+TAGS = ["llm-gateway"]
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    fmt: str = "time_series"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class Panel:
+    kind: str
+    title: str
+    description: str
+    queries: tuple[Query, ...]
+    width: int = 12
+    height: int = 8
+    field_defaults: JSON = field(default_factory=dict)
+    options: JSON = field(default_factory=dict)
+
+
+def quantiles(metric: str, sel: str, by: str, legend: str,
+              levels: tuple[str, ...] = ("0.5", "0.9", "0.99")) -> list[Query]:
+    """One histogram_quantile query per level over `metric`'s buckets, grouped by `by`."""
+    return [Query(f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{{{sel}}}"
+                  f"[$__rate_interval])))", f"p{round(float(q) * 100)} {legend}") for q in levels]
+
+
+def timeseries(title: str, description: str, queries: list[Query], *, unit: str,
+               width: int = 12, decimals: int | None = None) -> Panel:
+    defaults: JSON = {"unit": unit, "min": 0, "custom": {
+        "drawStyle": "line", "lineWidth": 1, "fillOpacity": 10, "showPoints": "never", "spanNulls": False,
+    }}
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    legend = {"displayMode": "table", "placement": "bottom", "calcs": ["mean", "max", "lastNotNull"]}
+    options = {"legend": legend,
+               "tooltip": {"mode": "multi", "sort": "desc"}}
+    return Panel("timeseries", title, description, tuple(queries), width, 8, defaults, options)
+
+
+def stat(title: str, description: str, expr: str, *, unit: str, red: float | None = None,
+         decimals: int | None = None, legend: str = "", width: int = 4, height: int = 4) -> Panel:
+    steps: list[JSON] = [{"color": "green", "value": None}]
+    if red is not None:
+        steps.append({"color": "red", "value": red})
+    defaults: JSON = {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps},
+                      "color": {"mode": "thresholds"}}
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+               "colorMode": "value", "graphMode": "none", "textMode": "auto", "justifyMode": "auto",
+               "orientation": "auto"}
+    return Panel("stat", title, description, (Query(expr, legend, instant=True),), width, height,
+                 defaults, options)
+
+
+def heatmap(title: str, description: str, expr: str) -> Panel:
+    options = {"calculate": False, "cellGap": 1, "yAxis": {"unit": "s", "axisPlacement": "left"},
+               "rowsFrame": {"layout": "auto"}, "legend": {"show": True},
+               "color": {"mode": "scheme", "scheme": "Oranges", "exponent": 0.5, "steps": 64,
+                         "fill": "dark-orange", "reverse": False},
+               "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": False},
+               "filterValues": {"le": 1e-9}}
+    return Panel("heatmap", title, description, (Query(expr, "{{le}}", fmt="heatmap"),), 12, 8, {}, options)
+
+
+def _target(ref: str, q: Query) -> JSON:
+    return {"refId": ref, "datasource": DS, "expr": q.expr, "legendFormat": q.legend or "__auto",
+            "range": not q.instant, "instant": q.instant, "format": q.fmt, "editorMode": "code"}
+
+
+def _panel_json(p: Panel, pid: int, x: int, y: int) -> JSON:
+    return {
+        "id": pid, "type": p.kind, "title": p.title, "description": p.description, "datasource": DS,
+        "gridPos": {"h": p.height, "w": p.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": p.field_defaults, "overrides": []}, "options": p.options,
+        "targets": [_target(chr(ord("A") + i), q) for i, q in enumerate(p.queries)],
+    }
+
+
+def layout(items: list[Panel | Row]) -> list[JSON]:
+    """Places panels left to right, wrapping at the grid width; a Row starts a new line."""
+    out: list[JSON] = []
+    x = y = line_h = 0
+    for pid, item in enumerate(items, start=1):
+        if isinstance(item, Row):
+            y, x, line_h = y + line_h, 0, 0
+            out.append({"id": pid, "type": "row", "title": item.title, "collapsed": False, "panels": [],
+                        "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": y}})
+            y += 1
+            continue
+        if x + item.width > GRID_WIDTH:
+            y, x, line_h = y + line_h, 0, 0
+        out.append(_panel_json(item, pid, x, y))
+        x, line_h = x + item.width, max(line_h, item.height)
+    return out
+
+
+def _query_variable(name: str, label: str, query: str) -> JSON:
+    return {"name": name, "label": label, "type": "query", "datasource": DS,
+            "query": {"query": query, "refId": f"PrometheusVariableQueryEditor-{name}"},
+            "definition": query, "refresh": 2, "sort": 1, "multi": True, "includeAll": True,
+            "allValue": ".*", "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+            "hide": 0, "regex": "", "options": []}
+
+
+def variables() -> list[JSON]:
+    return [
+        {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+         "current": {}, "hide": 0, "refresh": 1, "regex": "", "multi": False, "includeAll": False,
+         "options": []},
+        _query_variable("model", "Model", "label_values(llm_gateway_requests_total, model)"),
+        _query_variable("provider", "Provider", "label_values(llm_gateway_time_to_first_token_seconds_count"
+                        '{model=~"$model"}, provider)'),
+    ]
+
+
+def dashboard(uid: str, title: str, description: str, items: list[Panel | Row]) -> JSON:
+    return {
+        "uid": uid, "title": title, "description": description, "tags": TAGS,
+        "editable": True, "graphTooltip": 1, "timezone": "browser", "refresh": "30s",
+        "schemaVersion": 39, "version": 1, "time": {"from": "now-1h", "to": "now"},
+        "annotations": {"list": [{
+            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
+            "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts",
+            "type": "dashboard"}]},
+        "links": [{"title": "LLM gateway dashboards", "type": "dashboards", "tags": TAGS, "asDropdown": True,
+                   "includeVars": True, "keepTime": True}],
+        "templating": {"list": variables()},
+        "panels": layout(items),
+    }

@@ -1,0 +1,89 @@
+"""The gateway's Prometheus metrics as CONTRACT.md §6 defines them: names, types, labels, fixed values.
+
+This module is the one copy of that table inside the repository. The dashboard and alert tests check
+every PromQL expression against it, and the gateway's own metrics tests import it to check what
+`gateway.metrics` declares, so a rename has to change the contract, the code and the dashboards together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+MetricType = Literal["counter", "histogram", "gauge"]
+
+# Labels Prometheus adds at scrape time; every series has them besides the contract's own.
+TARGET_LABELS: frozenset[str] = frozenset({"job", "instance"})
+
+REQUEST_OUTCOMES = (
+    "ok", "client_error", "auth_error", "rate_limited", "guardrail_blocked", "upstream_error",
+    "timeout", "cancelled",
+)
+ATTEMPT_OUTCOMES = (
+    "ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error", "first_token_timeout",
+    "idle_timeout", "quota", "hedge_cancelled",
+)
+TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
+
+# "TTFT buckets reach from 25 ms to 120 s": the smallest and largest finite bucket bounds.
+TTFT_MIN_BUCKET_S = 0.025
+TTFT_MAX_BUCKET_S = 120.0
+# Bucket bounds that deploy/prometheus/alerts.yaml uses as TTFT SLO thresholds. The TTFT histogram
+# must have these bounds, or the SLO alerts cannot tell fast first tokens from slow ones.
+TTFT_SLO_BOUNDS_S = (2.5, 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str
+    type: MetricType
+    labels: tuple[str, ...]
+    # Labels whose values the contract fixes; other labels take values from config.
+    values: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def series_names(self) -> tuple[str, ...]:
+        """The names this metric's samples carry in a PromQL query."""
+        if self.type == "histogram":
+            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)
+
+    def labels_of(self, series: str) -> frozenset[str]:
+        """Labels one of `series_names` carries, target labels included (`le` only on buckets)."""
+        extra = {"le"} if series.endswith("_bucket") and self.type == "histogram" else set()
+        return frozenset(self.labels) | TARGET_LABELS | extra
+
+
+def _spec(name: str, kind: MetricType, labels: str, **values: tuple[str, ...]) -> MetricSpec:
+    return MetricSpec(name, kind, tuple(labels.split()), MappingProxyType(dict(values)))
+
+
+METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in (
+    _spec("llm_gateway_requests_total", "counter", "api model stream outcome", outcome=REQUEST_OUTCOMES),
+    _spec("llm_gateway_request_duration_seconds", "histogram", "api model stream outcome",
+          outcome=REQUEST_OUTCOMES),
+    _spec("llm_gateway_time_to_first_token_seconds", "histogram", "api model provider"),
+    _spec("llm_gateway_upstream_time_to_first_token_seconds", "histogram", "model provider deployment"),
+    _spec("llm_gateway_time_per_output_token_seconds", "histogram", "api model provider"),
+    _spec("llm_gateway_tokens_total", "counter", "model provider type", type=TOKEN_TYPES),
+    _spec("llm_gateway_usage_missing_total", "counter", "model provider"),
+    _spec("llm_gateway_cost_usd_total", "counter", "model provider"),
+    _spec("llm_gateway_upstream_attempts_total", "counter", "model deployment outcome",
+          outcome=ATTEMPT_OUTCOMES),
+    _spec("llm_gateway_stream_failures_total", "counter", "model deployment reason"),
+    _spec("llm_gateway_hedges_total", "counter", "model winner", winner=("primary", "hedge")),
+    _spec("llm_gateway_guardrail_verdicts_total", "counter", "guardrail stage verdict",
+          verdict=("pass", "block")),
+    _spec("llm_gateway_redactions_total", "counter", "rule"),
+    _spec("llm_gateway_text_delay_seconds", "histogram", "api"),
+    _spec("llm_gateway_inflight_requests", "gauge", "api"),
+    _spec("llm_gateway_rate_limited_total", "counter", "key limit", limit=("rpm", "tpm")),
+    _spec("llm_gateway_build_info", "gauge", "version"),
+)})
+
+# Every name a PromQL query may use for a contract metric, mapped to its spec.
+SERIES: Mapping[str, MetricSpec] = MappingProxyType(
+    {series: spec for spec in METRICS.values() for series in spec.series_names}
+)
