@@ -1,0 +1,115 @@
+{{/* Names ---------------------------------------------------------------------------------------- */}}
+
+{{- define "llm-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-qualified name; the release name alone when it already contains the chart name. */}}
+{{- define "llm-gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "llm-gateway.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "llm-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "llm-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "llm-gateway.labels" -}}
+helm.sh/chart: {{ include "llm-gateway.chart" . }}
+{{ include "llm-gateway.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: llm-gateway
+{{- end }}
+
+{{- define "llm-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "llm-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "llm-gateway.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Gateway config -------------------------------------------------------------------------------- */}}
+
+{{/* True ("true") when the release stores shared state in Redis. */}}
+{{- define "llm-gateway.redisEnabled" -}}
+{{- if or .Values.redis.url .Values.redis.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/*
+The effective gateway config as a dict: values.config, with state pointed at ${REDIS_URL} when
+redis is configured, so the URL (which may hold a password) lives in a Secret, not in the ConfigMap.
+*/}}
+{{- define "llm-gateway.configYaml" -}}
+{{- $cfg := deepCopy .Values.config }}
+{{- if include "llm-gateway.redisEnabled" . }}
+{{- $_ := set $cfg "state" (dict "backend" "redis" "redis_url" "${REDIS_URL}") }}
+{{- end }}
+{{- $server := default dict $cfg.server }}
+{{- if has (toString (default "127.0.0.1" $server.host)) (list "127.0.0.1" "localhost" "::1") }}
+{{- fail "config.server.host must not be a loopback address inside a pod: use 0.0.0.0 (or ::)" }}
+{{- end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{- define "llm-gateway.apiPort" -}}
+{{- $server := default dict .Values.config.server }}
+{{- if hasKey $server "port" }}{{ int $server.port }}{{ else }}8080{{ end }}
+{{- end }}
+
+{{- define "llm-gateway.metricsPort" -}}
+{{- $server := default dict .Values.config.server }}
+{{- if hasKey $server "metrics_port" }}{{ int $server.metrics_port }}{{ else }}9464{{ end }}
+{{- end }}
+
+{{/* Whole seconds the gateway may spend draining streams after SIGTERM (server.drain_s, default 30). */}}
+{{- define "llm-gateway.drainSeconds" -}}
+{{- $server := default dict .Values.config.server }}
+{{- if hasKey $server "drain_s" }}{{ int (ceil $server.drain_s) }}{{ else }}30{{ end }}
+{{- end }}
+
+{{/* preStop sleep + drain + a margin for the process to exit after the last stream closes. */}}
+{{- define "llm-gateway.terminationGracePeriodSeconds" -}}
+{{- $needed := add (int .Values.preStopSleepSeconds) (int (include "llm-gateway.drainSeconds" .)) }}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- add $needed 15 }}
+{{- else }}
+{{- if le (int .Values.terminationGracePeriodSeconds) $needed }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + config.server.drain_s (%d), or open streams are cut off" (int .Values.terminationGracePeriodSeconds) $needed) }}
+{{- end }}
+{{- int .Values.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
+{{/* Secrets ---------------------------------------------------------------------------------------- */}}
+
+{{/* True when the chart renders its own Secret (provider/gateway keys and/or REDIS_URL). */}}
+{{- define "llm-gateway.createSecret" -}}
+{{- if or (and .Values.secret.create (not .Values.existingSecret)) .Values.redis.url }}true{{ end }}
+{{- end }}
+
+{{- define "llm-gateway.secretName" -}}
+{{- include "llm-gateway.fullname" . }}
+{{- end }}
