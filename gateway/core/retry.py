@@ -132,7 +132,7 @@ def _transient(
     if used >= allowed:
         return _move_on(kind, state, f"deployment attempts used ({used} of {allowed})")
     wait = _retry_after_s(failure)
-    if wait is not None and wait * 1000.0 > policy.max_backoff_ms:
+    if wait is not None and wait > policy.max_backoff_ms / 1000.0:
         return _move_on(kind, state, "Retry-After longer than max backoff")
     delay = backoff_s(used, policy, rand)
     if wait is not None:
