@@ -1,0 +1,90 @@
+"""The state interface shared by every replica: rate limits, token reservations, budgets, response cache.
+
+Two implementations sit behind `StateBackend`: `memory.MemoryBackend` (the embedded default, one process)
+and `redis.RedisBackend` (shared across replicas, degrading to a local MemoryBackend while Redis is down).
+All methods are async because the Redis one does network I/O; the memory one never awaits, so each of
+its operations is atomic with respect to the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal, Protocol
+
+from gateway.config_types import CacheConfig, StateConfig
+
+Period = Literal["day", "month"]
+LimitName = Literal["rpm", "tpm"]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitDecision:
+    allowed: bool
+    retry_after_s: float = 0.0
+    limit: LimitName | None = None  # which limit refused; None when allowed
+
+
+ALLOWED = LimitDecision(allowed=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Tokens counted up front against a key's tpm, to be replaced by the real usage later."""
+
+    key: str
+    minute: int  # the fixed minute bucket the tokens were counted in
+    tokens: int
+    # True when counted in the shared store; a Redis backend that reserved locally during an outage
+    # settles locally too, so a local reservation never subtracts from the other replicas' counts.
+    shared: bool = False
+
+
+class StateBackend(Protocol):
+    async def check_request(
+        self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
+    ) -> tuple[LimitDecision, Reservation | None]:
+        """Atomically count one request against rpm and reserve tokens against tpm.
+
+        A refused request counts nothing. The reservation is None when there is no tpm to settle.
+        """
+        ...
+
+    async def settle_tokens(self, reservation: Reservation, actual_tokens: int) -> None:
+        """Replace a reservation by the real usage (the provider's counts) once the answer ends."""
+        ...
+
+    async def add_spend(self, key: str, period: Period, usd: float, now: float) -> None: ...
+
+    async def spend(self, key: str, period: Period, now: float) -> float: ...
+
+    async def cache_get(self, cache_key: str) -> bytes | None: ...
+
+    async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None: ...
+
+    async def healthy(self) -> bool:
+        """For /readyz: False while the shared store is unreachable."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def period_id(period: Period, now: float) -> str:
+    """The budget period that `now` (epoch seconds) falls in, in UTC: `2024-05-31` or `2024-05`."""
+    stamp = datetime.fromtimestamp(now, UTC)
+    return stamp.strftime("%Y-%m-%d") if period == "day" else stamp.strftime("%Y-%m")
+
+
+def create_backend(
+    config: StateConfig, cache: CacheConfig, on_degraded: Callable[[str], None]
+) -> StateBackend:
+    """Build the configured backend. No I/O happens here: Redis is contacted on first use."""
+    # Imported here so that the memory default never imports the redis client library.
+    if config.backend == "redis":
+        from gateway.state.redis import RedisBackend
+
+        return RedisBackend(config.redis_url, cache, on_degraded)
+    from gateway.state.memory import MemoryBackend
+
+    return MemoryBackend(cache)

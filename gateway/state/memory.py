@@ -1,0 +1,153 @@
+"""In-process state: the embedded default, and the Redis backend's fallback while Redis is down.
+
+No method awaits anything, so each operation runs to completion without interleaving: check-and-count
+is atomic without locks. Memory stays bounded: rate windows of keys idle for two minutes are dropped,
+one spend figure is kept per key and period kind, and the cache is an LRU of at most `max_entries`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from gateway.config_types import CacheConfig
+from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, period_id
+from gateway.state.window import WindowCounts, decide, effective_cost, minute_of
+
+
+class _Window:
+    """Two adjacent fixed-minute buckets of one limit."""
+
+    __slots__ = ("current", "minute", "previous")
+
+    def __init__(self, minute: int) -> None:
+        self.minute = minute
+        self.current = 0
+        self.previous = 0
+
+    def roll(self, minute: int) -> None:
+        # A clock stepping back keeps the newer buckets rather than forgetting counted traffic.
+        if minute <= self.minute:
+            return
+        self.previous = self.current if minute == self.minute + 1 else 0
+        self.current = 0
+        self.minute = minute
+
+    def counts(self) -> WindowCounts:
+        return WindowCounts(current=self.current, previous=self.previous)
+
+    def adjust(self, minute: int, delta: int) -> None:
+        """Apply a settlement to the bucket it was reserved in, if that bucket still matters."""
+        if minute == self.minute:
+            self.current = max(0, self.current + delta)
+        elif minute == self.minute - 1:
+            self.previous = max(0, self.previous + delta)
+
+
+class _KeyWindows:
+    __slots__ = ("rpm", "tpm")
+
+    def __init__(self, minute: int) -> None:
+        self.rpm = _Window(minute)
+        self.tpm = _Window(minute)
+
+    def roll(self, minute: int) -> None:
+        self.rpm.roll(minute)
+        self.tpm.roll(minute)
+
+
+class MemoryBackend:
+    """`StateBackend` held in this process. `clock` (monotonic seconds) drives cache expiry only."""
+
+    def __init__(
+        self, cache: CacheConfig | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._max_entries = (cache or CacheConfig()).max_entries
+        self._clock = clock
+        self._windows: dict[str, _KeyWindows] = {}
+        self._swept_minute = 0
+        self._spend: dict[tuple[str, Period], tuple[str, float]] = {}
+        self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+
+    async def check_request(
+        self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
+    ) -> tuple[LimitDecision, Reservation | None]:
+        if rpm is None and tpm is None:
+            return ALLOWED, None  # nothing to enforce, nothing to remember
+        minute = minute_of(now)
+        self._sweep(minute)
+        windows = self._windows.get(key)
+        if windows is None:
+            windows = self._windows[key] = _KeyWindows(minute)
+        windows.roll(minute)
+        cost = effective_cost(reserve_tokens, tpm) if tpm is not None else 0
+        decision = decide(windows.rpm.counts(), windows.tpm.counts(), rpm, tpm, cost, now)
+        if not decision.allowed:
+            return decision, None
+        if rpm is not None:
+            windows.rpm.current += 1
+        if tpm is None:
+            return decision, None
+        windows.tpm.current += cost
+        return decision, Reservation(key=key, minute=windows.tpm.minute, tokens=cost)
+
+    async def settle_tokens(self, reservation: Reservation, actual_tokens: int) -> None:
+        windows = self._windows.get(reservation.key)
+        if windows is not None:
+            windows.tpm.adjust(reservation.minute, max(0, actual_tokens) - reservation.tokens)
+
+    def _sweep(self, minute: int) -> None:
+        """Once per minute, forget keys whose buckets are both older than the window."""
+        if minute == self._swept_minute:
+            return
+        self._swept_minute = minute
+        stale = [k for k, w in self._windows.items() if w.rpm.minute < minute - 1]
+        for k in stale:
+            del self._windows[k]
+
+    async def add_spend(self, key: str, period: Period, usd: float, now: float) -> None:
+        pid = period_id(period, now)
+        held = self._spend.get((key, period))
+        if held is None or held[0] < pid:
+            self._spend[(key, period)] = (pid, usd)  # a new period starts from zero
+        elif held[0] == pid:
+            self._spend[(key, period)] = (pid, held[1] + usd)
+        # else: a late add for a period already closed here; it no longer limits anything
+
+    async def spend(self, key: str, period: Period, now: float) -> float:
+        held = self._spend.get((key, period))
+        return held[1] if held is not None and held[0] == period_id(period, now) else 0.0
+
+    async def cache_get(self, cache_key: str) -> bytes | None:
+        entry = self._cache.get(cache_key)
+        if entry is None:
+            return None
+        if entry[0] <= self._clock():
+            del self._cache[cache_key]
+            return None
+        self._cache.move_to_end(cache_key)
+        return entry[1]
+
+    async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None:
+        if self._max_entries <= 0 or ttl_s <= 0:
+            return
+        self._cache[cache_key] = (self._clock() + ttl_s, value)
+        self._cache.move_to_end(cache_key)
+        while len(self._cache) > self._max_entries:
+            self._cache.popitem(last=False)  # least recently used first
+
+    def tracked_keys(self) -> int:
+        """Keys whose rate windows are held (for tests and metrics: proves the pruning)."""
+        return len(self._windows)
+
+    def cache_len(self) -> int:
+        """Entries currently held, expired ones not yet evicted included (for tests and metrics)."""
+        return len(self._cache)
+
+    async def healthy(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        self._windows.clear()
+        self._cache.clear()

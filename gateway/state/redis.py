@@ -1,0 +1,315 @@
+"""Shared state in Redis, so every replica enforces one key's limits and budget together.
+
+Each operation is one Lua script (or one command), hence atomic across replicas. Socket timeouts are
+short and each operation has a hard deadline, so a dead or stalled Redis never holds a request for long.
+
+Outage: the first failing operation switches the backend to *degraded*: one warning is logged, and
+until Redis answers again every operation runs against an embedded MemoryBackend, so a key with limits
+is still limited (per replica) and never let through unlimited. `on_degraded(reason)` is called each
+time an operation falls back. A background task pings Redis every `probe_interval_s`; the first answer
+flushes the spend recorded meanwhile into Redis and switches back, so requests never pay for probing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import structlog
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.config_types import CacheConfig
+from gateway.state import lua
+from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, period_id
+from gateway.state.memory import MemoryBackend
+from gateway.state.window import WindowCounts, decide, effective_cost, minute_of, previous_weight
+
+T = TypeVar("T")
+
+PREFIX = "llmgw:"
+RATE_TTL_S = 180  # a bucket is read as "current" then "previous": two minutes, plus clock-skew slack
+SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 63 * 86_400}
+_FAILURES = (RedisError, OSError, TimeoutError)
+
+
+def rate_key(key: str, limit: str, minute: int) -> str:
+    return f"{PREFIX}rl:{{{_tag(key)}}}:{limit}:{minute}"
+
+
+def spend_key(key: str, period: Period, now: float) -> str:
+    return f"{PREFIX}spend:{{{_tag(key)}}}:{period_id(period, now)}"
+
+
+def cache_redis_key(cache_key: str) -> str:
+    return f"{PREFIX}cache:{cache_key}"
+
+
+def _tag(key: str) -> str:
+    # Braces inside a hash tag would change which part Redis Cluster hashes.
+    return key.replace("{", "(").replace("}", ")")
+
+
+def _reason_of(exc: BaseException) -> str:
+    """A small fixed vocabulary, fit for a metric label."""
+    if isinstance(exc, TimeoutError | RedisTimeoutError):
+        return "timeout"
+    if isinstance(exc, RedisConnectionError | OSError):
+        return "unreachable"
+    return "error"
+
+
+def _log() -> Any:
+    # Fetched at each use (only on outage and recovery), so a logger cached by structlog's
+    # cache_logger_on_first_use cannot outlive a reconfiguration such as capture_logs in tests.
+    return structlog.get_logger("gateway.state")
+
+
+def _location(url: str) -> str:
+    """host:port/db of a Redis URL, for logs: never the password or the username."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            return parts.path
+        return f"{parts.hostname}:{parts.port or 6379}{parts.path}"
+    except ValueError:
+        return "redis"
+
+
+class RedisBackend:
+    """`StateBackend` on Redis, with a local fallback while Redis is unreachable."""
+
+    def __init__(
+        self,
+        url: str,
+        cache: CacheConfig | None = None,
+        on_degraded: Callable[[str], None] = lambda _reason: None,
+        *,
+        op_timeout_s: float = 0.25,
+        probe_interval_s: float = 1.0,
+        max_connections: int = 64,
+    ) -> None:
+        # One retry without backoff heals a pooled connection that Redis closed by restarting; the
+        # deadline below still bounds the whole operation.
+        self._pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=op_timeout_s,
+            socket_timeout=op_timeout_s,
+            socket_connect_timeout=op_timeout_s,
+            retry=Retry(NoBackoff(), 1),
+        )
+        self._redis = Redis(connection_pool=self._pool)
+        self._check = self._redis.register_script(lua.CHECK_REQUEST)
+        self._settle = self._redis.register_script(lua.SETTLE_TOKENS)
+        self._add_spend = self._redis.register_script(lua.ADD_SPEND)
+        self._deadline_s = 2 * op_timeout_s
+        self._probe_interval_s = probe_interval_s
+        self._on_degraded = on_degraded
+        self._where = _location(url)
+        self._local = MemoryBackend(cache)
+        self._reason: str | None = None  # why we are degraded; None while Redis answers
+        self._probe: asyncio.Task[None] | None = None
+        # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
+        self._unsynced: dict[str, tuple[float, int]] = {}
+        self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
+
+    @property
+    def degraded(self) -> bool:
+        return self._reason is not None
+
+    async def _run(self, remote: Callable[[], Awaitable[T]], local: Callable[[], Awaitable[T]]) -> T:
+        """Run `remote` against Redis; on failure or while degraded, run `local` instead."""
+        reason = self._reason
+        if reason is None:
+            try:
+                async with asyncio.timeout(self._deadline_s):
+                    return await remote()
+            except _FAILURES as exc:
+                reason = _reason_of(exc)
+                self._enter_degraded(reason)
+        self._on_degraded(reason)
+        return await local()
+
+    def _enter_degraded(self, reason: str) -> None:
+        if self._reason is not None:
+            return
+        self._reason = reason
+        _log().warning(
+            "state_backend_degraded",
+            reason=reason,
+            redis=self._where,
+            fallback="local per-replica limits until Redis answers",
+        )
+        self._probe = asyncio.get_running_loop().create_task(self._probe_until_recovered())
+
+    async def _probe_until_recovered(self) -> None:
+        # Drop pooled connections: after a restart they are all dead and would each fail once.
+        with contextlib.suppress(*_FAILURES):
+            await self._pool.disconnect()
+        while True:
+            await asyncio.sleep(self._probe_interval_s)  # a timer between probes, not synchronisation
+            try:
+                async with asyncio.timeout(self._deadline_s):
+                    await self._redis.ping()
+                await self._flush_unsynced()
+            except _FAILURES:
+                continue
+            self._reason = None
+            _log().info("state_backend_recovered", redis=self._where)
+            return
+
+    async def _flush_unsynced(self) -> None:
+        while self._unsynced:
+            rkey, (usd, ttl) = self._unsynced.popitem()
+            try:
+                async with asyncio.timeout(self._deadline_s):
+                    await self._add_spend(keys=[rkey], args=[repr(usd), ttl])
+            except BaseException:
+                self._hold_unsynced(rkey, usd, ttl)  # still owed; retried at the next probe
+                raise
+
+    def _hold_unsynced(self, rkey: str, usd: float, ttl: int) -> None:
+        held = self._unsynced.get(rkey, (0.0, ttl))[0]
+        self._unsynced[rkey] = (held + usd, ttl)
+
+    # -- rate limits ---------------------------------------------------------------------------
+
+    async def check_request(
+        self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
+    ) -> tuple[LimitDecision, Reservation | None]:
+        if rpm is None and tpm is None:
+            return ALLOWED, None  # an unlimited key costs no round trip, and survives any outage
+
+        async def remote() -> tuple[LimitDecision, Reservation | None]:
+            return await self._check_remote(key, rpm, tpm, reserve_tokens, now)
+
+        async def local() -> tuple[LimitDecision, Reservation | None]:
+            return await self._local.check_request(key, rpm, tpm, reserve_tokens, now)
+
+        return await self._run(remote, local)
+
+    async def _check_remote(
+        self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
+    ) -> tuple[LimitDecision, Reservation | None]:
+        minute = minute_of(now)
+        cost = effective_cost(reserve_tokens, tpm) if tpm is not None else 0
+        keys = [rate_key(key, "rpm", minute), rate_key(key, "rpm", minute - 1)]
+        keys += [rate_key(key, "tpm", minute), rate_key(key, "tpm", minute - 1)]
+        args = ["" if rpm is None else rpm, "" if tpm is None else tpm, cost, repr(previous_weight(now))]
+        allowed, rc, rp, tc, tp = await self._check(keys=keys, args=[*args, RATE_TTL_S])
+        if not allowed:
+            counts = (WindowCounts(current=rc, previous=rp), WindowCounts(current=tc, previous=tp))
+            return decide(*counts, rpm, tpm, cost, now), None
+        if tpm is None:
+            return ALLOWED, None
+        return ALLOWED, Reservation(key=key, minute=minute, tokens=cost, shared=True)
+
+    async def settle_tokens(self, reservation: Reservation, actual_tokens: int) -> None:
+        if not reservation.shared:
+            # Counted locally during an outage: settle there, never against the other replicas' counts.
+            await self._local.settle_tokens(reservation, actual_tokens)
+            return
+        delta = max(0, actual_tokens) - reservation.tokens
+        if delta == 0:
+            return
+        rkey = rate_key(reservation.key, "tpm", reservation.minute)
+
+        async def remote() -> None:
+            await self._settle(keys=[rkey], args=[delta])
+
+        async def local() -> None:
+            return None  # the Redis bucket keeps the reservation until its TTL; nothing local to fix
+
+        await self._run(remote, local)
+
+    # -- budgets -------------------------------------------------------------------------------
+
+    async def add_spend(self, key: str, period: Period, usd: float, now: float) -> None:
+        rkey = spend_key(key, period, now)
+
+        async def remote() -> None:
+            total = await self._add_spend(keys=[rkey], args=[repr(usd), SPEND_TTL_S[period]])
+            self._remember(key, period, now, float(total))
+
+        async def local() -> None:
+            self._hold_unsynced(rkey, usd, SPEND_TTL_S[period])
+
+        await self._run(remote, local)
+
+    async def spend(self, key: str, period: Period, now: float) -> float:
+        rkey = spend_key(key, period, now)
+
+        async def remote() -> float:
+            raw = await self._redis.get(rkey)
+            total = float(raw) if raw is not None else 0.0
+            self._remember(key, period, now, total)
+            return total
+
+        async def local() -> float:
+            # The last figure Redis gave, plus what this replica spent since it went away.
+            pid = period_id(period, now)
+            known = self._known_spend.get((key, period))
+            base = known[1] if known is not None and known[0] == pid else 0.0
+            return base + self._unsynced.get(rkey, (0.0, 0))[0]
+
+        return await self._run(remote, local)
+
+    def _remember(self, key: str, period: Period, now: float, total: float) -> None:
+        self._known_spend[(key, period)] = (period_id(period, now), total)
+
+    # -- cache ---------------------------------------------------------------------------------
+
+    async def cache_get(self, cache_key: str) -> bytes | None:
+        async def remote() -> bytes | None:
+            value = await self._redis.get(cache_redis_key(cache_key))
+            return value if isinstance(value, bytes) else None  # raw bytes: no decode_responses
+
+        async def local() -> bytes | None:
+            return await self._local.cache_get(cache_key)
+
+        return await self._run(remote, local)
+
+    async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None:
+        if ttl_s <= 0:
+            return
+        ttl_ms = max(1, round(ttl_s * 1000))
+
+        async def remote() -> None:
+            await self._redis.set(cache_redis_key(cache_key), value, px=ttl_ms)
+
+        async def local() -> None:
+            await self._local.cache_set(cache_key, value, ttl_s)
+
+        await self._run(remote, local)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def healthy(self) -> bool:
+        if self._reason is not None:
+            return False  # the probe task flips this back once Redis answers
+        try:
+            async with asyncio.timeout(self._deadline_s):
+                await self._redis.ping()
+        except _FAILURES as exc:
+            self._enter_degraded(_reason_of(exc))
+            return False
+        return True
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+            self._probe = None
+        with contextlib.suppress(*_FAILURES):
+            await self._redis.aclose()
+            await self._pool.aclose()
+        await self._local.close()
