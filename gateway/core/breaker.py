@@ -70,6 +70,8 @@ class CircuitBreaker:
 
     - A result that arrives while OPEN came from a request admitted before the breaker opened: it says
       nothing new, so it changes nothing (a late success must not flood a struggling deployment).
+      While HALF_OPEN a result is taken as the probe's: with no request ids it cannot be told apart
+      from a straggler admitted before the opening, and either says how the deployment is doing now.
     - A probe that never reports (its request was cancelled by a client disconnect) would keep the
       deployment out forever; after another `cooldown_s` the probe is presumed lost and the next
       `allow()` admits a new one.
