@@ -1,0 +1,422 @@
+"""The Helm chart: lint, offline render, Kubernetes OpenAPI validation, and the gateway config it ships.
+
+Rendering uses the Helm SDK itself (helm-python-sdk binds Helm's Go library; no helm binary, no
+cluster). Core manifests are validated against the Kubernetes OpenAPI schemas with
+kubernetes-validate; the Prometheus Operator CRDs are checked structurally here.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "llm-gateway"
+ALERTS_SRC = ROOT / "deploy" / "prometheus" / "alerts.yaml"
+DASHBOARDS_SRC = ROOT / "grafana" / "dashboards"
+SYNC = ROOT / "scripts" / "sync-chart-assets.sh"
+# The oldest Kubernetes minor we promise (kubeVersion in Chart.yaml allows older; we test these) and
+# the newest schema kubernetes-validate ships.
+KUBE_VERSIONS = ("1.31.0", kubernetes_validate.latest_version())
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+RELEASE, NAMESPACE = "rel", "llm"
+FULLNAME = "rel-llm-gateway"
+
+# Every optional feature on at once.
+ALL_ON: dict[str, Any] = {
+    "workers": 2,
+    "redis": {"url": "redis://:s3cret-redis-pw@redis-master:6379/0"},
+    "secret": {"env": {"OPENAI_API_KEY": "sk-test-not-a-real-key"}},
+    "extraEnv": [{"name": "EXTRA", "value": "1"}],
+    "ingress": {"enabled": True, "annotations": {"nginx.ingress.kubernetes.io/proxy-read-timeout": "600"},
+                "tls": [{"secretName": "gw-tls", "hosts": ["llm-gateway.example.com"]}]},
+    "autoscaling": {"enabled": True, "inflightRequests": {"enabled": True}},
+    "networkPolicy": {"egress": {"enabled": True},
+                      "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
+    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+                "prometheusRule": {"enabled": True}},
+    "dashboards": {"enabled": True},
+    "tmpVolume": {"medium": "Memory", "sizeLimit": "64Mi"},
+    "podDisruptionBudget": {"maxUnavailable": 1},
+    "priorityClassName": "high",
+}
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    out = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE)
+    return [doc for path, text in sorted(out.items()) if not path.endswith("NOTES.txt")
+            for doc in yaml.safe_load_all(text) if doc]
+
+
+def only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = only(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+def gateway_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == FULLNAME)
+    result: dict[str, Any] = yaml.safe_load(cm["data"]["config.yaml"])
+    return result
+
+
+def secret_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    secrets = [d for d in docs if d["kind"] == "Secret"]
+    return {k: base64.b64decode(v).decode() for s in secrets for k, v in (s.get("data") or {}).items()}
+
+
+def real_providers_values() -> dict[str, Any]:
+    """A production-style release: the real-provider example config, its keys in secret.env."""
+    config = yaml.safe_load((ROOT / "deploy" / "config" / "real-providers.example.yaml").read_text())
+    keys = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_KEY", "TEAM_A_KEY", "TEAM_B_KEY")
+    return {"config": config, "secret": {"env": {k: f"test-{k.lower()}" for k in keys}},
+            "redis": {"url": "redis://redis:6379/0"}}
+
+
+VALUE_SETS = {"defaults": {}, "all-on": ALL_ON}
+
+
+# ---- lint and schema validation ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_helm_lint_strict_has_no_warnings(values: dict[str, Any]) -> None:
+    report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSIONS[0]}")
+    assert report["errors"] == []
+    # Severity 1 is informational ("icon is recommended"); 2 warning, 3 error.
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert problems == []
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_manifests_validate_against_kubernetes_schemas(
+    chart: helm.Chart, values: dict[str, Any], version: str
+) -> None:
+    docs = render(chart, values)
+    for doc in docs:
+        if doc["kind"] in CRD_KINDS:
+            continue
+        # strict: unknown fields (typos) fail too, not only wrong types.
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_all_on_renders_every_optional_resource(chart: helm.Chart) -> None:
+    kinds = sorted({d["kind"] for d in render(chart, ALL_ON)})
+    assert kinds == sorted({"ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy",
+                            "PodDisruptionBudget", "PrometheusRule", "Secret", "Service", "ServiceAccount",
+                            "ServiceMonitor"})
+
+
+def test_kubernetes_validation_catches_a_bad_field(chart: helm.Chart) -> None:
+    """The validation above can fail: a misspelt field in the pod spec is rejected."""
+    deployment = copy.deepcopy(only(render(chart), "Deployment"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessprobe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBE_VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize("bad", [
+    {"replicaCount": "two"},
+    {"config": {"server": {"port": "8080"}}},
+    {"autoscaling": {"enabled": "yes"}},
+    {"image": {"pullPolicy": "Sometimes"}},
+    {"replicas": 3},  # a typo of replicaCount: unknown top-level keys are rejected
+    {"config": {"server": {"host": "127.0.0.1"}}},  # probes could not reach a loopback listener
+    {"config": {"state": {"backend": "postgres"}}},
+    {"redis": {"url": "http://redis:6379"}},
+])
+def test_values_schema_rejects_bad_values(chart: helm.Chart, bad: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        chart.render(bad, name=RELEASE, namespace=NAMESPACE)
+
+
+# ---- the gateway config in the ConfigMap ---------------------------------------------------------
+
+
+_FALLBACK = """
+import sys
+from gateway.config import ConfigError, load_config
+try:
+    load_config(sys.argv[1])
+except ConfigError as exc:
+    print(exc)
+    sys.exit(2)
+"""
+
+
+def check_config(
+    config: dict[str, Any], env: dict[str, str], tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    # Only the pod's environment: what the chart's Secret provides, nothing from this shell.
+    command = [sys.executable, "-m", "gateway", "check-config", str(path)]
+    if not (ROOT / "gateway" / "cli.py").exists():  # TEMPORARY until the CLI lands
+        command = [sys.executable, "-c", _FALLBACK, str(path)]
+    return subprocess.run(command, cwd=ROOT,
+                          env={"PATH": os.environ.get("PATH", ""), **env},
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("values", [{}, ALL_ON, real_providers_values()],
+                         ids=["defaults", "all-on", "real-providers"])
+def test_rendered_config_passes_check_config(
+    chart: helm.Chart, values: dict[str, Any], tmp_path: Path
+) -> None:
+    docs = render(chart, values)
+    result = check_config(gateway_config(docs), secret_env(docs), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_config_rejects_what_the_schema_lets_through(chart: helm.Chart, tmp_path: Path) -> None:
+    """The config test can fail: a deployment naming an unknown provider renders, but is invalid."""
+    values = real_providers_values()
+    values["config"]["models"][0]["deployments"][0]["provider"] = "nope"
+    docs = render(chart, values)
+    result = check_config(gateway_config(docs), secret_env(docs), tmp_path)
+    assert result.returncode == 2
+    assert 'unknown provider "nope"' in result.stdout + result.stderr
+
+
+def test_config_without_its_secret_fails_check_config(chart: helm.Chart, tmp_path: Path) -> None:
+    docs = render(chart)
+    result = check_config(gateway_config(docs), {}, tmp_path)
+    assert result.returncode == 2
+    assert "GATEWAY_API_KEY" in result.stdout + result.stderr
+
+
+# ---- safe defaults -------------------------------------------------------------------------------
+
+
+def test_defaults_require_auth_and_generate_a_key(chart: helm.Chart) -> None:
+    docs = render(chart)
+    config = gateway_config(docs)
+    assert config["server"]["host"] == "0.0.0.0"
+    assert config["auth"]["allow_unauthenticated"] is False
+    assert config["auth"]["keys"] == [{"name": "default", "key": "${GATEWAY_API_KEY}"}]
+    key = secret_env(docs)["GATEWAY_API_KEY"]
+    assert len(key) == 48 and key.isalnum()
+    assert only(docs, "Service")["spec"]["type"] == "ClusterIP"
+    assert not [d for d in docs if d["kind"] == "Ingress"]
+    selector = only(docs, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"]
+    assert selector["app.kubernetes.io/instance"] == RELEASE
+
+
+def test_a_provided_gateway_key_is_not_replaced(chart: helm.Chart) -> None:
+    docs = render(chart, {"secret": {"env": {"GATEWAY_API_KEY": "mine"}}})
+    assert secret_env(docs) == {"GATEWAY_API_KEY": "mine"}
+
+
+def test_existing_secret_replaces_the_chart_secret(chart: helm.Chart) -> None:
+    docs = render(chart, {"existingSecret": "gw-keys"})
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    assert container(docs)["envFrom"] == [{"secretRef": {"name": "gw-keys"}}]
+
+
+def test_pod_is_hardened(chart: helm.Chart) -> None:
+    docs = render(chart)
+    pod = only(docs, "Deployment")["spec"]["template"]["spec"]
+    c = container(docs)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    # The root FS is read-only: /tmp is an emptyDir (the gateway keeps its multi-process metrics there).
+    tmp_volume = [m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert tmp_volume and "emptyDir" in next(v for v in pod["volumes"] if v["name"] == tmp_volume[0])
+    assert "PROMETHEUS_MULTIPROC_DIR" not in {e["name"] for e in c.get("env", [])}
+
+
+def test_probes_and_ports_follow_the_config(chart: helm.Chart) -> None:
+    docs = render(chart, {"config": {"server": {"port": 9000, "metrics_port": 9100}}})
+    c = container(docs)
+    assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "api"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "api"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "api"}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"api": 9000, "metrics": 9100}
+    service_ports = {p["name"]: p["targetPort"] for p in only(docs, "Service")["spec"]["ports"]}
+    assert service_ports == {"api": "api", "metrics": "metrics"}
+    assert c["args"] == ["serve", "--config", "/etc/gateway/config.yaml"]
+
+
+@pytest.mark.parametrize("drain_s", [30, 120, 7.5])
+def test_grace_period_outlasts_prestop_and_drain(chart: helm.Chart, drain_s: float) -> None:
+    docs = render(chart, {"config": {"server": {"drain_s": drain_s}}})
+    pod = only(docs, "Deployment")["spec"]["template"]["spec"]
+    sleep = container(docs)["lifecycle"]["preStop"]["exec"]["command"]
+    assert sleep[0] == "sleep"
+    assert pod["terminationGracePeriodSeconds"] > int(sleep[1]) + drain_s
+
+
+def test_too_short_grace_period_is_refused(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmError, match="terminationGracePeriodSeconds"):
+        chart.render({"terminationGracePeriodSeconds": 30}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_config_change_rolls_the_pods(chart: helm.Chart) -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        annotations = only(render(chart, values), "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        result: str = annotations["checksum/config"]
+        return result
+
+    assert checksum({}) == checksum({})
+    assert checksum({}) != checksum({"config": {"logging": {"level": "debug"}}})
+
+
+# ---- optional features ---------------------------------------------------------------------------
+
+
+def test_redis_url_stays_out_of_the_configmap(chart: helm.Chart) -> None:
+    docs = render(chart, ALL_ON)
+    assert gateway_config(docs)["state"] == {"backend": "redis", "redis_url": "${REDIS_URL}"}
+    configmaps = yaml.safe_dump([d for d in docs if d["kind"] == "ConfigMap"])
+    assert "s3cret-redis-pw" not in configmaps
+    assert secret_env(docs)["REDIS_URL"] == ALL_ON["redis"]["url"]
+
+
+def test_redis_url_from_an_existing_secret(chart: helm.Chart) -> None:
+    docs = render(chart, {"redis": {"existingSecret": "redis-auth", "existingSecretKey": "url"}})
+    env = {e["name"]: e for e in container(docs)["env"]}
+    assert env["REDIS_URL"]["valueFrom"] == {"secretKeyRef": {"name": "redis-auth", "key": "url"}}
+    assert gateway_config(docs)["state"]["backend"] == "redis"
+
+
+def test_ingress_carries_the_sse_annotations(chart: helm.Chart) -> None:
+    annotations = only(render(chart, ALL_ON), "Ingress")["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    assert annotations["nginx.ingress.kubernetes.io/proxy-send-timeout"] == "3600"
+    # The user's own annotation wins over the chart's.
+    assert annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "600"
+    assert annotations["nginx.ingress.kubernetes.io/proxy-body-size"] == "10240k"
+
+
+def test_hpa_scales_on_cpu_and_inflight_requests(chart: helm.Chart) -> None:
+    docs = render(chart, ALL_ON)
+    metrics = only(docs, "HorizontalPodAutoscaler")["spec"]["metrics"]
+    assert [m["type"] for m in metrics] == ["Resource", "Pods"]
+    assert metrics[1]["pods"]["metric"]["name"] == "llm_gateway_inflight_requests"
+    assert "replicas" not in only(docs, "Deployment")["spec"]  # the HPA owns the count
+
+
+def test_service_monitor_structure(chart: helm.Chart) -> None:
+    docs = render(chart, ALL_ON)
+    sm = only(docs, "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["name"] == FULLNAME
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    service = only(docs, "Service")
+    selector = sm["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    # job = the Service's app.kubernetes.io/name label = "llm-gateway", as the alert rules expect.
+    assert service["metadata"]["labels"][sm["spec"]["jobLabel"]] == "llm-gateway"
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+
+
+def test_prometheus_rule_structure_and_source(chart: helm.Chart) -> None:
+    rule = only(render(chart, ALL_ON), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["name"] == FULLNAME
+    assert set(rule["spec"]) == {"groups"} and rule["spec"]["groups"]
+    for group in rule["spec"]["groups"]:
+        assert isinstance(group["name"], str) and group["rules"]
+        for r in group["rules"]:
+            assert ("alert" in r) != ("record" in r), r
+            assert isinstance(r["expr"], str) and r["expr"].strip()
+    # One source of truth: the rendered spec is exactly deploy/prometheus/alerts.yaml.
+    assert rule["spec"] == yaml.safe_load(ALERTS_SRC.read_text())
+
+
+def test_dashboard_configmaps_carry_exactly_the_dashboards(chart: helm.Chart) -> None:
+    docs = render(chart, ALL_ON)
+    dashboards = [d for d in docs if d["kind"] == "ConfigMap"
+                  and d["metadata"]["labels"].get("grafana_dashboard") == "1"]
+    sources = sorted(DASHBOARDS_SRC.glob("*.json"))
+    assert sources, "grafana/dashboards/*.json is missing"
+    got = {name: text for d in dashboards for name, text in d["data"].items()}
+    assert len(dashboards) == len(sources)
+    assert got == {p.name: p.read_text() for p in sources}
+    assert all(d["metadata"]["annotations"]["grafana_folder"] == "LLM Gateway" for d in dashboards)
+
+
+# ---- one source of truth for rules and dashboards ------------------------------------------------
+
+
+def test_chart_copies_are_byte_identical_to_the_sources() -> None:
+    assert (CHART / "files" / "alerts.yaml").read_bytes() == ALERTS_SRC.read_bytes()
+    copies = {p.name: p.read_bytes() for p in (CHART / "files" / "dashboards").glob("*.json")}
+    assert copies == {p.name: p.read_bytes() for p in DASHBOARDS_SRC.glob("*.json")}
+
+
+def test_sync_script_detects_and_repairs_drift(tmp_path: Path) -> None:
+    for rel in ("scripts/sync-chart-assets.sh", "deploy/prometheus/alerts.yaml", "grafana/dashboards",
+                "helm/llm-gateway/files"):
+        src, dst = ROOT / rel, tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
+    script = ["bash", str(tmp_path / "scripts" / "sync-chart-assets.sh")]
+
+    assert subprocess.run([*script, "--check"], capture_output=True, check=False).returncode == 0
+    (tmp_path / "deploy/prometheus/alerts.yaml").write_text("groups: []\n")
+    (tmp_path / "helm/llm-gateway/files/dashboards/gone.json").write_text("{}")
+    drift = subprocess.run([*script, "--check"], capture_output=True, text=True, check=False)
+    assert drift.returncode == 1
+    assert "alerts.yaml" in drift.stdout and "gone.json" in drift.stdout
+
+    subprocess.run(script, capture_output=True, check=True)
+    assert (tmp_path / "helm/llm-gateway/files/alerts.yaml").read_text() == "groups: []\n"
+    assert not (tmp_path / "helm/llm-gateway/files/dashboards/gone.json").exists()
+    assert subprocess.run([*script, "--check"], capture_output=True, check=False).returncode == 0
+
+
+# ---- documentation -------------------------------------------------------------------------------
+
+
+def test_readme_documents_every_value() -> None:
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    # Subtrees passed to Kubernetes or the gateway as they are: documented as one row each.
+    verbatim = {"config", "podSecurityContext", "securityContext", "resources", "autoscaling.behavior"}
+
+    def leaves(node: Any, prefix: str) -> Iterator[str]:
+        if isinstance(node, dict) and node and prefix not in verbatim:
+            for key, child in node.items():
+                yield from leaves(child, f"{prefix}.{key}" if prefix else key)
+        else:
+            yield prefix
+
+    missing = [key for key in leaves(values, "") if f"`{key}`" not in readme]
+    assert missing == []
