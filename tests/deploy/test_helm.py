@@ -233,6 +233,18 @@ def test_a_provided_gateway_key_is_not_replaced(chart: helm.Chart) -> None:
     assert secret_env(docs) == {"GATEWAY_API_KEY": "mine"}
 
 
+@pytest.mark.parametrize(("values", "expected"), [
+    ({}, 1),
+    ({"replicaCount": 1}, 0),
+    ({"replicaCount": 1, "autoscaling": {"enabled": True, "minReplicas": 3}}, 1),
+    ({"podDisruptionBudget": {"enabled": False}}, 0),
+])
+def test_disruption_budget_only_over_several_pods(
+    chart: helm.Chart, values: dict[str, Any], expected: int
+) -> None:
+    assert len([d for d in render(chart, values) if d["kind"] == "PodDisruptionBudget"]) == expected
+
+
 def test_existing_secret_replaces_the_chart_secret(chart: helm.Chart) -> None:
     docs = render(chart, {"existingSecret": "gw-keys"})
     assert not [d for d in docs if d["kind"] == "Secret"]
