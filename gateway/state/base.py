@@ -76,9 +76,7 @@ def period_id(period: Period, now: float) -> str:
     return stamp.strftime("%Y-%m-%d") if period == "day" else stamp.strftime("%Y-%m")
 
 
-def create_backend(
-    config: StateConfig, cache: CacheConfig, on_degraded: Callable[[str], None]
-) -> StateBackend:
+def create_backend(config: StateConfig, cache: CacheConfig, on_degraded: Callable[[str], None]) -> StateBackend:
     """Build the configured backend. No I/O happens here: Redis is contacted on first use."""
     # Imported here so that the memory default never imports the redis client library.
     if config.backend == "redis":

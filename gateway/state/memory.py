@@ -60,9 +60,7 @@ class _KeyWindows:
 class MemoryBackend:
     """`StateBackend` held in this process. `clock` (monotonic seconds) drives cache expiry only."""
 
-    def __init__(
-        self, cache: CacheConfig | None = None, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, cache: CacheConfig | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self._max_entries = (cache or CacheConfig()).max_entries
         self._clock = clock
         self._windows: dict[str, _KeyWindows] = {}

@@ -83,6 +83,17 @@ def _location(url: str) -> str:
         return "redis"
 
 
+def _refusal(decision: LimitDecision, rpm: int | None) -> LimitDecision:
+    """Redis refused, so the answer is a refusal even if Python's arithmetic would differ.
+
+    Both compute the same comparison on the same doubles, so this guards against a future divergence
+    between lua.py and window.py rather than a known case: Redis counted nothing, so never admit.
+    """
+    if not decision.allowed:
+        return decision
+    return LimitDecision(allowed=False, retry_after_s=1.0, limit="rpm" if rpm is not None else "tpm")
+
+
 class RedisBackend:
     """`StateBackend` on Redis, with a local fallback while Redis is unreachable."""
 
@@ -207,7 +218,7 @@ class RedisBackend:
         allowed, rc, rp, tc, tp = await self._check(keys=keys, args=[*args, RATE_TTL_S])
         if not allowed:
             counts = (WindowCounts(current=rc, previous=rp), WindowCounts(current=tc, previous=tp))
-            return decide(*counts, rpm, tpm, cost, now), None
+            return _refusal(decide(*counts, rpm, tpm, cost, now), rpm), None
         if tpm is None:
             return ALLOWED, None
         return ALLOWED, Reservation(key=key, minute=minute, tokens=cost, shared=True)

@@ -1,0 +1,286 @@
+"""RedisBackend against a real redis-server: shared limits across replicas, settlement, budgets, cache,
+and an outage in the middle of a test (kill, stall, restart) with automatic recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
+
+import pytest
+import redis
+from redis.asyncio import Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from structlog.testing import capture_logs
+
+from gateway.config_types import CacheConfig, StateConfig
+from gateway.state import MemoryBackend, create_backend
+from gateway.state.base import Reservation
+from gateway.state.redis import RedisBackend, cache_redis_key, rate_key, spend_key
+from gateway.state.window import minute_of
+from tests.redis_server import RedisServer
+
+T0 = 1_700_000_040.0  # the start of a minute; limits take `now` from the caller, not from Redis
+MINUTE = minute_of(T0)
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as running:
+        yield running
+
+
+@pytest.fixture
+async def raw(server: RedisServer) -> AsyncIterator[Redis]:
+    """A plain client to look at what the backend wrote."""
+    client = Redis.from_url(server.url)
+    yield client
+    await client.aclose()
+
+
+Factory = Callable[..., RedisBackend]
+
+
+@pytest.fixture
+async def make(server: RedisServer) -> AsyncIterator[Factory]:
+    """Builds backends (replicas) on the test server, with a fast recovery probe; closes them after."""
+    made: list[RedisBackend] = []
+
+    def factory(on_degraded: Callable[[str], None] | None = None, url: str | None = None) -> RedisBackend:
+        backend = RedisBackend(
+            url or server.url,
+            CacheConfig(max_entries=100),
+            on_degraded or (lambda _reason: None),
+            probe_interval_s=0.02,
+        )
+        made.append(backend)
+        return backend
+
+    yield factory
+    for backend in made:
+        await backend.close()
+
+
+async def eventually(probe: Callable[[], Awaitable[bool]], within_s: float = 5.0) -> bool:
+    """Poll `probe` until it is true, bounded by a deadline (for state another task changes)."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while asyncio.get_running_loop().time() < deadline:
+        if await probe():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def epoch(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def test_helper_uses_a_free_port_restarts_on_it_and_leaves_no_files() -> None:
+    server = RedisServer()
+    server.start()
+    client = redis.Redis(port=server.port, socket_timeout=1, retry=Retry(NoBackoff(), 0))
+    try:
+        client.set("probe", b"1")
+        port = server.port
+        server.kill()
+        with pytest.raises(redis.ConnectionError):
+            client.get("probe")
+        server.start()
+        assert server.port == port
+        assert client.get("probe") is None  # no persistence: a restart starts empty
+        server.stop()
+        assert [p.name for p in server.directory.iterdir()] == ["redis.log"]
+    finally:
+        client.close()
+        server.close()
+    assert not server.directory.exists()
+
+
+async def test_two_replicas_enforce_one_rpm_together(make: Factory, raw: Redis) -> None:
+    replicas = [make(), make()]
+    calls = [replicas[i % 2].check_request("team-a", 7, None, 0, T0 + 5) for i in range(30)]
+    results = await asyncio.gather(*calls)
+    assert sum(decision.allowed for decision, _ in results) == 7
+    refused = [decision for decision, _ in results if not decision.allowed]
+    assert all(d.limit == "rpm" and d.retry_after_s > 0 for d in refused)
+    assert await raw.get(rate_key("team-a", "rpm", MINUTE)) == b"7"  # refusals counted nothing
+    assert 0 < await raw.ttl(rate_key("team-a", "rpm", MINUTE)) <= 180
+
+
+async def test_two_replicas_share_one_tpm(make: Factory, raw: Redis) -> None:
+    replicas = [make(), make()]
+    calls = [replicas[i % 2].check_request("team-b", None, 100, 30, T0) for i in range(10)]
+    results = await asyncio.gather(*calls)
+    reservations = [r for d, r in results if d.allowed]
+    assert len(reservations) == 3
+    assert all(r is not None and r.shared and r.tokens == 30 for r in reservations)
+    assert await raw.get(rate_key("team-b", "tpm", MINUTE)) == b"90"
+
+
+async def test_settle_replaces_the_reservation_by_the_actual_tokens(make: Factory, raw: Redis) -> None:
+    replica_a, replica_b = make(), make()
+    _, first = await replica_a.check_request("k", None, 1000, 400, T0)
+    _, second = await replica_b.check_request("k", None, 1000, 100, T0)
+    assert first is not None and second is not None
+    await replica_a.settle_tokens(first, 123)  # the provider reported fewer tokens
+    await replica_b.settle_tokens(second, 250)  # ...or more
+    assert await raw.get(rate_key("k", "tpm", MINUTE)) == b"373"
+    # a bucket that has expired is not recreated (it would have no TTL)
+    await raw.delete(rate_key("k", "tpm", MINUTE))
+    await replica_a.settle_tokens(Reservation("k", MINUTE, 10, shared=True), 500)
+    assert await raw.exists(rate_key("k", "tpm", MINUTE)) == 0
+
+
+async def test_scripts_reload_after_redis_forgets_them(make: Factory, raw: Redis) -> None:
+    backend = make()
+    assert (await backend.check_request("k", 5, None, 0, T0))[0].allowed
+    await raw.script_flush()  # EVALSHA now answers NOSCRIPT; the script must be loaded again
+    assert (await backend.check_request("k", 5, None, 0, T0))[0].allowed
+    assert await raw.get(rate_key("k", "rpm", MINUTE)) == b"2"
+    assert not backend.degraded
+
+
+async def test_memory_and_redis_take_identical_decisions(make: Factory) -> None:
+    """The Lua comparison mirrors window.fits: replay one random workload on both backends."""
+    rng = random.Random(20240531)
+    memory, shared = MemoryBackend(), make()
+    limits = {"a": (5, None), "b": (None, 300), "c": (20, 1000), "d": (3, 50)}
+    now, pending, outcomes = T0, [], {True: 0, False: 0}
+    for _ in range(600):
+        # quarter-second steps make `previous * weight` land on whole numbers, so requests that
+        # exactly reach a limit (the `<=` boundary) occur often
+        now += rng.choice([0.0, 0.0, 0.0, 0.25, 1.5, 3.75, 15.0])
+        key = rng.choice(sorted(limits))
+        rpm, tpm = limits[key]
+        reserve = rng.choice([0, 10, 25, 50, 100, 400])
+        got_m = await memory.check_request(key, rpm, tpm, reserve, now)
+        got_r = await shared.check_request(key, rpm, tpm, reserve, now)
+        assert got_m[0] == got_r[0]
+        outcomes[got_m[0].allowed] += 1
+        if got_m[1] is not None and got_r[1] is not None:
+            pending.append((got_m[1], got_r[1]))
+        if pending and rng.random() < 0.4:
+            res_m, res_r = pending.pop(rng.randrange(len(pending)))
+            actual = rng.choice([0, 5, 25, 60, 200])
+            await memory.settle_tokens(res_m, actual)
+            await shared.settle_tokens(res_r, actual)
+    assert min(outcomes.values()) > 100  # the workload exercised both admissions and refusals
+    assert not shared.degraded
+
+
+@pytest.mark.parametrize("period", ["day", "month"])
+async def test_budgets_per_utc_period(make: Factory, raw: Redis, period: str) -> None:
+    replica_a, replica_b = make(), make()
+    jan31, feb1 = epoch("2024-01-31T23:00:00"), epoch("2024-02-01T01:00:00")
+    await replica_a.add_spend("team", period, 0.75, jan31)  # type: ignore[arg-type]
+    await replica_b.add_spend("team", period, 0.5, jan31)  # type: ignore[arg-type]
+    assert await replica_a.spend("team", period, jan31) == pytest.approx(1.25)  # type: ignore[arg-type]
+    assert await replica_b.spend("team", period, feb1) == 0.0  # type: ignore[arg-type]
+    assert await replica_b.spend("other", period, jan31) == 0.0  # type: ignore[arg-type]
+    key = spend_key("team", period, jan31)  # type: ignore[arg-type]
+    assert key.endswith("2024-01-31" if period == "day" else "2024-01")
+    assert await raw.ttl(key) > 0
+
+
+async def test_cache_set_get_and_ttl_expiry(make: Factory, raw: Redis) -> None:
+    backend = make()
+    await backend.cache_set("abc", b'{"answer": 42}', ttl_s=60)
+    assert await backend.cache_get("abc") == b'{"answer": 42}'
+    assert await backend.cache_get("nope") is None
+    assert 0 < await raw.pttl(cache_redis_key("abc")) <= 60_000
+    await backend.cache_set("short", b"x", ttl_s=0.02)
+
+    async def gone() -> bool:
+        return await backend.cache_get("short") is None
+
+    assert await eventually(gone)
+
+
+async def test_killed_redis_degrades_to_local_limits_then_recovers(
+    server: RedisServer, make: Factory, raw: Redis
+) -> None:
+    reasons: list[str] = []
+    backend = make(reasons.append)
+    with capture_logs() as logs:
+        assert (await backend.check_request("k", 3, None, 0, T0))[0].allowed
+        assert await backend.healthy()
+        server.kill()
+        allowed = [(await backend.check_request("k", 3, None, 0, T0))[0].allowed for _ in range(5)]
+        assert allowed == [True, True, True, False, False]  # limited per replica, never unlimited
+        _, local_res = await backend.check_request("t", None, 100, 40, T0)
+        assert local_res is not None and not local_res.shared
+        await backend.cache_set("c", b"v", 60)
+        assert await backend.cache_get("c") == b"v"
+        assert not await backend.healthy()
+        assert reasons == ["unreachable"] * 8
+        # a key without limits needs no state at all: admitted, no fallback recorded
+        assert (await backend.check_request("free", None, None, 50, T0))[0].allowed
+        assert len(reasons) == 8
+
+        server.start()
+        assert await eventually(backend.healthy)
+        assert (await backend.check_request("k2", 3, None, 0, T0))[0].allowed
+        await backend.settle_tokens(local_res, 10)  # settled locally, not against Redis
+
+    assert await raw.get(rate_key("k2", "rpm", MINUTE)) == b"1"  # counting is back in Redis
+    assert await raw.exists(rate_key("t", "tpm", MINUTE)) == 0
+    warnings = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert [w["event"] for w in warnings] == ["state_backend_degraded"]
+    assert warnings[0]["reason"] == "unreachable"
+    assert [e["event"] for e in logs if e["log_level"] == "info"] == ["state_backend_recovered"]
+
+
+async def test_spend_during_an_outage_reaches_redis_on_recovery(server: RedisServer, make: Factory, raw: Redis) -> None:
+    backend = make()
+    now = epoch("2024-05-31T12:00:00")
+    await backend.add_spend("team", "day", 2.0, now)
+    assert await backend.spend("team", "day", now) == pytest.approx(2.0)
+    server.kill()
+    await backend.add_spend("team", "day", 0.25, now)
+    # while degraded: the last figure Redis gave plus what was spent since
+    assert await backend.spend("team", "day", now) == pytest.approx(2.25)
+    server.start()  # a fresh, empty Redis: only the outage's spend can reach it
+
+    async def flushed() -> bool:
+        return await raw.get(spend_key("team", "day", now)) == b"0.25"
+
+    assert await eventually(flushed)
+    assert await backend.spend("team", "day", now) == pytest.approx(0.25)
+
+
+async def test_a_stalled_redis_times_out_into_local_limits(server: RedisServer, make: Factory) -> None:
+    reasons: list[str] = []
+    backend = make(reasons.append)
+    assert (await backend.check_request("k", 1, None, 0, T0))[0].allowed
+    server.pause()  # connections are accepted by the kernel, but nothing answers
+    try:
+        first, _ = await backend.check_request("k", 1, None, 0, T0)
+        second, _ = await backend.check_request("k", 1, None, 0, T0)
+        assert (first.allowed, second.allowed) == (True, False)
+        assert reasons == ["timeout", "timeout"]
+    finally:
+        server.resume()
+    assert await eventually(backend.healthy)
+
+
+async def test_logs_never_show_the_redis_password(make: Factory) -> None:
+    dead = RedisServer()  # a port nobody listens on
+    url = f"redis://gw-user:s3cret-pw@127.0.0.1:{dead.port}/0"
+    dead.close()
+    backend = make(url=url)
+    with capture_logs() as logs:
+        assert (await backend.check_request("k", 2, None, 0, T0))[0].allowed
+    assert len(logs) == 1
+    assert "s3cret-pw" not in repr(logs) and "gw-user" not in repr(logs)
+    assert logs[0]["redis"] == f"127.0.0.1:{dead.port}/0"
+
+
+async def test_create_backend_builds_a_redis_backend(server: RedisServer) -> None:
+    backend = create_backend(StateConfig(backend="redis", redis_url=server.url), CacheConfig(), print)
+    try:
+        assert isinstance(backend, RedisBackend)
+        assert await backend.healthy()
+    finally:
+        await backend.close()

@@ -1,0 +1,188 @@
+"""MemoryBackend: the embedded default's limits, reservations, budgets and cache."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gateway.config_types import CacheConfig, StateConfig
+from gateway.state import MemoryBackend, create_backend
+from gateway.state.base import period_id
+
+T0 = 1_700_000_040.0  # the start of a minute
+
+
+class ManualClock:
+    """Monotonic time that moves only when the test says so (cache expiry without sleeping)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def epoch(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+async def test_rpm_admits_exactly_the_limit_then_says_when_to_return() -> None:
+    backend = MemoryBackend()
+    results = [await backend.check_request("team-a", 5, None, 0, T0 + 10) for _ in range(8)]
+    assert [d.allowed for d, _ in results] == [True] * 5 + [False] * 3
+    refused, reservation = results[-1]
+    assert refused.limit == "rpm" and reservation is None
+    # 50 s to the end of this minute, then 12 s until a fifth of the 5 requests has slid out
+    assert refused.retry_after_s == pytest.approx(62.0, abs=0.01)
+    early, _ = await backend.check_request("team-a", 5, None, 0, T0 + 10 + refused.retry_after_s - 0.1)
+    assert not early.allowed
+    decision, _ = await backend.check_request("team-a", 5, None, 0, T0 + 10 + refused.retry_after_s)
+    assert decision.allowed
+
+
+async def test_keys_are_limited_independently() -> None:
+    backend = MemoryBackend()
+    assert (await backend.check_request("a", 1, None, 0, T0))[0].allowed
+    assert not (await backend.check_request("a", 1, None, 0, T0))[0].allowed
+    assert (await backend.check_request("b", 1, None, 0, T0))[0].allowed
+
+
+async def test_sliding_window_prevents_a_double_burst_at_the_minute_boundary() -> None:
+    backend = MemoryBackend()
+    for _ in range(10):
+        assert (await backend.check_request("k", 10, None, 0, T0 + 59))[0].allowed
+    # one second later a fixed window would admit 10 more; the sliding window admits none yet
+    assert not (await backend.check_request("k", 10, None, 0, T0 + 60))[0].allowed
+    # half way through the next minute, half of the burst has slid out
+    admitted = [(await backend.check_request("k", 10, None, 0, T0 + 90))[0].allowed for _ in range(8)]
+    assert admitted == [True] * 5 + [False] * 3
+
+
+async def test_a_refused_request_counts_nothing() -> None:
+    backend = MemoryBackend()
+    first, _ = await backend.check_request("k", 2, 100, 60, T0)
+    over_tpm, reservation = await backend.check_request("k", 2, 100, 60, T0)
+    assert first.allowed and not over_tpm.allowed
+    assert over_tpm.limit == "tpm" and reservation is None
+    # had the refused request used an rpm slot, this second allowed request would be refused
+    second, _ = await backend.check_request("k", 2, 100, 40, T0)
+    assert second.allowed
+
+
+async def test_unlimited_key_is_always_admitted_and_not_tracked() -> None:
+    backend = MemoryBackend()
+    for _ in range(100):
+        decision, reservation = await backend.check_request("free", None, None, 10_000, T0)
+        assert decision.allowed and reservation is None
+    assert backend.tracked_keys() == 0
+
+
+async def test_settle_replaces_the_reservation_by_the_actual_usage() -> None:
+    backend = MemoryBackend()
+    _, reservation = await backend.check_request("k", None, 100, 80, T0)
+    assert reservation is not None and reservation.tokens == 80
+    await backend.settle_tokens(reservation, 30)
+    # the window now holds 30 tokens: 70 fit, 71 do not
+    assert not (await backend.check_request("k", None, 100, 71, T0))[0].allowed
+    decision, second = await backend.check_request("k", None, 100, 70, T0)
+    assert decision.allowed and second is not None
+    await backend.settle_tokens(second, 90)  # the answer ran longer than reserved: 120 counted
+    refused, _ = await backend.check_request("k", None, 100, 1, T0)
+    assert refused.limit == "tpm"
+
+
+async def test_settle_after_the_minute_rolled_corrects_the_previous_bucket() -> None:
+    backend = MemoryBackend()
+    _, reservation = await backend.check_request("k", None, 100, 100, T0 + 50)
+    assert reservation is not None
+    assert not (await backend.check_request("k", None, 100, 10, T0 + 61))[0].allowed
+    await backend.settle_tokens(reservation, 10)
+    assert (await backend.check_request("k", None, 100, 80, T0 + 61))[0].allowed
+
+
+async def test_oversized_reservation_is_clamped_and_zero_tpm_admits_nothing() -> None:
+    backend = MemoryBackend()
+    decision, reservation = await backend.check_request("k", None, 1000, 50_000, T0)
+    assert decision.allowed and reservation is not None and reservation.tokens == 1000
+    refused, _ = await backend.check_request("z", None, 0, 0, T0)
+    assert not refused.allowed and refused.limit == "tpm"
+
+
+async def test_idle_keys_are_pruned_so_memory_stays_bounded() -> None:
+    backend = MemoryBackend()
+    for i in range(50):
+        await backend.check_request(f"key-{i}", 10, None, 0, T0)
+    assert backend.tracked_keys() == 50
+    await backend.check_request("fresh", 10, None, 0, T0 + 180)
+    assert backend.tracked_keys() == 1
+
+
+@pytest.mark.parametrize(
+    ("period", "same_period", "next_period"),
+    [
+        ("day", "2024-01-31T23:59:59", "2024-02-01T00:00:00"),
+        ("month", "2024-01-01T00:00:00", "2024-02-01T00:00:00"),
+    ],
+)
+async def test_spend_accumulates_per_utc_period(period: str, same_period: str, next_period: str) -> None:
+    backend = MemoryBackend()
+    start = epoch("2024-01-31T08:00:00")
+    await backend.add_spend("k", period, 1.25, start)  # type: ignore[arg-type]
+    await backend.add_spend("k", period, 0.5, epoch(same_period))  # type: ignore[arg-type]
+    assert await backend.spend("k", period, start) == pytest.approx(1.75)  # type: ignore[arg-type]
+    assert await backend.spend("other", period, start) == 0.0  # type: ignore[arg-type]
+    assert await backend.spend("k", period, epoch(next_period)) == 0.0  # type: ignore[arg-type]
+    await backend.add_spend("k", period, 2.0, epoch(next_period))  # type: ignore[arg-type]
+    assert await backend.spend("k", period, epoch(next_period)) == pytest.approx(2.0)  # type: ignore[arg-type]
+
+
+async def test_day_and_month_are_tracked_separately() -> None:
+    backend = MemoryBackend()
+    await backend.add_spend("k", "day", 3.0, epoch("2024-03-10T12:00:00"))
+    await backend.add_spend("k", "month", 7.0, epoch("2024-03-10T12:00:00"))
+    assert await backend.spend("k", "day", epoch("2024-03-10T13:00:00")) == pytest.approx(3.0)
+    assert await backend.spend("k", "month", epoch("2024-03-25T13:00:00")) == pytest.approx(7.0)
+
+
+def test_period_ids_are_utc() -> None:
+    # 23:30 UTC on the last day of January, whatever the machine's timezone
+    now = epoch("2024-01-31T23:30:00")
+    assert period_id("day", now) == "2024-01-31"
+    assert period_id("month", now) == "2024-01"
+
+
+async def test_cache_set_get_and_expiry_on_a_manual_clock() -> None:
+    clock = ManualClock()
+    backend = MemoryBackend(CacheConfig(max_entries=10), clock=clock)
+    await backend.cache_set("a", b"answer", ttl_s=5.0)
+    assert await backend.cache_get("a") == b"answer"
+    assert await backend.cache_get("missing") is None
+    clock.now += 4.999
+    assert await backend.cache_get("a") == b"answer"
+    clock.now += 0.001
+    assert await backend.cache_get("a") is None
+    assert backend.cache_len() == 0
+    await backend.cache_set("b", b"never stored", ttl_s=0)
+    assert await backend.cache_get("b") is None
+
+
+async def test_cache_evicts_the_least_recently_used_entry() -> None:
+    backend = MemoryBackend(CacheConfig(max_entries=2))
+    await backend.cache_set("a", b"1", 60)
+    await backend.cache_set("b", b"2", 60)
+    assert await backend.cache_get("a") == b"1"  # "a" is now the most recently used
+    await backend.cache_set("c", b"3", 60)
+    assert backend.cache_len() == 2
+    assert await backend.cache_get("b") is None
+    assert await backend.cache_get("a") == b"1"
+    assert await backend.cache_get("c") == b"3"
+
+
+async def test_create_backend_defaults_to_memory_and_is_healthy() -> None:
+    calls: list[str] = []
+    backend = create_backend(StateConfig(), CacheConfig(), calls.append)
+    assert isinstance(backend, MemoryBackend)
+    assert await backend.healthy()
+    await backend.close()
+    assert calls == []
