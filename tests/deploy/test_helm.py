@@ -416,6 +416,24 @@ def test_sync_script_detects_and_repairs_drift(tmp_path: Path) -> None:
 # ---- documentation -------------------------------------------------------------------------------
 
 
+def notes(chart: helm.Chart, values: dict[str, Any]) -> str:
+    out = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    return next(text for path, text in out.items() if path.endswith("NOTES.txt"))
+
+
+def test_notes_tell_how_to_get_the_key_and_warn_about_open_access(chart: helm.Chart) -> None:
+    default = notes(chart, {})
+    assert "secret rel-llm-gateway -o jsonpath='{.data.GATEWAY_API_KEY}'" in default
+    assert "WARNING" not in default
+    assert "per pod (2 pods)" in default  # memory state with two replicas
+    assert "only the built-in mock provider" in default
+    real = notes(chart, real_providers_values())
+    assert "jsonpath" not in real  # the config uses its own keys: nothing generated
+    assert "per pod" not in real and "mock provider" not in real
+    open_access = notes(chart, {"config": {"auth": {"allow_unauthenticated": True}}})
+    assert "WARNING: config.auth.allow_unauthenticated is true" in open_access
+
+
 def test_readme_documents_every_value() -> None:
     readme = (CHART / "README.md").read_text()
     values = yaml.safe_load((CHART / "values.yaml").read_text())

@@ -110,6 +110,11 @@ redis is configured, so the URL (which may hold a password) lives in a Secret, n
 {{- if or (and .Values.secret.create (not .Values.existingSecret)) .Values.redis.url }}true{{ end }}
 {{- end }}
 
+{{/* True when the chart generates GATEWAY_API_KEY: the config uses it and nobody provides it. */}}
+{{- define "llm-gateway.generateKey" -}}
+{{- if and (not .Values.existingSecret) .Values.secret.create .Values.secret.generateGatewayKey (not (hasKey .Values.secret.env "GATEWAY_API_KEY")) (contains "${GATEWAY_API_KEY}" (include "llm-gateway.configYaml" .)) }}true{{ end }}
+{{- end }}
+
 {{- define "llm-gateway.secretName" -}}
 {{- include "llm-gateway.fullname" . }}
 {{- end }}
