@@ -8,10 +8,10 @@ hot path, no validation layer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class DeltaKind(str, Enum):
+class DeltaKind(StrEnum):
     """The three kinds of output text a client can read (CONTRACT §4.1, §5.1 `scope`)."""
 
     CONTENT = "content"
@@ -68,7 +68,7 @@ class Usage:
         }
 
 
-class FailureKind(str, Enum):
+class FailureKind(StrEnum):
     """Why an upstream attempt failed. Providers classify from structured fields only."""
 
     CONNECT = "connect_error"  # could not connect / connection reset before a response

@@ -1,0 +1,18 @@
+"""Typed keys for app state (aiohttp `web.AppKey`) and the request's own slots."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.metrics import Metrics
+from gateway.runtime import Runtime
+from gateway.state.base import StateBackend
+
+RUNTIME = web.AppKey("runtime", Runtime)
+STATE = web.AppKey("state", StateBackend)
+METRICS = web.AppKey("metrics", Metrics)
+
+# request slots (aiohttp requests are plain mappings)
+CTX = "gateway.ctx"  # RequestContext, once the handler has resolved the model
+REQUEST_ID = "gateway.request_id"
+T0 = "gateway.t0"

@@ -1,0 +1,136 @@
+"""The attempt loop: walk a model's deployments until one produces its first output token (stream) or a
+good body (non-stream). Everything before that token is invisible to the client (CONTRACT §4.1, §4.2):
+failures go to `core.retry.decide`, which answers retry-same, next-deployment, pass-through or give-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import structlog
+
+from gateway.config_types import Deployment
+from gateway.context import RequestContext
+from gateway.core.breaker import counts_against_deployment
+from gateway.core.events import Failure, FailureKind
+from gateway.core.retry import Action, AttemptState, decide, final_error_kind
+from gateway.core.routing import candidate_order
+from gateway.errors import GatewayError, UpstreamClientError, UpstreamFailed, UpstreamTimeout
+from gateway.runtime import Runtime
+from gateway.upstream import UpstreamError
+
+T = TypeVar("T")
+log = structlog.get_logger("gateway")
+
+ATTEMPT_OUTCOME = {
+    FailureKind.CONNECT: "connect_error", FailureKind.HTTP_429: "http_429", FailureKind.HTTP_5XX: "http_5xx",
+    FailureKind.HTTP_4XX: "http_4xx", FailureKind.UPSTREAM_AUTH: "http_4xx",
+    FailureKind.CONTEXT_LENGTH: "http_4xx", FailureKind.QUOTA: "quota", FailureKind.INBAND: "inband_error",
+    FailureKind.EARLY_EOF: "early_eof", FailureKind.MALFORMED: "malformed",
+    FailureKind.FIRST_TOKEN_TIMEOUT: "first_token_timeout", FailureKind.IDLE_TIMEOUT: "idle_timeout",
+    FailureKind.TOTAL_TIMEOUT: "total_timeout", FailureKind.STREAM_REJECTED: "http_4xx",
+    FailureKind.STREAM_OPTIONS_REJECTED: "http_4xx",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Won:
+    """The attempt that succeeded, with its result."""
+
+    deployment: Deployment
+    attempts: int
+
+
+AttemptFn = Callable[[Deployment], Awaitable[T]]
+
+
+async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T]) -> tuple[Won, T]:
+    """Try deployments per the routing plan and retry policy. Raises a GatewayError when it gives up."""
+    model = ctx.model
+    failures: list[Failure] = []
+    # Breakers are asked lazily, just before a deployment is tried: asking admits a half-open probe.
+    order = candidate_order(model.deployments, model.routing, rt.inflight, rt.rand.random)
+    pos, total, on_this = _next_allowed(rt, order, model.deployments, 0), 0, 0
+    while pos < len(order):
+        d = model.deployments[order[pos]]
+        total += 1
+        on_this += 1
+        ctx.attempts = total
+        try:
+            result = await _one(rt, ctx, d, attempt)
+        except UpstreamError as exc:
+            failure = exc.failure
+        else:
+            return Won(d, total), result
+        failures.append(failure)
+        _after_failure(rt, ctx, d, failure)
+        state = AttemptState(total, on_this, pos + 1 < len(order), False)
+        decision = decide(failure, state, model.retry, rt.rand.random)
+        if decision.action is Action.PASS_THROUGH:
+            raise UpstreamClientError.from_failure(failure)
+        if decision.action is Action.GIVE_UP:
+            break
+        if decision.delay_s > 0:
+            await asyncio.sleep(decision.delay_s)
+        if decision.action is Action.NEXT:
+            pos, on_this = _next_allowed(rt, order, model.deployments, pos + 1), 0
+    raise give_up_error(model.name, failures)
+
+
+def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, ...], start: int) -> int:
+    pos = start
+    while pos < len(order) and not rt.allowed(deployments[order[pos]].label):
+        pos += 1
+    return pos
+
+
+async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: AttemptFn[T]) -> T:
+    label = d.label
+    rt.inflight[label] = rt.inflight.get(label, 0) + 1
+    try:
+        result = await attempt(d)
+    finally:
+        rt.inflight[label] -= 1
+    rt.breaker(label).record_success(time.monotonic())
+    rt.metrics.attempts.labels(ctx.model.name, label, "ok").inc()
+    return result
+
+
+def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Failure) -> None:
+    rt.metrics.attempts.labels(ctx.model.name, d.label, ATTEMPT_OUTCOME[failure.kind]).inc()
+    if counts_against_deployment(failure.kind):
+        rt.breaker(d.label).record_failure(time.monotonic())
+    if failure.kind is FailureKind.STREAM_OPTIONS_REJECTED:
+        rt.learned.learn("no_stream_options", d.provider)
+    elif failure.kind is FailureKind.STREAM_REJECTED:
+        rt.learned.learn("no_stream", d.provider)
+    log.info("upstream_attempt_failed", deployment=d.label, kind=failure.kind.value, status=failure.status,
+             code=failure.code)
+
+
+def give_up_error(model: str, failures: list[Failure]) -> GatewayError:
+    if not failures:
+        return UpstreamFailed(f"model {model}: no deployment is available (all are cooling down)")
+    kind = final_error_kind(failures)
+    last = failures[-1]
+    if kind == "client":
+        return UpstreamClientError.from_failure(last)
+    summary = "; ".join(_describe(f) for f in failures[-3:])
+    if kind == "timeout":
+        return UpstreamTimeout(f"model {model}: every attempt timed out ({summary})")
+    return UpstreamFailed(f"model {model}: every attempt failed ({summary})")
+
+
+def _describe(f: Failure) -> str:
+    """Client-safe: the failure kind and status, and the message only for messages we wrote ourselves
+    (connection failures name the deployment, never a URL)."""
+    if f.kind in (FailureKind.CONNECT, FailureKind.EARLY_EOF, FailureKind.IDLE_TIMEOUT,
+                  FailureKind.TOTAL_TIMEOUT, FailureKind.FIRST_TOKEN_TIMEOUT, FailureKind.MALFORMED):
+        return f.message
+    status = f" HTTP {f.status}" if f.status else ""
+    code = f" {f.code}" if f.code else ""
+    return f"{f.kind.value}{status}{code}"

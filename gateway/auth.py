@@ -1,0 +1,67 @@
+"""Gateway keys: `Authorization: Bearer <key>` or `api-key: <key>` (CONTRACT §2 `auth`).
+
+Keys are looked up by their SHA-256 digest, so plain and `key_sha256` keys are the same case, the
+lookup time does not depend on how much of a key matched, and the key itself is never kept in a log
+context. The key's *name* is what logs and metric labels see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+
+from gateway.config_types import ApiKey, AuthConfig
+from gateway.errors import InvalidApiKey, ModelNotAllowed
+
+
+class KeyRing:
+    def __init__(self, auth: AuthConfig):
+        self._open = auth.allow_unauthenticated and not auth.keys
+        self._by_digest: dict[bytes, ApiKey] = {}
+        for k in auth.keys:
+            digest = bytes.fromhex(k.key_sha256) if k.key_sha256 else _digest(k.key or "")
+            self._by_digest[digest] = k
+        self._allow_anonymous = auth.allow_unauthenticated
+
+    def authenticate(self, headers: Mapping[str, str]) -> ApiKey | None:
+        """The caller's key, or None when unauthenticated access is allowed. Raises InvalidApiKey."""
+        presented = _presented_key(headers)
+        if presented is None:
+            if self._allow_anonymous:
+                return None
+            raise InvalidApiKey("missing gateway key: send Authorization: Bearer <key>")
+        if self._open:
+            return None
+        digest = _digest(presented)
+        for known, key in self._by_digest.items():
+            if hmac.compare_digest(known, digest):
+                return key
+        if self._allow_anonymous:
+            return None
+        raise InvalidApiKey("invalid gateway key")
+
+    @staticmethod
+    def authorize(key: ApiKey | None, model: str) -> None:
+        if key is not None and key.models is not None and model not in key.models:
+            raise ModelNotAllowed(f"this key may not use model {model}", param="model")
+
+    @staticmethod
+    def visible(key: ApiKey | None, models: list[str]) -> list[str]:
+        if key is None or key.models is None:
+            return models
+        return [m for m in models if m in key.models]
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def _presented_key(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("Authorization") or headers.get("authorization")
+    if auth:
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    api_key = headers.get("api-key")
+    return api_key.strip() if api_key and api_key.strip() else None

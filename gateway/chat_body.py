@@ -1,0 +1,110 @@
+"""Non-streamed answers: chat completions and embeddings, through the same attempt loop.
+
+The body is masked with the same redaction profile as a stream (one-shot), and every output guardrail
+judges the whole answer, whatever its mode: a non-stream client sees nothing before the verdict anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.attempts import run_attempts
+from gateway.config_types import Deployment
+from gateway.context import RequestContext
+from gateway.core.assemble import ChatAssembler
+from gateway.core.chat import TEXT_FIELDS
+from gateway.core.events import InbandError, Usage
+from gateway.guardrails import judge_output
+from gateway.metrics import record_usage
+from gateway.providers.base import ParsedBody
+from gateway.runtime import Runtime
+from gateway.upstream import UpstreamError
+
+
+async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment, embeddings: bool) -> ParsedBody:
+    tr = rt.translator(d)
+    req = (tr.embeddings_request(ctx.body, d.model) if embeddings
+           else tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False))
+    resp = await rt.upstream.open(rt.provider(d), req, d.label)
+    try:
+        body = await resp.read_body()
+    finally:
+        resp.close()
+    if resp.status != 200:
+        raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body))
+    parsed = tr.parse_body(body)
+    for e in parsed.events:
+        if type(e) is InbandError:
+            raise UpstreamError(e.failure)
+    return parsed
+
+
+def _headers(ctx: RequestContext, label: str, attempts: int) -> dict[str, str]:
+    return {"x-request-id": ctx.request_id, "x-gateway-deployment": label, "x-gateway-attempts": str(attempts)}
+
+
+async def complete_chat(rt: Runtime, ctx: RequestContext) -> web.Response:
+    async def attempt(d: Deployment) -> ParsedBody:
+        return await _fetch(rt, ctx, d, embeddings=False)
+
+    won, parsed = await run_attempts(rt, ctx, attempt)
+    ctx.deployment = won.deployment
+    obj = parsed.obj
+    ctx.redactions += _redact_body(rt, ctx, obj)
+    assembler = ChatAssembler()
+    assembler.feed(_events_after_redaction(rt, won.deployment, obj, parsed))
+    safety = rt.safety.models[ctx.model.name]
+    refusal = await judge_output(rt, ctx, assembler,
+                                 safety.stream_guards + safety.hold_guards + safety.audit_guards)
+    ctx.usage = assembler.usage
+    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage)
+    if refusal is not None:
+        raise refusal
+    return web.Response(body=orjson.dumps(obj), content_type="application/json",
+                        headers=_headers(ctx, won.deployment.label, won.attempts))
+
+
+def _events_after_redaction(rt: Runtime, d: Deployment, obj: dict[str, Any], parsed: ParsedBody) -> list[Any]:
+    """Re-read the (possibly masked) body, so guardrails judge what the client would read."""
+    translator_events = rt.translator(d).parse_body(orjson.dumps(obj)).events if obj else []
+    return translator_events or parsed.events
+
+
+def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
+    safety = rt.safety.models[ctx.model.name]
+    if safety.redactor is None:
+        return 0
+    total = 0
+    for choice in obj.get("choices") or ():
+        msg = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(msg, dict):
+            continue
+        for field, kind in TEXT_FIELDS:
+            text = msg.get(field)
+            if kind in safety.scope and isinstance(text, str) and text:
+                result = safety.redactor.redact(text)
+                msg[field] = result.text
+                for rule, n in result.counts.items():
+                    rt.metrics.redactions.labels(rule).inc(n)
+                    total += n
+    return total
+
+
+async def embeddings(rt: Runtime, ctx: RequestContext) -> web.Response:
+    async def attempt(d: Deployment) -> ParsedBody:
+        return await _fetch(rt, ctx, d, embeddings=True)
+
+    won, parsed = await run_attempts(rt, ctx, attempt)
+    ctx.deployment = won.deployment
+    usage = parsed.obj.get("usage")
+    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+        ctx.usage = Usage(input=usage["prompt_tokens"])
+    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, ctx.usage)
+    return web.Response(body=orjson.dumps(parsed.obj), content_type="application/json",
+                        headers=_headers(ctx, won.deployment.label, won.attempts))
+
+
+

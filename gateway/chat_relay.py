@@ -1,0 +1,140 @@
+"""After the commit: relay the winning attempt to the client, one client write per upstream read.
+
+bytes -> SSE decoder -> provider parser -> assembler -> text windows (redaction, stream guardrails) ->
+encoder -> client. An unchanged chunk goes out as the upstream's own bytes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from gateway.chat_stream import OpenedStream
+from gateway.context import RequestContext
+from gateway.core.chat import has_output_token
+from gateway.core.chat_filter import ChatOutputFilter
+from gateway.core.sse import DONE_EVENT
+from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
+from gateway.guardrails import judge_output
+from gateway.providers.base import ChatChunk
+from gateway.runtime import Runtime
+from gateway.safety import SafetyRun
+from gateway.upstream import UpstreamError
+
+
+class StreamEnded(Exception):
+    """The committed stream ended with an error event (reason for the metric)."""
+
+    def __init__(self, error: GatewayError, reason: str):
+        super().__init__(reason)
+        self.error, self.reason = error, reason
+
+
+async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: web.StreamResponse,
+                run: SafetyRun | None) -> None:
+    """Write the held chunks, then the rest of the stream, then `[DONE]` or one error event."""
+    safety = rt.safety.models[ctx.model.name]
+    filt = ChatOutputFilter(run.factory if run is not None else None, ctx.forward_usage)
+    hold: list[bytes] | None = [] if safety.hold_guards else None
+    try:
+        first = _apply(filt, opened.pending)
+        opened.pending = []
+        await _emit(rt, ctx, client, first, hold, opened.t_first, filt.output_released)
+        _check_refusal(filt)
+        await _pump(rt, ctx, opened, client, filt, hold)
+        tail = filt.flush_all()
+        _check_refusal(filt)
+        if not (opened.assembler.finished or (opened.done and opened.assembler.first_token)):
+            raise StreamEnded(UpstreamFailed(f"{opened.deployment.label}: upstream ended the stream early"),
+                              "early_eof")
+        verdict_error = await judge_output(rt, ctx, opened.assembler, safety.hold_guards + safety.audit_guards)
+        if hold is not None:
+            if verdict_error is not None:
+                raise StreamEnded(verdict_error, "guardrail")
+            await _emit(rt, ctx, client, b"".join(hold) + tail, None, time.perf_counter(), True)
+            tail = b""
+        if verdict_error is not None:
+            await _emit(rt, ctx, client, tail, None, time.perf_counter(), True)
+            raise StreamEnded(verdict_error, "guardrail")
+        await client.write(tail + DONE_EVENT)
+    except StreamEnded as end:
+        await _end_with_error(rt, ctx, client, filt, hold, end)
+    finally:
+        opened.close()
+        if run is not None:
+            ctx.redactions += _record_redactions(rt, run)
+
+
+async def _pump(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: web.StreamResponse,
+                filt: ChatOutputFilter, hold: list[bytes] | None) -> None:
+    resp = opened.response
+    while not opened.done and resp is not None:
+        try:
+            data = await resp.next_chunk()
+            if not data:
+                opened.decoder.finish()
+                return
+            t_read = time.perf_counter()
+            chunks = opened.feed(data)
+        except UpstreamError as exc:
+            reason = exc.failure.kind.value
+            err: GatewayError = (UpstreamTimeout if exc.failure.is_timeout else UpstreamFailed)(
+                f"{opened.deployment.label}: {reason.replace('_', ' ')} after the first token")
+            raise StreamEnded(err, reason) from None
+        out = _apply(filt, chunks)
+        if out:
+            await _emit(rt, ctx, client, out, hold, t_read, filt.output_released)
+        _check_refusal(filt)
+
+
+def _check_refusal(filt: ChatOutputFilter) -> None:
+    if filt.refusal is not None:
+        err = GuardrailBlocked(f"output refused by guardrail {filt.refusal.guardrail}",
+                               param=filt.refusal.guardrail)
+        raise StreamEnded(err, "guardrail")
+
+
+def _apply(filt: ChatOutputFilter, chunks: list[ChatChunk]) -> bytes:
+    if filt.output_released:
+        return b"".join([filt.apply(ch.obj, ch.raw) for ch in chunks])
+    return b"".join([filt.apply(ch.obj, ch.raw, has_output_token(ch.events)) for ch in chunks])
+
+
+async def _emit(rt: Runtime, ctx: RequestContext, client: web.StreamResponse, data: bytes,
+                hold: list[bytes] | None, t_read: float, token_out: bool) -> None:
+    if not data:
+        return
+    if hold is not None:
+        hold.append(data)
+        return
+    await client.write(data)
+    now = time.perf_counter()
+    if ctx.ttft_s is None and token_out:
+        ctx.ttft_s = now - ctx.t_start
+        d = ctx.deployment
+        assert d is not None
+        rt.metrics.ttft.labels(ctx.api, ctx.model.name, d.provider).observe(ctx.ttft_s)
+    rt.metrics.text_delay.labels(ctx.api).observe(now - t_read)
+
+
+async def _end_with_error(rt: Runtime, ctx: RequestContext, client: web.StreamResponse,
+                          filt: ChatOutputFilter, hold: list[bytes] | None, end: StreamEnded) -> None:
+    """One error event, no [DONE]; text already sent stands. Held text that redaction masked is
+    released first (it is safe); after a guardrail refusal nothing more is released."""
+    tail = b"" if end.reason == "guardrail" or hold is not None else filt.flush_all()
+    await client.write(tail + end.error.sse_bytes())
+    ctx.stream_error = end.reason
+    d = ctx.deployment
+    assert d is not None
+    if end.reason != "guardrail":
+        rt.metrics.stream_failures.labels(ctx.model.name, d.label, end.reason).inc()
+
+
+def _record_redactions(rt: Runtime, run: SafetyRun) -> int:
+    total = 0
+    for rule, n in run.redaction_counts().items():
+        rt.metrics.redactions.labels(rule).inc(n)
+        total += n
+    return total
+

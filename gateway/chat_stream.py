@@ -1,0 +1,143 @@
+"""A streamed chat request: the attempt up to the first output token, then the relay loop.
+
+Before the first token the preamble (role chunk, Azure's prompt-filter chunk, ...) is held, so a retried
+attempt replaces it and the client sees one clean lifecycle. At the first token the pipeline commits:
+headers, the held preamble, the token. After it, nothing is retried: a failure ends the stream with one
+error event and no `[DONE]` (CONTRACT §4.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from gateway.config_types import Deployment
+from gateway.context import RequestContext
+from gateway.core.assemble import ChatAssembler, completion_to_chunks
+from gateway.core.events import Failure, FailureKind, InbandError
+from gateway.core.sse import SSEDecoder, SSEError
+from gateway.providers.base import ChatChunk, ChatTranslator, StreamParser
+from gateway.runtime import Runtime
+from gateway.upstream import UpstreamError, UpstreamResponse
+
+ERROR_BODY_LIMIT = 1024 * 1024
+
+
+@dataclass(slots=True)
+class OpenedStream:
+    deployment: Deployment
+    response: UpstreamResponse | None
+    decoder: SSEDecoder
+    parser: StreamParser | None
+    t_sent: float
+    pending: list[ChatChunk] = field(default_factory=list)
+    assembler: ChatAssembler = field(default_factory=ChatAssembler)
+    done: bool = False  # upstream said [DONE] or its body has been read whole
+    t_first: float = 0.0
+
+    def close(self) -> None:
+        if self.response is not None:
+            self.response.close()
+
+    def feed(self, data: bytes) -> list[ChatChunk]:
+        """Bytes -> client-bound chunks; raises UpstreamError for an in-band error or a bad event."""
+        try:
+            events = self.decoder.feed(data)
+        except SSEError:
+            raise UpstreamError(Failure(FailureKind.MALFORMED, f"{self.deployment.label}: event too large")) \
+                from None
+        out: list[ChatChunk] = []
+        assert self.parser is not None
+        for ev in events:
+            for ch in self.parser.parse(ev):
+                if ch.done:
+                    self.done = True
+                    continue
+                for e in ch.events:
+                    if type(e) is InbandError:
+                        raise UpstreamError(e.failure)
+                self.assembler.feed(ch.events)
+                out.append(ch)
+        return out
+
+    @property
+    def committable(self) -> bool:
+        """An output token has come, or the answer finished without one (an empty answer is an answer)."""
+        return self.assembler.first_token or self.assembler.finished
+
+
+async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> OpenedStream:
+    """One attempt: open, read until the first output token under `first_token_s`."""
+    provider, tr = rt.provider(d), rt.translator(d)
+    t_sent = time.perf_counter()
+    opened: OpenedStream | None = None
+    try:
+        async with asyncio.timeout(provider.timeouts.first_token_s):
+            if d.provider in rt.learned.no_stream:
+                return await _buffered(rt, ctx, d, tr, t_sent)
+            req = tr.chat_request(ctx.body, d.model, stream=True,
+                                  send_stream_options=d.provider not in rt.learned.no_stream_options)
+            resp = await rt.upstream.open(provider, req, d.label)
+            opened = OpenedStream(d, resp, SSEDecoder(), tr.stream_parser(), t_sent)
+            if resp.status != 200:
+                body = await resp.read_body(ERROR_BODY_LIMIT)
+                raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body))
+            if not resp.is_event_stream:
+                rt.learned.learn("no_stream", d.provider)  # answered a stream request with a plain body
+                return _from_body(d, tr, await resp.read_body(), t_sent, opened)
+            await _until_first_token(opened)
+            opened.t_first = time.perf_counter()
+            return opened
+    except TimeoutError:
+        if opened is not None:
+            opened.close()
+        raise UpstreamError(Failure(FailureKind.FIRST_TOKEN_TIMEOUT,
+                                    f"{d.label}: no output token within first_token_s")) from None
+    except BaseException:
+        if opened is not None:
+            opened.close()
+        raise
+
+
+async def _until_first_token(opened: OpenedStream) -> None:
+    assert opened.response is not None
+    while not opened.committable:
+        if opened.done:
+            break
+        data = await opened.response.next_chunk()
+        if not data:
+            opened.decoder.finish()
+            opened.done = True
+            break
+        opened.pending.extend(opened.feed(data))
+    if not opened.committable:
+        raise UpstreamError(Failure(FailureKind.EARLY_EOF,
+                                    f"{opened.deployment.label}: stream ended before the first token"))
+
+
+async def _buffered(rt: Runtime, ctx: RequestContext, d: Deployment, tr: ChatTranslator,
+                    t_sent: float) -> OpenedStream:
+    """Learn-once fallback: the provider can't stream, so ask for a body and re-emit it as a stream."""
+    req = tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False)
+    resp = await rt.upstream.open(rt.provider(d), req, d.label)
+    opened = OpenedStream(d, resp, SSEDecoder(), None, t_sent)
+    body = await resp.read_body()
+    if resp.status != 200:
+        raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body[:ERROR_BODY_LIMIT]))
+    return _from_body(d, tr, body, t_sent, opened)
+
+
+def _from_body(d: Deployment, tr: ChatTranslator, body: bytes, t_sent: float,
+               opened: OpenedStream) -> OpenedStream:
+    parsed = tr.parse_body(body)
+    for e in parsed.events:
+        if type(e) is InbandError:
+            raise UpstreamError(e.failure)
+    opened.assembler.feed(parsed.events)
+    opened.pending = [ChatChunk([], chunk) for chunk in completion_to_chunks(parsed.obj)]
+    opened.done = True
+    opened.t_first = time.perf_counter()
+    if not opened.committable:
+        raise UpstreamError(Failure(FailureKind.MALFORMED, f"{d.label}: answer without choices"))
+    return opened

@@ -1,0 +1,133 @@
+"""`gateway serve | check-config | version` (CONTRACT §1). Nothing happens at import time."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+
+import structlog
+
+from gateway import __version__
+from gateway.config import ConfigError, config_path_from_env, embedded_default, load_config
+from gateway.config_types import Config
+from gateway.logs import configure_logging
+
+log = structlog.get_logger("gateway")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gateway", description="OpenAI-protocol LLM gateway")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the gateway")
+    s.add_argument("--config", help="config file (default: $GATEWAY_CONFIG, else the embedded demo)")
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.add_argument("--metrics-port", type=int)
+    s.add_argument("--workers", type=int, default=1)
+    c = sub.add_parser("check-config", help="validate a config file")
+    c.add_argument("path")
+    sub.add_parser("version", help="print the version")
+    return p
+
+
+def compile_check(config: Config) -> list[str]:
+    """What only compiling reveals (rule sets, provider types); empty when fine."""
+    from gateway.providers.registry import chat_translators
+    from gateway.safety import compile_safety
+
+    try:
+        chat_translators(config.providers)
+        compile_safety(config)
+    except ValueError as exc:
+        return [str(exc)]
+    return []
+
+
+def check_config(path: str) -> int:
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        for line in exc.errors:
+            print(line, file=sys.stderr)
+        return 2
+    errors = compile_check(config)
+    for line in errors:
+        print(line, file=sys.stderr)
+    if errors:
+        return 2
+    print(f"{path}: valid ({len(config.models)} models, {len(config.providers)} providers)")
+    return 0
+
+
+def _load(args: argparse.Namespace) -> Config:
+    path = config_path_from_env(args.config)
+    config = load_config(path) if path else embedded_default()
+    errors = compile_check(config)
+    if errors:
+        raise ConfigError(errors)
+    server = config.server
+    server = dataclasses.replace(
+        server,
+        host=args.host or server.host,
+        port=args.port if args.port is not None else server.port,
+        metrics_port=args.metrics_port if args.metrics_port is not None else server.metrics_port,
+    )
+    return dataclasses.replace(config, server=server)
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args)
+    except ConfigError as exc:
+        for line in exc.errors:
+            print(line, file=sys.stderr)
+        return 2
+    configure_logging(config.logging.level, config.logging.format)
+    if config.is_demo:
+        log.warning("demo_mode", message="no config given: serving the built-in demo model 'demo' from the "
+                    "mock provider on 127.0.0.1 without auth; pass --config for real providers")
+    path = config_path_from_env(args.config)
+    if args.workers > 1:
+        from gateway.workers import run_workers
+
+        return run_workers(config, path, args.workers)
+    _install_uvloop()
+    from gateway.server import run_server
+
+    return asyncio.run(run_server(config, path, serve_api=True, serve_metrics=True, reuse_port=False))
+
+
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every platform we ship
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def fresh_multiproc_dir() -> str:
+    """prometheus-client's multiprocess files must start empty at every start."""
+    path = tempfile.mkdtemp(prefix="gateway-metrics-")
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "version":
+        print(__version__)
+        return 0
+    if args.command == "check-config":
+        return check_config(args.path)
+    return serve(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

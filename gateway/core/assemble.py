@@ -1,0 +1,140 @@
+"""Fold typed chat events into the final answer, and turn a final answer back into stream chunks.
+
+The assembler knows when the first output token has come, keeps the last non-null usage (never a sum:
+some servers repeat usage on every chunk), concatenates tool-call argument fragments per (choice, index),
+and renders the OpenAI `chat.completion` object the non-stream client would have received.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.core.events import (
+    DeltaKind,
+    Finish,
+    InbandError,
+    OutputDelta,
+    StreamEvent,
+    ToolCallDelta,
+    Usage,
+)
+
+
+@dataclass(slots=True)
+class _ToolCall:
+    id: str | None = None
+    name: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Choice:
+    text: dict[DeltaKind, list[str]] = field(default_factory=dict)
+    tools: dict[int, _ToolCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+
+
+class ChatAssembler:
+    __slots__ = ("_choices", "error", "first_token", "usage")
+
+    def __init__(self) -> None:
+        self._choices: dict[int, _Choice] = {}
+        self.usage: Usage | None = None
+        self.first_token = False
+        self.error: InbandError | None = None
+
+    def feed(self, events: list[StreamEvent]) -> None:
+        for e in events:
+            t = type(e)
+            if t is OutputDelta:
+                assert isinstance(e, OutputDelta)
+                self._choice(e.choice).text.setdefault(e.kind, []).append(e.text)
+                self.first_token = True
+            elif t is ToolCallDelta:
+                assert isinstance(e, ToolCallDelta)
+                call = self._choice(e.choice).tools.setdefault(e.index, _ToolCall())
+                call.id = call.id or e.id
+                call.name = call.name or e.name
+                if e.arguments:
+                    call.arguments.append(e.arguments)
+                self.first_token = True
+            elif t is Finish:
+                assert isinstance(e, Finish)
+                self._choice(e.choice).finish_reason = e.reason
+            elif t is Usage:
+                assert isinstance(e, Usage)
+                self.usage = e
+            elif t is InbandError:
+                assert isinstance(e, InbandError)
+                self.error = e
+
+    def _choice(self, index: int) -> _Choice:
+        c = self._choices.get(index)
+        if c is None:
+            c = self._choices[index] = _Choice()
+        return c
+
+    @property
+    def finished(self) -> bool:
+        """Every choice seen has a finish reason (the protocol's terminal signal, not `[DONE]`)."""
+        return bool(self._choices) and all(c.finish_reason for c in self._choices.values())
+
+    def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:
+        return "".join("".join(c.text.get(kind, ())) for _, c in sorted(self._choices.items()))
+
+    def completion(self, *, id: str, model: str, created: int) -> dict[str, Any]:
+        """The `chat.completion` object equivalent to everything fed so far."""
+        choices = [_render_choice(i, c) for i, c in sorted(self._choices.items())]
+        body: dict[str, Any] = {"id": id, "object": "chat.completion", "created": created, "model": model,
+                                "choices": choices}
+        if self.usage is not None:
+            body["usage"] = self.usage.as_openai()
+        return body
+
+
+def _render_choice(index: int, c: _Choice) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(c.text.get(DeltaKind.CONTENT, ())) or None}
+    if DeltaKind.REFUSAL in c.text:
+        msg["refusal"] = "".join(c.text[DeltaKind.REFUSAL])
+    if DeltaKind.REASONING in c.text:
+        msg["reasoning_content"] = "".join(c.text[DeltaKind.REASONING])
+    if c.tools:
+        msg["tool_calls"] = [
+            {"id": t.id or f"call_{index}_{i}", "type": "function",
+             "function": {"name": t.name or "", "arguments": "".join(t.arguments)}}
+            for i, t in sorted(c.tools.items())
+        ]
+    return {"index": index, "message": msg, "finish_reason": c.finish_reason or "stop", "logprobs": None}
+
+
+def completion_to_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Re-emit a `chat.completion` body as `chat.completion.chunk`s (learn-once buffered fallback, cache
+    hits): per choice a role chunk, one delta per text kind and the tool calls, then the finish chunk;
+    usage last, in its own `choices: []` chunk, as OpenAI sends it with include_usage."""
+    base = {"id": body.get("id", ""), "object": "chat.completion.chunk", "created": body.get("created", 0),
+            "model": body.get("model", "")}
+    chunks: list[dict[str, Any]] = []
+    for pos, choice in enumerate(body.get("choices") or []):
+        if not isinstance(choice, dict):
+            continue
+        idx = choice.get("index", pos)
+        msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        assert isinstance(msg, dict)
+        chunks.append({**base, "choices": [{"index": idx, "delta": {"role": "assistant", "content": ""},
+                                            "finish_reason": None}]})
+        for key in ("reasoning_content", "reasoning", "refusal", "content"):
+            if isinstance(msg.get(key), str) and msg[key]:
+                chunks.append({**base, "choices": [{"index": idx, "delta": {key: msg[key]},
+                                                    "finish_reason": None}]})
+        calls = msg.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            deltas = [{"index": i, **{k: v for k, v in c.items() if k in ("id", "type", "function")}}
+                      for i, c in enumerate(calls) if isinstance(c, dict)]
+            chunks.append({**base, "choices": [{"index": idx, "delta": {"tool_calls": deltas},
+                                                "finish_reason": None}]})
+        chunks.append({**base, "choices": [{"index": idx, "delta": {},
+                                            "finish_reason": choice.get("finish_reason") or "stop"}]})
+    if isinstance(body.get("usage"), dict):
+        chunks.append({**base, "choices": [], "usage": body["usage"]})
+    return chunks

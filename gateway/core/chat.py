@@ -1,0 +1,174 @@
+"""OpenAI Chat Completions wire shapes -> typed events, sans I/O.
+
+One function reads a streamed chunk and a non-stream body alike (a body's `message` is a chunk's
+`delta` with everything at once), so there is one parser for both. Field variants across OpenAI-compatible
+servers (protocols.md §5): `reasoning_content` (DeepSeek, xAI, old vLLM) and `reasoning` (vLLM, Ollama,
+OpenRouter); usage on the finish chunk or in a separate `choices: []` chunk, or under `x_groq.usage`;
+tool calls without `index` (Gemini) numbered in arrival order; `error` as an object or a string; an
+OpenRouter error chunk that also carries `finish_reason: "error"`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.core.events import (
+    DeltaKind,
+    Failure,
+    FailureKind,
+    Finish,
+    InbandError,
+    OutputDelta,
+    StreamEvent,
+    ToolCallDelta,
+    Usage,
+)
+
+# delta field -> kind; both reasoning spellings map to REASONING
+TEXT_FIELDS: tuple[tuple[str, DeltaKind], ...] = (
+    ("content", DeltaKind.CONTENT),
+    ("reasoning_content", DeltaKind.REASONING),
+    ("reasoning", DeltaKind.REASONING),
+    ("refusal", DeltaKind.REFUSAL),
+)
+
+
+def chunk_events(obj: Any, *, message_key: str = "delta") -> list[StreamEvent]:
+    """Typed events of one chat chunk (or, with message_key="message", of a whole completion)."""
+    if not isinstance(obj, dict):
+        return [InbandError(Failure(FailureKind.MALFORMED, "upstream sent a chunk that is not an object"))]
+    err = obj.get("error")
+    if err is not None or obj.get("object") == "error":
+        return [InbandError(classify_error_object(err if err is not None else obj, None))]
+    events: list[StreamEvent] = []
+    choices = obj.get("choices")
+    if isinstance(choices, list):
+        for pos, choice in enumerate(choices):
+            if isinstance(choice, dict):
+                _choice_events(choice, pos, message_key, events)
+    usage = parse_usage(obj)
+    if usage is not None:
+        events.append(usage)
+    return events
+
+
+def _choice_events(choice: dict[str, Any], pos: int, key: str, out: list[StreamEvent]) -> None:
+    index = choice.get("index", pos)
+    index = index if isinstance(index, int) else pos
+    delta = choice.get(key)
+    if isinstance(delta, dict):
+        for field, kind in TEXT_FIELDS:
+            text = delta.get(field)
+            if text and isinstance(text, str):
+                out.append(OutputDelta(index, kind, text))
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            for n, call in enumerate(calls):
+                if isinstance(call, dict):
+                    out.append(_tool_call(index, n, call))
+    reason = choice.get("finish_reason")
+    if reason == "error":
+        out.append(InbandError(Failure(FailureKind.INBAND, "upstream reported an error in the stream",
+                                       code="server_error")))
+    elif isinstance(reason, str) and reason:
+        out.append(Finish(index, reason))
+
+
+def _tool_call(choice: int, position: int, call: dict[str, Any]) -> ToolCallDelta:
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else {}
+    args = fn.get("arguments")
+    idx = call.get("index")
+    return ToolCallDelta(
+        choice=choice,
+        index=idx if isinstance(idx, int) else position,
+        id=call.get("id") if isinstance(call.get("id"), str) else None,
+        name=fn.get("name") if isinstance(fn.get("name"), str) else None,
+        arguments=args if isinstance(args, str) else "",
+    )
+
+
+def _int(d: Any, key: str) -> int:
+    if not isinstance(d, dict):
+        return 0
+    v = d.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def parse_usage(obj: dict[str, Any]) -> Usage | None:
+    """OpenAI `usage` (or Groq's `x_groq.usage`) normalised. None when the chunk carries none."""
+    u = obj.get("usage")
+    if not isinstance(u, dict):
+        xg = obj.get("x_groq")
+        u = xg.get("usage") if isinstance(xg, dict) else None
+        if not isinstance(u, dict):
+            return None
+    prompt, completion = _int(u, "prompt_tokens"), _int(u, "completion_tokens")
+    cached = _int(u.get("prompt_tokens_details"), "cached_tokens") or _int(u, "prompt_cache_hit_tokens")
+    reasoning = _int(u.get("completion_tokens_details"), "reasoning_tokens")
+    total = _int(u, "total_tokens")
+    if reasoning and total == prompt + completion + reasoning and completion < reasoning:
+        # xAI counts reasoning outside completion_tokens (total = prompt + completion + reasoning);
+        # OpenAI semantics put it inside. Decided from the totals, not from the provider's name.
+        completion += reasoning
+    return Usage(input=prompt, output=completion, cached_input=cached, reasoning=reasoning)
+
+
+def _code_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(value)
+
+
+def classify_error_object(err: Any, status: int | None) -> Failure:
+    """Classify an OpenAI-style error object (HTTP body or in-band) from its structured fields only."""
+    if isinstance(err, str):
+        return Failure(FailureKind.INBAND if status is None else _by_status(status), "upstream error",
+                       status=status)
+    if not isinstance(err, dict):
+        err = {}
+    code, etype = _code_str(err.get("code")), _code_str(err.get("type"))
+    param = err.get("param") if isinstance(err.get("param"), str) else None
+    message = err.get("message") if isinstance(err.get("message"), str) else "upstream error"
+    numeric = int(code) if code and code.isdigit() else None
+    effective = status if status is not None else numeric
+    kind = _kind(code, etype, param, effective, inband=status is None)
+    return Failure(kind, message, status=effective, code=code, type=etype, param=param)
+
+
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
+_RETRYABLE_CODES = frozenset({"rate_limit_exceeded", "server_error", "overloaded_error", "api_error",
+                              "service_unavailable", "rate_limit_error", "internal_error", "timeout"})
+
+
+def _kind(code: str | None, etype: str | None, param: str | None, status: int | None,
+          inband: bool) -> FailureKind:
+    if code in _QUOTA_CODES or etype in _QUOTA_CODES or status == 402:
+        return FailureKind.QUOTA
+    if code == "context_length_exceeded":
+        return FailureKind.CONTEXT_LENGTH
+    if param == "stream_options" and status == 400:
+        return FailureKind.STREAM_OPTIONS_REJECTED
+    if param == "stream" and status == 400:
+        return FailureKind.STREAM_REJECTED
+    if inband:
+        if code in _RETRYABLE_CODES or etype in _RETRYABLE_CODES or status is None or status >= 500 \
+                or status in (408, 409, 429):
+            return FailureKind.INBAND
+        return FailureKind.HTTP_4XX  # an in-band client error (e.g. Groq tool_use_failed) passes through
+    return _by_status(status or 502)
+
+
+def _by_status(status: int) -> FailureKind:
+    if status == 429:
+        return FailureKind.HTTP_429
+    if status in (401, 403):
+        return FailureKind.UPSTREAM_AUTH
+    if status in (408, 409) or status >= 500:
+        return FailureKind.HTTP_5XX
+    return FailureKind.HTTP_4XX
+
+
+def has_output_token(events: list[StreamEvent]) -> bool:
+    """True when the events contain an output token (CONTRACT §4.1)."""
+    return any(type(e) is OutputDelta or type(e) is ToolCallDelta for e in events)

@@ -1,0 +1,171 @@
+"""Rewrite client-bound chat chunks through the text windows (redaction, stream guardrails), sans I/O.
+
+One window chain per (choice, text kind): text is pushed as it arrives and only what the chain releases
+is written. A chunk whose text is entirely held, and that carries nothing else, is dropped; a choice's
+finish chunk carries whatever its windows still held. A chunk the filter did not change is forwarded
+as the upstream's own bytes (no re-serialisation on the hot path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.core.chat import TEXT_FIELDS
+from gateway.core.events import DeltaKind
+from gateway.core.sse import encode_data
+
+
+class Refusal(Protocol):
+    """A stream-ending verdict (a guardrail's); rendered by the caller."""
+
+    @property
+    def guardrail(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+class TextStage(Protocol):
+    def push(self, text: str) -> tuple[str, Refusal | None]: ...
+
+    def flush(self) -> tuple[str, Refusal | None]: ...
+
+
+StageFactory = Callable[[DeltaKind], TextStage | None]
+_KIND_OF = dict(TEXT_FIELDS)
+_DEFAULT_FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_content",
+                  DeltaKind.REFUSAL: "refusal"}
+
+
+class ChatOutputFilter:
+    """Per request. `apply` returns the SSE bytes to write for one upstream chunk (b"" to drop it)."""
+
+    __slots__ = ("_base", "_factory", "_fields", "_forward_usage", "_stages", "output_released", "refusal")
+
+    def __init__(self, factory: StageFactory | None, forward_usage: bool) -> None:
+        self._factory = factory
+        self._forward_usage = forward_usage
+        self._stages: dict[tuple[int, DeltaKind], TextStage | None] = {}
+        self._fields: dict[tuple[int, DeltaKind], str] = {}
+        self._base: dict[str, Any] = {}
+        self.refusal: Refusal | None = None  # set once a stage refuses; nothing more is released
+        self.output_released = False  # an output token has left the filter (the TTFT moment)
+
+    @property
+    def active(self) -> bool:
+        return self._factory is not None
+
+    def apply(self, obj: dict[str, Any] | None, raw: bytes | None, has_token: bool = False) -> bytes:
+        """`has_token`: the upstream chunk carried an output token (before filtering)."""
+        if obj is None or self.refusal is not None:
+            return b""
+        choices = obj.get("choices")
+        if not choices and obj.get("usage") is not None and not self._forward_usage:
+            return b""  # the usage chunk the gateway asked for, not the client (CONTRACT §4.5)
+        if not self._base:
+            self._base = {k: obj[k] for k in ("id", "object", "created", "model") if k in obj}
+        changed = False
+        if self._factory is not None and isinstance(choices, list):
+            for pos, choice in enumerate(choices):
+                if isinstance(choice, dict):
+                    changed |= self._filter_choice(choice, pos)
+            if changed and self._is_empty(obj):
+                return b""
+        if has_token and not self.output_released:
+            self.output_released = not changed or _has_output(obj)
+        if not changed and raw is not None:
+            return encode_data(raw)
+        return encode_data(orjson.dumps(obj))
+
+    def _filter_choice(self, choice: dict[str, Any], pos: int) -> bool:
+        index = choice.get("index", pos)
+        index = index if isinstance(index, int) else pos
+        delta = choice.get("delta")
+        changed = False
+        if isinstance(delta, dict):
+            for field, kind in TEXT_FIELDS:
+                text = delta.get(field)
+                if isinstance(text, str) and text:
+                    self._fields[(index, kind)] = field
+                    released = self._push(index, kind, text)
+                    if released != text:
+                        delta[field] = released
+                        changed = True
+        if choice.get("finish_reason"):
+            tails = self._flush_choice(index)
+            if tails:
+                if not isinstance(delta, dict):
+                    delta = choice["delta"] = {}
+                for field, tail in tails.items():
+                    delta[field] = (delta.get(field) or "") + tail
+                changed = True
+        return changed
+
+    def _stage(self, index: int, kind: DeltaKind) -> TextStage | None:
+        key = (index, kind)
+        if key not in self._stages:
+            self._stages[key] = self._factory(kind) if self._factory is not None else None
+        return self._stages[key]
+
+    def _push(self, index: int, kind: DeltaKind, text: str) -> str:
+        stage = self._stage(index, kind)
+        if stage is None:
+            return text
+        released, refusal = stage.push(text)
+        if refusal is not None and self.refusal is None:
+            self.refusal = refusal
+        return released
+
+    def _flush_choice(self, index: int) -> dict[str, str]:
+        tails: dict[str, str] = {}
+        for (i, kind), stage in self._stages.items():
+            if i != index or stage is None:
+                continue
+            tail, refusal = stage.flush()
+            if refusal is not None and self.refusal is None:
+                self.refusal = refusal
+            if tail and self.refusal is None:
+                tails[self._fields.get((i, kind), _DEFAULT_FIELD[kind])] = tail
+        return tails
+
+    def flush_all(self) -> bytes:
+        """End of stream without a finish chunk: release what the windows still hold, as one chunk."""
+        choices = []
+        for index in sorted({i for i, _ in self._stages}):
+            tails = self._flush_choice(index)
+            if tails:
+                choices.append({"index": index, "delta": tails, "finish_reason": None})
+        if not choices:
+            return b""
+        self.output_released = True
+        return encode_data(orjson.dumps({**self._base, "object": "chat.completion.chunk", "choices": choices}))
+
+    @staticmethod
+    def _is_empty(obj: dict[str, Any]) -> bool:
+        """Nothing left worth sending: no text, role, tool call, finish or usage."""
+        if obj.get("usage") is not None:
+            return False
+        for choice in obj.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("finish_reason"):
+                return False
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                return False
+            for key, value in delta.items():
+                if key in _KIND_OF:
+                    if value:
+                        return False
+                elif value not in (None, "", [], {}):
+                    return False
+        return True
+
+
+def _has_output(obj: dict[str, Any]) -> bool:
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and (delta.get("tool_calls") or any(delta.get(f) for f in _KIND_OF)):
+            return True
+    return False

@@ -1,0 +1,86 @@
+"""Guardrail verdicts that need the whole text, and webhooks (the I/O part of CONTRACT §5.2).
+
+Terms and regex guardrails judge with the pure `TextGuard`; a webhook POSTs `{"stage", "model", "text"}`
+and reads `{"allow": bool, "reason": str}`. A webhook that fails, times out or answers nonsense blocks
+(fail closed). Every verdict is counted; the verdict, never the text, goes to the log line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gateway.context import RequestContext
+from gateway.core.assemble import ChatAssembler
+from gateway.core.events import DeltaKind
+from gateway.errors import GatewayError, GuardrailBlocked
+from gateway.runtime import Runtime
+from gateway.safety import Guardrail
+from gateway.upstream import UpstreamError
+
+if TYPE_CHECKING:
+    from gateway.core.guard import Verdict
+
+
+async def verdict(rt: Runtime, ctx: RequestContext, g: Guardrail, stage: str, text: str) -> Verdict:
+    if g.text is not None:
+        v = g.text.check(text)
+    else:
+        v = await _webhook(rt, ctx, g, stage, text)
+    record(rt, ctx, g.name, stage, v.allowed)
+    return v
+
+
+def record(rt: Runtime, ctx: RequestContext, name: str, stage: str, allowed: bool) -> None:
+    outcome = "pass" if allowed else "block"
+    rt.metrics.guardrail_verdicts.labels(name, stage, outcome).inc()
+    ctx.verdicts[f"{name}:{stage}"] = outcome
+
+
+async def _webhook(rt: Runtime, ctx: RequestContext, g: Guardrail, stage: str, text: str) -> Verdict:
+    assert g.config.url is not None
+    payload = {"stage": stage, "model": ctx.model.name, "text": text}
+    try:
+        answer = await rt.upstream.post_json(g.config.url, payload, g.config.timeout_s, f"guardrail {g.name}")
+    except UpstreamError:
+        return _verdict(False, g.name, "the guardrail service is unavailable")
+    if not isinstance(answer, dict) or not isinstance(answer.get("allow"), bool):
+        return _verdict(False, g.name, "the guardrail service gave no verdict")
+    reason = answer.get("reason")
+    return _verdict(answer["allow"], g.name, reason if isinstance(reason, str) else "")
+
+
+def _verdict(allowed: bool, name: str, reason: str) -> Verdict:
+    from gateway.core.guard import Verdict
+
+    return Verdict(allowed, name, reason)
+
+
+async def check_input(rt: Runtime, ctx: RequestContext, text: str) -> None:
+    """Input guardrails run before any upstream call; a refusal is 400 guardrail_blocked."""
+    for g in rt.safety.models[ctx.model.name].input_guards:
+        v = await verdict(rt, ctx, g, "input", text)
+        if not v.allowed:
+            raise GuardrailBlocked(_message(v), param=g.name)
+
+
+def output_text(assembler: ChatAssembler) -> str:
+    parts = [assembler.text(k) for k in (DeltaKind.CONTENT, DeltaKind.REFUSAL, DeltaKind.REASONING)]
+    return "\n".join(p for p in parts if p)
+
+
+async def judge_output(rt: Runtime, ctx: RequestContext, assembler: ChatAssembler,
+                       guards: Sequence[Guardrail]) -> GatewayError | None:
+    """Whole-answer guardrails (hold, audit, and webhooks in stream mode): the first refusal, if any."""
+    if not guards:
+        return None
+    text = output_text(assembler)
+    for g in guards:
+        v = await verdict(rt, ctx, g, "output", text)
+        if not v.allowed:
+            return GuardrailBlocked(_message(v), param=g.name)
+    return None
+
+
+def _message(v: Verdict) -> str:
+    return f"refused by guardrail {v.guardrail}" + (f": {v.reason}" if v.reason else "")

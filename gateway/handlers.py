@@ -1,0 +1,112 @@
+"""Thin route handlers: parse once, authenticate, resolve the model, hand to the pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.app_keys import CTX, REQUEST_ID, RUNTIME, STATE, T0
+from gateway.auth import KeyRing
+from gateway.chat_body import complete_chat, embeddings
+from gateway.chat_handler import stream_chat
+from gateway.context import RequestContext
+from gateway.errors import InvalidRequest, ModelNotFound, RequestTooLarge, Unavailable
+from gateway.guardrails import check_input
+from gateway.limits import admit
+from gateway.runtime import Runtime
+
+
+async def read_json(request: web.Request, rt: Runtime) -> dict[str, Any]:
+    limit = rt.config.server.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestTooLarge(f"request body is larger than {limit} bytes")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestTooLarge(f"request body is larger than {limit} bytes") from None
+    if len(raw) > limit:
+        raise RequestTooLarge(f"request body is larger than {limit} bytes")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return body
+
+
+async def _resolve(request: web.Request, api: str) -> tuple[Runtime, RequestContext]:
+    rt = request.app[RUNTIME]
+    key = rt.keyring.authenticate(request.headers)
+    body = await read_json(request, rt)
+    name = body.get("model")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("you must provide a model parameter", param="model")
+    model = rt.model(name)
+    if model is None:
+        raise ModelNotFound(f"the model {name!r} does not exist", param="model")
+    KeyRing.authorize(key, model.name)
+    stream = body.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("stream must be a boolean", param="stream")
+    opts = body.get("stream_options")
+    forward_usage = isinstance(opts, dict) and opts.get("include_usage") is True
+    ctx = RequestContext(request_id=request[REQUEST_ID], api=api, model=model, body=body,
+                         stream=bool(stream), key=key, forward_usage=forward_usage, t_start=request[T0])
+    request[CTX] = ctx
+    return rt, ctx
+
+
+def _messages_text(body: dict[str, Any]) -> str:
+    parts: list[str] = []
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidRequest("messages must be an array", param="messages")
+    for m in messages:
+        if not isinstance(m, dict):
+            raise InvalidRequest("each message must be an object", param="messages")
+        content = m.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return "\n".join(parts)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    rt, ctx = await _resolve(request, "chat")
+    text = _messages_text(ctx.body)
+    await admit(rt, request.app[STATE], ctx)
+    await check_input(rt, ctx, text)
+    if ctx.stream:
+        return await stream_chat(request, rt, ctx)
+    return await complete_chat(rt, ctx)
+
+
+async def embeddings_handler(request: web.Request) -> web.StreamResponse:
+    rt, ctx = await _resolve(request, "embeddings")
+    if "input" not in ctx.body:
+        raise InvalidRequest("you must provide an input parameter", param="input")
+    await admit(rt, request.app[STATE], ctx)
+    return await embeddings(rt, ctx)
+
+
+async def list_models(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    key = rt.keyring.authenticate(request.headers)
+    names = KeyRing.visible(key, list(rt.config.models))
+    data = [{"id": n, "object": "model", "created": 0, "owned_by": "llm-gateway"} for n in names]
+    return web.json_response({"object": "list", "data": data}, dumps=lambda o: orjson.dumps(o).decode())
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not await state.healthy():
+        raise Unavailable("the state backend is not answering")
+    return web.json_response({"status": "ready"})

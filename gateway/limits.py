@@ -1,0 +1,64 @@
+"""Per-key admission (rpm, tpm, budget) before any upstream call, and settlement after the answer.
+
+Tokens are reserved up front from the request (`max_tokens`, or a bounded estimate from the prompt's
+size) so a burst cannot overshoot much, then replaced by the provider's real usage (CONTRACT §2 `auth`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+
+from gateway.context import RequestContext
+from gateway.errors import BudgetExceeded, RateLimited
+from gateway.runtime import Runtime
+from gateway.state.base import StateBackend
+
+log = structlog.get_logger("gateway")
+MAX_ESTIMATE = 32_768
+
+
+def estimate_tokens(ctx: RequestContext) -> int:
+    """Prompt size at ~4 bytes a token plus the answer's cap (or a modest default)."""
+    body = ctx.body
+    prompt_chars = len(str(body.get("messages") or body.get("input") or ""))
+    cap = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
+    answer = cap if isinstance(cap, int) and cap > 0 else 512
+    return min(MAX_ESTIMATE, prompt_chars // 4 + answer)
+
+
+async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext) -> None:
+    key = ctx.key
+    if key is None:
+        return
+    now = time.time()
+    if key.budget_usd is not None:
+        spent = await state.spend(key.name, key.budget_period, now)
+        if spent >= key.budget_usd:
+            raise BudgetExceeded(f"the budget of key {key.name} for this {key.budget_period} is used up")
+    if key.rpm is None and key.tpm is None:
+        return
+    reserve = estimate_tokens(ctx) if key.tpm is not None else 0
+    decision, reservation = await state.check_request(key.name, key.rpm, key.tpm, reserve, now)
+    if not decision.allowed:
+        limit = decision.limit or "rpm"
+        rt.metrics.rate_limited.labels(key.name, limit).inc()
+        retry = max(1, int(decision.retry_after_s + 0.999))
+        raise RateLimited(f"key {key.name} is over its {limit} limit", headers={"Retry-After": str(retry)})
+    ctx.reservation = reservation
+
+
+async def settle(state: StateBackend, ctx: RequestContext) -> None:
+    """Charge the real usage and spend; never raises (the answer has already been given)."""
+    key = ctx.key
+    if key is None:
+        return
+    try:
+        if ctx.reservation is not None:
+            actual = ctx.usage.input + ctx.usage.output if ctx.usage is not None else 0
+            await state.settle_tokens(ctx.reservation, actual)
+        if key.budget_usd is not None and ctx.cost_usd > 0:
+            await state.add_spend(key.name, key.budget_period, ctx.cost_usd, time.time())
+    except Exception as exc:  # state failures degrade inside the backend; this is a last resort
+        log.warning("settle_failed", key=key.name, error=type(exc).__name__)

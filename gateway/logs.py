@@ -1,0 +1,34 @@
+"""structlog configured once: JSON lines on stdout via orjson (console renderer when asked for, on a
+TTY), request id from contextvars. Nothing here ever receives message text or a key."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import orjson
+import structlog
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure_logging(level: str = "info", fmt: str = "json") -> None:
+    console = fmt == "console" and sys.stdout.isatty()
+    processors: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+    ]
+    if console:
+        processors.append(structlog.dev.ConsoleRenderer())
+        factory: structlog.typing.WrappedLogger = structlog.PrintLoggerFactory(sys.stdout)
+    else:
+        processors.append(structlog.processors.JSONRenderer(serializer=orjson.dumps))
+        factory = structlog.BytesLoggerFactory(sys.stdout.buffer)
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
+        logger_factory=factory,  # type: ignore[arg-type]
+        cache_logger_on_first_use=True,
+    )

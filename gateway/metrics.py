@@ -1,0 +1,150 @@
+"""Every Prometheus object of CONTRACT §6, declared once, and a per-request recorder.
+
+Label values come only from config (model, provider, deployment, guardrail, rule and key names) or from
+fixed enumerations (api, outcome, token type) — never from request text. Metrics are built by
+`create_metrics()` at start-up, not at import, so `--workers` can switch prometheus-client to
+multiprocess mode first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gateway import __version__
+from gateway.config_types import Config, Deployment, Price
+from gateway.core.events import Usage
+
+TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
+                15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
+DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                 0.25, 0.5, 1.0)
+APIS = ("chat", "responses", "embeddings")
+ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
+                    "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled")
+TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
+OUTCOMES = ("ok", "client_error", "auth_error", "rate_limited", "guardrail_blocked", "upstream_error",
+            "timeout", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    registry: CollectorRegistry | None
+    requests: Counter
+    duration: Histogram
+    ttft: Histogram
+    upstream_ttft: Histogram
+    tpot: Histogram
+    tokens: Counter
+    usage_missing: Counter
+    cost: Counter
+    attempts: Counter
+    stream_failures: Counter
+    hedges: Counter
+    guardrail_verdicts: Counter
+    redactions: Counter
+    text_delay: Histogram
+    inflight: Gauge
+    rate_limited: Counter
+    build_info: Gauge
+    state_degraded: Counter
+
+
+def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
+    """Declare every metric. With `registry=None` and PROMETHEUS_MULTIPROC_DIR set, values go to the
+    multiprocess files and the exporter aggregates them."""
+    multiproc = "PROMETHEUS_MULTIPROC_DIR" in os.environ
+    reg = registry if registry is not None else (None if multiproc else CollectorRegistry())
+    kw = {"registry": reg, "namespace": "llm_gateway"}
+    m = Metrics(
+        registry=reg,
+        requests=Counter("requests", "Requests by outcome", ["api", "model", "stream", "outcome"], **kw),
+        duration=Histogram("request_duration_seconds", "Request duration",
+                           ["api", "model", "stream", "outcome"], buckets=DURATION_BUCKETS, **kw),
+        ttft=Histogram("time_to_first_token_seconds",
+                       "Request received to first output token written to the client, retries included",
+                       ["api", "model", "provider"], buckets=TTFT_BUCKETS, **kw),
+        upstream_ttft=Histogram("upstream_time_to_first_token_seconds",
+                                "Winning attempt: request sent to first output token received",
+                                ["model", "provider", "deployment"], buckets=TTFT_BUCKETS, **kw),
+        tpot=Histogram("time_per_output_token_seconds", "Stream time after the first token per output token",
+                       ["api", "model", "provider"], buckets=PER_TOKEN_BUCKETS, **kw),
+        tokens=Counter("tokens", "Provider-reported tokens", ["model", "provider", "type"], **kw),
+        usage_missing=Counter("usage_missing", "Responses that carried no usage", ["model", "provider"], **kw),
+        cost=Counter("cost_usd", "Spend from deployment prices", ["model", "provider"], **kw),
+        attempts=Counter("upstream_attempts", "Upstream attempts by outcome",
+                         ["model", "deployment", "outcome"], **kw),
+        stream_failures=Counter("stream_failures", "Failures after the first token",
+                                ["model", "deployment", "reason"], **kw),
+        hedges=Counter("hedges", "Hedged requests by winner", ["model", "winner"], **kw),
+        guardrail_verdicts=Counter("guardrail_verdicts", "Guardrail verdicts",
+                                   ["guardrail", "stage", "verdict"], **kw),
+        redactions=Counter("redactions", "Masked matches by rule", ["rule"], **kw),
+        text_delay=Histogram("text_delay_seconds", "Time text spends inside the gateway",
+                             ["api"], buckets=DELAY_BUCKETS, **kw),
+        inflight=Gauge("inflight_requests", "Requests in flight", ["api"], multiprocess_mode="livesum", **kw),
+        rate_limited=Counter("rate_limited", "Requests refused by a key limit", ["key", "limit"], **kw),
+        build_info=Gauge("build_info", "Build information", ["version"], multiprocess_mode="max", **kw),
+        state_degraded=Counter("state_degraded", "State operations served locally because the shared "
+                               "backend was unavailable", [], **kw),
+    )
+    m.build_info.labels(__version__).set(1)
+    return m
+
+
+def preinitialise(m: Metrics, config: Config) -> None:
+    """Create the known label sets at zero so dashboards show zeros, not gaps."""
+    for model in config.models.values():
+        providers = {d.provider for d in model.deployments}
+        for api in APIS:
+            m.inflight.labels(api)
+            for provider in providers:
+                m.ttft.labels(api, model.name, provider)
+        for d in model.deployments:
+            m.upstream_ttft.labels(model.name, d.provider, d.label)
+            for outcome in ("ok", "inband_error"):
+                m.attempts.labels(model.name, d.label, outcome)
+            for t in TOKEN_TYPES:
+                m.tokens.labels(model.name, d.provider, t)
+            m.cost.labels(model.name, d.provider)
+            m.usage_missing.labels(model.name, d.provider)
+        for api in ("chat", "responses"):
+            for stream in ("true", "false"):
+                m.requests.labels(api, model.name, stream, "ok")
+
+
+def usage_cost(usage: Usage, price: Price) -> float:
+    """USD for one answer: uncached input, cached input and cache writes at their own prices."""
+    cached_price = price.cached_input if price.cached_input is not None else price.input
+    creation_price = price.cache_creation_input if price.cache_creation_input is not None else price.input
+    uncached = max(0, usage.input - usage.cached_input - usage.cache_creation_input)
+    return (uncached * price.input + usage.cached_input * cached_price
+            + usage.cache_creation_input * creation_price + usage.output * price.output) / 1_000_000
+
+
+def record_usage(m: Metrics, model: str, d: Deployment, usage: Usage | None) -> float:
+    if usage is None:
+        m.usage_missing.labels(model, d.provider).inc()
+        return 0.0
+    for t, v in (("input", usage.input), ("output", usage.output), ("cached_input", usage.cached_input),
+                 ("cache_creation_input", usage.cache_creation_input), ("reasoning", usage.reasoning)):
+        if v:
+            m.tokens.labels(model, d.provider, t).inc(v)
+    cost = usage_cost(usage, d.price)
+    if cost:
+        m.cost.labels(model, d.provider).inc(cost)
+    return cost
+
+
+def record_redactions(m: Metrics, counts: Iterable[tuple[str, int]]) -> int:
+    total = 0
+    for rule, n in counts:
+        if n:
+            m.redactions.labels(rule).inc(n)
+            total += n
+    return total

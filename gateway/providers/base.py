@@ -1,0 +1,92 @@
+"""What every provider translator offers the pipeline. Translators are pure: they build requests and
+parse bytes; `gateway.upstream` does the I/O.
+
+Named `<client schema>_<backend>` (chat_openai, chat_anthropic, ...) so the folder listing is the
+support matrix.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.core.events import Failure, StreamEvent
+from gateway.core.sse import SSEEvent
+
+MAX_BODY_BYTES = 32 * 1024 * 1024  # CONTRACT §5.3: a non-stream upstream body is at most 32 MiB
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    body: bytes
+    stream: bool
+
+
+@dataclass(slots=True)
+class ChatChunk:
+    """One client-bound chunk in OpenAI `chat.completion.chunk` shape, with its typed events.
+
+    `raw` holds the upstream's own data bytes when `obj` is exactly what it sent, so an unchanged chunk is
+    forwarded without re-serialising (the hot path); a translated chunk has raw=None.
+    """
+
+    events: list[StreamEvent]
+    obj: dict[str, Any] | None
+    raw: bytes | None = None
+    done: bool = False  # the upstream's `[DONE]` (or its protocol's end): stop reading
+
+
+class StreamParser(Protocol):
+    def parse(self, event: SSEEvent) -> list[ChatChunk]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedBody:
+    """A non-stream answer in OpenAI shape, and its typed events (usage, finish, errors)."""
+
+    obj: dict[str, Any]
+    events: list[StreamEvent]
+
+
+class ChatTranslator(Protocol):
+    """A per-provider translator for the Chat Completions client schema."""
+
+    def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
+                     send_stream_options: bool) -> UpstreamRequest: ...
+
+    def stream_parser(self) -> StreamParser: ...
+
+    def parse_body(self, body: bytes) -> ParsedBody: ...
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
+
+    def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest: ...
+
+
+def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """`retry-after-ms` (OpenAI, Azure) or `Retry-After` in seconds or as an HTTP date (RFC 9110 §10.2.3).
+    `headers` must have lower-case keys."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))

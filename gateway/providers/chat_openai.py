@@ -1,0 +1,113 @@
+"""Chat Completions to any OpenAI-compatible `/chat/completions` server (OpenAI, vLLM, Ollama, Groq, ...).
+
+Nothing is translated: the request passes through with `model` rewritten and usage asked for; chunks
+pass through as the upstream's own bytes unless the gateway has to change them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.config_types import ProviderConfig
+from gateway.core.chat import chunk_events, classify_error_object
+from gateway.core.events import Failure, FailureKind
+from gateway.core.sse import DONE, SSEEvent
+from gateway.providers.base import ChatChunk, ParsedBody, UpstreamRequest, retry_after_s
+
+
+class OpenAIStreamParser:
+    __slots__ = ()
+
+    def parse(self, event: SSEEvent) -> list[ChatChunk]:
+        data = event.data
+        if data[:6] == DONE:
+            return [ChatChunk([], None, None, done=True)]
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return [ChatChunk(chunk_events(None), None)]
+        return [ChatChunk(chunk_events(obj), obj, data)]
+
+
+class OpenAIChat:
+    """Translator for provider type `openai`."""
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        self.provider = provider
+        self._headers = self._base_headers()
+
+    def _base_headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+        if self.provider.api_key:
+            headers["authorization"] = f"Bearer {self.provider.api_key}"
+        headers.update(self.provider.headers)
+        return headers
+
+    def _url(self, path: str, model: str) -> str:
+        return f"{self.provider.base_url}{path}"
+
+    def _headers_for(self, stream: bool) -> dict[str, str]:
+        h = dict(self._headers)
+        h["accept"] = "text/event-stream" if stream else "application/json"
+        return h
+
+    def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
+                     send_stream_options: bool) -> UpstreamRequest:
+        out = dict(body)
+        out["model"] = model
+        if stream:
+            out["stream"] = True
+            if send_stream_options:
+                opts = out.get("stream_options")
+                out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+            else:
+                out.pop("stream_options", None)
+        else:
+            out.pop("stream", None)
+            out.pop("stream_options", None)
+        return UpstreamRequest("POST", self._url("/chat/completions", model), self._headers_for(stream),
+                               orjson.dumps(out), stream)
+
+    def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest:
+        out = dict(body)
+        out["model"] = model
+        return UpstreamRequest("POST", self._url("/embeddings", model), self._headers_for(False),
+                               orjson.dumps(out), False)
+
+    def stream_parser(self) -> OpenAIStreamParser:
+        return OpenAIStreamParser()
+
+    def parse_body(self, body: bytes) -> ParsedBody:
+        return parse_openai_body(body)
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+        return classify_openai_http_error(status, headers, body)
+
+
+def parse_openai_body(body: bytes) -> ParsedBody:
+    try:
+        obj = orjson.loads(body.strip() or b"null")  # DeepSeek may pad a body with blank lines
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict):
+        return ParsedBody({}, chunk_events(None))
+    return ParsedBody(obj, chunk_events(obj, message_key="message"))
+
+
+def classify_openai_http_error(status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+    try:
+        obj = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        obj = None
+    err = obj.get("error") if isinstance(obj, dict) else None
+    failure = classify_error_object(err if err is not None else {}, status)
+    if failure.kind is FailureKind.HTTP_4XX and not isinstance(err, dict):
+        failure = Failure(FailureKind.HTTP_4XX, f"upstream answered HTTP {status}", status=status)
+    ra = retry_after_s(headers)
+    if ra is not None:
+        failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type,
+                          failure.param, ra)
+    return failure

@@ -1,0 +1,85 @@
+"""Everything a request needs, compiled once per config: translators, compiled redaction profiles and
+guardrails, breakers, learned facts. A SIGHUP reload builds a new Runtime and swaps it in atomically;
+requests in flight keep the one they started with.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import structlog
+
+from gateway.auth import KeyRing
+from gateway.config_types import Config, Deployment, ModelConfig, ProviderConfig
+from gateway.core.breaker import CircuitBreaker
+from gateway.metrics import Metrics
+from gateway.providers.base import ChatTranslator
+from gateway.providers.registry import chat_translators
+from gateway.safety import Safety, compile_safety
+from gateway.upstream import Upstream
+
+log = structlog.get_logger("gateway")
+
+
+@dataclass(slots=True)
+class Learned:
+    """Learn-once facts per provider (CONTRACT §4.6), per replica, logged once each."""
+
+    no_stream_options: set[str] = field(default_factory=set)
+    no_stream: set[str] = field(default_factory=set)
+
+    def learn(self, fact: str, provider: str) -> None:
+        target = self.no_stream_options if fact == "no_stream_options" else self.no_stream
+        if provider not in target:
+            target.add(provider)
+            log.warning("learned_upstream_fact", provider=provider, fact=fact)
+
+
+@dataclass(slots=True)
+class Runtime:
+    config: Config
+    translators: dict[str, ChatTranslator]
+    upstream: Upstream
+    metrics: Metrics
+    safety: Safety
+    keyring: KeyRing
+    learned: Learned
+    breakers: dict[str, CircuitBreaker]
+    inflight: dict[str, int]  # deployment label -> attempts open now (balanced routing)
+    rand: random.Random = field(default_factory=random.Random)
+
+    def provider(self, d: Deployment) -> ProviderConfig:
+        return self.config.providers[d.provider]
+
+    def translator(self, d: Deployment) -> ChatTranslator:
+        return self.translators[d.provider]
+
+    def breaker(self, label: str) -> CircuitBreaker:
+        b = self.breakers.get(label)
+        if b is None:
+            b = self.breakers[label] = CircuitBreaker()
+        return b
+
+    def allowed(self, label: str) -> bool:
+        return self.breaker(label).allow(time.monotonic())
+
+    def model(self, name: str) -> ModelConfig | None:
+        return self.config.models.get(name)
+
+
+def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
+                  previous: Runtime | None = None) -> Runtime:
+    """Compile a config. Raises ValueError with a key path when something cannot be compiled."""
+    return Runtime(
+        config=config,
+        translators=chat_translators(config.providers),
+        upstream=upstream,
+        metrics=metrics,
+        safety=compile_safety(config),
+        keyring=KeyRing(config.auth),
+        learned=previous.learned if previous else Learned(),
+        breakers=previous.breakers if previous else {},
+        inflight=previous.inflight if previous else {},
+    )

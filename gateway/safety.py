@@ -1,0 +1,145 @@
+"""Per-model safety compiled once per config: the redaction profile and the guardrails (CONTRACT §5).
+
+Redaction and guardrails belong to the *requested* model, whichever deployment serves it. A request gets
+a `SafetyRun`, which builds the text window chain (redaction, then each stream-mode guardrail) for every
+(choice, text kind) and gathers the redaction counts for the metric and the log line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gateway.config_types import Config, GuardrailConfig, RedactionProfile
+from gateway.core.events import DeltaKind
+
+if TYPE_CHECKING:
+    from gateway.core.guard import GuardWindow, TextGuard, Verdict
+    from gateway.core.redact import RedactionWindow, Redactor
+
+
+@dataclass(frozen=True, slots=True)
+class Guardrail:
+    config: GuardrailConfig
+    text: TextGuard | None  # None for webhooks
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def applies(self, stage: str) -> bool:
+        return self.config.stage in (stage, "both")
+
+
+class _Chain:
+    """Redaction window, then each stream guardrail's window: one text kind of one choice."""
+
+    __slots__ = ("guards", "redaction")
+
+    def __init__(self, redaction: RedactionWindow | None, guards: list[GuardWindow]):
+        self.redaction, self.guards = redaction, guards
+
+    def push(self, text: str) -> tuple[str, Verdict | None]:
+        if self.redaction is not None:
+            text = self.redaction.push(text)
+        for g in self.guards:
+            text, verdict = g.push(text) if text else (text, None)
+            if verdict is not None:
+                return text, verdict
+        return text, None
+
+    def flush(self) -> tuple[str, Verdict | None]:
+        text = self.redaction.flush() if self.redaction is not None else ""
+        for g in self.guards:
+            released, verdict = g.push(text) if text else ("", None)
+            if verdict is not None:
+                return released, verdict
+            more, verdict = g.flush()
+            text = released + more
+            if verdict is not None:
+                return text, verdict
+        return text, None
+
+
+@dataclass(slots=True)
+class SafetyRun:
+    safety: ModelSafety
+    chains: list[_Chain] = field(default_factory=list)
+
+    def factory(self, kind: DeltaKind) -> _Chain | None:
+        s = self.safety
+        redaction = s.redactor.window() if s.redactor is not None and kind in s.scope else None
+        guards = [g.text.window() for g in s.stream_guards if g.text is not None]
+        if redaction is None and not guards:
+            return None
+        chain = _Chain(redaction, guards)
+        self.chains.append(chain)
+        return chain
+
+    def redaction_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.chains:
+            if c.redaction is not None:
+                for rule, n in c.redaction.take_counts().items():
+                    out[rule] = out.get(rule, 0) + n
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSafety:
+    redactor: Redactor | None
+    scope: frozenset[DeltaKind]
+    redact_inputs: bool
+    input_guards: tuple[Guardrail, ...]
+    stream_guards: tuple[Guardrail, ...]  # output, mode stream: windowed
+    hold_guards: tuple[Guardrail, ...]  # output, mode hold: whole answer before release
+    audit_guards: tuple[Guardrail, ...]  # output, mode audit: whole answer after release
+
+    @property
+    def filters_stream(self) -> bool:
+        return self.redactor is not None or bool(self.stream_guards)
+
+    def start(self) -> SafetyRun | None:
+        return SafetyRun(self) if self.filters_stream else None
+
+
+@dataclass(frozen=True, slots=True)
+class Safety:
+    models: dict[str, ModelSafety]
+
+
+def _redactor(profile: RedactionProfile) -> Redactor:
+    from gateway.core.redact import Redactor
+
+    return Redactor.compile(profile.rules, [(c.name, c.pattern) for c in profile.custom])
+
+
+def _guardrail(g: GuardrailConfig) -> Guardrail:
+    if g.type == "webhook":
+        return Guardrail(g, None)
+    from gateway.core.guard import TextGuard
+
+    return Guardrail(g, TextGuard.compile(g.name, g.type, g.terms, g.patterns))
+
+
+def compile_safety(config: Config) -> Safety:
+    used = {m.redaction for m in config.models.values()}
+    redactors = {name: _redactor(p) for name, p in config.redaction_profiles.items() if name in used}
+    guards = {name: _guardrail(g) for name, g in config.guardrails.items()}
+    models: dict[str, ModelSafety] = {}
+    for m in config.models.values():
+        mine = [guards[n] for n in m.guardrails]
+        out = [g for g in mine if g.applies("output")]
+        profile = config.redaction_profiles.get(m.redaction)
+        models[m.name] = ModelSafety(
+            redactor=redactors.get(m.redaction),
+            scope=frozenset(DeltaKind(s) for s in (profile.scope if profile else ())),
+            redact_inputs=bool(profile and profile.inputs),
+            input_guards=tuple(g for g in mine if g.applies("input")),
+            # a webhook cannot judge a stream incrementally: in stream mode it judges the whole answer
+            stream_guards=tuple(g for g in out if g.config.mode == "stream" and g.text is not None),
+            hold_guards=tuple(g for g in out if g.config.mode == "hold"),
+            audit_guards=tuple(g for g in out if g.config.mode == "audit"
+                               or (g.config.mode == "stream" and g.text is None)),
+        )
+    return Safety(models)

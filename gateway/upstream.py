@@ -1,0 +1,182 @@
+"""The only module that does outbound I/O: open an upstream request, hand back raw bytes.
+
+aiohttp's exceptions are translated here, at the boundary (like httpcore's `map_exceptions`), into one
+`UpstreamError` carrying a classified `Failure`; nothing inward ever sees an aiohttp type. Messages
+name the deployment, never a URL or address (CONTRACT §5.3). Redirects are never followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from gateway.config_types import ProviderConfig, Timeouts
+from gateway.core.events import Failure, FailureKind
+from gateway.providers.base import MAX_BODY_BYTES, UpstreamRequest
+from gateway.providers.mock import MockScript, mock_script
+
+
+class UpstreamError(Exception):
+    def __init__(self, failure: Failure):
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class UpstreamResponse(Protocol):
+    status: int
+    headers: Mapping[str, str]  # lower-case keys
+
+    @property
+    def is_event_stream(self) -> bool: ...
+
+    async def next_chunk(self) -> bytes: ...  # b"" at end of stream
+
+    async def read_body(self, limit: int = MAX_BODY_BYTES) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+@contextlib.contextmanager
+def map_exceptions(label: str) -> Iterator[None]:
+    """aiohttp/OS errors -> UpstreamError with a client-safe message naming the deployment."""
+    try:
+        yield
+    except UpstreamError:
+        raise
+    except aiohttp.ConnectionTimeoutError:
+        raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: timed out connecting")) from None
+    except aiohttp.SocketTimeoutError:
+        raise UpstreamError(Failure(FailureKind.IDLE_TIMEOUT, f"{label}: upstream went idle")) from None
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError):
+        raise UpstreamError(Failure(FailureKind.EARLY_EOF, f"{label}: upstream closed the connection")) from None
+    except aiohttp.ClientConnectorError:
+        raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: cannot connect")) from None
+    except (aiohttp.ClientError, OSError):
+        raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: connection failed")) from None
+    except TimeoutError:
+        raise UpstreamError(Failure(FailureKind.TOTAL_TIMEOUT, f"{label}: total time exceeded")) from None
+
+
+class HttpResponse:
+    __slots__ = ("_label", "_resp", "headers", "status")
+
+    def __init__(self, resp: aiohttp.ClientResponse, label: str):
+        self._resp, self._label = resp, label
+        self.status = resp.status
+        self.headers = {k.lower(): v for k, v in resp.headers.items()}
+
+    @property
+    def is_event_stream(self) -> bool:
+        return self.headers.get("content-type", "").startswith("text/event-stream")
+
+    async def next_chunk(self) -> bytes:
+        with map_exceptions(self._label):
+            return await self._resp.content.readany()
+
+    async def read_body(self, limit: int = MAX_BODY_BYTES) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await self.next_chunk():
+            size += len(chunk)
+            if size > limit:
+                raise UpstreamError(Failure(FailureKind.MALFORMED, f"{self._label}: upstream body too large"))
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        # close(), not release(): an unfinished stream must not go back to the pool half-read, and the
+        # upstream must see the connection drop at once when the client goes away (CONTRACT §4.7).
+        if not self._resp.closed:
+            self._resp.close()
+
+    def release(self) -> None:
+        self._resp.release()
+
+
+class MockResponse:
+    """Plays a `MockScript` with its pacing; same surface as an HTTP response."""
+
+    __slots__ = ("_parts", "_pos", "headers", "status")
+
+    def __init__(self, script: MockScript):
+        self.status = script.status
+        self.headers = {"content-type": script.content_type}
+        self._parts, self._pos = script.parts, 0
+
+    @property
+    def is_event_stream(self) -> bool:
+        return self.headers["content-type"] == "text/event-stream"
+
+    async def next_chunk(self) -> bytes:
+        if self._pos >= len(self._parts):
+            return b""
+        delay, data = self._parts[self._pos]
+        self._pos += 1
+        if delay > 0:
+            await asyncio.sleep(delay)
+        out = [data]
+        while self._pos < len(self._parts) and self._parts[self._pos][0] == 0:
+            out.append(self._parts[self._pos][1])  # what arrives together is read together
+            self._pos += 1
+        return b"".join(out)
+
+    async def read_body(self, limit: int = MAX_BODY_BYTES) -> bytes:
+        parts = []
+        while chunk := await self.next_chunk():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self._pos = len(self._parts)
+
+
+class Upstream:
+    """Owns the shared ClientSession (one per app, keep-alive pooled)."""
+
+    def __init__(self, session: aiohttp.ClientSession):
+        self.session = session
+
+    @staticmethod
+    def create_session() -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30.0,
+                                         enable_cleanup_closed=True)
+        return aiohttp.ClientSession(connector=connector, auto_decompress=True, trust_env=False,
+                                     skip_auto_headers=("User-Agent",), json_serialize=_dumps)
+
+    async def open(self, provider: ProviderConfig, req: UpstreamRequest, label: str) -> UpstreamResponse:
+        if provider.type == "mock":
+            return MockResponse(mock_script(provider, req.body))
+        t: Timeouts = provider.timeouts
+        # idle_s is the stream watchdog (aiohttp re-arms sock_read on every read); a non-stream answer
+        # sends nothing until it is done, so only total_s bounds it.
+        timeout = aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s,
+                                        sock_read=t.idle_s if req.stream else None)
+        with map_exceptions(label):
+            resp = await self.session.request(req.method, req.url, data=req.body, headers=dict(req.headers),
+                                              timeout=timeout, allow_redirects=False)
+        return HttpResponse(resp, label)
+
+    async def post_json(self, url: str, payload: Any, timeout_s: float, label: str) -> Any:
+        """A small JSON call (webhook guardrails). Raises UpstreamError on any failure."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        with map_exceptions(label):
+            async with self.session.post(url, data=orjson.dumps(payload), timeout=timeout,
+                                         headers={"content-type": "application/json"},
+                                         allow_redirects=False) as resp:
+                body = await resp.content.read(1024 * 1024)
+                if resp.status != 200:
+                    raise UpstreamError(Failure(FailureKind.HTTP_5XX, f"{label}: HTTP {resp.status}",
+                                                status=resp.status))
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(Failure(FailureKind.MALFORMED, f"{label}: not JSON")) from None
+
+
+def _dumps(obj: Any) -> str:
+    return orjson.dumps(obj).decode()

@@ -1,0 +1,49 @@
+"""`--workers N`: N API processes share the port (SO_REUSEPORT); this process serves /metrics, summing
+every worker's values through prometheus-client's multiprocess mode, and forwards SIGTERM/SIGHUP."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+
+import structlog
+
+from gateway.config_types import Config
+
+log = structlog.get_logger("gateway")
+
+
+def _worker(config: Config, path: str | None) -> None:
+    from gateway.cli import _install_uvloop
+    from gateway.server import run_server
+
+    _install_uvloop()
+    asyncio.run(run_server(config, path, serve_api=True, serve_metrics=False, reuse_port=True))
+
+
+def run_workers(config: Config, path: str | None, count: int) -> int:
+    from gateway.cli import fresh_multiproc_dir
+
+    fresh_multiproc_dir()  # before any metric exists, in this process and (inherited) in the workers
+    from prometheus_client import multiprocess
+
+    from gateway.server import run_server
+
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_worker, args=(config, path), daemon=False) for _ in range(count)]
+    for p in procs:
+        p.start()
+
+    def forward(sig: int) -> None:
+        for p in procs:
+            if p.pid is not None and p.is_alive():
+                os.kill(p.pid, sig)
+
+    code = asyncio.run(run_server(config, path, serve_api=False, serve_metrics=True, reuse_port=False,
+                                  forward=forward))
+    for p in procs:
+        p.join()
+        if p.pid is not None:
+            multiprocess.mark_process_dead(p.pid)
+    return code

@@ -1,0 +1,139 @@
+"""A scripted LLM provider on 127.0.0.1: the only fake in the integration tests.
+
+Each request to a path takes the next `Script` queued for it (or the path's default): a status, headers
+and parts — bytes to write, a `Pause` (pacing inside the scenario, not test synchronisation), `Hang`
+(wait until the gateway goes away) or `Close` (drop the connection). It records every request it got and
+when each connection was closed by the other side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class Pause:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Stop sending and wait until the peer closes the connection."""
+
+
+@dataclass(frozen=True)
+class Close:
+    """Drop the connection abruptly (no chunked terminator)."""
+
+
+Part = bytes | Pause | Hang | Close
+
+
+@dataclass
+class Script:
+    parts: list[Part] = field(default_factory=list)
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "text/event-stream"})
+    split: int = 0  # >0: write every bytes part in pieces of this size (each its own write)
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: Any
+    query: dict[str, str]
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
+
+
+def json_script(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Script:
+    return Script([orjson.dumps(obj)], status, {"Content-Type": "application/json", **(headers or {})})
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.queues: dict[str, deque[Script]] = defaultdict(deque)
+        self.defaults: dict[str, Script] = {}
+        self.received: list[Received] = []
+        self.closed_at: list[float] = []
+        self.closed = asyncio.Event()
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def enqueue(self, path: str, *scripts: Script) -> None:
+        self.queues[path].extend(scripts)
+
+    def bodies(self, path: str) -> list[Any]:
+        return [r.body for r in self.received if r.path == path]
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self.closed = asyncio.Event()
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = raw
+        self.received.append(Received(request.path, dict(request.headers), body, dict(request.query)))
+        queue = self.queues.get(request.path)
+        script = queue.popleft() if queue else self.defaults.get(request.path)
+        if script is None:
+            return web.json_response({"error": {"message": "no script", "type": "test"}}, status=599)
+        resp = web.StreamResponse(status=script.status, headers=script.headers)
+        try:
+            await resp.prepare(request)
+            for part in script.parts:
+                if not await self._play(request, resp, part, script.split):
+                    return resp
+            await resp.write_eof()
+        except (asyncio.CancelledError, ConnectionResetError):
+            self._mark_closed()
+            raise
+        return resp
+
+    async def _play(self, request: web.Request, resp: web.StreamResponse, part: Part, split: int) -> bool:
+        if isinstance(part, Pause):
+            await asyncio.sleep(part.seconds)
+        elif isinstance(part, Hang):
+            await asyncio.Event().wait()  # ends only by cancellation when the peer disconnects
+        elif isinstance(part, Close):
+            assert request.transport is not None
+            request.transport.abort()
+            return False
+        elif split:
+            for i in range(0, len(part), split):
+                await resp.write(part[i:i + split])
+                await asyncio.sleep(0)
+        else:
+            await resp.write(part)
+        return True
+
+    def _mark_closed(self) -> None:
+        self.closed_at.append(time.monotonic())
+        self.closed.set()

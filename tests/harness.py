@@ -1,0 +1,102 @@
+"""Run the real gateway and the fake upstream on 127.0.0.1 in a background event loop thread, so tests
+can drive them with the official `openai` SDK, sync or async, exactly as users do."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import httpx
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gateway.app import create_app, create_metrics_app
+from gateway.config import parse_config
+from gateway.config_types import Config
+from gateway.metrics import Metrics, create_metrics
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="servers", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class GatewayServer:
+    """The real app on real sockets: the API port and the metrics port."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.metrics: Metrics = create_metrics(CollectorRegistry())
+        self.port = 0
+        self.metrics_port = 0
+        self.app: web.Application | None = None
+        self._runners: list[web.AppRunner] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def start(self) -> None:
+        self.app = create_app(self.config, self.metrics)
+        self.port = await self._serve(self.app, 30.0)
+        self.metrics_port = await self._serve(create_metrics_app(self.metrics), 1.0)
+
+    async def _serve(self, app: web.Application, shutdown: float) -> int:
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=shutdown, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self._runners.append(runner)
+        return int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        for r in self._runners:
+            await r.cleanup()
+
+    def scrape(self) -> str:
+        """/metrics over HTTP, from the metrics port."""
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+
+    def registry_text(self) -> str:
+        assert self.metrics.registry is not None
+        return generate_latest(self.metrics.registry).decode()
+
+    def sample(self, name: str, **labels: str) -> float:
+        assert self.metrics.registry is not None
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+def gateway_config(upstream_url: str, **overrides: Any) -> Config:
+    """A config with one OpenAI-compatible provider `up` at the fake upstream and model `m`."""
+    raw: dict[str, Any] = {
+        "server": {"keepalive_after_s": 30},
+        "auth": {"allow_unauthenticated": True},
+        "providers": {"up": {"type": "openai", "base_url": f"{upstream_url}/v1", "api_key": "sk-upstream-SECRET",
+                             "timeouts": {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}}},
+        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}]}],
+    }
+    for key, value in overrides.items():
+        raw[key] = value
+    return parse_config(raw, env={})
