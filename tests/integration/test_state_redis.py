@@ -20,7 +20,7 @@ from gateway.state import MemoryBackend, create_backend
 from gateway.state.base import Reservation
 from gateway.state.redis import RedisBackend, cache_redis_key, rate_key, spend_key
 from gateway.state.window import minute_of
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, free_port
 
 T0 = 1_700_000_040.0  # the start of a minute; limits take `now` from the caller, not from Redis
 MINUTE = minute_of(T0)
@@ -266,15 +266,14 @@ async def test_a_stalled_redis_times_out_into_local_limits(server: RedisServer, 
 
 
 async def test_logs_never_show_the_redis_password(make: Factory) -> None:
-    dead = RedisServer()  # a port nobody listens on
-    url = f"redis://gw-user:s3cret-pw@127.0.0.1:{dead.port}/0"
-    dead.close()
+    port = free_port()  # nobody listens there
+    url = f"redis://gw-user:s3cret-pw@127.0.0.1:{port}/0"
     backend = make(url=url)
     with capture_logs() as logs:
         assert (await backend.check_request("k", 2, None, 0, T0))[0].allowed
     assert len(logs) == 1
     assert "s3cret-pw" not in repr(logs) and "gw-user" not in repr(logs)
-    assert logs[0]["redis"] == f"127.0.0.1:{dead.port}/0"
+    assert logs[0]["redis"] == f"127.0.0.1:{port}/0"
 
 
 async def test_create_backend_builds_a_redis_backend(server: RedisServer) -> None:
