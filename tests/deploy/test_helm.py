@@ -94,6 +94,8 @@ def real_providers_values() -> dict[str, Any]:
     """A production-style release: the real-provider example config, its keys in secret.env."""
     config = yaml.safe_load((ROOT / "deploy" / "config" / "real-providers.example.yaml").read_text())
     keys = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_KEY", "TEAM_A_KEY", "TEAM_B_KEY")
+    # Helm merges maps with the defaults: null removes the default's mock provider.
+    config["providers"]["demo"] = None
     return {"config": config, "secret": {"env": {k: f"test-{k.lower()}" for k in keys}},
             "redis": {"url": "redis://redis:6379/0"}}
 
@@ -192,6 +194,15 @@ def test_rendered_config_passes_check_config(
     docs = render(chart, values)
     result = check_config(gateway_config(docs), secret_env(docs), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_users_config_passes_through_unchanged(chart: helm.Chart) -> None:
+    example = yaml.safe_load((ROOT / "deploy" / "config" / "real-providers.example.yaml").read_text())
+    rendered = gateway_config(render(chart, real_providers_values()))
+    # Only state is the chart's: redis.url is set, so the URL comes from the Secret.
+    assert rendered.pop("state") == {"backend": "redis", "redis_url": "${REDIS_URL}"}
+    example.pop("state")
+    assert rendered == example
 
 
 def test_check_config_rejects_what_the_schema_lets_through(chart: helm.Chart, tmp_path: Path) -> None:
