@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.context import RequestContext
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
 from gateway.state.base import StateBackend
@@ -12,7 +13,6 @@ RUNTIME = web.AppKey("runtime", Runtime)
 STATE = web.AppKey("state", StateBackend)
 METRICS = web.AppKey("metrics", Metrics)
 
-# request slots (aiohttp requests are plain mappings)
-CTX = "gateway.ctx"  # RequestContext, once the handler has resolved the model
-REQUEST_ID = "gateway.request_id"
-T0 = "gateway.t0"
+CTX = web.RequestKey("ctx", RequestContext)  # once the handler has resolved the model
+REQUEST_ID = web.RequestKey("request_id", str)
+T0 = web.RequestKey("t0", float)

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-import httpx
+import urllib.request
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -76,7 +76,8 @@ class GatewayServer:
 
     def scrape(self) -> str:
         """/metrics over HTTP, from the metrics port."""
-        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
 
     def registry_text(self) -> str:
         assert self.metrics.registry is not None

@@ -131,6 +131,8 @@ def classify_error_object(err: Any, status: int | None) -> Failure:
     param = err.get("param") if isinstance(err.get("param"), str) else None
     message = err.get("message") if isinstance(err.get("message"), str) else "upstream error"
     numeric = int(code) if code and code.isdigit() else None
+    if numeric is None and isinstance(err.get("status_code"), int):
+        numeric = err["status_code"]  # Groq puts the HTTP status beside a string code
     effective = status if status is not None else numeric
     kind = _kind(code, etype, param, effective, inband=status is None)
     return Failure(kind, message, status=effective, code=code, type=etype, param=param)
@@ -152,10 +154,12 @@ def _kind(code: str | None, etype: str | None, param: str | None, status: int | 
     if param == "stream" and status == 400:
         return FailureKind.STREAM_REJECTED
     if inband:
-        if code in _RETRYABLE_CODES or etype in _RETRYABLE_CODES or status is None or status >= 500 \
-                or status in (408, 409, 429):
+        if code in _RETRYABLE_CODES or etype in _RETRYABLE_CODES:
             return FailureKind.INBAND
-        return FailureKind.HTTP_4XX  # an in-band client error (e.g. Groq tool_use_failed) passes through
+        client_status = status is not None and 400 <= status < 500 and status not in (408, 409, 429)
+        if client_status or etype == "invalid_request_error":
+            return FailureKind.HTTP_4XX  # an in-band client error (e.g. Groq tool_use_failed) passes through
+        return FailureKind.INBAND
     return _by_status(status or 502)
 
 

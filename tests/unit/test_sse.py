@@ -1,0 +1,129 @@
+"""The SSE decoder fed bytes at every chunk boundary, for every line ending (WHATWG HTML §9.2.5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gateway.core.sse import (
+    BOM,
+    SSEDecoder,
+    SSEError,
+    SSEEvent,
+    encode_data,
+    encode_event,
+    encode_multiline,
+)
+
+FIXTURES = sorted((Path(__file__).parent.parent / "fixtures" / "sse").glob("*.sse"))
+ENDINGS = {"lf": b"\n", "crlf": b"\r\n", "cr": b"\r"}
+
+
+def decode_all(pieces: list[bytes]) -> list[SSEEvent]:
+    dec = SSEDecoder()
+    out: list[SSEEvent] = []
+    for p in pieces:
+        out.extend(dec.feed(p))
+    out.extend(dec.finish())
+    return out
+
+
+def with_ending(raw: bytes, ending: bytes) -> bytes:
+    return raw.replace(b"\n", ending)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("ending", list(ENDINGS), ids=list(ENDINGS))
+def test_every_split_point_gives_the_same_events(path: Path, ending: str) -> None:
+    raw = with_ending(path.read_bytes(), ENDINGS[ending])
+    expected = decode_all([raw])
+    assert expected, "fixture decodes to events"
+    for i in range(len(raw) + 1):
+        assert decode_all([raw[:i], raw[i:]]) == expected, f"split at byte {i}"
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("ending", list(ENDINGS), ids=list(ENDINGS))
+def test_one_byte_at_a_time(path: Path, ending: str) -> None:
+    raw = with_ending(path.read_bytes(), ENDINGS[ending])
+    assert decode_all([raw[i:i + 1] for i in range(len(raw))]) == decode_all([raw])
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_line_endings_do_not_change_the_events(path: Path) -> None:
+    raw = path.read_bytes()
+    results = [decode_all([with_ending(raw, e)]) for e in ENDINGS.values()]
+    assert results[0] == results[1] == results[2]
+
+
+def test_fixture_payloads_are_json_and_keep_u2028_inside_strings() -> None:
+    events = decode_all([(FIXTURES[0].parent / "chat_text.sse").read_bytes()])
+    contents = [orjson.loads(e.data) for e in events if e.data != b"[DONE]"]
+    assert "изв\u2028естни" in contents[2]["choices"][0]["delta"]["content"]
+
+
+def test_crlf_split_across_reads_is_one_line_end() -> None:
+    events = decode_all([b"data: a\r", b"\n\r", b"\ndata: b\r\n\r\n"])
+    assert [e.data for e in events] == [b"a", b"b"]
+
+
+def test_lone_cr_then_lf_in_next_chunk_is_not_a_blank_line() -> None:
+    # "data: a\r" + "\ndata: b\r\r": the LF completes the CR, so "a" and "b" are ONE event
+    events = decode_all([b"data: a\r", b"\ndata: b\r\r"])
+    assert [e.data for e in events] == [b"a\nb"]
+
+
+def test_comments_are_counted_not_dispatched() -> None:
+    dec = SSEDecoder()
+    assert dec.feed(b": keepalive\n\n: OPENROUTER PROCESSING\n\n") == []
+    assert dec.comments == 2
+
+
+def test_field_without_space_and_with_two_spaces() -> None:
+    events = decode_all([b"data:x\n\ndata:  y\n\n"])
+    assert [e.data for e in events] == [b"x", b" y"]
+
+
+def test_multi_line_data_joins_with_lf_and_bare_data_line_adds_empty_line() -> None:
+    events = decode_all([b"data: a\ndata\ndata: b\n\n"])
+    assert [e.data for e in events] == [b"a\n\nb"]
+
+
+def test_event_name_and_id_are_kept_and_id_persists() -> None:
+    events = decode_all([b"event: response.created\nid: 1\ndata: {}\n\ndata: 2\n\n"])
+    assert events[0] == SSEEvent(b"{}", "response.created", "1")
+    assert events[1] == SSEEvent(b"2", None, "1")
+
+
+def test_event_without_data_dispatches_nothing() -> None:
+    assert decode_all([b"event: ping\n\n\n\nretry: 10\n\n"]) == []
+
+
+def test_bom_stripped_once_even_when_split() -> None:
+    raw = BOM + b"data: a\n\n"
+    for i in range(len(raw) + 1):
+        assert [e.data for e in decode_all([raw[:i], raw[i:]])] == [b"a"]
+    assert decode_all([BOM + BOM + b"data: a\n\n"]) == []  # a second BOM is part of the field name
+
+
+def test_unterminated_final_event_is_discarded() -> None:
+    assert [e.data for e in decode_all([b"data: a\n\ndata: b"])] == [b"a"]
+    assert [e.data for e in decode_all([b"data: a\n\ndata: b\n"])] == [b"a"]
+
+
+def test_size_limit_on_one_line_and_on_one_event() -> None:
+    with pytest.raises(SSEError):
+        SSEDecoder(max_event_bytes=100).feed(b"data: " + b"x" * 200)
+    dec = SSEDecoder(max_event_bytes=100)
+    with pytest.raises(SSEError):
+        for _ in range(20):
+            dec.feed(b"data: " + b"y" * 10 + b"\n")
+
+
+def test_encoders_round_trip() -> None:
+    payload = b'{"a":"line\\nbreak"}'
+    assert decode_all([encode_data(payload)]) == [SSEEvent(payload)]
+    assert decode_all([encode_event("response.done", b"{}")]) == [SSEEvent(b"{}", "response.done")]
+    assert decode_all([encode_multiline(b"one\r\ntwo\nthree", "x")]) == [SSEEvent(b"one\ntwo\nthree", "x")]
