@@ -61,12 +61,12 @@ def ttft_summary() -> list[Panel | Row]:
              "95th percentile of time to first token as clients see it (request received to first output "
              "token written, retries and fallbacks included) over the whole selected time range.",
              f"histogram_quantile(0.95, sum by (le) (increase({GW_TTFT}_bucket{{{MP}}}[{rng}])))",
-             unit="s", red=2.5),
+             unit="s", red=2.0),
         stat("Upstream TTFT p95",
              "95th percentile of the winning upstream attempt's own time to first token (request sent to "
              "first output token received) over the selected time range.",
              f"histogram_quantile(0.95, sum by (le) (increase({UP_TTFT}_bucket{{{MP}}}[{rng}])))",
-             unit="s", red=2.5),
+             unit="s", red=2.0),
         stat("Gateway share of mean TTFT",
              "Part of the mean time to first token spent outside the winning upstream attempt: failed "
              "attempts, backoff, input guardrails and the gateway's own processing. Near 0 % is healthy; "

@@ -32,7 +32,7 @@ TTFT_MIN_BUCKET_S = 0.025
 TTFT_MAX_BUCKET_S = 120.0
 # Bucket bounds that deploy/prometheus/alerts.yaml uses as TTFT SLO thresholds. The TTFT histogram
 # must have these bounds, or the SLO alerts cannot tell fast first tokens from slow ones.
-TTFT_SLO_BOUNDS_S = (2.5, 10.0)
+TTFT_SLO_BOUNDS_S = (2.0, 10.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.contract_metrics import TTFT_SLO_BOUNDS_S
 from tests.deploy.promql_lint import problems
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,3 +107,9 @@ def test_unit_tests_show_every_alert_firing_and_staying_quiet() -> None:
     names = {a["alert"] for a in _alerts()}
     assert names - fires == set(), "alerts never shown firing"
     assert names - quiet == set(), "alerts never shown staying quiet"
+
+
+def test_ttft_slo_thresholds_are_the_bucket_bounds_the_contract_module_promises() -> None:
+    (rule,) = [r for r in _rules() if r.get("record") == "model:llm_gateway_ttft_slo_threshold:le"]
+    bounds = {float(v) for v in re.findall(r'"le", "([0-9.]+)"', rule["expr"])}
+    assert bounds == set(TTFT_SLO_BOUNDS_S)
