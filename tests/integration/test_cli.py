@@ -1,0 +1,108 @@
+"""The CLI as users run it: real processes, real ports, the official openai SDK."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from gateway import __version__
+from tests.harness import free_port
+
+GATEWAY = [sys.executable, "-m", "gateway"]
+SECRET = "sk-live-THIS-MUST-NOT-BE-PRINTED-123456"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GATEWAY, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def test_version() -> None:
+    assert run("version").stdout.strip() == __version__
+
+
+BAD = f"""
+server: {{port: 8080, metrics_port: 9464, bogus: 1}}
+auth: {{allow_unauthenticated: true}}
+providers:
+  real: {{type: openai, base_url: https://api.openai.com/v1, api_key: {SECRET}}}
+  other: {{type: openai, base_url: https://example.com/v1, api_key: "${{MISSING_KEY_VAR}}"}}
+models:
+  - name: a
+    deployments: [{{provider: real, model: x}}]
+  - name: b
+    deployments: [{{provider: real, model: y}}]
+  - name: c
+    deployments: [{{provider: real, model: z}}, {{provider: x, model: q}}]
+"""
+
+
+def test_check_config_names_every_bad_key_path_and_never_a_secret(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(BAD)
+    result = run("check-config", str(cfg))
+    assert result.returncode == 2
+    assert 'models[2].deployments[1].provider: unknown provider "x"' in result.stderr
+    assert "server.bogus: unknown key" in result.stderr
+    assert "providers.other.api_key: environment variable MISSING_KEY_VAR is not set" in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+    served = run("serve", "--config", str(cfg))
+    assert served.returncode == 2
+    assert 'models[2].deployments[1].provider: unknown provider "x"' in served.stderr
+    assert SECRET not in served.stderr + served.stdout
+
+
+def test_check_config_accepts_a_valid_file_with_env(tmp_path: Path) -> None:
+    cfg = tmp_path / "ok.yaml"
+    cfg.write_text(BAD.replace("bogus: 1", "drain_s: 5").replace(", {provider: x, model: q}", ""))
+    assert run("check-config", str(cfg), env={"MISSING_KEY_VAR": "k"}).returncode == 0
+
+
+@pytest.fixture
+def demo() -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """`gateway serve` with no config: the embedded default, on free ports."""
+    port, mport = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k != "GATEWAY_CONFIG"}
+    proc = subprocess.Popen([*GATEWAY, "serve", "--port", str(port), "--metrics-port", str(mport)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 20
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if '"listening"' in line:
+            break
+    else:
+        proc.kill()
+        pytest.fail("gateway did not start: " + "".join(lines))
+    assert any("demo_mode" in line for line in lines), "the demo logs a warning"
+    yield proc, port
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_embedded_default_streams_the_demo_model_and_drains_on_sigterm(
+        demo: tuple[subprocess.Popen[str], int]) -> None:
+    proc, port = demo
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=20)
+    assert [m.id for m in c.models.list()] == ["demo"]
+    stream = c.chat.completions.create(model="demo", stream=True,
+                                       messages=[{"role": "user", "content": "hi"}])
+    it = iter(stream)
+    first = next(it)
+    assert first.choices
+    proc.send_signal(signal.SIGTERM)  # drain: the open stream finishes, then the process exits 0
+    rest = list(it)
+    text = "".join(ch.choices[0].delta.content or "" for ch in [first, *rest] if ch.choices)
+    assert text.startswith("Hello from the llm-gateway demo.") and text.endswith("in Grafana.")
+    assert proc.wait(timeout=20) == 0
