@@ -1,0 +1,237 @@
+"""Every dashboard query, evaluated by a real Prometheus scraping a real gateway that serves real traffic.
+
+The gateway runs the built-in mock provider; the official `openai` SDK sends chat requests (streamed and
+not) in a background thread until the test is done. Prometheus scrapes every second and loads
+deploy/prometheus/alerts.yaml, so the rules are evaluated against the gateway's real exposition too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.deploy.promql_lint import substitute
+
+ROOT = Path(__file__).resolve().parents[2]
+GATEWAY_CONFIG = """\
+server: {host: 127.0.0.1}
+auth: {allow_unauthenticated: true}
+providers: {demo: {type: mock, ttft_ms: 5, token_delay_ms: 1}}
+models: [{name: demo, deployments: [{provider: demo, model: demo-1}]}]
+"""
+DEADLINE_S = 20.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+def _poll(check: Callable[[], bool], timeout: float, what: str,
+          proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Calls check until it is true; fails after timeout or when the process under test has exited."""
+    end = time.monotonic() + timeout
+    stop = threading.Event()
+    while not check():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what}: the process exited with {proc.returncode}")
+        if time.monotonic() > end:
+            pytest.fail(f"{what}: not reached within {timeout} s")
+        stop.wait(0.1)  # pacing between probes, not synchronization: the loop checks the condition
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+    tmp = tmp_path_factory.mktemp("gateway")
+    (tmp / "config.yaml").write_text(GATEWAY_CONFIG)
+    port, metrics_port = _free_port(), _free_port()
+    proc = _start([sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "config.yaml"),
+                   "--port", str(port), "--metrics-port", str(metrics_port)], tmp / "gateway.log")
+    try:
+        _poll(lambda: _get(f"http://127.0.0.1:{port}/healthz")[0] == 200, 15, "gateway /healthz", proc)
+        yield port, metrics_port
+    finally:
+        _stop(proc)
+
+
+def _rules_for_test(tmp: Path) -> Path:
+    # The TTFT SLO group evaluates once a minute in production; here every second, so the test
+    # does not wait for its first evaluation.
+    text = (ROOT / "deploy/prometheus/alerts.yaml").read_text(encoding="utf-8")
+    assert "interval: 1m" in text
+    rules = tmp / "alerts.yaml"
+    rules.write_text(text.replace("interval: 1m", "interval: 1s"), encoding="utf-8")
+    return rules
+
+
+@pytest.fixture(scope="module")
+def prometheus(gateway: tuple[int, int], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    exe = shutil.which("prometheus")
+    if exe is None:
+        pytest.fail("prometheus is missing: run `bash scripts/ensure-tools.sh` (Debian package prometheus)")
+    tmp = tmp_path_factory.mktemp("prometheus")
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(_rules_for_test(tmp))],
+        "scrape_configs": [{"job_name": "llm-gateway",
+                            "static_configs": [{"targets": [f"127.0.0.1:{gateway[1]}"]}]}],
+    }
+    (tmp / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+    port = _free_port()
+    proc = _start([exe, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+                   f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], tmp / "prometheus.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _poll(lambda: _get(f"{base}/-/ready")[0] == 200, 15, "prometheus /-/ready", proc)
+        yield base
+    finally:
+        _stop(proc)
+
+
+class Traffic(threading.Thread):
+    """Chat requests through the gateway with the official SDK, streamed and not, until stopped."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                                    max_retries=0, timeout=10)
+        self.stopping = threading.Event()
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        messages: Any = [{"role": "user", "content": "Say hello."}]
+        try:
+            while not self.stopping.is_set():
+                stream = self.client.chat.completions.create(model="demo", messages=messages, stream=True)
+                text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+                reply = self.client.chat.completions.create(model="demo", messages=messages)
+                assert text and reply.choices[0].message.content == text
+                self.sent += 2
+        except BaseException as exc:  # reported by the test, not swallowed
+            self.error = exc
+
+
+@pytest.fixture(scope="module")
+def traffic(gateway: tuple[int, int], prometheus: str) -> Iterator[Traffic]:
+    thread = Traffic(gateway[0])
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.stopping.set()
+        thread.join(timeout=15)
+
+
+def _query(base: str, expr: str) -> dict[str, Any]:
+    status, body = _get(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    doc: dict[str, Any] = json.loads(body) if body else {"status": "error", "error": f"HTTP {status}"}
+    return doc
+
+
+def _panel_queries() -> list[tuple[str, str]]:
+    out = []
+    for path in sorted((ROOT / "grafana" / "dashboards").glob("*.json")):
+        board = json.loads(path.read_text(encoding="utf-8"))
+        for panel in board["panels"]:
+            for target in panel.get("targets", []):
+                out.append((f"{board['uid']} / {panel['title']} / {target['refId']}", target["expr"]))
+    return out
+
+
+def _verdict(base: str, expr: str) -> str | None:
+    """None when expr parses and returns at least one finite sample, else why not."""
+    doc = _query(base, substitute(expr))
+    if doc.get("status") != "success":
+        return f"error: {doc.get('error')}"
+    result = doc["data"]["result"]
+    values = [float(s["value"][1]) for s in result] if doc["data"]["resultType"] == "vector" else []
+    if not any(math.isfinite(v) for v in values):
+        return f"no finite sample: {result}"
+    return None
+
+
+def test_every_dashboard_query_returns_data(prometheus: str, traffic: Traffic) -> None:
+    queries = _panel_queries()
+    assert len(queries) > 30
+    pending = dict(queries)
+    end = time.monotonic() + DEADLINE_S
+    pace = threading.Event()
+    while pending and time.monotonic() < end and traffic.error is None:
+        pending = {name: expr for name, expr in pending.items() if _verdict(prometheus, expr) is not None}
+        pace.wait(0.5)  # pacing between rounds while Prometheus scrapes; the loop checks the results
+    assert traffic.error is None, f"traffic failed: {traffic.error!r}"
+    assert traffic.sent > 0
+    failures = {name: _verdict(prometheus, expr) for name, expr in pending.items()}
+    assert failures == {}
+
+
+def test_template_variables_list_the_demo_model_and_provider(prometheus: str, traffic: Traffic) -> None:
+    board = json.loads((ROOT / "grafana/dashboards/llm-gateway-overview.json").read_text(encoding="utf-8"))
+    for var in board["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        definition = substitute(var["definition"])
+        selector, label = definition[len("label_values("):-1].rsplit(", ", 1)
+        url = f"{prometheus}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector})
+        status, body = _get(url)
+        assert status == 200, body
+        assert "demo" in json.loads(body)["data"], (var["name"], body)
+
+
+def test_alert_rules_evaluate_cleanly_on_real_metrics(prometheus: str, traffic: Traffic) -> None:
+    def all_evaluated() -> bool:
+        status, body = _get(f"{prometheus}/api/v1/rules")
+        rules = [r for g in json.loads(body)["data"]["groups"] for r in g["rules"]] if status == 200 else []
+        return bool(rules) and all(r["health"] != "unknown" for r in rules)
+
+    _poll(all_evaluated, DEADLINE_S, "every rule evaluated once")
+    _, body = _get(f"{prometheus}/api/v1/rules")
+    rules = [r for g in json.loads(body)["data"]["groups"] for r in g["rules"]]
+    assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
+    # The SLO threshold join finds the gateway's real bucket bound: the demo's first tokens are fast.
+    slow = _query(prometheus, 'model:llm_gateway_ttft_slow:ratio_rate5m{model="demo"}')["data"]["result"]
+    assert [float(s["value"][1]) for s in slow] == [0.0]
+    firing = _query(prometheus, 'ALERTS{alertstate="firing"}')["data"]["result"]
+    assert firing == []
+
