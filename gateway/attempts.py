@@ -6,10 +6,11 @@ failures go to `core.retry.decide`, which answers retry-same, next-deployment, p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import structlog
 
@@ -48,8 +49,13 @@ class Won:
 AttemptFn = Callable[[Deployment], Awaitable[T]]
 
 
-async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T]) -> tuple[Won, T]:
-    """Try deployments per the routing plan and retry policy. Raises a GatewayError when it gives up."""
+async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
+                       discard: Callable[[T], None] | None = None) -> tuple[Won, T]:
+    """Try deployments per the routing plan and retry policy. Raises a GatewayError when it gives up.
+
+    With `discard` (how to drop an unwanted result) and the model's `hedge_after_ms`, the first attempt is
+    hedged: if it has no result by then, the next deployment starts too and the first to succeed wins.
+    """
     model = ctx.model
     failures: list[Failure] = []
     # Breakers are asked lazily, just before a deployment is tried: asking admits a half-open probe.
@@ -61,7 +67,15 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T]) 
         on_this += 1
         ctx.attempts = total
         try:
-            result = await _one(rt, ctx, d, attempt)
+            if total == 1 and discard is not None and model.hedge_after_ms > 0 and pos + 1 < len(order):
+                hedge = _Hedge(rt, ctx, attempt, discard, order, pos)
+                d, result = await hedge.run(d, model.hedge_after_ms / 1000.0)
+                total, pos, on_this = ctx.attempts, hedge.pos, hedge.on_this
+            else:
+                result = await _one(rt, ctx, d, attempt)
+        except _HedgeFailed as hf:
+            failures.extend(hf.earlier)
+            total, pos, on_this, d, failure = ctx.attempts, hf.pos, 1, hf.deployment, hf.failure
         except UpstreamError as exc:
             failure = exc.failure
         else:
@@ -81,9 +95,78 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T]) 
     raise give_up_error(model.name, failures)
 
 
+class _HedgeFailed(Exception):
+    def __init__(self, deployment: Deployment, failure: Failure, earlier: list[Failure], pos: int):
+        super().__init__(failure.message)
+        self.deployment, self.failure, self.earlier, self.pos = deployment, failure, earlier, pos
+
+
+class _Hedge(Generic[T]):
+    """Two attempts racing (CONTRACT §4.4): the primary, and after `delay` the next deployment."""
+
+    def __init__(self, rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T], discard: Callable[[T], None],
+                 order: list[int], pos: int):
+        self.rt, self.ctx, self.attempt, self.discard = rt, ctx, attempt, discard
+        self.order, self.pos, self.on_this = order, pos, 1
+
+    async def run(self, primary: Deployment, delay: float) -> tuple[Deployment, T]:
+        first = asyncio.ensure_future(_one(self.rt, self.ctx, primary, self.attempt))
+        done, _ = await asyncio.wait({first}, timeout=delay)
+        if done:
+            return primary, first.result()
+        model = self.ctx.model
+        hedge_pos = _next_allowed(self.rt, self.order, model.deployments, self.pos + 1)
+        if hedge_pos >= len(self.order):
+            return primary, await first
+        second_d = model.deployments[self.order[hedge_pos]]
+        self.ctx.attempts = 2
+        second = asyncio.ensure_future(_one(self.rt, self.ctx, second_d, self.attempt))
+        racers = {first: primary, second: second_d}
+        try:
+            return await self._race(racers, first, hedge_pos)
+        finally:
+            for task in racers:
+                if not task.done():
+                    task.cancel()
+            for task in racers:
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _race(self, racers: dict[asyncio.Future[T], Deployment], first: asyncio.Future[T],
+                    hedge_pos: int) -> tuple[Deployment, T]:
+        pending, failed = set(racers), []
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                exc = task.exception()
+                if exc is None:
+                    self._settle(racers, task, first)
+                    self.pos = hedge_pos if task is not first else self.pos
+                    return racers[task], task.result()
+                if not isinstance(exc, UpstreamError):
+                    raise exc
+                failed.append((racers[task], exc.failure))
+        for d, f in failed[:-1]:
+            _after_failure(self.rt, self.ctx, d, f)
+        last_d, last_f = failed[-1]
+        raise _HedgeFailed(last_d, last_f, [f for _, f in failed[:-1]], hedge_pos)
+
+    def _settle(self, racers: dict[asyncio.Future[T], Deployment], winner: asyncio.Future[T],
+                first: asyncio.Future[T]) -> None:
+        m = self.rt.metrics
+        m.hedges.labels(self.ctx.model.name, "primary" if winner is first else "hedge").inc()
+        for task, d in racers.items():
+            if task is winner:
+                continue
+            if not task.done():
+                m.attempts.labels(self.ctx.model.name, d.label, "hedge_cancelled").inc()
+            elif task.exception() is None:
+                self.discard(task.result())  # both won at once: release the loser's connection
+
+
 def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, ...], start: int) -> int:
     pos = start
-    while pos < len(order) and not rt.allowed(deployments[order[pos]].label):
+    while pos < len(order) and not rt.allowed(deployments[order[pos]]):
         pos += 1
     return pos
 
@@ -95,7 +178,7 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
         result = await attempt(d)
     finally:
         rt.inflight[label] -= 1
-    rt.breaker(label).record_success(time.monotonic())
+    rt.breaker(d).record_success(time.monotonic())
     rt.metrics.attempts.labels(ctx.model.name, label, "ok").inc()
     return result
 
@@ -103,7 +186,7 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
 def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Failure) -> None:
     rt.metrics.attempts.labels(ctx.model.name, d.label, ATTEMPT_OUTCOME[failure.kind]).inc()
     if counts_against_deployment(failure.kind):
-        rt.breaker(d.label).record_failure(time.monotonic())
+        rt.breaker(d).record_failure(time.monotonic())
     if failure.kind is FailureKind.STREAM_OPTIONS_REJECTED:
         rt.learned.learn("no_stream_options", d.provider)
     elif failure.kind is FailureKind.STREAM_REJECTED:

@@ -31,7 +31,7 @@ async def stream_chat(request: web.Request, rt: Runtime, ctx: RequestContext) ->
     async def attempt(d: Deployment) -> OpenedStream:
         return await open_stream(rt, ctx, d)
 
-    task = asyncio.ensure_future(run_attempts(rt, ctx, attempt))
+    task = asyncio.ensure_future(run_attempts(rt, ctx, attempt, discard=OpenedStream.close))
     client: web.StreamResponse | None = None
     opened: OpenedStream | None = None
     try:

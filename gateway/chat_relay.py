@@ -43,6 +43,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
         await _emit(rt, ctx, client, first, hold, opened.t_first, filt.output_released)
         _check_refusal(filt)
         await _pump(rt, ctx, opened, client, filt, hold)
+        _check_upstream_error(opened)
         tail = filt.flush_all()
         _check_refusal(filt)
         if not (opened.assembler.finished or (opened.done and opened.assembler.first_token)):
@@ -78,14 +79,22 @@ async def _pump(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
             t_read = time.perf_counter()
             chunks = opened.feed(data)
         except UpstreamError as exc:
-            reason = exc.failure.kind.value
-            err: GatewayError = (UpstreamTimeout if exc.failure.is_timeout else UpstreamFailed)(
-                f"{opened.deployment.label}: {reason.replace('_', ' ')} after the first token")
-            raise StreamEnded(err, reason) from None
+            raise _after_token_error(opened, exc.failure.kind.value, exc.failure.is_timeout) from None
         out = _apply(filt, chunks)
         if out:
             await _emit(rt, ctx, client, out, hold, t_read, filt.output_released)
         _check_refusal(filt)
+
+
+def _after_token_error(opened: OpenedStream, reason: str, timeout: bool) -> StreamEnded:
+    cls = UpstreamTimeout if timeout else UpstreamFailed
+    message = f"{opened.deployment.label}: {reason.replace('_', ' ')} after the first token"
+    return StreamEnded(cls(message), reason)
+
+
+def _check_upstream_error(opened: OpenedStream) -> None:
+    if opened.error is not None:
+        raise _after_token_error(opened, opened.error.kind.value, opened.error.is_timeout)
 
 
 def _check_refusal(filt: ChatOutputFilter) -> None:

@@ -35,6 +35,7 @@ class OpenedStream:
     assembler: ChatAssembler = field(default_factory=ChatAssembler)
     done: bool = False  # upstream said [DONE] or its body has been read whole
     t_first: float = 0.0
+    error: Failure | None = None  # an in-band error that came after the first token, in the same read
 
     def close(self) -> None:
         if self.response is not None:
@@ -56,7 +57,11 @@ class OpenedStream:
                     continue
                 for e in ch.events:
                     if type(e) is InbandError:
-                        raise UpstreamError(e.failure)
+                        if not self.assembler.first_token:
+                            raise UpstreamError(e.failure)
+                        self.error = e.failure  # text before it stands; the relay ends the stream
+                        self.done = True
+                        return out
                 self.assembler.feed(ch.events)
                 out.append(ch)
         return out

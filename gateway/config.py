@@ -19,6 +19,7 @@ from gateway.config_types import (
     PROVIDER_TYPES,
     ApiKey,
     AuthConfig,
+    BreakerConfig,
     CacheConfig,
     Config,
     CustomRule,
@@ -216,9 +217,16 @@ def _timeouts(s: _Section) -> Timeouts:
     )
 
 
+def _breaker(s: _Section) -> BreakerConfig:
+    d = BreakerConfig()
+    return BreakerConfig(failures=s.integer("failures", d.failures, 1),
+                         window_s=s.number("window_s", d.window_s, 0.001),
+                         cooldown_s=s.number("cooldown_s", d.cooldown_s))
+
+
 def _provider(name: str, path: str, raw: Any, errs: _Errors) -> ProviderConfig:
     s = _Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
-                                   "anthropic_version", "ttft_ms", "token_delay_ms"))
+                                   "anthropic_version", "ttft_ms", "token_delay_ms", "breaker"))
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
@@ -237,6 +245,8 @@ def _provider(name: str, path: str, raw: Any, errs: _Errors) -> ProviderConfig:
         headers=MappingProxyType({str(k): str(v) for k, v in headers.items()}),
         timeouts=_timeouts(_Section(s.raw.get("timeouts"), s.at("timeouts"), errs,
                                     ("connect_s", "first_token_s", "idle_s", "total_s"))),
+        breaker=_breaker(_Section(s.raw.get("breaker"), s.at("breaker"), errs,
+                                  ("failures", "window_s", "cooldown_s"))),
         api_version=s.get("api_version", str, "") or None,
         anthropic_version=s.get("anthropic_version", str, "2023-06-01"),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),

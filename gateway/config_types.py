@@ -59,6 +59,15 @@ class Timeouts:
 
 
 @dataclass(frozen=True, slots=True)
+class BreakerConfig:
+    """Circuit breaker per deployment of this provider (an extension of CONTRACT §2)."""
+
+    failures: int = 5
+    window_s: float = 30.0
+    cooldown_s: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderConfig:
     name: str
     type: ProviderType
@@ -66,6 +75,7 @@ class ProviderConfig:
     api_key: str | None = field(default=None, repr=False)
     headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
     timeouts: Timeouts = Timeouts()
+    breaker: BreakerConfig = BreakerConfig()
     api_version: str | None = None  # azure
     anthropic_version: str = "2023-06-01"  # anthropic
     # mock only: pacing of the built-in demo answer

@@ -13,7 +13,7 @@ import structlog
 
 from gateway.auth import KeyRing
 from gateway.config_types import Config, Deployment, ModelConfig, ProviderConfig
-from gateway.core.breaker import CircuitBreaker
+from gateway.core.breaker import BreakerPolicy, CircuitBreaker
 from gateway.metrics import Metrics
 from gateway.providers.base import ChatTranslator
 from gateway.providers.registry import chat_translators
@@ -56,14 +56,16 @@ class Runtime:
     def translator(self, d: Deployment) -> ChatTranslator:
         return self.translators[d.provider]
 
-    def breaker(self, label: str) -> CircuitBreaker:
-        b = self.breakers.get(label)
+    def breaker(self, d: Deployment) -> CircuitBreaker:
+        b = self.breakers.get(d.label)
         if b is None:
-            b = self.breakers[label] = CircuitBreaker()
+            cfg = self.config.providers[d.provider].breaker
+            policy = BreakerPolicy(cfg.failures, cfg.window_s, cfg.cooldown_s)
+            b = self.breakers[d.label] = CircuitBreaker(policy)
         return b
 
-    def allowed(self, label: str) -> bool:
-        return self.breaker(label).allow(time.monotonic())
+    def allowed(self, d: Deployment) -> bool:
+        return self.breaker(d).allow(time.monotonic())
 
     def model(self, name: str) -> ModelConfig | None:
         return self.config.models.get(name)

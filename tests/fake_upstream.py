@@ -42,6 +42,7 @@ class Script:
     status: int = 200
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "text/event-stream"})
     split: int = 0  # >0: write every bytes part in pieces of this size (each its own write)
+    silent: bool = False  # accept the request, never answer (no status line)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Received:
     headers: dict[str, str]
     body: Any
     query: dict[str, str]
+    at: float = field(default_factory=time.monotonic)
 
 
 def sse(obj: Any) -> bytes:
@@ -107,6 +109,8 @@ class FakeUpstream:
             return web.json_response({"error": {"message": "no script", "type": "test"}}, status=599)
         resp = web.StreamResponse(status=script.status, headers=script.headers)
         try:
+            if script.silent:
+                await self._play(request, resp, Hang(), 0)
             await resp.prepare(request)
             for part in script.parts:
                 if not await self._play(request, resp, part, script.split):
