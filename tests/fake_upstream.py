@@ -43,6 +43,7 @@ class Script:
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "text/event-stream"})
     split: int = 0  # >0: write every bytes part in pieces of this size (each its own write)
     silent: bool = False  # accept the request, never answer (no status line)
+    tag: str = ""  # recorded in `served`, so a test knows which script each request got
 
 
 @dataclass
@@ -69,6 +70,8 @@ class FakeUpstream:
         self.received: list[Received] = []
         self.closed_at: list[float] = []
         self.closed = asyncio.Event()
+        self.served: list[str] = []
+        self.active = 0  # requests being answered right now
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -107,7 +110,9 @@ class FakeUpstream:
         script = queue.popleft() if queue else self.defaults.get(request.path)
         if script is None:
             return web.json_response({"error": {"message": "no script", "type": "test"}}, status=599)
+        self.served.append(script.tag)
         resp = web.StreamResponse(status=script.status, headers=script.headers)
+        self.active += 1
         try:
             if script.silent:
                 await self._play(request, resp, Hang(), 0)
@@ -119,6 +124,8 @@ class FakeUpstream:
         except (asyncio.CancelledError, ConnectionResetError):
             self._mark_closed()
             raise
+        finally:
+            self.active -= 1
         return resp
 
     async def _play(self, request: web.Request, resp: web.StreamResponse, part: Part, split: int) -> bool:
