@@ -76,21 +76,9 @@ def hadolint() -> str:
 
 def run_check_config(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "gateway", "check-config", str(path)]
-    if not (ROOT / "gateway" / "cli.py").exists():  # TEMPORARY until the CLI lands
-        command = [sys.executable, "-c", _FALLBACK, str(path)]
     return subprocess.run(command, cwd=ROOT, env={"PATH": os.environ.get("PATH", ""), **env},
                           capture_output=True, text=True, timeout=60, check=False)
 
-
-_FALLBACK = """
-import sys
-from gateway.config import ConfigError, load_config
-try:
-    load_config(sys.argv[1])
-except ConfigError as exc:
-    print(exc)
-    sys.exit(2)
-"""
 
 
 # ---- hadolint ------------------------------------------------------------------------------------

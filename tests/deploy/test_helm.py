@@ -161,16 +161,6 @@ def test_values_schema_rejects_bad_values(chart: helm.Chart, bad: dict[str, Any]
 # ---- the gateway config in the ConfigMap ---------------------------------------------------------
 
 
-_FALLBACK = """
-import sys
-from gateway.config import ConfigError, load_config
-try:
-    load_config(sys.argv[1])
-except ConfigError as exc:
-    print(exc)
-    sys.exit(2)
-"""
-
 
 def check_config(
     config: dict[str, Any], env: dict[str, str], tmp_path: Path
@@ -179,8 +169,6 @@ def check_config(
     path.write_text(yaml.safe_dump(config))
     # Only the pod's environment: what the chart's Secret provides, nothing from this shell.
     command = [sys.executable, "-m", "gateway", "check-config", str(path)]
-    if not (ROOT / "gateway" / "cli.py").exists():  # TEMPORARY until the CLI lands
-        command = [sys.executable, "-c", _FALLBACK, str(path)]
     return subprocess.run(command, cwd=ROOT,
                           env={"PATH": os.environ.get("PATH", ""), **env},
                           capture_output=True, text=True, timeout=60, check=False)
