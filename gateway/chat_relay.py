@@ -132,12 +132,12 @@ async def _end_with_error(rt: Runtime, ctx: RequestContext, client: web.StreamRe
     """One error event, no [DONE]; text already sent stands. Held text that redaction masked is
     released first (it is safe); after a guardrail refusal nothing more is released."""
     tail = b"" if end.reason == "guardrail" or hold is not None else filt.flush_all()
-    await client.write(tail + end.error.sse_bytes())
     ctx.stream_error = end.reason
     d = ctx.deployment
     assert d is not None
-    if end.reason != "guardrail":
+    if end.reason != "guardrail":  # counted before the client can see the event
         rt.metrics.stream_failures.labels(ctx.model.name, d.label, end.reason).inc()
+    await client.write(tail + end.error.sse_bytes())
 
 
 def _record_redactions(rt: Runtime, run: SafetyRun) -> int:
