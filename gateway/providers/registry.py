@@ -6,12 +6,16 @@ from collections.abc import Callable, Mapping
 
 from gateway.config_types import ProviderConfig
 from gateway.providers.base import ChatTranslator
+from gateway.providers.chat_anthropic import AnthropicChat
+from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
 from gateway.providers.mock import MockChat
 
 _CHAT: dict[str, Callable[[ProviderConfig], ChatTranslator]] = {
     "openai": OpenAIChat,
     "mock": MockChat,
+    "anthropic": AnthropicChat,
+    "azure": AzureChat,
 }
 
 

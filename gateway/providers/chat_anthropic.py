@@ -1,0 +1,129 @@
+"""Chat Completions to Anthropic's native Messages API (`POST {base_url}/v1/messages`), both ways.
+
+The request is translated by `chat_anthropic_request`, the stream and the body back by
+`chat_anthropic_stream`; this module is the translator the registry builds for provider type
+`anthropic`, and the HTTP error classification. Clients only ever see OpenAI shapes (CONTRACT §3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from gateway.config_types import ProviderConfig
+from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
+from gateway.providers.base import ParsedBody, UpstreamRequest, retry_after_s
+from gateway.providers.chat_anthropic_request import anthropic_body
+from gateway.providers.chat_anthropic_stream import (
+    AnthropicStreamParser,
+    UsageCounts,
+    classify_anthropic_error,
+    finish_reason,
+    message_events,
+    openai_usage,
+)
+from gateway.providers.chat_openai import parse_openai_body
+
+
+class AnthropicChat:
+    """Translator for provider type `anthropic`."""
+
+    def __init__(self, provider: ProviderConfig, clock: Callable[[], float] = time.time) -> None:
+        self.provider = provider
+        self._clock = clock  # only for the `created` field OpenAI shapes carry
+        base = provider.base_url.rstrip("/")
+        # accept a base_url given with or without the /v1 suffix
+        self._root = base[:-3] if base.endswith("/v1") else base
+        headers = {"content-type": "application/json", "anthropic-version": provider.anthropic_version}
+        if provider.api_key:
+            headers["x-api-key"] = provider.api_key
+        headers.update(provider.headers)
+        self._headers = headers
+
+    def _headers_for(self, stream: bool) -> dict[str, str]:
+        return {**self._headers, "accept": "text/event-stream" if stream else "application/json"}
+
+    def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
+                     send_stream_options: bool) -> UpstreamRequest:
+        # Anthropic always reports usage in a stream: there is no stream_options to send
+        out = anthropic_body(body, model, stream=stream)
+        return UpstreamRequest("POST", f"{self._root}/v1/messages", self._headers_for(stream),
+                               orjson.dumps(out), stream)
+
+    def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest:
+        """Anthropic serves no embeddings. The request goes to the configured host anyway, so the
+        client gets Anthropic's own 404 passed through instead of a gateway-made guess."""
+        out = {**body, "model": model}
+        return UpstreamRequest("POST", f"{self._root}/v1/embeddings", self._headers_for(False),
+                               orjson.dumps(out), False)
+
+    def stream_parser(self) -> AnthropicStreamParser:
+        return AnthropicStreamParser(int(self._clock()))
+
+    def parse_body(self, body: bytes) -> ParsedBody:
+        return parse_anthropic_body(body, int(self._clock()))
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+        return classify_anthropic_http_error(status, headers, body)
+
+
+def parse_anthropic_body(body: bytes, created: int) -> ParsedBody:
+    """A Messages API body -> an OpenAI `chat.completion` body and its events.
+
+    An OpenAI `chat.completion` body is read as such: the pipeline re-reads the body it already
+    translated (after redaction), and must get the same events back, cache writes included."""
+    try:
+        obj = orjson.loads(body.strip() or b"null")
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict):
+        return ParsedBody({}, [InbandError(Failure(FailureKind.MALFORMED, "upstream body is not a JSON object"))])
+    if obj.get("object") == "chat.completion":
+        return _reread_openai(body, obj)
+    if obj.get("type") == "error" or (obj.get("error") is not None and "content" not in obj):
+        return ParsedBody({}, [InbandError(classify_anthropic_error(obj.get("error"), None))])
+    message, events = message_events(obj)
+    reason = finish_reason(obj.get("stop_reason"))
+    counts = UsageCounts()
+    counts.update(obj.get("usage"))
+    usage = counts.event()
+    events += [Finish(0, reason), usage]
+    out = {"id": str(obj.get("id") or ""), "object": "chat.completion", "created": created,
+           "model": str(obj.get("model") or ""),
+           "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
+           "usage": openai_usage(usage)}
+    return ParsedBody(out, events)
+
+
+def _reread_openai(body: bytes, obj: dict[str, Any]) -> ParsedBody:
+    parsed = parse_openai_body(body)
+    details = obj.get("usage", {}).get("prompt_tokens_details") if isinstance(obj.get("usage"), dict) else None
+    writes = details.get("cache_write_tokens") if isinstance(details, dict) else None
+    if not isinstance(writes, int) or isinstance(writes, bool) or not writes:
+        return parsed
+    events: list[StreamEvent] = [dataclasses.replace(e, cache_creation_input=writes) if isinstance(e, Usage) else e
+                                 for e in parsed.events]
+    return ParsedBody(parsed.obj, events)
+
+
+def classify_anthropic_http_error(status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+    """`{"type":"error","error":{"type":...,"message":...}}` with an HTTP status -> a Failure.
+    A body that is not Anthropic's (a proxy's HTML page) is classified by its status alone."""
+    try:
+        obj = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        obj = None
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("type"), str):
+        failure = classify_anthropic_error(err, status)
+    else:
+        failure = classify_anthropic_error({"message": f"upstream answered HTTP {status}"}, status)
+    ra = retry_after_s(headers)
+    if ra is not None:
+        failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type,
+                          failure.param, ra)
+    return failure

@@ -1,0 +1,314 @@
+"""Anthropic Messages stream and body -> OpenAI `chat.completion.chunk` / `chat.completion`, sans I/O.
+
+Every event is dispatched on its JSON `type`, else on the SSE `event:` name (either may be missing;
+protocols.md §4.1). The mapping:
+
+    message_start        the role chunk (preamble); id, model and input usage are remembered
+    ping                 nothing
+    content_block_start  text/thinking: nothing (or their text, if the block starts non-empty);
+                         tool_use: a tool_calls delta with id, name and arguments ""
+    text_delta           delta.content
+    thinking_delta       delta.reasoning_content
+    input_json_delta     delta.tool_calls[].function.arguments; the tool index is the order of the
+                         tool_use blocks, whatever their content-block index
+    message_delta        the finish chunk (stop_reason -> finish_reason), then a `choices: []` chunk
+                         with usage (the pipeline forwards it only to a client that asked)
+    message_stop         the end of the protocol
+    error                an InbandError classified from `error.type`
+    anything else        ignored (signature_delta, citations_delta, server tool blocks, new types)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.core.events import (
+    DeltaKind,
+    Failure,
+    FailureKind,
+    Finish,
+    InbandError,
+    OutputDelta,
+    StreamEvent,
+    ToolCallDelta,
+    Usage,
+)
+from gateway.core.sse import DONE, SSEEvent
+from gateway.providers.base import ChatChunk
+
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",  # a server tool paused the turn; the client may send it back to continue
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+# Anthropic error type -> the HTTP status it stands for (protocols.md §4.3; 529 = overloaded)
+ERROR_STATUS = {
+    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
+    "permission_error": 403, "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
+    "api_error": 500, "timeout_error": 504, "overloaded_error": 529,
+}
+_TRANSIENT = frozenset({"overloaded_error", "api_error", "timeout_error", "rate_limit_error"})
+_CLIENT = frozenset({"invalid_request_error", "not_found_error", "request_too_large"})
+_AUTH = frozenset({"authentication_error", "permission_error"})
+
+
+def finish_reason(stop_reason: Any) -> str:
+    return FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
+
+
+def classify_anthropic_error(err: Any, status: int | None) -> Failure:
+    """An Anthropic `error` object (HTTP body, or in-band with status None), from its `type` only."""
+    err = err if isinstance(err, dict) else {}
+    etype = err.get("type") if isinstance(err.get("type"), str) else None
+    message = err.get("message") if isinstance(err.get("message"), str) else "upstream error"
+    effective = status if status is not None else ERROR_STATUS.get(etype or "")
+    inband = status is None
+    if err.get("code") == "context_length_exceeded":  # only a structured field, never the message
+        kind = FailureKind.CONTEXT_LENGTH
+    elif etype == "billing_error" or effective == 402:
+        kind = FailureKind.QUOTA
+    elif etype in _AUTH or effective in (401, 403):
+        kind = FailureKind.UPSTREAM_AUTH
+    elif etype in _CLIENT:
+        kind = FailureKind.HTTP_4XX
+    elif inband:
+        kind = FailureKind.INBAND  # retryable before the first token, whatever the type
+    elif etype == "rate_limit_error" or effective == 429:
+        kind = FailureKind.HTTP_429
+    elif etype in _TRANSIENT or effective in (408, 409) or (effective or 0) >= 500:
+        kind = FailureKind.HTTP_5XX
+    else:
+        kind = FailureKind.HTTP_4XX
+    return Failure(kind, message, status=effective, code=etype, type=etype)
+
+
+@dataclass(slots=True)
+class UsageCounts:
+    """Anthropic's usage fields. `message_delta` values are cumulative and replace earlier ones."""
+
+    input: int = 0
+    cache_read: int = 0
+    cache_creation: int = 0
+    output: int = 0
+    thinking: int = 0
+
+    def update(self, u: Any) -> None:
+        if not isinstance(u, dict):
+            return
+        for attr, key in (("input", "input_tokens"), ("cache_read", "cache_read_input_tokens"),
+                          ("cache_creation", "cache_creation_input_tokens"), ("output", "output_tokens")):
+            v = u.get(key)
+            if isinstance(v, int) and not isinstance(v, bool):
+                setattr(self, attr, v)
+        details = u.get("output_tokens_details")
+        v = details.get("thinking_tokens") if isinstance(details, dict) else None
+        if isinstance(v, int) and not isinstance(v, bool):
+            self.thinking = v
+
+    def event(self) -> Usage:
+        # Anthropic's input_tokens excludes cache reads and writes; OpenAI's prompt_tokens includes them
+        return Usage(input=self.input + self.cache_read + self.cache_creation, output=self.output,
+                     cached_input=self.cache_read, cache_creation_input=self.cache_creation,
+                     reasoning=self.thinking)
+
+
+def openai_usage(u: Usage) -> dict[str, Any]:
+    """The OpenAI usage object, with cache writes as `prompt_tokens_details.cache_write_tokens`."""
+    return {"prompt_tokens": u.input, "completion_tokens": u.output, "total_tokens": u.input + u.output,
+            "prompt_tokens_details": {"cached_tokens": u.cached_input, "cache_write_tokens": u.cache_creation_input},
+            "completion_tokens_details": {"reasoning_tokens": u.reasoning}}
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class AnthropicStreamParser:
+    """One per attempt: remembers the message id/model, usage and the tool-call numbering."""
+
+    __slots__ = ("_base", "_started", "_tools", "usage")
+
+    def __init__(self, created: int) -> None:
+        self._base: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": created,
+                                      "model": ""}
+        self._started = False
+        self._tools: dict[int, int] = {}  # content-block index -> OpenAI tool-call index
+        self.usage = UsageCounts()
+
+    def parse(self, event: SSEEvent) -> list[ChatChunk]:
+        try:
+            obj = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict):
+            if event.data[:6] == DONE:
+                return [ChatChunk([], None, done=True)]  # a relay's OpenAI-style end: harmless
+            return [ChatChunk([InbandError(Failure(FailureKind.MALFORMED,
+                                                   "upstream sent an event that is not a JSON object"))], None)]
+        kind = obj.get("type")
+        if not isinstance(kind, str):
+            kind = event.event or ""
+        handler = _HANDLERS.get(kind)
+        return handler(self, obj) if handler is not None else []
+
+    # --- chunk builders ---
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**self._base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    def _start(self) -> list[ChatChunk]:
+        """The role chunk, once: also when a non-conformant stream skips message_start."""
+        if self._started:
+            return []
+        self._started = True
+        return [ChatChunk([self.usage.event()], self._chunk({"role": "assistant", "content": ""}))]
+
+    def _text(self, kind: DeltaKind, text: Any) -> list[ChatChunk]:
+        if not isinstance(text, str) or not text:
+            return []
+        key = "content" if kind is DeltaKind.CONTENT else "reasoning_content"
+        return [*self._start(), ChatChunk([OutputDelta(0, kind, text)], self._chunk({key: text}))]
+
+    def _tool_start(self, block_index: int | None, block: dict[str, Any]) -> list[ChatChunk]:
+        n = len(self._tools)
+        self._tools[block_index if block_index is not None else -1 - n] = n
+        tool_input = block.get("input")
+        args = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) and tool_input else ""
+        call_id = str(block.get("id") or f"call_{n}")
+        name = str(block.get("name") or "")
+        call = {"index": n, "id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+        return [*self._start(), ChatChunk([ToolCallDelta(0, n, call_id, name, args)],
+                                          self._chunk({"tool_calls": [call]}))]
+
+    def _tool_args(self, block_index: int | None, partial: Any) -> list[ChatChunk]:
+        n = self._tools.get(block_index) if block_index is not None else None
+        if n is None or not isinstance(partial, str) or not partial:
+            return []  # a server tool's input, or the empty first fragment
+        call = {"index": n, "function": {"arguments": partial}}
+        return [ChatChunk([ToolCallDelta(0, n, None, None, partial)], self._chunk({"tool_calls": [call]}))]
+
+    def _finish(self, stop_reason: Any) -> list[ChatChunk]:
+        reason = finish_reason(stop_reason)
+        usage = self.usage.event()
+        return [*self._start(),
+                ChatChunk([Finish(0, reason)], self._chunk({}, reason)),
+                ChatChunk([usage], {**self._base, "choices": [], "usage": openai_usage(usage)})]
+
+    # --- event handlers ---
+
+    def on_message_start(self, obj: dict[str, Any]) -> list[ChatChunk]:
+        msg = obj.get("message")
+        msg = msg if isinstance(msg, dict) else {}
+        if self._started:
+            return []  # a duplicated message_start must not produce a second role chunk
+        self._base["id"] = str(msg.get("id") or "")
+        self._base["model"] = str(msg.get("model") or "")
+        self.usage.update(msg.get("usage"))
+        out = self._start()
+        content = msg.get("content")
+        for block in content if isinstance(content, list) else ():  # rare: a message that starts filled
+            if isinstance(block, dict):
+                out += self._block(None, block)
+        if msg.get("stop_reason"):
+            out += self._finish(msg["stop_reason"])
+        return out
+
+    def _block(self, index: int | None, block: dict[str, Any]) -> list[ChatChunk]:
+        btype = block.get("type")
+        if btype == "tool_use":
+            return self._tool_start(index, block)
+        if btype == "text":
+            return self._text(DeltaKind.CONTENT, block.get("text"))
+        if btype == "thinking":
+            return self._text(DeltaKind.REASONING, block.get("thinking"))
+        return []  # redacted_thinking, server tools and their results, new block types
+
+    def on_block_start(self, obj: dict[str, Any]) -> list[ChatChunk]:
+        block = obj.get("content_block")
+        return self._block(_int(obj.get("index")), block) if isinstance(block, dict) else []
+
+    def on_block_delta(self, obj: dict[str, Any]) -> list[ChatChunk]:
+        delta = obj.get("delta")
+        if not isinstance(delta, dict):
+            return []
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            return self._text(DeltaKind.CONTENT, delta.get("text"))
+        if dtype == "thinking_delta":
+            return self._text(DeltaKind.REASONING, delta.get("thinking"))
+        if dtype == "input_json_delta":
+            return self._tool_args(_int(obj.get("index")), delta.get("partial_json"))
+        return []
+
+    def on_message_delta(self, obj: dict[str, Any]) -> list[ChatChunk]:
+        self.usage.update(obj.get("usage"))
+        delta = obj.get("delta")
+        stop = delta.get("stop_reason") if isinstance(delta, dict) else None
+        if stop:
+            return self._finish(stop)
+        usage = self.usage.event()
+        return [ChatChunk([usage], {**self._base, "choices": [], "usage": openai_usage(usage)})]
+
+    def on_message_stop(self, obj: dict[str, Any]) -> list[ChatChunk]:
+        return [ChatChunk([], None, done=True)]
+
+    def on_error(self, obj: dict[str, Any]) -> list[ChatChunk]:
+        return [ChatChunk([InbandError(classify_anthropic_error(obj.get("error"), None))], None)]
+
+    def on_ignored(self, obj: dict[str, Any]) -> list[ChatChunk]:
+        return []
+
+
+_Handler = Callable[[AnthropicStreamParser, dict[str, Any]], list[ChatChunk]]
+_HANDLERS: dict[str, _Handler] = {
+    "message_start": AnthropicStreamParser.on_message_start,
+    "content_block_start": AnthropicStreamParser.on_block_start,
+    "content_block_delta": AnthropicStreamParser.on_block_delta,
+    "content_block_stop": AnthropicStreamParser.on_ignored,
+    "message_delta": AnthropicStreamParser.on_message_delta,
+    "message_stop": AnthropicStreamParser.on_message_stop,
+    "ping": AnthropicStreamParser.on_ignored,
+    "error": AnthropicStreamParser.on_error,
+}
+
+
+def message_events(msg: dict[str, Any]) -> tuple[dict[str, Any], list[StreamEvent]]:
+    """A whole Anthropic message -> (the OpenAI assistant message, its typed events, usage and finish
+    excluded)."""
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
+    content = msg.get("content")
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        btype = block.get("type")
+        if btype == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif btype == "thinking" and isinstance(block.get("thinking"), str):
+            thinking.append(block["thinking"])
+        elif btype == "tool_use":
+            tool_input = block.get("input")
+            args = orjson.dumps(tool_input if isinstance(tool_input, dict) else {}).decode()
+            call_id, name = str(block.get("id") or f"call_{len(calls)}"), str(block.get("name") or "")
+            events.append(ToolCallDelta(0, len(calls), call_id, name, args))
+            calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None, "refusal": None}
+    if thinking:
+        message["reasoning_content"] = "".join(thinking)
+        events.insert(0, OutputDelta(0, DeltaKind.REASONING, message["reasoning_content"]))
+    if message["content"]:
+        events.insert(1 if thinking else 0, OutputDelta(0, DeltaKind.CONTENT, message["content"]))
+    if calls:
+        message["tool_calls"] = calls
+    return message, events
