@@ -1,0 +1,152 @@
+"""Redaction: a profile's rules compiled once, applied one-shot or through a streaming window.
+
+``Redactor.compile`` runs at config load; a ``Redactor`` is immutable and shared by every request.
+``Redactor.window()`` makes one ``RedactionWindow`` per (choice, text kind) of a stream. The window
+and ``redact()`` are the same machine (see `redact_engine`), so the concatenated output of a stream
+is exactly the one-shot redaction of its text, however the upstream split it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from gateway.core.redact_checks import Span, has_letter_and_digit
+from gateway.core.redact_engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
+from gateway.core.redact_rules import BUILTIN, expand
+
+__all__ = ["MAX_HELD_CHARS", "RedactionResult", "RedactionWindow", "Redactor", "mask_marker"]
+
+
+def mask_marker(rule: str) -> str:
+    return f"[REDACTED:{rule}]"
+
+
+@dataclass(frozen=True, slots=True)
+class RedactionResult:
+    text: str
+    counts: Mapping[str, int]  # rule name -> number of masks
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    name: str
+    regex: re.Pattern[str]
+    find: Callable[[re.Match[str]], Iterator[Span]]
+    hint: str | None  # None: derived from the pattern (see ScanSpec.build)
+
+
+def _whole(m: re.Match[str]) -> Iterator[Span]:
+    if m.end() > m.start():
+        yield m.span()
+
+
+def _secret_group(m: re.Match[str]) -> Iterator[Span]:
+    yield m.span("s")
+
+
+def _checked(inner: Callable[[re.Match[str]], Iterator[Span]]) -> Callable[[re.Match[str]], Iterator[Span]]:
+    def find(m: re.Match[str]) -> Iterator[Span]:
+        text = m.string
+        return (s for s in inner(m) if has_letter_and_digit(text[s[0] : s[1]]))
+
+    return find
+
+
+def _builtin(name: str) -> _Rule:
+    rule = BUILTIN[name]
+    regex = re.compile(rule.pattern)
+    find = rule.refine or (_secret_group if "s" in regex.groupindex else _whole)
+    return _Rule(name, regex, _checked(find) if rule.token_check else find, rule.hint)
+
+
+def _custom(name: str, pattern: str) -> _Rule:
+    if name in BUILTIN:
+        raise ValueError(f'custom redaction rule "{name}" has the name of a built-in rule')
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f'custom redaction rule "{name}": invalid regular expression: {exc.msg}') from None
+    return _Rule(name, regex, _whole, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Redactor:
+    """A compiled redaction profile. Immutable and safe to share across requests."""
+
+    rules: tuple[_Rule, ...]
+    spec: ScanSpec
+
+    @classmethod
+    def compile(cls, rules: Sequence[str], custom: Sequence[tuple[str, str]]) -> Redactor:
+        """`rules`: rule-set or single rule names; `custom`: (name, pattern). Unknown -> ValueError."""
+        compiled = [_builtin(r.name) for r in expand(list(rules))]
+        names = {r.name for r in compiled}
+        for name, pattern in custom:
+            if name in names:
+                raise ValueError(f'duplicate redaction rule "{name}"')
+            names.add(name)
+            compiled.append(_custom(name, pattern))
+        return cls(tuple(compiled), ScanSpec.build([(r.regex, r.hint) for r in compiled]))
+
+    def redact(self, text: str) -> RedactionResult:
+        """One-shot redaction (non-stream bodies, final objects): equal to any streaming of `text`."""
+        window = self.window()
+        out = window.push(text) + window.flush()
+        return RedactionResult(out, MappingProxyType(window.take_counts()))
+
+    def window(self) -> RedactionWindow:
+        return RedactionWindow(self)
+
+    def mask(self, segment: str, counts: dict[str, int]) -> str:
+        """Mask every match in one closed segment; leftmost first, then longest, then rule order."""
+        if self.spec.detect is None or self.spec.detect.search(segment) is None:
+            return segment  # one scan instead of one per rule: most closed segments are clean
+        spans: list[tuple[int, int, int]] = []
+        for order, rule in enumerate(self.rules):
+            for m in rule.regex.finditer(segment):
+                spans.extend((a, b, order) for a, b in rule.find(m))
+        if not spans:
+            return segment
+        spans.sort(key=lambda s: (s[0], s[0] - s[1], s[2]))
+        pieces: list[str] = []
+        last = 0
+        for start, end, order in spans:
+            if start < last or start == end:
+                continue
+            name = self.rules[order].name
+            pieces += (segment[last:start], mask_marker(name))
+            counts[name] = counts.get(name, 0) + 1
+            last = end
+        pieces.append(segment[last:])
+        return "".join(pieces)
+
+
+class RedactionWindow(SegmentWindow):
+    """The streaming window of one text stream (one choice x one text kind)."""
+
+    __slots__ = ("_counts", "_redactor")
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__(redactor.spec)
+        self._redactor = redactor
+        self._counts: dict[str, int] = {}
+
+    def push(self, text: str) -> str:
+        """Feed a delta; return the masked text that is safe to release now ("" if all is held)."""
+        return self._feed(text, False)
+
+    def flush(self) -> str:
+        """End of stream: release everything still held, masked."""
+        return self._feed("", True)
+
+    def take_counts(self) -> dict[str, int]:
+        """Masks made since the last call, by rule name (for `llm_gateway_redactions_total`)."""
+        counts, self._counts = self._counts, {}
+        return counts
+
+    def _close(self, segment: str, out: list[str]) -> bool:
+        out.append(self._redactor.mask(segment, self._counts))
+        return True

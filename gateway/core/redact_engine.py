@@ -1,0 +1,246 @@
+"""The streaming window shared by redaction and stream-mode guardrails.
+
+Text is cut into *units*: whitespace runs, and whitespace-free runs of at most `RUN_LIMIT`
+characters (a longer run is cut every `RUN_LIMIT` characters). A *segment* is one run, or several
+runs and the gaps between them while a multi-word rule (``Bearer <token>``, a PEM block, a phone
+number in groups) could still match across them. Rules are matched inside one segment only; the
+gaps between segments are released as they arrive.
+
+Everything the window decides depends on the text alone, never on how it was split into deltas,
+so streaming and one-shot use the same machine and agree by construction:
+
+* a run is complete when the character after it arrives (or at `RUN_LIMIT`, or at the end);
+* after a complete run, the segment stays open only while some multi-word rule's non-empty-prefix
+  pattern (see `redact_regex`) matches from a position inside the segment to its end plus the
+  whitespace seen so far; otherwise it closes and is released, masked;
+* an open segment closes at a gap longer than `MAX_GAP` or before a run that would take it past
+  `SEG_LIMIT` characters, so the text held back never exceeds `MAX_HELD_CHARS`.
+
+Fast path: while no segment is open, a whole region of complete runs is searched once with one
+combined regex (every rule's detect form, plus every multi-word rule's prefix form followed by
+whitespace). No hit proves every run in it would close alone unmasked, and it is released as is;
+text released is never scanned again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.core.redact_regex import (
+    detect_source,
+    factor_hints,
+    literal_hint,
+    prefix_source,
+    spans_whitespace,
+)
+
+RUN_LIMIT = 4096
+MAX_GAP = 64
+SEG_LIMIT = 8192
+MAX_HELD_CHARS = SEG_LIMIT + MAX_GAP + RUN_LIMIT
+
+_UNIT = re.compile(rf"\S{{1,{RUN_LIMIT}}}|\s+")
+_LONG_RUN = re.compile(rf"\S{{{RUN_LIMIT}}}")
+
+
+@dataclass(frozen=True, slots=True)
+class ScanSpec:
+    """What a window needs to know about its rules, compiled once per rule list."""
+
+    passthrough: bool  # no rule at all: every delta is released as it comes
+    trigger: re.Pattern[str] | None  # factored hints: any match or multi-word start fires it
+    residual: re.Pattern[str] | None  # rules without a hint: their detect and prefix forms
+    live: re.Pattern[str] | None  # non-empty prefixes of the rules that may span whitespace
+    detect: re.Pattern[str] | None  # a superset of every rule's matches, for a quick reject
+
+    @classmethod
+    def build(cls, rules: Sequence[tuple[re.Pattern[str], str | None]]) -> ScanSpec:
+        """`rules`: (pattern, hint). A hint is a regex that fires inside the first word of every
+        match and of every partial match that continues into whitespace (None: derive one)."""
+        if not rules:
+            return cls(True, None, None, None, None)
+        hints: list[str] = []
+        residual: list[str] = []
+        prefixes: list[str] = []
+        for pattern, given in rules:
+            prefix = prefix_source(pattern) if spans_whitespace(pattern) else None
+            if prefix is not None:
+                prefixes.append(prefix)
+            hint = given if given is not None else literal_hint(pattern)
+            if hint is not None:
+                hints.append(hint)
+            else:
+                residual.append(detect_source(pattern))
+                if prefix is not None:
+                    residual.append(f"{prefix}(?<=\\S\\s)")
+        live = "(?:" + "|".join(prefixes) + ")" if prefixes else None
+        return cls(
+            False,
+            re.compile(factor_hints(hints)) if hints else None,
+            re.compile("|".join(residual)) if residual else None,
+            re.compile(live + r"\Z") if live else None,
+            re.compile("|".join(detect_source(p) for p, _hint in rules)),
+        )
+
+    def alive(self, held: str, seg_len: int) -> bool:
+        """Could a match starting inside the segment (its first `seg_len` chars) still grow?"""
+        if self.live is None:
+            return False
+        m = self.live.search(held)
+        return m is not None and m.start() < seg_len
+
+    def first_hit(self, text: str, pos: int, end: int) -> int:
+        """Index of the first place in text[pos:end] (complete runs) that needs the slow path.
+
+        Searches with pos/endpos rather than a slice: one-shot redaction of a large body goes back
+        and forth between the paths, and slicing the rest each time would be quadratic. The detect
+        forms treat whitespace like the edge of the text, so looking behind `pos` at whitespace is
+        the same as looking at nothing; the caller never starts after a non-whitespace character.
+        """
+        hit = end
+        # Full searches, not bounded by an earlier hit: a bound would hide a match that starts
+        # before it but ends after it.
+        for regex in (self.trigger, self.residual):
+            if regex is not None and (m := regex.search(text, pos, end)) is not None:
+                hit = min(hit, m.start())
+        # A run longer than RUN_LIMIT is cut: the slow path must see it. Only runs that start
+        # before `hit` matter, and their first RUN_LIMIT characters end before hit + RUN_LIMIT.
+        if end - pos >= RUN_LIMIT:
+            m = _LONG_RUN.search(text, pos, min(end, hit + RUN_LIMIT))
+            if m is not None:
+                hit = min(hit, m.start())
+        return hit if hit < end else -1
+
+
+def _unit_start(text: str, i: int, low: int) -> int:
+    ws = text[i].isspace()
+    while i > low and text[i - 1].isspace() == ws:
+        i -= 1
+    return i
+
+
+class SegmentWindow:
+    """Base of the streaming windows; subclasses decide what a closed segment becomes."""
+
+    __slots__ = ("_buf", "_pos", "_seg", "_seg_end", "_spec", "_stopped")
+
+    def __init__(self, spec: ScanSpec) -> None:
+        self._spec = spec
+        self._buf = ""  # held text; starts with the open segment, or with an unfinished run
+        self._pos = 0  # start of the first unit not yet complete, in _buf
+        self._seg = -1  # start of the open segment in the text being scanned, -1 when none
+        self._seg_end = 0  # end of the open segment's last complete run
+        self._stopped = False
+
+    @property
+    def held_chars(self) -> int:
+        return len(self._buf)
+
+    def _close(self, segment: str, out: list[str]) -> bool:
+        """Release a closed segment into `out`; False stops the window (a guardrail violation)."""
+        raise NotImplementedError
+
+    def _feed(self, delta: str, final: bool) -> str:
+        if self._stopped:
+            return ""
+        if self._spec.passthrough:
+            return delta
+        text = self._buf + delta if self._buf else delta
+        out: list[str] = []
+        pos = self._pos
+        while pos < len(text) and not self._stopped:
+            # The fast path starts only after whitespace (see ScanSpec.first_hit); right after a cut
+            # inside a long run, the slow path takes the next unit.
+            if self._seg < 0 and (pos == 0 or text[pos - 1].isspace()):
+                pos, slow = self._fast(text, pos, final, out)
+                if not slow:
+                    break
+            nxt = self._slow(text, pos, final, out)
+            if nxt == pos:
+                break
+            pos = nxt
+        if final and self._seg >= 0 and not self._stopped:
+            gap = text[self._seg_end :]
+            if self._close_open(text, out):
+                out.append(gap)
+        self._keep(text, pos, final)
+        return "".join(out)
+
+    def _keep(self, text: str, pos: int, final: bool) -> None:
+        if final or self._stopped:
+            self._buf, self._pos, self._seg = "", 0, -1
+            return
+        start = self._seg if self._seg >= 0 else pos
+        self._buf = text[start:]
+        self._pos = pos - start
+        if self._seg >= 0:
+            self._seg_end -= start
+            self._seg = 0
+
+    def _fast(self, text: str, pos: int, final: bool, out: list[str]) -> tuple[int, bool]:
+        """Release complete runs from `pos` that provably need nothing; (new pos, slow needed)."""
+        n = len(text)
+        # Unless the text ends in whitespace, its trailing run is unfinished: stop before it.
+        end = n if final or text[-1].isspace() else max(pos, n - len(text.rsplit(None, 1)[-1]))
+        if end > pos:
+            hit = self._spec.first_hit(text, pos, end)
+            if hit >= 0:
+                start = _unit_start(text, hit, pos)
+                if start > pos:
+                    out.append(text[pos:start])
+                return start, True
+            out.append(text[pos:end] if pos or end < n else text)
+        # A run that reached RUN_LIMIT is complete although nothing followed it yet.
+        return end, end < n and n - end >= RUN_LIMIT
+
+    def _slow(self, text: str, pos: int, final: bool, out: list[str]) -> int:
+        """Handle the unit at `pos`; return the position after it, or `pos` to hold it."""
+        m = _UNIT.match(text, pos)
+        assert m is not None
+        end = m.end()
+        if text[pos].isspace():
+            return self._gap(text, pos, end, final or end < len(text), out)
+        return self._run(text, pos, end, final, out)
+
+    def _gap(self, text: str, start: int, end: int, complete: bool, out: list[str]) -> int:
+        if self._seg < 0:
+            out.append(text[start:end])
+            return end
+        if end - start <= MAX_GAP:
+            if not complete:
+                return start
+            if self._spec.alive(text[self._seg : end], self._seg_end - self._seg):
+                return end
+        if self._close_open(text, out):
+            out.append(text[start:end])
+        return end
+
+    def _run(self, text: str, start: int, end: int, final: bool, out: list[str]) -> int:
+        forced = end - start == RUN_LIMIT
+        if end == len(text) and not (final or forced):
+            return start  # unfinished, or its end is known but not the character after it
+        if self._seg >= 0 and end - self._seg > SEG_LIMIT:
+            gap = text[self._seg_end : start]
+            if not self._close_open(text, out):
+                return len(text)
+            out.append(gap)
+        if self._seg < 0:
+            self._seg = start
+        self._seg_end = end
+        if (
+            forced
+            or end == len(text)
+            or not self._spec.alive(text[self._seg : end + 1], end - self._seg)
+        ) and not self._close_open(text, out):
+            return len(text)
+        return end
+
+    def _close_open(self, text: str, out: list[str]) -> bool:
+        segment = text[self._seg : self._seg_end]
+        self._seg = -1
+        if self._close(segment, out):
+            return True
+        self._stopped = True
+        return False

@@ -1,0 +1,178 @@
+"""Built-in redaction rules and rule sets (CONTRACT §5.1).
+
+A rule is a regular expression matched inside one segment (see `redact_engine`): a
+whitespace-free run, or several runs while a rule that may contain whitespace could still match
+across them. Patterns follow three conventions so the windows stay exact and cheap:
+
+* boundaries are lookarounds over non-whitespace classes, so a run behaves the same scanned
+  alone or inside a longer text;
+* where only part of a match is secret, the group ``s`` marks it (``Bearer <s>``): the rest stays
+  readable and only ``s`` becomes ``[REDACTED:<rule>]``;
+* no back-references (the window derives "could this still match?" from the pattern).
+
+Loose candidates are narrowed by `refine` functions (Luhn, IBAN mod-97, digit counts).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from gateway.core.redact_checks import (
+    IBAN_LENGTHS,
+    Span,
+    refine_card,
+    refine_iban,
+    refine_phone,
+)
+from gateway.core.redact_regex import caseless
+
+Refine = Callable[[re.Match[str]], Iterator[Span]]
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinRule:
+    name: str
+    pattern: str
+    # Fires inside the first word of every match, and of every partial match that goes on into
+    # whitespace; each top-level alternative starts with a literal (see `factor_hints`).
+    hint: str
+    refine: Refine | None = None
+    token_check: bool = False  # the masked text must mix letters and digits
+
+
+_TOK = "A-Za-z0-9_-"  # base64url and most vendor token alphabets
+_B = rf"(?<![{_TOK}])"  # token start: not inside a longer token
+_E = rf"(?![{_TOK}])"  # token end
+
+_PEM_LABEL = r"[ ](?:[A-Z0-9]+[ ])*PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"
+_PEM_SEP = r"(?:[ \t]*(?:\r?\n|\\r\\n|\\n))+[ \t]*"  # real newlines, or \n escaped in JSON
+_PEM_LINE = r"(?:[A-Za-z0-9+/=]+|[A-Za-z][A-Za-z0-9-]*:[ \t][^\r\n\\]*)"  # base64 or a header
+
+_IBAN_CC = "|".join(sorted(IBAN_LENGTHS))
+_CARD_IIN4 = (
+    r"4[0-9]{3}|5[1-5][0-9]{2}|2(?:2[2-9][0-9]|[3-6][0-9]{2}|7[01][0-9]|720)|3[47][0-9]{2}"
+    r"|3(?:0[0-5]|[68][0-9])[0-9]|6(?:011|5[0-9]{2}|4[4-9][0-9]|22[0-9])"
+)
+_NUM_B = r"(?<![\w.,:/+-])"  # a number that is not part of a version, date, path, id or time
+_NUM_E = r"(?![\w-]|[.,:/][0-9])"
+
+SECRETS: tuple[BuiltinRule, ...] = (
+    BuiltinRule(
+        "anthropic_key",
+        pattern=rf"{_B}sk-ant-(?:api|admin|sid|oat)[0-9]{{2}}-[{_TOK}]{{20,}}{_E}",
+        hint=r"sk-ant-",
+    ),
+    BuiltinRule(
+        "openai_key",
+        pattern=rf"{_B}sk-(?!ant-)(?:(?:proj|svcacct|admin)-)?[{_TOK}]{{20,}}{_E}",
+        hint=r"sk-",
+        token_check=True,
+    ),
+    BuiltinRule(
+        "aws_access_key_id",
+        pattern=r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA)[A-Z0-9]{16}"
+        r"(?![A-Za-z0-9])",
+        hint=r"A(?:KIA|SIA|BIA|CCA|GPA|IDA|IPA|NPA|NVA|PKA|ROA)",
+    ),
+    BuiltinRule(
+        "aws_secret_access_key",  # only in context: a bare 40-char string is too common
+        pattern=r"(?<![A-Za-z0-9_])(?i:aws[_-]?secret(?:[_-]?access)?[_-]?key|secret[_-]?access[_-]?key)"
+        r"""["']?(?:[ \t]*(?::=|=>|[:=])[ \t]*|[ \t]+)["']?(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])""",
+        hint=caseless("aws") + "|" + caseless("secret"),
+        token_check=True,
+    ),
+    BuiltinRule(
+        "github_token",
+        pattern=r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{40,251})"
+        r"(?![A-Za-z0-9_])",
+        hint=r"gh[pousr]_|github_pat_",
+    ),
+    BuiltinRule(
+        "slack_token",
+        pattern=rf"{_B}(?:xox[a-z]-[A-Za-z0-9-]{{10,}}|xapp-[0-9]-[A-Za-z0-9-]{{10,}}){_E}",
+        hint=r"xox[a-z]-|xapp-",
+        token_check=True,
+    ),
+    BuiltinRule(
+        "slack_webhook",
+        pattern=r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}"
+        r"(?![A-Za-z0-9_/-])",
+        hint=r"https://hooks\.slack\.com/",
+    ),
+    BuiltinRule("google_api_key", pattern=rf"{_B}AIza[{_TOK}]{{35}}{_E}", hint=r"AIza"),
+    BuiltinRule("jwt", pattern=rf"{_B}eyJ[{_TOK}]{{5,}}\.[{_TOK}]{{5,}}\.[{_TOK}]*{_E}", hint=r"eyJ"),
+    BuiltinRule(
+        "private_key",  # the whole block; without its END line, up to the last base64 line
+        pattern=rf"-----BEGIN{_PEM_LABEL}(?:{_PEM_SEP}{_PEM_LINE})*(?:{_PEM_SEP}-----END{_PEM_LABEL})?",
+        hint=r"-----BEGIN ",
+    ),
+    BuiltinRule(
+        "bearer_token",  # "Authorization: Bearer <s>" or "Bearer <s>" in prose; the scheme stays
+        pattern=rf"{_B}(?i:bearer)[ \t]+(?P<s>[A-Za-z0-9._~+/-]{{15,}}[A-Za-z0-9_~+/-]=*)"
+        r"(?![A-Za-z0-9_~+/=-]|\.[A-Za-z0-9])",
+        hint=caseless("bearer"),
+        token_check=True,
+    ),
+)
+
+PII: tuple[BuiltinRule, ...] = (
+    BuiltinRule(
+        "email",
+        pattern=r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?![0-9]+x\.)"
+        r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}"
+        r"(?![A-Za-z0-9-]|\.[A-Za-z0-9]|:[^\s])",  # host:path is an scp/ssh remote, not mail
+        hint=r"@",
+    ),
+    BuiltinRule(
+        "phone",  # E.164 with +, US (xxx) xxx-xxxx / xxx-xxx-xxxx, European trunk-0 forms
+        pattern=r"(?<![\w+])\+[0-9]{1,3}(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9]{1,5})){1,6}"
+        rf"{_NUM_E}|{_NUM_B}(?:\([0-9]{{3}}\)[ ]?[0-9]{{3}}[ .-][0-9]{{4}}"
+        r"|(?:1-)?[0-9]{3}-[0-9]{3}-[0-9]{4}|[0-9]{3}\.[0-9]{3}\.[0-9]{4}"
+        rf"|0[0-9](?:\.[0-9]{{2}}){{4}}|0[0-9]{{1,4}}(?:[ -][0-9]{{2,8}}){{1,4}}){_NUM_E}",
+        hint=r"\+[0-9]|\([0-9]{3}\)|0[0-9]|[0-9][0-9]{2}[.-][0-9]{3}",
+        refine=refine_phone,
+    ),
+    BuiltinRule(
+        "card_number",  # issuer prefixes, 13-19 digits, plain or in groups, Luhn-checked
+        pattern=rf"{_NUM_B}(?:{_CARD_IIN4})(?:[0-9]{{9,15}}|(?:[ -][0-9]{{4,6}}){{2,3}}(?:[ -][0-9]{{1,4}})?)"
+        rf"{_NUM_E}",
+        hint=_CARD_IIN4,
+        refine=refine_card,
+    ),
+    BuiltinRule(
+        "iban",  # country code, check digits, groups of four; length and mod-97 checked
+        pattern=rf"(?<![A-Za-z0-9])(?:{_IBAN_CC})[0-9]{{2}}(?:[ ]?[A-Z0-9]{{4}}){{2,7}}(?:[ ]?[A-Z0-9]{{1,3}})?"
+        r"(?![A-Za-z0-9])",
+        hint="|".join(f"{cc}[0-9]{{2}}" for cc in sorted(IBAN_LENGTHS)),
+        refine=refine_iban,
+    ),
+)
+
+RULE_SETS: dict[str, tuple[BuiltinRule, ...]] = {"secrets": SECRETS, "pii": PII}
+BUILTIN: dict[str, BuiltinRule] = {r.name: r for r in SECRETS + PII}
+
+
+def builtin_rule_names() -> tuple[str, ...]:
+    return tuple(BUILTIN)
+
+
+def is_known_rule(name: str) -> bool:
+    """True for a rule-set name ("secrets", "pii") and for every single built-in rule name."""
+    return name in RULE_SETS or name in BUILTIN
+
+
+def expand(names: tuple[str, ...] | list[str]) -> list[BuiltinRule]:
+    """Rule-set and rule names -> the distinct built-in rules, in order. Unknown names raise."""
+    out: dict[str, BuiltinRule] = {}
+    for name in names:
+        if name in RULE_SETS:
+            out.update((r.name, r) for r in RULE_SETS[name])
+        elif name in BUILTIN:
+            out[name] = BUILTIN[name]
+        else:
+            raise ValueError(f'unknown redaction rule or rule set "{name}"')
+    # Fixed priority (specific vendor formats before the generic bearer rule), whatever the order
+    # of the configured names: a tie between two rules on the same text resolves the same way.
+    return [r for r in BUILTIN.values() if r.name in out]
