@@ -1,0 +1,118 @@
+"""The Responses API (`POST /v1/responses`) to OpenAI (`{base_url}/responses`) and Azure OpenAI
+(`{base_url}/openai/responses?api-version=`).
+
+Nothing is translated: the request passes through with `model` rewritten to the deployment's and
+`stream` set as the pipeline needs; unknown fields pass untouched. Usage needs no asking: the
+`response` object always carries it. Headers and HTTP error classification are the chat translator's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.config_types import ProviderConfig
+from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
+from gateway.core.responses import ResponsesEvent, ResponsesParser, response_events
+from gateway.core.sse import DONE, SSEEvent
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.chat_openai import OpenAIChat
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesBody:
+    """A non-stream answer (a `response` object) and its typed events: output, usage, end or failure."""
+
+    obj: dict[str, Any]
+    events: list[StreamEvent]
+
+
+class ResponsesStreamParser(Protocol):
+    def parse(self, event: SSEEvent) -> list[ResponsesEvent]: ...
+
+
+class ResponsesTranslator(Protocol):
+    """A per-provider translator for the Responses client schema."""
+
+    def responses_request(self, body: Mapping[str, Any], model: str, *, stream: bool) -> UpstreamRequest: ...
+
+    def responses_stream_parser(self) -> ResponsesStreamParser: ...
+
+    def parse_responses_body(self, body: bytes) -> ResponsesBody: ...
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
+
+
+class OpenAIResponsesStreamParser:
+    __slots__ = ("_core",)
+
+    def __init__(self) -> None:
+        self._core = ResponsesParser()
+
+    def parse(self, event: SSEEvent) -> list[ResponsesEvent]:
+        data = event.data
+        if data[:6] == DONE:  # OpenAI sends none; some compatible servers do
+            return [ResponsesEvent("[DONE]", None, None, done=True)]
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return [self._core.parse(None, None, event.event)]
+        return [self._core.parse(obj, data, event.event)]
+
+
+def parse_responses_body(body: bytes) -> ResponsesBody:
+    try:
+        obj = orjson.loads(body.strip() or b"null")
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict) or not (isinstance(obj.get("output"), list) or obj.get("status") == "failed"):
+        bad = InbandError(Failure(FailureKind.MALFORMED, "upstream answered without a response object"))
+        return ResponsesBody({}, [bad])
+    return ResponsesBody(obj, response_events(obj, with_output=True))
+
+
+class OpenAIResponses(OpenAIChat):
+    """Provider type `openai`: the chat translator's headers and errors, the `/responses` path."""
+
+    def responses_request(self, body: Mapping[str, Any], model: str, *, stream: bool) -> UpstreamRequest:
+        out = dict(body)
+        out["model"] = model
+        if stream:
+            out["stream"] = True
+        else:
+            out.pop("stream", None)
+            out.pop("stream_options", None)  # only allowed with `stream: true`
+        return UpstreamRequest("POST", self._url("/responses", model), self._headers_for(stream),
+                               orjson.dumps(out), stream)
+
+    def responses_stream_parser(self) -> OpenAIResponsesStreamParser:
+        return OpenAIResponsesStreamParser()
+
+    def parse_responses_body(self, body: bytes) -> ResponsesBody:
+        return parse_responses_body(body)
+
+
+class AzureResponses(OpenAIResponses):
+    """Provider type `azure`: the deployment goes in `model`, the key in `api-key`."""
+
+    def _base_headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+        if self.provider.api_key:
+            headers["api-key"] = self.provider.api_key
+        headers.update(self.provider.headers)
+        return headers
+
+    def _url(self, path: str, model: str) -> str:
+        return f"{self.provider.base_url}/openai{path}?api-version={self.provider.api_version or ''}"
+
+
+def responses_translator(provider: ProviderConfig) -> ResponsesTranslator | None:
+    """The translator for a provider that serves the Responses API, or None (anthropic, mock)."""
+    if provider.type == "openai":
+        return OpenAIResponses(provider)
+    if provider.type == "azure":
+        return AzureResponses(provider)
+    return None

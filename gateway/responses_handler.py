@@ -1,0 +1,193 @@
+"""`POST /v1/responses`: the OpenAI Responses API, streamed or not, through the chat pipeline's parts.
+
+Parse and authorise as chat does, run input guardrails on `instructions` and `input`, then the same
+attempt loop (`run_attempts`) over the model's deployments that serve the Responses API. A stream is
+held until its first output token, with keep-alive comments while waiting (CONTRACT §4.2), then relayed
+by `responses_relay`. A body is masked with the one-shot redactor and judged whole, like a chat body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.app_keys import STATE
+from gateway.attempts import run_attempts
+from gateway.chat_handler import KEEPALIVE_EVERY_S, commit
+from gateway.config_types import Deployment
+from gateway.context import RequestContext
+from gateway.core.events import DeltaKind, InbandError
+from gateway.core.responses import TextKey, map_response_texts
+from gateway.core.responses_assemble import ResponsesAssembler
+from gateway.core.responses_filter import ResponsesOutputFilter
+from gateway.core.sse import KEEPALIVE
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.guardrails import check_input, judge_output
+from gateway.handlers import _resolve
+from gateway.limits import admit
+from gateway.metrics import record_redactions, record_usage
+from gateway.providers.responses_openai import ResponsesBody
+from gateway.responses_relay import relay
+from gateway.responses_stream import OpenedResponses, open_responses, translator_for
+from gateway.runtime import Runtime
+from gateway.upstream import UpstreamError
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    rt, ctx = await _resolve(request, "responses")
+    text = input_text(ctx.body)
+    _serving_deployments(rt, ctx)
+    await admit(rt, request.app[STATE], ctx)
+    await check_input(rt, ctx, text)
+    if ctx.stream:
+        return await stream_responses(request, rt, ctx)
+    return await complete_responses(rt, ctx)
+
+
+def input_text(body: dict[str, Any]) -> str:
+    """The prompt text input guardrails judge: `instructions`, and `input` as a string or as items
+    (messages whose content is a string or a list of parts with `text`)."""
+    parts: list[str] = []
+    if isinstance(body.get("instructions"), str):
+        parts.append(body["instructions"])
+    value = body.get("input")
+    if isinstance(value, str):
+        parts.append(value)
+    elif isinstance(value, list):
+        for item in value:
+            if not isinstance(item, dict):
+                raise InvalidRequest("each input item must be an object", param="input")
+            content = item.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):
+                parts.extend(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    elif value is not None:
+        raise InvalidRequest("input must be a string or an array", param="input")
+    return "\n".join(parts)
+
+
+def _serving_deployments(rt: Runtime, ctx: RequestContext) -> None:
+    """Only deployments whose provider speaks the Responses API are candidates (not anthropic, mock)."""
+    serving = tuple(d for d in ctx.model.deployments if translator_for(rt, d) is not None)
+    if not serving:
+        raise InvalidRequest(f"model {ctx.model.name} has no deployment that serves the Responses API",
+                             param="model")
+    if len(serving) != len(ctx.model.deployments):
+        ctx.model = dataclasses.replace(ctx.model, deployments=serving)
+
+
+async def stream_responses(request: web.Request, rt: Runtime, ctx: RequestContext) -> web.StreamResponse:
+    async def attempt(d: Deployment) -> OpenedResponses:
+        return await open_responses(rt, ctx, d)
+
+    task = asyncio.ensure_future(run_attempts(rt, ctx, attempt, discard=OpenedResponses.close))
+    client: web.StreamResponse | None = None
+    opened: OpenedResponses | None = None
+    try:
+        done, _ = await asyncio.wait({task}, timeout=rt.config.server.keepalive_after_s)
+        while not done:
+            if client is None:
+                client = await commit(request, ctx, None)
+            await client.write(KEEPALIVE)
+            done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_EVERY_S)
+        try:
+            won, opened = task.result()
+        except GatewayError as err:
+            if client is None:
+                raise
+            await client.write(ResponsesOutputFilter(None).error_event(err.body()["error"]))
+            ctx.stream_error = err.code
+            return client
+        ctx.deployment = won.deployment
+        if opened.assembler.first_token:
+            d = won.deployment
+            rt.metrics.upstream_ttft.labels(ctx.model.name, d.provider, d.label).observe(
+                opened.t_first - opened.t_sent)
+        if client is None:
+            client = await commit(request, ctx, won)
+        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
+        _record_end(rt, ctx, opened)
+        return client
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        if opened is not None:
+            opened.close()
+
+
+def _record_end(rt: Runtime, ctx: RequestContext, opened: OpenedResponses) -> None:
+    d = ctx.deployment
+    assert d is not None
+    usage = opened.assembler.usage
+    ctx.usage = usage
+    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, d, usage)
+    if usage is not None and usage.output > 1 and opened.assembler.first_token:
+        per_token = (time.perf_counter() - opened.t_first) / (usage.output - 1)
+        rt.metrics.tpot.labels(ctx.api, ctx.model.name, d.provider).observe(per_token)
+
+
+async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ResponsesBody:
+    tr = translator_for(rt, d)
+    assert tr is not None
+    resp = await rt.upstream.open(rt.provider(d), tr.responses_request(ctx.body, d.model, stream=False), d.label)
+    try:
+        body = await resp.read_body()
+    finally:
+        resp.close()
+    if resp.status != 200:
+        raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body))
+    parsed = tr.parse_responses_body(body)
+    for e in parsed.events:
+        if type(e) is InbandError:
+            raise UpstreamError(e.failure)
+    return parsed
+
+
+async def complete_responses(rt: Runtime, ctx: RequestContext) -> web.Response:
+    async def attempt(d: Deployment) -> ResponsesBody:
+        return await _fetch(rt, ctx, d)
+
+    won, parsed = await run_attempts(rt, ctx, attempt)
+    ctx.deployment = won.deployment
+    obj = parsed.obj
+    ctx.redactions += _redact_body(rt, ctx, obj)
+    assembler = ResponsesAssembler()
+    assembler.feed_response(obj)  # after masking: guardrails judge what the client would read
+    safety = rt.safety.models[ctx.model.name]
+    refusal = await judge_output(rt, ctx, assembler.as_chat(),
+                                 safety.stream_guards + safety.hold_guards + safety.audit_guards)
+    ctx.usage = assembler.usage
+    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage)
+    if refusal is not None:
+        raise refusal
+    headers = {"x-request-id": ctx.request_id, "x-gateway-deployment": won.deployment.label,
+               "x-gateway-attempts": str(won.attempts)}
+    return web.Response(body=orjson.dumps(obj), content_type="application/json", headers=headers)
+
+
+def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
+    safety = rt.safety.models[ctx.model.name]
+    redactor = safety.redactor
+    if redactor is None:
+        return 0
+    counts: dict[str, int] = {}
+
+    def mask(key: TextKey, kind: DeltaKind, text: str) -> str:
+        if kind not in safety.scope or not text:
+            return text
+        result = redactor.redact(text)
+        for rule, n in result.counts.items():
+            counts[rule] = counts.get(rule, 0) + n
+        return result.text
+
+    map_response_texts(obj, mask)
+    return record_redactions(rt.metrics, counts.items())

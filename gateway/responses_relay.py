@@ -1,0 +1,161 @@
+"""After the commit: relay the winning Responses attempt to the client, one client write per upstream read.
+
+bytes -> SSE decoder -> parser -> assembler -> text windows and renumbering (`ResponsesOutputFilter`)
+-> client. The terminal event (`response.completed` / `response.incomplete`) waits for the whole-answer
+guardrails (hold, audit): a refusal replaces it with an error event. After the first token nothing is
+retried: an upstream `error` is forwarded and ends the stream; a `response.failed` is forwarded and
+followed by one error event (the SDKs raise on it); any other failure is one error event (§4.3).
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from gateway.context import RequestContext
+from gateway.core.responses import ERROR_TYPES, TERMINAL_OK, ResponsesEvent
+from gateway.core.responses_filter import ResponsesOutputFilter
+from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
+from gateway.guardrails import judge_output
+from gateway.metrics import record_redactions
+from gateway.responses_stream import OpenedResponses
+from gateway.runtime import Runtime
+from gateway.safety import SafetyRun
+from gateway.upstream import UpstreamError
+
+
+class StreamEnded(Exception):
+    """The committed stream ends badly. `payload`: what to write instead of our own error event."""
+
+    def __init__(self, reason: str, error: GatewayError | None = None, payload: bytes = b""):
+        super().__init__(reason)
+        self.reason, self.error, self.payload = reason, error, payload
+
+
+class _Relay:
+    def __init__(self, rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: web.StreamResponse,
+                 run: SafetyRun | None):
+        safety = rt.safety.models[ctx.model.name]
+        self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
+        self.filt = ResponsesOutputFilter(run.factory if run is not None else None)
+        self.hold: list[bytes] | None = [] if safety.hold_guards else None
+        self.judges = safety.hold_guards + safety.audit_guards
+
+    async def run(self) -> None:
+        terminal = await self._pump()
+        if terminal is None:
+            raise StreamEnded("early_eof", UpstreamFailed(
+                f"{self.opened.deployment.label}: upstream ended the stream before the response was complete"))
+        tail = self.filt.flush_open()
+        self._check_refusal()
+        verdict = await judge_output(self.rt, self.ctx, self.opened.assembler.as_chat(), self.judges)
+        if verdict is not None:
+            if self.hold is None:
+                await self._emit(tail, time.perf_counter())  # audit: the text was out already
+            raise StreamEnded("guardrail", verdict)
+        end = self.filt.apply(terminal)
+        self._check_refusal()
+        if self.hold is not None:
+            held, self.hold = b"".join(self.hold), None
+            await self._emit(held + tail + end, time.perf_counter())
+        else:
+            await self._emit(tail + end, time.perf_counter())
+
+    async def _pump(self) -> ResponsesEvent | None:
+        """Relay until the terminal event, which is returned unsent; None when the upstream just ended."""
+        events, t_read = self.opened.pending, self.opened.t_first
+        self.opened.pending = []
+        while True:
+            out: list[bytes] = []
+            for ev in events:
+                if ev.type in TERMINAL_OK:
+                    await self._emit(b"".join(out), t_read)
+                    return ev
+                if ev.failure is not None:
+                    await self._emit(b"".join(out), t_read)
+                    raise self._failed(ev)
+                out.append(self.filt.apply(ev))
+            await self._emit(b"".join(out), t_read)
+            self._check_refusal()
+            if self.opened.done:
+                return None
+            events = await self._read()
+            t_read = time.perf_counter()
+
+    async def _read(self) -> list[ResponsesEvent]:
+        try:
+            return await self.opened.read()
+        except UpstreamError as exc:
+            f = exc.failure
+            err = (UpstreamTimeout if f.is_timeout else UpstreamFailed)(
+                f"{self.opened.deployment.label}: {f.kind.value.replace('_', ' ')} after the first token")
+            raise StreamEnded(f.kind.value, err) from None
+
+    def _failed(self, ev: ResponsesEvent) -> StreamEnded:
+        """An upstream failure after the first token: forwarded as it came (renumbered), and the end."""
+        d = self.opened.deployment
+        if ev.obj is None:
+            return StreamEnded("malformed", UpstreamFailed(f"{d.label}: malformed event after the first token"))
+        f = ev.failure
+        assert f is not None
+        if self.hold is not None:  # the client has seen nothing of this lifecycle: only our error
+            return StreamEnded("inband_error", UpstreamFailed(
+                f"{d.label}: upstream failed after the first token ({f.code or f.kind.value})"))
+        payload = self.filt.flush_open() + self.filt.apply(ev)
+        if ev.type not in ERROR_TYPES:  # response.failed: close with an error event too
+            payload += self.filt.error_event({"message": f.message, "type": f.type or "api_error",
+                                              "param": f.param, "code": f.code})
+        return StreamEnded("inband_error", payload=payload)
+
+    def _check_refusal(self) -> None:
+        r = self.filt.refusal
+        if r is not None:
+            raise StreamEnded("guardrail", GuardrailBlocked(f"output refused by guardrail {r.guardrail}",
+                                                            param=r.guardrail))
+
+    async def _emit(self, data: bytes, t_read: float) -> None:
+        if not data:
+            return
+        if self.hold is not None:
+            self.hold.append(data)
+            return
+        await self.client.write(data)
+        now = time.perf_counter()
+        ctx = self.ctx
+        if ctx.ttft_s is None and self.filt.output_released:
+            ctx.ttft_s = now - ctx.t_start
+            assert ctx.deployment is not None
+            self.rt.metrics.ttft.labels(ctx.api, ctx.model.name, ctx.deployment.provider).observe(ctx.ttft_s)
+        self.rt.metrics.text_delay.labels(ctx.api).observe(now - t_read)
+
+    async def end_with_error(self, end: StreamEnded) -> None:
+        """One closing event; text already sent stands. Held text that redaction masked is released
+        first (it is safe); after a guardrail refusal, or with a hold guardrail, nothing more is."""
+        payload = end.payload
+        if end.error is not None and self.hold is not None:
+            payload = ResponsesOutputFilter(None).error_event(end.error.body()["error"])  # numbered from 0
+        elif end.error is not None:
+            tail = b"" if end.reason == "guardrail" else self.filt.flush_open()
+            payload = tail + self.filt.error_event(end.error.body()["error"])
+        await self.client.write(payload)
+        self.ctx.stream_error = end.reason
+        d = self.ctx.deployment
+        assert d is not None
+        if end.reason != "guardrail":
+            self.rt.metrics.stream_failures.labels(self.ctx.model.name, d.label, end.reason).inc()
+
+
+async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: web.StreamResponse,
+                run: SafetyRun | None) -> None:
+    """Write the held preamble and the first token, then the rest; end with the terminal event or one
+    error event."""
+    r = _Relay(rt, ctx, opened, client, run)
+    try:
+        await r.run()
+    except StreamEnded as end:
+        await r.end_with_error(end)
+    finally:
+        opened.close()
+        if run is not None:
+            ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())

@@ -1,0 +1,119 @@
+"""A streamed Responses request up to its first output token: one attempt of the attempt loop.
+
+Everything before the first token — `response.created`, `response.in_progress`, items and parts without
+text, unknown events — is the preamble: held, and thrown away with the attempt if it fails, so a retry
+or a fallback is invisible and the client sees one lifecycle. An in-band `error` or `response.failed`
+before the first token fails the attempt (retried or passed on by `core.retry`); after it, the relay
+forwards it (CONTRACT §4.1-§4.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from gateway.config_types import Deployment
+from gateway.context import RequestContext
+from gateway.core.events import Failure, FailureKind
+from gateway.core.responses import ResponsesEvent
+from gateway.core.responses_assemble import ResponsesAssembler
+from gateway.core.sse import SSEDecoder, SSEError
+from gateway.providers.responses_openai import ResponsesStreamParser, ResponsesTranslator, responses_translator
+from gateway.runtime import Runtime
+from gateway.upstream import UpstreamError, UpstreamResponse
+
+ERROR_BODY_LIMIT = 1024 * 1024
+
+
+@dataclass(slots=True)
+class OpenedResponses:
+    deployment: Deployment
+    response: UpstreamResponse
+    parser: ResponsesStreamParser
+    t_sent: float
+    decoder: SSEDecoder = field(default_factory=SSEDecoder)
+    pending: list[ResponsesEvent] = field(default_factory=list)  # the held preamble and the first token
+    assembler: ResponsesAssembler = field(default_factory=ResponsesAssembler)
+    done: bool = False  # the upstream's bytes have ended, or it sent `[DONE]`
+    t_first: float = 0.0
+
+    def close(self) -> None:
+        self.response.close()
+
+    def feed(self, data: bytes) -> list[ResponsesEvent]:
+        """Bytes -> parsed events, folded into the assembler. Raises UpstreamError for an event too large."""
+        try:
+            sse_events = self.decoder.feed(data)
+        except SSEError:
+            raise UpstreamError(Failure(FailureKind.MALFORMED, f"{self.deployment.label}: event too large")) \
+                from None
+        out: list[ResponsesEvent] = []
+        for sse in sse_events:
+            for ev in self.parser.parse(sse):
+                if ev.done:
+                    self.done = True
+                    continue
+                self.assembler.feed(ev)
+                out.append(ev)
+        return out
+
+    async def read(self) -> list[ResponsesEvent]:
+        """The next events; [] at the end of the bytes (then `done` is set)."""
+        data = await self.response.next_chunk()
+        if not data:
+            self.decoder.finish()
+            self.done = True
+            return []
+        return self.feed(data)
+
+    @property
+    def committable(self) -> bool:
+        """An output token has come, or the answer ended without one (an empty answer is an answer)."""
+        return self.assembler.first_token or self.assembler.finished
+
+
+def translator_for(rt: Runtime, d: Deployment) -> ResponsesTranslator | None:
+    return responses_translator(rt.provider(d))
+
+
+async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> OpenedResponses:
+    """One attempt: open the stream and read until the first output token, under `first_token_s`."""
+    provider, tr = rt.provider(d), translator_for(rt, d)
+    assert tr is not None, "the handler only routes to deployments that serve the Responses API"
+    t_sent = time.perf_counter()
+    opened: OpenedResponses | None = None
+    try:
+        async with asyncio.timeout(provider.timeouts.first_token_s):
+            resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=True), d.label)
+            opened = OpenedResponses(d, resp, tr.responses_stream_parser(), t_sent)
+            if resp.status != 200:
+                body = await resp.read_body(ERROR_BODY_LIMIT)
+                raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body))
+            if not resp.is_event_stream:
+                raise UpstreamError(Failure(FailureKind.MALFORMED,
+                                            f"{d.label}: answered a stream request without a stream"))
+            await _until_first_token(opened)
+            opened.t_first = time.perf_counter()
+            return opened
+    except TimeoutError:
+        if opened is not None:
+            opened.close()
+        raise UpstreamError(Failure(FailureKind.FIRST_TOKEN_TIMEOUT,
+                                    f"{d.label}: no output token within first_token_s")) from None
+    except BaseException:
+        if opened is not None:
+            opened.close()
+        raise
+
+
+async def _until_first_token(opened: OpenedResponses) -> None:
+    while not opened.committable and not opened.done:
+        for ev in await opened.read():
+            failure = ev.failure
+            if failure is not None:
+                raise UpstreamError(failure)  # before the first token: invisible, retried or passed on
+            opened.pending.append(ev)
+    if not opened.committable:
+        raise UpstreamError(Failure(FailureKind.EARLY_EOF,
+                                    f"{opened.deployment.label}: stream ended before the first token"))

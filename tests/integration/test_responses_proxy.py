@@ -1,0 +1,134 @@
+"""The Responses API through the real gateway, driven by the official `openai` SDK, against a scripted
+upstream on 127.0.0.1: streams, helpers, non-stream bodies, and the same answer read both ways."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import openai
+import pytest
+
+from tests.fake_upstream import FakeUpstream, json_script
+from tests.harness import GatewayServer
+from tests.responses_scripts import MODEL, Answer, body_script, number, stream_script
+
+PATH = "/v1/responses"
+
+
+def client(gw: GatewayServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.base_url, api_key="client-key-123", max_retries=0, timeout=20)
+
+
+def rich_answer() -> Answer:
+    return (Answer().reasoning(["Thinking ", "about it."]).message(["Hel", "lo, ", "world!"])
+            .function_call("weather", "call_1", ['{"city":', '"Oslo"}']))
+
+
+def test_stream_events_pass_through_with_one_gapless_lifecycle(upstream: FakeUpstream,
+                                                               gateway: GatewayServer) -> None:
+    events = rich_answer().stream_events()
+    upstream.enqueue(PATH, stream_script(events))
+    with client(gateway).responses.with_streaming_response.create(
+            model="m", input="Say hello", stream=True, extra_body={"custom_field": {"x": 1}}) as raw:
+        assert raw.headers["x-gateway-deployment"] == "up/up-model"
+        assert raw.headers["x-gateway-attempts"] == "1"
+        got = list(raw.parse())
+    assert [e.type for e in got] == [e["type"] for e in events]
+    assert [e.sequence_number for e in got] == list(range(len(events)))
+    text = "".join(e.delta for e in got if e.type == "response.output_text.delta")
+    assert text == "Hello, world!"
+    summary = "".join(e.delta for e in got if e.type == "response.reasoning_summary_text.delta")
+    assert summary == "Thinking about it."
+    args = "".join(e.delta for e in got if e.type == "response.function_call_arguments.delta")
+    assert args == '{"city":"Oslo"}'
+    assert got[-1].type == "response.completed" and got[-1].response.model == MODEL
+    sent = upstream.bodies(PATH)[0]
+    assert sent["model"] == "up-model" and sent["stream"] is True
+    assert sent["custom_field"] == {"x": 1}, "unknown fields pass through untouched"
+    headers = upstream.received[0].headers
+    assert headers["Authorization"] == "Bearer sk-upstream-SECRET"
+    assert "client-key-123" not in str(headers)
+
+
+def test_stream_helper_final_response_equals_the_non_stream_body(upstream: FakeUpstream,
+                                                                 gateway: GatewayServer) -> None:
+    answer = rich_answer()
+    upstream.enqueue(PATH, stream_script(answer.stream_events()), body_script(answer))
+    with client(gateway).responses.stream(model="m", input="Say hello") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    body = client(gateway).responses.create(model="m", input="Say hello")
+    assert "".join(deltas) == "Hello, world!"
+    assert final.output_text == body.output_text == "Hello, world!"
+    # the helper's Parsed* types add `parsed`/`parsed_arguments` (None here); everything else is equal
+    assert final.model_dump(exclude_none=True) == body.model_dump(exclude_none=True)
+    call = final.output[2]
+    assert call.type == "function_call" and call.call_id == "call_1" and call.arguments == '{"city":"Oslo"}'
+    assert final.usage is not None and final.usage.input_tokens == 11
+    assert "stream" not in upstream.bodies(PATH)[1], "a non-stream call asks for a body"
+
+
+def test_refusal_streams_and_completes(upstream: FakeUpstream, gateway: GatewayServer) -> None:
+    answer = Answer().message(["I'm sorry, ", "I can't help with that."], refusal=True)
+    upstream.enqueue(PATH, stream_script(answer.stream_events()))
+    with client(gateway).responses.stream(model="m", input="bad idea") as stream:
+        refusal = "".join(e.delta for e in stream if e.type == "response.refusal.delta")
+        final = stream.get_final_response()
+    assert refusal == "I'm sorry, I can't help with that."
+    part = final.output[0].content[0]  # type: ignore[union-attr]
+    assert part.type == "refusal" and part.refusal == refusal
+
+
+def test_async_client_stream_and_body(upstream: FakeUpstream, gateway: GatewayServer) -> None:
+    answer = Answer().message(["as", "ync"])
+    upstream.enqueue(PATH, stream_script(answer.stream_events(), split=7), body_script(answer))
+
+    async def run() -> tuple[str, str]:
+        async with openai.AsyncOpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=20) as c:
+            stream = await c.responses.create(model="m", input="x", stream=True)
+            text = "".join([e.delta async for e in stream if e.type == "response.output_text.delta"])
+            body = await c.responses.create(model="m", input="x")
+            return text, body.output_text
+
+    assert asyncio.run(run()) == ("async", "async")
+
+
+def test_events_without_sse_names_and_unknown_types_are_forwarded(upstream: FakeUpstream,
+                                                                  gateway: GatewayServer) -> None:
+    events = Answer().message(["ok"]).stream_events()
+    events.insert(2, {"type": "response.future_thing.happened", "detail": {"a": 1}})
+    events = number(events)
+    upstream.enqueue(PATH, stream_script(events, named=False, tail=[b"data: [DONE]\n\n"]))
+    got = list(client(gateway).responses.create(model="m", input="x", stream=True))
+    assert [e.type for e in got] == [e["type"] for e in events]
+    assert getattr(got[2], "detail", None) == {"a": 1}
+
+
+def test_upstream_400_passes_through_and_body_status_failed_is_retried(upstream: FakeUpstream,
+                                                                        gateway: GatewayServer) -> None:
+    upstream.enqueue(PATH, json_script({"error": {"message": "Invalid 'input'", "type": "invalid_request_error",
+                                                  "param": "input", "code": "invalid_value"}}, 400))
+    with pytest.raises(openai.BadRequestError) as info:
+        client(gateway).responses.create(model="m", input="x", stream=True)
+    assert info.value.code == "invalid_value" and len(upstream.received) == 1
+    failed_body: dict[str, Any] = {**Answer().body("failed"), "output": [],
+                                   "error": {"code": "server_error", "message": "boom"}}
+    upstream.enqueue(PATH, json_script(failed_body), body_script(Answer().message(["fine"])))
+    assert client(gateway).responses.create(model="m", input="x").output_text == "fine"
+    assert len(upstream.received) == 3
+
+
+def test_model_without_responses_deployment_is_a_client_error(upstream: FakeUpstream,
+                                                              make_gateway: Any) -> None:
+    gw = make_gateway(providers={"demo": {"type": "mock"}},
+                      models=[{"name": "m", "deployments": [{"provider": "demo", "model": "demo"}]}])
+    with pytest.raises(openai.BadRequestError) as info:
+        client(gw).responses.create(model="m", input="x")
+    assert info.value.body["param"] == "model"  # type: ignore[index]
+
+
+def test_input_must_be_text_or_items(gateway: GatewayServer) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client(gateway).responses.create(model="m", input=42)  # type: ignore[arg-type]
+    assert info.value.body["param"] == "input"  # type: ignore[index]
