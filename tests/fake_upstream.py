@@ -72,6 +72,7 @@ class FakeUpstream:
         self.closed = asyncio.Event()
         self.served: list[str] = []
         self.active = 0  # requests being answered right now
+        self.idle = asyncio.Event()  # set whenever `active` drops to zero
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -111,6 +112,7 @@ class FakeUpstream:
         if script is None:
             return web.json_response({"error": {"message": "no script", "type": "test"}}, status=599)
         self.served.append(script.tag)
+        self.idle.clear()
         resp = web.StreamResponse(status=script.status, headers=script.headers)
         self.active += 1
         try:
@@ -126,6 +128,8 @@ class FakeUpstream:
             raise
         finally:
             self.active -= 1
+            if self.active == 0:
+                self.idle.set()
         return resp
 
     async def _play(self, request: web.Request, resp: web.StreamResponse, part: Part, split: int) -> bool:

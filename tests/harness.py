@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Coroutine
+import urllib.request
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-import urllib.request
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -101,3 +101,11 @@ def gateway_config(upstream_url: str, **overrides: Any) -> Config:
     for key, value in overrides.items():
         raw[key] = value
     return parse_config(raw, env={})
+
+
+async def wait_until(cond: Callable[[], bool], deadline_s: float = 2.0) -> None:
+    """Wait for a condition the system under test offers no event for (a gauge settling after the
+    response has been sent). Bounded; fails loudly at the deadline."""
+    async with asyncio.timeout(deadline_s):
+        while not cond():  # noqa: ASYNC110 - there is no event to wait on
+            await asyncio.sleep(0.005)

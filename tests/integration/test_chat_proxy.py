@@ -12,7 +12,7 @@ import pytest
 
 from tests.chat_scripts import MODEL, chunk, completion, error_script, text_stream, usage_chunk
 from tests.fake_upstream import Close, FakeUpstream, Hang, Script, json_script, sse
-from tests.harness import GatewayServer, LoopThread
+from tests.harness import GatewayServer, LoopThread, wait_until
 
 PATH = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "Say hello"}]
@@ -196,15 +196,9 @@ def test_client_disconnect_closes_upstream_within_a_second(servers: LoopThread, 
     assert first.choices
     stream.close()  # the client goes away mid-stream
     servers.run(asyncio.wait_for(upstream.closed.wait(), 1.0))
-    servers.run(_until(lambda: gateway.sample("llm_gateway_inflight_requests", api="chat") == 0))
+    servers.run(wait_until(lambda: gateway.sample("llm_gateway_inflight_requests", api="chat") == 0))
     assert gateway.sample("llm_gateway_requests_total", api="chat", model="m", stream="true",
                           outcome="cancelled") == 1
-
-
-async def _until(cond: Callable[[], bool], timeout: float = 2.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not cond():
-            await asyncio.sleep(0.01)
 
 
 def test_metrics_on_metrics_port_only_and_labels_from_config(upstream: FakeUpstream, gateway: GatewayServer) -> None:

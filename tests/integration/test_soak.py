@@ -128,6 +128,5 @@ async def _task_count() -> int:
 
 
 async def _settle(upstream: FakeUpstream) -> None:
-    async with asyncio.timeout(5):
-        while upstream.active:
-            await asyncio.sleep(0.01)
+    if upstream.active:
+        await asyncio.wait_for(upstream.idle.wait(), 5)
