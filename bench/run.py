@@ -1,0 +1,205 @@
+"""`make bench`: the gateway side by side with a plain nginx relay, in one run (issue "Performance").
+
+One fake upstream serves every target. Per scenario, each target gets a warm-up, then measured rounds,
+targets alternating (order reversed every other round, so a drift in the machine's load hits them
+alike). Around each round the server's process tree's CPU time and memory are read from /proc; the load
+generator runs in its own process. Results go to bench/results/ (markdown and JSON) and stdout.
+
+    python -m bench.run [--quick] [--only S1,S2] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from bench import servers
+from bench.procstat import usage
+from bench.report import Measure, markdown, summarize, verdicts
+from bench.scenarios import Scenario, select
+from bench.servers import Server
+
+
+def raise_nofile() -> int:
+    """S4 holds thousands of sockets in each process; children inherit the raised limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class Pool:
+    """The servers of a run, started on first use; `fresh` restarts one for a memory measurement."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.nginx_bin = servers.ensure_nginx()
+        self.upstream = servers.start_upstream(workdir)
+        self.running: dict[str, Server] = {}
+        plain = self._write_config(False)
+        problem = servers.check_config(plain)
+        if problem:
+            raise RuntimeError(f"gateway rejects the bench config {plain}: {problem}")
+        # redaction on where the gateway can do it; else measured off, and the report says why
+        self.redaction_off_because = servers.redaction_missing()
+        redact = plain
+        if not self.redaction_off_because:
+            redact = self._write_config(True)
+            problem = servers.check_config(redact)
+            if problem:
+                self.redaction_off_because, redact = f"the redaction config is rejected: {problem}", plain
+        self.configs = {True: redact, False: plain}
+
+    def _write_config(self, redaction: bool) -> Path:
+        path = self.workdir / ("gateway-redact.yaml" if redaction else "gateway-plain.yaml")
+        path.write_text(servers.gateway_config(self.upstream.port, redaction))
+        return path
+
+    def get(self, target: str, fresh: bool = False) -> Server:
+        if target == "direct":
+            return self.upstream
+        if fresh and target in self.running:
+            self.running.pop(target).stop()
+        if target not in self.running:
+            self.running[target] = self._start(target)
+        return self.running[target]
+
+    def _start(self, target: str) -> Server:
+        if target == "nginx":
+            return servers.start_nginx(self.workdir, self.upstream.port, self.nginx_bin)
+        config = self.configs[target != "gateway-noredact"]
+        return servers.start_gateway(target, self.workdir, config, workers=2 if target == "gateway-w2" else 1)
+
+    def stop(self, target: str) -> None:
+        if target in self.running:
+            self.running.pop(target).stop()
+
+    def stop_all(self) -> None:
+        for name in list(self.running):
+            self.stop(name)
+        self.upstream.stop()
+
+
+def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples: bool = True) -> dict[str, Any]:
+    fd, out = tempfile.mkstemp(prefix="loadgen-", suffix=".json")
+    os.close(fd)
+    argv = [sys.executable, "-m", "bench.loadgen", "--out", out, "--url", url, "--concurrency", str(sc.concurrency),
+            "--requests", str(requests), "--duration-s", str(duration_s), "--ramp-s", str(sc.ramp_s),
+            "--ttft-ms", str(sc.ttft_ms), "--chunks", str(sc.chunks), "--chunk-chars", str(sc.chunk_chars),
+            "--gap-ms", str(sc.gap_ms)]
+    if not samples:
+        argv.append("--no-samples")
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=servers.ROOT, check=False, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(f"loadgen failed ({r.returncode}): {r.stderr[-2000:]}")
+        result: dict[str, Any] = json.loads(Path(out).read_text())
+    finally:
+        os.unlink(out)
+    return result
+
+
+def measure_round(pool: Pool, sc: Scenario, target: str, m: Measure) -> None:
+    server = pool.get(target)
+    before, up_before = usage(server.pid), usage(pool.upstream.pid)
+    if not m.rss_before_kib:
+        m.rss_before_kib, m.procs = before.rss_kib, before.procs
+    lg = loadgen(server.url, sc, requests=sc.requests, duration_s=sc.duration_s)
+    after, up_after = usage(server.pid), usage(pool.upstream.pid)
+    m.add_round(lg, after.cpu_s - before.cpu_s, up_after.cpu_s - up_before.cpu_s)
+    m.hwm_after_kib = after.hwm_kib
+
+
+def run_scenario(pool: Pool, sc: Scenario) -> dict[str, Measure]:
+    measures = {t: Measure() for t in sc.targets}
+    for r in range(sc.rounds):
+        order = sc.targets if r % 2 == 0 else tuple(reversed(sc.targets))
+        for target in order:
+            server = pool.get(target, fresh=sc.fresh and r == 0)
+            if r == 0 and sc.warmup:
+                # warm-up: the same shape, not counted (imports, pools, caches, allocator arenas)
+                loadgen(server.url, sc, requests=sc.warmup, duration_s=0, samples=False)
+            measure_round(pool, sc, target, measures[target])
+            if sc.fresh:
+                pool.stop(target)  # free its memory before the next target's measurement
+            print(f"  {sc.key} {target:<17} round {r + 1}: {measures[target].ok} ok, "
+                  f"{sum(measures[target].errors.values())} errors", flush=True)
+    return measures
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def machine(redaction_off_because: str, nofile: int, nginx_bin: str) -> dict[str, str]:
+    mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    nginx_v = subprocess.run([nginx_bin, "-v"], capture_output=True, text=True, check=False).stderr.strip()
+    return {
+        "nproc": str(os.cpu_count()), "CPU": _cpu_model(), "RAM": f"{mem_kib / 1024 / 1024:.1f} GiB",
+        "kernel": platform.release(), "Python": platform.python_version(),
+        "aiohttp": version("aiohttp"), "uvloop": version("uvloop"), "orjson": version("orjson"),
+        "nginx": nginx_v.replace("nginx version: ", ""),
+        "gateway redaction": f"OFF in every target: {redaction_off_because}" if redaction_off_because
+        else "secrets+pii (all gateway targets but gateway-noredact)",
+        "RLIMIT_NOFILE": str(nofile), "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="a short smoke run (seconds per scenario)")
+    p.add_argument("--only", help="comma-separated scenario keys, e.g. S1,S2")
+    p.add_argument("--out", default=str(servers.ROOT / "bench" / "results"))
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    nofile = raise_nofile()
+    scenarios = select(args.only.split(",") if args.only else None, args.quick)
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    t0 = time.monotonic()
+    raw: dict[str, dict[str, Measure]] = {}
+    pool = Pool(workdir)
+    try:
+        info = machine(pool.redaction_off_because, nofile, pool.nginx_bin)
+        for sc in scenarios:
+            print(f"{sc.key}: {sc.title}", flush=True)
+            raw[sc.key] = run_scenario(pool, sc)
+    finally:
+        pool.stop_all()
+    info["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    info["run time"] = f"{time.monotonic() - t0:.0f} s" + (" (--quick: a smoke run, not a measurement)"
+                                                          if args.quick else "")
+    summary = {k: summarize(sc, raw[k]) for sc in scenarios if (k := sc.key) in raw}
+    errors = {k: {t: dict(m.errors) for t, m in v.items()} for k, v in raw.items()}
+    checks = verdicts(summary)
+    text = markdown(info, scenarios, summary, errors, checks)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out / f"{stamp}.md").write_text(text)
+    (out / f"{stamp}.json").write_text(json.dumps({"machine": info, "summary": summary, "errors": errors},
+                                                  indent=1, default=str))
+    shutil.copyfile(out / f"{stamp}.md", out / "latest.md")
+    shutil.rmtree(workdir, ignore_errors=True)
+    print("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The benchmark scenarios (issue "Performance") and the targets each measures.
+
+Targets: `direct` (the load generator straight to the fake upstream: the TTFT baseline and the ceiling
+of client + upstream), `gateway` (redaction `secrets`+`pii` on when the redaction core exists),
+`gateway-noredact`, `gateway-w2` (`--workers 2`, redaction as `gateway`) and `nginx` (a plain relay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    key: str
+    title: str
+    targets: tuple[str, ...]
+    concurrency: int
+    chunks: int
+    chunk_chars: int = 8
+    ttft_ms: float = 0.0
+    gap_ms: float = 0.0
+    requests: int = 0  # per round; 0: bounded by duration_s
+    duration_s: float = 0.0
+    ramp_s: float = 0.0
+    rounds: int = 2
+    fresh: bool = False  # measure each target in a freshly started process (memory scenarios)
+    warmup: int = 64  # requests before measuring (pool, imports, caches), not counted
+
+
+FULL: tuple[Scenario, ...] = (
+    Scenario("S1", "latency: 8 concurrent, TTFT 50 ms, 20 small chunks 5 ms apart",
+             ("direct", "gateway", "nginx"), concurrency=8, chunks=20, ttft_ms=50, gap_ms=5,
+             requests=200, rounds=2, warmup=32),
+    Scenario("S2", "throughput: 128 concurrent, 50 chunks, no delay",
+             ("direct", "gateway", "gateway-noredact", "gateway-w2", "nginx"), concurrency=128, chunks=50,
+             duration_s=8, rounds=2, warmup=256),
+    Scenario("S3", "long streams: 32 concurrent, 1000 chunks, no delay",
+             ("direct", "gateway", "nginx"), concurrency=32, chunks=1000, duration_s=8, rounds=2, warmup=32),
+    Scenario("S3p", "long streams, paced: 32 concurrent, 1000 chunks 1 ms apart (one chunk per read)",
+             ("gateway", "nginx"), concurrency=32, chunks=1000, gap_ms=1, duration_s=6, rounds=2, warmup=32),
+    Scenario("S4", "many open streams: 5000 concurrent slow streams (20 chunks 500 ms apart)",
+             ("gateway", "nginx"), concurrency=5000, chunks=20, ttft_ms=100, gap_ms=500, requests=5000,
+             ramp_s=3, rounds=1, fresh=True, warmup=16),
+)
+
+
+def quick(s: Scenario) -> Scenario:
+    """`--quick`: the same shapes, a few seconds each (a smoke run, not a measurement)."""
+    if s.key == "S4":
+        return replace(s, concurrency=300, requests=300, chunks=6, gap_ms=300, ramp_s=0.5, warmup=8)
+    return replace(s, rounds=1, requests=min(s.requests, 40), duration_s=min(s.duration_s, 1.5),
+                   warmup=min(s.warmup, 16))
+
+
+def select(keys: list[str] | None, is_quick: bool) -> list[Scenario]:
+    chosen = [s for s in FULL if not keys or s.key in keys]
+    return [quick(s) for s in chosen] if is_quick else chosen

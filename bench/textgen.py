@@ -1,0 +1,84 @@
+"""The text a benchmark stream carries, and its OpenAI chat chunks, shared by the fake upstream and the
+load generator so the client can check that what it assembled is exactly what the upstream sent.
+
+The text is deterministic in (seed, chunks, chunk_chars): plain English-like words, spaces and
+punctuation, no digits, no `@`, no long runs without whitespace. That keeps it clear of every `secrets`
+and `pii` rule, so redaction must leave it unchanged; it still makes the redaction window do its normal
+work (hold each run of non-whitespace until it ends).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import orjson
+
+VARIANTS = 16  # distinct texts per shape: enough to vary, few enough to cache the encoded streams
+
+_VOCABULARY = (
+    "the of and to in is that for it as with was on be by this are from at or an have not which but "
+    "stream token model gateway latency window proxy request answer chunk server client reply upstream "
+    "simple quiet river mountain garden yellow orange careful honest measure quickly slowly between "
+    "through however therefore example question function return value string object array number"
+)
+_WORDS = tuple(_VOCABULARY.split())
+_PUNCT = (",", ".", ";", ":", "!", "?")
+
+
+@functools.lru_cache(maxsize=4096)
+def pieces(seed: int, chunks: int, chunk_chars: int) -> tuple[str, ...]:
+    """`chunks` content deltas of about `chunk_chars` characters each (never empty)."""
+    rng = random.Random(seed % VARIANTS * 1_000_003 + chunks * 131 + chunk_chars)
+    want = chunks * max(1, chunk_chars)
+    words: list[str] = []
+    size = 0
+    while size < want:
+        w = rng.choice(_WORDS)
+        if rng.random() < 0.08:
+            w += rng.choice(_PUNCT)
+        if rng.random() < 0.02:
+            w += "\n"
+        words.append(w)
+        size += len(w) + 1
+    text = " ".join(words)[:want]
+    step = max(1, chunk_chars)
+    return tuple(text[i * step:(i + 1) * step] for i in range(chunks))
+
+
+def expected_text(seed: int, chunks: int, chunk_chars: int) -> str:
+    return "".join(pieces(seed, chunks, chunk_chars))
+
+
+# OpenAI's own chunk envelope (id, object, created, model, system_fingerprint, logprobs), so parsing cost
+# per chunk is what a real provider's stream costs.
+_HEAD = b'{"id":"chatcmpl-bench0000000000000000000000","object":"chat.completion.chunk","created":1700000000,'
+
+
+def _chunk(model: bytes, delta: bytes, finish: bytes = b"null") -> bytes:
+    return (_HEAD + b'"model":"' + model + b'","system_fingerprint":"fp_bench","choices":[{"index":0,"delta":'
+            + delta + b',"logprobs":null,"finish_reason":' + finish + b"}]}")
+
+
+def sse_event(data: bytes) -> bytes:
+    return b"data: " + data + b"\n\n"
+
+
+@functools.lru_cache(maxsize=1024)
+def stream_events(seed: int, chunks: int, chunk_chars: int, model: str, usage: bool) -> tuple[bytes, ...]:
+    """The SSE events of one answer: role + first content, each further content delta, then finish,
+    usage (when asked) and `[DONE]` — the tail is one event string joined to the last content delta."""
+    m = model.encode()
+    parts = pieces(seed, chunks, chunk_chars)
+    events = [sse_event(_chunk(m, b'{"content":' + orjson.dumps(p) + b"}")) for p in parts]
+    role = sse_event(_chunk(m, b'{"role":"assistant","content":""}'))
+    events[0] = role + events[0]
+    tail = sse_event(_chunk(m, b"{}", b'"stop"'))
+    if usage:
+        n = max(1, chunks)
+        tail += sse_event(_HEAD + b'"model":"' + m + b'","system_fingerprint":"fp_bench","choices":[],"usage":'
+                          + orjson.dumps({"prompt_tokens": 12, "completion_tokens": n, "total_tokens": 12 + n})
+                          + b"}")
+    tail += sse_event(b"[DONE]")
+    events[-1] += tail
+    return tuple(events)
