@@ -1,0 +1,43 @@
+"""The benchmark's own parts work: the load generator against the fake upstream on 127.0.0.1 (no nginx,
+no gateway, no timing assertions; speed is measured only by `make bench`)."""
+
+from __future__ import annotations
+
+import os
+
+from bench.loadgen import LoadSpec, _SSEText, run_load
+from bench.procstat import usage
+from bench.textgen import expected_text, stream_events
+from bench.upstream import start_upstream
+
+
+async def test_loadgen_against_fake_upstream() -> None:
+    server = await start_upstream()
+    port = server.sockets[0].getsockname()[1]
+    try:
+        spec = LoadSpec(url=f"http://127.0.0.1:{port}/v1/chat/completions", concurrency=2, requests=5,
+                        ttft_ms=1, chunks=7, chunk_chars=5, gap_ms=1)
+        result = await run_load(spec)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert result.errors == {}
+    assert result.ok == 5
+    assert len(result.ttft_s) == len(result.total_s) == 5
+    assert all(0 < f <= t for f, t in zip(result.ttft_s, result.total_s, strict=True))
+    assert result.chunks_seen == 5 * (1 + 7 + 1 + 1)  # role, deltas, finish, [DONE]
+
+
+def test_stream_events_assemble_to_the_expected_text_at_any_split() -> None:
+    data = b"".join(stream_events(3, 9, 6, "m", True))
+    for cut in range(0, len(data), 37):
+        parser = _SSEText()
+        parser.feed(data[:cut])
+        parser.feed(data[cut:])
+        assert parser.done and not parser.error
+        assert "".join(parser.parts) == expected_text(3, 9, 6)
+
+
+def test_procstat_reads_this_process() -> None:
+    u = usage(os.getpid())
+    assert u.procs >= 1 and u.rss_kib > 0 and u.hwm_kib >= u.rss_kib and u.cpu_s > 0
