@@ -16,7 +16,7 @@ from gateway.core.chat import has_output_token
 from gateway.core.chat_filter import ChatOutputFilter
 from gateway.core.sse import DONE_EVENT
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
-from gateway.guardrails import judge_output
+from gateway.guardrails import judge_output, record
 from gateway.providers.base import ChatChunk
 from gateway.runtime import Runtime
 from gateway.safety import SafetyRun
@@ -58,8 +58,11 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
         if verdict_error is not None:
             await _emit(rt, ctx, client, tail, None, time.perf_counter(), True)
             raise StreamEnded(verdict_error, "guardrail")
+        _record_stream_guards(rt, ctx, None)
         await client.write(tail + DONE_EVENT)
     except StreamEnded as end:
+        if filt.refusal is not None:
+            _record_stream_guards(rt, ctx, filt.refusal.guardrail)
         await _end_with_error(rt, ctx, client, filt, hold, end)
     finally:
         opened.close()
@@ -138,6 +141,12 @@ async def _end_with_error(rt: Runtime, ctx: RequestContext, client: web.StreamRe
     if end.reason != "guardrail":  # counted before the client can see the event
         rt.metrics.stream_failures.labels(ctx.model.name, d.label, end.reason).inc()
     await client.write(tail + end.error.sse_bytes())
+
+
+def _record_stream_guards(rt: Runtime, ctx: RequestContext, blocked_by: str | None) -> None:
+    """Verdicts of the windowed (stream mode) guardrails, once the stream has ended."""
+    for g in rt.safety.models[ctx.model.name].stream_guards:
+        record(rt, ctx, g.name, "output", g.name != blocked_by)
 
 
 def _record_redactions(rt: Runtime, run: SafetyRun) -> int:

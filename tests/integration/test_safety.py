@@ -1,0 +1,159 @@
+"""Redaction and guardrails end to end (CONTRACT §5) with the official openai SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.config import parse_config
+from tests.chat_scripts import completion, text_stream
+from tests.fake_upstream import FakeUpstream, json_script
+from tests.harness import GatewayServer
+
+PATH = "/v1/chat/completions"
+KEY = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
+ANSWER = f"Sure. Your key is {KEY} and the ticket ACME-123456 is open. Mail ops@example.com for help.\n"
+MASKED = ("Sure. Your key is [REDACTED:openai_key] and the ticket [REDACTED:ticket] is open. "
+          "Mail [REDACTED:email] for help.\n")
+
+
+def config(url: str, *, guardrails: list[dict[str, Any]] | None = None, redaction: str = "p") -> Any:
+    return parse_config({
+        "auth": {"allow_unauthenticated": True},
+        "providers": {"up": {"type": "openai", "base_url": f"{url}/v1"}},
+        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x"}], "redaction": redaction,
+                    "guardrails": [g["name"] for g in guardrails or []]}],
+        "guardrails": guardrails or [],
+        "redaction": {"profiles": {"p": {"rules": ["secrets", "pii"],
+                                         "custom": [{"name": "ticket", "pattern": "ACME-[0-9]{6}"}]}}},
+    }, env={})
+
+
+def sdk(gw: GatewayServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0, timeout=20)
+
+
+def pieces(text: str, sizes: tuple[int, ...] = (1, 2, 3)) -> list[str]:
+    out, i, n = [], 0, 0
+    while i < len(text):
+        size = sizes[n % len(sizes)]
+        out.append(text[i:i + size])
+        i, n = i + size, n + 1
+    return out
+
+
+def stream_text(gw: GatewayServer) -> tuple[list[str], BaseException | None]:
+    got: list[str] = []
+    try:
+        for c in sdk(gw).chat.completions.create(model="m", stream=True,
+                                                 messages=[{"role": "user", "content": "hello"}]):
+            if c.choices and c.choices[0].delta.content:
+                got.append(c.choices[0].delta.content)
+    except openai.APIError as exc:
+        return got, exc
+    return got, None
+
+
+def test_secret_split_into_tiny_deltas_is_masked_whole_and_like_the_body(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, text_stream(pieces(ANSWER)), completion(ANSWER))
+    got, err = stream_text(gw)
+    assert err is None
+    assert "".join(got) == MASKED
+    for piece in got:
+        for i in range(len(KEY) - 5):
+            assert KEY[i:i + 6] not in piece, "no emitted piece carries any part of the secret"
+    body = sdk(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+    assert body.choices[0].message.content == MASKED
+    assert gw.sample("llm_gateway_redactions_total", rule="openai_key") == 2
+    assert gw.sample("llm_gateway_redactions_total", rule="ticket") == 2
+
+
+def test_redaction_off_forwards_text_untouched(upstream: FakeUpstream,
+                                               make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(config(upstream.base_url, redaction="off"))
+    upstream.enqueue(PATH, text_stream(pieces(ANSWER)))
+    assert "".join(stream_text(gw)[0]) == ANSWER
+
+
+TERM = {"name": "nightingale", "type": "terms", "terms": ["project nightingale"]}
+REGEX = {"name": "codename", "type": "regex", "patterns": ["NIGHT-[0-9]{3}"]}
+BAD_ANSWER = "The plan is simple. Project Nightingale starts on Monday, NIGHT-042 too.\n"
+GOOD_ANSWER = "The plan is simple. Nothing secret here at all today.\n"
+
+
+def webhook(upstream: FakeUpstream) -> dict[str, Any]:
+    return {"name": "hook", "type": "webhook", "url": f"{upstream.base_url}/guard", "timeout_s": 2}
+
+
+@pytest.mark.parametrize("kind", ["terms", "regex", "webhook"])
+def test_input_guardrail_refuses_before_any_upstream_call(upstream: FakeUpstream, kind: str,
+                                                          make_gateway: Callable[..., GatewayServer]) -> None:
+    g = {"terms": TERM, "regex": REGEX, "webhook": webhook(upstream)}[kind] | {"stage": "input"}
+    gw = make_gateway(config(upstream.base_url, guardrails=[g]))
+    upstream.defaults["/guard"] = json_script({"allow": False, "reason": "not allowed"})
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": BAD_ANSWER}])
+    assert info.value.code == "guardrail_blocked" and info.value.param == g["name"]
+    assert upstream.bodies(PATH) == []
+    if kind == "webhook":
+        sent = upstream.bodies("/guard")[0]
+        assert sent == {"stage": "input", "model": "m", "text": BAD_ANSWER}
+    assert gw.sample("llm_gateway_guardrail_verdicts_total", guardrail=g["name"], stage="input",
+                     verdict="block") == 1
+
+
+@pytest.mark.parametrize("kind", ["terms", "regex", "webhook"])
+@pytest.mark.parametrize("mode", ["stream", "hold", "audit"])
+def test_output_guardrail_modes(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+                                kind: str, mode: str) -> None:
+    g = {"terms": TERM, "regex": REGEX, "webhook": webhook(upstream)}[kind] | {"stage": "both", "mode": mode}
+    gw = make_gateway(config(upstream.base_url, guardrails=[g]))
+    upstream.defaults["/guard"] = json_script({"allow": True, "reason": ""})
+    upstream.enqueue(PATH, text_stream(pieces(GOOD_ANSWER, (3, 4, 5))))
+    got, err = stream_text(gw)
+    assert err is None and "".join(got) == GOOD_ANSWER, "an allowed answer streams whole"
+
+    upstream.defaults["/guard"] = json_script({"allow": False, "reason": "policy"})
+    upstream.enqueue("/guard", json_script({"allow": True, "reason": ""}))  # the input check passes
+    upstream.enqueue(PATH, text_stream(pieces(BAD_ANSWER, (3, 4, 5))))
+    got, err = stream_text(gw)
+    text = "".join(got)
+    assert isinstance(err, openai.APIError) and "guardrail" in err.message
+    windowed = mode == "stream" and kind != "webhook"  # a webhook judges the whole answer
+    if windowed:
+        term = "Project Nightingale" if kind == "terms" else "NIGHT-042"
+        cut = BAD_ANSWER.index(term)
+        assert BAD_ANSWER[:cut].startswith(text), "only text before the violation is released"
+        assert term.split()[-1] not in text and term[:5] not in text[cut - 5:]
+    elif mode == "hold" or (mode == "stream" and kind == "webhook"):
+        assert text in ("", BAD_ANSWER) and (mode != "hold" or text == ""), "hold: nothing before the verdict"
+    else:
+        assert text == BAD_ANSWER, "audit streams freely, then refuses at the end"
+    assert gw.sample("llm_gateway_guardrail_verdicts_total", guardrail=g["name"], stage="output",
+                     verdict="block") == 1
+
+
+def test_failing_webhook_blocks(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    g = webhook(upstream) | {"stage": "input"}
+    gw = make_gateway(config(upstream.base_url, guardrails=[g]))
+    upstream.defaults["/guard"] = json_script({"oops": True}, status=500)
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "anything"}])
+    assert info.value.code == "guardrail_blocked"
+    upstream.defaults["/guard"] = json_script({"allow": "yes"})  # no boolean verdict: also blocks
+    with pytest.raises(openai.BadRequestError):
+        sdk(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "anything"}])
+
+
+def test_non_stream_output_guardrail_refuses_with_an_error(upstream: FakeUpstream,
+                                                           make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(config(upstream.base_url, guardrails=[TERM | {"stage": "output", "mode": "stream"}]))
+    upstream.enqueue(PATH, completion(BAD_ANSWER))
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert info.value.code == "guardrail_blocked" and "Nightingale" not in info.value.message

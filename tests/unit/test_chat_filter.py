@@ -1,0 +1,86 @@
+"""The chat output filter with the real redaction window and guard window, at every split of a text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.config import parse_config
+from gateway.core.chat_filter import ChatOutputFilter
+from gateway.core.sse import SSEDecoder
+from gateway.safety import ModelSafety, compile_safety
+
+SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+TEXT = f"token {SECRET} then Project Nightingale ends"
+
+
+def safety(guard: bool) -> ModelSafety:
+    config = parse_config({
+        "auth": {"allow_unauthenticated": True},
+        "providers": {"p": {"type": "mock"}},
+        "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}], "redaction": "r",
+                    "guardrails": ["g"] if guard else []}],
+        "guardrails": [{"name": "g", "type": "terms", "terms": ["project nightingale"]}],
+        "redaction": {"profiles": {"r": {"rules": ["secrets"]}}},
+    }, env={})
+    return compile_safety(config).models["m"]
+
+
+def chunks_for(parts: list[str]) -> list[dict[str, Any]]:
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "x"}
+    out = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+    out += [{**base, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in parts]
+    out.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    out.append({**base, "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+    return out
+
+
+def run(parts: list[str], guard: bool, forward_usage: bool = False) -> tuple[list[str], list[dict[str, Any]], Any]:
+    run_ = safety(guard).start()
+    assert run_ is not None
+    filt = ChatOutputFilter(run_.factory, forward_usage)
+    wire = b""
+    for obj in chunks_for(parts):
+        raw = orjson.dumps(obj)
+        wire += filt.apply(orjson.loads(raw), raw)
+        if filt.refusal is not None:
+            break
+    events = [orjson.loads(e.data) for e in SSEDecoder().feed(wire)]
+    texts = [c["choices"][0]["delta"].get("content") or "" for c in events if c["choices"]]
+    return texts, events, filt.refusal
+
+
+@pytest.mark.parametrize("i", range(len(TEXT) + 1))
+def test_every_two_piece_split_masks_the_secret_whole(i: int) -> None:
+    text = TEXT.replace(" then Project Nightingale ends", " ends")
+    texts, events, _ = run([text[:i], text[i:]], guard=False)
+    assert "".join(texts) == "token [REDACTED:github_token] ends"
+    assert all(SECRET[:6] not in t for t in texts)
+    assert events[-1]["choices"][0]["finish_reason"] == "stop"
+    assert all(e["choices"] for e in events), "usage chunk dropped when the client did not ask"
+
+
+@pytest.mark.parametrize("i", range(len(TEXT) + 1))
+def test_every_split_stops_before_the_guarded_term(i: int) -> None:
+    texts, _, refusal = run([TEXT[:i], TEXT[i:]], guard=True)
+    assert refusal is not None and refusal.guardrail == "g"
+    released = "".join(texts)
+    assert "token [REDACTED:github_token] then ".startswith(released)
+    assert "Project" not in released and "Nightingale" not in released
+
+
+def test_one_character_deltas_and_usage_forwarding() -> None:
+    text = TEXT.replace("Project Nightingale", "nothing")
+    texts, events, refusal = run(list(text), guard=True, forward_usage=True)
+    assert refusal is None
+    assert "".join(texts) == text.replace(SECRET, "[REDACTED:github_token]")
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["prompt_tokens"] == 1
+
+
+def test_unchanged_chunks_are_forwarded_as_the_upstream_bytes() -> None:
+    filt = ChatOutputFilter(None, False)
+    raw = b'{"id":"c",  "choices":[{"index":0,"delta":{"content":"hi"}}]}'
+    assert filt.apply(orjson.loads(raw), raw, True) == b"data: " + raw + b"\n\n"
+    assert filt.output_released
