@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway import cache
 from gateway.attempts import run_attempts
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
@@ -21,6 +22,7 @@ from gateway.guardrails import judge_output
 from gateway.metrics import record_usage
 from gateway.providers.base import ParsedBody
 from gateway.runtime import Runtime
+from gateway.state.base import StateBackend
 from gateway.upstream import UpstreamError
 
 
@@ -46,14 +48,14 @@ def _headers(ctx: RequestContext, label: str, attempts: int) -> dict[str, str]:
     return {"x-request-id": ctx.request_id, "x-gateway-deployment": label, "x-gateway-attempts": str(attempts)}
 
 
-async def complete_chat(rt: Runtime, ctx: RequestContext) -> web.Response:
+async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -> web.Response:
     async def attempt(d: Deployment) -> ParsedBody:
         return await _fetch(rt, ctx, d, embeddings=False)
 
     won, parsed = await run_attempts(rt, ctx, attempt)
     ctx.deployment = won.deployment
     obj = parsed.obj
-    ctx.redactions += _redact_body(rt, ctx, obj)
+    ctx.redactions += redact_body(rt, ctx, obj)
     assembler = ChatAssembler()
     assembler.feed(_events_after_redaction(rt, won.deployment, obj, parsed))
     safety = rt.safety.models[ctx.model.name]
@@ -63,6 +65,8 @@ async def complete_chat(rt: Runtime, ctx: RequestContext) -> web.Response:
     ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage)
     if refusal is not None:
         raise refusal
+    if ctx.cache_store:
+        await cache.store(rt, state, ctx, obj)
     return web.Response(body=orjson.dumps(obj), content_type="application/json",
                         headers=_headers(ctx, won.deployment.label, won.attempts))
 
@@ -73,7 +77,7 @@ def _events_after_redaction(rt: Runtime, d: Deployment, obj: dict[str, Any], par
     return translator_events or parsed.events
 
 
-def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
+def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
     safety = rt.safety.models[ctx.model.name]
     if safety.redactor is None:
         return 0

@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 from aiohttp import web
 
+from gateway import cache
+from gateway.app_keys import STATE
 from gateway.attempts import Won, run_attempts
+from gateway.chat_body import redact_body
 from gateway.chat_relay import relay
 from gateway.chat_stream import OpenedStream, open_stream
 from gateway.config_types import Deployment
@@ -53,8 +57,11 @@ async def stream_chat(request: web.Request, rt: Runtime, ctx: RequestContext) ->
         _record_winner(rt, ctx, won, opened)
         if client is None:
             client = await commit(request, ctx, won)
+        meta = next((ch.obj for ch in opened.pending if ch.obj), {})
         await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
         _record_end(rt, ctx, opened)
+        if ctx.cache_store and ctx.stream_error is None:
+            await _store(rt, request, ctx, opened, meta)
         return client
     finally:
         if not task.done():
@@ -75,6 +82,15 @@ async def commit(request: web.Request, ctx: RequestContext, won: Won | None) -> 
     resp = web.StreamResponse(status=200, headers=headers)
     await resp.prepare(request)
     return resp
+
+
+async def _store(rt: Runtime, request: web.Request, ctx: RequestContext, opened: OpenedStream,
+                 meta: dict[str, Any]) -> None:
+    """Cache what the client read: the assembled answer, masked one-shot (equal to the streamed text)."""
+    body = opened.assembler.completion(id=str(meta.get("id", "")), model=str(meta.get("model", "")),
+                                       created=int(meta.get("created", 0) or 0))
+    redact_body(rt, ctx, body)
+    await cache.store(rt, request.app[STATE], ctx, body)
 
 
 def _record_winner(rt: Runtime, ctx: RequestContext, won: Won, opened: OpenedStream) -> None:

@@ -31,6 +31,7 @@ class RequestContext:
     stream_error: str | None = None  # reason, when a committed stream ended with an error event
     reservation: Any = None  # state.base.Reservation of tokens reserved against the key's tpm
     cache_hit: bool = False
+    cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t_start

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway import cache
 from gateway.app_keys import CTX, REQUEST_ID, RUNTIME, STATE, T0
 from gateway.auth import KeyRing
 from gateway.chat_body import complete_chat, embeddings
@@ -78,11 +79,17 @@ def _messages_text(body: dict[str, Any]) -> str:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     rt, ctx = await _resolve(request, "chat")
     text = _messages_text(ctx.body)
-    await admit(rt, request.app[STATE], ctx)
+    state = request.app[STATE]
+    await admit(rt, state, ctx)
     await check_input(rt, ctx, text)
+    if cache.wanted(rt, request, ctx):
+        hit = await cache.lookup(state, ctx)
+        if hit is not None:
+            return await cache.serve_hit(request, ctx, hit)
+        ctx.cache_store = True
     if ctx.stream:
         return await stream_chat(request, rt, ctx)
-    return await complete_chat(rt, ctx)
+    return await complete_chat(rt, ctx, state)
 
 
 async def embeddings_handler(request: web.Request) -> web.StreamResponse:

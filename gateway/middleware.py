@@ -110,4 +110,5 @@ async def _finish(request: web.Request, api: str, status: int, outcome: str) -> 
         reasoning_tokens=usage.reasoning if usage else None,
         cost_usd=round(ctx.cost_usd, 8) if ctx else 0.0, redactions=ctx.redactions if ctx else 0,
         guardrails=dict(ctx.verdicts) if ctx else {}, stream_error=ctx.stream_error if ctx else None,
+        cache_hit=ctx.cache_hit if ctx else False,
     )

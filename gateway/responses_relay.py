@@ -138,12 +138,12 @@ class _Relay:
         elif end.error is not None:
             tail = b"" if end.reason == "guardrail" else self.filt.flush_open()
             payload = tail + self.filt.error_event(end.error.body()["error"])
-        await self.client.write(payload)
         self.ctx.stream_error = end.reason
         d = self.ctx.deployment
         assert d is not None
-        if end.reason != "guardrail":
+        if end.reason != "guardrail":  # counted before the client can see the event
             self.rt.metrics.stream_failures.labels(self.ctx.model.name, d.label, end.reason).inc()
+        await self.client.write(payload)
 
 
 async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: web.StreamResponse,

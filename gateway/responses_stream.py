@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.events import Failure, FailureKind
-from gateway.core.responses import ResponsesEvent
+from gateway.core.responses import TERMINAL_OK, ResponsesEvent
 from gateway.core.responses_assemble import ResponsesAssembler
 from gateway.core.sse import SSEDecoder, SSEError
 from gateway.providers.responses_openai import ResponsesStreamParser, ResponsesTranslator, responses_translator
@@ -67,11 +67,6 @@ class OpenedResponses:
             return []
         return self.feed(data)
 
-    @property
-    def committable(self) -> bool:
-        """An output token has come, or the answer ended without one (an empty answer is an answer)."""
-        return self.assembler.first_token or self.assembler.finished
-
 
 def translator_for(rt: Runtime, d: Deployment) -> ResponsesTranslator | None:
     return responses_translator(rt.provider(d))
@@ -108,12 +103,18 @@ async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> Ope
 
 
 async def _until_first_token(opened: OpenedResponses) -> None:
-    while not opened.committable and not opened.done:
+    """Hold events up to and including the first output token (or the end of an empty answer). What
+    follows it in the same read is after the token, so it is the relay's, failures included: the order
+    of the stream decides, not how the bytes happened to be chunked."""
+    started = False
+    while not started and not opened.done:
         for ev in await opened.read():
-            failure = ev.failure
-            if failure is not None:
-                raise UpstreamError(failure)  # before the first token: invisible, retried or passed on
+            if not started:
+                failure = ev.failure
+                if failure is not None:
+                    raise UpstreamError(failure)  # before the first token: invisible, retried or passed on
+                started = ev.has_token or ev.type in TERMINAL_OK
             opened.pending.append(ev)
-    if not opened.committable:
+    if not started:
         raise UpstreamError(Failure(FailureKind.EARLY_EOF,
                                     f"{opened.deployment.label}: stream ended before the first token"))

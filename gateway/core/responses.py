@@ -124,7 +124,9 @@ def classify_stream_error(obj: dict[str, Any]) -> Failure:
     failed = resp.get("error") if isinstance(resp, dict) else None
     src = nested if isinstance(nested, dict) else failed if isinstance(failed, dict) else obj
     err = {k: src.get(k) for k in ("code", "type", "message", "param")}
-    if err["code"] is None and src is not obj:
+    if src is obj:
+        err["type"] = None  # the flat shape's `type` names the event, not the error
+    elif err["code"] is None:
         err["code"] = obj.get("code")
     if err["type"] is None and err["code"] in CLIENT_CODES:
         err["type"] = "invalid_request_error"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import orjson
 
@@ -19,6 +20,7 @@ from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
 from gateway.core.responses import ResponsesEvent, ResponsesParser, response_events
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import UpstreamRequest
+from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
 
 
@@ -74,8 +76,14 @@ def parse_responses_body(body: bytes) -> ResponsesBody:
     return ResponsesBody(obj, response_events(obj, with_output=True))
 
 
-class OpenAIResponses(OpenAIChat):
-    """Provider type `openai`: the chat translator's headers and errors, the `/responses` path."""
+class _ResponsesRequests:
+    """The Responses methods, on top of a chat translator's URL and headers (listed first in the bases)."""
+
+    def _url(self, path: str, model: str) -> str:
+        raise NotImplementedError
+
+    def _headers_for(self, stream: bool) -> dict[str, str]:
+        raise NotImplementedError
 
     def responses_request(self, body: Mapping[str, Any], model: str, *, stream: bool) -> UpstreamRequest:
         out = dict(body)
@@ -95,18 +103,15 @@ class OpenAIResponses(OpenAIChat):
         return parse_responses_body(body)
 
 
-class AzureResponses(OpenAIResponses):
-    """Provider type `azure`: the deployment goes in `model`, the key in `api-key`."""
+class OpenAIResponses(OpenAIChat, _ResponsesRequests):
+    """Provider type `openai`: the chat translator's headers and errors, `{base_url}/responses`."""
 
-    def _base_headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-        if self.provider.api_key:
-            headers["api-key"] = self.provider.api_key
-        headers.update(self.provider.headers)
-        return headers
+
+class AzureResponses(AzureChat, _ResponsesRequests):
+    """Provider type `azure`: Azure's `api-key` header; the deployment goes in `model`, not the path."""
 
     def _url(self, path: str, model: str) -> str:
-        return f"{self.provider.base_url}/openai{path}?api-version={self.provider.api_version or ''}"
+        return f"{self.provider.base_url}/openai{path}?api-version={quote(self.provider.api_version or '', safe='')}"
 
 
 def responses_translator(provider: ProviderConfig) -> ResponsesTranslator | None:

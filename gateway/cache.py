@@ -1,0 +1,73 @@
+"""The exact-match response cache (CONTRACT §2 `cache`, §4.8).
+
+On for a request when `cache.enabled`, the model's `cache: true`, or the header `x-gateway-cache: on`;
+`x-gateway-cache: off` turns it off. The key is the normalised request plus the caller's key name, so
+tenants never read each other's answers. Answers are stored *after* masking: the cache never holds text
+the client could not have read. A hit makes no upstream call and is served at once; in a stream, as one
+content delta (plus usage if the client asked).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from gateway.context import RequestContext
+from gateway.core.assemble import completion_to_chunks
+from gateway.core.sse import DONE_EVENT, encode_data
+from gateway.runtime import Runtime
+from gateway.state.base import StateBackend
+from gateway.state.cache_key import cache_key
+
+log = structlog.get_logger("gateway")
+HEADER = "x-gateway-cache"
+
+
+def wanted(rt: Runtime, request: web.Request, ctx: RequestContext) -> bool:
+    choice = request.headers.get(HEADER, "").lower()
+    if choice == "off":
+        return False
+    return choice == "on" or rt.config.cache.enabled or ctx.model.cache
+
+
+def key_for(ctx: RequestContext) -> str:
+    tenant = ctx.key.name if ctx.key is not None else "-"
+    return cache_key(f"{ctx.api}:{tenant}", ctx.body)
+
+
+async def lookup(state: StateBackend, ctx: RequestContext) -> dict[str, Any] | None:
+    try:
+        raw = await state.cache_get(key_for(ctx))
+    except Exception as exc:  # the cache is an optimisation: a failing one is a miss
+        log.warning("cache_get_failed", error=type(exc).__name__)
+        return None
+    if raw is None:
+        return None
+    body = orjson.loads(raw)
+    return body if isinstance(body, dict) else None
+
+
+async def store(rt: Runtime, state: StateBackend, ctx: RequestContext, body: dict[str, Any]) -> None:
+    try:
+        await state.cache_set(key_for(ctx), orjson.dumps(body), rt.config.cache.ttl_s)
+    except Exception as exc:
+        log.warning("cache_set_failed", error=type(exc).__name__)
+
+
+def hit_headers(ctx: RequestContext) -> dict[str, str]:
+    return {"x-request-id": ctx.request_id, HEADER: "hit", "x-gateway-attempts": "0"}
+
+
+async def serve_hit(request: web.Request, ctx: RequestContext, body: dict[str, Any]) -> web.StreamResponse:
+    ctx.cache_hit = True
+    if not ctx.stream:
+        return web.Response(body=orjson.dumps(body), content_type="application/json", headers=hit_headers(ctx))
+    headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", **hit_headers(ctx)}
+    resp = web.StreamResponse(status=200, headers=headers)
+    await resp.prepare(request)
+    chunks = [c for c in completion_to_chunks(body) if c["choices"] or ctx.forward_usage]
+    await resp.write(b"".join(encode_data(orjson.dumps(c)) for c in chunks) + DONE_EVENT)
+    return resp
