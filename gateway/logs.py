@@ -4,6 +4,7 @@ TTY), request id from contextvars. Nothing here ever receives message text or a 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import orjson
@@ -17,6 +18,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
+        _add_pid,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info,
     ]
@@ -32,3 +34,9 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
         logger_factory=factory,  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
+
+
+def _add_pid(_: object, __: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """Which worker process wrote the line (`--workers N`)."""
+    event["pid"] = os.getpid()
+    return event
