@@ -17,7 +17,7 @@ from gateway.context import RequestContext
 from gateway.core.responses import ERROR_TYPES, TERMINAL_OK, ResponsesEvent
 from gateway.core.responses_filter import ResponsesOutputFilter
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
-from gateway.guardrails import judge_output
+from gateway.guardrails import judge_output, record
 from gateway.metrics import record_redactions
 from gateway.responses_stream import OpenedResponses
 from gateway.runtime import Runtime
@@ -153,9 +153,18 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, clien
     r = _Relay(rt, ctx, opened, client, run)
     try:
         await r.run()
+        _record_stream_guards(rt, ctx, None)
     except StreamEnded as end:
+        if r.filt.refusal is not None:
+            _record_stream_guards(rt, ctx, r.filt.refusal.guardrail)
         await r.end_with_error(end)
     finally:
         opened.close()
         if run is not None:
             ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())
+
+
+def _record_stream_guards(rt: Runtime, ctx: RequestContext, blocked_by: str | None) -> None:
+    """Verdicts of the windowed (stream mode) guardrails, once the stream has ended."""
+    for g in rt.safety.models[ctx.model.name].stream_guards:
+        record(rt, ctx, g.name, "output", g.name != blocked_by)
