@@ -13,7 +13,7 @@ import pytest
 
 from tests import anthropic_scripts as a
 from tests.chat_scripts import chunk, text_stream, usage_chunk
-from tests.fake_upstream import FakeUpstream, Script, sse
+from tests.fake_upstream import FakeUpstream, Script, json_script, sse
 from tests.harness import GatewayServer, LoopThread, wait_until
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]
@@ -296,3 +296,22 @@ def test_azure_content_filter_chunks_do_not_break_the_sdk(servers: LoopThread, u
     assert final.id == "chatcmpl-up" and final.choices[0].message.content == "Partial"
     assert final.choices[0].finish_reason == "content_filter"
     tokens_counted(servers, gw, "azure", "az", "input", 11)
+
+
+def test_embeddings_azure_deployment_path_and_anthropic_404(upstream: FakeUpstream,
+                                                            make_gateway: Callable[..., GatewayServer]) -> None:
+    upstream.enqueue("/openai/deployments/emb-eu/embeddings", json_script({
+        "object": "list", "model": "text-embedding-3-small",
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.5, 0.25]}],
+        "usage": {"prompt_tokens": 2, "total_tokens": 2}}))
+    emb = make_gateway(providers=providers(upstream), models=[
+        {"name": "emb", "deployments": [{"provider": "az", "model": "emb-eu"}]},
+        {"name": "claude-emb", "deployments": [{"provider": "claude", "model": "claude-dep"}]}])
+    r = client(emb).embeddings.create(model="emb", input="hello world", encoding_format="float")
+    assert r.data[0].embedding == [0.5, 0.25]
+    got = upstream.received[-1]
+    assert got.query == {"api-version": "2024-10-21"} and got.headers["api-key"] == "azure-upstream-SECRET"
+    assert got.body == {"input": "hello world", "encoding_format": "float"}
+    upstream.enqueue("/v1/embeddings", a.error_body(404, "not_found_error", "Not Found"))
+    with pytest.raises(openai.NotFoundError):
+        client(emb).embeddings.create(model="claude-emb", input="x")
