@@ -76,9 +76,25 @@ def _messages_text(body: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _redact_inputs(rt: Runtime, ctx: RequestContext) -> None:
+    """`redaction.inputs: true`: mask secrets in the prompt before it leaves for the provider."""
+    safety = rt.safety.models[ctx.model.name]
+    if not safety.redact_inputs or safety.redactor is None:
+        return
+    for m in ctx.body.get("messages") or ():
+        content = m.get("content")
+        if isinstance(content, str):
+            m["content"] = safety.redactor.redact(content).text
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    part["text"] = safety.redactor.redact(part["text"]).text
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     rt, ctx = await _resolve(request, "chat")
     text = _messages_text(ctx.body)
+    _redact_inputs(rt, ctx)
     state = request.app[STATE]
     await admit(rt, state, ctx)
     await check_input(rt, ctx, text)

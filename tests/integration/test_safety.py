@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 import openai
@@ -157,3 +159,19 @@ def test_non_stream_output_guardrail_refuses_with_an_error(upstream: FakeUpstrea
     with pytest.raises(openai.BadRequestError) as info:
         sdk(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert info.value.code == "guardrail_blocked" and "Nightingale" not in info.value.message
+
+
+def test_inputs_are_masked_before_they_leave_when_asked(upstream: FakeUpstream,
+                                                        make_gateway: Callable[..., GatewayServer]) -> None:
+    cfg = config(upstream.base_url)
+    profile = cfg.redaction_profiles["p"]
+    cfg = dataclasses.replace(cfg, redaction_profiles=MappingProxyType(
+        {"p": dataclasses.replace(profile, inputs=True)}))
+    gw = make_gateway(cfg)
+    upstream.enqueue(PATH, completion("ok"))
+    sdk(gw).chat.completions.create(model="m", messages=[
+        {"role": "user", "content": f"my key is {KEY}"},
+        {"role": "user", "content": [{"type": "text", "text": "write to ops@example.com"}]}])
+    sent = upstream.bodies(PATH)[0]["messages"]
+    assert sent[0]["content"] == "my key is [REDACTED:openai_key]"
+    assert sent[1]["content"][0]["text"] == "write to [REDACTED:email]"
