@@ -11,6 +11,7 @@ protocols.md §4.1). The mapping:
     thinking_delta       delta.reasoning_content
     input_json_delta     delta.tool_calls[].function.arguments; the tool index is the order of the
                          tool_use blocks, whatever their content-block index
+    content_block_stop   nothing; for a tool_use block that streamed no arguments, arguments "{}"
     message_delta        the finish chunk (stop_reason -> finish_reason), then a `choices: []` chunk
                          with usage (the pipeline forwards it only to a client that asked)
     message_stop         the end of the protocol
@@ -135,13 +136,14 @@ def _int(value: Any) -> int | None:
 class AnthropicStreamParser:
     """One per attempt: remembers the message id/model, usage and the tool-call numbering."""
 
-    __slots__ = ("_base", "_started", "_tools", "usage")
+    __slots__ = ("_base", "_started", "_tool_args_seen", "_tools", "usage")
 
     def __init__(self, created: int) -> None:
         self._base: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": created,
                                       "model": ""}
         self._started = False
         self._tools: dict[int, int] = {}  # content-block index -> OpenAI tool-call index
+        self._tool_args_seen: set[int] = set()  # tool-call indices that got argument text
         self.usage = UsageCounts()
 
     def parse(self, event: SSEEvent) -> list[ChatChunk]:
@@ -179,10 +181,15 @@ class AnthropicStreamParser:
         return [*self._start(), ChatChunk([OutputDelta(0, kind, text)], self._chunk({key: text}))]
 
     def _tool_start(self, block_index: int | None, block: dict[str, Any]) -> list[ChatChunk]:
+        """A tool_use block opens. Inside message_start (block_index None) the block is already whole."""
         n = len(self._tools)
         self._tools[block_index if block_index is not None else -1 - n] = n
         tool_input = block.get("input")
         args = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) and tool_input else ""
+        if not args and block_index is None:
+            args = "{}"
+        if args:
+            self._tool_args_seen.add(n)
         call_id = str(block.get("id") or f"call_{n}")
         name = str(block.get("name") or "")
         call = {"index": n, "id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
@@ -193,6 +200,7 @@ class AnthropicStreamParser:
         n = self._tools.get(block_index) if block_index is not None else None
         if n is None or not isinstance(partial, str) or not partial:
             return []  # a server tool's input, or the empty first fragment
+        self._tool_args_seen.add(n)
         call = {"index": n, "function": {"arguments": partial}}
         return [ChatChunk([ToolCallDelta(0, n, None, None, partial)], self._chunk({"tool_calls": [call]}))]
 
@@ -249,6 +257,15 @@ class AnthropicStreamParser:
             return self._tool_args(_int(obj.get("index")), delta.get("partial_json"))
         return []
 
+    def on_block_stop(self, obj: dict[str, Any]) -> list[ChatChunk]:
+        """A tool without arguments streams none at all; OpenAI clients json.loads() the arguments, so
+        it gets "{}", as Anthropic's own final `input` is {}."""
+        index = _int(obj.get("index"))
+        n = self._tools.get(index) if index is not None else None
+        if n is None or n in self._tool_args_seen:
+            return []
+        return self._tool_args(index, "{}")
+
     def on_message_delta(self, obj: dict[str, Any]) -> list[ChatChunk]:
         self.usage.update(obj.get("usage"))
         delta = obj.get("delta")
@@ -273,7 +290,7 @@ _HANDLERS: dict[str, _Handler] = {
     "message_start": AnthropicStreamParser.on_message_start,
     "content_block_start": AnthropicStreamParser.on_block_start,
     "content_block_delta": AnthropicStreamParser.on_block_delta,
-    "content_block_stop": AnthropicStreamParser.on_ignored,
+    "content_block_stop": AnthropicStreamParser.on_block_stop,
     "message_delta": AnthropicStreamParser.on_message_delta,
     "message_stop": AnthropicStreamParser.on_message_stop,
     "ping": AnthropicStreamParser.on_ignored,

@@ -93,13 +93,14 @@ def test_parallel_tool_calls_are_numbered_in_block_order() -> None:
         {"index": 0, "id": "toolu_A", "type": "function", "function": {"name": "weather", "arguments": ""}},
         {"index": 0, "function": {"arguments": '{"city":'}},
         {"index": 0, "function": {"arguments": '"Oslo"}'}},
-        {"index": 1, "id": "toolu_B", "type": "function", "function": {"name": "clock", "arguments": ""}}]
+        {"index": 1, "id": "toolu_B", "type": "function", "function": {"name": "clock", "arguments": ""}},
+        {"index": 1, "function": {"arguments": "{}"}}]  # a tool without arguments gets "{}" at its block's end
     asm = ChatAssembler()
     asm.feed(events(chunks))
     msg = asm.completion(id="x", model="m", created=1)["choices"][0]
     assert msg["finish_reason"] == "tool_calls"
     assert [(t["id"], t["function"]["arguments"]) for t in msg["message"]["tool_calls"]] == [
-        ("toolu_A", '{"city":"Oslo"}'), ("toolu_B", "")]
+        ("toolu_A", '{"city":"Oslo"}'), ("toolu_B", "{}")]
 
 
 @pytest.mark.parametrize(("stop", "finish"), [
