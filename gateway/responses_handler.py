@@ -42,6 +42,7 @@ from gateway.upstream import UpstreamError
 async def responses(request: web.Request) -> web.StreamResponse:
     rt, ctx = await _resolve(request, "responses")
     text = input_text(ctx.body)
+    _redact_inputs(rt, ctx)
     _serving_deployments(rt, ctx)
     await admit(rt, request.app[STATE], ctx)
     await check_input(rt, ctx, text)
@@ -50,27 +51,40 @@ async def responses(request: web.Request) -> web.StreamResponse:
     return await complete_responses(rt, ctx)
 
 
-def input_text(body: dict[str, Any]) -> str:
-    """The prompt text input guardrails judge: `instructions`, and `input` as a string or as items
-    (messages whose content is a string or a list of parts with `text`)."""
-    parts: list[str] = []
+def _input_texts(body: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """Where the prompt's text lives: (object, key) of `instructions`, of `input` as a string, and of
+    each input item's `content` string or content part's `text`."""
+    slots: list[tuple[dict[str, Any], str]] = []
     if isinstance(body.get("instructions"), str):
-        parts.append(body["instructions"])
+        slots.append((body, "instructions"))
     value = body.get("input")
     if isinstance(value, str):
-        parts.append(value)
+        slots.append((body, "input"))
     elif isinstance(value, list):
         for item in value:
             if not isinstance(item, dict):
                 raise InvalidRequest("each input item must be an object", param="input")
             content = item.get("content")
             if isinstance(content, str):
-                parts.append(content)
+                slots.append((item, "content"))
             elif isinstance(content, list):
-                parts.extend(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+                slots.extend((p, "text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     elif value is not None:
         raise InvalidRequest("input must be a string or an array", param="input")
-    return "\n".join(parts)
+    return slots
+
+
+def input_text(body: dict[str, Any]) -> str:
+    """The prompt text input guardrails judge."""
+    return "\n".join(obj[key] for obj, key in _input_texts(body))
+
+
+def _redact_inputs(rt: Runtime, ctx: RequestContext) -> None:
+    """`redaction.inputs: true`: mask secrets in the prompt before it leaves for the provider."""
+    safety = rt.safety.models[ctx.model.name]
+    if safety.redact_inputs and safety.redactor is not None:
+        for obj, key in _input_texts(ctx.body):
+            obj[key] = safety.redactor.redact(obj[key]).text
 
 
 def _serving_deployments(rt: Runtime, ctx: RequestContext) -> None:

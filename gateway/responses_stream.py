@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
-from gateway.core.events import Failure, FailureKind
-from gateway.core.responses import TERMINAL_OK, ResponsesEvent
+from gateway.core.events import Failure, FailureKind, InbandError
+from gateway.core.responses import TERMINAL_OK, ResponsesEvent, ResponsesParser
 from gateway.core.responses_assemble import ResponsesAssembler
+from gateway.core.responses_replay import replay_events
 from gateway.core.sse import SSEDecoder, SSEError
 from gateway.providers.responses_openai import ResponsesStreamParser, ResponsesTranslator, responses_translator
 from gateway.runtime import Runtime
@@ -80,14 +81,15 @@ async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> Ope
     opened: OpenedResponses | None = None
     try:
         async with asyncio.timeout(provider.timeouts.first_token_s):
-            resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=True), d.label)
+            stream = d.provider not in rt.learned.no_stream  # learned from a 400 that names `stream`
+            resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=stream), d.label)
             opened = OpenedResponses(d, resp, tr.responses_stream_parser(), t_sent)
             if resp.status != 200:
                 body = await resp.read_body(ERROR_BODY_LIMIT)
                 raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body))
-            if not resp.is_event_stream:
-                raise UpstreamError(Failure(FailureKind.MALFORMED,
-                                            f"{d.label}: answered a stream request without a stream"))
+            if not resp.is_event_stream:  # buffered: asked so, or a server that ignores `stream`
+                _replay(opened, tr, await resp.read_body())
+                return opened
             await _until_first_token(opened)
             opened.t_first = time.perf_counter()
             return opened
@@ -118,3 +120,18 @@ async def _until_first_token(opened: OpenedResponses) -> None:
     if not started:
         raise UpstreamError(Failure(FailureKind.EARLY_EOF,
                                     f"{opened.deployment.label}: stream ended before the first token"))
+
+
+def _replay(opened: OpenedResponses, tr: ResponsesTranslator, body: bytes) -> None:
+    """A whole answer as a body: checked like one, then re-emitted as the stream it would have been."""
+    parsed = tr.parse_responses_body(body)
+    for e in parsed.events:
+        if type(e) is InbandError:
+            raise UpstreamError(e.failure)
+    parser = ResponsesParser()
+    for obj in replay_events(parsed.obj):
+        ev = parser.parse(obj, None)
+        opened.assembler.feed(ev)
+        opened.pending.append(ev)
+    opened.done = True
+    opened.t_first = time.perf_counter()

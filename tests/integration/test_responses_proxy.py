@@ -9,8 +9,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.fake_upstream import FakeUpstream, json_script
-from tests.harness import GatewayServer
+from tests.fake_upstream import FakeUpstream, Hang, json_script
+from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.responses_scripts import MODEL, Answer, body_script, number, stream_script
 
 PATH = "/v1/responses"
@@ -132,3 +132,83 @@ def test_input_must_be_text_or_items(gateway: GatewayServer) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client(gateway).responses.create(model="m", input=42)  # type: ignore[arg-type]
     assert info.value.body["param"] == "input"  # type: ignore[index]
+
+
+def test_client_disconnect_closes_the_upstream(servers: LoopThread, upstream: FakeUpstream,
+                                               gateway: GatewayServer) -> None:
+    events = Answer().message(["one", "two"]).stream_events()
+    upstream.enqueue(PATH, stream_script(events[:5], tail=[Hang()]))
+    stream = client(gateway).responses.create(model="m", input="x", stream=True)
+    for event in stream:
+        if event.type == "response.output_text.delta":
+            break
+    stream.close()  # the client goes away mid-stream
+    servers.run(asyncio.wait_for(upstream.closed.wait(), 1.0))
+    servers.run(wait_until(lambda: gateway.sample("llm_gateway_inflight_requests", api="responses") == 0))
+    assert gateway.sample("llm_gateway_requests_total", api="responses", model="m", stream="true",
+                          outcome="cancelled") == 1
+
+
+def test_a_body_answering_a_stream_request_is_replayed_as_a_stream(upstream: FakeUpstream,
+                                                                   gateway: GatewayServer) -> None:
+    answer = rich_answer()
+    upstream.enqueue(PATH, body_script(answer), body_script(answer))
+    with client(gateway).responses.stream(model="m", input="x") as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hello, world!"
+    assert final.model_dump(exclude_none=True) == client(gateway).responses.create(
+        model="m", input="x").model_dump(exclude_none=True)
+
+
+def test_an_upstream_that_rejects_stream_is_asked_for_a_body_from_then_on(upstream: FakeUpstream,
+                                                                         gateway: GatewayServer) -> None:
+    rejected = json_script({"error": {"message": "'stream' is not supported", "type": "invalid_request_error",
+                                      "param": "stream", "code": "unsupported_value"}}, 400)
+    answer = Answer().message(["buffered"])
+    upstream.enqueue(PATH, rejected, body_script(answer), body_script(answer))
+    for _ in range(2):
+        events = list(client(gateway).responses.create(model="m", input="x", stream=True))
+        assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "buffered"
+    assert [b.get("stream") for b in upstream.bodies(PATH)] == [True, None, None]
+
+
+def test_azure_deployment_gets_its_path_version_and_key_header(upstream: FakeUpstream, make_gateway: Any) -> None:
+    gw = make_gateway(providers={"az": {"type": "azure", "base_url": upstream.base_url, "api_key": "az-SECRET",
+                                        "api_version": "2025-04-01-preview"}},
+                      models=[{"name": "m", "deployments": [{"provider": "az", "model": "my-deployment"}]}])
+    upstream.enqueue("/openai/responses", stream_script(Answer().message(["from azure"]).stream_events()))
+    events = list(client(gw).responses.create(model="m", input="x", stream=True))
+    assert events[-1].type == "response.completed"
+    [got] = upstream.received
+    assert got.query == {"api-version": "2025-04-01-preview"} and got.body["model"] == "my-deployment"
+    assert got.headers["api-key"] == "az-SECRET" and "Authorization" not in got.headers
+
+
+def test_no_first_token_in_time_falls_back_to_the_next_deployment(upstream: FakeUpstream,
+                                                                   make_gateway: Any) -> None:
+    slow = {"connect_s": 2, "first_token_s": 0.3, "idle_s": 10, "total_s": 60}
+    gw = make_gateway(providers={"up": {"type": "openai", "base_url": f"{upstream.base_url}/v1", "timeouts": slow},
+                                 "second": {"type": "openai", "base_url": f"{upstream.base_url}/second/v1"}},
+                      models=[{"name": "m", "deployments": [{"provider": "up", "model": "a"},
+                                                            {"provider": "second", "model": "b"}]}])
+    preamble = Answer(rid="resp_slow").message(["late"]).stream_events()[:4]
+    upstream.enqueue(PATH, stream_script(preamble, tail=[Hang()]))  # preamble events are not tokens
+    upstream.enqueue("/second/v1/responses", stream_script(Answer(rid="resp_b").message(["quick"]).stream_events()))
+    events = list(client(gw).responses.create(model="m", input="x", stream=True))
+    assert {e.response.id for e in events if hasattr(e, "response")} == {"resp_b"}
+    assert gw.sample("llm_gateway_upstream_attempts_total", model="m", deployment="up/a",
+                     outcome="first_token_timeout") == 1
+
+
+def test_input_redaction_masks_the_prompt_before_it_leaves(upstream: FakeUpstream, make_gateway: Any) -> None:
+    gw = make_gateway(redaction={"profiles": {"p": {"rules": ["secrets"], "inputs": True}}},
+                      models=[{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}],
+                               "redaction": "p"}])
+    key = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
+    upstream.enqueue(PATH, body_script(Answer().message(["ok"])))
+    client(gw).responses.create(model="m", instructions=f"use {key}",
+                                input=[{"role": "user", "content": [{"type": "input_text", "text": f"key {key}"}]}])
+    sent = upstream.bodies(PATH)[0]
+    assert key not in str(sent) and sent["instructions"] == "use [REDACTED:openai_key]"

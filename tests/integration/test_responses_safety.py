@@ -11,7 +11,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.core.sse import SSEDecoder
 from tests.fake_upstream import FakeUpstream, Pause, Script
-from tests.harness import GatewayServer
+from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.responses_scripts import USAGE, Answer, body_script, frame, stream_script
 
 PATH = "/v1/responses"
@@ -46,7 +46,7 @@ def pieces(text: str, sizes: tuple[int, ...] = (1, 2, 3, 5)) -> list[str]:
 
 
 def test_secret_split_across_deltas_is_masked_whole_in_deltas_done_and_completed(
-        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
     gw = make_gateway(config(upstream.base_url))
     answer = Answer().reasoning(pieces(f"The user pasted {KEY} earlier.")).message(pieces(ANSWER))
     upstream.enqueue(PATH, stream_script(answer.stream_events()), stream_script(answer.stream_events()),
@@ -71,6 +71,8 @@ def test_secret_split_across_deltas_is_masked_whole_in_deltas_done_and_completed
     assert len(SSEDecoder().feed(wire)) == len(events)
     body = sdk(gw).responses.create(model="m", input="hello")
     assert body.output_text == MASKED and body.output[0].summary[0].text == summary  # type: ignore[union-attr]
+    servers.run(wait_until(lambda: gw.sample("llm_gateway_requests_total", api="responses", model="m",
+                                             stream="true", outcome="ok") == 2))  # counted after its end
     assert gw.sample("llm_gateway_redactions_total", rule="openai_key") == 6
     assert gw.sample("llm_gateway_redactions_total", rule="ticket") == 3
 
@@ -139,7 +141,7 @@ def test_input_guardrail_reads_instructions_and_input_items(upstream: FakeUpstre
     assert upstream.received == []
 
 
-def test_usage_tokens_and_time_to_first_token_metrics(upstream: FakeUpstream,
+def test_usage_tokens_and_time_to_first_token_metrics(servers: LoopThread, upstream: FakeUpstream,
                                                       make_gateway: Callable[..., GatewayServer]) -> None:
     gw = make_gateway(config(upstream.base_url, redaction="off"))
     usage = {**USAGE, "input_tokens": 120, "input_tokens_details": {"cached_tokens": 100}, "output_tokens": 40,
@@ -151,6 +153,9 @@ def test_usage_tokens_and_time_to_first_token_metrics(upstream: FakeUpstream,
     upstream.enqueue(PATH, Script(parts), body_script(Answer(usage=usage).message(["c"])))
     list(sdk(gw).responses.create(model="m", input="x", stream=True))
     sdk(gw).responses.create(model="m", input="x")
+    for stream in ("true", "false"):  # a request is counted last, once its handler has returned
+        servers.run(wait_until(lambda s=stream: gw.sample(
+            "llm_gateway_requests_total", api="responses", model="m", stream=s, outcome="ok") == 1))
 
     def tokens(kind: str) -> float:
         return gw.sample("llm_gateway_tokens_total", model="m", provider="up", type=kind)
@@ -163,6 +168,4 @@ def test_usage_tokens_and_time_to_first_token_metrics(upstream: FakeUpstream,
     assert gw.sample("llm_gateway_time_to_first_token_seconds_bucket", le="0.3", **labels) == 0
     assert gw.sample("llm_gateway_upstream_time_to_first_token_seconds_count", model="m", provider="up",
                      deployment="up/x") == 1
-    assert gw.sample("llm_gateway_requests_total", api="responses", model="m", stream="true", outcome="ok") == 1
-    assert gw.sample("llm_gateway_requests_total", api="responses", model="m", stream="false", outcome="ok") == 1
     assert gw.sample("llm_gateway_time_to_first_token_seconds_count", api="chat", model="m", provider="up") == 0

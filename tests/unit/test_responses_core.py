@@ -156,3 +156,23 @@ def test_malformed_events_and_bodies() -> None:
                                                 "error": {"code": "server_error", "message": "x"}}))
     assert [type(e) for e in failed.events] == [InbandError]
     assert parse_responses_body(b'\n\n{"status": "incomplete", "output": []}').events == [Finish(0, "incomplete")]
+
+
+def test_a_replayed_body_assembles_like_the_stream_and_ends_with_the_body() -> None:
+    from gateway.core.responses_replay import replay_events
+
+    _, streamed = parse_stream((FIXTURES / "text_reasoning_tool.sse").read_bytes())
+    body = orjson.loads((FIXTURES / "text_reasoning_tool.body.json").read_bytes())
+    events = replay_events(body)
+    parser, asm = ResponsesParser(), ResponsesAssembler()
+    for e in events:
+        asm.feed(parser.parse(e, None))
+    assert summary(asm) == summary(streamed)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[0]["type"] == "response.created" and events[0]["response"]["output"] == []
+    assert events[-1] == {"type": "response.completed", "response": body, "sequence_number": len(events) - 1}
+    recorded = [orjson.loads(ev.data)["type"] for ev in SSEDecoder().feed(
+        (FIXTURES / "text_reasoning_tool.sse").read_bytes())]
+    deltas_merged = [t for i, t in enumerate(recorded) if not (t.endswith(".delta") and recorded[i - 1] == t)]
+    assert [e["type"] for e in events] == deltas_merged, "the same events, one delta per text"
+    assert replay_events({**body, "status": "incomplete"})[-1]["type"] == "response.incomplete"
