@@ -72,6 +72,18 @@ def _custom(name: str, pattern: str) -> _Rule:
     return _Rule(name, regex, _whole, None)
 
 
+def _find_all(rule: _Rule, segment: str) -> Iterator[Span]:
+    """Like finditer, but a candidate that its check rejects or trims does not hide a match that
+    starts inside it ("2024 4111 1111 1111 1111": the card starts at the second group)."""
+    pos = 0
+    while pos <= len(segment) and (m := rule.regex.search(segment, pos)) is not None:
+        end = m.start() + 1
+        for span in rule.find(m):
+            yield span
+            end = max(end, span[1])
+        pos = end
+
+
 @dataclass(frozen=True, slots=True)
 class Redactor:
     """A compiled redaction profile. Immutable and safe to share across requests."""
@@ -106,8 +118,7 @@ class Redactor:
             return segment  # one scan instead of one per rule: most closed segments are clean
         spans: list[tuple[int, int, int]] = []
         for order, rule in enumerate(self.rules):
-            for m in rule.regex.finditer(segment):
-                spans.extend((a, b, order) for a, b in rule.find(m))
+            spans.extend((a, b, order) for a, b in _find_all(rule, segment))
         if not spans:
             return segment
         spans.sort(key=lambda s: (s[0], s[0] - s[1], s[2]))

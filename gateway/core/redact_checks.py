@@ -25,7 +25,8 @@ IBAN_LENGTHS: dict[str, int] = {
 }
 
 _CARD_IIN = re.compile(
-    r"4|5[1-5]|2(?:2[2-9]|[3-6]\d|7[01]|720)|3[47]|3(?:0[0-5]|[68])|6(?:011|5|4[4-9]|22)"
+    r"4|5[1-5]|2(?:2[2-9]|[3-6][0-9]|7[01]|720)|3[47]|3(?:0[0-5]|[68])|35(?:2[89]|[3-8])"
+    r"|6(?:011|5|4[4-9]|2)"
 )
 _GROUP = re.compile(r"\d+")
 
@@ -72,17 +73,33 @@ def iban_ok(compact: str) -> bool:
 
 
 def refine_iban(m: re.Match[str]) -> Iterator[Span]:
-    if iban_ok(m.group().replace(" ", "")):
-        yield m.span()
+    """The candidate may run on into a following group of digits or capitals: keep exactly the
+    country's length, if that ends at a group boundary, and check mod-97."""
+    text = m.group()
+    want = IBAN_LENGTHS.get(text[:2], 0)
+    kept = 0
+    for end, ch in enumerate(text, 1):
+        kept += ch != " "
+        if kept == want:
+            if (end == len(text) or text[end] == " ") and iban_ok(text[:end].replace(" ", "")):
+                yield m.start(), m.start() + end
+            return
+
+
+_PHONE_GROUP = re.compile(r"[ .-]?(?:\([0-9]{1,4}\)|[0-9]+)$")
 
 
 def refine_phone(m: re.Match[str]) -> Iterator[Span]:
-    """International numbers carry 8-15 digits (E.164); national ones 10-11 with the trunk 0."""
+    """International numbers carry 8-15 digits (E.164); national ones 10-11 with the trunk 0.
+    Trailing groups beyond that belong to something else ("+44 20 7946 0958 2024"): drop them."""
     text = m.group()
-    digits = sum(ch.isdigit() for ch in text)
     low, high = (8, 15) if text.startswith("+") else (10, 11)
+    digits = sum(ch.isdigit() for ch in text)
+    while digits > high and (tail := _PHONE_GROUP.search(text)) is not None and tail.start() > 0:
+        digits -= sum(ch.isdigit() for ch in tail.group())
+        text = text[: tail.start()]
     if low <= digits <= high:
-        yield m.span()
+        yield m.start(), m.start() + len(text)
 
 
 def has_letter_and_digit(text: str) -> bool:

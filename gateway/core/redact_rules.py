@@ -48,12 +48,18 @@ _E = rf"(?![{_TOK}])"  # token end
 
 _PEM_LABEL = r"[ ](?:[A-Z0-9]+[ ])*PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"
 _PEM_SEP = r"(?:[ \t]*(?:\r?\n|\\r\\n|\\n))+[ \t]*"  # real newlines, or \n escaped in JSON
-_PEM_LINE = r"(?:[A-Za-z0-9+/=]+|[A-Za-z][A-Za-z0-9-]*:[ \t][^\r\n\\]*)"  # base64 or a header
+# Body lines: "Name: value" headers, or whole lines of base64 (never the start of the next word,
+# "sk-ant-..."): full-length lines, padded last lines, a PGP checksum. A short unpadded last line
+# only counts right before the END line, so words after a truncated block stay readable.
+_B64 = "[A-Za-z0-9+/]"
+_PEM_WORD_END = r"(?![^\s\\])"
+_PEM_LINE = rf"(?:[A-Za-z][A-Za-z0-9-]*:[ \t][^\r\n\\]*|(?:{_B64}{{16,}}={{0,2}}|{_B64}*={{1,2}}|={_B64}{{4}}){_PEM_WORD_END})"
+_PEM_END = rf"(?:{_PEM_SEP}{_B64}{{1,15}}{_PEM_WORD_END})?{_PEM_SEP}-----END{_PEM_LABEL}"
 
 _IBAN_CC = "|".join(sorted(IBAN_LENGTHS))
 _CARD_IIN4 = (
     r"4[0-9]{3}|5[1-5][0-9]{2}|2(?:2[2-9][0-9]|[3-6][0-9]{2}|7[01][0-9]|720)|3[47][0-9]{2}"
-    r"|3(?:0[0-5]|[68][0-9])[0-9]|6(?:011|5[0-9]{2}|4[4-9][0-9]|22[0-9])"
+    r"|3(?:0[0-5]|[68][0-9])[0-9]|35(?:2[89]|[3-8][0-9])|6(?:011|5[0-9]{2}|4[4-9][0-9]|2[0-9]{2})"
 )
 _NUM_B = r"(?<![\w.,:/+-])"  # a number that is not part of a version, date, path, id or time
 _NUM_E = r"(?![\w-]|[.,:/][0-9])"
@@ -105,7 +111,7 @@ SECRETS: tuple[BuiltinRule, ...] = (
     BuiltinRule("jwt", pattern=rf"{_B}eyJ[{_TOK}]{{5,}}\.[{_TOK}]{{5,}}\.[{_TOK}]*{_E}", hint=r"eyJ"),
     BuiltinRule(
         "private_key",  # the whole block; without its END line, up to the last base64 line
-        pattern=rf"-----BEGIN{_PEM_LABEL}(?:{_PEM_SEP}{_PEM_LINE})*(?:{_PEM_SEP}-----END{_PEM_LABEL})?",
+        pattern=rf"-----BEGIN{_PEM_LABEL}(?:{_PEM_SEP}{_PEM_LINE})*(?:{_PEM_END})?",
         hint=r"-----BEGIN ",
     ),
     BuiltinRule(
@@ -120,9 +126,10 @@ SECRETS: tuple[BuiltinRule, ...] = (
 PII: tuple[BuiltinRule, ...] = (
     BuiltinRule(
         "email",
-        pattern=r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?![0-9]+x\.)"
+        pattern=r"(?<![A-Za-z0-9_.%+-])(?<!//)[A-Za-z0-9][A-Za-z0-9_.%+-]{0,63}@(?![0-9]+x\.)"
         r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}"
-        r"(?![A-Za-z0-9-]|\.[A-Za-z0-9]|:[^\s])",  # host:path is an scp/ssh remote, not mail
+        # Not after "//" (URL user info), not "host:path" (an scp/ssh remote), not "icon@2x.png".
+        r"(?![A-Za-z0-9-]|\.[A-Za-z0-9]|:[^\s])",
         hint=r"@",
     ),
     BuiltinRule(
