@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import time
 from typing import Any
 
 import orjson
@@ -127,7 +126,6 @@ async def stream_responses(request: web.Request, rt: Runtime, ctx: RequestContex
         if client is None:
             client = await commit(request, ctx, won)
         await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
-        _record_end(rt, ctx, opened)
         return client
     finally:
         if not task.done():
@@ -136,17 +134,6 @@ async def stream_responses(request: web.Request, rt: Runtime, ctx: RequestContex
                 await task
         if opened is not None:
             opened.close()
-
-
-def _record_end(rt: Runtime, ctx: RequestContext, opened: OpenedResponses) -> None:
-    d = ctx.deployment
-    assert d is not None
-    usage = opened.assembler.usage
-    ctx.usage = usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, d, usage)
-    if usage is not None and usage.output > 1 and opened.assembler.first_token:
-        per_token = (time.perf_counter() - opened.t_first) / (usage.output - 1)
-        rt.metrics.tpot.labels(ctx.api, ctx.model.name, d.provider).observe(per_token)
 
 
 async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ResponsesBody:

@@ -18,7 +18,7 @@ from gateway.core.responses import ERROR_TYPES, TERMINAL_OK, ResponsesEvent
 from gateway.core.responses_filter import ResponsesOutputFilter
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
-from gateway.metrics import record_redactions
+from gateway.metrics import record_redactions, record_usage
 from gateway.responses_stream import OpenedResponses
 from gateway.runtime import Runtime
 from gateway.safety import SafetyRun
@@ -38,6 +38,8 @@ class _Relay:
                  run: SafetyRun | None):
         safety = rt.safety.models[ctx.model.name]
         self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
+        self.run_safety = run
+        self.accounted = False
         self.filt = ResponsesOutputFilter(run.factory if run is not None else None)
         self.hold: list[bytes] | None = [] if safety.hold_guards else None
         self.judges = safety.hold_guards + safety.audit_guards
@@ -56,6 +58,7 @@ class _Relay:
             raise StreamEnded("guardrail", verdict)
         end = self.filt.apply(terminal)
         self._check_refusal()
+        self.account(passed=True)  # before the client can see the end
         if self.hold is not None:
             held, self.hold = b"".join(self.hold), None
             await self._emit(held + tail + end, time.perf_counter())
@@ -143,7 +146,31 @@ class _Relay:
         assert d is not None
         if end.reason != "guardrail":  # counted before the client can see the event
             self.rt.metrics.stream_failures.labels(self.ctx.model.name, d.label, end.reason).inc()
+        self.account(passed=False)
         await self.client.write(payload)
+
+    def account(self, passed: bool, usage: bool = True) -> None:
+        """Once per request, before the last write: stream guardrail verdicts (all pass when the stream
+        completed, a block for the one that refused), redactions, usage, cost and time per token."""
+        if self.accounted:
+            return
+        self.accounted = True
+        rt, ctx, asm = self.rt, self.ctx, self.opened.assembler
+        refused = self.filt.refusal
+        if passed or refused is not None:
+            for g in rt.safety.models[ctx.model.name].stream_guards:
+                record(rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
+        if self.run_safety is not None:
+            ctx.redactions += record_redactions(rt.metrics, self.run_safety.redaction_counts().items())
+        d = ctx.deployment
+        assert d is not None
+        if not usage:
+            return
+        ctx.usage = asm.usage
+        ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, d, asm.usage)
+        if asm.usage is not None and asm.usage.output > 1 and asm.first_token:
+            per_token = (time.perf_counter() - self.opened.t_first) / (asm.usage.output - 1)
+            rt.metrics.tpot.labels(ctx.api, ctx.model.name, d.provider).observe(per_token)
 
 
 async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: web.StreamResponse,
@@ -153,18 +180,8 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, clien
     r = _Relay(rt, ctx, opened, client, run)
     try:
         await r.run()
-        _record_stream_guards(rt, ctx, None)
     except StreamEnded as end:
-        if r.filt.refusal is not None:
-            _record_stream_guards(rt, ctx, r.filt.refusal.guardrail)
         await r.end_with_error(end)
     finally:
         opened.close()
-        if run is not None:
-            ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())
-
-
-def _record_stream_guards(rt: Runtime, ctx: RequestContext, blocked_by: str | None) -> None:
-    """Verdicts of the windowed (stream mode) guardrails, once the stream has ended."""
-    for g in rt.safety.models[ctx.model.name].stream_guards:
-        record(rt, ctx, g.name, "output", g.name != blocked_by)
+        r.account(passed=False, usage=False)  # the client went away: no answer, so no usage to miss
