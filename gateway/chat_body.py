@@ -16,7 +16,7 @@ from gateway.attempts import run_attempts
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.assemble import ChatAssembler
-from gateway.core.chat import TEXT_FIELDS
+from gateway.core.chat import TEXT_FIELDS, chunk_events
 from gateway.core.events import InbandError, Usage
 from gateway.guardrails import judge_output
 from gateway.metrics import record_usage
@@ -57,7 +57,7 @@ async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -
     obj = parsed.obj
     ctx.redactions += redact_body(rt, ctx, obj)
     assembler = ChatAssembler()
-    assembler.feed(_events_after_redaction(rt, won.deployment, obj, parsed))
+    assembler.feed(_events_after_redaction(obj, parsed))
     safety = rt.safety.models[ctx.model.name]
     refusal = await judge_output(rt, ctx, assembler,
                                  safety.stream_guards + safety.hold_guards + safety.audit_guards)
@@ -71,10 +71,12 @@ async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -
                         headers=_headers(ctx, won.deployment.label, won.attempts))
 
 
-def _events_after_redaction(rt: Runtime, d: Deployment, obj: dict[str, Any], parsed: ParsedBody) -> list[Any]:
-    """Re-read the (possibly masked) body, so guardrails judge what the client would read."""
-    translator_events = rt.translator(d).parse_body(orjson.dumps(obj)).events if obj else []
-    return translator_events or parsed.events
+def _events_after_redaction(obj: dict[str, Any], parsed: ParsedBody) -> list[Any]:
+    """The masked body's text (what the client reads, so guardrails judge that), with the usage the
+    provider's own parser found. The body is OpenAI-shaped whatever the provider, so it is read as such."""
+    usage = [e for e in parsed.events if type(e) is Usage]
+    text = [e for e in chunk_events(obj, message_key="message") if type(e) is not Usage]
+    return text + usage[-1:]
 
 
 def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:

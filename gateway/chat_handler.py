@@ -58,8 +58,9 @@ async def stream_chat(request: web.Request, rt: Runtime, ctx: RequestContext) ->
         if client is None:
             client = await commit(request, ctx, won)
         meta = next((ch.obj for ch in opened.pending if ch.obj), {})
-        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
-        _record_end(rt, ctx, opened)
+        ended = opened
+        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start(),
+                    lambda: _record_end(rt, ctx, ended))
         if ctx.cache_store and ctx.stream_error is None:
             await _store(rt, request, ctx, opened, meta)
         return client

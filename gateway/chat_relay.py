@@ -7,6 +7,7 @@ encoder -> client. An unchanged chunk goes out as the upstream's own bytes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -32,8 +33,11 @@ class StreamEnded(Exception):
 
 
 async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: web.StreamResponse,
-                run: SafetyRun | None) -> None:
-    """Write the held chunks, then the rest of the stream, then `[DONE]` or one error event."""
+                run: SafetyRun | None, on_end: Callable[[], None]) -> None:
+    """Write the held chunks, then the rest of the stream, then `[DONE]` or one error event.
+
+    `on_end` records usage and cost; it runs before the last write, so a client that reads the metrics
+    right after the stream sees them."""
     safety = rt.safety.models[ctx.model.name]
     filt = ChatOutputFilter(run.factory if run is not None else None, ctx.forward_usage)
     hold: list[bytes] | None = [] if safety.hold_guards else None
@@ -59,10 +63,12 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
             await _emit(rt, ctx, client, tail, None, time.perf_counter(), True)
             raise StreamEnded(verdict_error, "guardrail")
         _record_stream_guards(rt, ctx, None)
+        on_end()
         await client.write(tail + DONE_EVENT)
     except StreamEnded as end:
         if filt.refusal is not None:
             _record_stream_guards(rt, ctx, filt.refusal.guardrail)
+        on_end()
         await _end_with_error(rt, ctx, client, filt, hold, end)
     finally:
         opened.close()
