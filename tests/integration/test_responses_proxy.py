@@ -212,3 +212,13 @@ def test_input_redaction_masks_the_prompt_before_it_leaves(upstream: FakeUpstrea
                                 input=[{"role": "user", "content": [{"type": "input_text", "text": f"key {key}"}]}])
     sent = upstream.bodies(PATH)[0]
     assert key not in str(sent) and sent["instructions"] == "use [REDACTED:openai_key]"
+
+
+def test_an_incomplete_answer_is_an_answer(upstream: FakeUpstream, gateway: GatewayServer) -> None:
+    events = Answer().message(["cut sh"]).stream_events(end="incomplete")
+    events[-1]["response"]["incomplete_details"] = {"reason": "max_output_tokens"}
+    upstream.enqueue(PATH, stream_script(events))
+    got = list(client(gateway).responses.create(model="m", input="x", stream=True, max_output_tokens=2))
+    assert got[-1].type == "response.incomplete"
+    assert got[-1].response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
+    assert gateway.sample("llm_gateway_tokens_total", model="m", provider="up", type="output") == 7
