@@ -310,7 +310,11 @@ def _case_variants(ch: str) -> str:
     global _BMP
     if not _BMP:  # no astral character folds to a BMP one; tests check this
         _BMP = "".join(map(chr, range(0x10000)))
-    return "".join(m.group() for m in re.finditer(re.escape(ch), _BMP, re.IGNORECASE))
+    folded = re.compile(re.escape(ch), re.IGNORECASE)
+    found = dict.fromkeys(m.group() for m in folded.finditer(_BMP))
+    # An astral character's variants are astral too: its own lower/upper/title forms.
+    found.update((v, None) for v in (ch, ch.lower(), ch.upper(), ch.title()) if len(v) == 1 and folded.fullmatch(v))
+    return "".join(found)
 
 
 _BMP = ""

@@ -53,7 +53,10 @@ _PEM_SEP = r"(?:[ \t]*(?:\r?\n|\\r\\n|\\n))+[ \t]*"  # real newlines, or \n esca
 # only counts right before the END line, so words after a truncated block stay readable.
 _B64 = "[A-Za-z0-9+/]"
 _PEM_WORD_END = r"(?![^\s\\])"
-_PEM_LINE = rf"(?:[A-Za-z][A-Za-z0-9-]*:[ \t][^\r\n\\]*|(?:{_B64}{{16,}}={{0,2}}|{_B64}*={{1,2}}|={_B64}{{4}}){_PEM_WORD_END})"
+_PEM_LINE = (
+    rf"(?:[A-Za-z][A-Za-z0-9-]*:[ \t][^\r\n\\]*"
+    rf"|(?:{_B64}{{16,}}={{0,2}}|{_B64}*={{1,2}}|={_B64}{{4}}){_PEM_WORD_END})"
+)
 _PEM_END = rf"(?:{_PEM_SEP}{_B64}{{1,15}}{_PEM_WORD_END})?{_PEM_SEP}-----END{_PEM_LABEL}"
 
 _IBAN_CC = "|".join(sorted(IBAN_LENGTHS))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.redact import MAX_HELD_CHARS, Redactor, RedactionWindow
+from gateway.core.redact import MAX_HELD_CHARS, RedactionWindow, Redactor
 from gateway.core.redact_engine import MAX_GAP, RUN_LIMIT
 from tests.unit.redaction_corpus import positives
 

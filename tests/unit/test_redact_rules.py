@@ -1,0 +1,127 @@
+"""Rule names, compile errors, checksums, and the regex rewrites the windows rely on."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+
+import pytest
+
+from gateway.core.redact import Redactor
+from gateway.core.redact_checks import card_ok, iban_ok, luhn_ok
+from gateway.core.redact_regex import (
+    WHITESPACE,
+    caseless,
+    detect_source,
+    factor_hints,
+    literal_hint,
+    prefix_source,
+    spans_whitespace,
+)
+from gateway.core.redact_rules import BUILTIN, builtin_rule_names, is_known_rule
+
+
+def test_rule_names() -> None:
+    names = builtin_rule_names()
+    for required in ("openai_key", "anthropic_key", "aws_access_key_id", "aws_secret_access_key",
+                     "github_token", "slack_token", "slack_webhook", "google_api_key", "jwt",
+                     "private_key", "bearer_token", "email", "phone", "card_number", "iban"):
+        assert required in names
+        assert is_known_rule(required)
+    assert is_known_rule("secrets") and is_known_rule("pii")
+    assert not is_known_rule("Secrets") and not is_known_rule("ssn") and not is_known_rule("")
+
+
+def test_compile_rejects_unknown_and_clashing_rules() -> None:
+    with pytest.raises(ValueError, match='unknown redaction rule or rule set "passwords"'):
+        Redactor.compile(["secrets", "passwords"], [])
+    with pytest.raises(ValueError, match="invalid regular expression"):
+        Redactor.compile([], [("ticket", "ACME-[0-9")])
+    with pytest.raises(ValueError, match="built-in"):
+        Redactor.compile([], [("email", "x+")])
+    with pytest.raises(ValueError, match="duplicate"):
+        Redactor.compile([], [("t", "a"), ("t", "b")])
+
+
+def test_rule_sets_expand_once_in_a_fixed_order() -> None:
+    both = Redactor.compile(["pii", "email", "secrets"], [])
+    assert [r.name for r in both.rules] == list(BUILTIN)
+
+
+def test_checksums() -> None:
+    assert luhn_ok("4111111111111111") and not luhn_ok("4111111111111112")
+    assert card_ok("378282246310005")
+    assert not card_ok("1234567812345670")  # Luhn-valid, but no issuer starts with 1
+    assert not card_ok("411111111111")  # too short
+    assert iban_ok("GB82WEST12345698765432")
+    assert not iban_ok("GB82WEST12345698765433")  # checksum
+    assert not iban_ok("GB82WEST1234569876543")  # length for GB is 22
+    assert not iban_ok("ZZ82WEST12345698765432")  # no such country
+
+
+def test_numbers_that_are_not_pii() -> None:
+    redactor = Redactor.compile(["pii"], [])
+    for text in ["version 1.22.333", "on 2024-06-11 at 10:30:00", "from 192.168.100.200:8080",
+                 "ts=1718092800 and 1718092800123", "1234 5678 9012 3456", "uuid 550e8400-e29b-41d4-a716-446655440000",
+                 "call 555-0132", "pi is 3.14159265358979", "ISBN 978-1-4493-7332-0", "chmod 0755 file",
+                 "1,234,567 rows", "npm i lodash@4.17.21", "icon@2x.png", "git@github.com:org/repo.git",
+                 "postgresql://user@db.internal:5432/app", "cron 0 3 * * 1-5", "MAC 00:1A:2B:3C:4D:5E"]:
+        assert redactor.redact(text).text == text, text
+
+
+WORDS = ["", "a", "b", "ab", "ba", "aab", "a b", "ab ", " a", "abab", "a  b", "b a", "aaa"]
+
+
+@pytest.mark.parametrize("pattern", [r"ab", r"a+b", r"(?:ab|b a)+", r"a\s+b", r"(?<!b)a{2,3}b?",
+                                     r"a(?=b)b", r"(?i)AB", r"[ab]{2}(?: b)?", r"(a)\1"])
+def test_prefix_source_accepts_every_prefix_of_a_match(pattern: str) -> None:
+    regex = re.compile(pattern)
+    prefix = prefix_source(regex)
+    assert prefix is not None
+    live = re.compile(prefix)
+    strings = {"".join(p) for n in range(1, 6) for p in itertools.product("ab ", repeat=n)}
+    for s in strings:
+        is_prefix = any(regex.fullmatch(s + rest) for rest in strings | {""})
+        if is_prefix:  # an over-approximation is allowed, a miss is not
+            assert live.fullmatch(s), (pattern, s)
+    assert not live.fullmatch("")
+
+
+@pytest.mark.parametrize("pattern", [r"^ACME-\d+$", r"(?<=\s)x\d", r"\bfoo\b", r"(?<![a-z])sk-\w+",
+                                     r"(?i)key=(\w+)\1", r"a(?!\s)b"])
+def test_detect_source_is_a_superset_on_a_word_and_inside_a_region(pattern: str) -> None:
+    regex, detect = re.compile(pattern), re.compile(detect_source(re.compile(pattern)))
+    for word in ["ACME-42", "x1", "foo", "sk-abc", "KEY=abab", "ab", "zsk-a", "foo-bar"]:
+        if regex.search(word):
+            assert detect.search(word), (pattern, word)
+            assert detect.search(f"text {word} more"), (pattern, word)
+
+
+def test_spans_whitespace() -> None:
+    assert spans_whitespace(re.compile(r"a\s+b"))
+    assert spans_whitespace(re.compile(r"a.b"))
+    assert spans_whitespace(re.compile(r"[^x]"))
+    assert not spans_whitespace(re.compile(r"sk-[A-Za-z0-9]+(?!\s)"))
+    assert not spans_whitespace(re.compile(r"\S+@\S+"))
+
+
+def test_hints() -> None:
+    assert literal_hint(re.compile(r"(?<!\w)ACME-\d+")) == r"ACME\-"
+    assert literal_hint(re.compile(r"Project X\d")) == "Project"
+    assert literal_hint(re.compile(r"[A-Z]+")) is None
+    assert re.fullmatch(caseless("secret"), "\u017fECRET")  # (?i) "s" also matches the long s
+    merged = re.compile(factor_hints(["sk-", "sk-ant-", "A(?:KIA|SIA)", "[0-9][0-9]{2}-"]))
+    assert [m.group() for m in merged.finditer("sk-x AKIA 415-1 ASIA")] == ["sk-", "AKIA", "415-", "ASIA"]
+    with pytest.raises(ValueError):
+        factor_hints([r"\d+"])
+
+
+def test_whitespace_table_and_case_folding_assumptions() -> None:
+    assert "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()) == WHITESPACE
+    # `caseless` scans the BMP only: no astral character is a case variant of a BMP one.
+    bmp = "".join(map(chr, range(0x10000)))
+    astral_cased = [c for c in map(chr, range(0x10000, sys.maxunicode + 1)) if c.lower() != c.upper()]
+    assert astral_cased
+    for c in astral_cased:
+        assert re.search(re.escape(c), bmp, re.IGNORECASE) is None
