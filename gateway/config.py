@@ -11,10 +11,11 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
+from gateway.config_reader import ConfigError, Errors, Section, expand_env
 from gateway.config_types import (
     PROVIDER_TYPES,
     ApiKey,
@@ -36,132 +37,10 @@ from gateway.config_types import (
     Timeouts,
 )
 
-T = TypeVar("T")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,62}$")
 
 
-class ConfigError(Exception):
-    """A config that cannot be used; `errors` lists `path: problem` lines."""
-
-    def __init__(self, errors: list[str]):
-        super().__init__("\n".join(errors))
-        self.errors = errors
-
-
-class _Errors:
-    def __init__(self) -> None:
-        self.items: list[str] = []
-
-    def add(self, path: str, problem: str) -> None:
-        self.items.append(f"{path}: {problem}")
-
-
-def _interpolate(value: str, path: str, env: Mapping[str, str], errs: _Errors) -> str:
-    def sub(m: re.Match[str]) -> str:
-        name, default = m.group(1), m.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        errs.add(path, f"environment variable {name} is not set and has no default")
-        return ""
-
-    return _ENV_REF.sub(sub, value) if "${" in value else value
-
-
-def _expand(node: Any, path: str, env: Mapping[str, str], errs: _Errors) -> Any:
-    if isinstance(node, str):
-        return _interpolate(node, path, env, errs)
-    if isinstance(node, dict):
-        return {k: _expand(v, f"{path}.{k}" if path else str(k), env, errs) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_expand(v, f"{path}[{i}]", env, errs) for i, v in enumerate(node)]
-    return node
-
-
-class _Section:
-    """Typed access to one mapping of the raw config, recording errors with key paths."""
-
-    def __init__(self, raw: Any, path: str, errs: _Errors, allowed: tuple[str, ...]):
-        self.path, self.errs = path, errs
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, dict):
-            errs.add(path or "(root)", "must be a mapping")
-            raw = {}
-        self.raw: dict[str, Any] = raw
-        for key in raw:
-            if key not in allowed:
-                errs.add(self.at(str(key)), "unknown key")
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def has(self, key: str) -> bool:
-        return key in self.raw and self.raw[key] is not None
-
-    def get(self, key: str, kind: type[T] | tuple[type, ...], default: T) -> T:
-        if key not in self.raw or self.raw[key] is None:
-            return default
-        value = self.raw[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if isinstance(value, str) and (int in kinds or float in kinds) and str not in kinds:
-            value = _number_from_env_string(value, kinds)
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            names = " or ".join(k.__name__ for k in kinds)
-            self.errs.add(self.at(key), f"must be {names}, got {type(value).__name__}")
-            return default
-        return value  # type: ignore[return-value]
-
-    def number(self, key: str, default: float, minimum: float = 0.0) -> float:
-        value = self.get(key, float, default)
-        if value < minimum:
-            self.errs.add(self.at(key), f"must be >= {minimum:g}")
-        return value
-
-    def integer(self, key: str, default: int, minimum: int = 0) -> int:
-        value = self.get(key, int, default)
-        if value < minimum:
-            self.errs.add(self.at(key), f"must be >= {minimum}")
-        return value
-
-    def optional_int(self, key: str) -> int | None:
-        return self.integer(key, 0, 1) if self.has(key) else None
-
-    def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
-        value = self.get(key, str, default)
-        if value not in options:
-            self.errs.add(self.at(key), f'must be one of {", ".join(options)}, got "{value}"')
-            return default
-        return value
-
-    def strings(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
-        value = self.get(key, list, list(default))
-        out: list[str] = []
-        for i, item in enumerate(value):
-            if isinstance(item, str):
-                out.append(item)
-            else:
-                self.errs.add(f"{self.at(key)}[{i}]", "must be a string")
-        return tuple(out)
-
-    def items(self, key: str) -> list[tuple[str, Any]]:
-        value = self.get(key, list, [])
-        return [(f"{self.at(key)}[{i}]", item) for i, item in enumerate(value)]
-
-
-def _number_from_env_string(value: str, kinds: tuple[type, ...]) -> Any:
-    """`${PORT}` interpolates to a string; accept it where a number is expected."""
-    try:
-        return int(value) if int in kinds and value.strip().lstrip("-").isdigit() else float(value)
-    except ValueError:
-        return value
-
-
-def _server(s: _Section) -> ServerConfig:
+def _server(s: Section) -> ServerConfig:
     d = ServerConfig()
     port = s.integer("port", d.port, 0)
     metrics_port = s.integer("metrics_port", d.metrics_port, 0)
@@ -177,8 +56,8 @@ def _server(s: _Section) -> ServerConfig:
     )
 
 
-def _api_key(path: str, raw: Any, errs: _Errors) -> ApiKey:
-    s = _Section(raw, path, errs, ("name", "key", "key_sha256", "models", "rpm", "tpm", "budget_usd",
+def _api_key(path: str, raw: Any, errs: Errors) -> ApiKey:
+    s = Section(raw, path, errs, ("name", "key", "key_sha256", "models", "rpm", "tpm", "budget_usd",
                                    "budget_period"))
     name = s.get("name", str, "")
     if not _NAME.match(name):
@@ -197,7 +76,7 @@ def _api_key(path: str, raw: Any, errs: _Errors) -> ApiKey:
     )
 
 
-def _auth(s: _Section) -> AuthConfig:
+def _auth(s: Section) -> AuthConfig:
     keys = tuple(_api_key(p, raw, s.errs) for p, raw in s.items("keys"))
     seen: set[str] = set()
     for i, k in enumerate(keys):
@@ -207,7 +86,7 @@ def _auth(s: _Section) -> AuthConfig:
     return AuthConfig(keys=keys, allow_unauthenticated=s.get("allow_unauthenticated", bool, False))
 
 
-def _timeouts(s: _Section) -> Timeouts:
+def _timeouts(s: Section) -> Timeouts:
     d = Timeouts()
     return Timeouts(
         connect_s=s.number("connect_s", d.connect_s, 0.001),
@@ -217,15 +96,15 @@ def _timeouts(s: _Section) -> Timeouts:
     )
 
 
-def _breaker(s: _Section) -> BreakerConfig:
+def _breaker(s: Section) -> BreakerConfig:
     d = BreakerConfig()
     return BreakerConfig(failures=s.integer("failures", d.failures, 1),
                          window_s=s.number("window_s", d.window_s, 0.001),
                          cooldown_s=s.number("cooldown_s", d.cooldown_s))
 
 
-def _provider(name: str, path: str, raw: Any, errs: _Errors) -> ProviderConfig:
-    s = _Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
+def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
+    s = Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
                                    "anthropic_version", "ttft_ms", "token_delay_ms", "breaker"))
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
@@ -243,9 +122,9 @@ def _provider(name: str, path: str, raw: Any, errs: _Errors) -> ProviderConfig:
         name=name, type=ptype or "mock",  # type: ignore[arg-type]
         base_url=base_url, api_key=s.get("api_key", str, "") or None,
         headers=MappingProxyType({str(k): str(v) for k, v in headers.items()}),
-        timeouts=_timeouts(_Section(s.raw.get("timeouts"), s.at("timeouts"), errs,
+        timeouts=_timeouts(Section(s.raw.get("timeouts"), s.at("timeouts"), errs,
                                     ("connect_s", "first_token_s", "idle_s", "total_s"))),
-        breaker=_breaker(_Section(s.raw.get("breaker"), s.at("breaker"), errs,
+        breaker=_breaker(Section(s.raw.get("breaker"), s.at("breaker"), errs,
                                   ("failures", "window_s", "cooldown_s"))),
         api_version=s.get("api_version", str, "") or None,
         anthropic_version=s.get("anthropic_version", str, "2023-06-01"),
@@ -253,15 +132,15 @@ def _provider(name: str, path: str, raw: Any, errs: _Errors) -> ProviderConfig:
     )
 
 
-def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: _Errors) -> Deployment:
-    s = _Section(raw, path, errs, ("provider", "model", "price"))
+def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:
+    s = Section(raw, path, errs, ("provider", "model", "price"))
     provider = s.get("provider", str, "")
     if provider not in providers:
         errs.add(s.at("provider"), f'unknown provider "{provider}"' if provider else "required")
     model = s.get("model", str, "")
     if not model:
         errs.add(s.at("model"), "required")
-    p = _Section(s.raw.get("price"), s.at("price"), errs,
+    p = Section(s.raw.get("price"), s.at("price"), errs,
                  ("input", "output", "cached_input", "cache_creation_input"))
     price = Price(
         input=p.number("input", 0.0), output=p.number("output", 0.0),
@@ -272,7 +151,7 @@ def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], er
     return Deployment(provider=provider, model=model, price=price)
 
 
-def _retry(s: _Section) -> RetryPolicy:
+def _retry(s: Section) -> RetryPolicy:
     d = RetryPolicy()
     return RetryPolicy(
         max_attempts=s.integer("max_attempts", d.max_attempts, 1),
@@ -283,7 +162,7 @@ def _retry(s: _Section) -> RetryPolicy:
 
 
 def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
-    s = _Section(raw, path, ctx.errs, ("name", "deployments", "routing", "retry", "hedge_after_ms",
+    s = Section(raw, path, ctx.errs, ("name", "deployments", "routing", "retry", "hedge_after_ms",
                                        "guardrails", "cache", "redaction"))
     name = s.get("name", str, "")
     if not _NAME.match(name):
@@ -301,15 +180,15 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     return ModelConfig(
         name=name, deployments=deployments,
         routing=s.choice("routing", ("ordered", "balanced"), "ordered"),  # type: ignore[arg-type]
-        retry=_retry(_Section(s.raw.get("retry"), s.at("retry"), ctx.errs,
+        retry=_retry(Section(s.raw.get("retry"), s.at("retry"), ctx.errs,
                               ("max_attempts", "per_deployment", "initial_backoff_ms", "max_backoff_ms"))),
         hedge_after_ms=s.number("hedge_after_ms", 0.0), guardrails=guardrails,
         cache=s.get("cache", bool, False), redaction=redaction,
     )
 
 
-def _guardrail(path: str, raw: Any, errs: _Errors) -> GuardrailConfig:
-    s = _Section(raw, path, errs, ("name", "type", "terms", "patterns", "pattern", "url", "stage", "mode",
+def _guardrail(path: str, raw: Any, errs: Errors) -> GuardrailConfig:
+    s = Section(raw, path, errs, ("name", "type", "terms", "patterns", "pattern", "url", "stage", "mode",
                                    "timeout_s"))
     gtype = s.choice("type", ("terms", "regex", "webhook"), "terms")
     patterns = s.strings("patterns") + ((s.get("pattern", str, ""),) if s.has("pattern") else ())
@@ -336,13 +215,13 @@ def _guardrail(path: str, raw: Any, errs: _Errors) -> GuardrailConfig:
     return g
 
 
-def _profile(name: str, path: str, raw: Any, errs: _Errors,
+def _profile(name: str, path: str, raw: Any, errs: Errors,
              validate_rule: Callable[[str], bool] | None) -> RedactionProfile:
-    s = _Section(raw, path, errs, ("rules", "custom", "scope", "inputs"))
+    s = Section(raw, path, errs, ("rules", "custom", "scope", "inputs"))
     rules = s.strings("rules", ("secrets",))
     custom: list[CustomRule] = []
     for cpath, craw in s.items("custom"):
-        c = _Section(craw, cpath, errs, ("name", "pattern"))
+        c = Section(craw, cpath, errs, ("name", "pattern"))
         rule = CustomRule(name=c.get("name", str, ""), pattern=c.get("pattern", str, ""))
         if not _NAME.match(rule.name):
             errs.add(c.at("name"), "required: letters, digits, _ . : - (max 63)")
@@ -365,7 +244,7 @@ def _profile(name: str, path: str, raw: Any, errs: _Errors,
 
 
 class _Ctx:
-    def __init__(self, errs: _Errors, providers: Mapping[str, ProviderConfig],
+    def __init__(self, errs: Errors, providers: Mapping[str, ProviderConfig],
                  guardrail_names: set[str], profile_names: set[str]):
         self.errs, self.providers = errs, providers
         self.guardrail_names, self.profile_names = guardrail_names, profile_names
@@ -376,9 +255,9 @@ _TOP = ("server", "auth", "state", "providers", "models", "guardrails", "redacti
 
 def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
     """Validate a raw YAML document into a `Config`, or raise `ConfigError` with every problem."""
-    errs = _Errors()
-    raw = _expand(raw, "", os.environ if env is None else env, errs)
-    top = _Section(raw, "", errs, _TOP)
+    errs = Errors()
+    raw = expand_env(raw, "", os.environ if env is None else env, errs)
+    top = Section(raw, "", errs, _TOP)
     providers: dict[str, ProviderConfig] = {}
     for pname, praw in top.get("providers", dict, {}).items():
         providers[str(pname)] = _provider(str(pname), f"providers.{pname}", praw, errs)
@@ -388,7 +267,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
         if g.name in guardrails:
             errs.add(f"{gpath}.name", f'duplicate guardrail "{g.name}"')
         guardrails[g.name] = g
-    red = _Section(top.raw.get("redaction"), "redaction", errs, ("profiles",))
+    red = Section(top.raw.get("redaction"), "redaction", errs, ("profiles",))
     profiles = {
         str(n): _profile(str(n), f"redaction.profiles.{n}", r, errs, _rule_validator())
         for n, r in red.get("profiles", dict, {}).items()
@@ -400,16 +279,16 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
         if m.name in models:
             errs.add(f"{mpath}.name", f'duplicate model "{m.name}"')
         models[m.name] = m
-    auth = _auth(_Section(top.raw.get("auth"), "auth", errs, ("keys", "allow_unauthenticated")))
+    auth = _auth(Section(top.raw.get("auth"), "auth", errs, ("keys", "allow_unauthenticated")))
     for ki, key in enumerate(auth.keys):
         for mi, mname in enumerate(key.models or ()):
             if mname not in models:
                 errs.add(f"auth.keys[{ki}].models[{mi}]", f'unknown model "{mname}"')
-    st = _Section(top.raw.get("state"), "state", errs, ("backend", "redis_url"))
-    c = _Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
-    lg = _Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
+    st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url"))
+    c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
+    lg = Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
     config = Config(
-        server=_server(_Section(top.raw.get("server"), "server", errs,
+        server=_server(Section(top.raw.get("server"), "server", errs,
                                 ("host", "port", "metrics_port", "max_body_bytes", "drain_s",
                                  "keepalive_after_s"))),
         auth=auth,

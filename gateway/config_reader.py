@@ -1,0 +1,134 @@
+"""Typed, path-tracking access to a raw YAML document, and `${NAME}` interpolation (CONTRACT §2).
+
+Every problem is recorded as `path: problem`; messages name keys and types, never values, so a secret
+cannot end up in an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; `errors` lists `path: problem` lines."""
+
+    def __init__(self, errors: list[str]):
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+class Errors:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, path: str, problem: str) -> None:
+        self.items.append(f"{path}: {problem}")
+
+
+def interpolate(value: str, path: str, env: Mapping[str, str], errs: Errors) -> str:
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        errs.add(path, f"environment variable {name} is not set and has no default")
+        return ""
+
+    return _ENV_REF.sub(sub, value) if "${" in value else value
+
+
+def expand_env(node: Any, path: str, env: Mapping[str, str], errs: Errors) -> Any:
+    if isinstance(node, str):
+        return interpolate(node, path, env, errs)
+    if isinstance(node, dict):
+        return {k: expand_env(v, f"{path}.{k}" if path else str(k), env, errs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [expand_env(v, f"{path}[{i}]", env, errs) for i, v in enumerate(node)]
+    return node
+
+
+class Section:
+    """Typed access to one mapping of the raw config, recording errors with key paths."""
+
+    def __init__(self, raw: Any, path: str, errs: Errors, allowed: tuple[str, ...]):
+        self.path, self.errs = path, errs
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            errs.add(path or "(root)", "must be a mapping")
+            raw = {}
+        self.raw: dict[str, Any] = raw
+        for key in raw:
+            if key not in allowed:
+                errs.add(self.at(str(key)), "unknown key")
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return key in self.raw and self.raw[key] is not None
+
+    def get(self, key: str, kind: type[T] | tuple[type, ...], default: T) -> T:
+        if key not in self.raw or self.raw[key] is None:
+            return default
+        value = self.raw[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, str) and (int in kinds or float in kinds) and str not in kinds:
+            value = number_from_env_string(value, kinds)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            self.errs.add(self.at(key), f"must be {names}, got {type(value).__name__}")
+            return default
+        return value  # type: ignore[return-value]
+
+    def number(self, key: str, default: float, minimum: float = 0.0) -> float:
+        value = self.get(key, float, default)
+        if value < minimum:
+            self.errs.add(self.at(key), f"must be >= {minimum:g}")
+        return value
+
+    def integer(self, key: str, default: int, minimum: int = 0) -> int:
+        value = self.get(key, int, default)
+        if value < minimum:
+            self.errs.add(self.at(key), f"must be >= {minimum}")
+        return value
+
+    def optional_int(self, key: str) -> int | None:
+        return self.integer(key, 0, 1) if self.has(key) else None
+
+    def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
+        value = self.get(key, str, default)
+        if value not in options:
+            self.errs.add(self.at(key), f'must be one of {", ".join(options)}, got "{value}"')
+            return default
+        return value
+
+    def strings(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        value = self.get(key, list, list(default))
+        out: list[str] = []
+        for i, item in enumerate(value):
+            if isinstance(item, str):
+                out.append(item)
+            else:
+                self.errs.add(f"{self.at(key)}[{i}]", "must be a string")
+        return tuple(out)
+
+    def items(self, key: str) -> list[tuple[str, Any]]:
+        value = self.get(key, list, [])
+        return [(f"{self.at(key)}[{i}]", item) for i, item in enumerate(value)]
+
+
+def number_from_env_string(value: str, kinds: tuple[type, ...]) -> Any:
+    """`${PORT}` interpolates to a string; accept it where a number is expected."""
+    try:
+        return int(value) if int in kinds and value.strip().lstrip("-").isdigit() else float(value)
+    except ValueError:
+        return value
