@@ -64,10 +64,6 @@ class ResponsesOutputFilter:
     def active(self) -> bool:
         return self._factory is not None
 
-    @property
-    def next_sequence(self) -> int:
-        return self._seq
-
     def apply(self, ev: ResponsesEvent) -> bytes:
         obj = ev.obj
         if obj is None or self.refusal is not None:
