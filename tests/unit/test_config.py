@@ -1,0 +1,62 @@
+"""Config parsing: env interpolation, key paths in every error, secrets never in messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.config import ConfigError, embedded_default, parse_config
+
+BASE: dict[str, Any] = {
+    "auth": {"allow_unauthenticated": True},
+    "providers": {"p": {"type": "openai", "base_url": "https://x.example/v1", "api_key": "${KEY}"}},
+    "models": [{"name": "m", "deployments": [{"provider": "p", "model": "up"}]}],
+}
+
+
+def errors(raw: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, env=env or {"KEY": "k"})
+    return info.value.errors
+
+
+def test_env_interpolation_with_and_without_default() -> None:
+    raw = {**BASE, "server": {"port": "${PORT:-9000}", "host": "${HOST}"}}
+    config = parse_config(raw, env={"KEY": "sk-secret", "HOST": "0.0.0.0"})
+    assert config.server.port == 9000 and config.server.host == "0.0.0.0"
+    assert config.providers["p"].api_key == "sk-secret"
+    assert "sk-secret" not in repr(config.providers["p"])
+    assert errors(raw, {"HOST": "h"}) == [
+        "providers.p.api_key: environment variable KEY is not set and has no default"]
+
+
+@pytest.mark.parametrize(("patch", "expected"), [
+    ({"server": {"port": "eighty"}}, "server.port: must be int, got str"),
+    ({"server": {"nope": 1}}, "server.nope: unknown key"),
+    ({"models": [{"name": "m", "deployments": [{"provider": "q", "model": "x"}]}]},
+     'models[0].deployments[0].provider: unknown provider "q"'),
+    ({"models": [{"name": "m", "routing": "random", "deployments": [{"provider": "p", "model": "x"}]}]},
+     'models[0].routing: must be one of ordered, balanced, got "random"'),
+    ({"guardrails": [{"name": "g", "type": "regex", "patterns": ["("]}]}, "guardrails[0].patterns[0]: invalid"),
+    ({"redaction": {"profiles": {"r": {"rules": ["nonsense"]}}}},
+     'redaction.profiles.r.rules[0]: unknown rule or rule set "nonsense"'),
+    ({"auth": {"keys": [{"name": "a", "key": "one", "key_sha256": "ab"}]}}, "auth.keys[0]: exactly one of"),
+    ({"providers": {"p": {"type": "azure", "base_url": "https://a.example"}}}, "providers.p.api_version: required"),
+    ({"auth": {}}, "auth: no keys configured"),
+])
+def test_every_error_names_its_key_path(patch: dict[str, Any], expected: str) -> None:
+    found = errors({**BASE, **patch})
+    assert any(e.startswith(expected) for e in found), found
+
+
+def test_secret_values_never_appear_in_errors() -> None:
+    raw = {**BASE, "providers": {"p": {"type": "openai", "base_url": "nope", "api_key": "sk-LEAK-ME"}}}
+    assert all("sk-LEAK-ME" not in e for e in errors(raw))
+
+
+def test_embedded_default_is_loopback_demo() -> None:
+    config = embedded_default()
+    assert config.is_demo and config.server.host == "127.0.0.1"
+    assert list(config.models) == ["demo"] and config.providers["demo"].type == "mock"
+    assert config.auth.allow_unauthenticated and config.state.backend == "memory"
