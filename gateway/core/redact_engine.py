@@ -102,9 +102,10 @@ class ScanSpec:
         hit = end
         # Full searches, not bounded by an earlier hit: a bound would hide a match that starts
         # before it but ends after it.
-        for regex in (self.trigger, self.residual):
-            if regex is not None and (m := regex.search(text, pos, end)) is not None:
-                hit = min(hit, m.start())
+        if self.trigger is not None and (m := self.trigger.search(text, pos, end)) is not None:
+            hit = m.start()
+        if self.residual is not None and (m := self.residual.search(text, pos, end)) is not None:
+            hit = min(hit, m.start())
         # A run longer than RUN_LIMIT is cut: the slow path must see it. Only runs that start
         # before `hit` matter, and their first RUN_LIMIT characters end before hit + RUN_LIMIT.
         if end - pos >= RUN_LIMIT:
@@ -147,6 +148,10 @@ class SegmentWindow:
             return ""
         if self._spec.passthrough:
             return delta
+        if self._seg < 0 and not final and delta:
+            released = self._idle(delta)
+            if released is not None:
+                return released
         text = self._buf + delta if self._buf else delta
         out: list[str] = []
         pos = self._pos
@@ -167,6 +172,26 @@ class SegmentWindow:
                 out.append(gap)
         self._keep(text, pos, final)
         return "".join(out)
+
+    def _idle(self, delta: str) -> str | None:
+        """The per-delta common case, inlined: nothing open, the held text (if any) is one
+        unfinished run, and the new complete runs need nothing. None: take the general path."""
+        buf = self._buf
+        if delta[-1].isspace():
+            end = len(buf) + len(delta)
+        else:
+            tail = delta.rsplit(None, 1)
+            if len(tail) == 1 and not delta[0].isspace():
+                if len(buf) + len(delta) >= RUN_LIMIT:
+                    return None
+                self._buf = buf + delta  # the unfinished run goes on
+                return ""
+            end = len(buf) + len(delta) - len(tail[-1])
+        text = buf + delta if buf else delta
+        if len(text) - end >= RUN_LIMIT or self._spec.first_hit(text, 0, end) >= 0:
+            return None
+        self._buf = text[end:]
+        return text[:end] if end < len(text) else text
 
     def _keep(self, text: str, pos: int, final: bool) -> None:
         if final or self._stopped:

@@ -1,0 +1,225 @@
+"""Redaction window benchmark: `python -m bench.bench_redaction [--write]`.
+
+Streams ordinary prose through three variants, in the same run, as 3-6 byte deltas (what providers
+send for one token): our redaction window with the `secrets` and `pii` rule sets, a fixed 128-byte
+window (the naive approach of the ADR in shared/seeds, implemented below), and no redaction. It
+reports the bytes held back after each delta, how far the first released byte lags the first
+pushed one, and the CPU cost per MB. With --write it rewrites bench/REDACTION.md.
+
+Not a test: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.core.redact import Redactor
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "fixtures" / "redaction" / "negatives"
+PROSE = ("postmortem.md", "notes.md", "README_tool.md", "CHANGELOG.md")
+CODE = ("service.py", "server.go", "client.js", "app.log", "deploy.yaml", "terminal.txt")
+TARGET_BYTES = 1 << 20
+FIXED_WINDOW = 128
+
+
+class Window:
+    """The interface every variant offers: push a delta, get what may be released."""
+
+    def push(self, delta: str) -> str:
+        raise NotImplementedError
+
+    def flush(self) -> str:
+        raise NotImplementedError
+
+
+class PassThrough(Window):
+    def push(self, delta: str) -> str:
+        return delta
+
+    def flush(self) -> str:
+        return ""
+
+
+class FixedByteWindow(Window):
+    """The naive baseline: keep the last 128 bytes, rescan the whole buffer on every delta, and
+    release what is older, never cutting through a match found in the buffer."""
+
+    def __init__(self, redactor: Redactor, size: int = FIXED_WINDOW) -> None:
+        assert redactor.spec.detect is not None
+        self._detect = redactor.spec.detect
+        self._redactor = redactor
+        self._size = size
+        self._buf = ""
+        self._counts: dict[str, int] = {}
+
+    def push(self, delta: str) -> str:
+        self._buf += delta
+        excess = len(self._buf.encode()) - self._size
+        if excess <= 0:
+            return ""
+        cut = len(self._buf.encode()[:excess].decode(errors="ignore"))
+        for m in self._detect.finditer(self._buf):
+            if m.start() < cut < m.end():
+                cut = m.start()
+        out, self._buf = self._buf[:cut], self._buf[cut:]
+        return self._redactor.mask(out, self._counts)
+
+    def flush(self) -> str:
+        out, self._buf = self._buf, ""
+        return self._redactor.mask(out, self._counts)
+
+
+class OurWindow(Window):
+    def __init__(self, redactor: Redactor) -> None:
+        self._window = redactor.window()
+
+    def push(self, delta: str) -> str:
+        return self._window.push(delta)
+
+    def flush(self) -> str:
+        return self._window.flush()
+
+
+def deltas(text: str, rnd: random.Random) -> Iterator[str]:
+    """3-6 UTF-8 bytes each, never splitting a character."""
+    i = 0
+    while i < len(text):
+        want, j, size = rnd.randint(3, 6), i, 0
+        while j < len(text) and size < want:
+            size += len(text[j].encode())
+            j += 1
+        yield text[i:j]
+        i = j
+
+
+def answers(files: tuple[str, ...]) -> list[str]:
+    """The corpus cut at blank lines into answer-sized texts, repeated up to TARGET_BYTES."""
+    paragraphs = [p.strip() + "\n" for f in files for p in (CORPUS / f).read_text().split("\n\n") if p.strip()]
+    out: list[str] = []
+    while sum(len(a) for a in out) < TARGET_BYTES:
+        out.extend(paragraphs)
+    return out
+
+
+@dataclass
+class Result:
+    name: str
+    held: list[int]  # bytes held back after each delta
+    lag_deltas: list[int]  # per answer: deltas pushed before the first release, minus one
+    first_cpu_us: list[float]  # per answer: CPU in push() until the first release
+    cpu_s: float = 0.0
+    total_bytes: int = 0
+
+
+def run(name: str, make: Callable[[], Window], texts: list[list[str]]) -> Result:
+    result = Result(name, [], [], [])
+    cpu_start = time.process_time()
+    for pieces in texts:
+        window, pushed, released, first = make(), 0, 0, -1
+        t0 = time.perf_counter_ns()
+        for k, piece in enumerate(pieces):
+            out = window.push(piece)
+            pushed += len(piece.encode())
+            released += len(out.encode())
+            if first < 0 and out:
+                first = k
+                result.first_cpu_us.append((time.perf_counter_ns() - t0) / 1000)
+            result.held.append(pushed - released)
+        window.flush()
+        result.lag_deltas.append(first if first >= 0 else len(pieces))
+        result.total_bytes += pushed
+    result.cpu_s = time.process_time() - cpu_start
+    return result
+
+
+def pct(values: list[int] | list[float], q: float) -> float:
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor() or "unknown")
+    return (f"{cpu}, {os.cpu_count()} logical CPUs (shared), {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}")
+
+
+def table(results: list[Result], off: Result, mean_word: float, mean_delta: float) -> str:
+    rows = ["| variant | held back, median | held back, p99 | first release lags, median / p90 / p99 "
+            "| CPU to first release, median | CPU per MB | added CPU per MB |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        per_mb = r.cpu_s / (r.total_bytes / 1e6)
+        added = per_mb - off.cpu_s / (off.total_bytes / 1e6)
+        rows.append(
+            f"| {r.name} | {statistics.median(r.held):.0f} B | {pct(r.held, 0.99):.0f} B "
+            f"| {statistics.median(r.lag_deltas):.0f} / {pct(r.lag_deltas, 0.9):.0f} / "
+            f"{pct(r.lag_deltas, 0.99):.0f} deltas "
+            f"| {statistics.median(r.first_cpu_us):.1f} µs | {per_mb * 1000:.0f} ms | {added * 1000:.0f} ms |")
+    rows.append("")
+    rows.append(f"A word (with its space) is {mean_word:.1f} bytes on average, a delta {mean_delta:.1f} bytes, "
+                f"so one word is {mean_word / mean_delta:.1f} deltas.")
+    return "\n".join(rows)
+
+
+def bench(files: tuple[str, ...], seed: int) -> tuple[list[Result], float, float]:
+    redactor = Redactor.compile(["secrets", "pii"], [])
+    rnd = random.Random(seed)
+    texts = [list(deltas(a, rnd)) for a in answers(files)]
+    variants: list[tuple[str, Callable[[], Window]]] = [
+        ("redaction off", PassThrough),
+        ("fixed 128-byte window", lambda: FixedByteWindow(redactor)),
+        ("our window (secrets + pii)", lambda: OurWindow(redactor)),
+    ]
+    results = [run(name, make, texts) for name, make in variants]
+    words = [w for t in texts for w in "".join(t).split()]
+    mean_word = sum(len(w.encode()) + 1 for w in words) / len(words)
+    pieces = [p for t in texts for p in t]
+    mean_delta = sum(len(p.encode()) for p in pieces) / len(pieces)
+    return results, mean_word, mean_delta
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true", help="rewrite bench/REDACTION.md")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    sections = []
+    for label, files in (("Prose (postmortem, team notes, README, changelog)", PROSE),
+                         ("Code, logs and config (for comparison)", CODE)):
+        results, mean_word, mean_delta = bench(files, args.seed)
+        sections.append(f"#### {label}, {results[0].total_bytes / 1e6:.2f} MB\n\n"
+                        + table(results, results[0], mean_word, mean_delta))
+    report = "\n\n".join(sections)
+    print(f"Machine: {machine()}\n\n{report}")
+    if args.write:
+        write(report)
+    return 0
+
+
+def write(report: str) -> None:
+    path = ROOT / "bench" / "REDACTION.md"
+    text = path.read_text() if path.exists() else ""
+    start = text.find("<!-- figures -->")
+    end = text.find("<!-- /figures -->")
+    figures = (f"<!-- figures -->\nMeasured {time.strftime('%Y-%m-%d')} on {machine()}; "
+               f"`python -m bench.bench_redaction --write`.\n\n{report}\n<!-- /figures -->")
+    if start < 0 or end < 0:
+        text = text + "\n" + figures + "\n"
+    else:
+        text = text[:start] + figures + text[end + len("<!-- /figures -->"):]
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
