@@ -8,8 +8,6 @@ The HTTP status is not sent before the first token, so a failure until then is a
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from typing import Any
 
@@ -23,66 +21,37 @@ from gateway.chat_relay import relay
 from gateway.chat_stream import OpenedStream, open_stream
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
-from gateway.core.sse import KEEPALIVE
 from gateway.errors import GatewayError
+from gateway.keepalive import KeepAlive
 from gateway.metrics import record_usage
 from gateway.runtime import Runtime
-
-KEEPALIVE_EVERY_S = 5.0
 
 
 async def stream_chat(request: web.Request, rt: Runtime, ctx: RequestContext) -> web.StreamResponse:
     async def attempt(d: Deployment) -> OpenedStream:
         return await open_stream(rt, ctx, d)
 
-    task = asyncio.ensure_future(run_attempts(rt, ctx, attempt, discard=OpenedStream.close))
-    client: web.StreamResponse | None = None
-    opened: OpenedStream | None = None
-    try:
-        done, _ = await asyncio.wait({task}, timeout=rt.config.server.keepalive_after_s)
-        while not done:
-            if client is None:
-                client = await commit(request, ctx, None)
-            await client.write(KEEPALIVE)
-            done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_EVERY_S)
+    async with KeepAlive(request, rt, ctx, run_attempts(rt, ctx, attempt, discard=OpenedStream.close)) as ka:
         try:
-            won, opened = task.result()
+            won, opened = await ka.wait()
         except GatewayError as err:
-            if client is None:
+            if ka.client is None:
                 raise
-            await client.write(err.sse_bytes())
             ctx.stream_error = err.code
+            await ka.client.write(err.sse_bytes())
+            return ka.client
+        try:
+            ctx.deployment = won.deployment
+            record_upstream_ttft(rt, ctx, won, opened.assembler.first_token, opened.t_first - opened.t_sent)
+            client = await ka.commit(won)
+            meta = next((ch.obj for ch in opened.pending if ch.obj), {})
+            await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start(),
+                        lambda: _record_end(rt, ctx, opened))
+            if ctx.cache_store and ctx.stream_error is None:
+                await _store(rt, request, ctx, opened, meta)
             return client
-        ctx.deployment = won.deployment
-        _record_winner(rt, ctx, won, opened)
-        if client is None:
-            client = await commit(request, ctx, won)
-        meta = next((ch.obj for ch in opened.pending if ch.obj), {})
-        ended = opened
-        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start(),
-                    lambda: _record_end(rt, ctx, ended))
-        if ctx.cache_store and ctx.stream_error is None:
-            await _store(rt, request, ctx, opened, meta)
-        return client
-    finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        if opened is not None:
+        finally:
             opened.close()
-
-
-async def commit(request: web.Request, ctx: RequestContext, won: Won | None) -> web.StreamResponse:
-    """Send the 200 and the SSE headers. Nothing can turn into an HTTP error after this."""
-    headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-               "X-Accel-Buffering": "no", "x-request-id": ctx.request_id}
-    if won is not None:
-        headers["x-gateway-deployment"] = won.deployment.label
-        headers["x-gateway-attempts"] = str(won.attempts)
-    resp = web.StreamResponse(status=200, headers=headers)
-    await resp.prepare(request)
-    return resp
 
 
 async def _store(rt: Runtime, request: web.Request, ctx: RequestContext, opened: OpenedStream,
@@ -94,11 +63,11 @@ async def _store(rt: Runtime, request: web.Request, ctx: RequestContext, opened:
     await cache.store(rt, request.app[STATE], ctx, body)
 
 
-def _record_winner(rt: Runtime, ctx: RequestContext, won: Won, opened: OpenedStream) -> None:
-    d = won.deployment
-    if opened.assembler.first_token:
-        rt.metrics.upstream_ttft.labels(ctx.model.name, d.provider, d.label).observe(
-            opened.t_first - opened.t_sent)
+def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token: bool, seconds: float) -> None:
+    """The winning attempt: request sent to first output token received."""
+    if first_token:
+        d = won.deployment
+        rt.metrics.upstream_ttft.labels(ctx.model.name, d.provider, d.label).observe(seconds)
 
 
 def _record_end(rt: Runtime, ctx: RequestContext, opened: OpenedStream) -> None:

@@ -38,7 +38,7 @@ async def read_json(request: web.Request, rt: Runtime) -> dict[str, Any]:
     return body
 
 
-async def _resolve(request: web.Request, api: str) -> tuple[Runtime, RequestContext]:
+async def resolve(request: web.Request, api: str) -> tuple[Runtime, RequestContext]:
     rt = request.app[RUNTIME]
     key = rt.keyring.authenticate(request.headers)
     body = await read_json(request, rt)
@@ -92,7 +92,7 @@ def _redact_inputs(rt: Runtime, ctx: RequestContext) -> None:
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    rt, ctx = await _resolve(request, "chat")
+    rt, ctx = await resolve(request, "chat")
     text = _messages_text(ctx.body)
     _redact_inputs(rt, ctx)
     state = request.app[STATE]
@@ -109,7 +109,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def embeddings_handler(request: web.Request) -> web.StreamResponse:
-    rt, ctx = await _resolve(request, "embeddings")
+    rt, ctx = await resolve(request, "embeddings")
     if "input" not in ctx.body:
         raise InvalidRequest("you must provide an input parameter", param="input")
     await admit(rt, request.app[STATE], ctx)

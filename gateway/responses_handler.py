@@ -8,8 +8,6 @@ by `responses_relay`. A body is masked with the one-shot redactor and judged who
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 from typing import Any
 
@@ -18,17 +16,17 @@ from aiohttp import web
 
 from gateway.app_keys import STATE
 from gateway.attempts import run_attempts
-from gateway.chat_handler import KEEPALIVE_EVERY_S, commit
+from gateway.chat_handler import record_upstream_ttft
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.events import DeltaKind, InbandError
 from gateway.core.responses import TextKey, map_response_texts
 from gateway.core.responses_assemble import ResponsesAssembler
 from gateway.core.responses_filter import ResponsesOutputFilter
-from gateway.core.sse import KEEPALIVE
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.guardrails import check_input, judge_output
-from gateway.handlers import _resolve
+from gateway.handlers import resolve
+from gateway.keepalive import KeepAlive
 from gateway.limits import admit
 from gateway.metrics import record_redactions, record_usage
 from gateway.providers.responses_openai import ResponsesBody
@@ -39,7 +37,7 @@ from gateway.upstream import UpstreamError
 
 
 async def responses(request: web.Request) -> web.StreamResponse:
-    rt, ctx = await _resolve(request, "responses")
+    rt, ctx = await resolve(request, "responses")
     text = input_text(ctx.body)
     _redact_inputs(rt, ctx)
     _serving_deployments(rt, ctx)
@@ -100,39 +98,23 @@ async def stream_responses(request: web.Request, rt: Runtime, ctx: RequestContex
     async def attempt(d: Deployment) -> OpenedResponses:
         return await open_responses(rt, ctx, d)
 
-    task = asyncio.ensure_future(run_attempts(rt, ctx, attempt, discard=OpenedResponses.close))
-    client: web.StreamResponse | None = None
-    opened: OpenedResponses | None = None
-    try:
-        done, _ = await asyncio.wait({task}, timeout=rt.config.server.keepalive_after_s)
-        while not done:
-            if client is None:
-                client = await commit(request, ctx, None)
-            await client.write(KEEPALIVE)
-            done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_EVERY_S)
+    attempts = run_attempts(rt, ctx, attempt, discard=OpenedResponses.close)
+    async with KeepAlive(request, rt, ctx, attempts) as ka:
         try:
-            won, opened = task.result()
+            won, opened = await ka.wait()
         except GatewayError as err:
-            if client is None:
+            if ka.client is None:
                 raise
-            await client.write(ResponsesOutputFilter(None).error_event(err.body()["error"]))
             ctx.stream_error = err.code
+            await ka.client.write(ResponsesOutputFilter(None).error_event(err.body()["error"]))
+            return ka.client
+        try:
+            ctx.deployment = won.deployment
+            record_upstream_ttft(rt, ctx, won, opened.assembler.first_token, opened.t_first - opened.t_sent)
+            client = await ka.commit(won)
+            await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
             return client
-        ctx.deployment = won.deployment
-        if opened.assembler.first_token:
-            d = won.deployment
-            rt.metrics.upstream_ttft.labels(ctx.model.name, d.provider, d.label).observe(
-                opened.t_first - opened.t_sent)
-        if client is None:
-            client = await commit(request, ctx, won)
-        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
-        return client
-    finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        if opened is not None:
+        finally:
             opened.close()
 
 
