@@ -150,7 +150,7 @@ class Upstream:
 
     async def open(self, provider: ProviderConfig, req: UpstreamRequest, label: str) -> UpstreamResponse:
         if provider.type == "mock":
-            return MockResponse(mock_script(provider, req.body))
+            return MockResponse(mock_script(provider, req.url, req.body))
         t: Timeouts = provider.timeouts
         # idle_s is the stream watchdog (aiohttp re-arms sock_read on every read); a non-stream answer
         # sends nothing until it is done, so only total_s bounds it.

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from gateway.config_types import ProviderConfig
-from gateway.core.sse import DONE_EVENT, encode_data
+from gateway.core.sse import DONE_EVENT, encode_data, encode_event
 from gateway.providers.chat_openai import OpenAIChat
 
 ANSWER = (
@@ -53,9 +53,13 @@ def _prompt_tokens(body: Mapping[str, Any]) -> int:
     return max(n, 1)
 
 
-def mock_script(provider: ProviderConfig, request_body: bytes) -> MockScript:
-    """The answer for one request: a stream when asked, else one JSON body."""
+def mock_script(provider: ProviderConfig, url: str, request_body: bytes) -> MockScript:
+    """The answer for one request to `mock://<provider><path>`: a stream when asked, else one body."""
     body = orjson.loads(request_body)
+    if url.endswith("/responses"):
+        return _responses(provider, body)
+    if url.endswith("/embeddings"):
+        return _embeddings(body, str(body.get("model", "demo")))
     model = str(body.get("model", "demo"))
     digest = hashlib.sha256(request_body).hexdigest()[:24]
     cid, created = f"chatcmpl-mock{digest}", 1_700_000_000
@@ -64,8 +68,6 @@ def mock_script(provider: ProviderConfig, request_body: bytes) -> MockScript:
              "total_tokens": _prompt_tokens(body) + len(words),
              "prompt_tokens_details": {"cached_tokens": 0},
              "completion_tokens_details": {"reasoning_tokens": 0}}
-    if "input" in body and "messages" not in body:
-        return _embeddings(body, model)
     if not body.get("stream"):
         doc = {"id": cid, "object": "chat.completion", "created": created, "model": model,
                "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER},
@@ -100,6 +102,41 @@ def _embeddings(body: Mapping[str, Any], model: str) -> MockScript:
     doc = {"object": "list", "data": data, "model": model,
            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
     return MockScript(200, "application/json", ((0.0, orjson.dumps(doc)),))
+
+
+def _responses(provider: ProviderConfig, body: dict[str, Any]) -> MockScript:
+    """The demo answer in the Responses API's shape: one message item, text deltas word by word."""
+    rid = "resp_mock" + hashlib.sha256(orjson.dumps(body)).hexdigest()[:24]
+    words, model = _words(ANSWER), str(body.get("model", "demo"))
+    text_part = {"type": "output_text", "text": ANSWER, "annotations": []}
+    item = {"id": "msg_mock", "type": "message", "role": "assistant", "status": "completed", "content": [text_part]}
+    usage = {"input_tokens": 8, "output_tokens": len(words), "total_tokens": 8 + len(words),
+             "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+    final = {"id": rid, "object": "response", "created_at": 1_700_000_000, "status": "completed", "model": model,
+             "output": [item], "usage": usage}
+    if not body.get("stream"):
+        return MockScript(200, "application/json", ((provider.ttft_ms / 1000.0, orjson.dumps(final)),))
+    start = {**final, "status": "in_progress", "output": [], "usage": None}
+    ids = {"item_id": "msg_mock", "output_index": 0}
+    events: list[tuple[float, dict[str, Any]]] = [
+        (0.0, {"type": "response.created", "response": start}),
+        (0.0, {"type": "response.in_progress", "response": start}),
+        (0.0, {"type": "response.output_item.added", "output_index": 0,
+               "item": {**item, "status": "in_progress", "content": []}}),
+        (0.0, {"type": "response.content_part.added", **ids, "content_index": 0,
+               "part": {**text_part, "text": ""}}),
+    ]
+    pace = provider.token_delay_ms / 1000.0
+    events += [(provider.ttft_ms / 1000.0 if i == 0 else pace,
+                {"type": "response.output_text.delta", **ids, "content_index": 0, "delta": w})
+               for i, w in enumerate(words)]
+    events += [(0.0, {"type": "response.output_text.done", **ids, "content_index": 0, "text": ANSWER}),
+               (0.0, {"type": "response.content_part.done", **ids, "content_index": 0, "part": text_part}),
+               (0.0, {"type": "response.output_item.done", "output_index": 0, "item": item}),
+               (0.0, {"type": "response.completed", "response": final})]
+    parts = tuple((delay, encode_event(e["type"], orjson.dumps({**e, "sequence_number": n})))
+                  for n, (delay, e) in enumerate(events))
+    return MockScript(200, "text/event-stream", parts)
 
 
 class MockChat(OpenAIChat):

@@ -22,6 +22,7 @@ from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
+from gateway.providers.mock import MockChat
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +115,16 @@ class AzureResponses(AzureChat, _ResponsesRequests):
         return f"{self.provider.base_url}/openai{path}?api-version={quote(self.provider.api_version or '', safe='')}"
 
 
+class MockResponses(MockChat, _ResponsesRequests):
+    """Provider type `mock`: the built-in demo answer, in the Responses API's shape."""
+
+
 def responses_translator(provider: ProviderConfig) -> ResponsesTranslator | None:
-    """The translator for a provider that serves the Responses API, or None (anthropic, mock)."""
+    """The translator for a provider that serves the Responses API, or None (anthropic)."""
     if provider.type == "openai":
         return OpenAIResponses(provider)
+    if provider.type == "mock":
+        return MockResponses(provider)
     if provider.type == "azure":
         return AzureResponses(provider)
     return None

@@ -106,3 +106,15 @@ def test_embedded_default_streams_the_demo_model_and_drains_on_sigterm(
     text = "".join(ch.choices[0].delta.content or "" for ch in [first, *rest] if ch.choices)
     assert text.startswith("Hello from the llm-gateway demo.") and text.endswith("in Grafana.")
     assert proc.wait(timeout=20) == 0
+
+
+def test_embedded_default_serves_the_responses_api_too(demo: tuple[subprocess.Popen[str], int]) -> None:
+    _, port = demo
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=20)
+    with c.responses.stream(model="demo", input="hi") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert len(deltas) > 5 and "".join(deltas) == final.output_text
+    assert c.responses.create(model="demo", input="hi").output_text == final.output_text
+    e = c.embeddings.create(model="demo", input=["a", "b"])
+    assert len(e.data) == 2
