@@ -121,8 +121,8 @@ def test_upstream_400_passes_through_and_body_status_failed_is_retried(upstream:
 
 def test_model_without_responses_deployment_is_a_client_error(upstream: FakeUpstream,
                                                               make_gateway: Any) -> None:
-    gw = make_gateway(providers={"demo": {"type": "mock"}},
-                      models=[{"name": "m", "deployments": [{"provider": "demo", "model": "demo"}]}])
+    gw = make_gateway(providers={"claude": {"type": "anthropic", "base_url": upstream.base_url}},
+                      models=[{"name": "m", "deployments": [{"provider": "claude", "model": "c"}]}])
     with pytest.raises(openai.BadRequestError) as info:
         client(gw).responses.create(model="m", input="x")
     assert info.value.body["param"] == "model"  # type: ignore[index]
