@@ -12,35 +12,26 @@ import orjson
 from aiohttp import web
 
 from gateway import cache
+from gateway.attempt_io import fetch_body, raise_inband
 from gateway.attempts import run_attempts
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.assemble import ChatAssembler
 from gateway.core.chat import TEXT_FIELDS, chunk_events
-from gateway.core.events import InbandError, Usage
+from gateway.core.events import Usage
 from gateway.guardrails import judge_output
 from gateway.metrics import record_usage
 from gateway.providers.base import ParsedBody
 from gateway.runtime import Runtime
 from gateway.state.base import StateBackend
-from gateway.upstream import UpstreamError
 
 
 async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment, embeddings: bool) -> ParsedBody:
     tr = rt.translator(d)
     req = (tr.embeddings_request(ctx.body, d.model) if embeddings
            else tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False))
-    resp = await rt.upstream.open(rt.provider(d), req, d.label)
-    try:
-        body = await resp.read_body()
-    finally:
-        resp.close()
-    if resp.status != 200:
-        raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body))
-    parsed = tr.parse_body(body)
-    for e in parsed.events:
-        if type(e) is InbandError:
-            raise UpstreamError(e.failure)
+    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error))
+    raise_inband(parsed.events)
     return parsed
 
 

@@ -12,6 +12,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from gateway.attempt_io import FirstTokenDeadline, fetch_body, raise_for_status, raise_inband
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.assemble import ChatAssembler, completion_to_chunks
@@ -20,8 +21,6 @@ from gateway.core.sse import SSEDecoder, SSEError
 from gateway.providers.base import ChatChunk, ChatTranslator, StreamParser
 from gateway.runtime import Runtime
 from gateway.upstream import UpstreamError, UpstreamResponse
-
-ERROR_BODY_LIMIT = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -76,33 +75,21 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
     """One attempt: open, read until the first output token under `first_token_s`."""
     provider, tr = rt.provider(d), rt.translator(d)
     t_sent = time.perf_counter()
-    opened: OpenedStream | None = None
-    try:
+    with FirstTokenDeadline(d) as deadline:
         async with asyncio.timeout(provider.timeouts.first_token_s):
             if d.provider in rt.learned.no_stream:
                 return await _buffered(rt, ctx, d, tr, t_sent)
             req = tr.chat_request(ctx.body, d.model, stream=True,
                                   send_stream_options=d.provider not in rt.learned.no_stream_options)
             resp = await rt.upstream.open(provider, req, d.label)
-            opened = OpenedStream(d, resp, SSEDecoder(), tr.stream_parser(), t_sent)
-            if resp.status != 200:
-                body = await resp.read_body(ERROR_BODY_LIMIT)
-                raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body))
+            opened = deadline.track(OpenedStream(d, resp, SSEDecoder(), tr.stream_parser(), t_sent))
+            await raise_for_status(resp, tr.classify_http_error)
             if not resp.is_event_stream:
                 rt.learned.learn("no_stream", d.provider)  # answered a stream request with a plain body
                 return _from_body(d, tr, await resp.read_body(), t_sent, opened)
             await _until_first_token(opened)
             opened.t_first = time.perf_counter()
             return opened
-    except TimeoutError:
-        if opened is not None:
-            opened.close()
-        raise UpstreamError(Failure(FailureKind.FIRST_TOKEN_TIMEOUT,
-                                    f"{d.label}: no output token within first_token_s")) from None
-    except BaseException:
-        if opened is not None:
-            opened.close()
-        raise
 
 
 async def _until_first_token(opened: OpenedStream) -> None:
@@ -125,20 +112,14 @@ async def _buffered(rt: Runtime, ctx: RequestContext, d: Deployment, tr: ChatTra
                     t_sent: float) -> OpenedStream:
     """Learn-once fallback: the provider can't stream, so ask for a body and re-emit it as a stream."""
     req = tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False)
-    resp = await rt.upstream.open(rt.provider(d), req, d.label)
-    opened = OpenedStream(d, resp, SSEDecoder(), None, t_sent)
-    body = await resp.read_body()
-    if resp.status != 200:
-        raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body[:ERROR_BODY_LIMIT]))
-    return _from_body(d, tr, body, t_sent, opened)
+    body = await fetch_body(rt, d, req, tr.classify_http_error)
+    return _from_body(d, tr, body, t_sent, OpenedStream(d, None, SSEDecoder(), None, t_sent))
 
 
 def _from_body(d: Deployment, tr: ChatTranslator, body: bytes, t_sent: float,
                opened: OpenedStream) -> OpenedStream:
     parsed = tr.parse_body(body)
-    for e in parsed.events:
-        if type(e) is InbandError:
-            raise UpstreamError(e.failure)
+    raise_inband(parsed.events)
     opened.assembler.feed(parsed.events)
     opened.pending = [ChatChunk([], chunk) for chunk in completion_to_chunks(parsed.obj)]
     opened.done = True

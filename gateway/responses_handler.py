@@ -15,11 +15,12 @@ import orjson
 from aiohttp import web
 
 from gateway.app_keys import STATE
+from gateway.attempt_io import fetch_body, raise_inband
 from gateway.attempts import run_attempts
 from gateway.chat_handler import record_upstream_ttft
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
-from gateway.core.events import DeltaKind, InbandError
+from gateway.core.events import DeltaKind
 from gateway.core.responses import TextKey, map_response_texts
 from gateway.core.responses_assemble import ResponsesAssembler
 from gateway.core.responses_filter import ResponsesOutputFilter
@@ -33,7 +34,6 @@ from gateway.providers.responses_openai import ResponsesBody
 from gateway.responses_relay import relay
 from gateway.responses_stream import OpenedResponses, open_responses, translator_for
 from gateway.runtime import Runtime
-from gateway.upstream import UpstreamError
 
 
 async def responses(request: web.Request) -> web.StreamResponse:
@@ -121,17 +121,9 @@ async def stream_responses(request: web.Request, rt: Runtime, ctx: RequestContex
 async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ResponsesBody:
     tr = translator_for(rt, d)
     assert tr is not None
-    resp = await rt.upstream.open(rt.provider(d), tr.responses_request(ctx.body, d.model, stream=False), d.label)
-    try:
-        body = await resp.read_body()
-    finally:
-        resp.close()
-    if resp.status != 200:
-        raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body))
-    parsed = tr.parse_responses_body(body)
-    for e in parsed.events:
-        if type(e) is InbandError:
-            raise UpstreamError(e.failure)
+    req = tr.responses_request(ctx.body, d.model, stream=False)
+    parsed = tr.parse_responses_body(await fetch_body(rt, d, req, tr.classify_http_error))
+    raise_inband(parsed.events)
     return parsed
 
 

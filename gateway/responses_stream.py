@@ -13,6 +13,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from gateway.attempt_io import FirstTokenDeadline, raise_for_status
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.events import Failure, FailureKind, InbandError
@@ -23,8 +24,6 @@ from gateway.core.sse import SSEDecoder, SSEError
 from gateway.providers.responses_openai import ResponsesStreamParser, ResponsesTranslator, responses_translator
 from gateway.runtime import Runtime
 from gateway.upstream import UpstreamError, UpstreamResponse
-
-ERROR_BODY_LIMIT = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -78,30 +77,18 @@ async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> Ope
     provider, tr = rt.provider(d), translator_for(rt, d)
     assert tr is not None, "the handler only routes to deployments that serve the Responses API"
     t_sent = time.perf_counter()
-    opened: OpenedResponses | None = None
-    try:
+    with FirstTokenDeadline(d) as deadline:
         async with asyncio.timeout(provider.timeouts.first_token_s):
             stream = d.provider not in rt.learned.no_stream  # learned from a 400 that names `stream`
             resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=stream), d.label)
-            opened = OpenedResponses(d, resp, tr.responses_stream_parser(), t_sent)
-            if resp.status != 200:
-                body = await resp.read_body(ERROR_BODY_LIMIT)
-                raise UpstreamError(tr.classify_http_error(resp.status, resp.headers, body))
+            opened = deadline.track(OpenedResponses(d, resp, tr.responses_stream_parser(), t_sent))
+            await raise_for_status(resp, tr.classify_http_error)
             if not resp.is_event_stream:  # buffered: asked so, or a server that ignores `stream`
                 _replay(opened, tr, await resp.read_body())
                 return opened
             await _until_first_token(opened)
             opened.t_first = time.perf_counter()
             return opened
-    except TimeoutError:
-        if opened is not None:
-            opened.close()
-        raise UpstreamError(Failure(FailureKind.FIRST_TOKEN_TIMEOUT,
-                                    f"{d.label}: no output token within first_token_s")) from None
-    except BaseException:
-        if opened is not None:
-            opened.close()
-        raise
 
 
 async def _until_first_token(opened: OpenedResponses) -> None:

@@ -1,0 +1,77 @@
+"""Plumbing every attempt shares, whatever the API: the first-token deadline, the error-status check, and
+reading a whole non-stream body."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Protocol, TypeVar
+
+from gateway.config_types import Deployment
+from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
+from gateway.providers.base import UpstreamRequest
+from gateway.runtime import Runtime
+from gateway.upstream import UpstreamError, UpstreamResponse
+
+ERROR_BODY_LIMIT = 1024 * 1024
+Classify = Callable[[int, Mapping[str, str], bytes], Failure]
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closeable)
+
+
+class FirstTokenDeadline:
+    """`with FirstTokenDeadline(d) as dl: async with asyncio.timeout(s): opened = dl.track(...)`.
+
+    When the deadline passes, the attempt fails as FIRST_TOKEN_TIMEOUT (never retried on the same
+    deployment); on any failure, whatever the attempt opened is closed at once."""
+
+    def __init__(self, d: Deployment):
+        self.d = d
+        self.opened: _Closeable | None = None
+
+    def track(self, opened: C) -> C:
+        self.opened = opened
+        return opened
+
+    def __enter__(self) -> FirstTokenDeadline:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if kind is None:
+            return
+        if self.opened is not None:
+            self.opened.close()
+        if issubclass(kind, TimeoutError):
+            raise UpstreamError(Failure(FailureKind.FIRST_TOKEN_TIMEOUT,
+                                        f"{self.d.label}: no output token within first_token_s")) from None
+
+
+async def raise_for_status(resp: UpstreamResponse, classify: Classify) -> None:
+    """A non-200 answer is a classified failure (its body read up to a bound, for the error fields)."""
+    if resp.status != 200:
+        body = await resp.read_body(ERROR_BODY_LIMIT)
+        raise UpstreamError(classify(resp.status, resp.headers, body))
+
+
+def raise_inband(events: list[StreamEvent]) -> None:
+    for e in events:
+        if type(e) is InbandError:
+            raise UpstreamError(e.failure)
+
+
+async def fetch_body(rt: Runtime, d: Deployment, req: UpstreamRequest, classify: Classify) -> bytes:
+    """A whole non-stream answer, or the classified failure."""
+    resp = await rt.upstream.open(rt.provider(d), req, d.label)
+    try:
+        body = await resp.read_body()
+    finally:
+        resp.close()
+    if resp.status != 200:
+        raise UpstreamError(classify(resp.status, resp.headers, body[:ERROR_BODY_LIMIT]))
+    return body
