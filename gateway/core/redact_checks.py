@@ -46,22 +46,22 @@ def card_ok(digits: str) -> bool:
 
 
 def refine_card(m: re.Match[str]) -> Iterator[Span]:
-    """Mask every Luhn-valid card inside a run of digit groups, trying group-aligned windows.
+    """The longest Luhn-valid card made of the candidate's first digit groups.
 
-    A candidate may carry a stray group before or after the card ("4111 1111 1111 1111 12/27");
-    the longest valid window starting at the leftmost possible group wins.
+    A candidate may carry a stray group after the card ("4111 1111 1111 1111 12/27"). A card that
+    starts at a later group is found by the caller's next search, which starts inside a candidate
+    that yields nothing.
     """
-    base = m.start()
-    groups = [(g.start(), g.end()) for g in _GROUP.finditer(m.group())]
-    i = 0
-    while i < len(groups):
-        for j in range(len(groups), i, -1):
-            digits = "".join(m.group()[a:b] for a, b in groups[i:j])
-            if card_ok(digits):
-                yield base + groups[i][0], base + groups[j - 1][1]
-                i = j - 1
-                break
-        i += 1
+    text = m.group()
+    digits = ""
+    ends: list[tuple[int, int]] = []  # (digits so far, end of that group in text)
+    for g in _GROUP.finditer(text):
+        digits += g.group()
+        ends.append((len(digits), g.end()))
+    for count, end in reversed(ends):
+        if 13 <= count <= 19 and card_ok(digits[:count]):
+            yield m.start(), m.start() + end
+            return
 
 
 def iban_ok(compact: str) -> bool:

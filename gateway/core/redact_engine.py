@@ -84,12 +84,19 @@ class ScanSpec:
             re.compile("|".join(detect_source(p) for p, _hint in rules)),
         )
 
-    def alive(self, held: str, seg_len: int) -> bool:
-        """Could a match starting inside the segment (its first `seg_len` chars) still grow?"""
+    def alive(self, held: str, seg_len: int, start: int) -> int:
+        """Leftmost position >= `start` inside the segment (its first `seg_len` chars) where a
+        match could begin that is still growing at the end of `held`; -1 when there is none.
+
+        `held` only ever grows between two calls for one segment, and a start that is dead stays
+        dead (a prefix of a match has only prefixes of a match before it), so the caller passes
+        the previous answer as `start`: no position is searched twice, which keeps long segments
+        of overlapping candidates ("Bearer Bearer Bearer ...") linear.
+        """
         if self.live is None:
-            return False
-        m = self.live.search(held)
-        return m is not None and m.start() < seg_len
+            return -1
+        m = self.live.search(held, start)
+        return m.start() if m is not None and m.start() < seg_len else -1
 
     def first_hit(self, text: str, pos: int, end: int) -> int:
         """Index of the first place in text[pos:end] (complete runs) that needs the slow path.
@@ -125,7 +132,7 @@ def _unit_start(text: str, i: int, low: int) -> int:
 class SegmentWindow:
     """Base of the streaming windows; subclasses decide what a closed segment becomes."""
 
-    __slots__ = ("_buf", "_pos", "_seg", "_seg_end", "_spec", "_stopped")
+    __slots__ = ("_buf", "_live_from", "_pos", "_seg", "_seg_end", "_spec", "_stopped")
 
     def __init__(self, spec: ScanSpec) -> None:
         self._spec = spec
@@ -133,6 +140,7 @@ class SegmentWindow:
         self._pos = 0  # start of the first unit not yet complete, in _buf
         self._seg = -1  # start of the open segment in the text being scanned, -1 when none
         self._seg_end = 0  # end of the open segment's last complete run
+        self._live_from = 0  # leftmost start of a still-growing candidate, from the segment start
         self._stopped = False
 
     @property
@@ -236,7 +244,7 @@ class SegmentWindow:
         if end - start <= MAX_GAP:
             if not complete:
                 return start
-            if self._spec.alive(text[self._seg : end], self._seg_end - self._seg):
+            if self._still_alive(text[self._seg : end], self._seg_end - self._seg):
                 return end
         if self._close_open(text, out):
             out.append(text[start:end])
@@ -252,15 +260,19 @@ class SegmentWindow:
                 return len(text)
             out.append(gap)
         if self._seg < 0:
-            self._seg = start
+            self._seg, self._live_from = start, 0
         self._seg_end = end
         if (
             forced
             or end == len(text)
-            or not self._spec.alive(text[self._seg : end + 1], end - self._seg)
+            or not self._still_alive(text[self._seg : end + 1], end - self._seg)
         ) and not self._close_open(text, out):
             return len(text)
         return end
+
+    def _still_alive(self, held: str, seg_len: int) -> bool:
+        self._live_from = self._spec.alive(held, seg_len, self._live_from)
+        return self._live_from >= 0
 
     def _close_open(self, text: str, out: list[str]) -> bool:
         segment = text[self._seg : self._seg_end]

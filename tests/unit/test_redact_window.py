@@ -180,6 +180,15 @@ def test_held_text_is_bounded_by_the_segment_limit() -> None:
     assert REDACTOR.redact(text).text == "".join(stream(REDACTOR, text, [97])[0])
 
 
+@pytest.mark.parametrize("unit", ["Bearer", "4111", "DE89", "+44", "-----BEGIN", "aws_secret_access_key ="])
+def test_overlapping_candidates_stay_bounded_and_exact(unit: str) -> None:
+    # Every word starts a new multi-word candidate before the previous one dies.
+    text = " ".join([unit] * 3000) + " tail"
+    pieces, most = stream(REDACTOR, text, [5])
+    assert most <= MAX_HELD_CHARS
+    assert "".join(pieces) == REDACTOR.redact(text).text == forced_slow(REDACTOR).redact(text).text
+
+
 def test_a_long_gap_ends_a_multi_word_candidate() -> None:
     window = REDACTOR.window()
     assert window.push("Bearer") == ""
