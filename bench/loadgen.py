@@ -42,6 +42,8 @@ class LoadSpec:
     chunks: int = 20
     chunk_chars: int = 8
     gap_ms: float = 0.0
+    tail_ms: float = 0.0
+    words: bool = False
     model: str = "m"
     timeout_s: float = 120.0
     keep_samples: bool = True
@@ -57,6 +59,7 @@ class LoadResult:
     max_open: int = 0  # most streams open at once (request sent, answer not yet finished)
     cpu_s: float = 0.0  # this process's own CPU time over the run
     chunks_seen: int = 0  # SSE data events received (all requests)
+    error_samples: dict[str, str] = field(default_factory=dict)  # kind -> the first such answer's start
 
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -89,7 +92,8 @@ class _Run:
         body = orjson.dumps({
             "model": spec.model, "stream": True, "messages": [{"role": "user", "content": "benchmark"}],
             "bench": {"ttft_ms": spec.ttft_ms, "chunks": spec.chunks, "chunk_chars": spec.chunk_chars,
-                      "gap_ms": spec.gap_ms, "seed": i},
+                      "gap_ms": spec.gap_ms, "seed": i, "tail_ms": spec.tail_ms,
+                      "words": spec.words},
         })
         self.open += 1
         self.result.max_open = max(self.result.max_open, self.open)
@@ -101,6 +105,7 @@ class _Run:
             kind, t_first, n_events = "timeout", 0.0, 0
         except (aiohttp.ClientError, OSError) as exc:
             kind, t_first, n_events = type(exc).__name__, 0.0, 0
+            self.result.error_samples.setdefault(kind, str(exc)[:300])
         finally:
             self.open -= 1
         t_end = time.perf_counter()
@@ -118,8 +123,9 @@ class _Run:
         spec = self.spec
         async with self.session.post(spec.url, data=body, headers={"Content-Type": "application/json"}) as resp:
             if resp.status != 200:
-                await resp.read()
-                return f"http_{resp.status}", 0.0, 0
+                kind = f"http_{resp.status}"
+                self.result.error_samples.setdefault(kind, (await resp.read())[:300].decode(errors="replace"))
+                return kind, 0.0, 0
             parser = _SSEText()
             async for data in resp.content.iter_any():
                 now = time.perf_counter()  # arrival, before this process spends time parsing it
@@ -130,7 +136,7 @@ class _Run:
                 return parser.error, 0.0, parser.events
             if not parser.done:
                 return "no_done", 0.0, parser.events
-            if "".join(parser.parts) != expected_text(i, spec.chunks, spec.chunk_chars):
+            if "".join(parser.parts) != expected_text(i, spec.chunks, spec.chunk_chars, spec.words):
                 return "text_mismatch", 0.0, parser.events
             return "", parser.t_first, parser.events
 
@@ -196,9 +202,10 @@ def _parse(argv: list[str] | None) -> tuple[LoadSpec, str | None]:
     p = argparse.ArgumentParser(description="streamed chat load generator (prints one JSON object)")
     p.add_argument("--url", required=True)
     for f in dataclasses.fields(LoadSpec):
-        if f.name in ("url", "keep_samples"):
+        if f.name in ("url", "keep_samples", "words"):
             continue
         p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+    p.add_argument("--words", action="store_true", help="one word per delta, with its leading space")
     p.add_argument("--no-samples", action="store_true")
     p.add_argument("--out", help="write the JSON result to this file instead of stdout")
     args = vars(p.parse_args(argv))

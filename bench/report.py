@@ -26,6 +26,7 @@ class Measure:
     rss_before_kib: int = 0  # before the first round
     hwm_after_kib: int = 0  # peak, after the last round
     procs: int = 0
+    error_samples: dict[str, str] = field(default_factory=dict)
 
     def add_round(self, lg: dict[str, Any], cpu_s: float, upstream_cpu_s: float) -> None:
         self.ok += lg["ok"]
@@ -37,6 +38,8 @@ class Measure:
         self.upstream_cpu_s += upstream_cpu_s
         self.loadgen_cpu_s += lg["cpu_s"]
         self.max_open = max(self.max_open, lg["max_open"])
+        for kind, sample in lg.get("error_samples", {}).items():
+            self.error_samples.setdefault(kind, sample)
 
     @property
     def requests(self) -> int:
@@ -70,16 +73,20 @@ def figures(sc: Scenario, m: Measure) -> dict[str, float]:
 COLUMNS: dict[str, list[tuple[str, str]]] = {
     "S1": [("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"), ("added_p50_ms", "added p50 ms"),
            ("added_p99_ms", "added p99 ms"), ("total_p50_ms", "total p50 ms"), ("cpu_ms_per_req", "CPU ms/req")],
+    "S1w": [("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"), ("added_p50_ms", "added p50 ms"),
+            ("added_p99_ms", "added p99 ms"), ("total_p50_ms", "total p50 ms")],
     "S2": [("req_per_s", "req/s"), ("cpu_ms_per_req", "CPU ms/req"), ("ttft_p50_ms", "TTFT p50 ms"),
            ("upstream_cpu_ms_per_req", "upstream CPU ms/req"), ("loadgen_cpu_ms_per_req", "loadgen CPU ms/req")],
+    "S2t": [("req_per_s", "req/s"), ("cpu_ms_per_req", "CPU ms/req"), ("ttft_p50_ms", "TTFT p50 ms"),
+            ("upstream_cpu_ms_per_req", "upstream CPU ms/req")],
     "S3": [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"), ("cpu_ms_per_req", "CPU ms/req")],
     "S3p": [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"), ("total_p50_ms", "total p50 ms")],
     "S4": [("max_open", "open at once"), ("rss_before_mib", "RSS before MiB"), ("hwm_after_mib", "peak MiB"),
            ("kib_per_stream", "KiB/stream")],
 }
 # the figure whose ratio to nginx's is shown
-RATIO_OF = {"S1": "cpu_ms_per_req", "S2": "cpu_ms_per_req", "S3": "cpu_us_per_chunk", "S3p": "cpu_us_per_chunk",
-            "S4": "kib_per_stream"}
+RATIO_OF = {"S1": "cpu_ms_per_req", "S1w": "cpu_ms_per_req", "S2": "cpu_ms_per_req", "S2t": "cpu_ms_per_req",
+            "S3": "cpu_us_per_chunk", "S3p": "cpu_us_per_chunk", "S4": "kib_per_stream"}
 
 
 def summarize(sc: Scenario, measures: dict[str, Measure]) -> dict[str, dict[str, float]]:
@@ -148,7 +155,7 @@ def table(sc: Scenario, figs: dict[str, dict[str, float]]) -> list[str]:
 
 
 def markdown(machine: dict[str, str], scenarios: list[Scenario], summary: dict[str, dict[str, dict[str, float]]],
-             errors: dict[str, dict[str, dict[str, int]]], checks: list[Verdict]) -> str:
+             errors: dict[str, dict[str, dict[str, Any]]], checks: list[Verdict]) -> str:
     out = ["# Benchmark results", "", "## Machine", ""]
     out += [f"- {k}: {v}" for k, v in machine.items()]
     for sc in scenarios:
@@ -156,8 +163,9 @@ def markdown(machine: dict[str, str], scenarios: list[Scenario], summary: dict[s
             continue
         out += ["", f"## {sc.key} — {sc.title}", "", *table(sc, summary[sc.key])]
         for target, errs in errors.get(sc.key, {}).items():
-            if errs:
-                out.append(f"\n{target} errors: " + ", ".join(f"{k}: {v}" for k, v in sorted(errs.items())))
+            if errs["counts"]:
+                out.append(f"\n{target} errors: " + ", ".join(f"{k}: {v}" for k, v in sorted(errs["counts"].items())))
+                out += [f"- first {k}: `{v.strip()}`" for k, v in sorted(errs["first"].items())]
     out += ["", "## Targets (gateway)", ""]
     for v in checks:
         if v.met is None:

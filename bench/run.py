@@ -97,7 +97,7 @@ def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples
     argv = [sys.executable, "-m", "bench.loadgen", "--out", out, "--url", url, "--concurrency", str(sc.concurrency),
             "--requests", str(requests), "--duration-s", str(duration_s), "--ramp-s", str(sc.ramp_s),
             "--ttft-ms", str(sc.ttft_ms), "--chunks", str(sc.chunks), "--chunk-chars", str(sc.chunk_chars),
-            "--gap-ms", str(sc.gap_ms)]
+            "--gap-ms", str(sc.gap_ms), "--tail-ms", str(sc.tail_ms), *(["--words"] if sc.words else [])]
     if not samples:
         argv.append("--no-samples")
     try:
@@ -130,11 +130,13 @@ def run_scenario(pool: Pool, sc: Scenario) -> dict[str, Measure]:
             if r == 0 and sc.warmup:
                 # warm-up: the same shape, not counted (imports, pools, caches, allocator arenas)
                 loadgen(server.url, sc, requests=sc.warmup, duration_s=0, samples=False)
-            measure_round(pool, sc, target, measures[target])
+            m = measures[target]
+            ok, failed = m.ok, sum(m.errors.values())
+            measure_round(pool, sc, target, m)
             if sc.fresh:
                 pool.stop(target)  # free its memory before the next target's measurement
-            print(f"  {sc.key} {target:<17} round {r + 1}: {measures[target].ok} ok, "
-                  f"{sum(measures[target].errors.values())} errors", flush=True)
+            print(f"  {sc.key} {target:<17} round {r + 1}: {m.ok - ok} ok, "
+                  f"{sum(m.errors.values()) - failed} errors", flush=True)
     return measures
 
 
@@ -186,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     info["run time"] = f"{time.monotonic() - t0:.0f} s" + (" (--quick: a smoke run, not a measurement)"
                                                           if args.quick else "")
     summary = {k: summarize(sc, raw[k]) for sc in scenarios if (k := sc.key) in raw}
-    errors = {k: {t: dict(m.errors) for t, m in v.items()} for k, v in raw.items()}
+    errors = {k: {t: {"counts": dict(m.errors), "first": m.error_samples} for t, m in v.items()}
+              for k, v in raw.items()}
     checks = verdicts(summary)
     text = markdown(info, scenarios, summary, errors, checks)
     out = Path(args.out)

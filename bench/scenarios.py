@@ -20,6 +20,8 @@ class Scenario:
     chunk_chars: int = 8
     ttft_ms: float = 0.0
     gap_ms: float = 0.0
+    tail_ms: float = 0.0
+    words: bool = False  # deltas split as tokenizers do (" word"), not in fixed-size slices
     requests: int = 0  # per round; 0: bounded by duration_s
     duration_s: float = 0.0
     ramp_s: float = 0.0
@@ -32,9 +34,14 @@ FULL: tuple[Scenario, ...] = (
     Scenario("S1", "latency: 8 concurrent, TTFT 50 ms, 20 small chunks 5 ms apart",
              ("direct", "gateway", "nginx"), concurrency=8, chunks=20, ttft_ms=50, gap_ms=5,
              requests=200, rounds=2, warmup=32),
+    Scenario("S1w", "latency, word tokens: S1 with one word per delta, leading space (\" word\")",
+             ("direct", "gateway", "gateway-noredact", "nginx"), concurrency=8, chunks=20, ttft_ms=50, gap_ms=5,
+             words=True, requests=150, rounds=2, warmup=32),
     Scenario("S2", "throughput: 128 concurrent, 50 chunks, no delay",
              ("direct", "gateway", "gateway-noredact", "gateway-w2", "nginx"), concurrency=128, chunks=50,
              duration_s=8, rounds=2, warmup=256),
+    Scenario("S2t", "S2 with the chunked terminator 1 ms after [DONE], written on its own (as many servers do)",
+             ("gateway", "nginx"), concurrency=128, chunks=50, tail_ms=1, duration_s=6, rounds=1, warmup=256),
     Scenario("S3", "long streams: 32 concurrent, 1000 chunks, no delay",
              ("direct", "gateway", "nginx"), concurrency=32, chunks=1000, duration_s=8, rounds=2, warmup=32),
     Scenario("S3p", "long streams, paced: 32 concurrent, 1000 chunks 1 ms apart (one chunk per read)",

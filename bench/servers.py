@@ -75,7 +75,7 @@ class Server:
                 os.kill(p, signal.SIGKILL)
 
 
-def _spawn(name: str, argv: list[str], workdir: Path, port: int) -> Server:
+def spawn(name: str, argv: list[str], workdir: Path, port: int) -> Server:
     log = workdir / f"{name}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, stdin=subprocess.DEVNULL)
@@ -84,7 +84,7 @@ def _spawn(name: str, argv: list[str], workdir: Path, port: int) -> Server:
 
 def start_upstream(workdir: Path) -> Server:
     port = free_port()
-    server = _spawn("upstream", [sys.executable, "-m", "bench.upstream", "--port", str(port)], workdir, port)
+    server = spawn("upstream", [sys.executable, "-m", "bench.upstream", "--port", str(port)], workdir, port)
     server.wait_ready("/healthz")
     return server
 
@@ -127,7 +127,7 @@ def start_gateway(name: str, workdir: Path, config: Path, workers: int = 1) -> S
     port = free_port()
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port),
             "--metrics-port", str(free_port()), "--workers", str(workers)]
-    server = _spawn(name, argv, workdir, port)
+    server = spawn(name, argv, workdir, port)
     server.wait_ready("/healthz")
     return server
 
@@ -180,6 +180,6 @@ def start_nginx(workdir: Path, upstream_port: int, binary: str, workers: int = 1
     port = free_port()
     conf = workdir / "nginx.conf"
     conf.write_text(nginx_conf(workdir, port, upstream_port, workers))
-    server = _spawn("nginx", [binary, "-p", str(workdir), "-c", str(conf)], workdir, port)
+    server = spawn("nginx", [binary, "-p", str(workdir), "-c", str(conf)], workdir, port)
     server.wait_ready("/healthz")
     return server

@@ -27,27 +27,35 @@ _PUNCT = (",", ".", ";", ":", "!", "?")
 
 
 @functools.lru_cache(maxsize=4096)
-def pieces(seed: int, chunks: int, chunk_chars: int) -> tuple[str, ...]:
-    """`chunks` content deltas of about `chunk_chars` characters each (never empty)."""
+def pieces(seed: int, chunks: int, chunk_chars: int, words: bool = False) -> tuple[str, ...]:
+    """`chunks` content deltas of `chunk_chars` characters each; with `words`, one word per delta with
+    its leading space, as LLM tokenizers split text (then `chunk_chars` is ignored)."""
     rng = random.Random(seed % VARIANTS * 1_000_003 + chunks * 131 + chunk_chars)
+    if words:
+        return tuple(("" if i == 0 else " ") + _word(rng) for i in range(chunks))
     want = chunks * max(1, chunk_chars)
-    words: list[str] = []
+    parts: list[str] = []
     size = 0
     while size < want:
-        w = rng.choice(_WORDS)
-        if rng.random() < 0.08:
-            w += rng.choice(_PUNCT)
-        if rng.random() < 0.02:
-            w += "\n"
-        words.append(w)
+        w = _word(rng)
+        parts.append(w)
         size += len(w) + 1
-    text = " ".join(words)[:want]
+    text = " ".join(parts)[:want]
     step = max(1, chunk_chars)
     return tuple(text[i * step:(i + 1) * step] for i in range(chunks))
 
 
-def expected_text(seed: int, chunks: int, chunk_chars: int) -> str:
-    return "".join(pieces(seed, chunks, chunk_chars))
+def _word(rng: random.Random) -> str:
+    w = rng.choice(_WORDS)
+    if rng.random() < 0.08:
+        w += rng.choice(_PUNCT)
+    if rng.random() < 0.02:
+        w += "\n"
+    return w
+
+
+def expected_text(seed: int, chunks: int, chunk_chars: int, words: bool = False) -> str:
+    return "".join(pieces(seed, chunks, chunk_chars, words))
 
 
 # OpenAI's own chunk envelope (id, object, created, model, system_fingerprint, logprobs), so parsing cost
@@ -65,11 +73,12 @@ def sse_event(data: bytes) -> bytes:
 
 
 @functools.lru_cache(maxsize=1024)
-def stream_events(seed: int, chunks: int, chunk_chars: int, model: str, usage: bool) -> tuple[bytes, ...]:
+def stream_events(seed: int, chunks: int, chunk_chars: int, model: str, usage: bool,
+                  words: bool = False) -> tuple[bytes, ...]:
     """The SSE events of one answer: role + first content, each further content delta, then finish,
     usage (when asked) and `[DONE]` — the tail is one event string joined to the last content delta."""
     m = model.encode()
-    parts = pieces(seed, chunks, chunk_chars)
+    parts = pieces(seed, chunks, chunk_chars, words)
     events = [sse_event(_chunk(m, b'{"content":' + orjson.dumps(p) + b"}")) for p in parts]
     role = sse_event(_chunk(m, b'{"role":"assistant","content":""}'))
     events[0] = role + events[0]

@@ -4,12 +4,14 @@ A raw asyncio protocol on uvloop (no framework), with every answer's bytes pre-e
 costs a few microseconds per chunk and is never the bottleneck of a benchmark. The stream's shape comes
 from the request body's extra field `bench` (the gateway passes unknown fields through untouched):
 
-    {"bench": {"ttft_ms": 50, "chunks": 20, "chunk_chars": 8, "gap_ms": 5, "seed": 7}}
+    {"bench": {"ttft_ms": 50, "chunks": 20, "chunk_chars": 8, "gap_ms": 5, "seed": 7, "tail_ms": 0,
+               "words": false}}
 
 Headers go out at once; the role chunk and the first content delta after `ttft_ms`; every further delta
 `gap_ms` later (with `gap_ms: 0` the rest goes out in one write); finish, usage (if
-`stream_options.include_usage`) and `[DONE]` ride with the last delta. HTTP/1.1 keep-alive, chunked
-transfer encoding, as OpenAI answers. `GET /healthz` answers 200.
+`stream_options.include_usage`) and `[DONE]` ride with the last delta; the chunked terminator too, or
+`tail_ms` later in a write of its own. HTTP/1.1 keep-alive, chunked transfer encoding, as OpenAI
+answers. `GET /healthz` answers 200.
 
     python -m bench.upstream --port 9000
 """
@@ -28,6 +30,7 @@ from bench.textgen import stream_events
 _SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
              b"Transfer-Encoding: chunked\r\n\r\n")
 _MAX_HEAD = 64 * 1024
+_END = b"0\r\n\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,8 @@ class Shape:
     chunk_chars: int = 8
     gap_ms: float = 0.0
     seed: int = 0
+    tail_ms: float = 0.0  # >0: the chunked terminator goes out this long after `[DONE]`, on its own
+    words: bool = False  # one word per delta, with its leading space (as tokenizers split)
 
     @classmethod
     def from_body(cls, body: Any) -> Shape:
@@ -44,7 +49,8 @@ class Shape:
         if not isinstance(spec, dict):
             return cls()
         return cls(float(spec.get("ttft_ms", 0)), max(1, int(spec.get("chunks", 20))),
-                   max(1, int(spec.get("chunk_chars", 8))), float(spec.get("gap_ms", 0)), int(spec.get("seed", 0)))
+                   max(1, int(spec.get("chunk_chars", 8))), float(spec.get("gap_ms", 0)), int(spec.get("seed", 0)),
+                   float(spec.get("tail_ms", 0)), spec.get("words") is True)
 
 
 def _http_chunk(data: bytes) -> bytes:
@@ -56,18 +62,22 @@ def _plain(status: str, body: bytes) -> bytes:
             .encode() + body)
 
 
-def answer_steps(body: Any) -> tuple[float, float, list[bytes]]:
-    """(delay before the first step, gap between steps, the bytes of each step after the headers)."""
+def answer_steps(body: Any) -> list[tuple[float, bytes]]:
+    """The answer after the headers: (seconds to wait, then bytes to write) per step."""
     shape = Shape.from_body(body)
     opts = body.get("stream_options") if isinstance(body, dict) else None
     usage = isinstance(opts, dict) and opts.get("include_usage") is True
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else "bench"
-    events = stream_events(shape.seed, shape.chunks, shape.chunk_chars, model, usage)
-    steps = [_http_chunk(e) for e in events]
-    steps[-1] += b"0\r\n\r\n"
-    if shape.gap_ms <= 0:
-        steps = [b"".join(steps)]
-    return shape.ttft_ms / 1000, shape.gap_ms / 1000, steps
+    events = stream_events(shape.seed, shape.chunks, shape.chunk_chars, model, usage, shape.words)
+    gap, frames = shape.gap_ms / 1000, [_http_chunk(e) for e in events]
+    if gap <= 0:
+        frames = [b"".join(frames)]
+    steps = [(shape.ttft_ms / 1000 if i == 0 else gap, f) for i, f in enumerate(frames)]
+    if shape.tail_ms > 0:
+        steps.append((shape.tail_ms / 1000, _END))  # as servers that write the terminator on its own
+    else:
+        steps[-1] = (steps[-1][0], steps[-1][1] + _END)
+    return steps
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -122,22 +132,22 @@ class UpstreamProtocol(asyncio.Protocol):
             except orjson.JSONDecodeError:
                 t.write(_plain("400 Bad Request", b"body is not JSON"))
                 return self._done()
-            delay, gap, steps = answer_steps(parsed)
+            steps = answer_steps(parsed)
             t.write(_SSE_HEAD)
             self._busy = True
-            self._timer = asyncio.get_running_loop().call_later(delay, self._play, steps, 0, gap)
+            self._timer = asyncio.get_running_loop().call_later(steps[0][0], self._play, steps, 0)
             return None
         else:
             t.write(_plain("404 Not Found", b"no such route"))
         return self._done()
 
-    def _play(self, steps: list[bytes], i: int, gap: float) -> None:
+    def _play(self, steps: list[tuple[float, bytes]], i: int) -> None:
         self._timer = None
         if self._transport is None:
             return
-        self._transport.write(steps[i])
+        self._transport.write(steps[i][1])
         if i + 1 < len(steps):
-            self._timer = asyncio.get_running_loop().call_later(gap, self._play, steps, i + 1, gap)
+            self._timer = asyncio.get_running_loop().call_later(steps[i + 1][0], self._play, steps, i + 1)
         else:
             self._busy = False
             self._done()
