@@ -1,9 +1,24 @@
-"""Redaction: a profile's rules compiled once, applied one-shot or through a streaming window.
+r"""Redaction: a profile's rules compiled once, applied one-shot or through a streaming window.
 
 ``Redactor.compile`` runs at config load; a ``Redactor`` is immutable and shared by every request.
 ``Redactor.window()`` makes one ``RedactionWindow`` per (choice, text kind) of a stream. The window
 and ``redact()`` are the same machine (see `redact_engine`), so the concatenated output of a stream
-is exactly the one-shot redaction of its text, however the upstream split it.
+is exactly the one-shot redaction of its text, however the upstream split it, and a Responses
+``response.completed`` object redacted with ``redact()`` carries the same text as its deltas.
+
+What a user can rely on (CONTRACT §5.1):
+
+* a match becomes ``[REDACTED:<rule>]``; for the context rules (``bearer_token``,
+  ``aws_secret_access_key``) only the secret part is masked: ``Authorization: Bearer [REDACTED:...]``;
+* matches are found inside one *segment*: a whitespace-free run, or several runs while a rule
+  that can contain whitespace could still match across them (a phone number in groups, a PEM
+  block, ``project\s+x`` in a custom rule). So ``^``/``$`` in a custom pattern anchor at the edges
+  of a run, a match never spans a gap of more than 64 whitespace characters or more than 8192
+  characters in all, and a run longer than 4096 characters is cut there;
+* the window holds back only the unfinished run and an open multi-word candidate, never more
+  than ``MAX_HELD_CHARS`` characters;
+* when two rules match overlapping text, the leftmost match wins, then the longest, then the
+  built-in rule order (specific vendor formats before ``bearer_token``), then custom rules.
 """
 
 from __future__ import annotations
@@ -102,6 +117,11 @@ class Redactor:
             names.add(name)
             compiled.append(_custom(name, pattern))
         return cls(tuple(compiled), ScanSpec.build([(r.regex, r.hint) for r in compiled]))
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        """Every rule name this profile can count (label values for the redactions metric)."""
+        return tuple(r.name for r in self.rules)
 
     def redact(self, text: str) -> RedactionResult:
         """One-shot redaction (non-stream bodies, final objects): equal to any streaming of `text`."""
