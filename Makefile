@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck unit tools bench clean
+.PHONY: run test lint typecheck unit tools e2e-deps bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,11 +20,16 @@ run: $(STAMP)
 tools:
 	bash scripts/ensure-tools.sh
 
+# What tests/e2e runs for real: a portable llama.cpp server (built once per machine, cached in
+# ~/.cache/llm-gateway/wheels), the Gemma 3 270M GGUF, the openai Node SDK.
+e2e-deps: $(STAMP)
+	bash scripts/e2e-deps.sh
+
 lint: $(STAMP)
 	$(BIN)/ruff check gateway tests bench
 	$(BIN)/mypy
 
-test: $(STAMP) tools lint
+test: $(STAMP) tools lint e2e-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(STAMP)
