@@ -94,7 +94,11 @@ class TextGuard:
         first = -1
         for pattern in self.patterns:
             pos = 0
-            while (m := pattern.search(segment, pos)) is not None and (first < 0 or m.start() < first):
+            while (
+                pos <= len(segment)
+                and (m := pattern.search(segment, pos)) is not None
+                and (first < 0 or m.start() < first)
+            ):
                 if m.end() > m.start() and not any(a < m.end() and m.start() < b for a, b in markers):
                     first = m.start()
                     break

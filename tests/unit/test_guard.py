@@ -113,6 +113,12 @@ def test_mask_markers_are_opaque_to_terms() -> None:
     assert released == masked + " " and verdict is not None
 
 
+def test_patterns_that_match_the_empty_string_never_block() -> None:
+    guard = TextGuard.compile("empty", "regex", [], ["", "q*"])
+    assert guard.check("any text at all").allowed
+    assert run(guard.window(), ["any ", "text"]) == ("any text", None)
+
+
 def test_compile_errors() -> None:
     with pytest.raises(ValueError, match="invalid regular expression"):
         TextGuard.compile("bad", "regex", [], ["(unclosed"])
