@@ -14,7 +14,8 @@ so streaming and one-shot use the same machine and agree by construction:
   pattern (see `redact_regex`) matches from a position inside the segment to its end plus the
   whitespace seen so far; otherwise it closes and is released, masked;
 * an open segment closes at a gap longer than `MAX_GAP` or before a run that would take it past
-  `SEG_LIMIT` characters, so the text held back never exceeds `MAX_HELD_CHARS`.
+  `SEG_LIMIT` characters or `SEG_RUNS` runs, so the text held back never exceeds
+  `MAX_HELD_CHARS` (and the liveness checks of one segment cost at most SEG_RUNS x SEG_LIMIT).
 
 Fast path: while no segment is open, a whole region of complete runs is searched once with one
 combined regex (every rule's detect form, plus every multi-word rule's prefix form followed by
@@ -39,6 +40,7 @@ from gateway.core.redact_regex import (
 RUN_LIMIT = 4096
 MAX_GAP = 64
 SEG_LIMIT = 8192
+SEG_RUNS = 256  # a PEM block of an 8192-bit RSA key has about 110 lines
 MAX_HELD_CHARS = SEG_LIMIT + MAX_GAP + RUN_LIMIT
 
 _UNIT = re.compile(rf"\S{{1,{RUN_LIMIT}}}|\s+")
@@ -132,7 +134,7 @@ def _unit_start(text: str, i: int, low: int) -> int:
 class SegmentWindow:
     """Base of the streaming windows; subclasses decide what a closed segment becomes."""
 
-    __slots__ = ("_buf", "_live_from", "_pos", "_seg", "_seg_end", "_spec", "_stopped")
+    __slots__ = ("_buf", "_live_from", "_pos", "_runs", "_seg", "_seg_end", "_spec", "_stopped")
 
     def __init__(self, spec: ScanSpec) -> None:
         self._spec = spec
@@ -141,6 +143,7 @@ class SegmentWindow:
         self._seg = -1  # start of the open segment in the text being scanned, -1 when none
         self._seg_end = 0  # end of the open segment's last complete run
         self._live_from = 0  # leftmost start of a still-growing candidate, from the segment start
+        self._runs = 0  # runs in the open segment
         self._stopped = False
 
     @property
@@ -254,14 +257,15 @@ class SegmentWindow:
         forced = end - start == RUN_LIMIT
         if end == len(text) and not (final or forced):
             return start  # unfinished, or its end is known but not the character after it
-        if self._seg >= 0 and end - self._seg > SEG_LIMIT:
+        if self._seg >= 0 and (end - self._seg > SEG_LIMIT or self._runs >= SEG_RUNS):
             gap = text[self._seg_end : start]
             if not self._close_open(text, out):
                 return len(text)
             out.append(gap)
         if self._seg < 0:
-            self._seg, self._live_from = start, 0
+            self._seg, self._live_from, self._runs = start, 0, 0
         self._seg_end = end
+        self._runs += 1
         if (
             forced
             or end == len(text)

@@ -46,7 +46,7 @@ _TOK = "A-Za-z0-9_-"  # base64url and most vendor token alphabets
 _B = rf"(?<![{_TOK}])"  # token start: not inside a longer token
 _E = rf"(?![{_TOK}])"  # token end
 
-_PEM_LABEL = r"[ ](?:[A-Z0-9]+[ ])*PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"
+_PEM_LABEL = r"[ ](?:[A-Z0-9]+[ ]){0,3}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"  # RSA, ENCRYPTED, OPENSSH...
 _PEM_SEP = r"(?:[ \t]*(?:\r?\n|\\r\\n|\\n))+[ \t]*"  # real newlines, or \n escaped in JSON
 # Body lines: "Name: value" headers, or whole lines of base64 (never the start of the next word,
 # "sk-ant-..."): full-length lines, padded last lines, a PGP checksum. A short unpadded last line

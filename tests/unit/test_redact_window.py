@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.redact import MAX_HELD_CHARS, RedactionWindow, Redactor
-from gateway.core.redact_engine import MAX_GAP, RUN_LIMIT
+from gateway.core.redact_engine import MAX_GAP, RUN_LIMIT, SEG_RUNS
 from tests.unit.redaction_corpus import positives
 
 REDACTOR = Redactor.compile(["secrets", "pii"], [("ticket-id", r"ACME-[0-9]{6}")])
@@ -187,6 +187,17 @@ def test_overlapping_candidates_stay_bounded_and_exact(unit: str) -> None:
     pieces, most = stream(REDACTOR, text, [5])
     assert most <= MAX_HELD_CHARS
     assert "".join(pieces) == REDACTOR.redact(text).text == forced_slow(REDACTOR).redact(text).text
+
+
+def test_a_segment_holds_at_most_seg_runs_runs() -> None:
+    redactor = Redactor.compile([], [("line", r"BEGIN[a-z ]*END")])  # stays open word after word
+    text = "BEGIN " + "a " * (SEG_RUNS + 10) + "END"
+    window = redactor.window()
+    released = window.push(text[:-3])
+    assert released.startswith("BEGIN a a") and window.held_chars < 2 * 20
+    assert released + window.push("END") + window.flush() == redactor.redact(text).text
+    short = "BEGIN " + "a " * 10 + "END"
+    assert redactor.redact(short).text == "[REDACTED:line]"
 
 
 def test_a_long_gap_ends_a_multi_word_candidate() -> None:
