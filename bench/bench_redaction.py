@@ -189,6 +189,34 @@ def bench(files: tuple[str, ...], seed: int) -> tuple[list[Result], float, float
     return results, mean_word, mean_delta
 
 
+ADVERSARIAL = {
+    "every word opens a card candidate (`4111 4111 ...`)": "4111",
+    "every word opens a bearer candidate (`Bearer Bearer ...`)": "Bearer",
+    "every word opens an IBAN candidate (`DE89 DE89 ...`)": "DE89",
+    "every word fires a hint (`sk- sk- ...`)": "sk-",
+    "every word is an e-mail (`a@b.co a@b.co ...`)": "a@b.co",
+}
+
+
+def adversarial() -> str:
+    """Worst cases for the exact path: text built so that every word needs it."""
+    redactor = Redactor.compile(["secrets", "pii"], [])
+    rows = ["| text (1 MB) | streamed, CPU per MB | one-shot, CPU per MB |", "| --- | --- | --- |"]
+    rnd = random.Random(0)
+    for label, word in ADVERSARIAL.items():
+        text = " ".join([word] * (TARGET_BYTES // (len(word) + 1)))
+        pieces = list(deltas(text, rnd))
+        start = time.process_time()
+        run("", lambda: OurWindow(redactor), [pieces])
+        streamed = time.process_time() - start
+        start = time.process_time()
+        redactor.redact(text)
+        one_shot = time.process_time() - start
+        rows.append(f"| {label} | {streamed * 1000 / (len(text) / 1e6):.0f} ms "
+                    f"| {one_shot * 1000 / (len(text) / 1e6):.0f} ms |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", action="store_true", help="rewrite bench/REDACTION.md")
@@ -200,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         results, mean_word, mean_delta = bench(files, args.seed)
         sections.append(f"#### {label}, {results[0].total_bytes / 1e6:.2f} MB\n\n"
                         + table(results, results[0], mean_word, mean_delta))
+    sections.append("#### Adversarial text (our window only)\n\n" + adversarial())
     report = "\n\n".join(sections)
     print(f"Machine: {machine()}\n\n{report}")
     if args.write:

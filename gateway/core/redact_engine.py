@@ -166,11 +166,15 @@ class SegmentWindow:
         text = self._buf + delta if self._buf else delta
         out: list[str] = []
         pos = self._pos
+        # Unless the text ends in whitespace, its trailing run is unfinished: the fast path stops
+        # before it. Computed once per delta (a one-shot body may visit the fast path often).
+        complete = len(text) if final or not text or text[-1].isspace() else (
+            len(text) - len(text.rsplit(None, 1)[-1]))
         while pos < len(text) and not self._stopped:
             # The fast path starts only after whitespace (see ScanSpec.first_hit); right after a cut
             # inside a long run, the slow path takes the next unit.
             if self._seg < 0 and (pos == 0 or text[pos - 1].isspace()):
-                pos, slow = self._fast(text, pos, final, out)
+                pos, slow = self._fast(text, pos, complete, out)
                 if not slow:
                     break
             nxt = self._slow(text, pos, final, out)
@@ -215,11 +219,11 @@ class SegmentWindow:
             self._seg_end -= start
             self._seg = 0
 
-    def _fast(self, text: str, pos: int, final: bool, out: list[str]) -> tuple[int, bool]:
-        """Release complete runs from `pos` that provably need nothing; (new pos, slow needed)."""
+    def _fast(self, text: str, pos: int, complete: int, out: list[str]) -> tuple[int, bool]:
+        """Release complete runs in text[pos:complete] that provably need nothing; return (new
+        pos, slow path needed)."""
         n = len(text)
-        # Unless the text ends in whitespace, its trailing run is unfinished: stop before it.
-        end = n if final or text[-1].isspace() else max(pos, n - len(text.rsplit(None, 1)[-1]))
+        end = max(pos, complete)
         if end > pos:
             hit = self._spec.first_hit(text, pos, end)
             if hit >= 0:
