@@ -206,6 +206,9 @@ def _guardrail(path: str, raw: Any, errs: Errors) -> GuardrailConfig:
     )
     if not _NAME.match(g.name):
         errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
+    for i, term in enumerate(g.terms):
+        if not term.strip():
+            errs.add(f"{s.at('terms')}[{i}]", "must not be blank")
     if gtype == "terms" and not g.terms:
         errs.add(s.at("terms"), "at least one term is required for type terms")
     if gtype == "regex" and not g.patterns:
@@ -232,6 +235,9 @@ def _profile(name: str, path: str, raw: Any, errs: Errors,
         except re.error as exc:
             errs.add(c.at("pattern"), f"invalid regular expression: {exc.msg}")
         custom.append(rule)
+    for i, rule in enumerate(custom):
+        if validate_rule is not None and validate_rule(rule.name):
+            errs.add(f"{s.at('custom')}[{i}].name", f'"{rule.name}" is a built-in rule name; choose another')
     for i, r in enumerate(rules):
         if validate_rule is not None and not validate_rule(r):
             errs.add(f"{s.at('rules')}[{i}]", f'unknown rule or rule set "{r}"')

@@ -42,23 +42,24 @@ class _Chain:
     def push(self, text: str) -> tuple[str, Verdict | None]:
         if self.redaction is not None:
             text = self.redaction.push(text)
-        for g in self.guards:
-            text, verdict = g.push(text) if text else (text, None)
-            if verdict is not None:
-                return text, verdict
-        return text, None
+        return self._through_guards(text, flush=False)
 
     def flush(self) -> tuple[str, Verdict | None]:
         text = self.redaction.flush() if self.redaction is not None else ""
+        return self._through_guards(text, flush=True)
+
+    def _through_guards(self, text: str, flush: bool) -> tuple[str, Verdict | None]:
+        """Every guard sees what the guards before it released. Once one refuses, the stream ends: the
+        text released before its violation still passes every later guard, which then flush."""
+        refusal: Verdict | None = None
         for g in self.guards:
-            released, verdict = g.push(text) if text else ("", None)
-            if verdict is not None:
-                return released, verdict
-            more, verdict = g.flush()
-            text = released + more
-            if verdict is not None:
-                return text, verdict
-        return text, None
+            out, verdict = g.push(text) if text else ("", None)
+            if verdict is None and (flush or refusal is not None):
+                more, verdict = g.flush()
+                out += more
+            text = out
+            refusal = refusal or verdict
+        return text, refusal
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ import pytest
 
 from gateway.config import parse_config
 from gateway.core.chat_filter import ChatOutputFilter
+from gateway.core.events import DeltaKind
 from gateway.core.sse import SSEDecoder
 from gateway.safety import ModelSafety, compile_safety
 
@@ -84,3 +85,20 @@ def test_unchanged_chunks_are_forwarded_as_the_upstream_bytes() -> None:
     raw = b'{"id":"c",  "choices":[{"index":0,"delta":{"content":"hi"}}]}'
     assert filt.apply(orjson.loads(raw), raw, True) == b"data: " + raw + b"\n\n"
     assert filt.output_released
+
+
+def test_text_released_before_one_guards_violation_still_passes_the_later_guards() -> None:
+    config = parse_config({
+        "auth": {"allow_unauthenticated": True},
+        "providers": {"p": {"type": "mock"}},
+        "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}], "guardrails": ["late", "early"]}],
+        "guardrails": [{"name": "late", "type": "terms", "terms": ["omega"]},
+                       {"name": "early", "type": "terms", "terms": ["alpha"]}],
+    }, env={})
+    run_ = compile_safety(config).models["m"].start()
+    assert run_ is not None
+    chain = run_.factory(DeltaKind.CONTENT)
+    assert chain is not None
+    released, verdict = chain.push("first alpha then omega")  # "late" refuses at omega; "early" at alpha
+    assert verdict is not None
+    assert released == "first ", "text before either violation only"

@@ -60,3 +60,10 @@ def test_embedded_default_is_loopback_demo() -> None:
     assert config.is_demo and config.server.host == "127.0.0.1"
     assert list(config.models) == ["demo"] and config.providers["demo"].type == "mock"
     assert config.auth.allow_unauthenticated and config.state.backend == "memory"
+
+
+def test_custom_rule_may_not_shadow_a_builtin_and_terms_may_not_be_blank() -> None:
+    found = errors({**BASE, "redaction": {"profiles": {"r": {"custom": [{"name": "email", "pattern": "x"}]}}},
+                    "guardrails": [{"name": "g", "type": "terms", "terms": ["ok", "  "]}]})
+    assert 'redaction.profiles.r.custom[0].name: "email" is a built-in rule name; choose another' in found
+    assert "guardrails[0].terms[1]: must not be blank" in found
