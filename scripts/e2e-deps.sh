@@ -12,10 +12,15 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY="$VENV/bin/python"
 LLAMA_VERSION=0.3.36
+# Portable (no -march=native); without the multimodal library (mtmd), which the server loads only for
+# vision models and which is a sixth of the build.
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
 GGUF_VERSION=1.0.0
 PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-WHEELS="${LLM_GATEWAY_WHEEL_CACHE:-$HOME/.cache/llm-gateway/wheels}/llama-cpp-python-$LLAMA_VERSION-portable-$PYTAG-$(uname -m)"
-STAMP="$VENV/.e2e-llama-$LLAMA_VERSION-portable"
+FLAGS=$(printf '%s' "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-8)  # a build with other flags is another wheel
+BUILD="llama-cpp-python-$LLAMA_VERSION-$FLAGS-$PYTAG-$(uname -m)"
+WHEELS="${LLM_GATEWAY_WHEEL_CACHE:-$HOME/.cache/llm-gateway/wheels}/$BUILD"
+STAMP="$VENV/.e2e-$BUILD"
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
 log() { echo "e2e-deps: $*" >&2; }
@@ -47,7 +52,7 @@ build_llama_wheel() {
   tmp=$(mktemp -d)
   start=$(date +%s)
   log "building llama-cpp-python $LLAMA_VERSION (portable; takes several minutes, once per machine)"
-  CMAKE_ARGS="-DGGML_NATIVE=OFF" FORCE_CMAKE=1 \
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" FORCE_CMAKE=1 \
     "$PY" -m pip wheel -q --no-cache-dir --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$tmp"
   mkdir -p "$WHEELS"
   mv "$tmp"/llama_cpp_python-*.whl "$WHEELS/"  # only a finished build lands in the cache
