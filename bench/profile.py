@@ -86,7 +86,7 @@ def _load_in_background(url: str, sc: Scenario, seconds: float) -> threading.Thr
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.splitlines()[0])
-    p.add_argument("--scenario", default="S2", choices=[s.key for s in FULL if not s.fresh])
+    p.add_argument("--scenario", default="S2", choices=[s.key for s in FULL])
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--noredact", action="store_true", help="profile with redaction off")

@@ -82,7 +82,8 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
     "S3": [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"), ("cpu_ms_per_req", "CPU ms/req")],
     "S3p": [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"), ("total_p50_ms", "total p50 ms")],
     "S4": [("max_open", "open at once"), ("rss_before_mib", "RSS before MiB"), ("hwm_after_mib", "peak MiB"),
-           ("kib_per_stream", "KiB/stream")],
+           ("kib_per_stream", "KiB/stream"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
+           ("total_p50_ms", "total p50 ms"), ("cpu_ms_per_req", "CPU ms/req")],
 }
 # the figure whose ratio to nginx's is shown
 RATIO_OF = {"S1": "cpu_ms_per_req", "S1w": "cpu_ms_per_req", "S2": "cpu_ms_per_req", "S2t": "cpu_ms_per_req",

@@ -5,7 +5,7 @@ targets alternating (order reversed every other round, so a drift in the machine
 alike). Around each round the server's process tree's CPU time and memory are read from /proc; the load
 generator runs in its own process. Results go to bench/results/ (markdown and JSON) and stdout.
 
-    python -m bench.run [--quick] [--only S1,S2] [--out DIR]
+    python -m bench.run [--quick] [--only S1,S2] [--streams N] [--out DIR]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a short smoke run (seconds per scenario)")
     p.add_argument("--only", help="comma-separated scenario keys, e.g. S1,S2")
     p.add_argument("--out", default=str(servers.ROOT / "bench" / "results"))
+    p.add_argument("--streams", type=int, help="S4's number of open streams (default 5000)")
     return p.parse_args(argv)
 
 
@@ -173,10 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     nofile = raise_nofile()
     scenarios = select(args.only.split(",") if args.only else None, args.quick)
+    if args.streams:
+        scenarios = [replace(sc, concurrency=args.streams, requests=args.streams, title=sc.title.replace(
+            str(sc.concurrency), str(args.streams))) if sc.key == "S4" else sc for sc in scenarios]
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     t0 = time.monotonic()
     raw: dict[str, dict[str, Measure]] = {}
     pool = Pool(workdir)
+    print(f"servers' logs: {workdir}", flush=True)
     try:
         info = machine(pool.redaction_off_because, nofile, pool.nginx_bin)
         for sc in scenarios:
@@ -199,8 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / f"{stamp}.json").write_text(json.dumps({"machine": info, "summary": summary, "errors": errors},
                                                   indent=1, default=str))
     shutil.copyfile(out / f"{stamp}.md", out / "latest.md")
-    shutil.rmtree(workdir, ignore_errors=True)
     print("\n" + text)
+    if any(m.errors for v in raw.values() for m in v.values()):
+        print(f"errors seen: the servers' logs are kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -77,7 +77,7 @@ class Server:
 
 def spawn(name: str, argv: list[str], workdir: Path, port: int) -> Server:
     log = workdir / f"{name}.log"
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:  # a restarted server appends to its earlier log
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, stdin=subprocess.DEVNULL)
     return Server(name, proc, port, log)
 
