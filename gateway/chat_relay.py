@@ -65,6 +65,8 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
         _record_stream_guards(rt, ctx, None)
         on_end()
         await client.write(tail + DONE_EVENT)
+        if opened.response is not None:
+            opened.response.finish()  # keep the upstream connection for the next request
     except StreamEnded as end:
         if filt.refusal is not None:
             _record_stream_guards(rt, ctx, filt.refusal.guardrail)

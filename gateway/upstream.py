@@ -20,6 +20,9 @@ from gateway.core.events import Failure, FailureKind
 from gateway.providers.base import MAX_BODY_BYTES, UpstreamRequest
 from gateway.providers.mock import MockScript, mock_script
 
+FINISH_WAIT_S = 1.0
+FINISH_MAX_BYTES = 64 * 1024
+
 
 class UpstreamError(Exception):
     def __init__(self, failure: Failure):
@@ -37,6 +40,8 @@ class UpstreamResponse(Protocol):
     async def next_chunk(self) -> bytes: ...  # b"" at end of stream
 
     async def read_body(self, limit: int = MAX_BODY_BYTES) -> bytes: ...
+
+    def finish(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -62,11 +67,16 @@ def map_exceptions(label: str) -> Iterator[None]:
         raise UpstreamError(Failure(FailureKind.TOTAL_TIMEOUT, f"{label}: total time exceeded")) from None
 
 
+_FINISHING: set[asyncio.Task[None]] = set()  # strong references to the detached drains
+
+
 class HttpResponse:
-    __slots__ = ("_label", "_resp", "headers", "status")
+    __slots__ = ("_eof", "_finishing", "_label", "_resp", "headers", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse, label: str):
         self._resp, self._label = resp, label
+        self._eof = False
+        self._finishing = False
         self.status = resp.status
         self.headers = {k.lower(): v for k, v in resp.headers.items()}
 
@@ -76,7 +86,10 @@ class HttpResponse:
 
     async def next_chunk(self) -> bytes:
         with map_exceptions(self._label):
-            return await self._resp.content.readany()
+            data = await self._resp.content.readany()
+        if not data:
+            self._eof = True
+        return data
 
     async def read_body(self, limit: int = MAX_BODY_BYTES) -> bytes:
         parts: list[bytes] = []
@@ -89,13 +102,38 @@ class HttpResponse:
         return b"".join(parts)
 
     def close(self) -> None:
-        # close(), not release(): an unfinished stream must not go back to the pool half-read, and the
-        # upstream must see the connection drop at once when the client goes away (CONTRACT §4.7).
-        if not self._resp.closed:
+        """A response read to its end goes back to the keep-alive pool; an unfinished one is closed, so it
+        never returns half-read and the upstream sees the drop at once (CONTRACT §4.7)."""
+        if self._finishing:
+            return  # the detached drain releases or closes it
+        if self._eof:
+            self._resp.release()
+        elif not self._resp.closed:
             self._resp.close()
 
-    def release(self) -> None:
-        self._resp.release()
+    def finish(self) -> None:
+        """The protocol has ended (`[DONE]`): read what is left of the HTTP body — usually only the
+        chunked terminator, often in a write of its own — so the connection can be reused. Detached and
+        bounded, so neither the client nor a client that hangs up at `[DONE]` waits for it."""
+        if self._eof or self._resp.closed:
+            self.close()
+            return
+        self._finishing = True
+        task = asyncio.ensure_future(self._drain())
+        _FINISHING.add(task)
+        task.add_done_callback(_FINISHING.discard)
+
+    async def _drain(self) -> None:
+        try:
+            async with asyncio.timeout(FINISH_WAIT_S):
+                size = 0
+                while size <= FINISH_MAX_BYTES and (chunk := await self.next_chunk()):
+                    size += len(chunk)
+        except (TimeoutError, UpstreamError):
+            pass
+        finally:
+            self._finishing = False
+            self.close()
 
 
 class MockResponse:
@@ -130,6 +168,9 @@ class MockResponse:
         while chunk := await self.next_chunk():
             parts.append(chunk)
         return b"".join(parts)
+
+    def finish(self) -> None:
+        self.close()
 
     def close(self) -> None:
         self._pos = len(self._parts)

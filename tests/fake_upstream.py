@@ -53,6 +53,7 @@ class Received:
     body: Any
     query: dict[str, str]
     at: float = field(default_factory=time.monotonic)
+    peer_port: int = 0  # which TCP connection carried it (keep-alive reuse shows as one port)
 
 
 def sse(obj: Any) -> bytes:
@@ -106,7 +107,9 @@ class FakeUpstream:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             body = raw
-        self.received.append(Received(request.path, dict(request.headers), body, dict(request.query)))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.received.append(Received(request.path, dict(request.headers), body, dict(request.query),
+                                      peer_port=peer[1] if peer else 0))
         queue = self.queues.get(request.path)
         script = queue.popleft() if queue else self.defaults.get(request.path)
         if script is None:

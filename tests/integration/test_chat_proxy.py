@@ -10,8 +10,9 @@ import openai
 import orjson
 import pytest
 
+import gateway.upstream as upstream_module
 from tests.chat_scripts import MODEL, chunk, completion, error_script, text_stream, usage_chunk
-from tests.fake_upstream import Close, FakeUpstream, Hang, Script, json_script, sse
+from tests.fake_upstream import Close, FakeUpstream, Hang, Pause, Script, json_script, sse
 from tests.harness import GatewayServer, LoopThread, wait_until
 
 PATH = "/v1/chat/completions"
@@ -241,3 +242,14 @@ def test_bad_requests_get_openai_shaped_errors(gateway: GatewayServer) -> None:
     assert status == 400 and body["error"]["param"] == "stream"
     status, body = post(b"x" * (11 * 1024 * 1024))
     assert status == 413 and body["error"]["code"] == "request_too_large"
+
+
+def test_upstream_connections_are_reused(servers: LoopThread, upstream: FakeUpstream,
+                                         gateway: GatewayServer) -> None:
+    for _ in range(5):  # the chunked terminator comes in a write of its own, after [DONE]
+        upstream.enqueue(PATH, Script([*text_stream(["a", "b"]).parts, Pause(0.05)]))
+        collect(client(gateway).chat.completions.create(model="m", messages=MESSAGES, stream=True))
+        servers.run(wait_until(lambda: not upstream_module._FINISHING))  # the gateway drained the body
+    upstream.enqueue(PATH, completion("body"))
+    client(gateway).chat.completions.create(model="m", messages=MESSAGES)
+    assert len({r.peer_port for r in upstream.received}) == 1, "one keep-alive connection served all six"
