@@ -180,6 +180,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, clien
     r = _Relay(rt, ctx, opened, client, run)
     try:
         await r.run()
+        opened.response.finish()  # keep the upstream connection for the next request
     except StreamEnded as end:
         await r.end_with_error(end)
     finally:
