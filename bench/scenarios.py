@@ -32,7 +32,7 @@ class Scenario:
 
 FULL: tuple[Scenario, ...] = (
     Scenario("S1", "latency: 8 concurrent, TTFT 50 ms, 20 small chunks 5 ms apart",
-             ("direct", "gateway", "nginx"), concurrency=8, chunks=20, ttft_ms=50, gap_ms=5,
+             ("direct", "gateway", "gateway-noredact", "nginx"), concurrency=8, chunks=20, ttft_ms=50, gap_ms=5,
              requests=200, rounds=2, warmup=32),
     Scenario("S1w", "latency, word tokens: S1 with one word per delta, leading space (\" word\")",
              ("direct", "gateway", "gateway-noredact", "nginx"), concurrency=8, chunks=20, ttft_ms=50, gap_ms=5,
