@@ -31,7 +31,7 @@ ATTEMPT_OUTCOME = {
     FailureKind.CONNECT: "connect_error", FailureKind.HTTP_429: "http_429", FailureKind.HTTP_5XX: "http_5xx",
     FailureKind.HTTP_4XX: "http_4xx", FailureKind.UPSTREAM_AUTH: "http_4xx",
     FailureKind.CONTEXT_LENGTH: "http_4xx", FailureKind.QUOTA: "quota", FailureKind.INBAND: "inband_error",
-    FailureKind.EARLY_EOF: "connect_error", FailureKind.MALFORMED: "inband_error",
+    FailureKind.EARLY_EOF: "inband_error", FailureKind.MALFORMED: "inband_error",
     FailureKind.FIRST_TOKEN_TIMEOUT: "first_token_timeout", FailureKind.IDLE_TIMEOUT: "idle_timeout",
     FailureKind.TOTAL_TIMEOUT: "idle_timeout", FailureKind.STREAM_REJECTED: "http_4xx",
     FailureKind.STREAM_OPTIONS_REJECTED: "http_4xx",
