@@ -24,6 +24,37 @@ from gateway.safety import SafetyRun
 from gateway.upstream import UpstreamError
 
 
+class _Sink:
+    """Where the relay writes: the client, or the hold buffer while a hold guardrail judges. Records TTFT
+    at the first written output token and the text delay of every write (children looked up once)."""
+
+    __slots__ = ("client", "ctx", "delay", "hold", "rt")
+
+    def __init__(self, rt: Runtime, ctx: RequestContext, client: web.StreamResponse, hold: bool):
+        self.rt, self.ctx, self.client = rt, ctx, client
+        self.hold: list[bytes] | None = [] if hold else None
+        self.delay = rt.metrics.text_delay.labels(ctx.api)
+
+    async def emit(self, data: bytes, t_read: float, token_out: bool) -> None:
+        if not data:
+            return
+        if self.hold is not None:
+            self.hold.append(data)
+            return
+        await self.client.write(data)
+        now = time.perf_counter()
+        ctx = self.ctx
+        if ctx.ttft_s is None and token_out:
+            ctx.ttft_s = now - ctx.t_start
+            assert ctx.deployment is not None
+            self.rt.metrics.ttft.labels(ctx.api, ctx.model.name, ctx.deployment.provider).observe(ctx.ttft_s)
+        self.delay.observe(now - t_read)
+
+    async def release_held(self, tail: bytes) -> None:
+        held, self.hold = self.hold, None
+        await self.emit(b"".join(held or ()) + tail, time.perf_counter(), True)
+
+
 class StreamEnded(Exception):
     """The committed stream ended with an error event (reason for the metric)."""
 
@@ -40,13 +71,13 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
     right after the stream sees them."""
     safety = rt.safety.models[ctx.model.name]
     filt = ChatOutputFilter(run.factory if run is not None else None, ctx.forward_usage)
-    hold: list[bytes] | None = [] if safety.hold_guards else None
+    sink = _Sink(rt, ctx, client, hold=bool(safety.hold_guards))
     try:
         first = _apply(filt, opened.pending)
         opened.pending = []
-        await _emit(rt, ctx, client, first, hold, opened.t_first, filt.output_released)
+        await sink.emit(first, opened.t_first, filt.output_released)
         _check_refusal(filt)
-        await _pump(rt, ctx, opened, client, filt, hold)
+        await _pump(opened, sink, filt)
         _check_upstream_error(opened)
         tail = filt.flush_all()
         _check_refusal(filt)
@@ -54,32 +85,31 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
             raise StreamEnded(UpstreamFailed(f"{opened.deployment.label}: upstream ended the stream early"),
                               "early_eof")
         verdict_error = await judge_output(rt, ctx, opened.assembler, safety.hold_guards + safety.audit_guards)
-        if hold is not None:
+        if sink.hold is not None:
             if verdict_error is not None:
                 raise StreamEnded(verdict_error, "guardrail")
-            await _emit(rt, ctx, client, b"".join(hold) + tail, None, time.perf_counter(), True)
+            await sink.release_held(tail)
             tail = b""
         if verdict_error is not None:
-            await _emit(rt, ctx, client, tail, None, time.perf_counter(), True)
+            await sink.emit(tail, time.perf_counter(), True)
             raise StreamEnded(verdict_error, "guardrail")
         _record_stream_guards(rt, ctx, None)
         on_end()
-        await client.write(tail + DONE_EVENT)
+        await client.write_eof(tail + DONE_EVENT)  # the last data and the chunked terminator in one write
         if opened.response is not None:
             opened.response.finish()  # keep the upstream connection for the next request
     except StreamEnded as end:
         if filt.refusal is not None:
             _record_stream_guards(rt, ctx, filt.refusal.guardrail)
         on_end()
-        await _end_with_error(rt, ctx, client, filt, hold, end)
+        await _end_with_error(rt, ctx, client, filt, sink.hold is not None, end)
     finally:
         opened.close()
         if run is not None:
             ctx.redactions += _record_redactions(rt, run)
 
 
-async def _pump(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: web.StreamResponse,
-                filt: ChatOutputFilter, hold: list[bytes] | None) -> None:
+async def _pump(opened: OpenedStream, sink: _Sink, filt: ChatOutputFilter) -> None:
     resp = opened.response
     while not opened.done and resp is not None:
         try:
@@ -93,7 +123,7 @@ async def _pump(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
             raise _after_token_error(opened, exc.failure.kind.value, exc.failure.is_timeout) from None
         out = _apply(filt, chunks)
         if out:
-            await _emit(rt, ctx, client, out, hold, t_read, filt.output_released)
+            await sink.emit(out, t_read, filt.output_released)
         _check_refusal(filt)
 
 
@@ -121,28 +151,11 @@ def _apply(filt: ChatOutputFilter, chunks: list[ChatChunk]) -> bytes:
     return b"".join([filt.apply(ch.obj, ch.raw, has_output_token(ch.events)) for ch in chunks])
 
 
-async def _emit(rt: Runtime, ctx: RequestContext, client: web.StreamResponse, data: bytes,
-                hold: list[bytes] | None, t_read: float, token_out: bool) -> None:
-    if not data:
-        return
-    if hold is not None:
-        hold.append(data)
-        return
-    await client.write(data)
-    now = time.perf_counter()
-    if ctx.ttft_s is None and token_out:
-        ctx.ttft_s = now - ctx.t_start
-        d = ctx.deployment
-        assert d is not None
-        rt.metrics.ttft.labels(ctx.api, ctx.model.name, d.provider).observe(ctx.ttft_s)
-    rt.metrics.text_delay.labels(ctx.api).observe(now - t_read)
-
-
 async def _end_with_error(rt: Runtime, ctx: RequestContext, client: web.StreamResponse,
-                          filt: ChatOutputFilter, hold: list[bytes] | None, end: StreamEnded) -> None:
+                          filt: ChatOutputFilter, holding: bool, end: StreamEnded) -> None:
     """One error event, no [DONE]; text already sent stands. Held text that redaction masked is
     released first (it is safe); after a guardrail refusal nothing more is released."""
-    tail = b"" if end.reason == "guardrail" or hold is not None else filt.flush_all()
+    tail = b"" if end.reason == "guardrail" or holding else filt.flush_all()
     ctx.stream_error = end.reason
     d = ctx.deployment
     assert d is not None

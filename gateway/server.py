@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from collections.abc import Callable
 
@@ -43,6 +44,15 @@ def _on_hup(app: web.Application, path: str | None) -> None:
     log.info("reloaded", models=len(config.models))
 
 
+def _tune_gc() -> None:
+    """Move everything built at start-up out of the collector's sight and collect young objects less
+    often: profiles showed the cyclic GC at ~20% of CPU under streaming load, with stalls of tens of ms
+    that pause every open stream. Larger thresholds make each collection a longer stall (measured)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 50, 100)
+
+
 async def run_server(config: Config, path: str | None, *, serve_api: bool, serve_metrics: bool,
                      reuse_port: bool, metrics: Metrics | None = None,
                      forward: Callable[[int], None] | None = None) -> int:
@@ -70,6 +80,7 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, on_signal, sig)
+    _tune_gc()
     log.info("listening", host=s.host, port=s.port if serve_api else None,
              metrics_port=s.metrics_port if serve_metrics else None)
     await stop.wait()

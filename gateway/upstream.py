@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
@@ -186,17 +187,15 @@ class Upstream:
     def create_session() -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30.0,
                                          enable_cleanup_closed=True)
+        # DummyCookieJar: a proxy must not replay one upstream's cookies into every client's requests
         return aiohttp.ClientSession(connector=connector, auto_decompress=True, trust_env=False,
+                                     cookie_jar=aiohttp.DummyCookieJar(),
                                      skip_auto_headers=("User-Agent",), json_serialize=_dumps)
 
     async def open(self, provider: ProviderConfig, req: UpstreamRequest, label: str) -> UpstreamResponse:
         if provider.type == "mock":
             return MockResponse(mock_script(provider, req.url, req.body))
-        t: Timeouts = provider.timeouts
-        # idle_s is the stream watchdog (aiohttp re-arms sock_read on every read); a non-stream answer
-        # sends nothing until it is done, so only total_s bounds it.
-        timeout = aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s,
-                                        sock_read=t.idle_s if req.stream else None)
+        timeout = _timeout(provider.timeouts, req.stream)
         with map_exceptions(label):
             resp = await self.session.request(req.method, req.url, data=req.body, headers=dict(req.headers),
                                               timeout=timeout, allow_redirects=False)
@@ -217,6 +216,13 @@ class Upstream:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
             raise UpstreamError(Failure(FailureKind.MALFORMED, f"{label}: not JSON")) from None
+
+
+@functools.lru_cache(maxsize=256)
+def _timeout(t: Timeouts, stream: bool) -> aiohttp.ClientTimeout:
+    """idle_s is the stream watchdog (aiohttp re-arms sock_read on every read); a non-stream answer
+    sends nothing until it is done, so only total_s bounds it. Built once per provider and kind."""
+    return aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_read=t.idle_s if stream else None)
 
 
 def _dumps(obj: Any) -> str:

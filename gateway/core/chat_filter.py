@@ -43,7 +43,8 @@ _DEFAULT_FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_
 class ChatOutputFilter:
     """Per request. `apply` returns the SSE bytes to write for one upstream chunk (b"" to drop it)."""
 
-    __slots__ = ("_base", "_factory", "_fields", "_forward_usage", "_stages", "output_released", "refusal")
+    __slots__ = ("_base", "_emptied", "_factory", "_fields", "_forward_usage", "_stages", "output_released",
+                 "refusal")
 
     def __init__(self, factory: StageFactory | None, forward_usage: bool) -> None:
         self._factory = factory
@@ -53,6 +54,7 @@ class ChatOutputFilter:
         self._base: dict[str, Any] = {}
         self.refusal: Refusal | None = None  # set once a stage refuses; nothing more is released
         self.output_released = False  # an output token has left the filter (the TTFT moment)
+        self._emptied = False  # this chunk had a text field held back whole
 
     @property
     def active(self) -> bool:
@@ -67,12 +69,12 @@ class ChatOutputFilter:
             return b""  # the usage chunk the gateway asked for, not the client (CONTRACT §4.5)
         if not self._base:
             self._base = {k: obj[k] for k in ("id", "object", "created", "model") if k in obj}
-        changed = False
+        changed = self._emptied = False
         if self._factory is not None and isinstance(choices, list):
             for pos, choice in enumerate(choices):
                 if isinstance(choice, dict):
                     changed |= self._filter_choice(choice, pos)
-            if changed and self._is_empty(obj):
+            if self._emptied and self._is_empty(obj):
                 return b""
         if has_token and not self.output_released:
             self.output_released = not changed or _has_output(obj)
@@ -94,6 +96,7 @@ class ChatOutputFilter:
                     if released != text:
                         delta[field] = released
                         changed = True
+                        self._emptied |= not released
         if choice.get("finish_reason"):
             tails = self._flush_choice(index)
             if tails:

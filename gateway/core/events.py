@@ -1,8 +1,9 @@
 """Typed values that cross the boundary between providers, the pure cores and the I/O shell.
 
 Providers turn upstream bytes into these; the pipeline, assembler, redaction window and retry
-policy consume them. They are plain frozen dataclasses with slots: cheap to build on the per-event
-hot path, no validation layer.
+policy consume them. They are dataclasses with slots and no validation layer. The per-event ones
+(OutputDelta, ToolCallDelta, Finish) are treated as immutable but not declared frozen: a frozen
+dataclass costs ~0.76 µs to build against ~0.25 µs, and one is built for every upstream event.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ class DeltaKind(StrEnum):
     REFUSAL = "refusal"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OutputDelta:
     """A piece of output text for one choice. Its arrival is an *output token*."""
 
@@ -28,7 +29,7 @@ class OutputDelta:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolCallDelta:
     """A fragment of a tool call, keyed by (choice, index). Also an output token."""
 
@@ -39,7 +40,7 @@ class ToolCallDelta:
     arguments: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Finish:
     choice: int
     reason: str

@@ -52,6 +52,25 @@ class SSEDecoder:
         self.comments = 0  # keep-alive comments seen; they are not events
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if (chunk[-2:] == b"\n\n" and not self._buf and not self._data and self._event is None
+                and self._bom_checked and not self._skip_lf and b"\r" not in chunk and len(chunk) <= self._limit):
+            events = self._whole_data_events(chunk)
+            if events is not None:
+                return events
+        return self._feed(chunk)
+
+    def _whole_data_events(self, chunk: bytes) -> list[SSEEvent] | None:
+        """Fast path for the common read: nothing pending, LF line ends, and only complete one-line
+        `data: ` events. Anything else (comments, names, multi-line data, blank runs) takes the general
+        path, which gives the same result."""
+        events: list[SSEEvent] = []
+        for block in chunk[:-2].split(b"\n\n"):
+            if block[:6] != b"data: " or b"\n" in block:
+                return None
+            events.append(SSEEvent(block[6:], None, self._id))
+        return events
+
+    def _feed(self, chunk: bytes) -> list[SSEEvent]:
         if self._skip_lf and chunk:
             self._skip_lf = False
             if chunk[0] == 0x0A:
