@@ -35,6 +35,9 @@ TEXT_FIELDS: tuple[tuple[str, DeltaKind], ...] = (
 
 def chunk_events(obj: Any, *, message_key: str = "delta") -> list[StreamEvent]:
     """Typed events of one chat chunk (or, with message_key="message", of a whole completion)."""
+    text = content_only(obj)
+    if text is not None:
+        return [OutputDelta(obj["choices"][0].get("index", 0), DeltaKind.CONTENT, text)] if text else []
     if not isinstance(obj, dict):
         return [InbandError(Failure(FailureKind.MALFORMED, "upstream sent a chunk that is not an object"))]
     err = obj.get("error")
@@ -50,6 +53,25 @@ def chunk_events(obj: Any, *, message_key: str = "delta") -> list[StreamEvent]:
     if usage is not None:
         events.append(usage)
     return events
+
+
+def content_only(obj: Any) -> str | None:
+    """The text of the most common chunk — one choice whose delta is only `content`, nothing else going
+    on (no finish, usage or error) — or None for any other chunk. The per-event fast path."""
+    if type(obj) is not dict or obj.get("usage") is not None or "error" in obj:
+        return None
+    choices = obj.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None or choice.get("logprobs"):
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or len(delta) != 1:
+        return None
+    text = delta.get("content")
+    index = choice.get("index", 0)
+    return text if type(text) is str and type(index) is int else None
 
 
 def _choice_events(choice: dict[str, Any], pos: int, key: str, out: list[StreamEvent]) -> None:

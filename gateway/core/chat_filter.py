@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.core.chat import TEXT_FIELDS
+from gateway.core.chat import TEXT_FIELDS, content_only
 from gateway.core.events import DeltaKind
 from gateway.core.sse import encode_data
 
@@ -69,6 +69,10 @@ class ChatOutputFilter:
             return b""  # the usage chunk the gateway asked for, not the client (CONTRACT §4.5)
         if not self._base:
             self._base = {k: obj[k] for k in ("id", "object", "created", "model") if k in obj}
+        if self._factory is not None:
+            text = content_only(obj)
+            if text:
+                return self._apply_content(obj, raw, text, has_token)
         changed = self._emptied = False
         if self._factory is not None and isinstance(choices, list):
             for pos, choice in enumerate(choices):
@@ -80,6 +84,18 @@ class ChatOutputFilter:
             self.output_released = not changed or _has_output(obj)
         if not changed and raw is not None:
             return encode_data(raw)
+        return encode_data(orjson.dumps(obj))
+
+    def _apply_content(self, obj: dict[str, Any], raw: bytes | None, text: str, has_token: bool) -> bytes:
+        """Fast path: one choice, content only (see `content_only`)."""
+        choice = obj["choices"][0]
+        released = self._push(choice.get("index", 0), DeltaKind.CONTENT, text)
+        if not released:
+            return b""  # held whole, and the chunk carries nothing else
+        self.output_released = self.output_released or has_token
+        if released == text and raw is not None:
+            return encode_data(raw)
+        choice["delta"]["content"] = released
         return encode_data(orjson.dumps(obj))
 
     def _filter_choice(self, choice: dict[str, Any], pos: int) -> bool:

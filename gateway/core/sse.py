@@ -52,22 +52,29 @@ class SSEDecoder:
         self.comments = 0  # keep-alive comments seen; they are not events
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if (chunk[-2:] == b"\n\n" and not self._buf and not self._data and self._event is None
-                and self._bom_checked and not self._skip_lf and b"\r" not in chunk and len(chunk) <= self._limit):
-            events = self._whole_data_events(chunk)
+        if not self._data and self._event is None and self._bom_checked and not self._skip_lf \
+                and b"\r" not in chunk:
+            events = self._fast(self._buf + chunk if self._buf else chunk)
             if events is not None:
                 return events
         return self._feed(chunk)
 
-    def _whole_data_events(self, chunk: bytes) -> list[SSEEvent] | None:
-        """Fast path for the common read: nothing pending, LF line ends, and only complete one-line
-        `data: ` events. Anything else (comments, names, multi-line data, blank runs) takes the general
-        path, which gives the same result."""
+    def _fast(self, buf: bytes) -> list[SSEEvent] | None:
+        """Fast path for the common read: at a line start, LF line ends, complete one-line `data: `
+        events, then at most a partial line. Anything else (comments, names, multi-line data, blank
+        runs, a complete line of an unfinished event) returns None for the general path, which gives
+        the same result."""
+        end = buf.rfind(b"\n\n")
+        rest = buf[end + 2:] if end >= 0 else buf
+        if b"\n" in rest or len(rest) > self._limit:
+            return None
         events: list[SSEEvent] = []
-        for block in chunk[:-2].split(b"\n\n"):
-            if block[:6] != b"data: " or b"\n" in block:
-                return None
-            events.append(SSEEvent(block[6:], None, self._id))
+        if end >= 0:
+            for block in buf[:end].split(b"\n\n"):
+                if block[:6] != b"data: " or b"\n" in block or len(block) > self._limit:
+                    return None
+                events.append(SSEEvent(block[6:], None, self._id))
+        self._buf = rest
         return events
 
     def _feed(self, chunk: bytes) -> list[SSEEvent]:
