@@ -13,7 +13,17 @@ import structlog
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
+_INFO_ENABLED = True
+
+
+def info_enabled() -> bool:
+    """Whether info lines are written: the per-request line is built only when they are."""
+    return _INFO_ENABLED
+
+
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
+    global _INFO_ENABLED
+    _INFO_ENABLED = _LEVELS.get(level, logging.INFO) <= logging.INFO
     console = fmt == "console" and sys.stdout.isatty()
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,

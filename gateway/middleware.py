@@ -15,6 +15,7 @@ from gateway.app_keys import CTX, METRICS, REQUEST_ID, STATE, T0
 from gateway.context import RequestContext
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, RequestTooLarge
 from gateway.limits import settle
+from gateway.logs import info_enabled
 
 log = structlog.get_logger("gateway")
 _API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embeddings": "embeddings"}
@@ -97,6 +98,8 @@ async def _finish(request: web.Request, api: str, status: int, outcome: str) -> 
     metrics.duration.labels(api, model, stream, outcome).observe(duration)
     if ctx is not None:
         await asyncio.shield(settle(request.app[STATE], ctx))
+    if not info_enabled():
+        return
     usage = ctx.usage if ctx else None
     log.info(
         "request", request_id=request[REQUEST_ID], api=api, model=model,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import aiohttp
 import orjson
+import yarl
 
 from gateway.config_types import ProviderConfig, Timeouts
 from gateway.core.events import Failure, FailureKind
@@ -197,7 +198,7 @@ class Upstream:
             return MockResponse(mock_script(provider, req.url, req.body))
         timeout = _timeout(provider.timeouts, req.stream)
         with map_exceptions(label):
-            resp = await self.session.request(req.method, req.url, data=req.body, headers=dict(req.headers),
+            resp = await self.session.request(req.method, _url(req.url), data=req.body, headers=req.headers,
                                               timeout=timeout, allow_redirects=False)
         return HttpResponse(resp, label)
 
@@ -216,6 +217,12 @@ class Upstream:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
             raise UpstreamError(Failure(FailureKind.MALFORMED, f"{label}: not JSON")) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _url(url: str) -> yarl.URL:
+    """Upstream URLs come from config (base URL, path, deployment): parse each once, not per request."""
+    return yarl.URL(url)
 
 
 @functools.lru_cache(maxsize=256)
