@@ -21,38 +21,8 @@ from gateway.guardrails import judge_output, record
 from gateway.providers.base import ChatChunk
 from gateway.runtime import Runtime
 from gateway.safety import SafetyRun
+from gateway.sink import ClientSink
 from gateway.upstream import UpstreamError
-
-
-class _Sink:
-    """Where the relay writes: the client, or the hold buffer while a hold guardrail judges. Records TTFT
-    at the first written output token and the text delay of every write (children looked up once)."""
-
-    __slots__ = ("client", "ctx", "delay", "hold", "rt")
-
-    def __init__(self, rt: Runtime, ctx: RequestContext, client: web.StreamResponse, hold: bool):
-        self.rt, self.ctx, self.client = rt, ctx, client
-        self.hold: list[bytes] | None = [] if hold else None
-        self.delay = rt.metrics.text_delay.labels(ctx.api)
-
-    async def emit(self, data: bytes, t_read: float, token_out: bool) -> None:
-        if not data:
-            return
-        if self.hold is not None:
-            self.hold.append(data)
-            return
-        await self.client.write(data)
-        now = time.perf_counter()
-        ctx = self.ctx
-        if ctx.ttft_s is None and token_out:
-            ctx.ttft_s = now - ctx.t_start
-            assert ctx.deployment is not None
-            self.rt.metrics.ttft.labels(ctx.api, ctx.model.name, ctx.deployment.provider).observe(ctx.ttft_s)
-        self.delay.observe(now - t_read)
-
-    async def release_held(self, tail: bytes) -> None:
-        held, self.hold = self.hold, None
-        await self.emit(b"".join(held or ()) + tail, time.perf_counter(), True)
 
 
 class StreamEnded(Exception):
@@ -71,7 +41,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
     right after the stream sees them."""
     safety = rt.safety.models[ctx.model.name]
     filt = ChatOutputFilter(run.factory if run is not None else None, ctx.forward_usage)
-    sink = _Sink(rt, ctx, client, hold=bool(safety.hold_guards))
+    sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
     try:
         first = _apply(filt, opened.pending)
         opened.pending = []
@@ -109,7 +79,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
             ctx.redactions += _record_redactions(rt, run)
 
 
-async def _pump(opened: OpenedStream, sink: _Sink, filt: ChatOutputFilter) -> None:
+async def _pump(opened: OpenedStream, sink: ClientSink, filt: ChatOutputFilter) -> None:
     resp = opened.response
     while not opened.done and resp is not None:
         try:

@@ -22,6 +22,7 @@ from gateway.metrics import record_redactions, record_usage
 from gateway.responses_stream import OpenedResponses
 from gateway.runtime import Runtime
 from gateway.safety import SafetyRun
+from gateway.sink import ClientSink
 from gateway.upstream import UpstreamError
 
 
@@ -41,7 +42,7 @@ class _Relay:
         self.run_safety = run
         self.accounted = False
         self.filt = ResponsesOutputFilter(run.factory if run is not None else None)
-        self.hold: list[bytes] | None = [] if safety.hold_guards else None
+        self.sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
         self.judges = safety.hold_guards + safety.audit_guards
 
     async def run(self) -> None:
@@ -53,17 +54,16 @@ class _Relay:
         self._check_refusal()
         verdict = await judge_output(self.rt, self.ctx, self.opened.assembler.as_chat(), self.judges)
         if verdict is not None:
-            if self.hold is None:
-                await self._emit(tail, time.perf_counter())  # audit: the text was out already
+            if self.sink.hold is None:  # audit: the text was out already
+                await self.sink.emit(tail, time.perf_counter(), self.filt.output_released)
             raise StreamEnded("guardrail", verdict)
         end = self.filt.apply(terminal)
         self._check_refusal()
         self.account(passed=True)  # before the client can see the end
-        if self.hold is not None:
-            held, self.hold = b"".join(self.hold), None
-            await self._emit(held + tail + end, time.perf_counter())
+        if self.sink.hold is not None:
+            await self.sink.release_held(tail + end)
         else:
-            await self._emit(tail + end, time.perf_counter())
+            await self.sink.emit(tail + end, time.perf_counter(), self.filt.output_released)
 
     async def _pump(self) -> ResponsesEvent | None:
         """Relay until the terminal event, which is returned unsent; None when the upstream just ended."""
@@ -73,13 +73,13 @@ class _Relay:
             out: list[bytes] = []
             for ev in events:
                 if ev.type in TERMINAL_OK:
-                    await self._emit(b"".join(out), t_read)
+                    await self.sink.emit(b"".join(out), t_read, self.filt.output_released)
                     return ev
                 if ev.failure is not None:
-                    await self._emit(b"".join(out), t_read)
+                    await self.sink.emit(b"".join(out), t_read, self.filt.output_released)
                     raise self._failed(ev)
                 out.append(self.filt.apply(ev))
-            await self._emit(b"".join(out), t_read)
+            await self.sink.emit(b"".join(out), t_read, self.filt.output_released)
             self._check_refusal()
             if self.opened.done:
                 return None
@@ -102,7 +102,7 @@ class _Relay:
             return StreamEnded("malformed", UpstreamFailed(f"{d.label}: malformed event after the first token"))
         f = ev.failure
         assert f is not None
-        if self.hold is not None:  # the client has seen nothing of this lifecycle: only our error
+        if self.sink.hold is not None:  # the client has seen nothing of this lifecycle: only our error
             return StreamEnded("inband_error", UpstreamFailed(
                 f"{d.label}: upstream failed after the first token ({f.code or f.kind.value})"))
         payload = self.filt.flush_open() + self.filt.apply(ev)
@@ -117,26 +117,11 @@ class _Relay:
             raise StreamEnded("guardrail", GuardrailBlocked(f"output refused by guardrail {r.guardrail}",
                                                             param=r.guardrail))
 
-    async def _emit(self, data: bytes, t_read: float) -> None:
-        if not data:
-            return
-        if self.hold is not None:
-            self.hold.append(data)
-            return
-        await self.client.write(data)
-        now = time.perf_counter()
-        ctx = self.ctx
-        if ctx.ttft_s is None and self.filt.output_released:
-            ctx.ttft_s = now - ctx.t_start
-            assert ctx.deployment is not None
-            self.rt.metrics.ttft.labels(ctx.api, ctx.model.name, ctx.deployment.provider).observe(ctx.ttft_s)
-        self.rt.metrics.text_delay.labels(ctx.api).observe(now - t_read)
-
     async def end_with_error(self, end: StreamEnded) -> None:
         """One closing event; text already sent stands. Held text that redaction masked is released
         first (it is safe); after a guardrail refusal, or with a hold guardrail, nothing more is."""
         payload = end.payload
-        if end.error is not None and self.hold is not None:
+        if end.error is not None and self.sink.hold is not None:
             payload = ResponsesOutputFilter(None).error_event(end.error.body()["error"])  # numbered from 0
         elif end.error is not None:
             tail = b"" if end.reason == "guardrail" else self.filt.flush_open()

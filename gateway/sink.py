@@ -1,0 +1,42 @@
+"""Where a streaming relay writes: the client, or a hold buffer while a hold guardrail judges.
+
+Records TTFT at the first written output token and the text delay of every write (CONTRACT §6), with
+the labelled metric children looked up once per request.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from gateway.context import RequestContext
+from gateway.runtime import Runtime
+
+
+class ClientSink:
+    __slots__ = ("client", "ctx", "delay", "hold", "rt")
+
+    def __init__(self, rt: Runtime, ctx: RequestContext, client: web.StreamResponse, hold: bool):
+        self.rt, self.ctx, self.client = rt, ctx, client
+        self.hold: list[bytes] | None = [] if hold else None
+        self.delay = rt.metrics.text_delay.labels(ctx.api)
+
+    async def emit(self, data: bytes, t_read: float, token_out: bool) -> None:
+        if not data:
+            return
+        if self.hold is not None:
+            self.hold.append(data)
+            return
+        await self.client.write(data)
+        now = time.perf_counter()
+        ctx = self.ctx
+        if ctx.ttft_s is None and token_out:
+            ctx.ttft_s = now - ctx.t_start
+            assert ctx.deployment is not None
+            self.rt.metrics.ttft.labels(ctx.api, ctx.model.name, ctx.deployment.provider).observe(ctx.ttft_s)
+        self.delay.observe(now - t_read)
+
+    async def release_held(self, tail: bytes) -> None:
+        held, self.hold = self.hold, None
+        await self.emit(b"".join(held or ()) + tail, time.perf_counter(), True)
