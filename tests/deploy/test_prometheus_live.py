@@ -230,7 +230,10 @@ def test_alert_rules_evaluate_cleanly_on_real_metrics(prometheus: str, traffic: 
     rules = [r for g in json.loads(body)["data"]["groups"] for r in g["rules"]]
     assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
     # The SLO threshold join finds the gateway's real bucket bound: the demo's first tokens are fast.
-    slow = _query(prometheus, 'model:llm_gateway_ttft_slow:ratio_rate5m{model="demo"}')["data"]["result"]
+    # A rate needs two scrapes with traffic between them: wait until the recording rule has a value.
+    slow_expr = 'model:llm_gateway_ttft_slow:ratio_rate5m{model="demo"}'
+    _poll(lambda: bool(_query(prometheus, slow_expr)["data"]["result"]), DEADLINE_S, "the TTFT SLO ratio")
+    slow = _query(prometheus, slow_expr)["data"]["result"]
     assert [float(s["value"][1]) for s in slow] == [0.0]
     firing = _query(prometheus, 'ALERTS{alertstate="firing"}')["data"]["result"]
     assert firing == []
