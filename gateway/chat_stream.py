@@ -85,8 +85,10 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
             opened = deadline.track(OpenedStream(d, resp, SSEDecoder(), tr.stream_parser(), t_sent))
             await raise_for_status(resp, tr.classify_http_error)
             if not resp.is_event_stream:
-                rt.learned.learn("no_stream", d.provider)  # answered a stream request with a plain body
-                return _from_body(d, tr, await resp.read_body(), t_sent, opened)
+                answer = _from_body(d, tr, await resp.read_body(), t_sent, opened)
+                # learned only from a real answer: a JSON error body must not switch the provider for good
+                rt.learned.learn("no_stream", d.provider)
+                return answer
             await _until_first_token(opened)
             opened.t_first = time.perf_counter()
             return opened

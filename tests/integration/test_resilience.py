@@ -302,3 +302,13 @@ def test_plain_json_answer_to_a_stream_is_re_emitted_and_learned(upstream: FakeU
     assert stream_all(gw)[0] == "buffered answer"
     assert upstream.bodies(A)[1].get("stream") is None, "the second request asks for a body directly"
     assert gw.sample("llm_gateway_tokens_total", model="m", provider="a", type="output") == 4
+
+
+def test_a_json_error_body_to_a_stream_request_is_not_learned_as_no_streaming(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(two_deployments(upstream.base_url, only_a=True))
+    upstream.enqueue(A, json_script({"error": {"message": "busy", "type": "server_error", "code": "server_error"}}),
+                     text_stream(ANSWER), text_stream(ANSWER))
+    assert stream_all(gw)[0] == "".join(ANSWER), "the in-band error in a 200 JSON body was retried"
+    assert stream_all(gw)[0] == "".join(ANSWER)
+    assert [b.get("stream") for b in upstream.bodies(A)] == [True, True, True], "still streaming"
