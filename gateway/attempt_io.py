@@ -9,6 +9,7 @@ from typing import Protocol, TypeVar
 
 from gateway.config_types import Deployment
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
+from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
 from gateway.providers.base import UpstreamRequest
 from gateway.runtime import Runtime
 from gateway.upstream import UpstreamError, UpstreamResponse
@@ -57,6 +58,14 @@ async def raise_for_status(resp: UpstreamResponse, classify: Classify) -> None:
     if resp.status != 200:
         body = await resp.read_body(ERROR_BODY_LIMIT)
         raise UpstreamError(classify(resp.status, resp.headers, body))
+
+
+def decode(decoder: SSEDecoder, data: bytes, d: Deployment) -> list[SSEEvent]:
+    """SSE events of one read; an event over the size limit fails the attempt as MALFORMED."""
+    try:
+        return decoder.feed(data)
+    except SSEError:
+        raise UpstreamError(Failure(FailureKind.MALFORMED, f"{d.label}: event too large")) from None
 
 
 def raise_inband(events: list[StreamEvent]) -> None:

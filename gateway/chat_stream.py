@@ -12,12 +12,12 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from gateway.attempt_io import FirstTokenDeadline, fetch_body, raise_for_status, raise_inband
+from gateway.attempt_io import FirstTokenDeadline, decode, fetch_body, raise_for_status, raise_inband
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.assemble import ChatAssembler, completion_to_chunks
 from gateway.core.events import Failure, FailureKind, InbandError
-from gateway.core.sse import SSEDecoder, SSEError
+from gateway.core.sse import SSEDecoder
 from gateway.providers.base import ChatChunk, ChatTranslator, StreamParser
 from gateway.runtime import Runtime
 from gateway.upstream import UpstreamError, UpstreamResponse
@@ -42,11 +42,7 @@ class OpenedStream:
 
     def feed(self, data: bytes) -> list[ChatChunk]:
         """Bytes -> client-bound chunks; raises UpstreamError for an in-band error or a bad event."""
-        try:
-            events = self.decoder.feed(data)
-        except SSEError:
-            raise UpstreamError(Failure(FailureKind.MALFORMED, f"{self.deployment.label}: event too large")) \
-                from None
+        events = decode(self.decoder, data, self.deployment)
         out: list[ChatChunk] = []
         assert self.parser is not None
         for ev in events:

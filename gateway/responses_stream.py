@@ -13,14 +13,14 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from gateway.attempt_io import FirstTokenDeadline, raise_for_status
+from gateway.attempt_io import FirstTokenDeadline, decode, raise_for_status
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.responses import TERMINAL_OK, ResponsesEvent, ResponsesParser
 from gateway.core.responses_assemble import ResponsesAssembler
 from gateway.core.responses_replay import replay_events
-from gateway.core.sse import SSEDecoder, SSEError
+from gateway.core.sse import SSEDecoder
 from gateway.providers.responses_openai import ResponsesStreamParser, ResponsesTranslator, responses_translator
 from gateway.runtime import Runtime
 from gateway.upstream import UpstreamError, UpstreamResponse
@@ -43,11 +43,7 @@ class OpenedResponses:
 
     def feed(self, data: bytes) -> list[ResponsesEvent]:
         """Bytes -> parsed events, folded into the assembler. Raises UpstreamError for an event too large."""
-        try:
-            sse_events = self.decoder.feed(data)
-        except SSEError:
-            raise UpstreamError(Failure(FailureKind.MALFORMED, f"{self.deployment.label}: event too large")) \
-                from None
+        sse_events = decode(self.decoder, data, self.deployment)
         out: list[ResponsesEvent] = []
         for sse in sse_events:
             for ev in self.parser.parse(sse):
