@@ -31,15 +31,13 @@ async def stream_chat(request: web.Request, rt: Runtime, ctx: RequestContext) ->
     async def attempt(d: Deployment) -> OpenedStream:
         return await open_stream(rt, ctx, d)
 
-    async with KeepAlive(request, rt, ctx, run_attempts(rt, ctx, attempt, discard=OpenedStream.close)) as ka:
-        try:
-            won, opened = await ka.wait()
-        except GatewayError as err:
-            if ka.client is None:
-                raise
-            ctx.stream_error = err.code
-            await ka.client.write(err.sse_bytes())
+    attempts = run_attempts(rt, ctx, attempt, discard=OpenedStream.close)
+    async with KeepAlive(request, rt, ctx, attempts, GatewayError.sse_bytes) as ka:
+        got = await ka.wait()
+        if got is None:
+            assert ka.client is not None
             return ka.client
+        won, opened = got
         try:
             ctx.deployment = won.deployment
             record_upstream_ttft(rt, ctx, won, opened.assembler.first_token, opened.t_first - opened.t_sent)

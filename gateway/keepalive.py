@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 from aiohttp import web
@@ -17,6 +17,7 @@ from aiohttp import web
 from gateway.attempts import Won
 from gateway.context import RequestContext
 from gateway.core.sse import KEEPALIVE
+from gateway.errors import GatewayError
 from gateway.runtime import Runtime
 
 T = TypeVar("T")
@@ -36,12 +37,13 @@ async def commit(request: web.Request, ctx: RequestContext, won: Won | None) -> 
 
 
 class KeepAlive(Generic[T]):
-    """Use as `async with KeepAlive(...) as ka: won, opened = await ka.wait(); client = await ka.commit(won)`.
-    `ka.client` is set once headers went out early; leaving the block cancels an unfinished attempt loop."""
+    """Use as `async with KeepAlive(...) as ka: got = await ka.wait(); ...; client = await ka.commit(won)`.
+    Leaving the block cancels an unfinished attempt loop. `error_event` renders a failure as the API's
+    in-stream error event, for when headers already went out."""
 
     def __init__(self, request: web.Request, rt: Runtime, ctx: RequestContext,
-                 attempts: Coroutine[Any, Any, tuple[Won, T]]):
-        self.request, self.ctx = request, ctx
+                 attempts: Coroutine[Any, Any, tuple[Won, T]], error_event: Callable[[GatewayError], bytes]):
+        self.request, self.ctx, self.error_event = request, ctx, error_event
         self.after_s = rt.config.server.keepalive_after_s
         self.task = asyncio.ensure_future(attempts)
         self.client: web.StreamResponse | None = None
@@ -55,15 +57,23 @@ class KeepAlive(Generic[T]):
             with contextlib.suppress(BaseException):
                 await self.task
 
-    async def wait(self) -> tuple[Won, T]:
-        """The winning attempt; raises the attempt loop's GatewayError."""
+    async def wait(self) -> tuple[Won, T] | None:
+        """The winning attempt. The attempt loop's GatewayError is raised while it can still be an HTTP
+        status; after early headers it is written as one error event and None is returned."""
         done, _ = await asyncio.wait({self.task}, timeout=self.after_s)
         while not done:
             if self.client is None:
                 self.client = await commit(self.request, self.ctx, None)
             await self.client.write(KEEPALIVE)
             done, _ = await asyncio.wait({self.task}, timeout=KEEPALIVE_EVERY_S)
-        return self.task.result()
+        try:
+            return self.task.result()
+        except GatewayError as err:
+            if self.client is None:
+                raise
+            self.ctx.stream_error = err.code
+            await self.client.write(self.error_event(err))
+            return None
 
     async def commit(self, won: Won) -> web.StreamResponse:
         if self.client is None:

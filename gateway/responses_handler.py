@@ -94,20 +94,21 @@ def _serving_deployments(rt: Runtime, ctx: RequestContext) -> None:
         ctx.model = dataclasses.replace(ctx.model, deployments=serving)
 
 
+def _error_event(err: GatewayError) -> bytes:
+    return ResponsesOutputFilter(None).error_event(err.body()["error"])
+
+
 async def stream_responses(request: web.Request, rt: Runtime, ctx: RequestContext) -> web.StreamResponse:
     async def attempt(d: Deployment) -> OpenedResponses:
         return await open_responses(rt, ctx, d)
 
     attempts = run_attempts(rt, ctx, attempt, discard=OpenedResponses.close)
-    async with KeepAlive(request, rt, ctx, attempts) as ka:
-        try:
-            won, opened = await ka.wait()
-        except GatewayError as err:
-            if ka.client is None:
-                raise
-            ctx.stream_error = err.code
-            await ka.client.write(ResponsesOutputFilter(None).error_event(err.body()["error"]))
+    async with KeepAlive(request, rt, ctx, attempts, _error_event) as ka:
+        got = await ka.wait()
+        if got is None:
+            assert ka.client is not None
             return ka.client
+        won, opened = got
         try:
             ctx.deployment = won.deployment
             record_upstream_ttft(rt, ctx, won, opened.assembler.first_token, opened.t_first - opened.t_sent)
