@@ -48,18 +48,20 @@ def compile_check(config: Config) -> list[str]:
     return []
 
 
+def _invalid(errors: list[str]) -> int:
+    for line in errors:
+        print(line, file=sys.stderr)
+    return 2
+
+
 def check_config(path: str) -> int:
     try:
         config = load_config(path)
     except ConfigError as exc:
-        for line in exc.errors:
-            print(line, file=sys.stderr)
-        return 2
+        return _invalid(exc.errors)
     errors = compile_check(config)
-    for line in errors:
-        print(line, file=sys.stderr)
     if errors:
-        return 2
+        return _invalid(errors)
     print(f"{path}: valid ({len(config.models)} models, {len(config.providers)} providers)")
     return 0
 
@@ -84,9 +86,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         config = _load(args)
     except ConfigError as exc:
-        for line in exc.errors:
-            print(line, file=sys.stderr)
-        return 2
+        return _invalid(exc.errors)
     configure_logging(config.logging.level, config.logging.format)
     if config.is_demo:
         log.warning("demo_mode", message="no config given: serving the built-in demo model 'demo' from the "
