@@ -20,7 +20,7 @@ from gateway.core.assemble import ChatAssembler
 from gateway.core.chat import TEXT_FIELDS, chunk_events
 from gateway.core.events import Usage
 from gateway.guardrails import judge_output
-from gateway.metrics import record_usage
+from gateway.metrics import record_redactions, record_usage
 from gateway.providers.base import ParsedBody
 from gateway.runtime import Runtime
 from gateway.state.base import StateBackend
@@ -74,7 +74,7 @@ def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
     safety = rt.safety.models[ctx.model.name]
     if safety.redactor is None:
         return 0
-    total = 0
+    counts: list[tuple[str, int]] = []
     for choice in obj.get("choices") or ():
         msg = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(msg, dict):
@@ -84,10 +84,8 @@ def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
             if kind in safety.scope and isinstance(text, str) and text:
                 result = safety.redactor.redact(text)
                 msg[field] = result.text
-                for rule, n in result.counts.items():
-                    rt.metrics.redactions.labels(rule).inc(n)
-                    total += n
-    return total
+                counts.extend(result.counts.items())
+    return record_redactions(rt.metrics, counts)
 
 
 async def embeddings(rt: Runtime, ctx: RequestContext) -> web.Response:

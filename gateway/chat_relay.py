@@ -18,6 +18,7 @@ from gateway.core.chat_filter import ChatOutputFilter
 from gateway.core.sse import DONE_EVENT
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
+from gateway.metrics import record_redactions
 from gateway.providers.base import ChatChunk
 from gateway.runtime import Runtime
 from gateway.safety import SafetyRun
@@ -76,7 +77,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
     finally:
         opened.close()
         if run is not None:
-            ctx.redactions += _record_redactions(rt, run)
+            ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())
 
 
 async def _pump(opened: OpenedStream, sink: ClientSink, filt: ChatOutputFilter) -> None:
@@ -138,12 +139,3 @@ def _record_stream_guards(rt: Runtime, ctx: RequestContext, blocked_by: str | No
     """Verdicts of the windowed (stream mode) guardrails, once the stream has ended."""
     for g in rt.safety.models[ctx.model.name].stream_guards:
         record(rt, ctx, g.name, "output", g.name != blocked_by)
-
-
-def _record_redactions(rt: Runtime, run: SafetyRun) -> int:
-    total = 0
-    for rule, n in run.redaction_counts().items():
-        rt.metrics.redactions.labels(rule).inc(n)
-        total += n
-    return total
-
