@@ -23,7 +23,7 @@ from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.errors import GatewayError
 from gateway.keepalive import KeepAlive
-from gateway.metrics import record_usage
+from gateway.metrics import record_stream_end
 from gateway.runtime import Runtime
 
 
@@ -71,9 +71,7 @@ def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token
 def _record_end(rt: Runtime, ctx: RequestContext, opened: OpenedStream) -> None:
     d = ctx.deployment
     assert d is not None
-    usage = opened.assembler.usage
-    ctx.usage = usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, d, usage)
-    if usage is not None and usage.output > 1 and opened.assembler.first_token:
-        per_token = (time.perf_counter() - opened.t_first) / (usage.output - 1)
-        rt.metrics.tpot.labels(ctx.api, ctx.model.name, d.provider).observe(per_token)
+    asm = opened.assembler
+    ctx.usage = asm.usage
+    ctx.cost_usd = record_stream_end(rt.metrics, ctx.api, ctx.model.name, d, asm.usage,
+                                     opened.t_first if asm.first_token else None, time.perf_counter())

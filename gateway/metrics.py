@@ -141,6 +141,16 @@ def record_usage(m: Metrics, model: str, d: Deployment, usage: Usage | None) -> 
     return cost
 
 
+def record_stream_end(m: Metrics, api: str, model: str, d: Deployment, usage: Usage | None,
+                      first_token_at: float | None, now: float) -> float:
+    """A streamed answer's usage and cost, and its time per output token (after the first); returns
+    the cost."""
+    cost = record_usage(m, model, d, usage)
+    if usage is not None and usage.output > 1 and first_token_at is not None:
+        m.tpot.labels(api, model, d.provider).observe((now - first_token_at) / (usage.output - 1))
+    return cost
+
+
 def record_redactions(m: Metrics, counts: Iterable[tuple[str, int]]) -> int:
     total = 0
     for rule, n in counts:

@@ -18,7 +18,7 @@ from gateway.core.responses import ERROR_TYPES, TERMINAL_OK, ResponsesEvent
 from gateway.core.responses_filter import ResponsesOutputFilter
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
-from gateway.metrics import record_redactions, record_usage
+from gateway.metrics import record_redactions, record_stream_end
 from gateway.responses_stream import OpenedResponses
 from gateway.runtime import Runtime
 from gateway.safety import SafetyRun
@@ -152,10 +152,8 @@ class _Relay:
         if not usage:
             return
         ctx.usage = asm.usage
-        ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, d, asm.usage)
-        if asm.usage is not None and asm.usage.output > 1 and asm.first_token:
-            per_token = (time.perf_counter() - self.opened.t_first) / (asm.usage.output - 1)
-            rt.metrics.tpot.labels(ctx.api, ctx.model.name, d.provider).observe(per_token)
+        ctx.cost_usd = record_stream_end(rt.metrics, ctx.api, ctx.model.name, d, asm.usage,
+                                         self.opened.t_first if asm.first_token else None, time.perf_counter())
 
 
 async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: web.StreamResponse,
