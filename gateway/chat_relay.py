@@ -11,10 +11,12 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from gateway.attempt_io import decode
 from gateway.chat_stream import OpenedStream
 from gateway.context import RequestContext
 from gateway.core.chat import has_output_token
 from gateway.core.chat_filter import ChatOutputFilter
+from gateway.core.events import OutputDelta
 from gateway.core.sse import DONE_EVENT
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
@@ -89,10 +91,9 @@ async def _pump(opened: OpenedStream, sink: ClientSink, filt: ChatOutputFilter) 
                 opened.decoder.finish()
                 return
             t_read = time.perf_counter()
-            chunks = opened.feed(data)
+            out = _relay_read(opened, filt, data)
         except UpstreamError as exc:
             raise _after_token_error(opened, exc.failure.kind.value, exc.failure.is_timeout) from None
-        out = _apply(filt, chunks)
         if out:
             await sink.emit(out, t_read, filt.output_released)
         _check_refusal(filt)
@@ -116,10 +117,43 @@ def _check_refusal(filt: ChatOutputFilter) -> None:
         raise StreamEnded(err, "guardrail")
 
 
+def _relay_read(opened: OpenedStream, filt: ChatOutputFilter, data: bytes) -> bytes:
+    """One upstream read -> the client's bytes. A content-only chunk of the stream's learned envelope
+    goes from its bytes to the filter with no chunk object in between (the per-event hot path); every
+    other event takes the parser, `OpenedStream.feed_events` and the filter's general path."""
+    events = decode(opened.decoder, data, opened.deployment)
+    shape = opened.parser.shape if opened.parser is not None else None
+    if shape is None:
+        return _apply(filt, opened.feed_events(events))
+    out: list[bytes] = []
+    add_content, content_into, match = opened.assembler.add_content, filt.content_into, shape.match
+    for ev in events:
+        hit = match(ev.data)
+        if hit is None:
+            out.extend(_apply_one(filt, ch) for ch in opened.feed_events([ev]))
+            if opened.error is not None:
+                break  # an in-band error: what came before it stands, nothing after it is read
+            continue
+        text, start, end = hit
+        add_content(shape.index, text)
+        content_into(out, ev.data, start, end, shape.index, text)
+    return b"".join(out)
+
+
 def _apply(filt: ChatOutputFilter, chunks: list[ChatChunk]) -> bytes:
-    if filt.output_released:
-        return b"".join([filt.apply(ch.obj, ch.raw) for ch in chunks])
-    return b"".join([filt.apply(ch.obj, ch.raw, has_output_token(ch.events)) for ch in chunks])
+    if len(chunks) == 1:
+        return _apply_one(filt, chunks[0])
+    return b"".join([_apply_one(filt, ch) for ch in chunks])
+
+
+def _apply_one(filt: ChatOutputFilter, ch: ChatChunk) -> bytes:
+    span = ch.span
+    if span is not None:
+        assert ch.raw is not None
+        delta = ch.events[0]
+        assert type(delta) is OutputDelta
+        return filt.apply_content(ch.raw, span[0], span[1], delta.choice, delta.text)
+    return filt.apply(ch.obj, ch.raw, not filt.output_released and has_output_token(ch.events))
 
 
 async def _end_with_error(rt: Runtime, ctx: RequestContext, client: web.StreamResponse,

@@ -17,7 +17,7 @@ from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.assemble import ChatAssembler, completion_to_chunks
 from gateway.core.events import Failure, FailureKind, InbandError
-from gateway.core.sse import SSEDecoder
+from gateway.core.sse import SSEDecoder, SSEEvent
 from gateway.providers.base import ChatChunk, ChatTranslator, StreamParser
 from gateway.runtime import Runtime
 from gateway.upstream import UpstreamError, UpstreamResponse
@@ -42,7 +42,11 @@ class OpenedStream:
 
     def feed(self, data: bytes) -> list[ChatChunk]:
         """Bytes -> client-bound chunks; raises UpstreamError for an in-band error or a bad event."""
-        events = decode(self.decoder, data, self.deployment)
+        return self.feed_events(decode(self.decoder, data, self.deployment))
+
+    def feed_events(self, events: list[SSEEvent]) -> list[ChatChunk]:
+        """SSE events -> client-bound chunks. An in-band error after the first token sets `error`
+        and `done` and stops: the events after it are not read."""
         out: list[ChatChunk] = []
         assert self.parser is not None
         for ev in events:

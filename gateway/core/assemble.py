@@ -69,6 +69,11 @@ class ChatAssembler:
                 assert isinstance(e, InbandError)
                 self.error = e
 
+    def add_content(self, choice: int, text: str) -> None:
+        """`feed([OutputDelta(choice, CONTENT, text)])` without building the event (the relay's hot path)."""
+        self._choice(choice).text.setdefault(DeltaKind.CONTENT, []).append(text)
+        self.first_token = True
+
     def _choice(self, index: int) -> _Choice:
         c = self._choices.get(index)
         if c is None:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.core.chat import TEXT_FIELDS, content_only
+from gateway.core.chat_shape import string_token
 from gateway.core.events import DeltaKind
 from gateway.core.sse import encode_data
 
@@ -36,6 +37,7 @@ class TextStage(Protocol):
 
 StageFactory = Callable[[DeltaKind], TextStage | None]
 _KIND_OF = dict(TEXT_FIELDS)
+_CONTENT = DeltaKind.CONTENT
 _DEFAULT_FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_content",
                   DeltaKind.REFUSAL: "refusal"}
 
@@ -85,6 +87,26 @@ class ChatOutputFilter:
         if not changed and raw is not None:
             return encode_data(raw)
         return encode_data(orjson.dumps(obj))
+
+    def apply_content(self, raw: bytes, start: int, end: int, index: int, text: str) -> bytes:
+        """A content-only chunk read by its bytes (`chat_shape`): `raw[start:end]` is the string token of
+        its content `text`. Released text that differs is spliced in; nothing else is re-serialised."""
+        out: list[bytes] = []
+        self.content_into(out, raw, start, end, index, text)
+        return b"".join(out)
+
+    def content_into(self, out: list[bytes], raw: bytes, start: int, end: int, index: int, text: str) -> None:
+        """`apply_content`, appending the event's pieces to `out` (joined once per upstream read)."""
+        if self.refusal is not None:
+            return
+        released = self._push(index, _CONTENT, text) if self._factory is not None else text
+        if not released:
+            return  # held whole, and the chunk carries nothing else
+        self.output_released = True
+        if released == text:
+            out += (b"data: ", raw, b"\n\n")
+        else:
+            out += (b"data: ", raw[:start], string_token(released), raw[end:], b"\n\n")
 
     def _apply_content(self, obj: dict[str, Any], raw: bytes | None, text: str, has_token: bool) -> bytes:
         """Fast path: one choice, content only (see `content_only`)."""

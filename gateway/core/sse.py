@@ -27,8 +27,11 @@ class SSEError(ValueError):
     """The stream is not usable (an event over the size limit)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SSEEvent:
+    """One dispatched event. Treated as immutable, not declared frozen: one is built per upstream
+    event, and a frozen dataclass costs ~0.5 µs to build against ~0.2 µs."""
+
     data: bytes
     event: str | None = None
     id: str | None = None
@@ -52,6 +55,11 @@ class SSEDecoder:
         self.comments = 0  # keep-alive comments seen; they are not events
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if not self._bom_checked and not self._buf and len(chunk) >= 3:
+            # the stream's first bytes (a BOM split across reads is left to the general path)
+            self._bom_checked = True
+            if chunk[:3] == BOM:
+                chunk = chunk[3:]
         if not self._data and self._event is None and self._bom_checked and not self._skip_lf \
                 and b"\r" not in chunk:
             events = self._fast(self._buf + chunk if self._buf else chunk)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway.core.chat_shape import ContentShape
 from gateway.core.events import Failure, StreamEvent
 from gateway.core.sse import SSEEvent
 
@@ -33,17 +34,24 @@ class ChatChunk:
     """One client-bound chunk in OpenAI `chat.completion.chunk` shape, with its typed events.
 
     `raw` holds the upstream's own data bytes when `obj` is exactly what it sent, so an unchanged chunk is
-    forwarded without re-serialising (the hot path); a translated chunk has raw=None.
+    forwarded without re-serialising (the hot path); a translated chunk has raw=None. A content-only
+    chunk read by its bytes (`core.chat_shape`) has obj=None, one OutputDelta, and `span`: where its
+    content's string token lies in `raw`, so changed text is spliced in.
     """
 
     events: list[StreamEvent]
     obj: dict[str, Any] | None
     raw: bytes | None = None
     done: bool = False  # the upstream's `[DONE]` (or its protocol's end): stop reading
+    span: tuple[int, int] | None = None
 
 
 class StreamParser(Protocol):
     def parse(self, event: SSEEvent) -> list[ChatChunk]: ...
+
+    @property
+    def shape(self) -> ContentShape | None:
+        """The stream's learned content-only envelope, when this parser reads chunks by their bytes."""
 
 
 @dataclass(frozen=True, slots=True)

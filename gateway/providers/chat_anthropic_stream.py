@@ -137,6 +137,7 @@ class AnthropicStreamParser:
     """One per attempt: remembers the message id/model, usage and the tool-call numbering."""
 
     __slots__ = ("_base", "_started", "_tool_args_seen", "_tools", "usage")
+    shape = None  # every event is parsed: Anthropic's are translated, never forwarded as they came
 
     def __init__(self, created: int) -> None:
         self._base: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": created,

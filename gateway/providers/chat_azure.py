@@ -36,6 +36,9 @@ class AzureStreamParser(OpenAIStreamParser):
     __slots__ = ("_base", "_prompt_filter")
 
     def __init__(self) -> None:
+        # Azure's chunks carry per-chunk content_filter_results and may lack metadata that `_normalise`
+        # fills in: every chunk is parsed whole
+        super().__init__(read_by_shape=False)
         self._prompt_filter: Any = None
         self._base: dict[str, Any] | None = None
 

@@ -12,23 +12,44 @@ from typing import Any
 import orjson
 
 from gateway.config_types import ProviderConfig
-from gateway.core.chat import chunk_events, classify_error_object
-from gateway.core.events import Failure, FailureKind
+from gateway.core.chat import chunk_events, classify_error_object, content_only
+from gateway.core.chat_shape import ContentShape
+from gateway.core.events import DeltaKind, Failure, FailureKind, OutputDelta
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import ChatChunk, ParsedBody, UpstreamRequest, retry_after_s
 
+_CONTENT = DeltaKind.CONTENT
+
 
 class OpenAIStreamParser:
-    __slots__ = ()
+    """Per stream. Content-only chunks of the stream's learned envelope are read from their bytes
+    (`core.chat_shape`); every other chunk is parsed whole, and may teach the envelope."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, read_by_shape: bool = True) -> None:
+        self.shape = ContentShape() if read_by_shape else None
 
     def parse(self, event: SSEEvent) -> list[ChatChunk]:
         data = event.data
+        shape = self.shape
+        if shape is not None:
+            hit = shape.match(data)
+            if hit is not None:
+                text, start, end = hit
+                return [ChatChunk([OutputDelta(shape.index, _CONTENT, text)], None, data, False, (start, end))]
         if data[:6] == DONE:
             return [ChatChunk([], None, None, done=True)]
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             return [ChatChunk(chunk_events(None), None)]
+        if shape is not None:
+            content = content_only(obj)
+            if content:
+                shape.learn(data, content)
+                return [ChatChunk([OutputDelta(obj["choices"][0].get("index", 0), _CONTENT, content)],
+                                  obj, data)]
         return [ChatChunk(chunk_events(obj), obj, data)]
 
 

@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from gateway.config import parse_config
-from tests.chat_scripts import completion, text_stream
-from tests.fake_upstream import FakeUpstream, json_script
+from tests.chat_scripts import chunk, completion, text_stream, usage_chunk
+from tests.fake_upstream import FakeUpstream, Script, json_script, sse
 from tests.harness import GatewayServer
 
 PATH = "/v1/chat/completions"
@@ -73,6 +73,27 @@ def test_secret_split_into_tiny_deltas_is_masked_whole_and_like_the_body(
     assert body.choices[0].message.content == MASKED
     assert gw.sample("llm_gateway_redactions_total", rule="openai_key") == 2
     assert gw.sample("llm_gateway_redactions_total", rule="ticket") == 2
+
+
+def test_openai_envelope_with_padding_and_escapes_is_masked_and_keeps_its_fields(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """OpenAI's own chunk shape: per-chunk `obfuscation` padding and a fingerprint. Plain deltas take the
+    byte-level read and are spliced (core.chat_shape); deltas with quotes or line breaks take the parse.
+    The client reads the same masked text either way, and every chunk keeps the upstream's fields."""
+    text = ANSWER.replace("Sure.", 'Sure, "quoted".\n')
+    parts = [sse(chunk({"role": "assistant", "content": ""}))]
+    parts += [sse(chunk({"content": p}, system_fingerprint="fp_7", obfuscation=f"pad{n}"))
+              for n, p in enumerate(pieces(text, (1, 4, 2, 7)))]
+    parts += [sse(chunk({}, "stop")), sse(usage_chunk()), b"data: [DONE]\n\n"]
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, Script(parts))
+    got: list[str] = []
+    for c in sdk(gw).chat.completions.create(model="m", stream=True, messages=[{"role": "user", "content": "x"}]):
+        if c.choices and c.choices[0].delta.content:
+            got.append(c.choices[0].delta.content)
+            assert c.system_fingerprint == "fp_7" and str(c.to_dict().get("obfuscation")).startswith("pad")
+    assert "".join(got) == MASKED.replace("Sure.", 'Sure, "quoted".\n')
+    assert all(KEY[i:i + 6] not in piece for piece in got for i in range(len(KEY) - 5))
 
 
 def test_redaction_off_forwards_text_untouched(upstream: FakeUpstream,

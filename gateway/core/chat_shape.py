@@ -1,0 +1,131 @@
+"""Read a stream's content-only chunks from their bytes, without a JSON parse (the per-chunk hot path).
+
+An OpenAI-compatible server wraps every content token of a stream in the same envelope (id, created,
+model, fingerprint, `"choices":[{"index":0,"delta":{"content":…},"logprobs":null,"finish_reason":null}]`);
+only the content string changes, plus OpenAI's `obfuscation` padding (protocols.md §2.3). So once one
+chunk has been parsed whole and found content-only (`chat.content_only`), the bytes before and after
+its content string are kept as the stream's *shape*.
+
+Why a match is exact: by the JSON grammar (RFC 8259 §2, §7) replacing one string token with another
+keeps the structure of the document. A later chunk that starts with the shape's head, ends with its
+tail, and has between them one plain string token — a quote, no quote, backslash or control character
+inside, a quote — therefore parses to the learned object with another content, and that content is the
+token's bytes decoded as UTF-8. Learning proves the head/tail split with a probe: the head, a probe
+string and the tail must parse to a content-only chunk whose content is the probe. Anything else
+(an escape in the text, a finish, usage, a new envelope) does not match and takes the full parse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.core.chat import content_only
+
+_PROBE, _PAD = "\x5fgw_probe\x5f", "\x5fgw_pad\x5f"
+_OBFUSCATION_KEY = b',"obfuscation":'
+MAX_UNMATCHED_LEARNS = 8
+
+
+def plain_string(token: bytes) -> str | None:
+    """The value of a JSON string token that needs no unescaping, else None. "Plain" is stricter
+    than JSON needs: no quote, no backslash, and only printable characters (str.isprintable: no
+    control, format or separator character other than the ASCII space), which is one C-speed scan;
+    the rest takes the full parse."""
+    if len(token) < 2 or token[0] != 0x22 or token[-1] != 0x22:
+        return None
+    try:
+        text = token[1:-1].decode()
+    except UnicodeDecodeError:
+        return None
+    if '"' in text or "\\" in text or not text.isprintable():
+        return None
+    return text
+
+
+def string_token(text: str) -> bytes:
+    """`text` as a JSON string token. A plain text is quoted by hand: `orjson.dumps` starts every
+    result in a 1 KiB buffer and shrinks it, which costs ~2 µs a call once results are kept alive
+    (as a read's output pieces are, until they are joined) against ~0.2 µs."""
+    if '"' in text or "\\" in text or not text.isprintable():
+        return orjson.dumps(text)
+    return b'"' + text.encode() + b'"'
+
+
+class ContentShape:
+    """Per stream. `learn` from a parsed content-only chunk; `match` later chunks by their bytes."""
+
+    __slots__ = ("_head", "_padded", "_tail", "_unmatched", "index")
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._tail = b""
+        self._padded = False  # the tail ends with an `obfuscation` string that changes per chunk
+        self._unmatched = 0  # learns since the last match: a stream whose envelope changes per chunk
+        self.index = 0  # the choice index every matching chunk carries
+
+    @property
+    def learned(self) -> bool:
+        return bool(self._head)
+
+    def learn(self, raw: bytes, text: str) -> None:
+        """`raw` parsed to a content-only chunk with content `text` (non-empty). Keeps its envelope if
+        the split is proven; otherwise keeps the previous shape. A stream whose envelope changes on
+        every chunk (per-chunk ids, Azure's filter results) stops being learned after a few tries."""
+        if self._unmatched >= MAX_UNMATCHED_LEARNS:
+            return
+        self._unmatched += 1
+        token = orjson.dumps(text)
+        start = raw.find(token)
+        if start < 0 or raw.find(token, start + 1) >= 0 or plain_string(token) is None:
+            return  # escaped differently, or the same string elsewhere too: no unique split
+        head, tail = raw[:start], raw[start + len(token):]
+        padded = False
+        cut = tail.rfind(_OBFUSCATION_KEY)
+        if cut >= 0 and tail.endswith(b'"}') and plain_string(tail[cut + len(_OBFUSCATION_KEY):-1]) is not None:
+            tail, padded = tail[:cut + len(_OBFUSCATION_KEY)], True
+        index = _probe(head, tail, padded)
+        if index is not None:
+            self._head, self._tail, self._padded, self.index = head, tail, padded, index
+
+    def match(self, raw: bytes) -> tuple[str, int, int] | None:
+        """(content, start, end) of a chunk of the learned shape, `raw[start:end]` being the content's
+        string token; None when the chunk needs the full parse. `plain_string`, inlined: this runs for
+        every chunk."""
+        head = self._head
+        if not head or not raw.startswith(head):
+            return None
+        start = len(head)
+        if self._padded:
+            end = raw.rfind(self._tail)
+            if end < start or raw[-1] != 0x7D or plain_string(raw[end + len(self._tail):-1]) is None:
+                return None
+        elif raw.endswith(self._tail):
+            end = len(raw) - len(self._tail)
+        else:
+            return None
+        if end - start < 3 or raw[start] != 0x22 or raw[end - 1] != 0x22:
+            return None
+        try:
+            text = raw[start + 1:end - 1].decode()
+        except UnicodeDecodeError:
+            return None
+        if '"' in text or "\\" in text or not text.isprintable():
+            return None
+        self._unmatched = 0
+        return text, start, end
+
+
+def _probe(head: bytes, tail: bytes, padded: bool) -> int | None:
+    """The choice index when head + a probe string + tail is a content-only chunk with the probe as its
+    content (and the pad as its obfuscation), else None."""
+    doc = head + orjson.dumps(_PROBE) + tail + (orjson.dumps(_PAD) + b"}" if padded else b"")
+    try:
+        obj: Any = orjson.loads(doc)
+    except orjson.JSONDecodeError:
+        return None
+    if content_only(obj) != _PROBE or (padded and obj.get("obfuscation") != _PAD):
+        return None
+    index = obj["choices"][0].get("index", 0)
+    return index if type(index) is int else None

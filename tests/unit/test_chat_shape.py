@@ -1,0 +1,155 @@
+"""Reading content-only chunks by their bytes (`core.chat_shape`): whatever it reads, a full JSON parse
+reads the same; whatever it cannot prove, it leaves to the parse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.core.chat import content_only
+from gateway.core.chat_shape import MAX_UNMATCHED_LEARNS, ContentShape, plain_string, string_token
+
+
+def openai(text: str, pad: str | None = "Xy3") -> bytes:
+    """OpenAI's envelope, compact, with its per-chunk `obfuscation` padding (protocols.md §2.3)."""
+    obj: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                           "model": "gpt-4o", "service_tier": "default", "system_fingerprint": "fp_1",
+                           "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None,
+                                        "finish_reason": None}]}
+    if pad is not None:
+        obj["obfuscation"] = pad
+    return orjson.dumps(obj)
+
+
+def spaced(text: str) -> bytes:
+    """Python's json.dumps separators, as some servers send them."""
+    return b'{"id": "c", "choices": [{"index": 2, "delta": {"content": %s}, "finish_reason": null}], "model": "m"}' \
+        % orjson.dumps(text)
+
+
+def llamacpp(text: str) -> bytes:
+    """Fields in another order, the choice list first."""
+    return b'{"choices":[{"finish_reason":null,"index":0,"delta":{"content":%s}}],"created":1,"id":"x",' \
+        b'"model":"gemma","object":"chat.completion.chunk"}' % orjson.dumps(text)
+
+
+ENVELOPES = [openai, lambda t: openai(t, None), spaced, llamacpp]
+
+
+def learned(render: Any, text: str = "Hello") -> ContentShape:
+    shape = ContentShape()
+    shape.learn(render(text), text)
+    assert shape.learned
+    return shape
+
+
+def parsed_text(raw: bytes) -> str | None:
+    try:
+        return content_only(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        return None
+
+
+@pytest.mark.parametrize("render", ENVELOPES)
+def test_chunks_of_the_learned_envelope_are_read_without_a_parse(render: Any) -> None:
+    shape = learned(render)
+    for text in ["Hi", " world", "é 中文 🙂", "a,b:{c}[d]", "x" * 500]:
+        raw = render(text)
+        hit = shape.match(raw)
+        assert hit is not None and hit[0] == text
+        assert raw[hit[1]:hit[2]] == orjson.dumps(text)
+    assert shape.index == orjson.loads(render("z"))["choices"][0]["index"]
+
+
+@pytest.mark.parametrize("render", ENVELOPES)
+def test_text_that_needs_unescaping_is_left_to_the_parse(render: Any) -> None:
+    shape = learned(render)
+    for text in ['say "hi"', "line\nbreak", "back\\slash", "tab\there", ""]:
+        assert shape.match(render(text)) is None
+
+
+def test_other_chunks_of_the_stream_are_left_to_the_parse() -> None:
+    shape = learned(openai)
+    finish = openai("x").replace(b'"finish_reason":null', b'"finish_reason":"stop"')
+    usage = openai("x").replace(b'"system_fingerprint"', b'"usage":{"prompt_tokens":1},"system_fingerprint"')
+    two = openai("x").replace(b'"content":"x"', b'"content":"x","role":"assistant"')
+    other_id = openai("x").replace(b"chatcmpl-1", b"chatcmpl-2")
+    for raw in [finish, usage, two, other_id, b"[DONE]", b"", b"{}"]:
+        assert shape.match(raw) is None
+
+
+def test_a_new_envelope_is_learned_again() -> None:
+    shape = learned(openai)
+    changed = openai("x").replace(b"fp_1", b"fp_2")
+    assert shape.match(changed) is None
+    shape.learn(changed, "x")
+    assert shape.match(openai("y").replace(b"fp_1", b"fp_2")) == ("y", *_span(changed.replace(b'"x"', b'"y"')))
+
+
+def _span(raw: bytes) -> tuple[int, int]:
+    start = raw.index(b'"content":') + len(b'"content":')
+    return start, raw.index(b'"', start + 1) + 1
+
+
+def test_no_unique_split_means_nothing_is_learned() -> None:
+    shape = ContentShape()
+    shape.learn(openai("gpt-4o"), "gpt-4o")  # the model's name is the same string
+    shape.learn(b'{"choices":[{"index":0,"delta":{"content":"\\u0041"}}]}', "A")  # escaped upstream
+    assert not shape.learned
+
+
+def test_a_split_the_probe_disproves_is_not_learned() -> None:
+    # "idx" appears once as a string token, but it is a key, not the content: the probe's content
+    # is not the probe
+    shape = ContentShape()
+    shape.learn(b'{"choices":[{"index":0,"delta":{"content":"x"}}],"idx":1}', "idx")
+    assert not shape.learned
+
+
+def test_a_stream_whose_envelope_changes_every_chunk_stops_being_learned() -> None:
+    shape = ContentShape()
+    for n in range(MAX_UNMATCHED_LEARNS):
+        raw = openai("hi").replace(b"chatcmpl-1", b"chatcmpl-%d" % n)
+        assert shape.match(raw) is None
+        shape.learn(raw, "hi")
+    last = openai("hi").replace(b"chatcmpl-1", b"chatcmpl-x")
+    shape.learn(last, "hi")
+    assert shape.match(last) is None, "learned after the limit"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(range(len(ENVELOPES))), st.text(), st.text(max_size=8))
+def test_a_read_always_agrees_with_the_full_parse(which: int, text: str, pad: str) -> None:
+    render = ENVELOPES[which]
+    shape = learned(render)
+    raw = render(text) if which else openai(text, pad)
+    hit = shape.match(raw)
+    if hit is None:
+        return
+    assert hit[0] == text == parsed_text(raw)
+    spliced = raw[:hit[1]] + string_token("swapped \"in\"") + raw[hit[2]:]
+    assert parsed_text(spliced) == 'swapped "in"'
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(min_size=1, max_size=12), st.integers(0, 400), st.binary(max_size=3), st.integers(0, 3))
+def test_a_damaged_chunk_is_never_misread(text: str, at: int, junk: bytes, cut: int) -> None:
+    """Bytes inserted or removed anywhere: a read, if any, is what the parse reads."""
+    shape = learned(openai)
+    raw = openai(text)
+    at = at % (len(raw) + 1)
+    damaged = raw[:at] + junk + raw[at + cut:]
+    hit = shape.match(damaged)
+    if hit is not None:
+        assert hit[0] == parsed_text(damaged)
+
+
+@given(st.text())
+def test_string_token_is_a_json_string(text: str) -> None:
+    assert orjson.loads(string_token(text)) == text
+    token = orjson.dumps(text)
+    assert plain_string(token) in (None, text)
