@@ -17,7 +17,7 @@ from gateway.context import RequestContext
 from gateway.core.chat import has_output_token
 from gateway.core.chat_filter import ChatOutputFilter
 from gateway.core.events import OutputDelta
-from gateway.core.sse import DONE_EVENT
+from gateway.core.sse import DONE_EVENT, SSEEvent
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
 from gateway.metrics import record_redactions
@@ -47,7 +47,9 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
     sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
     try:
         first = _apply(filt, opened.pending)
-        opened.pending = []
+        if opened.unread:
+            first += _relay_events(opened, filt, opened.unread)
+        opened.pending, opened.unread = [], []
         await sink.emit(first, opened.t_first, filt.output_released)
         _check_refusal(filt)
         await _pump(opened, sink, filt)
@@ -118,10 +120,14 @@ def _check_refusal(filt: ChatOutputFilter) -> None:
 
 
 def _relay_read(opened: OpenedStream, filt: ChatOutputFilter, data: bytes) -> bytes:
-    """One upstream read -> the client's bytes. A content-only chunk of the stream's learned envelope
-    goes from its bytes to the filter with no chunk object in between (the per-event hot path); every
-    other event takes the parser, `OpenedStream.feed_events` and the filter's general path."""
-    events = decode(opened.decoder, data, opened.deployment)
+    return _relay_events(opened, filt, decode(opened.decoder, data, opened.deployment))
+
+
+def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSEEvent]) -> bytes:
+    """The events of one upstream read -> the client's bytes. A content-only chunk of the stream's
+    learned envelope goes from its bytes to the filter with no chunk object in between (the per-event
+    hot path); every other event takes the parser, `OpenedStream.feed_events` and the filter's general
+    path."""
     shape = opened.parser.shape if opened.parser is not None else None
     if shape is None:
         return _apply(filt, opened.feed_events(events))

@@ -35,14 +35,26 @@ class OpenedStream:
     done: bool = False  # upstream said [DONE] or its body has been read whole
     t_first: float = 0.0
     error: Failure | None = None  # an in-band error that came after the first token, in the same read
+    # events of the committing read after the one that made the stream committable: the relay reads
+    # them on its fast path (a whole answer often comes in that one read)
+    unread: list[SSEEvent] = field(default_factory=list)
 
     def close(self) -> None:
         if self.response is not None:
             self.response.close()
 
     def feed(self, data: bytes) -> list[ChatChunk]:
-        """Bytes -> client-bound chunks; raises UpstreamError for an in-band error or a bad event."""
-        return self.feed_events(decode(self.decoder, data, self.deployment))
+        """Before the commit: bytes -> client-bound chunks, up to the event that makes the stream
+        committable (the rest waits in `unread`); raises UpstreamError for an in-band error or a bad
+        event."""
+        events = decode(self.decoder, data, self.deployment)
+        out: list[ChatChunk] = []
+        for i, ev in enumerate(events):
+            out += self.feed_events([ev])
+            if self.done or self.committable:
+                self.unread = events[i + 1:]
+                break
+        return out
 
     def feed_events(self, events: list[SSEEvent]) -> list[ChatChunk]:
         """SSE events -> client-bound chunks. An in-band error after the first token sets `error`
