@@ -42,6 +42,8 @@ class _Chain:
     def push(self, text: str) -> tuple[str, Verdict | None]:
         if self.redaction is not None:
             text = self.redaction.push(text)
+            if not self.guards:
+                return text, None
         return self._through_guards(text, flush=False)
 
     def flush(self) -> tuple[str, Verdict | None]:

@@ -99,7 +99,13 @@ class ChatOutputFilter:
         """`apply_content`, appending the event's pieces to `out` (joined once per upstream read)."""
         if self.refusal is not None:
             return
-        released = self._push(index, _CONTENT, text) if self._factory is not None else text
+        stage = self._stage(index, _CONTENT) if self._factory is not None else None
+        if stage is None:
+            released = text
+        else:
+            released, refusal = stage.push(text)
+            if refusal is not None:
+                self.refusal = refusal
         if not released:
             return  # held whole, and the chunk carries nothing else
         self.output_released = True
@@ -147,9 +153,11 @@ class ChatOutputFilter:
 
     def _stage(self, index: int, kind: DeltaKind) -> TextStage | None:
         key = (index, kind)
-        if key not in self._stages:
-            self._stages[key] = self._factory(kind) if self._factory is not None else None
-        return self._stages[key]
+        try:
+            return self._stages[key]
+        except KeyError:
+            stage = self._stages[key] = self._factory(kind) if self._factory is not None else None
+            return stage
 
     def _push(self, index: int, kind: DeltaKind, text: str) -> str:
         stage = self._stage(index, kind)

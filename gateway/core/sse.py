@@ -76,14 +76,23 @@ class SSEDecoder:
         rest = buf[end + 2:] if end >= 0 else buf
         if b"\n" in rest or len(rest) > self._limit:
             return None
-        events: list[SSEEvent] = []
-        if end >= 0:
-            for block in buf[:end].split(b"\n\n"):
-                if block[:6] != b"data: " or b"\n" in block or len(block) > self._limit:
-                    return None
-                events.append(SSEEvent(block[6:], None, self._id))
+        if end < 0:
+            self._buf = rest
+            return []
+        head = buf[:end]
+        if not head.startswith(b"data: "):
+            return None
+        parts = head.split(b"\n\ndata: ")
+        # n parts hold 2(n-1) line ends between them: any other line end (a multi-line event, a
+        # comment or field line, a blank run) makes this count differ
+        if head.count(b"\n") != 2 * (len(parts) - 1):
+            return None
+        parts[0] = parts[0][6:]
+        if end > self._limit and max(map(len, parts)) > self._limit:
+            return None
+        ident = self._id
         self._buf = rest
-        return events
+        return [SSEEvent(p, None, ident) for p in parts]
 
     def _feed(self, chunk: bytes) -> list[SSEEvent]:
         if self._skip_lf and chunk:

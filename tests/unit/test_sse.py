@@ -6,6 +6,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.core.sse import (
     BOM,
@@ -127,3 +129,26 @@ def test_encoders_round_trip() -> None:
     assert decode_all([encode_data(payload)]) == [SSEEvent(payload)]
     assert decode_all([encode_event("response.done", b"{}")]) == [SSEEvent(b"{}", "response.done")]
     assert decode_all([encode_multiline(b"one\r\ntwo\nthree", "x")]) == [SSEEvent(b"one\ntwo\nthree", "x")]
+
+
+def decode_general(raw: bytes) -> list[SSEEvent]:
+    """The reference: the line-by-line parser alone, never the fast path for whole `data:` events."""
+    dec = SSEDecoder()
+    return dec._feed(raw) + dec.finish()
+
+
+_LINES = st.sampled_from([b"data: {\"a\":1}", b"data: x", b"data:", b"data: ", b"data:  two", b": ping",
+                          b"event: delta", b"id: 7", b"", b"data: [DONE]", b"retry: 5", b"data: a\\n",
+                          b"data: \xe2\x80\xa8", b"dat", b"data: data: x"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_LINES, max_size=14), st.lists(st.integers(0, 200), max_size=4), st.booleans())
+def test_the_fast_path_reads_what_the_line_parser_reads(lines: list[bytes], cuts: list[int], end: bool) -> None:
+    raw = b"\n".join(lines) + (b"\n\n" if end else b"")
+    pieces, last = [], 0
+    for cut in sorted(c % (len(raw) + 1) for c in cuts):
+        pieces.append(raw[last:cut])
+        last = cut
+    pieces.append(raw[last:])
+    assert decode_all(pieces) == decode_general(raw)
