@@ -179,12 +179,12 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
     finally:
         rt.inflight[label] -= 1
     rt.breaker(d).record_success(time.monotonic())
-    rt.metrics.attempts.labels(ctx.model.name, label, "ok").inc()
+    rt.metrics.child(rt.metrics.attempts, ctx.model.name, label, "ok").inc()
     return result
 
 
 def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Failure) -> None:
-    rt.metrics.attempts.labels(ctx.model.name, d.label, ATTEMPT_OUTCOME[failure.kind]).inc()
+    rt.metrics.child(rt.metrics.attempts, ctx.model.name, d.label, ATTEMPT_OUTCOME[failure.kind]).inc()
     if counts_against_deployment(failure.kind):
         rt.breaker(d).record_failure(time.monotonic())
     if failure.kind is FailureKind.STREAM_OPTIONS_REJECTED:

@@ -65,7 +65,7 @@ def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token
     """The winning attempt: request sent to first output token received."""
     if first_token:
         d = won.deployment
-        rt.metrics.upstream_ttft.labels(ctx.model.name, d.provider, d.label).observe(seconds)
+        rt.metrics.child(rt.metrics.upstream_ttft, ctx.model.name, d.provider, d.label).observe(seconds)
 
 
 def _record_end(rt: Runtime, ctx: RequestContext, opened: OpenedStream) -> None:

@@ -49,6 +49,12 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext) -> None:
     ctx.reservation = reservation
 
 
+def needs_settle(ctx: RequestContext) -> bool:
+    """Whether `settle` has anything to charge (most requests of an unlimited key have not)."""
+    key = ctx.key
+    return key is not None and (ctx.reservation is not None or (key.budget_usd is not None and ctx.cost_usd > 0))
+
+
 async def settle(state: StateBackend, ctx: RequestContext) -> None:
     """Charge the real usage and spend; never raises (the answer has already been given)."""
     key = ctx.key

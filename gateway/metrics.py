@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -53,6 +54,18 @@ class Metrics:
     rate_limited: Counter
     build_info: Gauge
     state_degraded: Counter
+    _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, looked up once. prometheus_client's `labels()` validates and locks
+        on every call (~2 µs); a request makes about a dozen. Label values are config names or fixed
+        enumerations (see the module docstring), so the cache stays small."""
+        key = (metric, values)
+        try:
+            return self._children[key]
+        except KeyError:
+            labelled = self._children[key] = metric.labels(*values)
+            return labelled
 
 
 def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
@@ -129,15 +142,15 @@ def usage_cost(usage: Usage, price: Price) -> float:
 
 def record_usage(m: Metrics, model: str, d: Deployment, usage: Usage | None) -> float:
     if usage is None:
-        m.usage_missing.labels(model, d.provider).inc()
+        m.child(m.usage_missing, model, d.provider).inc()
         return 0.0
     for t, v in (("input", usage.input), ("output", usage.output), ("cached_input", usage.cached_input),
                  ("cache_creation_input", usage.cache_creation_input), ("reasoning", usage.reasoning)):
         if v:
-            m.tokens.labels(model, d.provider, t).inc(v)
+            m.child(m.tokens, model, d.provider, t).inc(v)
     cost = usage_cost(usage, d.price)
     if cost:
-        m.cost.labels(model, d.provider).inc(cost)
+        m.child(m.cost, model, d.provider).inc(cost)
     return cost
 
 
@@ -147,7 +160,7 @@ def record_stream_end(m: Metrics, api: str, model: str, d: Deployment, usage: Us
     the cost."""
     cost = record_usage(m, model, d, usage)
     if usage is not None and usage.output > 1 and first_token_at is not None:
-        m.tpot.labels(api, model, d.provider).observe((now - first_token_at) / (usage.output - 1))
+        m.child(m.tpot, api, model, d.provider).observe((now - first_token_at) / (usage.output - 1))
     return cost
 
 
@@ -155,6 +168,6 @@ def record_redactions(m: Metrics, counts: Iterable[tuple[str, int]]) -> int:
     total = 0
     for rule, n in counts:
         if n:
-            m.redactions.labels(rule).inc(n)
+            m.child(m.redactions, rule).inc(n)
             total += n
     return total

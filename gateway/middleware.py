@@ -14,7 +14,7 @@ from aiohttp.typedefs import Handler
 from gateway.app_keys import CTX, METRICS, REQUEST_ID, STATE, T0
 from gateway.context import RequestContext
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, RequestTooLarge
-from gateway.limits import settle
+from gateway.limits import needs_settle, settle
 from gateway.logs import info_enabled
 
 log = structlog.get_logger("gateway")
@@ -59,7 +59,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         except GatewayError as err:
             return error_response(err, rid)
     metrics = request.app[METRICS]
-    metrics.inflight.labels(api).inc()
+    metrics.child(metrics.inflight, api).inc()
     structlog.contextvars.bind_contextvars(request_id=rid)
     status, outcome = 500, "upstream_error"
     try:
@@ -83,7 +83,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         err = GatewayError("internal gateway error")
         return error_response(err, rid)
     finally:
-        metrics.inflight.labels(api).dec()
+        metrics.child(metrics.inflight, api).dec()
         await _finish(request, api, status, outcome)
         structlog.contextvars.unbind_contextvars("request_id")
 
@@ -94,9 +94,9 @@ async def _finish(request: web.Request, api: str, status: int, outcome: str) -> 
     duration = time.perf_counter() - request[T0]
     model = ctx.model.name if ctx else "unknown"  # never the raw requested name
     stream = "true" if ctx and ctx.stream else "false"
-    metrics.requests.labels(api, model, stream, outcome).inc()
-    metrics.duration.labels(api, model, stream, outcome).observe(duration)
-    if ctx is not None:
+    metrics.child(metrics.requests, api, model, stream, outcome).inc()
+    metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
+    if ctx is not None and needs_settle(ctx):
         await asyncio.shield(settle(request.app[STATE], ctx))
     if not info_enabled():
         return

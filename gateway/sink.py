@@ -20,7 +20,7 @@ class ClientSink:
     def __init__(self, rt: Runtime, ctx: RequestContext, client: web.StreamResponse, hold: bool):
         self.rt, self.ctx, self.client = rt, ctx, client
         self.hold: list[bytes] | None = [] if hold else None
-        self.delay = rt.metrics.text_delay.labels(ctx.api)
+        self.delay = rt.metrics.child(rt.metrics.text_delay, ctx.api)
 
     async def emit(self, data: bytes, t_read: float, token_out: bool) -> None:
         if not data:
@@ -34,7 +34,8 @@ class ClientSink:
         if ctx.ttft_s is None and token_out:
             ctx.ttft_s = now - ctx.t_start
             assert ctx.deployment is not None
-            self.rt.metrics.ttft.labels(ctx.api, ctx.model.name, ctx.deployment.provider).observe(ctx.ttft_s)
+            m = self.rt.metrics
+            m.child(m.ttft, ctx.api, ctx.model.name, ctx.deployment.provider).observe(ctx.ttft_s)
         self.delay.observe(now - t_read)
 
     async def release_held(self, tail: bytes) -> None:
