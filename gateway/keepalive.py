@@ -1,8 +1,8 @@
 """Waiting for the first token without letting proxies time out (CONTRACT §4.2).
 
-The attempt loop runs as a task. If it has no first token after `server.keepalive_after_s`, the response
-is committed early (200, event-stream) and `: keepalive` comments go out every few seconds; from then on
-a failure can only be an in-stream error event. Shared by every streaming API.
+If the attempt loop has no first token after `server.keepalive_after_s`, the response is committed early
+(200, event-stream) and `: keepalive` comments go out every few seconds; from then on a failure can only
+be an in-stream error event. Shared by every streaming API.
 """
 
 from __future__ import annotations
@@ -38,42 +38,68 @@ async def commit(request: web.Request, ctx: RequestContext, won: Won | None) -> 
 
 class KeepAlive(Generic[T]):
     """Use as `async with KeepAlive(...) as ka: got = await ka.wait(); ...; client = await ka.commit(won)`.
-    Leaving the block cancels an unfinished attempt loop. `error_event` renders a failure as the API's
-    in-stream error event, for when headers already went out."""
+    `error_event` renders a failure as the API's in-stream error event, for when headers already went
+    out.
+
+    The attempt loop runs in the caller's task: a separate task would put an extra scheduling hop
+    between the first token and its commit. A timer starts the keep-alive writer only if the first
+    token is late; the writer is stopped between two writes, never cancelled inside one."""
 
     def __init__(self, request: web.Request, rt: Runtime, ctx: RequestContext,
                  attempts: Coroutine[Any, Any, tuple[Won, T]], error_event: Callable[[GatewayError], bytes]):
         self.request, self.ctx, self.error_event = request, ctx, error_event
         self.after_s = rt.config.server.keepalive_after_s
-        self.task = asyncio.ensure_future(attempts)
+        self.attempts = attempts
         self.client: web.StreamResponse | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
 
     async def __aenter__(self) -> KeepAlive[T]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if not self.task.done():
-            self.task.cancel()
-            with contextlib.suppress(BaseException):
-                await self.task
+        self.attempts.close()  # never started (an error before `wait`): no "never awaited" warning
+        await self._stop_writer()
 
     async def wait(self) -> tuple[Won, T] | None:
         """The winning attempt. The attempt loop's GatewayError is raised while it can still be an HTTP
         status; after early headers it is written as one error event and None is returned."""
-        done, _ = await asyncio.wait({self.task}, timeout=self.after_s)
-        while not done:
-            if self.client is None:
-                self.client = await commit(self.request, self.ctx, None)
-            await self.client.write(KEEPALIVE)
-            done, _ = await asyncio.wait({self.task}, timeout=KEEPALIVE_EVERY_S)
+        timer = asyncio.get_running_loop().call_later(self.after_s, self._start_writer)
         try:
-            return self.task.result()
+            result = await self.attempts
         except GatewayError as err:
+            timer.cancel()
+            await self._stop_writer()
             if self.client is None:
                 raise
             self.ctx.stream_error = err.code
             await self.client.write(self.error_event(err))
             return None
+        finally:
+            timer.cancel()
+        await self._stop_writer()
+        return result
+
+    def _start_writer(self) -> None:
+        self._writer = asyncio.ensure_future(self._keep_alive())
+
+    async def _keep_alive(self) -> None:
+        if self.client is None:
+            self.client = await commit(self.request, self.ctx, None)
+        while not self._stop.is_set():
+            await self.client.write(KEEPALIVE)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), KEEPALIVE_EVERY_S)
+
+    async def _stop_writer(self) -> None:
+        """Let the writer finish the write it is in, then end; its failure (a client gone) is the
+        relay's to meet on its own next write."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            await writer
 
     async def commit(self, won: Won) -> web.StreamResponse:
         if self.client is None:
