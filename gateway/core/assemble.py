@@ -20,6 +20,8 @@ from gateway.core.events import (
     Usage,
 )
 
+_CONTENT = DeltaKind.CONTENT
+
 
 @dataclass(slots=True)
 class _ToolCall:
@@ -49,11 +51,12 @@ class ChatAssembler:
             t = type(e)
             if t is OutputDelta:
                 assert isinstance(e, OutputDelta)
-                self._choice(e.choice).text.setdefault(e.kind, []).append(e.text)
+                self._text_parts(e.choice, e.kind).append(e.text)
                 self.first_token = True
             elif t is ToolCallDelta:
                 assert isinstance(e, ToolCallDelta)
-                call = self._choice(e.choice).tools.setdefault(e.index, _ToolCall())
+                tools = self._choice(e.choice).tools
+                call = tools.get(e.index) or tools.setdefault(e.index, _ToolCall())
                 call.id = call.id or e.id
                 call.name = call.name or e.name
                 if e.arguments:
@@ -71,8 +74,16 @@ class ChatAssembler:
 
     def add_content(self, choice: int, text: str) -> None:
         """`feed([OutputDelta(choice, CONTENT, text)])` without building the event (the relay's hot path)."""
-        self._choice(choice).text.setdefault(DeltaKind.CONTENT, []).append(text)
+        self._text_parts(choice, _CONTENT).append(text)
         self.first_token = True
+
+    def _text_parts(self, choice: int, kind: DeltaKind) -> list[str]:
+        # not `setdefault(kind, [])`: that builds (and drops) a list per delta
+        texts = self._choice(choice).text
+        parts = texts.get(kind)
+        if parts is None:
+            parts = texts[kind] = []
+        return parts
 
     def _choice(self, index: int) -> _Choice:
         c = self._choices.get(index)

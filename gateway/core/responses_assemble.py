@@ -105,7 +105,10 @@ class ResponsesAssembler:
                 self._add_text(key, kind, text)  # a server that sent no deltas for it
 
     def _add_text(self, key: TextKey, kind: DeltaKind, text: str) -> None:
-        self._texts.setdefault(key, []).append(text)
+        parts = self._texts.get(key)
+        if parts is None:
+            parts = self._texts[key] = []
+        parts.append(text)
         self._kinds[key] = kind
 
     def _tool(self, oi: int) -> ToolCall:

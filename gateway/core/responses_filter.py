@@ -119,7 +119,10 @@ class ResponsesOutputFilter:
             self._ids[key] = (etype, {k: obj[k] for k in ("item_id", "output_index", index_field) if k in obj})
         released, refusal = stage.push(text)
         self._refuse(refusal)
-        self._released.setdefault(key, []).append(released)
+        parts = self._released.get(key)
+        if parts is None:
+            parts = self._released[key] = []
+        parts.append(released)
         changed = released != text
         if changed:
             obj["delta"] = released
