@@ -24,14 +24,22 @@ T = TypeVar("T")
 KEEPALIVE_EVERY_S = 5.0
 
 
+class _EventStreamResponse(web.StreamResponse):
+    """Headers leave with the first write (the first token, a keep-alive comment or an error event)
+    instead of in a write of their own: one syscall and one segment fewer on the time to first token.
+    aiohttp's own `web.Response` sets the same class attribute."""
+
+    _send_headers_immediately = False
+
+
 async def commit(request: web.Request, ctx: RequestContext, won: Won | None) -> web.StreamResponse:
-    """Send the 200 and the SSE headers. Nothing can turn into an HTTP error after this."""
+    """Commit to the 200 and the SSE headers. Nothing can turn into an HTTP error after this."""
     headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no", "x-request-id": ctx.request_id}
     if won is not None:
         headers["x-gateway-deployment"] = won.deployment.label
         headers["x-gateway-attempts"] = str(won.attempts)
-    resp = web.StreamResponse(status=200, headers=headers)
+    resp = _EventStreamResponse(status=200, headers=headers)
     await resp.prepare(request)
     return resp
 
