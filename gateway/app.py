@@ -32,13 +32,13 @@ def create_app(config: Config, metrics: Metrics | None = None) -> web.Applicatio
     preinitialise(metrics, config)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        session = Upstream.create_session()
+        upstream = Upstream()
         state = create_backend(config.state, config.cache,
                                on_degraded=lambda reason: metrics.state_degraded.inc())
         app[STATE] = state
-        app[RUNTIME] = build_runtime(config, Upstream(session), metrics)
+        app[RUNTIME] = build_runtime(config, upstream, metrics)
         yield
-        await session.close()
+        upstream.close()
         await state.close()
 
     app.cleanup_ctx.append(lifecycle)

@@ -9,6 +9,7 @@ when each connection was closed by the other side.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -75,11 +76,12 @@ class FakeUpstream:
         self.active = 0  # requests being answered right now
         self.idle = asyncio.Event()  # set whenever `active` drops to zero
         self.port = 0
+        self.tls: ssl.SSLContext | None = None  # set before start() to serve HTTPS
         self._runner: web.AppRunner | None = None
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls is not None else 'http'}://127.0.0.1:{self.port}"
 
     def enqueue(self, path: str, *scripts: Script) -> None:
         self.queues[path].extend(scripts)
@@ -93,7 +95,7 @@ class FakeUpstream:
         self.closed = asyncio.Event()
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 

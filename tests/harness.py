@@ -10,6 +10,7 @@ import urllib.request
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+import uvloop
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -22,8 +23,11 @@ T = TypeVar("T")
 
 
 class LoopThread:
+    """The servers' event loop, on its own thread: uvloop, as `gateway serve` runs (its transports are not
+    asyncio's classes, so code that only worked on asyncio's loop would pass here otherwise)."""
+
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="servers", daemon=True)
         self._thread.start()
 
