@@ -1,4 +1,4 @@
-"""The only module that does outbound I/O: open an upstream request, hand back raw bytes.
+"""The only place that does outbound I/O: open an upstream request, hand back raw bytes.
 
 HTTP/1.1 over asyncio protocols (framing in the sans-I/O `core.http1`), pooled keep-alive connections,
 TLS with the system's trust store. Every failure becomes one `UpstreamError` carrying a classified

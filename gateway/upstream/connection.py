@@ -139,6 +139,8 @@ class _Pool:
 
     def give(self, conn: _Conn, now: float) -> None:
         conn.busy, conn.idle_since = False, now
+        if conn.pieces:
+            conn.take()  # what the last reader left (and reading resumed, if it was paused)
         idle = self._idle.setdefault(conn.key, [])
         idle.append(conn)
         if len(idle) > MAX_IDLE_PER_HOST:
