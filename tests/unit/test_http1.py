@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.core.http1 import BodyReader, HTTPError, parse_head, request_bytes
 
@@ -104,3 +106,16 @@ def test_request_bytes_and_header_injection() -> None:
                    b"Authorization: Bearer k\r\n\r\n{}")
     with pytest.raises(HTTPError):
         request_bytes("POST", "/", "h", {"X-Evil": "a\r\nInjected: 1"}, b"")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=40), max_size=8), st.lists(st.integers(0, 500), max_size=4),
+       st.booleans())
+def test_whole_chunks_read_like_one_byte_at_a_time(bodies: list[bytes], cuts: list[int], upper: bool) -> None:
+    """The fast path for reads of whole chunks against the line-by-line reader (one byte per read)."""
+    fmt = b"%X\r\n%s\r\n" if upper else b"%x\r\n%s\r\n"
+    raw = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"".join(fmt % (len(b), b) for b in bodies)
+           + b"0\r\n\r\n")
+    reference = read_all(raw, list(range(len(raw))))
+    assert reference[2] == b"".join(bodies) and reference[3]
+    assert read_all(raw, [c % (len(raw) + 1) for c in cuts]) == reference
