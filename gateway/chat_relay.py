@@ -132,17 +132,25 @@ def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSE
     if shape is None:
         return _apply(filt, opened.feed_events(events))
     out: list[bytes] = []
-    add_content, content_into, match = opened.assembler.add_content, filt.content_into, shape.match
+    add_content, release, match, splice = opened.assembler.add_content, filt.release_content, shape.match, \
+        shape.splice_into
+    index = shape.index
     for ev in events:
-        hit = match(ev.data)
+        data = ev.data
+        hit = match(data)
         if hit is None:
             out.extend(_apply_one(filt, ch) for ch in opened.feed_events([ev]))
             if opened.error is not None:
                 break  # an in-band error: what came before it stands, nothing after it is read
+            index = shape.index  # the parse may have taught the shape a new envelope
             continue
-        text, start, end = hit
-        add_content(shape.index, text)
-        content_into(out, ev.data, start, end, shape.index, text)
+        text, _, end = hit
+        add_content(index, text)
+        released = release(index, text)
+        if released == text:
+            out += (b"data: ", data, b"\n\n")
+        elif released:
+            splice(out, data, end, released)
     return b"".join(out)
 
 

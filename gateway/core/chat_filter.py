@@ -97,8 +97,19 @@ class ChatOutputFilter:
 
     def content_into(self, out: list[bytes], raw: bytes, start: int, end: int, index: int, text: str) -> None:
         """`apply_content`, appending the event's pieces to `out` (joined once per upstream read)."""
+        released = self.release_content(index, text)
+        if not released:
+            return  # held whole, and the chunk carries nothing else
+        if released == text:
+            out += (b"data: ", raw, b"\n\n")
+        else:
+            out += (b"data: ", raw[:start], string_token(released), raw[end:], b"\n\n")
+
+    def release_content(self, index: int, text: str) -> str:
+        """What the windows release for content `text` of choice `index` ("" when all is held or a
+        stage has refused); the caller writes it in the chunk's place."""
         if self.refusal is not None:
-            return
+            return ""
         stage = self._stage(index, _CONTENT) if self._factory is not None else None
         if stage is None:
             released = text
@@ -106,13 +117,9 @@ class ChatOutputFilter:
             released, refusal = stage.push(text)
             if refusal is not None:
                 self.refusal = refusal
-        if not released:
-            return  # held whole, and the chunk carries nothing else
-        self.output_released = True
-        if released == text:
-            out += (b"data: ", raw, b"\n\n")
-        else:
-            out += (b"data: ", raw[:start], string_token(released), raw[end:], b"\n\n")
+        if released:
+            self.output_released = True
+        return released
 
     def _apply_content(self, obj: dict[str, Any], raw: bytes | None, text: str, has_token: bool) -> bytes:
         """Fast path: one choice, content only (see `content_only`)."""

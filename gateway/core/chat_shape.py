@@ -56,13 +56,14 @@ def string_token(text: str) -> bytes:
 class ContentShape:
     """Per stream. `learn` from a parsed content-only chunk; `match` later chunks by their bytes."""
 
-    __slots__ = ("_head", "_padded", "_tail", "_unmatched", "index")
+    __slots__ = ("_head", "_padded", "_prefix", "_suffix", "_tail", "_unmatched", "index")
 
     def __init__(self) -> None:
         self._head = b""
         self._tail = b""
         self._padded = False  # the tail ends with an `obfuscation` string that changes per chunk
         self._unmatched = 0  # learns since the last match: a stream whose envelope changes per chunk
+        self._prefix = self._suffix = b""  # the SSE event around a matched chunk's content token
         self.index = 0  # the choice index every matching chunk carries
 
     @property
@@ -88,6 +89,7 @@ class ContentShape:
         index = _probe(head, tail, padded)
         if index is not None:
             self._head, self._tail, self._padded, self.index = head, tail, padded, index
+            self._prefix, self._suffix = b"data: " + head, tail + b"\n\n"
 
     def match(self, raw: bytes) -> tuple[str, int, int] | None:
         """(content, start, end) of a chunk of the learned shape, `raw[start:end]` being the content's
@@ -115,6 +117,13 @@ class ContentShape:
             return None
         self._unmatched = 0
         return text, start, end
+
+
+    def splice_into(self, out: list[bytes], raw: bytes, end: int, text: str) -> None:
+        """Append the SSE event of `raw` (a chunk this shape matched, its content token ending at `end`)
+        with `text` as its content. The envelope's bytes are the learned ones, not slices of `raw`."""
+        suffix = raw[end:] + b"\n\n" if self._padded else self._suffix
+        out += (self._prefix, string_token(text), suffix)
 
 
 def _probe(head: bytes, tail: bytes, padded: bool) -> int | None:

@@ -133,6 +133,12 @@ def test_a_read_always_agrees_with_the_full_parse(which: int, text: str, pad: st
     assert hit[0] == text == parsed_text(raw)
     spliced = raw[:hit[1]] + string_token("swapped \"in\"") + raw[hit[2]:]
     assert parsed_text(spliced) == 'swapped "in"'
+    out: list[bytes] = []
+    shape.splice_into(out, raw, hit[2], "new\ntext")
+    event = b"".join(out)
+    assert event.startswith(b"data: ") and event.endswith(b"\n\n")
+    assert orjson.loads(event[6:-2]) == {**orjson.loads(raw), "choices": [
+        {**orjson.loads(raw)["choices"][0], "delta": {"content": "new\ntext"}}]}
 
 
 @settings(max_examples=400, deadline=None)
