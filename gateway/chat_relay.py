@@ -16,7 +16,6 @@ from gateway.chat_stream import OpenedStream
 from gateway.context import RequestContext
 from gateway.core.chat import has_output_token
 from gateway.core.chat_filter import ChatOutputFilter
-from gateway.core.events import OutputDelta
 from gateway.core.sse import DONE_EVENT, SSEEvent
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
@@ -161,12 +160,6 @@ def _apply(filt: ChatOutputFilter, chunks: list[ChatChunk]) -> bytes:
 
 
 def _apply_one(filt: ChatOutputFilter, ch: ChatChunk) -> bytes:
-    span = ch.span
-    if span is not None:
-        assert ch.raw is not None
-        delta = ch.events[0]
-        assert type(delta) is OutputDelta
-        return filt.apply_content(ch.raw, span[0], span[1], delta.choice, delta.text)
     return filt.apply(ch.obj, ch.raw, not filt.output_released and has_output_token(ch.events))
 
 

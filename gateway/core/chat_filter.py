@@ -14,7 +14,6 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.core.chat import TEXT_FIELDS, content_only
-from gateway.core.chat_shape import string_token
 from gateway.core.events import DeltaKind
 from gateway.core.sse import encode_data
 
@@ -87,23 +86,6 @@ class ChatOutputFilter:
         if not changed and raw is not None:
             return encode_data(raw)
         return encode_data(orjson.dumps(obj))
-
-    def apply_content(self, raw: bytes, start: int, end: int, index: int, text: str) -> bytes:
-        """A content-only chunk read by its bytes (`chat_shape`): `raw[start:end]` is the string token of
-        its content `text`. Released text that differs is spliced in; nothing else is re-serialised."""
-        out: list[bytes] = []
-        self.content_into(out, raw, start, end, index, text)
-        return b"".join(out)
-
-    def content_into(self, out: list[bytes], raw: bytes, start: int, end: int, index: int, text: str) -> None:
-        """`apply_content`, appending the event's pieces to `out` (joined once per upstream read)."""
-        released = self.release_content(index, text)
-        if not released:
-            return  # held whole, and the chunk carries nothing else
-        if released == text:
-            out += (b"data: ", raw, b"\n\n")
-        else:
-            out += (b"data: ", raw[:start], string_token(released), raw[end:], b"\n\n")
 
     def release_content(self, index: int, text: str) -> str:
         """What the windows release for content `text` of choice `index` ("" when all is held or a

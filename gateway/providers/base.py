@@ -34,16 +34,14 @@ class ChatChunk:
     """One client-bound chunk in OpenAI `chat.completion.chunk` shape, with its typed events.
 
     `raw` holds the upstream's own data bytes when `obj` is exactly what it sent, so an unchanged chunk is
-    forwarded without re-serialising (the hot path); a translated chunk has raw=None. A content-only
-    chunk read by its bytes (`core.chat_shape`) has obj=None, one OutputDelta, and `span`: where its
-    content's string token lies in `raw`, so changed text is spliced in.
+    forwarded without re-serialising (the hot path); a translated chunk has raw=None. (Content-only
+    chunks of a learned envelope never become ChatChunks: the relay reads them from their bytes.)
     """
 
     events: list[StreamEvent]
     obj: dict[str, Any] | None
     raw: bytes | None = None
     done: bool = False  # the upstream's `[DONE]` (or its protocol's end): stop reading
-    span: tuple[int, int] | None = None
 
 
 class StreamParser(Protocol):

@@ -22,8 +22,9 @@ _CONTENT = DeltaKind.CONTENT
 
 
 class OpenAIStreamParser:
-    """Per stream. Content-only chunks of the stream's learned envelope are read from their bytes
-    (`core.chat_shape`); every other chunk is parsed whole, and may teach the envelope."""
+    """Per stream. Every chunk given to `parse` is parsed whole; a content-only one teaches `shape` the
+    stream's envelope, which the relay then matches against later chunks' bytes before calling `parse`
+    (`chat_relay._relay_events`)."""
 
     __slots__ = ("shape",)
 
@@ -33,11 +34,6 @@ class OpenAIStreamParser:
     def parse(self, event: SSEEvent) -> list[ChatChunk]:
         data = event.data
         shape = self.shape
-        if shape is not None:
-            hit = shape.match(data)
-            if hit is not None:
-                text, start, end = hit
-                return [ChatChunk([OutputDelta(shape.index, _CONTENT, text)], None, data, False, (start, end))]
         if data[:6] == DONE:
             return [ChatChunk([], None, None, done=True)]
         try:
