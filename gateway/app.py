@@ -1,70 +1,82 @@
-"""create_app(config): routes, middleware, app state, the shared ClientSession and the state backend.
+"""The API application (routes, shared state, start and stop) and the metrics application.
 
-The API and /metrics are two applications on two ports: /metrics is never served on the API port.
+The API and /metrics are two servers on two ports: /metrics is never served on the API port. The API
+runs on the gateway's own HTTP/1.1 server (`gateway.inbound`); /metrics, a scrape every few seconds,
+on aiohttp.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Mapping
 
-import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.app_keys import METRICS, RUNTIME, STATE
 from gateway.config_types import Config
-from gateway.handlers import chat_completions, embeddings_handler, healthz, list_models, readyz
+from gateway.inbound import Handler, HttpServer
 from gateway.metrics import Metrics, create_metrics, preinitialise
-from gateway.middleware import gateway_middleware
-from gateway.runtime import build_runtime
-from gateway.state.base import create_backend
+from gateway.runtime import Runtime, build_runtime
+from gateway.state.base import StateBackend, create_backend
 from gateway.upstream import Upstream
 
-log = structlog.get_logger("gateway")
+
+class App:
+    """What every request shares: the compiled runtime (swapped whole on reload), the state backend and
+    the metrics. `start` opens the upstream pool and the state backend; `close` releases them."""
+
+    def __init__(self, config: Config, metrics: Metrics | None = None):
+        self.config = config
+        self.metrics = metrics or create_metrics()
+        preinitialise(self.metrics, config)
+        self.upstream = Upstream()
+        self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics)
+        self._state: StateBackend | None = None
+        self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
+
+    async def start(self) -> None:
+        metrics = self.metrics
+        self._state = create_backend(self.config.state, self.config.cache,
+                                    on_degraded=lambda reason: metrics.state_degraded.inc())
+
+    async def close(self) -> None:
+        self.upstream.close()
+        if self._state is not None:
+            await self._state.close()
+
+    @property
+    def state(self) -> StateBackend:
+        if self._state is None:
+            raise RuntimeError("the app has not started")
+        return self._state
+
+    def reload(self, config: Config) -> None:
+        """SIGHUP: swap in a runtime compiled from the new config; requests in flight keep the old one."""
+        old = self.runtime
+        self.runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
+        preinitialise(old.metrics, config)
 
 
-def create_app(config: Config, metrics: Metrics | None = None) -> web.Application:
-    metrics = metrics or create_metrics()
-    app = web.Application(middlewares=[gateway_middleware],
-                          client_max_size=config.server.max_body_bytes + 1)
-    app[METRICS] = metrics
-    preinitialise(metrics, config)
-
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        upstream = Upstream()
-        state = create_backend(config.state, config.cache,
-                               on_degraded=lambda reason: metrics.state_degraded.inc())
-        app[STATE] = state
-        app[RUNTIME] = build_runtime(config, upstream, metrics)
-        yield
-        upstream.close()
-        await state.close()
-
-    app.cleanup_ctx.append(lifecycle)
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/v1/embeddings", embeddings_handler)
-    app.router.add_get("/v1/models", list_models)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    _add_optional_routes(app)
-    return app
+def _routes() -> dict[str, dict[str, Handler]]:
+    from gateway.handlers import chat_completions, embeddings_handler, healthz, list_models, readyz
+    from gateway.responses_handler import responses
+    return {
+        "/v1/chat/completions": {"POST": chat_completions},
+        "/v1/responses": {"POST": responses},
+        "/v1/embeddings": {"POST": embeddings_handler},
+        "/v1/models": {"GET": list_models},
+        "/healthz": {"GET": healthz},
+        "/readyz": {"GET": readyz},
+    }
 
 
-def _add_optional_routes(app: web.Application) -> None:
-    """APIs that live in their own modules register here when present."""
-    try:
-        from gateway.responses_handler import responses
-    except ImportError:
-        return
-    app.router.add_post("/v1/responses", responses)
-
-
-def reload(app: web.Application, config: Config) -> None:
-    """SIGHUP: swap in a runtime compiled from the new config; requests in flight keep the old one."""
-    old = app[RUNTIME]
-    app[RUNTIME] = build_runtime(config, old.upstream, old.metrics, previous=old)
-    preinitialise(old.metrics, config)
+async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False) -> HttpServer:
+    """Start the app and its server; returns the listening server (`server.shutdown` drains)."""
+    from gateway.middleware import handle
+    await app.start()
+    server = HttpServer(app, handle)
+    await server.listen(host, port, reuse_port=reuse_port)
+    return server
 
 
 def create_metrics_app(metrics: Metrics) -> web.Application:

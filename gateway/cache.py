@@ -13,11 +13,11 @@ from typing import Any
 
 import orjson
 import structlog
-from aiohttp import web
 
 from gateway.context import RequestContext
 from gateway.core.assemble import completion_to_chunks
 from gateway.core.sse import DONE_EVENT, encode_data
+from gateway.inbound import Request, Response, StreamResponse
 from gateway.runtime import Runtime
 from gateway.state.base import StateBackend
 from gateway.state.cache_key import cache_key
@@ -26,7 +26,7 @@ log = structlog.get_logger("gateway")
 HEADER = "x-gateway-cache"
 
 
-def wanted(rt: Runtime, request: web.Request, ctx: RequestContext) -> bool:
+def wanted(rt: Runtime, request: Request, ctx: RequestContext) -> bool:
     choice = request.headers.get(HEADER, "").lower()
     if choice == "off":
         return False
@@ -61,12 +61,12 @@ def hit_headers(ctx: RequestContext) -> dict[str, str]:
     return {"x-request-id": ctx.request_id, HEADER: "hit", "x-gateway-attempts": "0"}
 
 
-async def serve_hit(request: web.Request, ctx: RequestContext, body: dict[str, Any]) -> web.StreamResponse:
+async def serve_hit(request: Request, ctx: RequestContext, body: dict[str, Any]) -> Response | StreamResponse:
     ctx.cache_hit = True
     if not ctx.stream:
-        return web.Response(body=orjson.dumps(body), content_type="application/json", headers=hit_headers(ctx))
+        return Response(body=orjson.dumps(body), content_type="application/json", headers=hit_headers(ctx))
     headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", **hit_headers(ctx)}
-    resp = web.StreamResponse(status=200, headers=headers)
+    resp = StreamResponse(status=200, headers=headers)
     await resp.prepare(request)
     chunks = [c for c in completion_to_chunks(body) if c["choices"] or ctx.forward_usage]
     await resp.write(b"".join(encode_data(orjson.dumps(c)) for c in chunks) + DONE_EVENT)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from aiohttp import web
 
 from gateway import cache
 from gateway.attempt_io import fetch_body, raise_inband
@@ -20,6 +19,7 @@ from gateway.core.assemble import ChatAssembler
 from gateway.core.chat import TEXT_FIELDS, chunk_events
 from gateway.core.events import Usage
 from gateway.guardrails import judge_output
+from gateway.inbound import Response
 from gateway.metrics import record_redactions, record_usage
 from gateway.providers.base import ParsedBody
 from gateway.runtime import Runtime
@@ -39,7 +39,7 @@ def _headers(ctx: RequestContext, label: str, attempts: int) -> dict[str, str]:
     return {"x-request-id": ctx.request_id, "x-gateway-deployment": label, "x-gateway-attempts": str(attempts)}
 
 
-async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -> web.Response:
+async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -> Response:
     async def attempt(d: Deployment) -> ParsedBody:
         return await _fetch(rt, ctx, d, embeddings=False)
 
@@ -58,7 +58,7 @@ async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -
         raise refusal
     if ctx.cache_store:
         await cache.store(rt, state, ctx, obj)
-    return web.Response(body=orjson.dumps(obj), content_type="application/json",
+    return Response(body=orjson.dumps(obj), content_type="application/json",
                         headers=_headers(ctx, won.deployment.label, won.attempts))
 
 
@@ -88,7 +88,7 @@ def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
     return record_redactions(rt.metrics, counts)
 
 
-async def embeddings(rt: Runtime, ctx: RequestContext) -> web.Response:
+async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
     async def attempt(d: Deployment) -> ParsedBody:
         return await _fetch(rt, ctx, d, embeddings=True)
 
@@ -98,7 +98,7 @@ async def embeddings(rt: Runtime, ctx: RequestContext) -> web.Response:
     if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
         ctx.usage = Usage(input=usage["prompt_tokens"])
     ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, ctx.usage)
-    return web.Response(body=orjson.dumps(parsed.obj), content_type="application/json",
+    return Response(body=orjson.dumps(parsed.obj), content_type="application/json",
                         headers=_headers(ctx, won.deployment.label, won.attempts))
 
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aiohttp import web
-
 from gateway import cache
-from gateway.app_keys import STATE
 from gateway.attempts import Won, run_attempts
 from gateway.chat_body import redact_body
 from gateway.chat_relay import relay
@@ -22,12 +19,13 @@ from gateway.chat_stream import OpenedStream, open_stream
 from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.errors import GatewayError
+from gateway.inbound import Request, StreamResponse
 from gateway.keepalive import KeepAlive
 from gateway.metrics import record_stream_end
 from gateway.runtime import Runtime
 
 
-async def stream_chat(request: web.Request, rt: Runtime, ctx: RequestContext) -> web.StreamResponse:
+async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> StreamResponse:
     async def attempt(d: Deployment) -> OpenedStream:
         return await open_stream(rt, ctx, d)
 
@@ -52,13 +50,13 @@ async def stream_chat(request: web.Request, rt: Runtime, ctx: RequestContext) ->
             opened.close()
 
 
-async def _store(rt: Runtime, request: web.Request, ctx: RequestContext, opened: OpenedStream,
+async def _store(rt: Runtime, request: Request, ctx: RequestContext, opened: OpenedStream,
                  meta: dict[str, Any]) -> None:
     """Cache what the client read: the assembled answer, masked one-shot (equal to the streamed text)."""
     body = opened.assembler.completion(id=str(meta.get("id", "")), model=str(meta.get("model", "")),
                                        created=int(meta.get("created", 0) or 0))
     redact_body(rt, ctx, body)
-    await cache.store(rt, request.app[STATE], ctx, body)
+    await cache.store(rt, request.app.state, ctx, body)
 
 
 def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token: bool, seconds: float) -> None:

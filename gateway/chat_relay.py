@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from aiohttp import web
-
 from gateway.attempt_io import decode
 from gateway.chat_stream import OpenedStream
 from gateway.context import RequestContext
@@ -19,6 +17,7 @@ from gateway.core.chat_filter import ChatOutputFilter
 from gateway.core.sse import DONE_EVENT, SSEEvent
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
+from gateway.inbound import StreamResponse
 from gateway.metrics import record_redactions
 from gateway.providers.base import ChatChunk
 from gateway.runtime import Runtime
@@ -35,7 +34,7 @@ class StreamEnded(Exception):
         self.error, self.reason = error, reason
 
 
-async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: web.StreamResponse,
+async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: StreamResponse,
                 run: SafetyRun | None, on_end: Callable[[], None]) -> None:
     """Write the held chunks, then the rest of the stream, then `[DONE]` or one error event.
 
@@ -163,7 +162,7 @@ def _apply_one(filt: ChatOutputFilter, ch: ChatChunk) -> bytes:
     return filt.apply(ch.obj, ch.raw, not filt.output_released and has_output_token(ch.events))
 
 
-async def _end_with_error(rt: Runtime, ctx: RequestContext, client: web.StreamResponse,
+async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse,
                           filt: ChatOutputFilter, holding: bool, end: StreamEnded) -> None:
     """One error event, no [DONE]; text already sent stands. Held text that redaction masked is
     released first (it is safe); after a guardrail refusal nothing more is released."""

@@ -5,30 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from aiohttp import web
 
 from gateway import cache
-from gateway.app_keys import CTX, REQUEST_ID, RUNTIME, STATE, T0
 from gateway.auth import KeyRing
 from gateway.chat_body import complete_chat, embeddings
 from gateway.chat_handler import stream_chat
 from gateway.context import RequestContext
-from gateway.errors import InvalidRequest, ModelNotFound, RequestTooLarge, Unavailable
+from gateway.errors import InvalidRequest, ModelNotFound, Unavailable
 from gateway.guardrails import check_input
+from gateway.inbound import Request, Response, StreamResponse, json_response
 from gateway.limits import admit
 from gateway.runtime import Runtime
 
 
-async def read_json(request: web.Request, rt: Runtime) -> dict[str, Any]:
-    limit = rt.config.server.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise RequestTooLarge(f"request body is larger than {limit} bytes")
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise RequestTooLarge(f"request body is larger than {limit} bytes") from None
-    if len(raw) > limit:
-        raise RequestTooLarge(f"request body is larger than {limit} bytes")
+def read_json(request: Request, rt: Runtime) -> dict[str, Any]:
+    """The body as a JSON object. Its size was bounded while it was read (`server.max_body_bytes`)."""
+    raw = request.body
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -38,10 +30,10 @@ async def read_json(request: web.Request, rt: Runtime) -> dict[str, Any]:
     return body
 
 
-async def resolve(request: web.Request, api: str) -> tuple[Runtime, RequestContext]:
-    rt = request.app[RUNTIME]
+async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:
+    rt = request.app.runtime
     key = rt.keyring.authenticate(request.headers)
-    body = await read_json(request, rt)
+    body = read_json(request, rt)
     name = body.get("model")
     if not isinstance(name, str) or not name:
         raise InvalidRequest("you must provide a model parameter", param="model")
@@ -54,9 +46,9 @@ async def resolve(request: web.Request, api: str) -> tuple[Runtime, RequestConte
         raise InvalidRequest("stream must be a boolean", param="stream")
     opts = body.get("stream_options")
     forward_usage = isinstance(opts, dict) and opts.get("include_usage") is True
-    ctx = RequestContext(request_id=request[REQUEST_ID], api=api, model=model, body=body,
-                         stream=bool(stream), key=key, forward_usage=forward_usage, t_start=request[T0])
-    request[CTX] = ctx
+    ctx = RequestContext(request_id=request.request_id, api=api, model=model, body=body,
+                         stream=bool(stream), key=key, forward_usage=forward_usage, t_start=request.t0)
+    request.ctx = ctx
     return rt, ctx
 
 
@@ -91,11 +83,11 @@ def _redact_inputs(rt: Runtime, ctx: RequestContext) -> None:
                     part["text"] = safety.redactor.redact(part["text"]).text
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
+async def chat_completions(request: Request) -> Response | StreamResponse:
     rt, ctx = await resolve(request, "chat")
     text = _messages_text(ctx.body)
     _redact_inputs(rt, ctx)
-    state = request.app[STATE]
+    state = request.app.state
     await admit(rt, state, ctx)
     await check_input(rt, ctx, text)
     if cache.wanted(rt, request, ctx):
@@ -108,28 +100,28 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await complete_chat(rt, ctx, state)
 
 
-async def embeddings_handler(request: web.Request) -> web.StreamResponse:
+async def embeddings_handler(request: Request) -> Response | StreamResponse:
     rt, ctx = await resolve(request, "embeddings")
     if "input" not in ctx.body:
         raise InvalidRequest("you must provide an input parameter", param="input")
-    await admit(rt, request.app[STATE], ctx)
+    await admit(rt, request.app.state, ctx)
     return await embeddings(rt, ctx)
 
 
-async def list_models(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
+async def list_models(request: Request) -> Response:
+    rt = request.app.runtime
     key = rt.keyring.authenticate(request.headers)
     names = KeyRing.visible(key, list(rt.config.models))
     data = [{"id": n, "object": "model", "created": 0, "owned_by": "llm-gateway"} for n in names]
-    return web.json_response({"object": "list", "data": data}, dumps=lambda o: orjson.dumps(o).decode())
+    return json_response({"object": "list", "data": data})
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+async def healthz(request: Request) -> Response:
+    return json_response({"status": "ok"})
 
 
-async def readyz(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+async def readyz(request: Request) -> Response:
+    state = request.app.state
     if not await state.healthy():
         raise Unavailable("the state backend is not answering")
-    return web.json_response({"status": "ready"})
+    return json_response({"status": "ready"})

@@ -1,4 +1,5 @@
-"""Request id, log context, GatewayError -> OpenAI error JSON, metrics, settlement, one log line."""
+"""Every API request: route, request id, log context, GatewayError -> OpenAI error JSON, metrics,
+settlement, one log line."""
 
 from __future__ import annotations
 
@@ -8,12 +9,10 @@ import time
 import uuid
 
 import structlog
-from aiohttp import web
-from aiohttp.typedefs import Handler
 
-from gateway.app_keys import CTX, METRICS, REQUEST_ID, STATE, T0
 from gateway.context import RequestContext
-from gateway.errors import GatewayError, MethodNotAllowed, NotFound, RequestTooLarge
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.inbound import Request, Response, StreamResponse
 from gateway.limits import needs_settle, settle
 from gateway.logs import info_enabled
 
@@ -24,55 +23,48 @@ _STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", 
                    "first_token_timeout": "timeout", "upstream_timeout": "timeout"}
 
 
-def _request_id(request: web.Request) -> str:
+def _request_id(request: Request) -> str:
     given = request.headers.get("x-request-id", "")
     return given if _SAFE_ID.match(given) else uuid.uuid4().hex
 
 
-def error_response(err: GatewayError, request_id: str) -> web.Response:
+def error_response(err: GatewayError, request_id: str) -> Response:
     headers = {"x-request-id": request_id, **err.headers}
-    return web.Response(status=err.status, body=err.json_bytes(), content_type="application/json",
-                        headers=headers)
+    return Response(status=err.status, body=err.json_bytes(), content_type="application/json", headers=headers)
 
 
-def _from_http_exception(exc: web.HTTPException) -> GatewayError:
-    if exc.status == 404:
-        return NotFound("no such route")
-    if exc.status == 405:
-        return MethodNotAllowed("method not allowed on this route")
-    if exc.status == 413:
-        return RequestTooLarge("request body is too large")
-    return GatewayError(exc.reason or "error", status=exc.status, code="http_error",
-                        type="invalid_request_error")
+async def _route(request: Request) -> Response | StreamResponse:
+    methods = request.app.routes.get(request.path)
+    if methods is None:
+        raise NotFound("no such route")
+    handler = methods.get(request.method)
+    if handler is None and request.method == "HEAD":
+        handler = methods.get("GET")  # HEAD is GET without the body (RFC 9110 §9.3.2)
+    if handler is None:
+        raise MethodNotAllowed("method not allowed on this route", headers={"Allow": ", ".join(methods)})
+    return await handler(request)
 
 
-@web.middleware
-async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def handle(request: Request) -> Response | StreamResponse:
     rid = _request_id(request)
-    request[REQUEST_ID], request[T0] = rid, time.perf_counter()
+    request.request_id, request.t0 = rid, time.perf_counter()
     api = _API.get(request.path)
     if api is None:
         try:
-            return await handler(request)
-        except web.HTTPException as exc:
-            return error_response(_from_http_exception(exc), rid)
+            return await _route(request)
         except GatewayError as err:
             return error_response(err, rid)
-    metrics = request.app[METRICS]
+    metrics = request.app.metrics
     metrics.child(metrics.inflight, api).inc()
     structlog.contextvars.bind_contextvars(request_id=rid)
     status, outcome = 500, "upstream_error"
     try:
-        resp = await handler(request)
+        resp = await _route(request)
         status = resp.status
-        ctx = request.get(CTX)
+        ctx = request.ctx
         outcome = _STREAM_OUTCOME.get(ctx.stream_error, "upstream_error") if ctx and ctx.stream_error else "ok"
         return resp
     except GatewayError as err:
-        status, outcome = err.status, err.outcome
-        return error_response(err, rid)
-    except web.HTTPException as exc:
-        err = _from_http_exception(exc)
         status, outcome = err.status, err.outcome
         return error_response(err, rid)
     except (asyncio.CancelledError, ConnectionResetError):
@@ -80,29 +72,28 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)
-        err = GatewayError("internal gateway error")
-        return error_response(err, rid)
+        return error_response(GatewayError("internal gateway error"), rid)
     finally:
         metrics.child(metrics.inflight, api).dec()
         await _finish(request, api, status, outcome)
         structlog.contextvars.unbind_contextvars("request_id")
 
 
-async def _finish(request: web.Request, api: str, status: int, outcome: str) -> None:
-    ctx: RequestContext | None = request.get(CTX)
-    metrics = request.app[METRICS]
-    duration = time.perf_counter() - request[T0]
+async def _finish(request: Request, api: str, status: int, outcome: str) -> None:
+    ctx: RequestContext | None = request.ctx
+    metrics = request.app.metrics
+    duration = time.perf_counter() - request.t0
     model = ctx.model.name if ctx else "unknown"  # never the raw requested name
     stream = "true" if ctx and ctx.stream else "false"
     metrics.child(metrics.requests, api, model, stream, outcome).inc()
     metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
     if ctx is not None and needs_settle(ctx):
-        await asyncio.shield(settle(request.app[STATE], ctx))
+        await asyncio.shield(settle(request.app.state, ctx))
     if not info_enabled():
         return
     usage = ctx.usage if ctx else None
     log.info(
-        "request", request_id=request[REQUEST_ID], api=api, model=model,
+        "request", request_id=request.request_id, api=api, model=model,
         deployment=ctx.deployment.label if ctx and ctx.deployment else None,
         key=ctx.key.name if ctx and ctx.key else None, stream=stream == "true", status=status,
         outcome=outcome, attempts=ctx.attempts if ctx else 0,

@@ -12,9 +12,7 @@ import dataclasses
 from typing import Any
 
 import orjson
-from aiohttp import web
 
-from gateway.app_keys import STATE
 from gateway.attempt_io import fetch_body, raise_inband
 from gateway.attempts import run_attempts
 from gateway.chat_handler import record_upstream_ttft
@@ -27,6 +25,7 @@ from gateway.core.responses_filter import ResponsesOutputFilter
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.guardrails import check_input, judge_output
 from gateway.handlers import resolve
+from gateway.inbound import Request, Response, StreamResponse
 from gateway.keepalive import KeepAlive
 from gateway.limits import admit
 from gateway.metrics import record_redactions, record_usage
@@ -36,12 +35,12 @@ from gateway.responses_stream import OpenedResponses, open_responses, translator
 from gateway.runtime import Runtime
 
 
-async def responses(request: web.Request) -> web.StreamResponse:
+async def responses(request: Request) -> Response | StreamResponse:
     rt, ctx = await resolve(request, "responses")
     text = input_text(ctx.body)
     _redact_inputs(rt, ctx)
     _serving_deployments(rt, ctx)
-    await admit(rt, request.app[STATE], ctx)
+    await admit(rt, request.app.state, ctx)
     await check_input(rt, ctx, text)
     if ctx.stream:
         return await stream_responses(request, rt, ctx)
@@ -98,7 +97,7 @@ def _error_event(err: GatewayError) -> bytes:
     return ResponsesOutputFilter(None).error_event(err.body()["error"])
 
 
-async def stream_responses(request: web.Request, rt: Runtime, ctx: RequestContext) -> web.StreamResponse:
+async def stream_responses(request: Request, rt: Runtime, ctx: RequestContext) -> StreamResponse:
     async def attempt(d: Deployment) -> OpenedResponses:
         return await open_responses(rt, ctx, d)
 
@@ -128,7 +127,7 @@ async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ResponsesBo
     return parsed
 
 
-async def complete_responses(rt: Runtime, ctx: RequestContext) -> web.Response:
+async def complete_responses(rt: Runtime, ctx: RequestContext) -> Response:
     async def attempt(d: Deployment) -> ResponsesBody:
         return await _fetch(rt, ctx, d)
 
@@ -147,7 +146,7 @@ async def complete_responses(rt: Runtime, ctx: RequestContext) -> web.Response:
         raise refusal
     headers = {"x-request-id": ctx.request_id, "x-gateway-deployment": won.deployment.label,
                "x-gateway-attempts": str(won.attempts)}
-    return web.Response(body=orjson.dumps(obj), content_type="application/json", headers=headers)
+    return Response(body=orjson.dumps(obj), content_type="application/json", headers=headers)
 
 
 def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:

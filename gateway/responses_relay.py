@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import time
 
-from aiohttp import web
-
 from gateway.context import RequestContext
 from gateway.core.responses import ERROR_TYPES, TERMINAL_OK, ResponsesEvent
 from gateway.core.responses_filter import ResponsesOutputFilter
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
+from gateway.inbound import StreamResponse
 from gateway.metrics import record_redactions, record_stream_end
 from gateway.responses_stream import OpenedResponses
 from gateway.runtime import Runtime
@@ -35,7 +34,7 @@ class StreamEnded(Exception):
 
 
 class _Relay:
-    def __init__(self, rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: web.StreamResponse,
+    def __init__(self, rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: StreamResponse,
                  run: SafetyRun | None):
         safety = rt.safety.models[ctx.model.name]
         self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
@@ -156,7 +155,7 @@ class _Relay:
                                          self.opened.t_first if asm.first_token else None, time.perf_counter())
 
 
-async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: web.StreamResponse,
+async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: StreamResponse,
                 run: SafetyRun | None) -> None:
     """Write the held preamble and the first token, then the rest; end with the terminal event or one
     error event."""

@@ -10,33 +10,30 @@ from collections.abc import Callable
 import structlog
 from aiohttp import web
 
-from gateway.app import create_app, create_metrics_app, reload
+from gateway.app import App, create_metrics_app
+from gateway.app import serve_api as start_api
 from gateway.config import ConfigError, load_config
 from gateway.config_types import Config
+from gateway.inbound import HttpServer
 from gateway.metrics import Metrics, create_metrics
 
 log = structlog.get_logger("gateway")
 
 
-async def _start(app: web.Application, host: str, port: int, reuse_port: bool,
-                 shutdown_timeout: float) -> web.AppRunner:
-    # handler_cancellation: a client that goes away cancels its handler, which closes the upstream
-    # request at once (CONTRACT §4.7). shutdown_timeout: how long open streams may drain on SIGTERM.
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=shutdown_timeout,
-                           access_log=None)
+async def _start_metrics(app: web.Application, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=2048)
-    await site.start()
+    await web.TCPSite(runner, host, port).start()
     return runner
 
 
-def _on_hup(app: web.Application, path: str | None) -> None:
+def _on_hup(app: App, path: str | None) -> None:
     if path is None:
         log.warning("reload_ignored", reason="the embedded default has no file to reload")
         return
     try:
         config = load_config(path)
-        reload(app, config)
+        app.reload(config)
     except (ConfigError, ValueError) as exc:
         errors = exc.errors if isinstance(exc, ConfigError) else [str(exc)]
         log.error("reload_rejected", errors=errors)
@@ -60,12 +57,13 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
     metrics = metrics or create_metrics()
     s = config.server
     runners: list[web.AppRunner] = []
-    app: web.Application | None = None
+    app: App | None = None
+    api: HttpServer | None = None
     if serve_api:
-        app = create_app(config, metrics)
-        runners.append(await _start(app, s.host, s.port, reuse_port, s.drain_s))
+        app = App(config, metrics)
+        api = await start_api(app, s.host, s.port, reuse_port=reuse_port)
     if serve_metrics:
-        runners.append(await _start(create_metrics_app(metrics), s.host, s.metrics_port, False, 1.0))
+        runners.append(await _start_metrics(create_metrics_app(metrics), s.host, s.metrics_port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -85,6 +83,9 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
              metrics_port=s.metrics_port if serve_metrics else None)
     await stop.wait()
     log.info("draining", drain_s=s.drain_s)
+    if api is not None and app is not None:
+        await api.shutdown(s.drain_s)
+        await app.close()
     for runner in runners:
         await runner.cleanup()
     log.info("stopped")

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import time
 
-from aiohttp import web
-
 from gateway.context import RequestContext
+from gateway.inbound import StreamResponse
 from gateway.runtime import Runtime
 
 
 class ClientSink:
     __slots__ = ("client", "ctx", "delay", "hold", "rt")
 
-    def __init__(self, rt: Runtime, ctx: RequestContext, client: web.StreamResponse, hold: bool):
+    def __init__(self, rt: Runtime, ctx: RequestContext, client: StreamResponse, hold: bool):
         self.rt, self.ctx, self.client = rt, ctx, client
         self.hold: list[bytes] | None = [] if hold else None
         self.delay = rt.metrics.child(rt.metrics.text_delay, ctx.api)

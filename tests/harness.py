@@ -14,9 +14,10 @@ import uvloop
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gateway.app import create_app, create_metrics_app
+from gateway.app import App, create_metrics_app, serve_api
 from gateway.config import parse_config
 from gateway.config_types import Config
+from gateway.inbound import HttpServer
 from gateway.metrics import Metrics, create_metrics
 
 T = TypeVar("T")
@@ -54,7 +55,8 @@ class GatewayServer:
         self.metrics: Metrics = create_metrics(CollectorRegistry())
         self.port = 0
         self.metrics_port = 0
-        self.app: web.Application | None = None
+        self.app: App | None = None
+        self.api: HttpServer | None = None
         self._runners: list[web.AppRunner] = []
 
     @property
@@ -62,12 +64,13 @@ class GatewayServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def start(self) -> None:
-        self.app = create_app(self.config, self.metrics)
-        self.port = await self._serve(self.app, 30.0)
+        self.app = App(self.config, self.metrics)
+        self.api = await serve_api(self.app, "127.0.0.1", 0)
+        self.port = self.api.port
         self.metrics_port = await self._serve(create_metrics_app(self.metrics), 1.0)
 
     async def _serve(self, app: web.Application, shutdown: float) -> int:
-        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=shutdown, access_log=None)
+        runner = web.AppRunner(app, shutdown_timeout=shutdown, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -75,6 +78,9 @@ class GatewayServer:
         return int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
 
     async def stop(self) -> None:
+        if self.api is not None and self.app is not None:
+            await self.api.shutdown(30.0)
+            await self.app.close()
         for r in self._runners:
             await r.cleanup()
 

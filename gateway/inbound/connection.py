@@ -1,0 +1,193 @@
+"""One client connection: read requests (sans-I/O `RequestReader`), run each in its own task, write its
+response, keep the connection for the next one.
+
+Reading continues while a handler runs, so a client that goes away is seen at once (its handler is
+cancelled, which closes the upstream request: CONTRACT §4.7); bytes of a next request (pipelining)
+wait until the response is complete. Writes pause the handler while the socket's buffer is above the
+transport's high-water mark, so a slow client holds back its own stream instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from gateway.core.http1_request import RequestError, RequestHead, RequestReader
+from gateway.errors import GatewayError
+from gateway.inbound.messages import Request, Response, StreamResponse
+
+if TYPE_CHECKING:
+    from gateway.inbound import HttpServer
+
+log = structlog.get_logger("gateway")
+Handler = Callable[[Request], Awaitable[Response | StreamResponse]]
+MAX_PENDING = 256 * 1024  # pipelined bytes held while a request runs before reading pauses
+LINGER_S = 5.0  # after refusing a request: how long to read and drop what the client still sends
+
+
+class ClientGone(ConnectionResetError):
+    """The client closed the connection; writing to it is pointless."""
+
+
+class HttpConnection(asyncio.Protocol):
+    __slots__ = ("_drain", "_lingering", "_pending", "_reader", "_server", "_wrote", "closing", "idle_since",
+                 "task", "transport")
+
+    def __init__(self, server: HttpServer):
+        self._server = server
+        self._reader = RequestReader(server.max_body())
+        self._pending = bytearray()
+        self._drain: asyncio.Future[None] | None = None
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.closing = False
+        self.idle_since = 0.0
+        self._wrote = False  # some bytes of the current response are out
+        self._lingering = False
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not asyncio's class
+        self.idle_since = self._server.loop.time()
+        self._server.connections.add(self)
+        if self._server.closing:
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
+        if self.task is not None or self.closing:
+            self._pending += data
+            if len(self._pending) > MAX_PENDING and self.transport is not None:
+                self.transport.pause_reading()
+            return
+        self._take(data)
+
+    def eof_received(self) -> bool:
+        return False  # a client that half-closes has gone: close, which cancels its handler
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self._server.connections.discard(self)
+        if self.task is not None:
+            self.task.cancel()
+        drain, self._drain = self._drain, None
+        if drain is not None and not drain.done():
+            drain.set_exception(ClientGone("the client closed the connection"))
+
+    def pause_writing(self) -> None:
+        if self._drain is None:
+            self._drain = self._server.loop.create_future()
+
+    def resume_writing(self) -> None:
+        drain, self._drain = self._drain, None
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    # Channel (what responses write to)
+
+    def send(self, data: bytes) -> bool:
+        transport = self.transport
+        if transport is None or self.closing or transport.is_closing():
+            raise ClientGone("the client closed the connection")
+        transport.write(data)
+        self._wrote = True
+        return self._drain is not None
+
+    @property
+    def writing_paused(self) -> bool:
+        """The client's socket is full: its response waits in `drained`."""
+        return self._drain is not None
+
+    async def drained(self) -> None:
+        if self._drain is not None:
+            await self._drain
+
+    def date(self) -> str:
+        return self._server.date()
+
+    # requests
+
+    def _take(self, data: bytes) -> None:
+        try:
+            got = self._reader.feed(data)
+        except RequestError as exc:
+            self._reject(exc)
+            return
+        if got is None:
+            interim = self._reader.continue_due()
+            if interim and self.transport is not None:
+                self.transport.write(interim)
+            return
+        self.task = self._server.loop.create_task(self._serve(*got))
+
+    async def _serve(self, head: RequestHead, body: bytes) -> None:
+        request = Request(self._server.app, head, body, self)
+        try:
+            resp = await self._server.handler(request)
+            if isinstance(resp, StreamResponse):
+                if not resp.prepared:
+                    await resp.prepare(request)
+                await resp.write_eof()
+                keep = resp.keep_alive
+            elif self._wrote:  # a streamed response already began: nothing else may follow on it
+                raise RuntimeError("the handler returned a response after it began a streamed one")
+            else:
+                self.send(resp.encode(request))
+                keep = request.keeps_alive()
+        except (asyncio.CancelledError, ConnectionError):
+            self._close()
+            return
+        except Exception:
+            log.exception("unhandled_error", path=head.path)
+            self._close()
+            return
+        self.task, self._wrote = None, False
+        if not keep or self._server.closing:
+            self._close()
+            return
+        self.idle_since = self._server.loop.time()
+        self._next()
+
+    def _next(self) -> None:
+        """The next request, if its bytes came while this one ran."""
+        if self._pending:
+            data = bytes(self._pending)
+            self._pending.clear()
+            if self.transport is not None:
+                self.transport.resume_reading()
+            self._take(data)
+        elif self._reader.buffered:
+            self._take(b"")
+
+    def _reject(self, exc: RequestError) -> None:
+        """A request we cannot read: answer its status and close (its framing is not to be trusted).
+        The client may still be sending (a body over the limit): closing a socket with unread bytes
+        resets it, and the client would lose the answer. So the answer goes out with a FIN, what
+        still comes is read and dropped, and the socket closes when the client does (or after
+        LINGER_S): the lingering close of RFC 9112 §9.6."""
+        code = "request_too_large" if exc.status == 413 else "bad_request"
+        err = GatewayError(exc.message, status=exc.status, code=code, type="invalid_request_error")
+        head = RequestHead("POST", "", "", {}, False, False, 0, False)
+        resp = Response(status=exc.status, body=err.json_bytes(), content_type="application/json")
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(resp.encode(Request(self._server.app, head, b"", self)))
+        self.closing = self._lingering = True
+        transport.write_eof()
+        self._server.loop.call_later(LINGER_S, self._close)
+
+    def _close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def close_if_idle(self, idle_before: float) -> None:
+        """Shutdown (idle_before = inf) or the keep-alive timeout: close a connection between requests."""
+        if self.task is None and self.idle_since < idle_before:
+            self._close()

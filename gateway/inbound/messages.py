@@ -1,0 +1,125 @@
+"""What a handler receives and returns: the request (read whole), a response with a body, or a streamed
+response whose headers leave with its first write (one segment fewer on the time to first token)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from gateway.core.http1_request import LAST_CHUNK, RequestHead, chunk, response_head
+
+if TYPE_CHECKING:
+    from gateway.app import App
+
+
+class Channel(Protocol):
+    """The connection a response is written to (`gateway.inbound.connection.HttpConnection`)."""
+
+    closing: bool
+
+    def send(self, data: bytes) -> bool: ...  # True: the client is slow, await `drained()`
+
+    async def drained(self) -> None: ...
+
+    def date(self) -> str: ...
+
+
+class Request:
+    __slots__ = ("app", "body", "channel", "ctx", "head", "request_id", "t0")
+
+    def __init__(self, app: App, head: RequestHead, body: bytes, channel: Channel):
+        self.app, self.head, self.body, self.channel = app, head, body, channel
+        self.ctx: Any = None  # the handler's RequestContext, once it has resolved the model
+        self.request_id = ""
+        self.t0 = 0.0
+
+    @property
+    def method(self) -> str:
+        return self.head.method
+
+    @property
+    def path(self) -> str:
+        return self.head.path
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Lower-case names."""
+        return self.head.headers
+
+    @property
+    def content_length(self) -> int | None:
+        return self.head.content_length
+
+    def keeps_alive(self) -> bool:
+        return self.head.keep_alive and not self.channel.closing
+
+
+class Response:
+    """A whole response, written in one piece after the handler returns."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, *, status: int = 200, body: bytes = b"", content_type: str | None = None,
+                 headers: dict[str, str] | None = None):
+        self.status, self.body = status, body
+        self.headers = dict(headers) if headers else {}
+        if content_type is not None:
+            self.headers["Content-Type"] = content_type
+
+    def encode(self, request: Request) -> bytes:
+        head = response_head(self.status, self.headers, request.channel.date(), length=len(self.body),
+                             keep_alive=request.keeps_alive(), http10=request.head.http10)
+        return head if request.method == "HEAD" else head + self.body
+
+
+def json_response(obj: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(status=status, body=orjson.dumps(obj), content_type="application/json", headers=headers)
+
+
+class StreamResponse:
+    """A streamed body: chunked (HTTP/1.1) or up to the close (HTTP/1.0). `prepare` commits to the
+    status; the head leaves with the first write; `write_eof` (or the server, after the handler
+    returns) ends the body."""
+
+    __slots__ = ("_channel", "_chunked", "_head", "finished", "headers", "keep_alive", "prepared", "status")
+
+    def __init__(self, *, status: int = 200, headers: dict[str, str] | None = None):
+        self.status = status
+        self.headers = dict(headers) if headers else {}
+        self.prepared = self.finished = False
+        self.keep_alive = False
+        self._chunked = True
+        self._head = b""
+        self._channel: Channel | None = None
+
+    async def prepare(self, request: Request) -> None:
+        if self.prepared:
+            return
+        http10 = request.head.http10
+        self.keep_alive = request.keeps_alive() and not http10  # an HTTP/1.0 body ends at the close
+        self._chunked = not http10
+        self._head = response_head(self.status, self.headers, request.channel.date(), length=None,
+                                   keep_alive=self.keep_alive, http10=http10)
+        self._channel = request.channel
+        self.prepared = True
+
+    async def write(self, data: bytes) -> None:
+        if data:
+            await self._send(chunk(data) if self._chunked else data)
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        if self.finished:
+            return
+        self.finished = True
+        body = (chunk(data) if data else b"") + LAST_CHUNK if self._chunked else data
+        await self._send(body)
+
+    async def _send(self, data: bytes) -> None:
+        channel = self._channel
+        if channel is None:
+            raise RuntimeError("write before prepare")
+        if self._head:
+            data, self._head = self._head + data, b""
+        if channel.send(data):
+            await channel.drained()
