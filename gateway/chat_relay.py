@@ -48,6 +48,8 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
         if opened.unread:
             first += _relay_events(opened, filt, opened.unread)
         opened.pending, opened.unread = [], []
+        if opened.done and sink.hold is None and not safety.audit_guards:
+            client.cork()  # the whole answer is in hand and nothing below waits: one write for all of it
         await sink.emit(first, opened.t_first, filt.output_released)
         _check_refusal(filt)
         await _pump(opened, sink, filt)

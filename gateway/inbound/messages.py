@@ -82,7 +82,8 @@ class StreamResponse:
     status; the head leaves with the first write; `write_eof` (or the server, after the handler
     returns) ends the body."""
 
-    __slots__ = ("_channel", "_chunked", "_head", "finished", "headers", "keep_alive", "prepared", "status")
+    __slots__ = ("_channel", "_chunked", "_corked", "_head", "finished", "headers", "keep_alive", "prepared",
+                 "status")
 
     def __init__(self, *, status: int = 200, headers: dict[str, str] | None = None):
         self.status = status
@@ -92,6 +93,7 @@ class StreamResponse:
         self._chunked = True
         self._head = b""
         self._channel: Channel | None = None
+        self._corked: list[bytes] | None = None
 
     async def prepare(self, request: Request) -> None:
         if self.prepared:
@@ -104,14 +106,28 @@ class StreamResponse:
         self._channel = request.channel
         self.prepared = True
 
+    def cork(self) -> None:
+        """Hold writes until `write_eof`, which sends them and the end of the body in one piece. Only for
+        when everything to write is already in hand (nothing will wait between the writes): one
+        syscall and one segment instead of several."""
+        if not self.finished:
+            self._corked = []
+
     async def write(self, data: bytes) -> None:
-        if data:
-            await self._send(chunk(data) if self._chunked else data)
+        if not data:
+            return
+        if self._corked is not None:
+            self._corked.append(data)
+            return
+        await self._send(chunk(data) if self._chunked else data)
 
     async def write_eof(self, data: bytes = b"") -> None:
         if self.finished:
             return
         self.finished = True
+        corked, self._corked = self._corked, None
+        if corked:
+            data = b"".join([*corked, data])
         body = (chunk(data) if data else b"") + LAST_CHUNK if self._chunked else data
         await self._send(body)
 
