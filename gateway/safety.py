@@ -34,16 +34,19 @@ class Guardrail:
 class _Chain:
     """Redaction window, then each stream guardrail's window: one text kind of one choice."""
 
-    __slots__ = ("guards", "redaction")
+    __slots__ = ("_redact_only", "guards", "redaction")
 
     def __init__(self, redaction: RedactionWindow | None, guards: list[GuardWindow]):
         self.redaction, self.guards = redaction, guards
+        # The usual chain is redaction alone; its push, bound once, is all a delta needs.
+        self._redact_only = redaction.push if redaction is not None and not guards else None
 
     def push(self, text: str) -> tuple[str, Verdict | None]:
+        redact_only = self._redact_only
+        if redact_only is not None:
+            return redact_only(text), None
         if self.redaction is not None:
             text = self.redaction.push(text)
-            if not self.guards:
-                return text, None
         return self._through_guards(text, flush=False)
 
     def flush(self) -> tuple[str, Verdict | None]:

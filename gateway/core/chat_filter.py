@@ -92,7 +92,12 @@ class ChatOutputFilter:
         stage has refused); the caller writes it in the chunk's place."""
         if self.refusal is not None:
             return ""
-        stage = self._stage(index, _CONTENT) if self._factory is not None else None
+        # Called once per content delta: the stage's own lookup, inlined (no `_stage` call once
+        # the stage exists; without a factory `_stages` stays empty and there is no stage).
+        try:
+            stage = self._stages[(index, _CONTENT)]
+        except KeyError:
+            stage = self._stage(index, _CONTENT) if self._factory is not None else None
         if stage is None:
             released = text
         else:

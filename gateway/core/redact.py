@@ -165,9 +165,10 @@ class RedactionWindow(SegmentWindow):
         self._redactor = redactor
         self._counts: dict[str, int] = {}
 
-    def push(self, text: str) -> str:
-        """Feed a delta; return the masked text that is safe to release now ("" if all is held)."""
-        return self._feed(text, False)
+    # Feed a delta; return the masked text that is safe to release now ("" if all is held). It is
+    # `_feed(text, False)` without the stop check, as one call: this window never stops (its
+    # `_close` always succeeds), and this runs once per delta of every stream.
+    push = SegmentWindow._push
 
     def flush(self) -> str:
         """End of stream: release everything still held, masked."""

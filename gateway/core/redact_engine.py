@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.core.redact_regex import (
     detect_source,
@@ -56,6 +56,13 @@ class ScanSpec:
     residual: re.Pattern[str] | None  # rules without a hint: their detect and prefix forms
     live: re.Pattern[str] | None  # non-empty prefixes of the rules that may span whitespace
     detect: re.Pattern[str] | None  # a superset of every rule's matches, for a quick reject
+    # The per-delta path's one search: `first_hit` of a text shorter than RUN_LIMIT, when one
+    # pattern does all its work (None: call first_hit). Derived, so `replace` keeps it in step.
+    short_scan: re.Pattern[str] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        scan = self.residual if self.trigger is None else self.trigger if self.residual is None else None
+        object.__setattr__(self, "short_scan", scan)
 
     @classmethod
     def build(cls, rules: Sequence[tuple[re.Pattern[str], str | None]]) -> ScanSpec:
@@ -134,10 +141,11 @@ def _unit_start(text: str, i: int, low: int) -> int:
 class SegmentWindow:
     """Base of the streaming windows; subclasses decide what a closed segment becomes."""
 
-    __slots__ = ("_buf", "_live_from", "_pos", "_runs", "_seg", "_seg_end", "_spec", "_stopped")
+    __slots__ = ("_buf", "_live_from", "_pos", "_runs", "_scan", "_seg", "_seg_end", "_spec", "_stopped")
 
     def __init__(self, spec: ScanSpec) -> None:
         self._spec = spec
+        self._scan = spec.short_scan  # read once per delta: one attribute, not two
         self._buf = ""  # held text; starts with the open segment, or with an unfinished run
         self._pos = 0  # start of the first unit not yet complete, in _buf
         self._seg = -1  # start of the open segment in the text being scanned, -1 when none
@@ -157,12 +165,45 @@ class SegmentWindow:
     def _feed(self, delta: str, final: bool) -> str:
         if self._stopped:
             return ""
+        if not final:
+            return self._push(delta)
         if self._spec.passthrough:
             return delta
-        if self._seg < 0 and not final and delta:
-            released = self._idle(delta)
-            if released is not None:
-                return released
+        return self._general(delta, True)
+
+    def _push(self, delta: str) -> str:
+        """`_feed(delta, False)` of a window that has not stopped, with the per-delta common case
+        inlined: nothing open, the held text (if any) is one unfinished run, and the new complete
+        runs need nothing. `RedactionWindow.push` is this very function (one call per delta)."""
+        scan = self._scan
+        if scan is None and self._spec.passthrough:
+            return delta
+        if self._seg >= 0 or not delta:
+            return self._general(delta, False)
+        buf = self._buf
+        text = buf + delta if buf else delta
+        if delta[-1].isspace():
+            rest = ""
+        else:
+            # The unfinished run at the end: all of it lies in `delta`, after its last whitespace.
+            rest = delta.rsplit(None, 1)[-1]
+            if len(rest) == len(delta):  # no whitespace: the unfinished run goes on
+                if len(text) >= RUN_LIMIT:
+                    return self._general(delta, False)
+                self._buf = text
+                return ""
+        end = len(text) - len(rest)
+        if scan is not None and len(text) < RUN_LIMIT:
+            # first_hit's only search, inlined: a text this short has no run to cut.
+            if (m := scan.search(text, 0, end)) is not None and m.start() < end:
+                return self._general(delta, False)
+        elif len(text) - end >= RUN_LIMIT or self._spec.first_hit(text, 0, end) >= 0:
+            return self._general(delta, False)
+        self._buf = rest
+        return text[:end] if rest else text
+
+    def _general(self, delta: str, final: bool) -> str:
+        """The segment machine over the held text and `delta` (any state)."""
         text = self._buf + delta if self._buf else delta
         out: list[str] = []
         pos = self._pos
@@ -187,26 +228,6 @@ class SegmentWindow:
                 out.append(gap)
         self._keep(text, pos, final)
         return "".join(out)
-
-    def _idle(self, delta: str) -> str | None:
-        """The per-delta common case, inlined: nothing open, the held text (if any) is one
-        unfinished run, and the new complete runs need nothing. None: take the general path."""
-        buf = self._buf
-        if delta[-1].isspace():
-            end = len(buf) + len(delta)
-        else:
-            tail = delta.rsplit(None, 1)
-            if len(tail) == 1 and not delta[0].isspace():
-                if len(buf) + len(delta) >= RUN_LIMIT:
-                    return None
-                self._buf = buf + delta  # the unfinished run goes on
-                return ""
-            end = len(buf) + len(delta) - len(tail[-1])
-        text = buf + delta if buf else delta
-        if len(text) - end >= RUN_LIMIT or self._spec.first_hit(text, 0, end) >= 0:
-            return None
-        self._buf = text[end:]
-        return text[:end] if end < len(text) else text
 
     def _keep(self, text: str, pos: int, final: bool) -> None:
         if final or self._stopped:

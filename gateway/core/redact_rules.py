@@ -36,10 +36,28 @@ class BuiltinRule:
     name: str
     pattern: str
     # Fires inside the first word of every match, and of every partial match that goes on into
-    # whitespace; each top-level alternative starts with a literal (see `factor_hints`).
+    # whitespace; each top-level alternative starts with a literal (see `factor_hints`), a rare
+    # one where it can (see `_late`).
     hint: str
     refine: Refine | None = None
     token_check: bool = False  # the masked text must mix letters and digits
+
+
+def _late(lead: str, rest: str) -> str:
+    """The hint `lead` + `rest`, found where `rest` starts.
+
+    The fast path's search stops at every character that can start a hint, and each stop costs
+    far more than a skipped character, so a hint should start at a character that ordinary text
+    rarely has ("sk-" at "k", "eyJ" at "J"). The lookbehind, tried only once the rest has matched,
+    keeps the hint exact; the match still starts in the same word, which is all the window uses.
+    `lead` and `rest` must contain no whitespace and have a fixed width.
+    """
+    return f"{rest}(?<={lead}{rest})"
+
+
+def _late_caseless(lead: str, rest: str) -> str:
+    """`_late` for a case-insensitive literal: `lead` + `rest` under (?i), found at `rest`."""
+    return caseless(rest) + f"(?i:(?<={re.escape(lead + rest)}))"
 
 
 _TOK = "A-Za-z0-9_-"  # base64url and most vendor token alphabets
@@ -71,12 +89,12 @@ SECRETS: tuple[BuiltinRule, ...] = (
     BuiltinRule(
         "anthropic_key",
         pattern=rf"{_B}sk-ant-(?:api|admin|sid|oat)[0-9]{{2}}-[{_TOK}]{{20,}}{_E}",
-        hint=r"sk-ant-",
+        hint=_late("s", "k-ant-"),
     ),
     BuiltinRule(
         "openai_key",
         pattern=rf"{_B}sk-(?!ant-)(?:(?:proj|svcacct|admin)-)?[{_TOK}]{{20,}}{_E}",
-        hint=r"sk-",
+        hint=_late("s", "k-"),
         token_check=True,
     ),
     BuiltinRule(
@@ -89,14 +107,14 @@ SECRETS: tuple[BuiltinRule, ...] = (
         "aws_secret_access_key",  # only in context: a bare 40-char string is too common
         pattern=r"(?<![A-Za-z0-9_])(?i:aws[_-]?secret(?:[_-]?access)?[_-]?key|secret[_-]?access[_-]?key)"
         r"""["']?(?:[ \t]*(?::=|=>|[:=])[ \t]*|[ \t]+)["']?(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])""",
-        hint=caseless("aws") + "|" + caseless("secret"),
+        hint=_late_caseless("a", "ws") + "|" + _late_caseless("se", "cret"),
         token_check=True,
     ),
     BuiltinRule(
         "github_token",
         pattern=r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{40,251})"
         r"(?![A-Za-z0-9_])",
-        hint=r"gh[pousr]_|github_pat_",
+        hint=_late("gh[pousr]", "_") + "|" + _late("github", "_pat_"),
     ),
     BuiltinRule(
         "slack_token",
@@ -108,14 +126,16 @@ SECRETS: tuple[BuiltinRule, ...] = (
         "slack_webhook",
         pattern=r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}"
         r"(?![A-Za-z0-9_/-])",
-        hint=r"https://hooks\.slack\.com/",
+        hint=_late(r"https://hoo", r"ks\.slack\.com/"),
     ),
     BuiltinRule("google_api_key", pattern=rf"{_B}AIza[{_TOK}]{{35}}{_E}", hint=r"AIza"),
-    BuiltinRule("jwt", pattern=rf"{_B}eyJ[{_TOK}]{{5,}}\.[{_TOK}]{{5,}}\.[{_TOK}]*{_E}", hint=r"eyJ"),
+    BuiltinRule("jwt", pattern=rf"{_B}eyJ[{_TOK}]{{5,}}\.[{_TOK}]{{5,}}\.[{_TOK}]*{_E}", hint=_late("ey", "J")),
     BuiltinRule(
         "private_key",  # the whole block; without its END line, up to the last base64 line
         pattern=rf"-----BEGIN{_PEM_LABEL}(?:{_PEM_SEP}{_PEM_LINE})*(?:{_PEM_END})?",
-        hint=r"-----BEGIN ",
+        # The space after BEGIN stays out of the lookbehind: `factor_hints` drops lookarounds
+        # that could look at whitespace.
+        hint=_late("-----BE", "GIN") + " ",
     ),
     BuiltinRule(
         "bearer_token",  # "Authorization: Bearer <s>" or "Bearer <s>" in prose; the scheme stays
@@ -141,7 +161,7 @@ PII: tuple[BuiltinRule, ...] = (
         rf"{_NUM_E}|{_NUM_B}(?:\([0-9]{{3}}\)[ ]?[0-9]{{3}}[ .-][0-9]{{4}}"
         r"|(?:1-)?[0-9]{3}-[0-9]{3}-[0-9]{4}|[0-9]{3}\.[0-9]{3}\.[0-9]{4}"
         rf"|0[0-9](?:\.[0-9]{{2}}){{4}}|0[0-9]{{1,4}}(?:[ -][0-9]{{2,8}}){{1,4}}){_NUM_E}",
-        hint=r"\+[0-9]|\([0-9]{3}\)|0[0-9]|[0-9][0-9]{2}[.-][0-9]{3}",
+        hint=r"\+[0-9]|" + _late(r"\(", r"[0-9][0-9]{2}\)") + r"|0[0-9]|[0-9][0-9]{2}[.-][0-9]{3}",
         refine=refine_phone,
     ),
     BuiltinRule(

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.core.redact import Redactor
 from gateway.core.redact_checks import card_ok, iban_ok, luhn_ok
+from gateway.core.redact_engine import ScanSpec
 from gateway.core.redact_regex import (
     WHITESPACE,
     caseless,
@@ -125,3 +129,39 @@ def test_whitespace_table_and_case_folding_assumptions() -> None:
     assert astral_cased
     for c in astral_cased:
         assert re.search(re.escape(c), bmp, re.IGNORECASE) is None
+
+
+# The hints as they read before `_late` moved them to a rarer character.
+_PLAIN_HINTS = {
+    "anthropic_key": "sk-ant-", "openai_key": "sk-",
+    "aws_secret_access_key": caseless("aws") + "|" + caseless("secret"),
+    "github_token": "gh[pousr]_|github_pat_", "slack_webhook": r"https://hooks\.slack\.com/",
+    "jwt": "eyJ", "private_key": "-----BEGIN ",
+    "phone": r"\+[0-9]|\([0-9]{3}\)|0[0-9]|[0-9][0-9]{2}[.-][0-9]{3}",
+}
+_LATE = Redactor.compile(["secrets", "pii"], []).spec
+_PLAIN = dataclasses.replace(_LATE, trigger=re.compile(factor_hints(
+    [_PLAIN_HINTS.get(name, rule.hint) for name, rule in BUILTIN.items()])))
+_PIECES = ["s", "k", "-", "sk-", "ant-", "a", "A", "w", "W", "s", "S", "\u017f", "e", "c", "C", "ret",
+           "secret", "aws", "g", "h", "p", "_", "github", "pat", "https://hoo", "ks.slack.com/", "ey",
+           "J", "-----BE", "GIN", "BEGIN", "(", "5", "55", ")", "+", "0", "x", "b", "B", "earer", "@",
+           "DE", "89", " ", " ", "\n", "\t"]
+
+
+def _hit_word(spec: ScanSpec, text: str, pos: int, end: int) -> int:
+    """Start of the word where the fast path hands over to the slow path, or -1."""
+    hit = spec.first_hit(text, pos, end)
+    while hit > pos and not text[hit - 1].isspace():
+        hit -= 1
+    return hit
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=16).map("".join))
+def test_late_hints_stop_the_fast_path_at_the_same_words_as_the_plain_ones(text: str) -> None:
+    starts = [0, *(i for i in range(1, len(text)) if text[i - 1].isspace())]
+    ends = [len(text), *(i for i in range(1, len(text)) if text[i - 1].isspace())]
+    for pos in starts:
+        for end in ends:
+            if end > pos:
+                assert _hit_word(_LATE, text, pos, end) == _hit_word(_PLAIN, text, pos, end), (text, pos, end)

@@ -221,3 +221,34 @@ def test_custom_rule_spanning_words_and_anchors() -> None:
     for sizes in ([1], [2], [3, 1], [9]):
         assert "".join(stream(redactor, text, sizes)[0]) == expected
     assert "".join(stream(forced_slow(redactor), text, [1])[0]) == expected
+
+
+def _pushes(redactor: Redactor, text: str, sizes: list[int]) -> list[tuple[str, int]]:
+    """(released piece, held chars) after every push of `text` in pieces of `sizes`, then flush."""
+    window = redactor.window()
+    steps: list[tuple[str, int]] = []
+    i, k = 0, 0
+    while i < len(text):
+        size = sizes[k % len(sizes)]
+        steps.append((window.push(text[i : i + size]), window.held_chars))
+        i, k = i + size, k + 1
+    return [*steps, (window.flush(), window.held_chars)]
+
+
+# Words that start, end or almost make a hint (see BuiltinRule.hint), so the per-delta path meets
+# hits, near misses and hits cut across deltas.
+NEAR_MISSES = ["sk-", "ask-me", "sk-ant-api03", "aws", "laws", "AWS_", "secret", "ſecret", "cret",
+               "ghp_", "snake_case", "github_pat_", "eyJ", "JSON", "eyJhbGciOi.eyJzdWIi.x",
+               "https://hooks.slack.com/", "hooks.slack.com/", "-----BEGIN", "BEGIN", "(555)", "555)",
+               "Bearer", "bear", "+44", "DE89", "x@y.example", "(see", "2024-06-11", "the", "river"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(texts_with_secrets().map(lambda case: case[0]),
+                 st.lists(st.tuples(st.sampled_from(NEAR_MISSES), st.sampled_from(SEPARATORS)),
+                          min_size=1, max_size=12).map(lambda ws: "".join(w + s for w, s in ws))),
+       SPLITS)
+def test_each_push_releases_and_holds_what_the_segment_machine_does(text: str, sizes: list[int]) -> None:
+    """Not only the whole: the per-delta path releases the same piece and holds the same text
+    after every delta as the segment machine alone."""
+    assert _pushes(REDACTOR, text, sizes) == _pushes(forced_slow(REDACTOR), text, sizes)
