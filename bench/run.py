@@ -43,8 +43,8 @@ def raise_nofile() -> int:
 class Pool:
     """The servers of a run, started on first use; `fresh` restarts one for a memory measurement."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
+    def __init__(self, workdir: Path, baseline: Path | None = None) -> None:
+        self.workdir, self.baseline = workdir, baseline
         self.nginx_bin = servers.ensure_nginx()
         self.upstream = servers.start_upstream(workdir)
         self.running: dict[str, Server] = {}
@@ -80,6 +80,9 @@ class Pool:
         if target == "nginx":
             return servers.start_nginx(self.workdir, self.upstream.port, self.nginx_bin)
         config = self.configs[target != "gateway-noredact"]
+        if target == "gateway-base":
+            assert self.baseline is not None
+            return servers.start_gateway(target, self.workdir, config, source=self.baseline)
         return servers.start_gateway(target, self.workdir, config, workers=2 if target == "gateway-w2" else 1)
 
     def stop(self, target: str) -> None:
@@ -168,6 +171,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", help="comma-separated scenario keys, e.g. S1,S2")
     p.add_argument("--out", default=str(servers.ROOT / "bench" / "results"))
     p.add_argument("--streams", type=int, help="S4's number of open streams (default 5000)")
+    p.add_argument("--baseline", help="another checkout (e.g. a `git worktree` of an older commit): measured "
+                   "as target gateway-base beside gateway in every scenario, redaction on, for an A/B")
     return p.parse_args(argv)
 
 
@@ -181,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     t0 = time.monotonic()
     raw: dict[str, dict[str, Measure]] = {}
-    pool = Pool(workdir)
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    if baseline is not None:
+        scenarios = [replace(sc, targets=(*sc.targets[:2], "gateway-base", *sc.targets[2:])) for sc in scenarios]
+    pool = Pool(workdir, baseline)
     print(f"servers' logs: {workdir}", flush=True)
     try:
         info = machine(pool.redaction_off_because, nofile, pool.nginx_bin)

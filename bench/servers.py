@@ -75,10 +75,10 @@ class Server:
                 os.kill(p, signal.SIGKILL)
 
 
-def spawn(name: str, argv: list[str], workdir: Path, port: int) -> Server:
+def spawn(name: str, argv: list[str], workdir: Path, port: int, cwd: Path = ROOT) -> Server:
     log = workdir / f"{name}.log"
     with open(log, "ab") as out:  # a restarted server appends to its earlier log
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, stdin=subprocess.DEVNULL)
     return Server(name, proc, port, log)
 
 
@@ -123,11 +123,13 @@ def check_config(path: Path) -> str:
     return "" if r.returncode == 0 else ((r.stderr or r.stdout).strip().splitlines() or ["failed"])[-1]
 
 
-def start_gateway(name: str, workdir: Path, config: Path, workers: int = 1) -> Server:
+def start_gateway(name: str, workdir: Path, config: Path, workers: int = 1, source: Path = ROOT) -> Server:
+    """`source`: the checkout whose `gateway` package runs (`python -m` puts the working directory
+    first on the import path), for an A/B run against another commit."""
     port = free_port()
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port),
             "--metrics-port", str(free_port()), "--workers", str(workers)]
-    server = spawn(name, argv, workdir, port)
+    server = spawn(name, argv, workdir, port, cwd=source)
     server.wait_ready("/healthz")
     return server
 
