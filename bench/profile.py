@@ -67,6 +67,22 @@ def _print_top(title: str, rows: list[tuple[str, int]], total: int) -> None:
         print(f"  {100 * k / total:5.1f}%  {frame}")
 
 
+def _print_callers(raw: str, leaf: str, top: int) -> None:
+    paths: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        total += int(count)
+        frames = stack.split(";")
+        if leaf in frames[-1]:
+            paths[" <- ".join(reversed(frames[-6:]))] += int(count)
+    print(f"paths into {leaf!r}: {sum(paths.values())} of {total} samples")
+    for path, k in paths.most_common(top):
+        print(f"  {100 * k / max(total, 1):5.2f}%  {path}")
+
+
 def _pyspy(pid: int, seconds: float, out: Path, svg: bool, native: bool) -> subprocess.Popen[bytes]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     argv = [spy, "record", "--pid", str(pid), "--rate", "250", "--function", "--duration", str(int(seconds)),
@@ -92,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noredact", action="store_true", help="profile with redaction off")
     p.add_argument("--svg", help="write a py-spy flame graph here instead of printing tables")
     p.add_argument("--native", action="store_true", help="include C frames (orjson, GC, syscalls)")
+    p.add_argument("--callers", help="instead of the tables: the call paths (last frames) into leaf frames "
+                   "whose name contains this, e.g. getpid")
     p.add_argument("--chunks", type=int, help="override the scenario's chunks per answer (1: per-request cost)")
     args = p.parse_args(argv)
     raise_nofile()
@@ -123,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         pstats.Stats(str(prof)).sort_stats("tottime").print_stats(args.top)
     elif args.svg:
         print(f"flame graph: {args.svg}")
+    elif args.callers:
+        _print_callers(out.read_text(), args.callers, args.top)
     else:
         own, incl, total = top_from_raw(out.read_text(), args.top)
         _print_top("own time (leaf frame)", own, total)
