@@ -8,7 +8,6 @@ error event and no `[DONE]` (CONTRACT §4.3).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.sse import SSEDecoder, SSEEvent
 from gateway.providers.base import ChatChunk, ChatTranslator, StreamParser
 from gateway.runtime import Runtime
+from gateway.timeouts import LoopTimeout
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 
@@ -88,7 +88,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
     provider, tr = rt.provider(d), rt.translator(d)
     t_sent = time.perf_counter()
     with FirstTokenDeadline(d) as deadline:
-        async with asyncio.timeout(provider.timeouts.first_token_s):
+        async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
             if d.provider in rt.learned.no_stream:
                 return await _buffered(rt, ctx, d, tr, t_sent)
             req = tr.chat_request(ctx.body, d.model, stream=True,

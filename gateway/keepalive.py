@@ -48,6 +48,7 @@ class KeepAlive(Generic[T]):
                  attempts: Coroutine[Any, Any, tuple[Won, T]], error_event: Callable[[GatewayError], bytes]):
         self.request, self.ctx, self.error_event = request, ctx, error_event
         self.after_s = rt.config.server.keepalive_after_s
+        self.loop = rt.upstream.loop
         self.attempts = attempts
         self.client: StreamResponse | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -63,7 +64,7 @@ class KeepAlive(Generic[T]):
     async def wait(self) -> tuple[Won, T] | None:
         """The winning attempt. The attempt loop's GatewayError is raised while it can still be an HTTP
         status; after early headers it is written as one error event and None is returned."""
-        timer = asyncio.get_running_loop().call_later(self.after_s, self._start_writer)
+        timer = self.loop.call_later(self.after_s, self._start_writer)
         try:
             result = await self.attempts
         except GatewayError as err:

@@ -9,7 +9,6 @@ forwards it (CONTRACT §4.1-§4.3).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ from gateway.core.responses_replay import replay_events
 from gateway.core.sse import SSEDecoder
 from gateway.providers.responses_openai import ResponsesStreamParser, ResponsesTranslator, responses_translator
 from gateway.runtime import Runtime
+from gateway.timeouts import LoopTimeout
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 
@@ -74,7 +74,7 @@ async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> Ope
     assert tr is not None, "the handler only routes to deployments that serve the Responses API"
     t_sent = time.perf_counter()
     with FirstTokenDeadline(d) as deadline:
-        async with asyncio.timeout(provider.timeouts.first_token_s):
+        async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
             stream = d.provider not in rt.learned.no_stream  # learned from a 400 that names `stream`
             resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=stream), d.label)
             opened = deadline.track(OpenedResponses(d, resp, tr.responses_stream_parser(), t_sent))

@@ -37,6 +37,15 @@ class Upstream:
     def __init__(self) -> None:
         self._pool = _Pool()
         self._tls: ssl.SSLContext | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The process's event loop, looked up once: on CPython 3.11 each `get_running_loop` is a
+        `getpid` system call (see `gateway/timeouts.py`)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
     def close(self) -> None:
         self._pool.close()
@@ -57,7 +66,7 @@ class Upstream:
     async def _request(self, req: UpstreamRequest, label: str, connect_s: float, idle_s: float | None,
                        total_s: float) -> HttpResponse:
         target = _target(req.url, label)
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         conn = self._pool.take(target.key, loop.time()) or await _connect(
             loop, target, connect_s, label, self.tls_context() if target.tls else None)
         headers = dict(req.headers)

@@ -160,3 +160,15 @@ def test_a_client_that_does_not_read_holds_its_stream_back(servers: LoopThread, 
     texts = [orjson.loads(line[6:])["choices"][0]["delta"].get("content", "")
              for line in stream.split(b"\n\n") if line.startswith(b"data: {") and b'"choices":[{' in line]
     assert "".join(texts) == "".join(pieces)
+
+
+def test_request_ids_are_unique_32_hex_digits_and_a_safe_given_one_is_kept(gateway: GatewayServer) -> None:
+    with connect(gateway) as sock:
+        plain = b"GET /v1/nothing HTTP/1.1\r\n\r\n"
+        sock.sendall(plain * 3 + b"GET /v1/nothing HTTP/1.1\r\nX-Request-Id: abc-1\r\n\r\n"
+                     b"GET /v1/nothing HTTP/1.1\r\nX-Request-Id: a b\r\n\r\n")
+        buf = bytearray()
+        ids = [read_response(sock, buf)[1]["x-request-id"] for _ in range(5)]
+    assert ids[3] == "abc-1"
+    fresh = ids[:3] + ids[4:]
+    assert len(set(fresh)) == 4 and all(len(i) == 32 and int(i, 16) >= 0 for i in fresh)
