@@ -132,9 +132,10 @@ def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSE
     if shape is None:
         return _apply(filt, opened.feed_events(events))
     out: list[bytes] = []
-    add_content, release, match, splice = opened.assembler.add_content, filt.release_content, shape.match, \
-        shape.splice_into
+    add_content, match, splice = opened.assembler.add_content, shape.match, shape.splice_into
     index = shape.index
+    push = filt.content_push(index)  # the window's own push when nothing can refuse: one call a delta
+    released_any = False
     for ev in events:
         data = ev.data
         hit = match(data)
@@ -142,15 +143,21 @@ def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSE
             out.extend(_apply_one(filt, ch) for ch in opened.feed_events([ev]))
             if opened.error is not None:
                 break  # an in-band error: what came before it stands, nothing after it is read
-            index = shape.index  # the parse may have taught the shape a new envelope
+            if shape.index != index or filt.refusal is not None:
+                index = shape.index  # the parse may have taught the shape a new envelope
+                push = filt.content_push(index)
             continue
         text, _, end = hit
         add_content(index, text)
-        released = release(index, text)
+        released = push(text) if push is not None else filt.release_content(index, text)
         if released == text:
             out += (b"data: ", data, b"\n\n")
+            released_any = True
         elif released:
             splice(out, data, end, released)
+            released_any = True
+    if released_any:
+        filt.output_released = True
     return b"".join(out)
 
 

@@ -34,15 +34,16 @@ class Guardrail:
 class _Chain:
     """Redaction window, then each stream guardrail's window: one text kind of one choice."""
 
-    __slots__ = ("_redact_only", "guards", "redaction")
+    __slots__ = ("guards", "plain_push", "redaction")
 
     def __init__(self, redaction: RedactionWindow | None, guards: list[GuardWindow]):
         self.redaction, self.guards = redaction, guards
-        # The usual chain is redaction alone; its push, bound once, is all a delta needs.
-        self._redact_only = redaction.push if redaction is not None and not guards else None
+        # The usual chain is redaction alone; its push, bound once, is all a delta needs (and the
+        # relay's per-delta loop calls it directly: `ChatOutputFilter.content_push`).
+        self.plain_push = redaction.push if redaction is not None and not guards else None
 
     def push(self, text: str) -> tuple[str, Verdict | None]:
-        redact_only = self._redact_only
+        redact_only = self.plain_push
         if redact_only is not None:
             return redact_only(text), None
         if self.redaction is not None:

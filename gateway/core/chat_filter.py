@@ -33,12 +33,20 @@ class TextStage(Protocol):
 
     def flush(self) -> tuple[str, Refusal | None]: ...
 
+    @property
+    def plain_push(self) -> Callable[[str], str] | None:
+        """`push` for a stage that can never refuse (a redaction window alone), else None."""
+
 
 StageFactory = Callable[[DeltaKind], TextStage | None]
 _KIND_OF = dict(TEXT_FIELDS)
 _CONTENT = DeltaKind.CONTENT
 _DEFAULT_FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_content",
                   DeltaKind.REFUSAL: "refusal"}
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 class ChatOutputFilter:
@@ -107,6 +115,17 @@ class ChatOutputFilter:
         if released:
             self.output_released = True
         return released
+
+    def content_push(self, index: int) -> Callable[[str], str] | None:
+        """For a per-delta loop: text -> released text for choice `index`'s content, when nothing can
+        refuse it (no stage, or a redaction window alone); else None (call `release_content`). The
+        caller sets `output_released` once it writes released text."""
+        if self.refusal is not None:
+            return None
+        if self._factory is None:
+            return _unchanged
+        stage = self._stage(index, _CONTENT)
+        return _unchanged if stage is None else stage.plain_push
 
     def _apply_content(self, obj: dict[str, Any], raw: bytes | None, text: str, has_token: bool) -> bytes:
         """Fast path: one choice, content only (see `content_only`)."""

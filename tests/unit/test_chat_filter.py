@@ -102,3 +102,23 @@ def test_text_released_before_one_guards_violation_still_passes_the_later_guards
     released, verdict = chain.push("first alpha then omega")  # "late" refuses at omega; "early" at alpha
     assert verdict is not None
     assert released == "first ", "text before either violation only"
+
+
+@pytest.mark.parametrize("size", [1, 3, 7])
+def test_content_push_releases_what_release_content_does_when_nothing_can_refuse(size: int) -> None:
+    parts = [TEXT[i:i + size] for i in range(0, len(TEXT), size)]
+    direct = ChatOutputFilter(safety(False).start().factory, False)  # type: ignore[union-attr]
+    pushed = ChatOutputFilter(safety(False).start().factory, False)  # type: ignore[union-attr]
+    push = pushed.content_push(0)
+    assert push is not None
+    released = [push(p) for p in parts]
+    assert released == [direct.release_content(0, p) for p in parts]
+    assert "[REDACTED:github_token]" in "".join(released)
+
+
+def test_content_push_is_left_to_release_content_where_a_stage_can_refuse() -> None:
+    guarded = ChatOutputFilter(safety(True).start().factory, False)  # type: ignore[union-attr]
+    assert guarded.content_push(0) is None
+    plain = ChatOutputFilter(None, False)
+    push = plain.content_push(0)
+    assert push is not None and push("as is") == "as is"
