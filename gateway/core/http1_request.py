@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from gateway.core.http1 import BodyReader, HTTPError, ResponseHead
 
 MAX_REQUEST_HEAD = 64 * 1024
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 §5.6.2
+_TOKEN_CHARS = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 §5.6.2
+_TOKEN = re.compile(f"^{_TOKEN_CHARS}$")
+# field-line = field-name ":" OWS field-value OWS (RFC 9112 §5); no CR, LF or NUL inside a value (§5.5),
+# no whitespace before the colon (§5.1), no folded continuation lines (§5.2)
+_FIELD_LINES = re.compile(f"(?:{_TOKEN_CHARS}:[^\r\n\x00]*\r\n)*")
+_FIELD = re.compile(f"({_TOKEN_CHARS}):[ \t]*([^\r\n\x00]*?)[ \t]*\r\n")
 _VERSION = re.compile(r"^HTTP/(\d)\.(\d)$")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # RFC 9110 §15 reason phrases of the statuses this gateway answers with (clients ignore the phrase, §4)
@@ -144,20 +149,15 @@ class RequestReader:
 
 
 def parse_request_head(block: bytes) -> RequestHead:
-    try:
-        text = block.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        raise RequestError(400, "bad request head") from None
-    lines = text.split("\r\n")
-    method, path, query, http10 = _request_line(lines[0])
+    text = block.decode("latin-1")  # every byte decodes; RFC 9110 §5.5 treats obs-text as opaque
+    line_end = text.find("\r\n")
+    fields = "" if line_end < 0 else text[line_end + 2:] + "\r\n"
+    method, path, query, http10 = _request_line(text if line_end < 0 else text[:line_end])
+    # two C passes instead of a loop per line: the field lines are checked whole, then read
+    if _FIELD_LINES.fullmatch(fields) is None:
+        raise RequestError(400, "bad header line")
     headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not _TOKEN.match(name):
-            raise RequestError(400, "bad header line")
-        value = value.strip(" \t")
-        if "\n" in value or "\r" in value or "\x00" in value:
-            raise RequestError(400, "bad header value")
+    for name, value in _FIELD.findall(fields):
         key = name.lower()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
     conn = {t.strip().lower() for t in headers.get("connection", "").split(",")}
