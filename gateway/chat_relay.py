@@ -14,6 +14,7 @@ from gateway.chat_stream import OpenedStream
 from gateway.context import RequestContext
 from gateway.core.chat import has_output_token
 from gateway.core.chat_filter import ChatOutputFilter
+from gateway.core.chat_shape import ContentShape
 from gateway.core.sse import DONE_EVENT, SSEEvent
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
@@ -132,33 +133,55 @@ def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSE
     if shape is None:
         return _apply(filt, opened.feed_events(events))
     out: list[bytes] = []
-    add_content, match, splice = opened.assembler.add_content, shape.match, shape.splice_into
+    add_content, match = opened.assembler.add_content, shape.match
     index = shape.index
-    push = filt.content_push(index)  # the window's own push when nothing can refuse: one call a delta
-    released_any = False
+    push = filt.content_push(index)  # the read's deltas to the window together, when nothing can refuse
+    batch: list[tuple[bytes, int, str]] = []  # matched chunks not yet through the window
     for ev in events:
         data = ev.data
         hit = match(data)
-        if hit is None:
-            out.extend(_apply_one(filt, ch) for ch in opened.feed_events([ev]))
-            if opened.error is not None:
-                break  # an in-band error: what came before it stands, nothing after it is read
-            if shape.index != index or filt.refusal is not None:
-                index = shape.index  # the parse may have taught the shape a new envelope
-                push = filt.content_push(index)
+        if hit is not None and push is not None:
+            text, _, end = hit
+            add_content(index, text)
+            batch.append((data, end, text))
             continue
-        text, _, end = hit
-        add_content(index, text)
-        released = push(text) if push is not None else filt.release_content(index, text)
-        if released == text:
-            out += (b"data: ", data, b"\n\n")
-            released_any = True
-        elif released:
-            splice(out, data, end, released)
-            released_any = True
-    if released_any:
-        filt.output_released = True
+        if batch:
+            _release(out, batch, push, shape, filt)
+            batch = []
+        if hit is not None:  # a stage that can refuse: one delta at a time
+            text, _, end = hit
+            add_content(index, text)
+            _write_released(out, shape, data, end, text, filt.release_content(index, text))
+            continue
+        out.extend(_apply_one(filt, ch) for ch in opened.feed_events([ev]))
+        if opened.error is not None:
+            break  # an in-band error: what came before it stands, nothing after it is read
+        if shape.index != index or filt.refusal is not None:
+            index = shape.index  # the parse may have taught the shape a new envelope
+            push = filt.content_push(index)
+    if batch:
+        _release(out, batch, push, shape, filt)
     return b"".join(out)
+
+
+def _release(out: list[bytes], batch: list[tuple[bytes, int, str]],
+             push: Callable[[list[str]], list[str]] | None, shape: ContentShape, filt: ChatOutputFilter) -> None:
+    """Consecutive content chunks of one read through the window together; a chunk whose text is
+    released as it came is forwarded as the upstream's bytes, a changed one spliced."""
+    assert push is not None
+    released = push([text for _, _, text in batch])
+    before = len(out)
+    for (data, end, text), rel in zip(batch, released, strict=True):
+        _write_released(out, shape, data, end, text, rel)
+    if len(out) > before:
+        filt.output_released = True
+
+
+def _write_released(out: list[bytes], shape: ContentShape, data: bytes, end: int, text: str, rel: str) -> None:
+    if rel == text:
+        out += (b"data: ", data, b"\n\n")
+    elif rel:
+        shape.splice_into(out, data, end, rel)
 
 
 def _apply(filt: ChatOutputFilter, chunks: list[ChatChunk]) -> bytes:

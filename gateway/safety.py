@@ -34,16 +34,18 @@ class Guardrail:
 class _Chain:
     """Redaction window, then each stream guardrail's window: one text kind of one choice."""
 
-    __slots__ = ("guards", "plain_push", "redaction")
+    __slots__ = ("_redact_only", "guards", "push_together", "redaction")
 
     def __init__(self, redaction: RedactionWindow | None, guards: list[GuardWindow]):
         self.redaction, self.guards = redaction, guards
         # The usual chain is redaction alone; its push, bound once, is all a delta needs (and the
-        # relay's per-delta loop calls it directly: `ChatOutputFilter.content_push`).
-        self.plain_push = redaction.push if redaction is not None and not guards else None
+        # relay gives it a read's deltas together: `ChatOutputFilter.content_push`).
+        alone = redaction is not None and not guards
+        self._redact_only = redaction.push if alone and redaction is not None else None
+        self.push_together = redaction.push_together if alone and redaction is not None else None
 
     def push(self, text: str) -> tuple[str, Verdict | None]:
-        redact_only = self.plain_push
+        redact_only = self._redact_only
         if redact_only is not None:
             return redact_only(text), None
         if self.redaction is not None:

@@ -34,8 +34,9 @@ class TextStage(Protocol):
     def flush(self) -> tuple[str, Refusal | None]: ...
 
     @property
-    def plain_push(self) -> Callable[[str], str] | None:
-        """`push` for a stage that can never refuse (a redaction window alone), else None."""
+    def push_together(self) -> Callable[[list[str]], list[str]] | None:
+        """For a stage that can never refuse (a redaction window alone): deltas that arrived together
+        -> each one's release (`SegmentWindow.push_together`); else None."""
 
 
 StageFactory = Callable[[DeltaKind], TextStage | None]
@@ -45,8 +46,8 @@ _DEFAULT_FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_
                   DeltaKind.REFUSAL: "refusal"}
 
 
-def _unchanged(text: str) -> str:
-    return text
+def _unchanged(texts: list[str]) -> list[str]:
+    return texts
 
 
 class ChatOutputFilter:
@@ -116,16 +117,17 @@ class ChatOutputFilter:
             self.output_released = True
         return released
 
-    def content_push(self, index: int) -> Callable[[str], str] | None:
-        """For a per-delta loop: text -> released text for choice `index`'s content, when nothing can
-        refuse it (no stage, or a redaction window alone); else None (call `release_content`). The
-        caller sets `output_released` once it writes released text."""
+    def content_push(self, index: int) -> Callable[[list[str]], list[str]] | None:
+        """For the relay's loop over one read: the content deltas of choice `index` that arrived
+        together -> what each releases, when nothing can refuse them (no stage, or a redaction window
+        alone); else None (call `release_content` per delta). The caller sets `output_released` once
+        it writes released text."""
         if self.refusal is not None:
             return None
         if self._factory is None:
             return _unchanged
         stage = self._stage(index, _CONTENT)
-        return _unchanged if stage is None else stage.plain_push
+        return _unchanged if stage is None else stage.push_together
 
     def _apply_content(self, obj: dict[str, Any], raw: bytes | None, text: str, has_token: bool) -> bytes:
         """Fast path: one choice, content only (see `content_only`)."""

@@ -202,6 +202,48 @@ class SegmentWindow:
         self._buf = rest
         return text[:end] if rest else text
 
+    def push_together(self, deltas: list[str]) -> list[str]:
+        """Deltas that arrived together (one upstream read): the same text in all as `_push` one by one,
+        but each delta's text goes out with that delta as soon as the text after it in the batch shows
+        its last run complete, instead of one delta later. The client reads nothing later than before,
+        and an unchanged delta can be forwarded as it came. Taken when nothing is open and the
+        complete text has no hint (then one by one every push would take the fast path too: hints
+        hold no whitespace, so each lies inside one complete run); otherwise exactly `_push` one by
+        one. Batches are cut well below RUN_LIMIT, where the inlined search is exact."""
+        if self._scan is None and self._spec.passthrough:
+            return deltas
+        out: list[str] = []
+        group: list[str] = []
+        size = 0
+        for d in deltas:
+            if size + len(d) >= RUN_LIMIT // 2 and group:
+                out += self._together(group)
+                group, size = [], 0
+            group.append(d)
+            size += len(d)
+        if group:
+            out += self._together(group)
+        return out
+
+    def _together(self, deltas: list[str]) -> list[str]:
+        scan = self._scan
+        buf = self._buf
+        text = buf + "".join(deltas)
+        if scan is None or self._seg >= 0 or self._stopped or len(text) >= RUN_LIMIT or not all(deltas):
+            return [self._feed(d, False) for d in deltas]
+        rest = "" if text[-1].isspace() else text.rsplit(None, 1)[-1]
+        end = len(text) - len(rest)
+        if end and (m := scan.search(text, 0, end)) is not None and m.start() < end:
+            return [self._feed(d, False) for d in deltas]
+        self._buf = rest
+        out: list[str] = []
+        start, stop = 0, len(buf)  # the first delta's piece also carries what was held before it
+        for d in deltas:
+            stop += len(d)
+            out.append(text[start:stop] if stop <= end else text[start:end] if start < end else "")
+            start = stop
+        return out
+
     def _general(self, delta: str, final: bool) -> str:
         """The segment machine over the held text and `delta` (any state)."""
         text = self._buf + delta if self._buf else delta

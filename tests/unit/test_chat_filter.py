@@ -104,15 +104,16 @@ def test_text_released_before_one_guards_violation_still_passes_the_later_guards
     assert released == "first ", "text before either violation only"
 
 
-@pytest.mark.parametrize("size", [1, 3, 7])
-def test_content_push_releases_what_release_content_does_when_nothing_can_refuse(size: int) -> None:
+@pytest.mark.parametrize("size, group", [(1, 5), (3, 2), (7, 100)])
+def test_content_push_releases_in_all_what_release_content_does(size: int, group: int) -> None:
     parts = [TEXT[i:i + size] for i in range(0, len(TEXT), size)]
     direct = ChatOutputFilter(safety(False).start().factory, False)  # type: ignore[union-attr]
     pushed = ChatOutputFilter(safety(False).start().factory, False)  # type: ignore[union-attr]
     push = pushed.content_push(0)
     assert push is not None
-    released = [push(p) for p in parts]
-    assert released == [direct.release_content(0, p) for p in parts]
+    released = [piece for i in range(0, len(parts), group) for piece in push(parts[i:i + group])]
+    assert len(released) == len(parts)
+    assert "".join(released) == "".join(direct.release_content(0, p) for p in parts)
     assert "[REDACTED:github_token]" in "".join(released)
 
 
@@ -121,4 +122,4 @@ def test_content_push_is_left_to_release_content_where_a_stage_can_refuse() -> N
     assert guarded.content_push(0) is None
     plain = ChatOutputFilter(None, False)
     push = plain.content_push(0)
-    assert push is not None and push("as is") == "as is"
+    assert push is not None and push(["as is"]) == ["as is"]

@@ -252,3 +252,52 @@ def test_each_push_releases_and_holds_what_the_segment_machine_does(text: str, s
     """Not only the whole: the per-delta path releases the same piece and holds the same text
     after every delta as the segment machine alone."""
     assert _pushes(REDACTOR, text, sizes) == _pushes(forced_slow(REDACTOR), text, sizes)
+
+
+def _deltas(text: str, sizes: list[int]) -> list[str]:
+    out, i, k = [], 0, 0
+    while i < len(text):
+        out.append(text[i:i + sizes[k % len(sizes)]])
+        i, k = i + sizes[k % len(sizes)], k + 1
+    return out
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(texts_with_secrets().map(lambda case: case[0]),
+                 st.lists(st.tuples(st.sampled_from(NEAR_MISSES + WORDS), st.sampled_from(SEPARATORS)),
+                          min_size=1, max_size=12).map(lambda ws: "".join(w + s for w, s in ws))),
+       SPLITS, st.lists(st.integers(1, 6), min_size=1, max_size=5))
+def test_deltas_pushed_together_release_the_same_text_never_later(text: str, sizes: list[int],
+                                                                    groups: list[int]) -> None:
+    """A read's deltas through `push_together`: after every group the window has released exactly
+    what pushing them one by one releases (and holds the same), piece i comes with delta i or
+    earlier, and a piece differs from its delta only where the window held or masked."""
+    deltas = _deltas(text, sizes)
+    together, alone = REDACTOR.window(), REDACTOR.window()
+    i, k = 0, 0
+    released_together, released_alone = "", ""
+    while i < len(deltas):
+        group = deltas[i:i + groups[k % len(groups)]]
+        pieces = together.push_together(group)
+        assert len(pieces) == len(group)
+        released_together += "".join(pieces)
+        released_alone += "".join(alone.push(d) for d in group)
+        assert released_together == released_alone
+        assert together.held_chars == alone.held_chars
+        i, k = i + len(group), k + 1
+    assert released_together + together.flush() == REDACTOR.redact(text).text
+
+
+def test_a_read_of_prose_goes_out_delta_for_delta_but_for_the_last_unfinished_word() -> None:
+    window = REDACTOR.window()
+    assert window.push_together(["The riv", "er flows", " quietly ", "on and o"]) == \
+        ["The riv", "er flows", " quietly ", "on and "]
+    assert window.push_together(["n."]) == [""]  # "on." is still one unfinished word
+    assert window.push_together([" Then"]) == ["on. "]
+
+
+def test_a_read_with_a_secret_in_it_is_pushed_one_delta_at_a_time() -> None:
+    key = "ghp_" + "A1b2C3d4E5" * 4
+    deltas = ["my key ", key[:10], key[10:], " is gone"]
+    together, alone = REDACTOR.window(), REDACTOR.window()
+    assert together.push_together(deltas) == [alone.push(d) for d in deltas]
