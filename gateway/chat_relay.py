@@ -133,24 +133,24 @@ def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSE
     if shape is None:
         return _apply(filt, opened.feed_events(events))
     out: list[bytes] = []
-    add_content, match = opened.assembler.add_content, shape.match
+    match = shape.match
     index = shape.index
     push = filt.content_push(index)  # the read's deltas to the window together, when nothing can refuse
-    batch: list[tuple[bytes, int, str]] = []  # matched chunks not yet through the window
+    hits: list[tuple[str, int, int]] = []  # matched chunks not yet through the window, and their bytes
+    raws: list[bytes] = []
     for ev in events:
         data = ev.data
         hit = match(data)
         if hit is not None and push is not None:
-            text, _, end = hit
-            add_content(index, text)
-            batch.append((data, end, text))
+            hits.append(hit)
+            raws.append(data)
             continue
-        if batch:
-            _release(out, batch, push, shape, filt)
-            batch = []
+        if hits:
+            _release(out, hits, raws, push, opened, index, filt)
+            hits, raws = [], []
         if hit is not None:  # a stage that can refuse: one delta at a time
             text, _, end = hit
-            add_content(index, text)
+            opened.assembler.add_content(index, text)
             _write_released(out, shape, data, end, text, filt.release_content(index, text))
             continue
         out.extend(_apply_one(filt, ch) for ch in opened.feed_events([ev]))
@@ -159,20 +159,27 @@ def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSE
         if shape.index != index or filt.refusal is not None:
             index = shape.index  # the parse may have taught the shape a new envelope
             push = filt.content_push(index)
-    if batch:
-        _release(out, batch, push, shape, filt)
+    if hits:
+        _release(out, hits, raws, push, opened, index, filt)
     return b"".join(out)
 
 
-def _release(out: list[bytes], batch: list[tuple[bytes, int, str]],
-             push: Callable[[list[str]], list[str]] | None, shape: ContentShape, filt: ChatOutputFilter) -> None:
-    """Consecutive content chunks of one read through the window together; a chunk whose text is
-    released as it came is forwarded as the upstream's bytes, a changed one spliced."""
-    assert push is not None
-    released = push([text for _, _, text in batch])
+def _release(out: list[bytes], hits: list[tuple[str, int, int]], raws: list[bytes],
+             push: Callable[[list[str]], list[str]] | None, opened: OpenedStream, index: int,
+             filt: ChatOutputFilter) -> None:
+    """Consecutive content chunks of one read (their matches and bytes) through the assembler and the
+    window together; a chunk whose text is released as it came is forwarded as the upstream's bytes,
+    a changed one spliced."""
+    assert push is not None and opened.parser is not None and opened.parser.shape is not None
+    splice = opened.parser.shape.splice_into
+    texts = [h[0] for h in hits]
+    opened.assembler.add_contents(index, texts)
     before = len(out)
-    for (data, end, text), rel in zip(batch, released, strict=True):
-        _write_released(out, shape, data, end, text, rel)
+    for data, (text, _, end), rel in zip(raws, hits, push(texts), strict=True):
+        if rel == text:
+            out += (b"data: ", data, b"\n\n")
+        elif rel:
+            splice(out, data, end, rel)
     if len(out) > before:
         filt.output_released = True
 

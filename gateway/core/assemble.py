@@ -77,6 +77,12 @@ class ChatAssembler:
         self._text_parts(choice, _CONTENT).append(text)
         self.first_token = True
 
+    def add_contents(self, choice: int, texts: list[str]) -> None:
+        """`add_content` for the content deltas of one read, in order."""
+        if texts:
+            self._text_parts(choice, _CONTENT).extend(texts)
+            self.first_token = True
+
     def _text_parts(self, choice: int, kind: DeltaKind) -> list[str]:
         # not `setdefault(kind, [])`: that builds (and drops) a list per delta
         texts = self._choice(choice).text

@@ -149,3 +149,16 @@ def test_completion_to_chunks_puts_usage_last_in_its_own_chunk() -> None:
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens"] == 1
     assert [c["choices"][0]["delta"] for c in chunks[:-1]] == [
         {"role": "assistant", "content": ""}, {"content": "hi"}, {}]
+
+
+def test_content_added_from_bytes_one_by_one_or_a_read_at_a_time_assembles_alike() -> None:
+    one, read = ChatAssembler(), ChatAssembler()
+    for t in ["Hel", "lo", " there"]:
+        one.add_content(0, t)
+    read.add_contents(0, ["Hel", "lo"])
+    read.add_contents(0, [])
+    read.add_contents(0, [" there"])
+    assert one.text() == read.text() == "Hello there" and one.first_token and read.first_token
+    empty = ChatAssembler()
+    empty.add_contents(0, [])
+    assert not empty.first_token
