@@ -121,25 +121,34 @@ def _check_refusal(filt: ChatOutputFilter) -> None:
 
 
 def _relay_read(opened: OpenedStream, filt: ChatOutputFilter, data: bytes) -> bytes:
+    if opened.parser is not None and opened.parser.shape is not None:
+        datas = opened.decoder.feed_data(data)  # the usual read: whole `data:` events, no objects
+        if datas is not None:
+            return _relay_datas(opened, filt, datas)
     return _relay_events(opened, filt, decode(opened.decoder, data, opened.deployment))
 
 
 def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSEEvent]) -> bytes:
-    """The events of one upstream read -> the client's bytes. A content-only chunk of the stream's
+    """The events of one upstream read -> the client's bytes."""
+    if opened.parser is None or opened.parser.shape is None:
+        return _apply(filt, opened.feed_events(events))
+    return _relay_datas(opened, filt, [ev.data for ev in events])
+
+
+def _relay_datas(opened: OpenedStream, filt: ChatOutputFilter, datas: list[bytes]) -> bytes:
+    """The event data of one upstream read -> the client's bytes. A content-only chunk of the stream's
     learned envelope goes from its bytes to the filter with no chunk object in between (the per-event
     hot path); every other event takes the parser, `OpenedStream.feed_events` and the filter's general
-    path."""
-    shape = opened.parser.shape if opened.parser is not None else None
-    if shape is None:
-        return _apply(filt, opened.feed_events(events))
+    path (the parsers that learn shapes read an event's data only)."""
+    assert opened.parser is not None and opened.parser.shape is not None
+    shape = opened.parser.shape
     out: list[bytes] = []
     match = shape.match
     index = shape.index
     push = filt.content_push(index)  # the read's deltas to the window together, when nothing can refuse
     hits: list[tuple[str, int, int]] = []  # matched chunks not yet through the window, and their bytes
     raws: list[bytes] = []
-    for ev in events:
-        data = ev.data
+    for data in datas:
         hit = match(data)
         if hit is not None and push is not None:
             hits.append(hit)
@@ -153,7 +162,7 @@ def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSE
             opened.assembler.add_content(index, text)
             _write_released(out, shape, data, end, text, filt.release_content(index, text))
             continue
-        out.extend(_apply_one(filt, ch) for ch in opened.feed_events([ev]))
+        out.extend(_apply_one(filt, ch) for ch in opened.feed_events([SSEEvent(data)]))
         if opened.error is not None:
             break  # an in-band error: what came before it stands, nothing after it is read
         if shape.index != index or filt.refusal is not None:

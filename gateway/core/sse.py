@@ -62,12 +62,22 @@ class SSEDecoder:
                 chunk = chunk[3:]
         if not self._data and self._event is None and self._bom_checked and not self._skip_lf \
                 and b"\r" not in chunk:
-            events = self._fast(self._buf + chunk if self._buf else chunk)
-            if events is not None:
-                return events
+            datas = self._fast(self._buf + chunk if self._buf else chunk)
+            if datas is not None:
+                ident = self._id
+                return [SSEEvent(d, None, ident) for d in datas]
         return self._feed(chunk)
 
-    def _fast(self, buf: bytes) -> list[SSEEvent] | None:
+    def feed_data(self, chunk: bytes) -> list[bytes] | None:
+        """The fast path of `feed` alone, for a caller that needs only the data: the data of the
+        events in `chunk` when it (after what is buffered) holds nothing but whole one-line `data:`
+        events and then at most a partial line; None, with nothing consumed, for anything else (then
+        call `feed`). Saves building an event object per event."""
+        if self._data or self._event is not None or not self._bom_checked or self._skip_lf or b"\r" in chunk:
+            return None
+        return self._fast(self._buf + chunk if self._buf else chunk)
+
+    def _fast(self, buf: bytes) -> list[bytes] | None:
         """Fast path for the common read: at a line start, LF line ends, complete one-line `data: `
         events, then at most a partial line. Anything else (comments, names, multi-line data, blank
         runs, a complete line of an unfinished event) returns None for the general path, which gives
@@ -90,9 +100,8 @@ class SSEDecoder:
         parts[0] = parts[0][6:]
         if end > self._limit and max(map(len, parts)) > self._limit:
             return None
-        ident = self._id
         self._buf = rest
-        return [SSEEvent(p, None, ident) for p in parts]
+        return parts
 
     def _feed(self, chunk: bytes) -> list[SSEEvent]:
         if self._skip_lf and chunk:

@@ -152,3 +152,31 @@ def test_the_fast_path_reads_what_the_line_parser_reads(lines: list[bytes], cuts
         last = cut
     pieces.append(raw[last:])
     assert decode_all(pieces) == decode_general(raw)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_LINES, max_size=14), st.lists(st.integers(0, 200), max_size=4), st.booleans())
+def test_feed_data_or_else_feed_reads_the_data_the_line_parser_reads(lines: list[bytes], cuts: list[int],
+                                                                      end: bool) -> None:
+    raw = b"\n".join(lines) + (b"\n\n" if end else b"")
+    pieces, last = [], 0
+    for cut in sorted(c % (len(raw) + 1) for c in cuts):
+        pieces.append(raw[last:cut])
+        last = cut
+    pieces.append(raw[last:])
+    dec = SSEDecoder()
+    got: list[bytes] = []
+    for piece in pieces:
+        datas = dec.feed_data(piece)
+        got += [e.data for e in dec.feed(piece)] if datas is None else datas
+    got += [e.data for e in dec.finish()]
+    assert got == [e.data for e in decode_general(raw)]
+
+
+def test_feed_data_takes_whole_data_events_and_leaves_the_rest_to_feed() -> None:
+    dec = SSEDecoder()
+    assert dec.feed_data(b"data: a\n\n") is None  # the first read: the BOM check is feed's
+    assert [e.data for e in dec.feed(b"data: a\n\n")] == [b"a"]
+    assert dec.feed_data(b"data: b\n\ndata: c\n\ndata: d") == [b"b", b"c"]
+    assert dec.feed_data(b"\n\nevent: x\ndata: e\n\n") is None
+    assert [e.data for e in dec.feed(b"\n\n")] == [b"d"]
