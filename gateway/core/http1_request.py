@@ -23,7 +23,8 @@ _TOKEN = re.compile(f"^{_TOKEN_CHARS}$")
 # field-line = field-name ":" OWS field-value OWS (RFC 9112 §5); no CR, LF or NUL inside a value (§5.5),
 # no whitespace before the colon (§5.1), no folded continuation lines (§5.2)
 _FIELD_LINES = re.compile(f"(?:{_TOKEN_CHARS}:[^\r\n\x00]*\r\n)*")
-_FIELD = re.compile(f"({_TOKEN_CHARS}):[ \t]*([^\r\n\x00]*?)[ \t]*\r\n")
+_FIELD = re.compile(f"({_TOKEN_CHARS}):[ \t]*([^\r\n\x00]*)\r\n")  # trailing OWS: stripped after
+_KNOWN_METHODS = frozenset(("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH"))
 _VERSION = re.compile(r"^HTTP/(\d)\.(\d)$")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # RFC 9110 §15 reason phrases of the statuses this gateway answers with (clients ignore the phrase, §4)
@@ -158,6 +159,8 @@ def parse_request_head(block: bytes) -> RequestHead:
         raise RequestError(400, "bad header line")
     headers: dict[str, str] = {}
     for name, value in _FIELD.findall(fields):
+        if value and value[-1] in " \t":
+            value = value.rstrip(" \t")
         key = name.lower()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
     conn = {t.strip().lower() for t in headers.get("connection", "").split(",")}
@@ -168,18 +171,22 @@ def parse_request_head(block: bytes) -> RequestHead:
 
 def _request_line(line: str) -> tuple[str, str, str, bool]:
     parts = line.split(" ")
-    if len(parts) != 3 or not _TOKEN.match(parts[0]):
+    if len(parts) != 3 or (parts[0] not in _KNOWN_METHODS and not _TOKEN.match(parts[0])):
         raise RequestError(400, "bad request line")
     method, target, version = parts
-    m = _VERSION.match(version)
-    if m is None:
-        raise RequestError(400, "bad HTTP version")
-    if m.group(1) != "1":
-        raise RequestError(505, "HTTP version not supported")
+    if version == "HTTP/1.1":
+        http10 = False
+    else:
+        m = _VERSION.match(version)
+        if m is None:
+            raise RequestError(400, "bad HTTP version")
+        if m.group(1) != "1":
+            raise RequestError(505, "HTTP version not supported")
+        http10 = m.group(2) == "0"
     if not target.startswith("/"):
         raise RequestError(400, "the request target must be a path")  # origin-form only (§3.2.1)
     path, _, query = target.partition("?")
-    return method, path, query, m.group(2) == "0"
+    return method, path, query, http10
 
 
 def _content_length(headers: dict[str, str], http10: bool) -> int | None:
