@@ -171,7 +171,7 @@ class HttpConnection(asyncio.Protocol):
         resets it, and the client would lose the answer. So the answer goes out with a FIN, what
         still comes is read and dropped, and the socket closes when the client does (or after
         LINGER_S): the lingering close of RFC 9112 §9.6."""
-        code = "request_too_large" if exc.status == 413 else "bad_request"
+        code = "request_too_large" if exc.status == 413 else "invalid_request"  # CONTRACT §3 codes
         err = GatewayError(exc.message, status=exc.status, code=code, type="invalid_request_error")
         head = RequestHead("POST", "", "", {}, False, False, 0, False)
         resp = Response(status=exc.status, body=err.json_bytes(), content_type="application/json")

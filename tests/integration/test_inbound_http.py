@@ -104,6 +104,7 @@ def test_an_unreadable_request_gets_an_openai_error_and_the_connection_closes(ga
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"Connection: close" in head
     assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
+    assert orjson.loads(body)["error"]["code"] == "invalid_request"
 
 
 def test_unknown_routes_and_methods_get_openai_errors(gateway: GatewayServer) -> None:
