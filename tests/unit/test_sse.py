@@ -142,15 +142,20 @@ _LINES = st.sampled_from([b"data: {\"a\":1}", b"data: x", b"data:", b"data: ", b
                           b"data: \xe2\x80\xa8", b"dat", b"data: data: x"])
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.lists(_LINES, max_size=14), st.lists(st.integers(0, 200), max_size=4), st.booleans())
-def test_the_fast_path_reads_what_the_line_parser_reads(lines: list[bytes], cuts: list[int], end: bool) -> None:
+def _stream_in_pieces(lines: list[bytes], cuts: list[int], end: bool) -> tuple[bytes, list[bytes]]:
     raw = b"\n".join(lines) + (b"\n\n" if end else b"")
     pieces, last = [], 0
     for cut in sorted(c % (len(raw) + 1) for c in cuts):
         pieces.append(raw[last:cut])
         last = cut
     pieces.append(raw[last:])
+    return raw, pieces
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_LINES, max_size=14), st.lists(st.integers(0, 200), max_size=4), st.booleans())
+def test_the_fast_path_reads_what_the_line_parser_reads(lines: list[bytes], cuts: list[int], end: bool) -> None:
+    raw, pieces = _stream_in_pieces(lines, cuts, end)
     assert decode_all(pieces) == decode_general(raw)
 
 
@@ -158,12 +163,7 @@ def test_the_fast_path_reads_what_the_line_parser_reads(lines: list[bytes], cuts
 @given(st.lists(_LINES, max_size=14), st.lists(st.integers(0, 200), max_size=4), st.booleans())
 def test_feed_data_or_else_feed_reads_the_data_the_line_parser_reads(lines: list[bytes], cuts: list[int],
                                                                       end: bool) -> None:
-    raw = b"\n".join(lines) + (b"\n\n" if end else b"")
-    pieces, last = [], 0
-    for cut in sorted(c % (len(raw) + 1) for c in cuts):
-        pieces.append(raw[last:cut])
-        last = cut
-    pieces.append(raw[last:])
+    raw, pieces = _stream_in_pieces(lines, cuts, end)
     dec = SSEDecoder()
     got: list[bytes] = []
     for piece in pieces:
