@@ -7,6 +7,7 @@ a `SafetyRun`, which builds the text window chain (redaction, then each stream-m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,9 +41,10 @@ class _Chain:
         self.redaction, self.guards = redaction, guards
         # The usual chain is redaction alone; its push, bound once, is all a delta needs (and the
         # relay gives it a read's deltas together: `ChatOutputFilter.content_push`).
-        alone = redaction is not None and not guards
-        self._redact_only = redaction.push if alone and redaction is not None else None
-        self.push_together = redaction.push_together if alone and redaction is not None else None
+        self._redact_only: Callable[[str], str] | None = None
+        self.push_together: Callable[[list[str]], list[str]] | None = None
+        if redaction is not None and not guards:
+            self._redact_only, self.push_together = redaction.push, redaction.push_together
 
     def push(self, text: str) -> tuple[str, Verdict | None]:
         redact_only = self._redact_only
