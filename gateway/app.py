@@ -14,8 +14,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.config_types import Config
+from gateway.handlers import chat_completions, embeddings_handler, healthz, list_models, readyz
 from gateway.inbound import Handler, HttpServer
 from gateway.metrics import Metrics, create_metrics, preinitialise
+from gateway.middleware import handle
+from gateway.responses_handler import responses
 from gateway.runtime import Runtime, build_runtime
 from gateway.state.base import StateBackend, create_backend
 from gateway.upstream import Upstream
@@ -58,8 +61,6 @@ class App:
 
 
 def _routes() -> dict[str, dict[str, Handler]]:
-    from gateway.handlers import chat_completions, embeddings_handler, healthz, list_models, readyz
-    from gateway.responses_handler import responses
     return {
         "/v1/chat/completions": {"POST": chat_completions},
         "/v1/responses": {"POST": responses},
@@ -72,7 +73,6 @@ def _routes() -> dict[str, dict[str, Handler]]:
 
 async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False) -> HttpServer:
     """Start the app and its server; returns the listening server (`server.shutdown` drains)."""
-    from gateway.middleware import handle
     await app.start()
     server = HttpServer(app, handle)
     await server.listen(host, port, reuse_port=reuse_port)

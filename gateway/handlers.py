@@ -18,7 +18,7 @@ from gateway.limits import admit
 from gateway.runtime import Runtime
 
 
-def read_json(request: Request, rt: Runtime) -> dict[str, Any]:
+def read_json(request: Request) -> dict[str, Any]:
     """The body as a JSON object. Its size was bounded while it was read (`server.max_body_bytes`)."""
     raw = request.body
     try:
@@ -33,7 +33,7 @@ def read_json(request: Request, rt: Runtime) -> dict[str, Any]:
 async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:
     rt = request.app.runtime
     key = rt.keyring.authenticate(request.headers)
-    body = read_json(request, rt)
+    body = read_json(request)
     name = body.get("model")
     if not isinstance(name, str) or not name:
         raise InvalidRequest("you must provide a model parameter", param="model")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from gateway.core.http1_request import RequestError, RequestHead, RequestReader
+from gateway.core.http1_request import RequestError, RequestHead, RequestReader, response_head
 from gateway.errors import GatewayError
 from gateway.inbound.messages import Request, Response, StreamResponse
 
@@ -172,13 +172,12 @@ class HttpConnection(asyncio.Protocol):
         still comes is read and dropped, and the socket closes when the client does (or after
         LINGER_S): the lingering close of RFC 9112 §9.6."""
         code = "request_too_large" if exc.status == 413 else "invalid_request"  # CONTRACT §3 codes
-        err = GatewayError(exc.message, status=exc.status, code=code, type="invalid_request_error")
-        head = RequestHead("POST", "", "", {}, False, False, 0, False)
-        resp = Response(status=exc.status, body=err.json_bytes(), content_type="application/json")
+        body = GatewayError(exc.message, status=exc.status, code=code, type="invalid_request_error").json_bytes()
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(resp.encode(Request(self._server.app, head, b"", self)))
+        transport.write(response_head(exc.status, {"Content-Type": "application/json"}, self.date(),
+                                      length=len(body), keep_alive=False, http10=False) + body)
         self.closing = self._lingering = True
         transport.write_eof()
         self._server.loop.call_later(LINGER_S, self._close)
