@@ -104,6 +104,11 @@ class BodyReader:
         else:
             self._state, self.until_close = "close", True
 
+    @classmethod
+    def chunked(cls) -> BodyReader:
+        """A chunked body without a response head (a request's, on the server side)."""
+        return cls(ResponseHead(200, {"transfer-encoding": "chunked"}, True))
+
     def feed(self, data: bytes) -> bytes:
         if self.done:
             self.extra += data

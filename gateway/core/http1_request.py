@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gateway.core.http1 import BodyReader, HTTPError, ResponseHead
+from gateway.core.http1 import BodyReader, HTTPError
 
 MAX_REQUEST_HEAD = 64 * 1024
 _TOKEN_CHARS = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 §5.6.2
@@ -114,7 +114,7 @@ class RequestReader:
             raise RequestError(413, f"request body is larger than {self.max_body} bytes")
         self._head, self._continue_sent = head, False
         if head.content_length is None and "transfer-encoding" in head.headers:
-            self._chunks = BodyReader(ResponseHead(200, {"transfer-encoding": "chunked"}, True))
+            self._chunks = BodyReader.chunked()
         return True
 
     def _read_body(self) -> tuple[RequestHead, bytes] | None:

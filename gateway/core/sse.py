@@ -60,12 +60,10 @@ class SSEDecoder:
             self._bom_checked = True
             if chunk[:3] == BOM:
                 chunk = chunk[3:]
-        if not self._data and self._event is None and self._bom_checked and not self._skip_lf \
-                and b"\r" not in chunk:
-            datas = self._fast(self._buf + chunk if self._buf else chunk)
-            if datas is not None:
-                ident = self._id
-                return [SSEEvent(d, None, ident) for d in datas]
+        datas = self.feed_data(chunk)
+        if datas is not None:
+            ident = self._id
+            return [SSEEvent(d, None, ident) for d in datas]
         return self._feed(chunk)
 
     def feed_data(self, chunk: bytes) -> list[bytes] | None:
