@@ -14,8 +14,8 @@ from gateway.chat_stream import OpenedStream
 from gateway.context import RequestContext
 from gateway.core.chat import has_output_token
 from gateway.core.chat_filter import ChatOutputFilter
-from gateway.core.chat_shape import ContentShape
-from gateway.core.sse import DONE_EVENT, SSEEvent
+from gateway.core.chat_shape import ContentShape, Run
+from gateway.core.sse import DONE_EVENT, SSEEvent, data_lines
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.guardrails import judge_output, record
 from gateway.inbound import StreamResponse
@@ -48,7 +48,9 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedStream, client: 
         first = _apply(filt, opened.pending)
         if opened.unread:
             first += _relay_events(opened, filt, opened.unread)
-        opened.pending, opened.unread = [], []
+        if opened.unread_datas:
+            first += _relay_datas(opened, filt, opened.unread_datas)
+        opened.pending, opened.unread, opened.unread_datas = [], [], []
         if opened.done and sink.hold is None and not safety.audit_guards:
             client.cork()  # the whole answer is in hand and nothing below waits: one write for all of it
         await sink.emit(first, opened.t_first, filt.output_released)
@@ -122,9 +124,12 @@ def _check_refusal(filt: ChatOutputFilter) -> None:
 
 def _relay_read(opened: OpenedStream, filt: ChatOutputFilter, data: bytes) -> bytes:
     if opened.parser is not None and opened.parser.shape is not None:
-        datas = opened.decoder.feed_data(data)  # the usual read: whole `data:` events, no objects
-        if datas is not None:
-            return _relay_datas(opened, filt, datas)
+        region = opened.decoder.take_region(data)  # the usual read: whole events, read by their bytes
+        if region is not None:
+            datas = data_lines(region)
+            if datas is not None:
+                return _relay_datas(opened, filt, datas)
+            return _relay_events(opened, filt, opened.decoder.events_of(region))
     return _relay_events(opened, filt, decode(opened.decoder, data, opened.deployment))
 
 
@@ -136,10 +141,41 @@ def _relay_events(opened: OpenedStream, filt: ChatOutputFilter, events: list[SSE
 
 
 def _relay_datas(opened: OpenedStream, filt: ChatOutputFilter, datas: list[bytes]) -> bytes:
-    """The event data of one upstream read -> the client's bytes. A content-only chunk of the stream's
-    learned envelope goes from its bytes to the filter with no chunk object in between (the per-event
-    hot path); every other event takes the parser, `OpenedStream.feed_events` and the filter's general
-    path (the parsers that learn shapes read an event's data only)."""
+    """The event data of one read -> the client's bytes. Runs of content chunks of the learned
+    envelope go through the assembler and the text window together, and out as their own bytes when
+    the window released them as they came; the other events one by one."""
+    shape = opened.parser.shape if opened.parser is not None else None
+    if shape is None:  # a parser that reads every event whole
+        ident = opened.decoder.last_id
+        return _apply(filt, opened.feed_events([SSEEvent(d, None, ident) for d in datas]))
+    segments = shape.runs(datas) if len(datas) > 1 and filt.content_push(shape.index) is not None else None
+    if segments is None:
+        return _relay_each(opened, filt, datas)
+    out: list[bytes] = []
+    for seg in segments:
+        if type(seg) is list:
+            out.append(_relay_each(opened, filt, seg))
+            if opened.error is not None:
+                break  # an in-band error: what came before it stands, nothing after it is read
+            continue
+        assert isinstance(seg, Run)
+        push = filt.content_push(seg.index)  # None once a guardrail refused: then one event at a time
+        if push is None:
+            out.append(_relay_each(opened, filt, seg.datas))
+            continue
+        opened.assembler.add_contents(seg.index, seg.texts)
+        events = seg.events(push(seg.texts))
+        if events:
+            filt.output_released = True
+            out.append(events)
+    return b"".join(out)
+
+
+def _relay_each(opened: OpenedStream, filt: ChatOutputFilter, datas: list[bytes]) -> bytes:
+    """Event data one by one. A content-only chunk of the stream's learned envelope goes from its
+    bytes to the filter with no chunk object in between; every other event takes the parser,
+    `OpenedStream.feed_events` and the filter's general path (the parsers that learn shapes read an
+    event's data only)."""
     assert opened.parser is not None and opened.parser.shape is not None
     shape = opened.parser.shape
     out: list[bytes] = []

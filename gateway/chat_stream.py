@@ -16,7 +16,7 @@ from gateway.config_types import Deployment
 from gateway.context import RequestContext
 from gateway.core.assemble import ChatAssembler, completion_to_chunks
 from gateway.core.events import Failure, FailureKind, InbandError
-from gateway.core.sse import SSEDecoder, SSEEvent
+from gateway.core.sse import SSEDecoder, SSEEvent, data_lines
 from gateway.providers.base import ChatChunk, ChatTranslator, StreamParser
 from gateway.runtime import Runtime
 from gateway.timeouts import LoopTimeout
@@ -38,6 +38,7 @@ class OpenedStream:
     # events of the committing read after the one that made the stream committable: the relay reads
     # them on its fast path (a whole answer often comes in that one read)
     unread: list[SSEEvent] = field(default_factory=list)
+    unread_datas: list[bytes] = field(default_factory=list)  # the same, as the events' data (fast path)
 
     def close(self) -> None:
         if self.response is not None:
@@ -47,12 +48,32 @@ class OpenedStream:
         """Before the commit: bytes -> client-bound chunks, up to the event that makes the stream
         committable (the rest waits in `unread`); raises UpstreamError for an in-band error or a bad
         event."""
-        events = decode(self.decoder, data, self.deployment)
+        region = self.decoder.take_region(data)
+        if region is not None:
+            return self._feed_region(region)
+        return self._feed_events_until_commit(decode(self.decoder, data, self.deployment))
+
+    def _feed_events_until_commit(self, events: list[SSEEvent]) -> list[ChatChunk]:
         out: list[ChatChunk] = []
         for i, ev in enumerate(events):
             out += self.feed_events([ev])
             if self.done or self.committable:
                 self.unread = events[i + 1:]
+                break
+        return out
+
+    def _feed_region(self, region: bytes) -> list[ChatChunk]:
+        """`feed` for a read of whole events: the rest after the commit is left as the events' data
+        when they are all one-line data events (the relay's fast path reads them so)."""
+        datas = data_lines(region)
+        if datas is None:
+            return self._feed_events_until_commit(self.decoder.events_of(region))
+        out: list[ChatChunk] = []
+        ident = self.decoder.last_id
+        for i, data in enumerate(datas):
+            out += self.feed_events([SSEEvent(data, None, ident)])
+            if self.done or self.committable:
+                self.unread_datas = datas[i + 1:]
                 break
         return out
 

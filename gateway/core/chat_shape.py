@@ -17,7 +17,11 @@ string and the tail must parse to a content-only chunk whose content is the prob
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Callable
+from itertools import repeat
+from operator import and_, getitem
+from typing import Any, cast
 
 import orjson
 
@@ -25,6 +29,10 @@ from gateway.core.chat import content_only
 
 _PROBE, _PAD = "\x5fgw_probe\x5f", "\x5fgw_pad\x5f"
 _OBFUSCATION_KEY = b',"obfuscation":'
+_slice = cast(Callable[[bytes, slice], bytes], getitem)  # for `map`: one C call per chunk
+# what a plain string token's bytes may not hold (RFC 8259 §7: the characters that need escaping), LF
+# aside: `_texts` joins tokens with it and counts it
+_NOT_PLAIN_BUT_LF = re.compile(rb'["\\\x00-\x09\x0b-\x1f]')
 MAX_UNMATCHED_LEARNS = 8
 
 
@@ -56,7 +64,7 @@ def string_token(text: str) -> bytes:
 class ContentShape:
     """Per stream. `learn` from a parsed content-only chunk; `match` later chunks by their bytes."""
 
-    __slots__ = ("_head", "_padded", "_prefix", "_suffix", "_tail", "_unmatched", "index")
+    __slots__ = ("_end", "_head", "_padded", "_prefix", "_start", "_suffix", "_tail", "_unmatched", "index")
 
     def __init__(self) -> None:
         self._head = b""
@@ -64,6 +72,7 @@ class ContentShape:
         self._padded = False  # the tail ends with an `obfuscation` string that changes per chunk
         self._unmatched = 0  # learns since the last match: a stream whose envelope changes per chunk
         self._prefix = self._suffix = b""  # the SSE event around a matched chunk's content token
+        self._start = self._end = b""  # the same with the token's quotes
         self.index = 0  # the choice index every matching chunk carries
 
     @property
@@ -90,6 +99,7 @@ class ContentShape:
         if index is not None:
             self._head, self._tail, self._padded, self.index = head, tail, padded, index
             self._prefix, self._suffix = b"data: " + head, tail + b"\n\n"
+            self._start, self._end = self._prefix + b'"', b'"' + self._suffix
 
     def match(self, raw: bytes) -> tuple[str, int, int] | None:
         """(content, start, end) of a chunk of the learned shape, `raw[start:end]` being the content's
@@ -124,6 +134,113 @@ class ContentShape:
         with `text` as its content. The envelope's bytes are the learned ones, not slices of `raw`."""
         suffix = raw[end:] + b"\n\n" if self._padded else self._suffix
         out += (self._prefix, string_token(text), suffix)
+
+
+    def runs(self, datas: list[bytes]) -> list[Run | list[bytes]] | None:
+        """The data of one read's events (`sse.data_lines`) as segments in order: each run of
+        consecutive chunks that `match` would read, as one `Run`, and the data between runs (other
+        events, for the parse). None when the shape has per-chunk padding or is not learned (then
+        read the events one by one).
+
+        Why it is exact: a chunk of the learned envelope starts with its head and an opening quote
+        and ends with a closing quote and its tail; what lies between is its content token's inside,
+        which needs no unescaping when it holds no quote, backslash or control byte (RFC 8259 §7)
+        and reads as UTF-8. Each test runs over the whole read at C speed (`map`, one join, one
+        regex scan) instead of once per chunk in Python."""
+        if not self._head or self._padded:
+            return None
+        hq, tq = self._start[6:], self._end[:-2]  # head + quote, quote + tail
+        fits = list(map(and_, map(bytes.startswith, datas, repeat(hq)), map(bytes.endswith, datas, repeat(tq))))
+        cut = slice(len(hq), -len(tq))
+        out: list[Run | list[bytes]] = []
+        i, n = 0, len(datas)
+        while i < n:
+            j = _index(fits, not fits[i], i, n)
+            if fits[i]:
+                self._runs(datas[i:j], list(map(_slice, datas[i:j], repeat(cut))), out)
+            else:
+                out.append(datas[i:j])
+            i = j
+        self._unmatched = 0
+        return out
+
+    def _runs(self, datas: list[bytes], contents: list[bytes], out: list[Run | list[bytes]]) -> None:
+        """Chunks of the learned envelope: in runs, but a chunk whose content token is not one JSON
+        string (or is empty: not an output token) goes to the parse."""
+        texts, bad = _texts(contents)
+        lo = 0
+        for i in [*sorted(bad), len(contents)]:
+            if i > lo:
+                out.append(Run(self, datas[lo:i], contents[lo:i], texts[lo:i] if bad else texts))
+            if i < len(contents):
+                out.append(datas[i:i + 1])
+            lo = i + 1
+
+
+class Run:
+    """Consecutive content-only chunks of one learned envelope, as they came in one read."""
+
+    __slots__ = ("_end", "_start", "contents", "datas", "index", "texts")
+
+    def __init__(self, shape: ContentShape, datas: list[bytes], contents: list[bytes], texts: list[str]):
+        self._start, self._end = shape._start, shape._end  # the learned event around a content token
+        self.index = shape.index  # the choice every chunk of the run belongs to
+        self.datas = datas  # each chunk's bytes
+        self.contents, self.texts = contents, texts  # each chunk's content: token's inside, text
+
+    def events(self, released: list[str]) -> bytes:
+        """The run's events with each chunk's text replaced by what the text windows released for it
+        (an empty release drops its event). Unchanged chunks keep their bytes: a run released as it
+        came is its own bytes; the usual change is in the last chunk alone (an unfinished word held)."""
+        texts = self.texts
+        keep = len(texts) if released == texts else len(texts) - 1 if released[:-1] == texts[:-1] else 0
+        out = [b"data: ", b"\n\ndata: ".join(self.datas[:keep]), b"\n\n"] if keep else []
+        for i in range(keep, len(texts)):
+            text = released[i]
+            if text == texts[i]:
+                out += (b"data: ", self.datas[i], b"\n\n")
+            elif text:
+                out += (self._start, string_token(text)[1:-1], self._end)
+        return b"".join(out)
+
+
+def _index(flags: list[bool], value: bool, start: int, stop: int) -> int:
+    """The first index from `start` where `flags` holds `value`, else `stop`."""
+    try:
+        return flags.index(value, start, stop)
+    except ValueError:
+        return stop
+
+
+def _texts(contents: list[bytes]) -> tuple[list[str], set[int]]:
+    """The texts of string tokens' insides, and the indexes of those that are not one JSON string (or
+    are empty). Plain insides (no quote, backslash or control byte: RFC 8259 §7) are their own UTF-8
+    text, decoded and checked together; an inside with an escape (`\\n`, `\\"`, `\\u00e9`) is read by
+    the JSON parser, quoted: that it parses to one string proves it is one string token's inside."""
+    joined = b"\n".join(contents)
+    try:
+        if joined.count(b"\n") != len(contents) - 1:
+            raise UnicodeError  # a piece holds an LF itself (it spans events): one at a time
+        texts = joined.decode().split("\n")
+    except UnicodeError:
+        texts = [""] * len(contents)
+        return texts, {i for i, c in enumerate(contents) if _one_text(c, texts, i)}
+    bad = {i for i, c in enumerate(contents) if not c} if not all(contents) else set()
+    escaped = {joined.count(b"\n", 0, m.start()) for m in _NOT_PLAIN_BUT_LF.finditer(joined)}
+    bad.update(i for i in escaped - bad if _one_text(contents[i], texts, i))
+    return texts, bad
+
+
+def _one_text(inside: bytes, texts: list[str], i: int) -> bool:
+    """Set texts[i] to the string whose token's inside is `inside`; True when it is none (or empty)."""
+    try:
+        text = orjson.loads(b'"' + inside + b'"')
+    except orjson.JSONDecodeError:
+        return True
+    if not text:
+        return True
+    texts[i] = text
+    return False
 
 
 def _probe(head: bytes, tail: bytes, padded: bool) -> int | None:

@@ -212,6 +212,8 @@ class SegmentWindow:
         one. Batches are cut well below RUN_LIMIT, where the inlined search is exact."""
         if self._scan is None and self._spec.passthrough:
             return deltas
+        if sum(map(len, deltas)) < RUN_LIMIT // 2:
+            return self._together(deltas)  # one batch: the loop below would not cut it
         out: list[str] = []
         group: list[str] = []
         size = 0
@@ -236,7 +238,14 @@ class SegmentWindow:
         if end and (m := scan.search(text, 0, end)) is not None and m.start() < end:
             return [self._feed(d, False) for d in deltas]
         self._buf = rest
-        out: list[str] = []
+        if len(rest) <= len(deltas[-1]):  # the usual batch: only the last delta holds an unfinished run
+            out = deltas[:]
+            if buf:
+                out[0] = buf + out[0]
+            if rest:
+                out[-1] = out[-1][:len(out[-1]) - len(rest)]
+            return out
+        out = []
         start, stop = 0, len(buf)  # the first delta's piece also carries what was held before it
         for d in deltas:
             stop += len(d)

@@ -54,52 +54,55 @@ class SSEDecoder:
         self._limit = max_event_bytes
         self.comments = 0  # keep-alive comments seen; they are not events
 
+    @property
+    def last_id(self) -> str | None:
+        """The last event ID seen: every later event carries it (§9.2.6)."""
+        return self._id
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if not self._bom_checked and not self._buf and len(chunk) >= 3:
-            # the stream's first bytes (a BOM split across reads is left to the general path)
-            self._bom_checked = True
-            if chunk[:3] == BOM:
-                chunk = chunk[3:]
-        datas = self.feed_data(chunk)
+        region = self.take_region(chunk)
+        if region is None:
+            return self._feed(chunk)
+        datas = data_lines(region)
         if datas is not None:
             ident = self._id
             return [SSEEvent(d, None, ident) for d in datas]
-        return self._feed(chunk)
+        return self.events_of(region)
 
-    def feed_data(self, chunk: bytes) -> list[bytes] | None:
-        """The fast path of `feed` alone, for a caller that needs only the data: the data of the
-        events in `chunk` when it (after what is buffered) holds nothing but whole one-line `data:`
-        events and then at most a partial line; None, with nothing consumed, for anything else (then
-        call `feed`). Saves building an event object per event."""
-        if self._data or self._event is not None or not self._bom_checked or self._skip_lf or b"\r" in chunk:
+    def take_region(self, chunk: bytes) -> bytes | None:
+        """The fast path's first step, for a caller that reads events by their bytes: the complete
+        events of what is buffered plus `chunk`, as one region that starts and ends at an event
+        boundary (read it with `data_lines` or `events_of`); the partial line after it stays
+        buffered. None, with nothing consumed, unless the decoder is between events (no field of an
+        unfinished event read, no CR pending), the chunk has no CR (and, as a stream's first read,
+        at least the 3 bytes of a BOM), what follows the region is at most a partial line, and the
+        region is within the event size limit (so no event in it can exceed it)."""
+        if self._data or self._event is not None or self._skip_lf or b"\r" in chunk:
             return None
-        return self._fast(self._buf + chunk if self._buf else chunk)
+        if not self._bom_checked:  # a BOM split across reads is left to the line parser
+            if self._buf or len(chunk) < 3:
+                return None
+            if chunk[:3] == BOM:
+                chunk = chunk[3:]
+        buf = self._buf + chunk if self._buf else chunk
+        end = buf.rfind(b"\n\n") + 2  # 1: none
+        if end == 1:
+            end = 0
+        rest = buf[end:] if end else buf
+        if b"\n" in rest or len(rest) > self._limit or end > self._limit:
+            return None
+        self._buf, self._bom_checked = rest, True
+        return buf[:end] if end else b""
 
-    def _fast(self, buf: bytes) -> list[bytes] | None:
-        """Fast path for the common read: at a line start, LF line ends, complete one-line `data: `
-        events, then at most a partial line. Anything else (comments, names, multi-line data, blank
-        runs, a complete line of an unfinished event) returns None for the general path, which gives
-        the same result."""
-        end = buf.rfind(b"\n\n")
-        rest = buf[end + 2:] if end >= 0 else buf
-        if b"\n" in rest or len(rest) > self._limit:
-            return None
-        if end < 0:
-            self._buf = rest
-            return []
-        head = buf[:end]
-        if not head.startswith(b"data: "):
-            return None
-        parts = head.split(b"\n\ndata: ")
-        # n parts hold 2(n-1) line ends between them: any other line end (a multi-line event, a
-        # comment or field line, a blank run) makes this count differ
-        if head.count(b"\n") != 2 * (len(parts) - 1):
-            return None
-        parts[0] = parts[0][6:]
-        if end > self._limit and max(map(len, parts)) > self._limit:
-            return None
-        self._buf = rest
-        return parts
+    def events_of(self, region: bytes) -> list[SSEEvent]:
+        """The events of a region from `take_region` (or of a part of one that starts and ends at an
+        event boundary), read by the line parser in order with what came before; the partial line
+        kept after the region stays buffered."""
+        kept, self._buf = self._buf, b""
+        try:
+            return self._feed(region)
+        finally:
+            self._buf = kept
 
     def _feed(self, chunk: bytes) -> list[SSEEvent]:
         if self._skip_lf and chunk:
@@ -168,6 +171,24 @@ class SSEDecoder:
         event = SSEEvent(data, self._event, self._id)
         self._data, self._data_size, self._event = [], 0, None
         return event
+
+
+def data_lines(region: bytes) -> list[bytes] | None:
+    """The data of a region's events (see `SSEDecoder.take_region`) when it holds nothing but one-line
+    `data: ` events, each followed by one blank line; else None (read it with `events_of`). Builds no
+    event object: the per-read fast path."""
+    if not region:
+        return []
+    head = region[:-2]
+    if not head.startswith(b"data: "):
+        return None
+    parts = head.split(b"\n\ndata: ")
+    # any other line end (a multi-line event, a comment or field line, a blank run) is left in a part;
+    # the join and memchr cost a fraction of one `count` over the region
+    if b"\n" in b"".join(parts):
+        return None
+    parts[0] = parts[0][6:]
+    return parts
 
 
 def encode_data(data: bytes) -> bytes:

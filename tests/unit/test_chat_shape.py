@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.core.chat import content_only
 from gateway.core.chat_shape import MAX_UNMATCHED_LEARNS, ContentShape, plain_string, string_token
+from gateway.core.sse import SSEDecoder
 
 
 def openai(text: str, pad: str | None = "Xy3") -> bytes:
@@ -159,3 +160,67 @@ def test_string_token_is_a_json_string(text: str) -> None:
     assert orjson.loads(string_token(text)) == text
     token = orjson.dumps(text)
     assert plain_string(token) in (None, text)
+
+
+# runs: a read's chunks of the learned envelope read together
+
+def _finish() -> bytes:
+    return openai("x", None).replace(b'"content":"x"', b'"content":null').replace(
+        b'"finish_reason":null', b'"finish_reason":"stop"')
+
+
+_OTHERS = [_finish(), b"[DONE]", openai("x", None).replace(b"chatcmpl-1", b"chatcmpl-2"),
+           openai("x", None).replace(b'"content":"x"', b'"content":"x","role":"assistant"'), b"{}", b"",
+           # a data line that starts like the envelope and ends like it, but is two tokens in one
+           openai("a", None).replace(b'"a"', b'"a","content":"b"')]
+_TEXTS = st.one_of(st.text(max_size=6), st.sampled_from(['say "hi"', "line\nbreak", "back\\slash", "é中🙂",
+                                                       "\u2028", "", " ", "\x00"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_TEXTS, st.sampled_from(range(len(_OTHERS)))), max_size=14))
+def test_runs_read_what_the_parse_reads_chunk_by_chunk(items: list[str | int]) -> None:
+    """Whatever mix of chunks a read brings: the segments give back every event's data in order; a
+    run's chunks are exactly content-only chunks whose content is the run's text; what a run leaves
+    to the parse is not such a chunk of the learned envelope (or carries no output token)."""
+    shape = learned(lambda t: openai(t, None))
+    datas = [openai(x, None) if isinstance(x, str) else _OTHERS[x] for x in items]
+    segments = shape.runs(datas)
+    assert segments is not None
+    flat: list[bytes] = []
+    for seg in segments:
+        if isinstance(seg, list):
+            assert seg, "no empty segment"
+            flat += seg
+            assert all(shape.match(data) is None for data in seg), "a chunk `match` reads was left out"
+            continue
+        flat += seg.datas
+        assert seg.index == 0
+        assert seg.texts == [parsed_text(d) for d in seg.datas]
+        assert all(seg.texts), "an empty content is not an output token"
+        assert seg.events(seg.texts) == b"".join(b"data: " + d + b"\n\n" for d in seg.datas)
+    assert flat == datas
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=8), st.data())
+def test_a_run_writes_what_the_window_released(texts: list[str], data: st.DataObject) -> None:
+    shape = learned(lambda t: openai(t, None))
+    segments = shape.runs([openai(t, None) for t in texts])
+    assert segments is not None and len(segments) == 1
+    run = segments[0]
+    assert not isinstance(run, list)
+    released = [data.draw(st.sampled_from([t, "", t + "\n[REDACTED]", 'q"\\'])) for t in texts]
+    events = SSEDecoder().feed(run.events(released))
+    kept = [r for r in released if r]
+    assert [parsed_text(e.data) for e in events] == kept
+    for e, text, r in zip(events, texts, kept, strict=False):
+        expected = orjson.loads(openai(text, None))
+        expected["choices"][0]["delta"]["content"] = r
+        assert orjson.loads(e.data) == expected, "the learned envelope around the released text"
+
+
+def test_a_padded_envelope_is_read_chunk_by_chunk() -> None:
+    shape = learned(openai)
+    assert shape.runs([openai("a"), openai("b")]) is None
+    assert ContentShape().runs([openai("a"), openai("b")]) is None

@@ -14,6 +14,7 @@ from gateway.core.sse import (
     SSEDecoder,
     SSEError,
     SSEEvent,
+    data_lines,
     encode_data,
     encode_event,
     encode_multiline,
@@ -161,22 +162,49 @@ def test_the_fast_path_reads_what_the_line_parser_reads(lines: list[bytes], cuts
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_LINES, max_size=14), st.lists(st.integers(0, 200), max_size=4), st.booleans())
-def test_feed_data_or_else_feed_reads_the_data_the_line_parser_reads(lines: list[bytes], cuts: list[int],
-                                                                      end: bool) -> None:
+def test_a_region_or_else_feed_reads_the_data_the_line_parser_reads(lines: list[bytes], cuts: list[int],
+                                                                     end: bool) -> None:
+    """Every piece by `take_region` when it takes it (its events by `data_lines`, else `events_of`,
+    read by halves at an event boundary), else by `feed`."""
     raw, pieces = _stream_in_pieces(lines, cuts, end)
     dec = SSEDecoder()
     got: list[bytes] = []
     for piece in pieces:
-        datas = dec.feed_data(piece)
-        got += [e.data for e in dec.feed(piece)] if datas is None else datas
+        region = dec.take_region(piece)
+        if region is None:
+            got += [e.data for e in dec.feed(piece)]
+            continue
+        assert region == b"" or region.endswith(b"\n\n")
+        datas = data_lines(region)
+        if datas is not None:
+            got += datas
+            continue
+        cut = region.find(b"\n\n") + 2
+        got += [e.data for e in dec.events_of(region[:cut]) + dec.events_of(region[cut:])]
     got += [e.data for e in dec.finish()]
     assert got == [e.data for e in decode_general(raw)]
 
 
-def test_feed_data_takes_whole_data_events_and_leaves_the_rest_to_feed() -> None:
+def test_take_region_takes_whole_events_and_leaves_the_rest_to_feed() -> None:
     dec = SSEDecoder()
-    assert dec.feed_data(b"data: a\n\n") is None  # the first read: the BOM check is feed's
-    assert [e.data for e in dec.feed(b"data: a\n\n")] == [b"a"]
-    assert dec.feed_data(b"data: b\n\ndata: c\n\ndata: d") == [b"b", b"c"]
-    assert dec.feed_data(b"\n\nevent: x\ndata: e\n\n") is None
-    assert [e.data for e in dec.feed(b"\n\n")] == [b"d"]
+    assert dec.take_region(b"\xef\xbb") is None, "a BOM split across reads is the line parser's"
+    assert dec.feed(b"\xef\xbb") == []
+    assert [e.data for e in dec.feed(b"\xbfdata: a\n\n")] == [b"a"]
+    assert SSEDecoder().take_region(BOM + b"data: a\n\n") == b"data: a\n\n"
+    assert dec.take_region(b"data: b\n\ndata: c\n\ndata: d") == b"data: b\n\ndata: c\n\n"
+    assert dec.take_region(b"") == b""  # "data: d" stays buffered
+    region = dec.take_region(b"\n\nevent: x\ndata: e\n\n")
+    assert region == b"data: d\n\nevent: x\ndata: e\n\n"
+    assert data_lines(region) is None
+    assert [(e.event, e.data) for e in dec.events_of(region)] == [(None, b"d"), ("x", b"e")]
+    assert dec.take_region(b"data: f\n") is None, "a complete line of an unfinished event is feed's"
+    assert dec.take_region(b"\r\n") is None
+    assert [e.data for e in dec.feed(b"data: f\n\n")] == [b"f"]
+
+
+def test_a_region_over_the_event_size_limit_is_left_to_feed() -> None:
+    dec = SSEDecoder(max_event_bytes=64)
+    dec.feed(b"data: a\n\n")
+    assert dec.take_region(b"data: " + b"x" * 100 + b"\n\n") is None
+    with pytest.raises(SSEError):
+        dec.feed(b"data: " + b"x" * 100 + b"\n\n")
