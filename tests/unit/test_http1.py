@@ -119,3 +119,24 @@ def test_whole_chunks_read_like_one_byte_at_a_time(bodies: list[bytes], cuts: li
     reference = read_all(raw, list(range(len(raw))))
     assert reference[2] == b"".join(bodies) and reference[3]
     assert read_all(raw, [c % (len(raw) + 1) for c in cuts]) == reference
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=12).map(lambda b: b.replace(b"x", b"\r\n")), min_size=2, max_size=8),
+       st.lists(st.sampled_from([b"%x", b"%03x", b"%X", b"%x;ext=1", b"%x "]), min_size=8, max_size=8),
+       st.lists(st.integers(0, 300), max_size=3), st.sampled_from([b"0\r\n\r\n", b"0\r\nTrailer: 1\r\n\r\n", b""]))
+def test_reads_of_many_chunks_read_like_one_byte_at_a_time(bodies: list[bytes], sizes: list[bytes], cuts: list[int],
+                                                          end: bytes) -> None:
+    """Data holding CRLFs, sizes with leading zeros, extensions, trailers: the all-at-once read of whole
+    chunks either reads what the line parser reads or leaves the read to it."""
+    chunks = b"".join(sizes[i] % len(b) + b"\r\n" + b + b"\r\n" for i, b in enumerate(bodies))
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + end
+    try:
+        reference = read_all(raw, list(range(len(raw))))
+    except HTTPError:  # a size followed by a space is not a size
+        with pytest.raises(HTTPError):
+            read_all(raw, [c % (len(raw) + 1) for c in cuts])
+        return
+    assert reference[2] == b"".join(bodies) and reference[3] == bool(end)
+    assert read_all(raw, [c % (len(raw) + 1) for c in cuts]) == reference
+    assert read_all(raw, []) == reference
