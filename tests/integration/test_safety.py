@@ -96,6 +96,25 @@ def test_openai_envelope_with_padding_and_escapes_is_masked_and_keeps_its_fields
     assert all(KEY[i:i + 6] not in piece for piece in got for i in range(len(KEY) - 5))
 
 
+@pytest.mark.parametrize("reads", [1, 3, 7])
+def test_a_stream_that_comes_in_a_few_reads_is_masked_whole(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], reads: int) -> None:
+    """Many chunks per upstream read: the relay reads the learned envelope's chunks as runs (quoted and
+    multi-line deltas among them) and the secret, split across deltas and reads, never leaves."""
+    text = ANSWER.replace("Sure.", 'Sure, "quoted" \\ and\nmore.')
+    events = [sse(chunk({"role": "assistant", "content": ""}))]
+    events += [sse(chunk({"content": p})) for p in pieces(text, (1, 3, 2, 5))]
+    events += [sse(chunk({}, "stop")), sse(usage_chunk()), b"data: [DONE]\n\n"]
+    size = -(-len(events) // reads)
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, Script([b"".join(events[i:i + size]) for i in range(0, len(events), size)]))
+    got, err = stream_text(gw)
+    assert err is None
+    assert "".join(got) == MASKED.replace("Sure.", 'Sure, "quoted" \\ and\nmore.')
+    assert all(KEY[i:i + 6] not in piece for piece in got for i in range(len(KEY) - 5))
+    assert gw.sample("llm_gateway_redactions_total", rule="openai_key") == 1
+
+
 def test_redaction_off_forwards_text_untouched(upstream: FakeUpstream,
                                                make_gateway: Callable[..., GatewayServer]) -> None:
     gw = make_gateway(config(upstream.base_url, redaction="off"))
