@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--callers", help="instead of the tables: the call paths (last frames) into leaf frames "
                    "whose name contains this, e.g. getpid")
     p.add_argument("--chunks", type=int, help="override the scenario's chunks per answer (1: per-request cost)")
+    p.add_argument("--raw", help="also keep py-spy's collapsed stacks in this file")
     args = p.parse_args(argv)
     raise_nofile()
     sc = next(s for s in FULL if s.key == args.scenario)
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     gw = _start_gateway(workdir, upstream.port, redaction, prof)
     try:
         loadgen(gw.url, sc, requests=sc.warmup, duration_s=0, samples=False)
-        out = Path(args.svg) if args.svg else workdir / "profile.txt"
+        out = Path(args.svg) if args.svg else Path(args.raw) if args.raw else workdir / "profile.txt"
         spy = _pyspy(gw.pid, args.seconds, out, bool(args.svg), args.native) if has_spy else None
         _load_in_background(gw.url, sc, args.seconds + 1).join()
         if spy is not None:

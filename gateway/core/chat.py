@@ -38,6 +38,11 @@ def chunk_events(obj: Any, *, message_key: str = "delta") -> list[StreamEvent]:
     text = content_only(obj)
     if text is not None:
         return [OutputDelta(obj["choices"][0].get("index", 0), DeltaKind.CONTENT, text)] if text else []
+    return other_chunk_events(obj, message_key)
+
+
+def other_chunk_events(obj: Any, message_key: str = "delta") -> list[StreamEvent]:
+    """`chunk_events` of a chunk that `content_only` has already found is not content-only."""
     if not isinstance(obj, dict):
         return [InbandError(Failure(FailureKind.MALFORMED, "upstream sent a chunk that is not an object"))]
     err = obj.get("error")

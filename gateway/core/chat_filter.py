@@ -146,7 +146,7 @@ class ChatOutputFilter:
         index = index if isinstance(index, int) else pos
         delta = choice.get("delta")
         changed = False
-        if isinstance(delta, dict):
+        if isinstance(delta, dict) and delta:
             for field, kind in TEXT_FIELDS:
                 text = delta.get(field)
                 if isinstance(text, str) and text:

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.config_types import ProviderConfig
-from gateway.core.chat import chunk_events, classify_error_object, content_only
+from gateway.core.chat import chunk_events, classify_error_object, content_only, other_chunk_events
 from gateway.core.chat_shape import ContentShape
 from gateway.core.events import DeltaKind, Failure, FailureKind, OutputDelta
 from gateway.core.sse import DONE, SSEEvent
@@ -40,13 +40,14 @@ class OpenAIStreamParser:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             return [ChatChunk(chunk_events(None), None)]
+        content = content_only(obj)
+        if content is None:
+            return [ChatChunk(other_chunk_events(obj), obj, data)]
+        if not content:
+            return [ChatChunk([], obj, data)]
         if shape is not None:
-            content = content_only(obj)
-            if content:
-                shape.learn(data, content)
-                return [ChatChunk([OutputDelta(obj["choices"][0].get("index", 0), _CONTENT, content)],
-                                  obj, data)]
-        return [ChatChunk(chunk_events(obj), obj, data)]
+            shape.learn(data, content)
+        return [ChatChunk([OutputDelta(obj["choices"][0].get("index", 0), _CONTENT, content)], obj, data)]
 
 
 class OpenAIChat:
