@@ -191,17 +191,27 @@ class Run:
     def events(self, released: list[str]) -> bytes:
         """The run's events with each chunk's text replaced by what the text windows released for it
         (an empty release drops its event). Unchanged chunks keep their bytes: a run released as it
-        came is its own bytes; the usual change is in the last chunk alone (an unfinished word held)."""
-        texts = self.texts
-        keep = len(texts) if released == texts else len(texts) - 1 if released[:-1] == texts[:-1] else 0
-        out = [b"data: ", b"\n\ndata: ".join(self.datas[:keep]), b"\n\n"] if keep else []
-        for i in range(keep, len(texts)):
-            text = released[i]
-            if text == texts[i]:
-                out += (b"data: ", self.datas[i], b"\n\n")
-            elif text:
-                out += (self._start, string_token(text)[1:-1], self._end)
+        came is its own bytes. The usual change is at the ends alone: the first chunk also carries
+        text held before the run, the last holds back its unfinished word."""
+        texts, n = self.texts, len(self.texts)
+        a = 0 if released[0] == texts[0] else 1
+        b = n if released[-1] == texts[-1] else n - 1
+        if a >= b or released[a:b] != texts[a:b]:
+            a = b = 0  # changed inside: chunk by chunk
+        out: list[bytes] = []
+        for i in range(a):
+            self._event(out, i, released[i])
+        if b > a:
+            out += (b"data: ", b"\n\ndata: ".join(self.datas[a:b]), b"\n\n")
+        for i in range(b, n):
+            self._event(out, i, released[i])
         return b"".join(out)
+
+    def _event(self, out: list[bytes], i: int, text: str) -> None:
+        if text == self.texts[i]:
+            out += (b"data: ", self.datas[i], b"\n\n")
+        elif text:
+            out += (self._start, string_token(text)[1:-1], self._end)
 
 
 def _index(flags: list[bool], value: bool, start: int, stop: int) -> int:
