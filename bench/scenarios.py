@@ -39,7 +39,7 @@ FULL: tuple[Scenario, ...] = (
              words=True, requests=150, rounds=2, warmup=32),
     Scenario("S2", "throughput: 128 concurrent, 50 chunks, no delay",
              ("direct", "gateway", "gateway-noredact", "gateway-w2", "nginx"), concurrency=128, chunks=50,
-             duration_s=8, rounds=3, warmup=256),  # 3 rounds: the machine's speed drifts by 10-20% in seconds
+             duration_s=4, rounds=6, warmup=256),  # 6 short rounds: the machine's speed drifts by 10-20% in seconds
     Scenario("S2t", "S2 with the chunked terminator 1 ms after [DONE], written on its own (as many servers do)",
              ("gateway", "nginx"), concurrency=128, chunks=50, tail_ms=1, duration_s=6, rounds=1, warmup=256),
     Scenario("S3", "long streams: 32 concurrent, 1000 chunks, no delay",
