@@ -135,7 +135,6 @@ class ContentShape:
         suffix = raw[end:] + b"\n\n" if self._padded else self._suffix
         out += (self._prefix, string_token(text), suffix)
 
-
     def runs(self, datas: list[bytes]) -> list[Run | list[bytes]] | None:
         """The data of one read's events (`sse.data_lines`) as segments in order: each run of
         consecutive chunks that `match` would read, as one `Run`, and the data between runs (other
@@ -161,7 +160,8 @@ class ContentShape:
             else:
                 out.append(datas[i:j])
             i = j
-        self._unmatched = 0
+        if any(type(seg) is Run for seg in out):
+            self._unmatched = 0
         return out
 
     def _runs(self, datas: list[bytes], contents: list[bytes], out: list[Run | list[bytes]]) -> None:
@@ -171,7 +171,7 @@ class ContentShape:
         lo = 0
         for i in [*sorted(bad), len(contents)]:
             if i > lo:
-                out.append(Run(self, datas[lo:i], contents[lo:i], texts[lo:i] if bad else texts))
+                out.append(Run(self, datas[lo:i], texts[lo:i] if bad else texts))
             if i < len(contents):
                 out.append(datas[i:i + 1])
             lo = i + 1
@@ -180,13 +180,12 @@ class ContentShape:
 class Run:
     """Consecutive content-only chunks of one learned envelope, as they came in one read."""
 
-    __slots__ = ("_end", "_start", "contents", "datas", "index", "texts")
+    __slots__ = ("_end", "_start", "datas", "index", "texts")
 
-    def __init__(self, shape: ContentShape, datas: list[bytes], contents: list[bytes], texts: list[str]):
+    def __init__(self, shape: ContentShape, datas: list[bytes], texts: list[str]):
         self._start, self._end = shape._start, shape._end  # the learned event around a content token
         self.index = shape.index  # the choice every chunk of the run belongs to
-        self.datas = datas  # each chunk's bytes
-        self.contents, self.texts = contents, texts  # each chunk's content: token's inside, text
+        self.datas, self.texts = datas, texts  # each chunk's bytes, and its content
 
     def events(self, released: list[str]) -> bytes:
         """The run's events with each chunk's text replaced by what the text windows released for it
@@ -228,11 +227,13 @@ def _texts(contents: list[bytes]) -> tuple[list[str], set[int]]:
     text, decoded and checked together; an inside with an escape (`\\n`, `\\"`, `\\u00e9`) is read by
     the JSON parser, quoted: that it parses to one string proves it is one string token's inside."""
     joined = b"\n".join(contents)
-    try:
-        if joined.count(b"\n") != len(contents) - 1:
-            raise UnicodeError  # a piece holds an LF itself (it spans events): one at a time
-        texts = joined.decode().split("\n")
-    except UnicodeError:
+    texts: list[str] | None = None
+    if joined.count(b"\n") == len(contents) - 1:  # else an inside holds an LF (a multi-line event's data)
+        try:
+            texts = joined.decode().split("\n")
+        except UnicodeDecodeError:
+            pass
+    if texts is None:  # one at a time
         texts = [""] * len(contents)
         return texts, {i for i, c in enumerate(contents) if _one_text(c, texts, i)}
     bad = {i for i, c in enumerate(contents) if not c} if not all(contents) else set()
