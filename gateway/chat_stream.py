@@ -46,8 +46,8 @@ class OpenedStream:
 
     def feed(self, data: bytes) -> list[ChatChunk]:
         """Before the commit: bytes -> client-bound chunks, up to the event that makes the stream
-        committable (the rest waits in `unread`); raises UpstreamError for an in-band error or a bad
-        event."""
+        committable (the rest waits in `unread`, or as data in `unread_datas`); raises UpstreamError
+        for an in-band error or a bad event."""
         region = self.decoder.take_region(data)
         if region is not None:
             return self._feed_region(region)

@@ -85,9 +85,8 @@ class SSEDecoder:
             if chunk[:3] == BOM:
                 chunk = chunk[3:]
         buf = self._buf + chunk if self._buf else chunk
-        end = buf.rfind(b"\n\n") + 2  # 1: none
-        if end == 1:
-            end = 0
+        cut = buf.rfind(b"\n\n")
+        end = cut + 2 if cut >= 0 else 0
         rest = buf[end:] if end else buf
         if b"\n" in rest or len(rest) > self._limit or end > self._limit:
             return None
