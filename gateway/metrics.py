@@ -13,11 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge as PromGauge
+from prometheus_client import Histogram as PromHistogram
 
 from gateway import __version__
 from gateway.config_types import Config, Deployment, Price
 from gateway.core.events import Usage
+from gateway.metrics_local import LocalCounter, LocalGauge, LocalHistogram
 
 TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
                 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
@@ -35,25 +39,27 @@ OUTCOMES = ("ok", "client_error", "auth_error", "rate_limited", "guardrail_block
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
+    # prometheus_client's classes with `--workers` (multiprocess files), else `metrics_local`'s: the
+    # same calls (`labels`, `inc`, `dec`, `set`, `observe`)
     registry: CollectorRegistry | None
-    requests: Counter
-    duration: Histogram
-    ttft: Histogram
-    upstream_ttft: Histogram
-    tpot: Histogram
-    tokens: Counter
-    usage_missing: Counter
-    cost: Counter
-    attempts: Counter
-    stream_failures: Counter
-    hedges: Counter
-    guardrail_verdicts: Counter
-    redactions: Counter
-    text_delay: Histogram
-    inflight: Gauge
-    rate_limited: Counter
-    build_info: Gauge
-    state_degraded: Counter
+    requests: Any
+    duration: Any
+    ttft: Any
+    upstream_ttft: Any
+    tpot: Any
+    tokens: Any
+    usage_missing: Any
+    cost: Any
+    attempts: Any
+    stream_failures: Any
+    hedges: Any
+    guardrail_verdicts: Any
+    redactions: Any
+    text_delay: Any
+    inflight: Any
+    rate_limited: Any
+    build_info: Any
+    state_degraded: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -70,10 +76,13 @@ class Metrics:
 
 def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
     """Declare every metric. With `registry=None` and PROMETHEUS_MULTIPROC_DIR set, values go to the
-    multiprocess files and the exporter aggregates them."""
-    multiproc = "PROMETHEUS_MULTIPROC_DIR" in os.environ
+    multiprocess files and the exporter aggregates them; a single process keeps them in lock-free
+    series (`metrics_local`), rendered by prometheus_client the same way."""
+    multiproc = "PROMETHEUS_MULTIPROC_DIR" in os.environ and registry is None
     reg = registry if registry is not None else (None if multiproc else CollectorRegistry())
-    kw = {"registry": reg, "namespace": "llm_gateway"}
+    kw: dict[str, Any] = {"registry": reg, "namespace": "llm_gateway"}
+    Counter, Gauge, Histogram = (  # the classes of one of the two kinds
+        (PromCounter, PromGauge, PromHistogram) if multiproc else (LocalCounter, LocalGauge, LocalHistogram))
     m = Metrics(
         registry=reg,
         requests=Counter("requests", "Requests by outcome", ["api", "model", "stream", "outcome"], **kw),
