@@ -64,9 +64,10 @@ class _Buckets:
 
 
 class _Metric(Collector):
-    """A family: its series by label values, created on first use (as `labels()` does)."""
+    """A family: its series by label values, created on first use (as `labels()` does). Counters and
+    gauges render each series' one value as a family of `family_type`; histograms override `collect`."""
 
-    kind = ""
+    family_type: Any = None
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
                  registry: CollectorRegistry, namespace: str = "", **_: Any) -> None:
@@ -91,30 +92,28 @@ class _Metric(Collector):
             child = self.series[key] = self._new()
         return child
 
+    def collect(self) -> Iterator[Metric]:
+        family = self.family_type(self.name, self.documentation, labels=self.labelnames)
+        for key, child in self.series.items():
+            family.add_metric(list(key), child.value)
+        yield family
+
 
 class LocalCounter(_Metric):
+    family_type = CounterMetricFamily
+
     def _new(self) -> _CounterValue:
         return _CounterValue()
 
     def inc(self, amount: float = 1.0) -> None:
         self._only.inc(amount)
 
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for key, child in self.series.items():
-            family.add_metric(list(key), child.value)
-        yield family
-
 
 class LocalGauge(_Metric):
+    family_type = GaugeMetricFamily
+
     def _new(self) -> _Value:
         return _Value()
-
-    def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for key, child in self.series.items():
-            family.add_metric(list(key), child.value)
-        yield family
 
 
 class LocalHistogram(_Metric):
