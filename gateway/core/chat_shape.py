@@ -64,7 +64,7 @@ def string_token(text: str) -> bytes:
 class ContentShape:
     """Per stream. `learn` from a parsed content-only chunk; `match` later chunks by their bytes."""
 
-    __slots__ = ("_end", "_head", "_padded", "_prefix", "_start", "_suffix", "_tail", "_unmatched", "index")
+    __slots__ = ("_head", "_padded", "_prefix", "_suffix", "_tail", "_unmatched", "index")
 
     def __init__(self) -> None:
         self._head = b""
@@ -72,7 +72,6 @@ class ContentShape:
         self._padded = False  # the tail ends with an `obfuscation` string that changes per chunk
         self._unmatched = 0  # learns since the last match: a stream whose envelope changes per chunk
         self._prefix = self._suffix = b""  # the SSE event around a matched chunk's content token
-        self._start = self._end = b""  # the same with the token's quotes
         self.index = 0  # the choice index every matching chunk carries
 
     @property
@@ -99,7 +98,6 @@ class ContentShape:
         if index is not None:
             self._head, self._tail, self._padded, self.index = head, tail, padded, index
             self._prefix, self._suffix = b"data: " + head, tail + b"\n\n"
-            self._start, self._end = self._prefix + b'"', b'"' + self._suffix
 
     def match(self, raw: bytes) -> tuple[str, int, int] | None:
         """(content, start, end) of a chunk of the learned shape, `raw[start:end]` being the content's
@@ -148,7 +146,7 @@ class ContentShape:
         regex scan) instead of once per chunk in Python."""
         if not self._head or self._padded:
             return None
-        hq, tq = self._start[6:], self._end[:-2]  # head + quote, quote + tail
+        hq, tq = self._head + b'"', b'"' + self._tail  # around a content token's inside
         fits = list(map(and_, map(bytes.startswith, datas, repeat(hq)), map(bytes.endswith, datas, repeat(tq))))
         cut = slice(len(hq), -len(tq))
         out: list[Run | list[bytes]] = []
@@ -180,10 +178,10 @@ class ContentShape:
 class Run:
     """Consecutive content-only chunks of one learned envelope, as they came in one read."""
 
-    __slots__ = ("_end", "_start", "datas", "index", "texts")
+    __slots__ = ("_prefix", "_suffix", "datas", "index", "texts")
 
     def __init__(self, shape: ContentShape, datas: list[bytes], texts: list[str]):
-        self._start, self._end = shape._start, shape._end  # the learned event around a content token
+        self._prefix, self._suffix = shape._prefix, shape._suffix  # the learned event around a content token
         self.index = shape.index  # the choice every chunk of the run belongs to
         self.datas, self.texts = datas, texts  # each chunk's bytes, and its content
 
@@ -210,7 +208,7 @@ class Run:
         if text == self.texts[i]:
             out += (b"data: ", self.datas[i], b"\n\n")
         elif text:
-            out += (self._start, string_token(text)[1:-1], self._end)
+            out += (self._prefix, string_token(text), self._suffix)
 
 
 def _index(flags: list[bool], value: bool, start: int, stop: int) -> int:
