@@ -92,11 +92,12 @@ def start_upstream(workdir: Path) -> Server:
 def redaction_missing() -> str:
     """Why the gateway can't run with redaction yet ('' when it can): the redaction core must be
     committed (a file another helper is still writing is not measured)."""
-    r = subprocess.run(["git", "log", "-1", "--format=%h", "--", "gateway/core/redact.py"], cwd=ROOT,
+    r = subprocess.run(["git", "log", "-1", "--format=%h", "--", "gateway/core/redact/window.py"], cwd=ROOT,
                        capture_output=True, text=True, check=False)
     if r.returncode == 0:
-        return "" if r.stdout.strip() else "gateway/core/redact.py is not committed yet"
-    return "" if (ROOT / "gateway" / "core" / "redact.py").exists() else "gateway/core/redact.py is missing"
+        return "" if r.stdout.strip() else "gateway/core/redact/window.py is not committed yet"
+    window = ROOT / "gateway" / "core" / "redact" / "window.py"
+    return "" if window.exists() else "gateway/core/redact/window.py is missing"
 
 
 def gateway_config(upstream_port: int, redaction: bool) -> str:

@@ -13,13 +13,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.config_types import Config
-from gateway.handlers import chat_completions, embeddings_handler, healthz, list_models, readyz
+from gateway.apis.responses import responses
+from gateway.config.types import Config
 from gateway.inbound import Handler, HttpServer
-from gateway.metrics import Metrics, create_metrics, preinitialise
-from gateway.middleware import handle
-from gateway.responses_handler import responses
-from gateway.runtime import Runtime, build_runtime
+from gateway.observe.metrics import Metrics, create_metrics, preinitialise
+from gateway.pipeline.middleware import handle
+from gateway.pipeline.request import chat_completions, embeddings_handler, healthz, list_models, readyz
+from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.state.base import StateBackend, create_backend
 from gateway.upstream import Upstream
 

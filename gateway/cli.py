@@ -14,8 +14,8 @@ import structlog
 
 from gateway import __version__
 from gateway.config import ConfigError, config_path_from_env, embedded_default, load_config
-from gateway.config_types import Config
-from gateway.logs import configure_logging
+from gateway.config.types import Config
+from gateway.observe.logs import configure_logging
 
 log = structlog.get_logger("gateway")
 
@@ -37,8 +37,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def compile_check(config: Config) -> list[str]:
     """What only compiling reveals (rule sets, provider types); empty when fine."""
+    from gateway.pipeline.safety import compile_safety
     from gateway.providers.registry import chat_translators
-    from gateway.safety import compile_safety
 
     try:
         chat_translators(config.providers)

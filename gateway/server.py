@@ -13,9 +13,9 @@ from aiohttp import web
 from gateway.app import App, create_metrics_app
 from gateway.app import serve_api as start_api
 from gateway.config import ConfigError, load_config
-from gateway.config_types import Config
+from gateway.config.types import Config
 from gateway.inbound import HttpServer
-from gateway.metrics import Metrics, create_metrics
+from gateway.observe.metrics import Metrics, create_metrics
 
 log = structlog.get_logger("gateway")
 

@@ -9,7 +9,7 @@ import os
 
 import structlog
 
-from gateway.config_types import Config
+from gateway.config.types import Config
 
 log = structlog.get_logger("gateway")
 

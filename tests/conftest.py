@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config_types import Config
+from gateway.config.types import Config
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread, gateway_config
 

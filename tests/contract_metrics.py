@@ -2,7 +2,7 @@
 
 This module is the one copy of that table inside the repository. The dashboard and alert tests check
 every PromQL expression against it, and the gateway's own metrics tests import it to check what
-`gateway.metrics` declares, so a rename has to change the contract, the code and the dashboards together.
+`gateway.observe.metrics` declares, so a rename has to change the contract, the code and the dashboards together.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.app import App, create_metrics_app, serve_api
 from gateway.config import parse_config
-from gateway.config_types import Config
+from gateway.config.types import Config
 from gateway.inbound import HttpServer
-from gateway.metrics import Metrics, create_metrics
+from gateway.observe.metrics import Metrics, create_metrics
 
 T = TypeVar("T")
 

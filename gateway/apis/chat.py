@@ -11,18 +11,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway import cache
-from gateway.attempts import Won, run_attempts
-from gateway.chat_body import redact_body
-from gateway.chat_relay import relay
-from gateway.chat_stream import OpenedStream, open_stream
-from gateway.config_types import Deployment
-from gateway.context import RequestContext
+from gateway.apis.chat_attempt import OpenedStream, open_stream
+from gateway.apis.chat_body import redact_body
+from gateway.config.types import Deployment
 from gateway.errors import GatewayError
 from gateway.inbound import Request, StreamResponse
-from gateway.keepalive import KeepAlive
-from gateway.metrics import record_stream_end
-from gateway.runtime import Runtime
+from gateway.observe.context import RequestContext
+from gateway.observe.metrics import record_stream_end
+from gateway.pipeline import cache
+from gateway.pipeline.attempts import Won, run_attempts
+from gateway.pipeline.first_token import KeepAlive
+from gateway.pipeline.relay import relay
+from gateway.pipeline.runtime import Runtime
 
 
 async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> StreamResponse:

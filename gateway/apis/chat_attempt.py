@@ -11,15 +11,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from gateway.attempt_io import FirstTokenDeadline, decode, fetch_body, raise_for_status, raise_inband
-from gateway.config_types import Deployment
-from gateway.context import RequestContext
-from gateway.core.assemble import ChatAssembler, completion_to_chunks
+from gateway.config.types import Deployment
+from gateway.core.chat.assemble import ChatAssembler, completion_to_chunks
 from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.sse import SSEDecoder, SSEEvent, data_lines
+from gateway.observe.context import RequestContext
+from gateway.pipeline.attempt_io import FirstTokenDeadline, decode, fetch_body, raise_for_status, raise_inband
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.timeouts import LoopTimeout
 from gateway.providers.base import ChatChunk, ChatTranslator, StreamParser
-from gateway.runtime import Runtime
-from gateway.timeouts import LoopTimeout
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 

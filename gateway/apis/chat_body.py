@@ -10,19 +10,19 @@ from typing import Any
 
 import orjson
 
-from gateway import cache
-from gateway.attempt_io import fetch_body, raise_inband
-from gateway.attempts import run_attempts
-from gateway.config_types import Deployment
-from gateway.context import RequestContext
-from gateway.core.assemble import ChatAssembler
-from gateway.core.chat import TEXT_FIELDS, chunk_events
+from gateway.config.types import Deployment
+from gateway.core.chat.assemble import ChatAssembler
+from gateway.core.chat.wire import TEXT_FIELDS, chunk_events
 from gateway.core.events import Usage
-from gateway.guardrails import judge_output
 from gateway.inbound import Response
-from gateway.metrics import record_redactions, record_usage
+from gateway.observe.context import RequestContext
+from gateway.observe.metrics import record_redactions, record_usage
+from gateway.pipeline import cache
+from gateway.pipeline.attempt_io import fetch_body, raise_inband
+from gateway.pipeline.attempts import run_attempts
+from gateway.pipeline.guardrails import judge_output
+from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import ParsedBody
-from gateway.runtime import Runtime
 from gateway.state.base import StateBackend
 
 

@@ -13,26 +13,26 @@ from typing import Any
 
 import orjson
 
-from gateway.attempt_io import fetch_body, raise_inband
-from gateway.attempts import run_attempts
-from gateway.chat_handler import record_upstream_ttft
-from gateway.config_types import Deployment
-from gateway.context import RequestContext
+from gateway.apis.chat import record_upstream_ttft
+from gateway.apis.responses_attempt import OpenedResponses, open_responses, translator_for
+from gateway.config.types import Deployment
 from gateway.core.events import DeltaKind
-from gateway.core.responses import TextKey, map_response_texts
-from gateway.core.responses_assemble import ResponsesAssembler
-from gateway.core.responses_filter import ResponsesOutputFilter
+from gateway.core.responses.assemble import ResponsesAssembler
+from gateway.core.responses.filter import ResponsesOutputFilter
+from gateway.core.responses.wire import TextKey, map_response_texts
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.guardrails import check_input, judge_output
-from gateway.handlers import resolve
 from gateway.inbound import Request, Response, StreamResponse
-from gateway.keepalive import KeepAlive
-from gateway.limits import admit
-from gateway.metrics import record_redactions, record_usage
+from gateway.observe.context import RequestContext
+from gateway.observe.metrics import record_redactions, record_usage
+from gateway.pipeline.attempt_io import fetch_body, raise_inband
+from gateway.pipeline.attempts import run_attempts
+from gateway.pipeline.first_token import KeepAlive
+from gateway.pipeline.guardrails import check_input, judge_output
+from gateway.pipeline.limits import admit
+from gateway.pipeline.request import resolve
+from gateway.pipeline.responses_relay import relay
+from gateway.pipeline.runtime import Runtime
 from gateway.providers.responses_openai import ResponsesBody
-from gateway.responses_relay import relay
-from gateway.responses_stream import OpenedResponses, open_responses, translator_for
-from gateway.runtime import Runtime
 
 
 async def responses(request: Request) -> Response | StreamResponse:

@@ -12,17 +12,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from gateway.attempt_io import FirstTokenDeadline, decode, raise_for_status
-from gateway.config_types import Deployment
-from gateway.context import RequestContext
+from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, InbandError
-from gateway.core.responses import TERMINAL_OK, ResponsesEvent, ResponsesParser
-from gateway.core.responses_assemble import ResponsesAssembler
-from gateway.core.responses_replay import replay_events
+from gateway.core.responses.assemble import ResponsesAssembler
+from gateway.core.responses.replay import replay_events
+from gateway.core.responses.wire import TERMINAL_OK, ResponsesEvent, ResponsesParser
 from gateway.core.sse import SSEDecoder
+from gateway.observe.context import RequestContext
+from gateway.pipeline.attempt_io import FirstTokenDeadline, decode, raise_for_status
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.timeouts import LoopTimeout
 from gateway.providers.responses_openai import ResponsesStreamParser, ResponsesTranslator, responses_translator
-from gateway.runtime import Runtime
-from gateway.timeouts import LoopTimeout
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from gateway.config_reader import ConfigError, Errors, Section, expand_env
-from gateway.config_types import (
+from gateway.config.reader import ConfigError, Errors, Section, expand_env
+from gateway.config.types import (
     PROVIDER_TYPES,
     ApiKey,
     AuthConfig,
@@ -319,7 +319,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
 def _rule_validator() -> Callable[[str], bool] | None:
     """Rule names are defined by the redaction core; validate against it when it is present."""
     try:
-        from gateway.core.redact_rules import is_known_rule
+        from gateway.core.redact.rules import is_known_rule
     except ImportError:  # pragma: no cover - the redaction core is part of the package
         return None
     return is_known_rule

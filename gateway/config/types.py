@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-Routing = Literal["ordered", "balanced"]
+from gateway.core.policy.retry import RetryPolicy
+from gateway.core.policy.routing import Routing
+
 Stage = Literal["input", "output", "both"]
 GuardMode = Literal["stream", "hold", "audit"]
 ProviderType = Literal["openai", "anthropic", "azure", "mock"]
@@ -103,14 +105,6 @@ class Deployment:
     def label(self) -> str:
         """`provider/model`: the value of `x-gateway-deployment` and the `deployment` label."""
         return f"{self.provider}/{self.model}"
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    max_attempts: int = 4
-    per_deployment: int = 2
-    initial_backoff_ms: float = 200.0
-    max_backoff_ms: float = 5000.0
 
 
 @dataclass(frozen=True, slots=True)

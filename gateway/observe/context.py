@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.config_types import ApiKey, Deployment, ModelConfig
+from gateway.config.types import ApiKey, Deployment, ModelConfig
 from gateway.core.events import Usage
 
 

@@ -19,9 +19,9 @@ from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
 
 from gateway import __version__
-from gateway.config_types import Config, Deployment, Price
+from gateway.config.types import Config, Deployment, Price
 from gateway.core.events import Usage
-from gateway.metrics_local import LocalCounter, LocalGauge, LocalHistogram
+from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram
 
 TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
                 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)

@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Protocol, TypeVar
 
-from gateway.config_types import Deployment
+from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
+from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import UpstreamRequest
-from gateway.runtime import Runtime
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 ERROR_BODY_LIMIT = 1024 * 1024

@@ -14,14 +14,14 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from gateway.config_types import Deployment
-from gateway.context import RequestContext
-from gateway.core.breaker import counts_against_deployment
+from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind
-from gateway.core.retry import Action, AttemptState, decide, final_error_kind
-from gateway.core.routing import candidate_order
+from gateway.core.policy.breaker import counts_against_deployment
+from gateway.core.policy.retry import Action, AttemptState, decide, final_error_kind
+from gateway.core.policy.routing import candidate_order
 from gateway.errors import GatewayError, UpstreamClientError, UpstreamFailed, UpstreamTimeout
-from gateway.runtime import Runtime
+from gateway.observe.context import RequestContext
+from gateway.pipeline.runtime import Runtime
 from gateway.upstream import UpstreamError
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-from gateway.config_types import ApiKey, AuthConfig
+from gateway.config.types import ApiKey, AuthConfig
 from gateway.errors import InvalidApiKey, ModelNotAllowed
 
 

@@ -14,11 +14,11 @@ from typing import Any
 import orjson
 import structlog
 
-from gateway.context import RequestContext
-from gateway.core.assemble import completion_to_chunks
+from gateway.core.chat.assemble import completion_to_chunks
 from gateway.core.sse import DONE_EVENT, encode_data
 from gateway.inbound import Request, Response, StreamResponse
-from gateway.runtime import Runtime
+from gateway.observe.context import RequestContext
+from gateway.pipeline.runtime import Runtime
 from gateway.state.base import StateBackend
 from gateway.state.cache_key import cache_key
 

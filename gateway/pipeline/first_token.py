@@ -12,12 +12,12 @@ import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from gateway.attempts import Won
-from gateway.context import RequestContext
 from gateway.core.sse import KEEPALIVE
 from gateway.errors import GatewayError
 from gateway.inbound import Request, StreamResponse
-from gateway.runtime import Runtime
+from gateway.observe.context import RequestContext
+from gateway.pipeline.attempts import Won
+from gateway.pipeline.runtime import Runtime
 
 T = TypeVar("T")
 KEEPALIVE_EVERY_S = 5.0

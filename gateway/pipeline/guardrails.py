@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gateway.context import RequestContext
-from gateway.core.assemble import ChatAssembler
+from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.events import DeltaKind
 from gateway.errors import GatewayError, GuardrailBlocked
-from gateway.runtime import Runtime
-from gateway.safety import Guardrail
+from gateway.observe.context import RequestContext
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.safety import Guardrail
 from gateway.upstream import UpstreamError
 
 if TYPE_CHECKING:
-    from gateway.core.guard import Verdict
+    from gateway.core.policy.guard import Verdict
 
 
 async def verdict(rt: Runtime, ctx: RequestContext, g: Guardrail, stage: str, text: str) -> Verdict:
@@ -51,7 +51,7 @@ async def _webhook(rt: Runtime, ctx: RequestContext, g: Guardrail, stage: str, t
 
 
 def _verdict(allowed: bool, name: str, reason: str) -> Verdict:
-    from gateway.core.guard import Verdict
+    from gateway.core.policy.guard import Verdict
 
     return Verdict(allowed, name, reason)
 

@@ -10,9 +10,9 @@ import time
 
 import structlog
 
-from gateway.context import RequestContext
 from gateway.errors import BudgetExceeded, RateLimited
-from gateway.runtime import Runtime
+from gateway.observe.context import RequestContext
+from gateway.pipeline.runtime import Runtime
 from gateway.state.base import StateBackend
 
 log = structlog.get_logger("gateway")

@@ -11,11 +11,11 @@ import time
 
 import structlog
 
-from gateway.context import RequestContext
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.inbound import Request, Response, StreamResponse
-from gateway.limits import needs_settle, settle
-from gateway.logs import info_enabled
+from gateway.observe.context import RequestContext
+from gateway.observe.logs import info_enabled
+from gateway.pipeline.limits import needs_settle, settle
 
 log = structlog.get_logger("gateway")
 _API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embeddings": "embeddings"}

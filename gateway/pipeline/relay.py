@@ -9,21 +9,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gateway.attempt_io import decode
-from gateway.chat_stream import OpenedStream
-from gateway.context import RequestContext
-from gateway.core.chat import has_output_token
-from gateway.core.chat_filter import ChatOutputFilter
-from gateway.core.chat_shape import ContentShape, Run
+from gateway.apis.chat_attempt import OpenedStream
+from gateway.core.chat.filter import ChatOutputFilter
+from gateway.core.chat.shape import ContentShape, Run
+from gateway.core.chat.wire import has_output_token
 from gateway.core.sse import DONE_EVENT, SSEEvent, data_lines
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
-from gateway.guardrails import judge_output, record
 from gateway.inbound import StreamResponse
-from gateway.metrics import record_redactions
+from gateway.observe.context import RequestContext
+from gateway.observe.metrics import record_redactions
+from gateway.pipeline.attempt_io import decode
+from gateway.pipeline.guardrails import judge_output, record
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.safety import SafetyRun
+from gateway.pipeline.sink import ClientSink
 from gateway.providers.base import ChatChunk
-from gateway.runtime import Runtime
-from gateway.safety import SafetyRun
-from gateway.sink import ClientSink
 from gateway.upstream import UpstreamError
 
 

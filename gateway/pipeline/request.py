@@ -6,16 +6,16 @@ from typing import Any
 
 import orjson
 
-from gateway import cache
-from gateway.auth import KeyRing
-from gateway.chat_body import complete_chat, embeddings
-from gateway.chat_handler import stream_chat
-from gateway.context import RequestContext
+from gateway.apis.chat import stream_chat
+from gateway.apis.chat_body import complete_chat, embeddings
 from gateway.errors import InvalidRequest, ModelNotFound, Unavailable
-from gateway.guardrails import check_input
 from gateway.inbound import Request, Response, StreamResponse, json_response
-from gateway.limits import admit
-from gateway.runtime import Runtime
+from gateway.observe.context import RequestContext
+from gateway.pipeline import cache
+from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.guardrails import check_input
+from gateway.pipeline.limits import admit
+from gateway.pipeline.runtime import Runtime
 
 
 def read_json(request: Request) -> dict[str, Any]:

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import time
 
-from gateway.context import RequestContext
-from gateway.core.responses import ERROR_TYPES, TERMINAL_OK, ResponsesEvent
-from gateway.core.responses_filter import ResponsesOutputFilter
+from gateway.apis.responses_attempt import OpenedResponses
+from gateway.core.responses.filter import ResponsesOutputFilter
+from gateway.core.responses.wire import ERROR_TYPES, TERMINAL_OK, ResponsesEvent
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
-from gateway.guardrails import judge_output, record
 from gateway.inbound import StreamResponse
-from gateway.metrics import record_redactions, record_stream_end
-from gateway.responses_stream import OpenedResponses
-from gateway.runtime import Runtime
-from gateway.safety import SafetyRun
-from gateway.sink import ClientSink
+from gateway.observe.context import RequestContext
+from gateway.observe.metrics import record_redactions, record_stream_end
+from gateway.pipeline.guardrails import judge_output, record
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.safety import SafetyRun
+from gateway.pipeline.sink import ClientSink
 from gateway.upstream import UpstreamError
 
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from gateway.auth import KeyRing
-from gateway.config_types import Config, Deployment, ModelConfig, ProviderConfig
-from gateway.core.breaker import BreakerPolicy, CircuitBreaker
-from gateway.metrics import Metrics
+from gateway.config.types import Config, Deployment, ModelConfig, ProviderConfig
+from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
+from gateway.observe.metrics import Metrics
+from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.safety import Safety, compile_safety
 from gateway.providers.base import ChatTranslator
 from gateway.providers.registry import chat_translators
-from gateway.safety import Safety, compile_safety
 from gateway.upstream import Upstream
 
 log = structlog.get_logger("gateway")

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gateway.config_types import Config, GuardrailConfig, RedactionProfile
+from gateway.config.types import Config, GuardrailConfig, RedactionProfile
 from gateway.core.events import DeltaKind
 
 if TYPE_CHECKING:
-    from gateway.core.guard import GuardWindow, TextGuard, Verdict
-    from gateway.core.redact import RedactionWindow, Redactor
+    from gateway.core.policy.guard import GuardWindow, TextGuard, Verdict
+    from gateway.core.redact.window import RedactionWindow, Redactor
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +120,7 @@ class Safety:
 
 
 def _redactor(profile: RedactionProfile) -> Redactor:
-    from gateway.core.redact import Redactor
+    from gateway.core.redact.window import Redactor
 
     return Redactor.compile(profile.rules, [(c.name, c.pattern) for c in profile.custom])
 
@@ -128,7 +128,7 @@ def _redactor(profile: RedactionProfile) -> Redactor:
 def _guardrail(g: GuardrailConfig) -> Guardrail:
     if g.type == "webhook":
         return Guardrail(g, None)
-    from gateway.core.guard import TextGuard
+    from gateway.core.policy.guard import TextGuard
 
     return Guardrail(g, TextGuard.compile(g.name, g.type, g.terms, g.patterns))
 

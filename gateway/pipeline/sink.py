@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from gateway.context import RequestContext
 from gateway.inbound import StreamResponse
-from gateway.runtime import Runtime
+from gateway.observe.context import RequestContext
+from gateway.pipeline.runtime import Runtime
 
 
 class ClientSink:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.core.chat_shape import ContentShape
+from gateway.core.chat.shape import ContentShape
 from gateway.core.events import Failure, StreamEvent
 from gateway.core.sse import SSEEvent
 

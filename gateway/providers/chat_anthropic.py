@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config_types import ProviderConfig
+from gateway.config.types import ProviderConfig
 from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
 from gateway.providers.base import ParsedBody, UpstreamRequest, retry_after_s
 from gateway.providers.chat_anthropic_request import anthropic_body

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import orjson
 
-from gateway.config_types import ProviderConfig
+from gateway.config.types import ProviderConfig
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import ChatChunk, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat, OpenAIStreamParser

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config_types import ProviderConfig
+from gateway.config.types import ProviderConfig
 from gateway.core.sse import DONE_EVENT, encode_data, encode_event
 from gateway.providers.chat_openai import OpenAIChat
 

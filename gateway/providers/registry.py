@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gateway.config_types import ProviderConfig
+from gateway.config.types import ProviderConfig
 from gateway.providers.base import ChatTranslator
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat

@@ -15,9 +15,9 @@ from urllib.parse import quote
 
 import orjson
 
-from gateway.config_types import ProviderConfig
+from gateway.config.types import ProviderConfig
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
-from gateway.core.responses import ResponsesEvent, ResponsesParser, response_events
+from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, response_events
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.chat_azure import AzureChat

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
-from gateway.config_types import CacheConfig, StateConfig
+from gateway.config.types import CacheConfig, StateConfig
 
 Period = Literal["day", "month"]
 LimitName = Literal["rpm", "tpm"]

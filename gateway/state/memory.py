@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from gateway.config_types import CacheConfig
+from gateway.config.types import CacheConfig
 from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, period_id
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of
 

@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.config_types import CacheConfig
+from gateway.config.types import CacheConfig
 from gateway.state import lua
 from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, period_id
 from gateway.state.memory import MemoryBackend

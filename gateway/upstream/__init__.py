@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config_types import ProviderConfig
+from gateway.config.types import ProviderConfig
 from gateway.core.events import Failure, FailureKind
 from gateway.core.http1 import HTTPError, request_bytes
 from gateway.providers.base import UpstreamRequest
@@ -42,7 +42,7 @@ class Upstream:
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         """The process's event loop, looked up once: on CPython 3.11 each `get_running_loop` is a
-        `getpid` system call (see `gateway/timeouts.py`)."""
+        `getpid` system call (see `gateway/pipeline/timeouts.py`)."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         return self._loop

@@ -160,7 +160,7 @@ def test_copied_sources_exist_and_pass_dockerignore(stages: list[list[Instructio
     for src in sources:
         assert (ROOT / src).exists(), f"COPY source {src} is missing from the repository"
         assert sent_to_builder(ignore, src), f"{src} is excluded by .dockerignore"
-    assert sent_to_builder(ignore, "gateway/config.py")
+    assert sent_to_builder(ignore, "gateway/config/load.py")
     private = (".venv/bin/python", "tests/deploy/test_helm.py", ".git/config", "gateway/__pycache__/x.pyc")
     for path in private:
         assert not sent_to_builder(ignore, path), f"{path} would be sent to the builder"

@@ -10,7 +10,7 @@ import openai
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import parse_config
-from gateway.metrics import TTFT_BUCKETS
+from gateway.observe.metrics import TTFT_BUCKETS
 from tests.chat_scripts import chunk, error_script, text_stream
 from tests.contract_metrics import METRICS, TTFT_MAX_BUCKET_S, TTFT_MIN_BUCKET_S, TTFT_SLO_BOUNDS_S
 from tests.fake_upstream import FakeUpstream, Pause, Script, sse

@@ -15,7 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
 
-from gateway.config_types import CacheConfig, StateConfig
+from gateway.config.types import CacheConfig, StateConfig
 from gateway.state import MemoryBackend, create_backend
 from gateway.state.base import Reservation
 from gateway.state.redis import RedisBackend, cache_redis_key, rate_key, spend_key

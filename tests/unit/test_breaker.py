@@ -1,11 +1,11 @@
-"""The per-deployment circuit breaker (gateway.core.breaker), driven by an injected clock."""
+"""The per-deployment circuit breaker (gateway.core.policy.breaker), driven by an injected clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.core.breaker import BreakerPolicy, BreakerState, CircuitBreaker, counts_against_deployment
 from gateway.core.events import FailureKind
+from gateway.core.policy.breaker import BreakerPolicy, BreakerState, CircuitBreaker, counts_against_deployment
 
 K = FailureKind
 POLICY = BreakerPolicy(failure_threshold=3, window_s=10.0, cooldown_s=5.0)

@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.core.assemble import ChatAssembler, completion_to_chunks
-from gateway.core.chat import chunk_events, classify_error_object, has_output_token, parse_usage
+from gateway.core.chat.assemble import ChatAssembler, completion_to_chunks
+from gateway.core.chat.wire import chunk_events, classify_error_object, has_output_token, parse_usage
 from gateway.core.events import (
     DeltaKind,
     FailureKind,

@@ -8,10 +8,10 @@ import orjson
 import pytest
 
 from gateway.config import parse_config
-from gateway.core.chat_filter import ChatOutputFilter
+from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.events import DeltaKind
 from gateway.core.sse import SSEDecoder
-from gateway.safety import ModelSafety, compile_safety
+from gateway.pipeline.safety import ModelSafety, compile_safety
 
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 TEXT = f"token {SECRET} then Project Nightingale ends"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.chat import content_only
-from gateway.core.chat_shape import MAX_UNMATCHED_LEARNS, ContentShape, plain_string, string_token
+from gateway.core.chat.shape import MAX_UNMATCHED_LEARNS, ContentShape, plain_string, string_token
+from gateway.core.chat.wire import content_only
 from gateway.core.sse import SSEDecoder
 
 

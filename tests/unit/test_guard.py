@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.guard import GuardWindow, TextGuard, Verdict
-from gateway.core.redact import Redactor
+from gateway.core.policy.guard import GuardWindow, TextGuard, Verdict
+from gateway.core.redact.window import Redactor
 
 TERMS = TextGuard.compile("blocked-terms", "terms", ["project nightingale", "Blue Falcon", "zeta"], [])
 # The independent reference: the plain regex of the contract's words over the whole text.

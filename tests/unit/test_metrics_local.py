@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gateway.metrics import DELAY_BUCKETS, TTFT_BUCKETS
-from gateway.metrics_local import LocalCounter, LocalGauge, LocalHistogram
+from gateway.observe.metrics import DELAY_BUCKETS, TTFT_BUCKETS
+from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram
 
 _VALUES = st.one_of(st.sampled_from([0.0, *TTFT_BUCKETS, *DELAY_BUCKETS]),
                     st.floats(min_value=0, max_value=1e4, allow_nan=False))

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config_types import ProviderConfig
+from gateway.config.types import ProviderConfig
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_anthropic_request import DEFAULT_MAX_TOKENS, THINKING_BUDGETS, anthropic_body
 

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config_types import ProviderConfig
-from gateway.core.assemble import ChatAssembler
+from gateway.config.types import ProviderConfig
+from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.events import (
     DeltaKind,
     FailureKind,

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config_types import ProviderConfig
+from gateway.config.types import ProviderConfig
 from gateway.core.events import DeltaKind, Finish, OutputDelta, Usage
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import ChatChunk

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from gateway.core.redact import Redactor
-from gateway.core.redact_rules import builtin_rule_names
+from gateway.core.redact.rules import builtin_rule_names
+from gateway.core.redact.window import Redactor
 from tests.unit.redaction_corpus import Case, negatives, positives
 
 REDACTOR = Redactor.compile(["secrets", "pii"], [])

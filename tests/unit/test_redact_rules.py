@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.redact import Redactor
-from gateway.core.redact_checks import card_ok, iban_ok, luhn_ok
-from gateway.core.redact_engine import ScanSpec
-from gateway.core.redact_regex import (
+from gateway.core.redact.checks import card_ok, iban_ok, luhn_ok
+from gateway.core.redact.engine import ScanSpec
+from gateway.core.redact.regex import (
     WHITESPACE,
     caseless,
     detect_source,
@@ -23,7 +22,8 @@ from gateway.core.redact_regex import (
     prefix_source,
     spans_whitespace,
 )
-from gateway.core.redact_rules import BUILTIN, builtin_rule_names, is_known_rule
+from gateway.core.redact.rules import BUILTIN, builtin_rule_names, is_known_rule
+from gateway.core.redact.window import Redactor
 
 
 def test_rule_names() -> None:

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.redact import MAX_HELD_CHARS, RedactionWindow, Redactor
-from gateway.core.redact_engine import MAX_GAP, RUN_LIMIT, SEG_RUNS
+from gateway.core.redact.engine import MAX_GAP, RUN_LIMIT, SEG_RUNS
+from gateway.core.redact.window import MAX_HELD_CHARS, RedactionWindow, Redactor
 from tests.unit.redaction_corpus import positives
 
 REDACTOR = Redactor.compile(["secrets", "pii"], [("ticket-id", r"ACME-[0-9]{6}")])

@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from gateway.core.events import DeltaKind, FailureKind, Finish, InbandError, OutputDelta, ToolCallDelta, Usage
-from gateway.core.responses import ResponsesEvent, ResponsesParser, classify_stream_error, parse_usage
-from gateway.core.responses_assemble import ResponsesAssembler
+from gateway.core.responses.assemble import ResponsesAssembler
+from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, classify_stream_error, parse_usage
 from gateway.core.sse import SSEDecoder
 from gateway.providers.responses_openai import OpenAIResponsesStreamParser, parse_responses_body
 
@@ -159,7 +159,7 @@ def test_malformed_events_and_bodies() -> None:
 
 
 def test_a_replayed_body_assembles_like_the_stream_and_ends_with_the_body() -> None:
-    from gateway.core.responses_replay import replay_events
+    from gateway.core.responses.replay import replay_events
 
     _, streamed = parse_stream((FIXTURES / "text_reasoning_tool.sse").read_bytes())
     body = orjson.loads((FIXTURES / "text_reasoning_tool.body.json").read_bytes())

@@ -13,12 +13,12 @@ import orjson
 import pytest
 
 from gateway.config import parse_config
-from gateway.core.chat_filter import StageFactory
-from gateway.core.redact import Redactor
-from gateway.core.responses import ResponsesParser
-from gateway.core.responses_filter import ResponsesOutputFilter
+from gateway.core.chat.filter import StageFactory
+from gateway.core.redact.window import Redactor
+from gateway.core.responses.filter import ResponsesOutputFilter
+from gateway.core.responses.wire import ResponsesParser
 from gateway.core.sse import SSEDecoder
-from gateway.safety import SafetyRun, compile_safety
+from gateway.pipeline.safety import SafetyRun, compile_safety
 from tests.responses_scripts import Answer, frame, number
 
 SECRET = "sk-proj-AbCdEf0123456789AbCdEf0123456789xyz"

@@ -1,4 +1,4 @@
-"""The retry decision table (gateway.core.retry): what happens after an attempt fails.
+"""The retry decision table (gateway.core.policy.retry): what happens after an attempt fails.
 
 Where the design documents' rules are covered (decision part only; the I/O parts, such as the
 watchdogs firing, preamble replacement and learning per provider, belong to integration tests):
@@ -52,9 +52,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.config_types import RetryPolicy
+from gateway.config.types import RetryPolicy
 from gateway.core.events import Failure, FailureKind
-from gateway.core.retry import (
+from gateway.core.policy.retry import (
     LEARN_ONCE_HEADROOM,
     Action,
     AttemptState,

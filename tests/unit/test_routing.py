@@ -1,13 +1,13 @@
-"""The order a request tries deployments (gateway.core.routing), with real circuit breakers."""
+"""The order a request tries deployments (gateway.core.policy.routing), with real circuit breakers."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
 
-from gateway.config_types import Deployment
-from gateway.core.breaker import BreakerPolicy, BreakerState, CircuitBreaker
-from gateway.core.routing import candidate_order, iter_plan, plan_order
+from gateway.config.types import Deployment
+from gateway.core.policy.breaker import BreakerPolicy, BreakerState, CircuitBreaker
+from gateway.core.policy.routing import candidate_order, iter_plan, plan_order
 
 DEPLOYMENTS = (
     Deployment(provider="openai", model="gpt-4o-mini"),

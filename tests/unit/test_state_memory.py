@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway.config_types import CacheConfig, StateConfig
+from gateway.config.types import CacheConfig, StateConfig
 from gateway.state import MemoryBackend, create_backend
 from gateway.state.base import period_id
 

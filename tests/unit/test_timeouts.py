@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.timeouts import LoopTimeout
+from gateway.pipeline.timeouts import LoopTimeout
 
 
 async def _never(loop: asyncio.AbstractEventLoop) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.core.chat import TEXT_FIELDS, content_only
+from gateway.core.chat.wire import TEXT_FIELDS, content_only
 from gateway.core.events import DeltaKind
 from gateway.core.sse import encode_data
 

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import orjson
 
-from gateway.core.chat import content_only
+from gateway.core.chat.wire import content_only
 
 _PROBE, _PAD = "\x5fgw_probe\x5f", "\x5fgw_pad\x5f"
 _OBFUSCATION_KEY = b',"obfuscation":'

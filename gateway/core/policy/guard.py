@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.core.redact_engine import ScanSpec, SegmentWindow
-from gateway.core.redact_regex import caseless
+from gateway.core.redact.engine import ScanSpec, SegmentWindow
+from gateway.core.redact.regex import caseless
 
 _MARKER = re.compile(r"\[REDACTED:[^\]\s]{1,64}\]")
 

@@ -34,8 +34,18 @@ from enum import Enum, StrEnum
 from types import MappingProxyType
 from typing import Literal
 
-from gateway.config_types import RetryPolicy
 from gateway.core.events import Failure, FailureKind
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A model's `retry` block (the config builds it; this table reads it)."""
+
+    max_attempts: int = 4
+    per_deployment: int = 2
+    initial_backoff_ms: float = 200.0
+    max_backoff_ms: float = 5000.0
+
 
 LEARN_ONCE_HEADROOM = 2
 """Extra attempts a request may spend on learn-once fallbacks: one per fact (stream_options, stream)."""

@@ -18,12 +18,20 @@ taken by a deployment that the request does not reach because an earlier one ser
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Literal, Protocol
 
-from gateway.config_types import Deployment, Routing
+Routing = Literal["ordered", "balanced"]
+
+
+class Labelled(Protocol):
+    """What routing reads of a deployment (`config.types.Deployment`): its label."""
+
+    @property
+    def label(self) -> str: ...
 
 
 def candidate_order(
-    deployments: Sequence[Deployment],
+    deployments: Sequence[Labelled],
     routing: Routing,
     inflight: Mapping[str, int],
     rand: Callable[[], float],
@@ -38,7 +46,7 @@ def candidate_order(
 
 
 def iter_plan(
-    deployments: Sequence[Deployment],
+    deployments: Sequence[Labelled],
     routing: Routing,
     inflight: Mapping[str, int],
     allowed: Callable[[str], bool],
@@ -60,7 +68,7 @@ def iter_plan(
 
 
 def plan_order(
-    deployments: Sequence[Deployment],
+    deployments: Sequence[Labelled],
     routing: Routing,
     inflight: Mapping[str, int],
     allowed: Callable[[str], bool],

@@ -29,7 +29,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gateway.core.redact_regex import (
+from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
     literal_hint,

@@ -19,14 +19,14 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from gateway.core.redact_checks import (
+from gateway.core.redact.checks import (
     IBAN_LENGTHS,
     Span,
     refine_card,
     refine_iban,
     refine_phone,
 )
-from gateway.core.redact_regex import caseless
+from gateway.core.redact.regex import caseless
 
 Refine = Callable[[re.Match[str]], Iterator[Span]]
 

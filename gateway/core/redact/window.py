@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from gateway.core.redact_checks import Span, has_letter_and_digit
-from gateway.core.redact_engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
-from gateway.core.redact_rules import BUILTIN, expand
+from gateway.core.redact.checks import Span, has_letter_and_digit
+from gateway.core.redact.engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
+from gateway.core.redact.rules import BUILTIN, expand
 
 __all__ = ["MAX_HELD_CHARS", "RedactionResult", "RedactionWindow", "Redactor", "mask_marker"]
 

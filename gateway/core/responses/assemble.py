@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core.assemble import ChatAssembler
+from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.events import (
     DeltaKind,
     Failure,
@@ -23,7 +23,7 @@ from gateway.core.events import (
     ToolCallDelta,
     Usage,
 )
-from gateway.core.responses import ResponsesEvent, TextKey, item_texts, response_events
+from gateway.core.responses.wire import ResponsesEvent, TextKey, item_texts, response_events
 
 
 @dataclass(slots=True)

@@ -19,9 +19,9 @@ from typing import Any
 
 import orjson
 
-from gateway.core.chat_filter import Refusal, StageFactory, TextStage
+from gateway.core.chat.filter import Refusal, StageFactory, TextStage
 from gateway.core.events import DeltaKind
-from gateway.core.responses import (
+from gateway.core.responses.wire import (
     ERROR_TYPES,
     LIFECYCLE,
     PART_TEXT,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gateway.core.responses import PART_TEXT
+from gateway.core.responses.wire import PART_TEXT
 
 _TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 # part type -> (delta event, done event); summary parts have their own part events
