@@ -13,12 +13,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from gateway.apis.chat import chat_completions
+from gateway.apis.embeddings import embeddings_handler
+from gateway.apis.models import healthz, list_models, readyz
 from gateway.apis.responses import responses
 from gateway.config.types import Config
 from gateway.inbound import Handler, HttpServer
 from gateway.observe.metrics import Metrics, create_metrics, preinitialise
 from gateway.pipeline.middleware import handle
-from gateway.pipeline.request import chat_completions, embeddings_handler, healthz, list_models, readyz
 from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.state.base import StateBackend, create_backend
 from gateway.upstream import Upstream
@@ -84,7 +86,7 @@ def create_metrics_app(metrics: Metrics) -> web.Application:
         registry = metrics.registry
         if registry is None:  # multiprocess mode: aggregate every worker's files
             registry = CollectorRegistry()
-            MultiProcessCollector(registry)
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

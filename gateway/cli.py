@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import os
-import shutil
 import sys
-import tempfile
 
 import structlog
 
@@ -16,6 +13,7 @@ from gateway import __version__
 from gateway.config import ConfigError, config_path_from_env, embedded_default, load_config
 from gateway.config.types import Config
 from gateway.observe.logs import configure_logging
+from gateway.workers import install_uvloop
 
 log = structlog.get_logger("gateway")
 
@@ -38,10 +36,10 @@ def _parser() -> argparse.ArgumentParser:
 def compile_check(config: Config) -> list[str]:
     """What only compiling reveals (rule sets, provider types); empty when fine."""
     from gateway.pipeline.safety import compile_safety
-    from gateway.providers.registry import chat_translators
+    from gateway.providers.registry import build_translators
 
     try:
-        chat_translators(config.providers)
+        build_translators(config.providers)
         compile_safety(config)
     except ValueError as exc:
         return [str(exc)]
@@ -96,27 +94,10 @@ def serve(args: argparse.Namespace) -> int:
         from gateway.workers import run_workers
 
         return run_workers(config, path, args.workers)
-    _install_uvloop()
+    install_uvloop()
     from gateway.server import run_server
 
     return asyncio.run(run_server(config, path, serve_api=True, serve_metrics=True, reuse_port=False))
-
-
-def _install_uvloop() -> None:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on every platform we ship
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
-def fresh_multiproc_dir() -> str:
-    """prometheus-client's multiprocess files must start empty at every start."""
-    path = tempfile.mkdtemp(prefix="gateway-metrics-")
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:

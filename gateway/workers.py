@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import shutil
+import tempfile
 
 import structlog
 
@@ -15,16 +17,13 @@ log = structlog.get_logger("gateway")
 
 
 def _worker(config: Config, path: str | None) -> None:
-    from gateway.cli import _install_uvloop
     from gateway.server import run_server
 
-    _install_uvloop()
+    install_uvloop()
     asyncio.run(run_server(config, path, serve_api=True, serve_metrics=False, reuse_port=True))
 
 
 def run_workers(config: Config, path: str | None, count: int) -> int:
-    from gateway.cli import fresh_multiproc_dir
-
     fresh_multiproc_dir()  # before any metric exists, in this process and (inherited) in the workers
     from prometheus_client import multiprocess
 
@@ -45,5 +44,22 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
     for p in procs:
         p.join()
         if p.pid is not None:
-            multiprocess.mark_process_dead(p.pid)
+            multiprocess.mark_process_dead(p.pid)  # type: ignore[no-untyped-call]
     return code
+
+
+def install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every platform we ship
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def fresh_multiproc_dir() -> str:
+    """prometheus-client's multiprocess files must start empty at every start."""
+    path = tempfile.mkdtemp(prefix="gateway-metrics-")
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    return path

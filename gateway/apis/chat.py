@@ -12,17 +12,68 @@ import time
 from typing import Any
 
 from gateway.apis.chat_attempt import OpenedStream, open_stream
-from gateway.apis.chat_body import redact_body
+from gateway.apis.chat_body import complete_chat, redact_body
 from gateway.config.types import Deployment
-from gateway.errors import GatewayError
-from gateway.inbound import Request, StreamResponse
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.observe.metrics import record_stream_end
 from gateway.pipeline import cache
 from gateway.pipeline.attempts import Won, run_attempts
 from gateway.pipeline.first_token import KeepAlive
+from gateway.pipeline.guardrails import check_input
+from gateway.pipeline.limits import admit
 from gateway.pipeline.relay import relay
+from gateway.pipeline.request import resolve
 from gateway.pipeline.runtime import Runtime
+
+
+def _messages_text(body: dict[str, Any]) -> str:
+    parts: list[str] = []
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidRequest("messages must be an array", param="messages")
+    for m in messages:
+        if not isinstance(m, dict):
+            raise InvalidRequest("each message must be an object", param="messages")
+        content = m.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return "\n".join(parts)
+
+
+def _redact_inputs(rt: Runtime, ctx: RequestContext) -> None:
+    """`redaction.inputs: true`: mask secrets in the prompt before it leaves for the provider."""
+    safety = rt.safety.models[ctx.model.name]
+    if not safety.redact_inputs or safety.redactor is None:
+        return
+    for m in ctx.body.get("messages") or ():
+        content = m.get("content")
+        if isinstance(content, str):
+            m["content"] = safety.redactor.redact(content).text
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    part["text"] = safety.redactor.redact(part["text"]).text
+
+
+async def chat_completions(request: Request) -> Response | StreamResponse:
+    rt, ctx = await resolve(request, "chat")
+    text = _messages_text(ctx.body)
+    _redact_inputs(rt, ctx)
+    state = request.app.state
+    await admit(rt, state, ctx)
+    await check_input(rt, ctx, text)
+    if cache.wanted(rt, request, ctx):
+        hit = await cache.lookup(state, ctx)
+        if hit is not None:
+            return await cache.serve_hit(request, ctx, hit)
+        ctx.cache_store = True
+    if ctx.stream:
+        return await stream_chat(request, rt, ctx)
+    return await complete_chat(rt, ctx, state)
 
 
 async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> StreamResponse:

@@ -21,27 +21,23 @@ from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.guardrails import judge_output
+from gateway.pipeline.request import answer_headers
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import ParsedBody
 from gateway.state.base import StateBackend
 
 
-async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment, embeddings: bool) -> ParsedBody:
+async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ParsedBody:
     tr = rt.translator(d)
-    req = (tr.embeddings_request(ctx.body, d.model) if embeddings
-           else tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False))
+    req = tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False)
     parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error))
     raise_inband(parsed.events)
     return parsed
 
 
-def _headers(ctx: RequestContext, label: str, attempts: int) -> dict[str, str]:
-    return {"x-request-id": ctx.request_id, "x-gateway-deployment": label, "x-gateway-attempts": str(attempts)}
-
-
 async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -> Response:
     async def attempt(d: Deployment) -> ParsedBody:
-        return await _fetch(rt, ctx, d, embeddings=False)
+        return await _fetch(rt, ctx, d)
 
     won, parsed = await run_attempts(rt, ctx, attempt)
     ctx.deployment = won.deployment
@@ -59,7 +55,7 @@ async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -
     if ctx.cache_store:
         await cache.store(rt, state, ctx, obj)
     return Response(body=orjson.dumps(obj), content_type="application/json",
-                        headers=_headers(ctx, won.deployment.label, won.attempts))
+                    headers=answer_headers(ctx, won))
 
 
 def _events_after_redaction(obj: dict[str, Any], parsed: ParsedBody) -> list[Any]:
@@ -86,20 +82,3 @@ def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
                 msg[field] = result.text
                 counts.extend(result.counts.items())
     return record_redactions(rt.metrics, counts)
-
-
-async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
-    async def attempt(d: Deployment) -> ParsedBody:
-        return await _fetch(rt, ctx, d, embeddings=True)
-
-    won, parsed = await run_attempts(rt, ctx, attempt)
-    ctx.deployment = won.deployment
-    usage = parsed.obj.get("usage")
-    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-        ctx.usage = Usage(input=usage["prompt_tokens"])
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, ctx.usage)
-    return Response(body=orjson.dumps(parsed.obj), content_type="application/json",
-                        headers=_headers(ctx, won.deployment.label, won.attempts))
-
-
-

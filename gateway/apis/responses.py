@@ -29,7 +29,7 @@ from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.first_token import KeepAlive
 from gateway.pipeline.guardrails import check_input, judge_output
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import resolve
+from gateway.pipeline.request import answer_headers, resolve
 from gateway.pipeline.responses_relay import relay
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.responses_openai import ResponsesBody
@@ -144,9 +144,7 @@ async def complete_responses(rt: Runtime, ctx: RequestContext) -> Response:
     ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage)
     if refusal is not None:
         raise refusal
-    headers = {"x-request-id": ctx.request_id, "x-gateway-deployment": won.deployment.label,
-               "x-gateway-attempts": str(won.attempts)}
-    return Response(body=orjson.dumps(obj), content_type="application/json", headers=headers)
+    return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
 
 
 def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:

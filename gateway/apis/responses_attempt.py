@@ -22,7 +22,7 @@ from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import FirstTokenDeadline, decode, raise_for_status
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
-from gateway.providers.responses_openai import ResponsesStreamParser, ResponsesTranslator, responses_translator
+from gateway.providers.responses_openai import ResponsesStreamParser, ResponsesTranslator
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 
@@ -65,7 +65,7 @@ class OpenedResponses:
 
 
 def translator_for(rt: Runtime, d: Deployment) -> ResponsesTranslator | None:
-    return responses_translator(rt.provider(d))
+    return rt.responses_translator(d)
 
 
 async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> OpenedResponses:

@@ -17,7 +17,6 @@ import yaml
 
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.types import (
-    PROVIDER_TYPES,
     ApiKey,
     AuthConfig,
     BreakerConfig,
@@ -36,6 +35,7 @@ from gateway.config.types import (
     StateConfig,
     Timeouts,
 )
+from gateway.providers.registry import PROVIDER_TYPES, PROVIDERS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,62}$")
 
@@ -109,17 +109,19 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
+    kind = PROVIDERS.get(ptype)
     base_url = s.get("base_url", str, "").rstrip("/")
-    if ptype not in ("mock", "") and not re.match(r"^https?://[^/\s]+", base_url):
+    if kind is not None and kind.remote and not re.match(r"^https?://[^/\s]+", base_url):
         errs.add(s.at("base_url"), "required: an http:// or https:// URL")
-    if ptype == "azure" and not s.has("api_version"):
-        errs.add(s.at("api_version"), "required for type azure")
+    for key in kind.requires if kind is not None else ():
+        if not s.has(key):
+            errs.add(s.at(key), f"required for type {ptype}")
     headers = s.get("headers", dict, {})
     for hk, hv in headers.items():
         if not isinstance(hv, str):
             errs.add(f"{s.at('headers')}.{hk}", "must be a string")
     return ProviderConfig(
-        name=name, type=ptype or "mock",  # type: ignore[arg-type]
+        name=name, type=ptype or "mock",
         base_url=base_url, api_key=s.get("api_key", str, "") or None,
         headers=MappingProxyType({str(k): str(v) for k, v in headers.items()}),
         timeouts=_timeouts(Section(s.raw.get("timeouts"), s.at("timeouts"), errs,

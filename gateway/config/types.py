@@ -11,11 +11,13 @@ from typing import Literal
 
 from gateway.core.policy.retry import RetryPolicy
 from gateway.core.policy.routing import Routing
+from gateway.providers.settings import BreakerConfig, ProviderConfig, Timeouts
+
+# re-exported: defined beside the code that reads them, built here
+__all__ = ["BreakerConfig", "ProviderConfig", "RetryPolicy", "Routing", "Timeouts"]
 
 Stage = Literal["input", "output", "both"]
 GuardMode = Literal["stream", "hold", "audit"]
-ProviderType = Literal["openai", "anthropic", "azure", "mock"]
-PROVIDER_TYPES: tuple[str, ...] = ("openai", "anthropic", "azure", "mock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,39 +52,6 @@ class AuthConfig:
 class StateConfig:
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    connect_s: float = 5.0
-    first_token_s: float = 60.0
-    idle_s: float = 60.0
-    total_s: float = 600.0
-
-
-@dataclass(frozen=True, slots=True)
-class BreakerConfig:
-    """Circuit breaker per deployment of this provider (an extension of CONTRACT §2)."""
-
-    failures: int = 5
-    window_s: float = 30.0
-    cooldown_s: float = 15.0
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderConfig:
-    name: str
-    type: ProviderType
-    base_url: str = ""
-    api_key: str | None = field(default=None, repr=False)
-    headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
-    timeouts: Timeouts = Timeouts()
-    breaker: BreakerConfig = BreakerConfig()
-    api_version: str | None = None  # azure
-    anthropic_version: str = "2023-06-01"  # anthropic
-    # mock only: pacing of the built-in demo answer
-    ttft_ms: float = 120.0
-    token_delay_ms: float = 15.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
-        logger_factory=factory,  # type: ignore[arg-type]
+        logger_factory=factory,
         cache_logger_on_first_use=True,
     )
 

@@ -120,7 +120,7 @@ class LocalHistogram(_Metric):
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
                  buckets: Sequence[float], **kw: Any) -> None:
         self.bounds = tuple(float(b) for b in buckets if b != float("inf"))
-        self._les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
+        self._les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
         super().__init__(name, documentation, labelnames, **kw)
 
     def _new(self) -> _Buckets:

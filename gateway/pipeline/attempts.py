@@ -121,7 +121,7 @@ class _Hedge(Generic[T]):
         second_d = model.deployments[self.order[hedge_pos]]
         self.ctx.attempts = 2
         second = asyncio.ensure_future(_one(self.rt, self.ctx, second_d, self.attempt))
-        racers = {first: primary, second: second_d}
+        racers: dict[asyncio.Future[T], Deployment] = {first: primary, second: second_d}
         try:
             return await self._race(racers, first, hedge_pos)
         finally:

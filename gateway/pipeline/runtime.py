@@ -17,7 +17,8 @@ from gateway.observe.metrics import Metrics
 from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.safety import Safety, compile_safety
 from gateway.providers.base import ChatTranslator
-from gateway.providers.registry import chat_translators
+from gateway.providers.registry import Translators, build_translators
+from gateway.providers.responses_openai import ResponsesTranslator
 from gateway.upstream import Upstream
 
 log = structlog.get_logger("gateway")
@@ -40,7 +41,7 @@ class Learned:
 @dataclass(slots=True)
 class Runtime:
     config: Config
-    translators: dict[str, ChatTranslator]
+    translators: Translators
     upstream: Upstream
     metrics: Metrics
     safety: Safety
@@ -54,7 +55,11 @@ class Runtime:
         return self.config.providers[d.provider]
 
     def translator(self, d: Deployment) -> ChatTranslator:
-        return self.translators[d.provider]
+        return self.translators.chat[d.provider]
+
+    def responses_translator(self, d: Deployment) -> ResponsesTranslator | None:
+        """None when the deployment's provider type does not serve the Responses API."""
+        return self.translators.responses.get(d.provider)
 
     def breaker(self, d: Deployment) -> CircuitBreaker:
         b = self.breakers.get(d.label)
@@ -76,7 +81,7 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
     """Compile a config. Raises ValueError with a key path when something cannot be compiled."""
     return Runtime(
         config=config,
-        translators=chat_translators(config.providers),
+        translators=build_translators(config.providers),
         upstream=upstream,
         metrics=metrics,
         safety=compile_safety(config),

@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 
-from gateway.config.types import ProviderConfig
 from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
 from gateway.providers.base import ParsedBody, UpstreamRequest, retry_after_s
 from gateway.providers.chat_anthropic_request import anthropic_body
@@ -27,6 +26,7 @@ from gateway.providers.chat_anthropic_stream import (
     openai_usage,
 )
 from gateway.providers.chat_openai import parse_openai_body
+from gateway.providers.settings import ProviderConfig
 
 
 class AnthropicChat:

@@ -21,10 +21,10 @@ from urllib.parse import quote
 
 import orjson
 
-from gateway.config.types import ProviderConfig
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import ChatChunk, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat, OpenAIStreamParser
+from gateway.providers.settings import ProviderConfig
 
 # Azure accepts `stream_options` from this api-version on (2024-09-01-preview; GA 2024-10-21); older
 # ones reject it with a 400 that names no param, so it is not sent to them (usage is then unknown).

@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 
-from gateway.config.types import ProviderConfig
 from gateway.core.sse import DONE_EVENT, encode_data, encode_event
 from gateway.providers.chat_openai import OpenAIChat
+from gateway.providers.settings import ProviderConfig
 
 ANSWER = (
     "Hello from the llm-gateway demo. This answer is streamed token by token through the gateway's "

@@ -1,34 +1,78 @@
-"""Provider type -> translator. The only place that knows the list of provider types."""
+"""Provider type -> what serves it. The only place that lists the provider types.
+
+Each kind names its translator per client schema (a missing one means the type does not serve that
+API), what its config must carry, and, for the built-in `mock`, the answer played in process instead of
+a network request. Built once per config (`build_translators`), at load and on every reload.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-from gateway.config.types import ProviderConfig
-from gateway.providers.base import ChatTranslator
+from gateway.providers.base import ChatTranslator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.mock import MockChat
+from gateway.providers.mock import MockChat, MockScript, mock_script
+from gateway.providers.responses_openai import (
+    AzureResponses,
+    MockResponses,
+    OpenAIResponses,
+    ResponsesTranslator,
+)
+from gateway.providers.settings import ProviderConfig
 
-_CHAT: dict[str, Callable[[ProviderConfig], ChatTranslator]] = {
-    "openai": OpenAIChat,
-    "mock": MockChat,
-    "anthropic": AnthropicChat,
-    "azure": AzureChat,
+InProcess = Callable[[ProviderConfig, str, bytes], MockScript]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderKind:
+    chat: Callable[[ProviderConfig], ChatTranslator]
+    responses: Callable[[ProviderConfig], ResponsesTranslator] | None = None  # None: no Responses API
+    remote: bool = True  # needs `base_url`
+    requires: tuple[str, ...] = ()  # config keys the type cannot work without
+    in_process: InProcess | None = None  # answered without a network request
+
+
+PROVIDERS: dict[str, ProviderKind] = {
+    "openai": ProviderKind(OpenAIChat, OpenAIResponses),
+    "anthropic": ProviderKind(AnthropicChat),
+    "azure": ProviderKind(AzureChat, AzureResponses, requires=("api_version",)),
+    "mock": ProviderKind(MockChat, MockResponses, remote=False, in_process=mock_script),
 }
+PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 
 
-def register_chat(provider_type: str, factory: Callable[[ProviderConfig], ChatTranslator]) -> None:
-    _CHAT[provider_type] = factory
+@dataclass(frozen=True, slots=True)
+class Translators:
+    """One translator per configured provider and client schema; `responses` holds only the providers
+    whose type serves the Responses API."""
+
+    chat: dict[str, ChatTranslator]
+    responses: dict[str, ResponsesTranslator]
 
 
-def chat_translators(providers: Mapping[str, ProviderConfig]) -> dict[str, ChatTranslator]:
-    """One translator per configured provider, built once at config load."""
-    out: dict[str, ChatTranslator] = {}
+def register(provider_type: str, kind: ProviderKind) -> None:
+    PROVIDERS[provider_type] = kind
+
+
+def build_translators(providers: Mapping[str, ProviderConfig]) -> Translators:
+    chat: dict[str, ChatTranslator] = {}
+    responses: dict[str, ResponsesTranslator] = {}
     for name, cfg in providers.items():
-        factory = _CHAT.get(cfg.type)
-        if factory is None:
+        kind = PROVIDERS.get(cfg.type)
+        if kind is None:
             raise ValueError(f'providers.{name}.type: provider type "{cfg.type}" is not available')
-        out[name] = factory(cfg)
-    return out
+        chat[name] = kind.chat(cfg)
+        if kind.responses is not None:
+            responses[name] = kind.responses(cfg)
+    return Translators(chat, responses)
+
+
+def in_process(provider: ProviderConfig, req: UpstreamRequest) -> MockScript | None:
+    """The answer of a provider played in process (the built-in demo), or None for a network one."""
+    kind = PROVIDERS.get(provider.type)
+    if kind is None or kind.in_process is None:
+        return None
+    return kind.in_process(provider, req.url, req.body)

@@ -15,7 +15,6 @@ from urllib.parse import quote
 
 import orjson
 
-from gateway.config.types import ProviderConfig
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
 from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, response_events
 from gateway.core.sse import DONE, SSEEvent
@@ -118,13 +117,3 @@ class AzureResponses(AzureChat, _ResponsesRequests):
 class MockResponses(MockChat, _ResponsesRequests):
     """Provider type `mock`: the built-in demo answer, in the Responses API's shape."""
 
-
-def responses_translator(provider: ProviderConfig) -> ResponsesTranslator | None:
-    """The translator for a provider that serves the Responses API, or None (anthropic)."""
-    if provider.type == "openai":
-        return OpenAIResponses(provider)
-    if provider.type == "mock":
-        return MockResponses(provider)
-    if provider.type == "azure":
-        return AzureResponses(provider)
-    return None

@@ -21,7 +21,7 @@ from gateway.config.types import ProviderConfig
 from gateway.core.events import Failure, FailureKind
 from gateway.core.http1 import HTTPError, request_bytes
 from gateway.providers.base import UpstreamRequest
-from gateway.providers.mock import mock_script
+from gateway.providers.registry import in_process
 from gateway.upstream.connection import _FINISHING, HttpResponse, _Conn, _Pool
 from gateway.upstream.errors import UpstreamError, UpstreamResponse
 from gateway.upstream.mock import MockResponse
@@ -58,8 +58,8 @@ class Upstream:
         return self._tls
 
     async def open(self, provider: ProviderConfig, req: UpstreamRequest, label: str) -> UpstreamResponse:
-        if provider.type == "mock":
-            return MockResponse(mock_script(provider, req.url, req.body))
+        if (script := in_process(provider, req)) is not None:
+            return MockResponse(script)
         t = provider.timeouts
         return await self._request(req, label, t.connect_s, t.idle_s if req.stream else None, t.total_s)
 

@@ -1,0 +1,44 @@
+"""`POST /v1/embeddings`: the body passes to the deployment through the attempt loop, usage counted."""
+
+from __future__ import annotations
+
+import orjson
+
+from gateway.config.types import Deployment
+from gateway.core.events import Usage
+from gateway.errors import InvalidRequest
+from gateway.inbound import Request, Response, StreamResponse
+from gateway.observe.context import RequestContext
+from gateway.observe.metrics import record_usage
+from gateway.pipeline.attempt_io import fetch_body, raise_inband
+from gateway.pipeline.attempts import run_attempts
+from gateway.pipeline.limits import admit
+from gateway.pipeline.request import answer_headers, resolve
+from gateway.pipeline.runtime import Runtime
+from gateway.providers.base import ParsedBody
+
+
+async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
+    async def attempt(d: Deployment) -> ParsedBody:
+        tr = rt.translator(d)
+        req = tr.embeddings_request(ctx.body, d.model)
+        parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error))
+        raise_inband(parsed.events)
+        return parsed
+
+    won, parsed = await run_attempts(rt, ctx, attempt)
+    ctx.deployment = won.deployment
+    usage = parsed.obj.get("usage")
+    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+        ctx.usage = Usage(input=usage["prompt_tokens"])
+    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, ctx.usage)
+    return Response(body=orjson.dumps(parsed.obj), content_type="application/json",
+                    headers=answer_headers(ctx, won))
+
+
+async def embeddings_handler(request: Request) -> Response | StreamResponse:
+    rt, ctx = await resolve(request, "embeddings")
+    if "input" not in ctx.body:
+        raise InvalidRequest("you must provide an input parameter", param="input")
+    await admit(rt, request.app.state, ctx)
+    return await embeddings(rt, ctx)

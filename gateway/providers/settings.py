@@ -1,0 +1,43 @@
+"""A provider's settings (`providers.<name>` in the config): what translators and the upstream client read.
+
+Here rather than in `gateway.config` so the providers depend on no other package than `core`; the config
+builds these and validates `type` against the one registry (`providers.registry`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect_s: float = 5.0
+    first_token_s: float = 60.0
+    idle_s: float = 60.0
+    total_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerConfig:
+    """Circuit breaker per deployment of this provider (an extension of CONTRACT §2)."""
+
+    failures: int = 5
+    window_s: float = 30.0
+    cooldown_s: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    name: str
+    type: str  # a key of `providers.registry.PROVIDERS`
+    base_url: str = ""
+    api_key: str | None = field(default=None, repr=False)
+    headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+    timeouts: Timeouts = Timeouts()
+    breaker: BreakerConfig = BreakerConfig()
+    api_version: str | None = None  # azure
+    anthropic_version: str = "2023-06-01"  # anthropic
+    # mock only: pacing of the built-in demo answer
+    ttft_ms: float = 120.0
+    token_delay_ms: float = 15.0
