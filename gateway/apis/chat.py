@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.apis.chat_attempt import OpenedStream, open_stream
+from gateway.apis.chat_attempt import OpenedChat, open_stream
 from gateway.apis.chat_body import complete_chat, redact_body
 from gateway.config.types import Deployment
 from gateway.errors import GatewayError, InvalidRequest
@@ -77,10 +77,10 @@ async def chat_completions(request: Request) -> Response | StreamResponse:
 
 
 async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> StreamResponse:
-    async def attempt(d: Deployment) -> OpenedStream:
+    async def attempt(d: Deployment) -> OpenedChat:
         return await open_stream(rt, ctx, d)
 
-    attempts = run_attempts(rt, ctx, attempt, discard=OpenedStream.close)
+    attempts = run_attempts(rt, ctx, attempt, discard=OpenedChat.close)
     async with KeepAlive(request, rt, ctx, attempts, GatewayError.sse_bytes) as ka:
         got = await ka.wait()
         if got is None:
@@ -89,9 +89,9 @@ async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> Str
         won, opened = got
         try:
             ctx.deployment = won.deployment
-            record_upstream_ttft(rt, ctx, won, opened.assembler.first_token, opened.t_first - opened.t_sent)
+            record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
             client = await ka.commit(won)
-            meta = next((ch.obj for ch in opened.pending if ch.obj), {})
+            meta = next((ch.obj for ch in opened.stream.preamble if ch.obj), {})
             await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start(),
                         lambda: _record_end(rt, ctx, opened))
             if ctx.cache_store and ctx.stream_error is None:
@@ -101,10 +101,10 @@ async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> Str
             opened.close()
 
 
-async def _store(rt: Runtime, request: Request, ctx: RequestContext, opened: OpenedStream,
+async def _store(rt: Runtime, request: Request, ctx: RequestContext, opened: OpenedChat,
                  meta: dict[str, Any]) -> None:
     """Cache what the client read: the assembled answer, masked one-shot (equal to the streamed text)."""
-    body = opened.assembler.completion(id=str(meta.get("id", "")), model=str(meta.get("model", "")),
+    body = opened.stream.assembler.completion(id=str(meta.get("id", "")), model=str(meta.get("model", "")),
                                        created=int(meta.get("created", 0) or 0))
     redact_body(rt, ctx, body)
     await cache.store(rt, request.app.state, ctx, body)
@@ -117,10 +117,10 @@ def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token
         rt.metrics.child(rt.metrics.upstream_ttft, ctx.model.name, d.provider, d.label).observe(seconds)
 
 
-def _record_end(rt: Runtime, ctx: RequestContext, opened: OpenedStream) -> None:
+def _record_end(rt: Runtime, ctx: RequestContext, opened: OpenedChat) -> None:
     d = ctx.deployment
     assert d is not None
-    asm = opened.assembler
+    asm = opened.stream.assembler
     ctx.usage = asm.usage
     ctx.cost_usd = record_stream_end(rt.metrics, ctx.api, ctx.model.name, d, asm.usage,
                                      opened.t_first if asm.first_token else None, time.perf_counter())

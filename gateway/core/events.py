@@ -118,3 +118,13 @@ class InbandError:
 
 
 StreamEvent = OutputDelta | ToolCallDelta | Finish | Usage | InbandError
+
+
+class StreamFailed(Exception):
+    """A stream core met a failure in the upstream's bytes (an in-band error before the first token, an
+    event too large). The shell treats it as the failed read it is: before the commit the attempt fails
+    (`core.policy.retry` decides), after it the stream ends with one error event."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure

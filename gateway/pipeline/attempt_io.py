@@ -4,8 +4,9 @@ reading a whole non-stream body."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
@@ -23,6 +24,24 @@ class _Closeable(Protocol):
 
 
 C = TypeVar("C", bound=_Closeable)
+S = TypeVar("S")
+
+
+@dataclass(slots=True)
+class Opened(Generic[S]):
+    """An attempt that reached its first output token: the upstream response (None for an answer
+    re-emitted from a body), the API's stream core holding the preamble, and when the request left and
+    the first token came."""
+
+    deployment: Deployment
+    response: UpstreamResponse | None
+    stream: S
+    t_sent: float
+    t_first: float = 0.0
+
+    def close(self) -> None:
+        if self.response is not None:
+            self.response.close()
 
 
 class FirstTokenDeadline:

@@ -1,4 +1,7 @@
-"""Waiting for the first token without letting proxies time out (CONTRACT §4.2).
+"""Waiting for the first token: reading an attempt up to it, and not letting proxies time out meanwhile.
+
+`until_first_token` feeds an attempt's upstream bytes to its API's stream core until the core is
+committable (the core holds the preamble); a failure in the bytes fails the attempt.
 
 If the attempt loop has no first token after `server.keepalive_after_s`, the response is committed early
 (200, event-stream) and `: keepalive` comments go out every few seconds; from then on a failure can only
@@ -10,17 +13,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from gateway.core.events import Failure, FailureKind, StreamFailed
 from gateway.core.sse import KEEPALIVE
 from gateway.errors import GatewayError
 from gateway.inbound import Request, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempts import Won
 from gateway.pipeline.runtime import Runtime
+from gateway.upstream import UpstreamError, UpstreamResponse
 
 T = TypeVar("T")
 KEEPALIVE_EVERY_S = 5.0
+
+
+class StreamCore(Protocol):
+    """What the pipeline reads of an API's stream core (`core.chat.stream`, `core.responses.stream`)."""
+
+    done: bool
+
+    @property
+    def committable(self) -> bool: ...
+
+    def feed(self, data: bytes) -> bytes: ...
+
+    def end_of_input(self) -> None: ...
+
+
+async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: str) -> None:
+    """Read until the core can commit: an output token, or a whole (possibly empty) answer."""
+    try:
+        while not stream.committable and not stream.done:
+            data = await resp.next_chunk()
+            if not data:
+                stream.end_of_input()
+                break
+            stream.feed(data)
+    except StreamFailed as exc:
+        raise UpstreamError(exc.failure) from None
+    if not stream.committable:
+        raise UpstreamError(Failure(FailureKind.EARLY_EOF, f"{label}: stream ended before the first token"))
 
 
 async def commit(request: Request, ctx: RequestContext, won: Won | None) -> StreamResponse:

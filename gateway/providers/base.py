@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.core.chat.shape import ContentShape
+from gateway.core.chat.stream import ChatChunk, StreamParser
 from gateway.core.events import Failure, StreamEvent
-from gateway.core.sse import SSEEvent
+
+__all__ = ["ChatChunk", "ParsedBody", "StreamParser", "UpstreamRequest"]  # the chunk types are the core's
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # CONTRACT §5.3: a non-stream upstream body is at most 32 MiB
 
@@ -27,29 +28,6 @@ class UpstreamRequest:
     headers: Mapping[str, str]
     body: bytes
     stream: bool
-
-
-@dataclass(slots=True)
-class ChatChunk:
-    """One client-bound chunk in OpenAI `chat.completion.chunk` shape, with its typed events.
-
-    `raw` holds the upstream's own data bytes when `obj` is exactly what it sent, so an unchanged chunk is
-    forwarded without re-serialising (the hot path); a translated chunk has raw=None. (Content-only
-    chunks of a learned envelope never become ChatChunks: the relay reads them from their bytes.)
-    """
-
-    events: list[StreamEvent]
-    obj: dict[str, Any] | None
-    raw: bytes | None = None
-    done: bool = False  # the upstream's `[DONE]` (or its protocol's end): stop reading
-
-
-class StreamParser(Protocol):
-    def parse(self, event: SSEEvent) -> list[ChatChunk]: ...
-
-    @property
-    def shape(self) -> ContentShape | None:
-        """The stream's learned content-only envelope, when this parser reads chunks by their bytes."""
 
 
 @dataclass(frozen=True, slots=True)
