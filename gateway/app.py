@@ -13,9 +13,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.config_types import Config
+from gateway.config_types import Config, ServerConfig
 from gateway.handlers import chat_completions, embeddings_handler, healthz, list_models, readyz
-from gateway.inbound import Handler, HttpServer
+from gateway.inbound import Handler, HttpServer, ServerLimits
 from gateway.metrics import Metrics, create_metrics, preinitialise
 from gateway.middleware import handle
 from gateway.responses_handler import responses
@@ -71,10 +71,28 @@ def _routes() -> dict[str, dict[str, Handler]]:
     }
 
 
-async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False) -> HttpServer:
-    """Start the app and its server; returns the listening server (`server.shutdown` drains)."""
+class _RefusalCounter:
+    """What the HTTP server refuses before a handler runs, counted by reason (a fixed set)."""
+
+    def __init__(self, metrics: Metrics):
+        self._metrics = metrics
+
+    def refused(self, reason: str) -> None:
+        self._metrics.child(self._metrics.http_refused, reason).inc()
+
+
+def server_limits(s: ServerConfig, max_connections: int | None = None) -> ServerLimits:
+    return ServerLimits(max_body_bytes=s.max_body_bytes, max_connections=max_connections or s.max_connections,
+                        head_timeout_s=s.request_head_timeout_s, send_timeout_s=s.send_timeout_s)
+
+
+async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
+                    max_connections: int | None = None) -> HttpServer:
+    """Start the app and its server; returns the listening server (`server.shutdown` drains).
+    `max_connections` caps the configured limit (what the process's file descriptors allow)."""
     await app.start()
-    server = HttpServer(app, handle)
+    server = HttpServer(handle, server_limits(app.config.server, max_connections),
+                        events=_RefusalCounter(app.metrics), context=app)
     await server.listen(host, port, reuse_port=reuse_port)
     return server
 
