@@ -17,8 +17,8 @@ from gateway.apis.chat import chat_completions
 from gateway.apis.embeddings import embeddings_handler
 from gateway.apis.models import healthz, list_models, readyz
 from gateway.apis.responses import responses
-from gateway.config.types import Config
-from gateway.inbound import Handler, HttpServer
+from gateway.config.types import Config, ServerConfig
+from gateway.inbound import Handler, HttpServer, ServerLimits
 from gateway.observe.metrics import Metrics, create_metrics, preinitialise
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
@@ -73,10 +73,28 @@ def _routes() -> dict[str, dict[str, Handler]]:
     }
 
 
-async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False) -> HttpServer:
-    """Start the app and its server; returns the listening server (`server.shutdown` drains)."""
+class _RefusalCounter:
+    """What the HTTP server refuses before a handler runs, counted by reason (a fixed set)."""
+
+    def __init__(self, metrics: Metrics):
+        self._metrics = metrics
+
+    def refused(self, reason: str) -> None:
+        self._metrics.child(self._metrics.http_refused, reason).inc()
+
+
+def server_limits(s: ServerConfig, max_connections: int | None = None) -> ServerLimits:
+    return ServerLimits(max_body_bytes=s.max_body_bytes, max_connections=max_connections or s.max_connections,
+                        head_timeout_s=s.request_head_timeout_s, send_timeout_s=s.send_timeout_s)
+
+
+async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
+                    max_connections: int | None = None) -> HttpServer:
+    """Start the app and its server; returns the listening server (`server.shutdown` drains).
+    `max_connections` caps the configured limit (what the process's file descriptors allow)."""
     await app.start()
-    server = HttpServer(app, handle)
+    server = HttpServer(handle, server_limits(app.config.server, max_connections),
+                        events=_RefusalCounter(app.metrics), context=app)
     await server.listen(host, port, reuse_port=reuse_port)
     return server
 

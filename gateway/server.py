@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import resource
 import signal
 from collections.abc import Callable
 
 import structlog
 from aiohttp import web
 
-from gateway.app import App, create_metrics_app
+from gateway.app import App, create_metrics_app, server_limits
 from gateway.app import serve_api as start_api
 from gateway.config import ConfigError, load_config
 from gateway.config.types import Config
@@ -27,7 +28,35 @@ async def _start_metrics(app: web.Application, host: str, port: int) -> web.AppR
     return runner
 
 
-def _on_hup(app: App, path: str | None) -> None:
+FDS_PER_CONNECTION = 2  # a client connection and, while it streams, one upstream connection
+FDS_RESERVED = 64  # listeners, the metrics server, Redis, logs, webhook calls
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard one (distributions start processes at 1024, far below
+    what thousands of open streams need); returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def connection_cap(configured: int, fd_limit: int) -> int:
+    """`server.max_connections`, lowered to what the file descriptor limit can hold: past that the
+    process would fail accepts (EMFILE) instead of answering 503."""
+    fits = max(1, (fd_limit - FDS_RESERVED) // FDS_PER_CONNECTION)
+    if configured > fits:
+        log.warning("max_connections_lowered", configured=configured, effective=fits, fd_limit=fd_limit)
+    return min(configured, fits)
+
+
+def _on_hup(app: App, api: HttpServer | None, path: str | None) -> None:
     if path is None:
         log.warning("reload_ignored", reason="the embedded default has no file to reload")
         return
@@ -38,6 +67,9 @@ def _on_hup(app: App, path: str | None) -> None:
         errors = exc.errors if isinstance(exc, ConfigError) else [str(exc)]
         log.error("reload_rejected", errors=errors)
         return
+    if api is not None:
+        fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        api.limits = server_limits(config.server, connection_cap(config.server.max_connections, fd_limit))
     log.info("reloaded", models=len(config.models))
 
 
@@ -61,7 +93,8 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
     api: HttpServer | None = None
     if serve_api:
         app = App(config, metrics)
-        api = await start_api(app, s.host, s.port, reuse_port=reuse_port)
+        cap = connection_cap(s.max_connections, raise_fd_limit())
+        api = await start_api(app, s.host, s.port, reuse_port=reuse_port, max_connections=cap)
     if serve_metrics:
         runners.append(await _start_metrics(create_metrics_app(metrics), s.host, s.metrics_port))
     stop = asyncio.Event()
@@ -72,7 +105,7 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
             forward(sig)
         if sig == signal.SIGHUP:
             if app is not None:
-                _on_hup(app, path)
+                _on_hup(app, api, path)
         else:
             stop.set()
 

@@ -37,7 +37,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
                                   send_stream_options=d.provider not in rt.learned.no_stream_options)
             resp = await rt.upstream.open(provider, req, d.label)
             opened = deadline.track(Opened(d, resp, ChatStream(tr.stream_parser(), d.label), t_sent))
-            await raise_for_status(resp, tr.classify_http_error)
+            await raise_for_status(resp, tr.classify_http_error, d.label)
             if not resp.is_event_stream:
                 answer = _from_body(d, tr, await resp.read_body(), opened)
                 # learned only from a real answer: a JSON error body must not switch the provider for good

@@ -78,7 +78,7 @@ async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> Ope
             stream = d.provider not in rt.learned.no_stream  # learned from a 400 that names `stream`
             resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=stream), d.label)
             opened = deadline.track(OpenedResponses(d, resp, tr.responses_stream_parser(), t_sent))
-            await raise_for_status(resp, tr.classify_http_error)
+            await raise_for_status(resp, tr.classify_http_error, d.label)
             if not resp.is_event_stream:  # buffered: asked so, or a server that ignores `stream`
                 _replay(opened, tr, await resp.read_body())
                 return opened

@@ -53,6 +53,9 @@ def _server(s: Section) -> ServerConfig:
         max_body_bytes=s.integer("max_body_bytes", d.max_body_bytes, 1),
         drain_s=s.number("drain_s", d.drain_s),
         keepalive_after_s=s.number("keepalive_after_s", d.keepalive_after_s),
+        max_connections=s.integer("max_connections", d.max_connections, 1),
+        request_head_timeout_s=s.number("request_head_timeout_s", d.request_head_timeout_s, 0.1),
+        send_timeout_s=s.number("send_timeout_s", d.send_timeout_s, 0.1),
     )
 
 
@@ -298,7 +301,8 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
     config = Config(
         server=_server(Section(top.raw.get("server"), "server", errs,
                                 ("host", "port", "metrics_port", "max_body_bytes", "drain_s",
-                                 "keepalive_after_s"))),
+                                 "keepalive_after_s", "max_connections", "request_head_timeout_s",
+                                 "send_timeout_s"))),
         auth=auth,
         state=StateConfig(backend=st.choice("backend", ("memory", "redis"), "memory"),  # type: ignore[arg-type]
                           redis_url=st.get("redis_url", str, "redis://127.0.0.1:6379/0")),

@@ -28,6 +28,9 @@ class ServerConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     drain_s: float = 30.0
     keepalive_after_s: float = 10.0
+    max_connections: int = 10_000  # open client connections; past it a new one gets 503
+    request_head_timeout_s: float = 15.0  # a request's first byte to the end of its head (408)
+    send_timeout_s: float = 30.0  # a client that reads nothing of its response this long is cut
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,12 @@
 Why not aiohttp's server: per streamed request it built request and response objects, ran its router
 and middleware chain and a writer stack that profiles put at a tenth of the gateway's CPU; this server
 reads a request whole (bodies are bounded by `server.max_body_bytes`), hands it to one function and
-writes what that returns. Keep-alive connections idle longer than `keepalive_s` are closed by one sweep
-a second (no timer per request). On shutdown it stops accepting, closes idle connections and lets
-requests in flight finish for up to the drain time, then cancels them.
+writes what that returns. Keep-alive connections idle longer than `keepalive_s`, and heads slower than
+`head_timeout_s` (408), are closed by one sweep a second (no timer per request); a client that reads
+nothing of a response for `send_timeout_s` is cut; past `max_connections` a new connection gets one 503.
+On shutdown it stops accepting, closes idle connections and lets requests in flight finish for up to
+the drain time, then cancels them. It knows no application: it takes a handler, limits, an observer of
+what it refuses, and an opaque context handed to every request.
 """
 
 from __future__ import annotations
@@ -14,22 +17,42 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from dataclasses import dataclass
 from email.utils import formatdate
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.inbound.connection import Handler, HttpConnection
 from gateway.inbound.messages import Request, Response, StreamResponse, json_response
 
-if TYPE_CHECKING:
-    from gateway.app import App
-
-__all__ = ["Handler", "HttpServer", "Request", "Response", "StreamResponse", "json_response"]
+__all__ = ["Handler", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
+           "json_response"]
 KEEPALIVE_S = 75.0  # as aiohttp's and nginx's defaults: longer than the usual client pool's idle time
 
 
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_connections: int = 10_000
+    head_timeout_s: float = 15.0  # first byte of a request to the end of its head
+    send_timeout_s: float = 30.0  # a paused write (the client's socket full) may last this long
+    keepalive_s: float = KEEPALIVE_S
+
+
+class ServerEvents(Protocol):
+    def refused(self, reason: str) -> None: ...  # max_connections, head_timeout, send_stall, bad_request, too_large
+
+
+class _NoEvents:
+    def refused(self, reason: str) -> None:
+        pass
+
+
 class HttpServer:
-    def __init__(self, app: App, handler: Handler, *, keepalive_s: float = KEEPALIVE_S):
-        self.app, self.handler, self.keepalive_s = app, handler, keepalive_s
+    def __init__(self, handler: Handler, limits: ServerLimits | None = None, *, events: ServerEvents | None = None,
+                 context: object = None):
+        self.handler, self.context = handler, context
+        self.limits = limits or ServerLimits()
+        self.events: ServerEvents = events or _NoEvents()
         self.loop = asyncio.get_running_loop()
         self.connections: set[HttpConnection] = set()
         self.closing = False
@@ -38,9 +61,6 @@ class HttpServer:
         self._date_at = -1
         self._date = ""
         self.port = 0
-
-    def max_body(self) -> int:
-        return self.app.runtime.config.server.max_body_bytes
 
     def date(self) -> str:
         """The Date header (RFC 9110 §6.6.1), formatted once a second."""
@@ -58,9 +78,11 @@ class HttpServer:
         return self.port
 
     def _sweep_idle(self) -> None:
-        before = self.loop.time() - self.keepalive_s
+        now = self.loop.time()
+        idle_before, head_before = now - self.limits.keepalive_s, now - self.limits.head_timeout_s
         for conn in list(self.connections):
-            conn.close_if_idle(before)
+            conn.close_if_idle(idle_before)
+            conn.check_head_timeout(head_before)
         self._sweep = self.loop.call_later(1.0, self._sweep_idle)
 
     async def shutdown(self, drain_s: float) -> None:

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from gateway.core.http1_request import RequestError, RequestHead, RequestReader, response_head
+from gateway.core.http1_request import RequestError, RequestHead, response_head
 from gateway.errors import GatewayError
 from gateway.inbound.messages import Request, Response, StreamResponse
+from gateway.inbound.reader import RequestReader
 
 if TYPE_CHECKING:
     from gateway.inbound import HttpServer
@@ -33,18 +34,20 @@ class ClientGone(ConnectionResetError):
 
 
 class HttpConnection(asyncio.Protocol):
-    __slots__ = ("_drain", "_lingering", "_pending", "_reader", "_server", "_wrote", "closing", "idle_since",
-                 "task", "transport")
+    __slots__ = ("_drain", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote", "closing",
+                 "head_since", "idle_since", "task", "transport")
 
     def __init__(self, server: HttpServer):
         self._server = server
-        self._reader = RequestReader(server.max_body())
+        self._reader = RequestReader(server.limits.max_body_bytes)
         self._pending = bytearray()
         self._drain: asyncio.Future[None] | None = None
+        self._stall: asyncio.TimerHandle | None = None  # the send-stall deadline while writing is paused
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
         self.closing = False
         self.idle_since = 0.0
+        self.head_since = 0.0  # when the head being read began to arrive (the request-head timeout)
         self._wrote = False  # some bytes of the current response are out
         self._lingering = False
 
@@ -52,10 +55,15 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not asyncio's class
-        self.idle_since = self._server.loop.time()
-        self._server.connections.add(self)
-        if self._server.closing:
+        server = self._server
+        self.idle_since = server.loop.time()
+        if server.closing:
             transport.close()
+            return
+        if len(server.connections) >= server.limits.max_connections:
+            self._refuse_connection()
+            return
+        server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
@@ -65,6 +73,8 @@ class HttpConnection(asyncio.Protocol):
             if len(self._pending) > MAX_PENDING and self.transport is not None:
                 self.transport.pause_reading()
             return
+        if not self._reader.in_request:
+            self.head_since = self._server.loop.time()
         self._take(data)
 
     def eof_received(self) -> bool:
@@ -75,18 +85,36 @@ class HttpConnection(asyncio.Protocol):
         self._server.connections.discard(self)
         if self.task is not None:
             self.task.cancel()
+        self._cancel_stall()
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():
             drain.set_exception(ClientGone("the client closed the connection"))
 
     def pause_writing(self) -> None:
         if self._drain is None:
-            self._drain = self._server.loop.create_future()
+            loop = self._server.loop
+            self._drain = loop.create_future()
+            self._stall = loop.call_later(self._server.limits.send_timeout_s, self._on_stall)
 
     def resume_writing(self) -> None:
+        self._cancel_stall()
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():
             drain.set_result(None)
+
+    def _cancel_stall(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _on_stall(self) -> None:
+        """The client has read nothing of what we wrote for `send_timeout_s`: it holds a response and an
+        upstream connection for nothing. Abort (no lingering: its socket is full)."""
+        self._stall = None
+        self._server.events.refused("send_stall")
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()
 
     # Channel (what responses write to)
 
@@ -123,10 +151,12 @@ class HttpConnection(asyncio.Protocol):
             if interim and self.transport is not None:
                 self.transport.write(interim)
             return
+        if self._reader.in_request:
+            self.head_since = self._server.loop.time()  # a pipelined request's bytes came with this one
         self.task = self._server.loop.create_task(self._serve(*got))
 
     async def _serve(self, head: RequestHead, body: bytes) -> None:
-        request = Request(self._server.app, head, body, self)
+        request = Request(self._server.context, head, body, self)
         try:
             resp = await self._server.handler(request)
             if isinstance(resp, StreamResponse):
@@ -156,6 +186,7 @@ class HttpConnection(asyncio.Protocol):
 
     def _next(self) -> None:
         """The next request, if its bytes came while this one ran."""
+        self.head_since = self._server.loop.time()
         if self._pending:
             data = bytes(self._pending)
             self._pending.clear()
@@ -164,20 +195,21 @@ class HttpConnection(asyncio.Protocol):
             self._take(data)
         elif self._reader.buffered:
             self._take(b"")
+        elif self._reader.saturated:
+            self._close()  # its last queued request was served; nothing more is read from it
 
-    def _reject(self, exc: RequestError) -> None:
+    def _reject(self, exc: RequestError, reason: str | None = None) -> None:
         """A request we cannot read: answer its status and close (its framing is not to be trusted).
         The client may still be sending (a body over the limit): closing a socket with unread bytes
         resets it, and the client would lose the answer. So the answer goes out with a FIN, what
         still comes is read and dropped, and the socket closes when the client does (or after
         LINGER_S): the lingering close of RFC 9112 §9.6."""
         code = "request_too_large" if exc.status == 413 else "invalid_request"  # CONTRACT §3 codes
-        body = GatewayError(exc.message, status=exc.status, code=code, type="invalid_request_error").json_bytes()
+        self._server.events.refused(reason or ("too_large" if exc.status in (413, 414, 431) else "bad_request"))
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(response_head(exc.status, {"Content-Type": "application/json"}, self.date(),
-                                      length=len(body), keep_alive=False, http10=False) + body)
+        transport.write(_error_answer(exc.status, exc.message, code, self.date()))
         self.closing = self._lingering = True
         transport.write_eof()
         self._server.loop.call_later(LINGER_S, self._close)
@@ -191,3 +223,27 @@ class HttpConnection(asyncio.Protocol):
         """Shutdown (idle_before = inf) or the keep-alive timeout: close a connection between requests."""
         if self.task is None and self.idle_since < idle_before:
             self._close()
+
+    def check_head_timeout(self, started_before: float) -> None:
+        """A request head still incomplete since before `started_before` (a slow-loris client): 408."""
+        if self.task is None and not self._lingering and self._reader.awaiting_head \
+                and self.head_since < started_before:
+            self._reject(RequestError(408, "the request head took too long"), "head_timeout")
+
+    def _refuse_connection(self) -> None:
+        """Over `max_connections`: one 503 and close, before reading anything (the client may retry)."""
+        self._server.events.refused("max_connections")
+        transport = self.transport
+        if transport is not None:
+            transport.write(_error_answer(503, "the gateway is at its connection limit", "unavailable",
+                                          self.date(), retry_after=True))
+            transport.close()
+
+
+def _error_answer(status: int, message: str, code: str, date: str, *, retry_after: bool = False) -> bytes:
+    body = GatewayError(message, status=status, code=code,
+                        type="invalid_request_error" if status < 500 else "api_error").json_bytes()
+    headers = {"Content-Type": "application/json"}
+    if retry_after:
+        headers["Retry-After"] = "1"
+    return response_head(status, headers, date, length=len(body), keep_alive=False, http10=False) + body

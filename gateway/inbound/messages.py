@@ -3,14 +3,11 @@ response whose headers leave with its first write (one segment fewer on the time
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from gateway.core.http1_request import LAST_CHUNK, RequestHead, chunk, response_head
-
-if TYPE_CHECKING:
-    from gateway.app import App
 
 
 class Channel(Protocol):
@@ -28,7 +25,7 @@ class Channel(Protocol):
 class Request:
     __slots__ = ("app", "body", "channel", "ctx", "head", "request_id", "t0")
 
-    def __init__(self, app: App, head: RequestHead, body: bytes, channel: Channel):
+    def __init__(self, app: Any, head: RequestHead, body: bytes, channel: Channel):
         self.app, self.head, self.body, self.channel = app, head, body, channel
         self.ctx: Any = None  # the handler's RequestContext, once it has resolved the model
         self.request_id = ""

@@ -60,6 +60,7 @@ class Metrics:
     rate_limited: Any
     build_info: Any
     state_degraded: Any
+    http_refused: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -114,13 +115,20 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         build_info=Gauge("build_info", "Build information", ["version"], multiprocess_mode="max", **kw),
         state_degraded=Counter("state_degraded", "State operations served locally because the shared "
                                "backend was unavailable", [], **kw),
+        http_refused=Counter("http_refused", "Client connections or requests the API port refused or cut "
+                             "before a handler ran", ["reason"], **kw),
     )
     m.build_info.labels(__version__).set(1)
     return m
 
 
+HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "send_stall", "bad_request", "too_large")
+
+
 def preinitialise(m: Metrics, config: Config) -> None:
     """Create the known label sets at zero so dashboards show zeros, not gaps."""
+    for reason in HTTP_REFUSED_REASONS:
+        m.http_refused.labels(reason)
     for model in config.models.values():
         providers = {d.provider for d in model.deployments}
         for api in APIS:

@@ -72,11 +72,20 @@ class FirstTokenDeadline:
                                         f"{self.d.label}: no output token within first_token_s")) from None
 
 
-async def raise_for_status(resp: UpstreamResponse, classify: Classify) -> None:
+async def raise_for_status(resp: UpstreamResponse, classify: Classify, label: str) -> None:
     """A non-200 answer is a classified failure (its body read up to a bound, for the error fields)."""
     if resp.status != 200:
+        unexpected(resp.status, label)
         body = await resp.read_body(ERROR_BODY_LIMIT)
         raise UpstreamError(classify(resp.status, resp.headers, body))
+
+
+def unexpected(status: int, label: str) -> None:
+    """A provider call answers 200 or an error status. Any other 2xx or a 3xx (we follow no redirect;
+    a 204 or 304 has no body to relay, RFC 9110 §15.3.5, §15.4.5) is a malformed answer: retried or
+    fallen back like one, a 502 in the end, and never passed through with its status."""
+    if status < 400:
+        raise UpstreamError(Failure(FailureKind.MALFORMED, f"{label}: unexpected HTTP {status}", status=status))
 
 
 def decode(decoder: SSEDecoder, data: bytes, d: Deployment) -> list[SSEEvent]:
@@ -101,5 +110,6 @@ async def fetch_body(rt: Runtime, d: Deployment, req: UpstreamRequest, classify:
     finally:
         resp.close()
     if resp.status != 200:
+        unexpected(resp.status, d.label)
         raise UpstreamError(classify(resp.status, resp.headers, body[:ERROR_BODY_LIMIT]))
     return body

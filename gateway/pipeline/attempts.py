@@ -19,6 +19,7 @@ from gateway.core.events import Failure, FailureKind
 from gateway.core.policy.breaker import counts_against_deployment
 from gateway.core.policy.retry import Action, AttemptState, decide, final_error_kind
 from gateway.core.policy.routing import candidate_order
+from gateway.core.scrub import scrub_failure
 from gateway.errors import GatewayError, UpstreamClientError, UpstreamFailed, UpstreamTimeout
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
@@ -172,15 +173,27 @@ def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, 
 
 
 async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: AttemptFn[T]) -> T:
+    """One attempt. Every failure enters the loop here, hedged or not: the one place its upstream-derived
+    text (an error body's message, code, type, param) is scrubbed of our credentials (CONTRACT §5.3),
+    before anything logs it, passes it through to the client or puts it into a 502's summary."""
     label = d.label
     rt.inflight[label] = rt.inflight.get(label, 0) + 1
     try:
         result = await attempt(d)
+    except UpstreamError as exc:
+        clean = scrub_failure(exc.failure, _provider_keys(rt))
+        if clean is exc.failure:
+            raise
+        raise UpstreamError(clean) from None
     finally:
         rt.inflight[label] -= 1
     rt.breaker(d).record_success(time.monotonic())
     rt.metrics.child(rt.metrics.attempts, ctx.model.name, label, "ok").inc()
     return result
+
+
+def _provider_keys(rt: Runtime) -> list[str]:
+    return [p.api_key for p in rt.config.providers.values() if p.api_key]
 
 
 def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Failure) -> None:

@@ -8,11 +8,12 @@ import itertools
 import os
 import re
 import time
+from collections.abc import Mapping
 
 import structlog
 
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.inbound import Handler, Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.observe.logs import info_enabled
 from gateway.pipeline.limits import needs_settle, settle
@@ -53,7 +54,7 @@ def error_response(err: GatewayError, request_id: str) -> Response:
 
 
 async def _route(request: Request) -> Response | StreamResponse:
-    methods = request.app.routes.get(request.path)
+    methods: Mapping[str, Handler] | None = request.app.routes.get(request.path)
     if methods is None:
         raise NotFound("no such route")
     handler = methods.get(request.method)

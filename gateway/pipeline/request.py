@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
+from gateway.core.json_body import BodyError, parse_object
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.inbound import Request
 from gateway.observe.context import RequestContext
@@ -15,15 +14,12 @@ from gateway.pipeline.runtime import Runtime
 
 
 def read_json(request: Request) -> dict[str, Any]:
-    """The body as a JSON object. Its size was bounded while it was read (`server.max_body_bytes`)."""
-    raw = request.body
+    """The body as a JSON object. Its size was bounded while it was read (`server.max_body_bytes`), its
+    depth is bounded here (`core.json_body`)."""
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise InvalidRequest("request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    return body
+        return parse_object(request.body)
+    except BodyError as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:

@@ -1,9 +1,10 @@
 """The only place that does outbound I/O: open an upstream request, hand back raw bytes.
 
-HTTP/1.1 over asyncio protocols (framing in the sans-I/O `core.http1`), pooled keep-alive connections,
+HTTP/1.1 over asyncio protocols (responses framed by llhttp under our policy in the sans-I/O
+`upstream.framing`, requests built by `core.http1`), pooled keep-alive connections,
 TLS with the system's trust store. Every failure becomes one `UpstreamError` carrying a classified
 `Failure`; messages name the deployment, never a URL or address (CONTRACT §5.3). Redirects are never
-followed (a 3xx is an answer like any other).
+followed (a provider call answered with a 3xx fails as malformed: `attempt_io.unexpected`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """One upstream HTTP/1.1 connection (an asyncio protocol), the keep-alive pool, and the response read
-over it. Framing is parsed by the sans-I/O `core.http1`; timers are armed lazily (see HttpResponse)."""
+over it. Framing is read by the sans-I/O `framing.ResponseFramer` (llhttp under our policy); timers are
+armed lazily (see HttpResponse)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import zlib
 from typing import Any, cast
 
 from gateway.core.events import Failure, FailureKind
-from gateway.core.http1 import BodyReader, HTTPError, ResponseHead, parse_head
+from gateway.core.http1 import HTTPError, ResponseHead
 from gateway.providers.base import MAX_BODY_BYTES
 from gateway.upstream.errors import UpstreamError
+from gateway.upstream.framing import ResponseFramer
 
 FINISH_WAIT_S = 1.0
 FINISH_MAX_BYTES = 64 * 1024
@@ -19,11 +21,12 @@ _FINISHING: set[asyncio.Task[None]] = set()  # strong references to the detached
 HIGH_WATER = 256 * 1024  # body bytes buffered before reading from the upstream pauses
 KEEPALIVE_S = 30.0  # an idle pooled connection older than this is closed, not reused
 MAX_IDLE_PER_HOST = 256
+DECODED_CHUNK = 256 * 1024  # most bytes one `next_chunk` inflates: a gzip bomb expands a read by ~1000x
 
 
 class _Conn(asyncio.Protocol):
     """One upstream connection. Per request: the response head, then decoded body pieces, with flow
-    control (reading pauses above HIGH_WATER until the relay takes them)."""
+    control (reading pauses above HIGH_WATER bytes read until the relay takes them)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, key: tuple[str, str, int]):
         self.loop, self.key = loop, key
@@ -33,13 +36,12 @@ class _Conn(asyncio.Protocol):
         self.idle_since = 0.0
         self.last_data = 0.0
         self.head: ResponseHead | None = None
-        self.body: BodyReader | None = None
-        self.pieces: list[bytes] = []
+        self.framer: ResponseFramer | None = None
+        self.pieces: list[bytes] = []  # the framer's list: body pieces not taken yet
         self.size = 0
         self.eof = False
         self.failure: FailureKind | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self._buf = b""
         self._paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -49,41 +51,38 @@ class _Conn(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def begin(self) -> None:
-        self.busy, self.head, self.body, self.pieces, self.size = True, None, None, [], 0
-        self.eof, self.failure, self._buf = False, None, b""
+        self.framer = framer = ResponseFramer()
+        self.busy, self.head, self.pieces, self.size = True, None, framer.pieces, 0
+        self.eof, self.failure = False, None
 
     def data_received(self, data: bytes) -> None:
         self.last_data = self.loop.time()
-        if not self.busy:  # bytes on an idle pooled connection: it cannot be trusted for the next one
+        framer = self.framer
+        if not self.busy or framer is None:  # bytes on an idle pooled connection: never trusted again
             self._close()
             return
         try:
-            if self.head is None:
-                self._buf += data
-                got = parse_head(self._buf)
-                if got is None:
-                    return
-                self.head, at = got
-                data, self._buf = self._buf[at:], b""
-                self.body = BodyReader(self.head)
-            assert self.body is not None
-            piece = self.body.feed(data) if data else b""
+            framer.feed(data)
         except HTTPError:
             self._fail(FailureKind.MALFORMED)
             return
-        if piece:
-            self.pieces.append(piece)
-            self.size += len(piece)
-            if self.size > HIGH_WATER and not self._paused and self.transport is not None:
-                self._paused = True
-                self.transport.pause_reading()
-        if self.body.done:
+        if self.head is None:
+            self.head = framer.head
+            if self.head is None:
+                return
+        self.size += len(data)  # bytes read, not body bytes: flow control needs no exact count
+        if self.size > HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        if framer.done:
             self.eof = True
         self.wake()
 
     def take(self) -> bytes:
-        data = self.pieces[0] if len(self.pieces) == 1 else b"".join(self.pieces)
-        self.pieces, self.size = [], 0
+        pieces = self.pieces
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()  # the framer appends to this very list
+        self.size = 0
         if self._paused and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
@@ -92,7 +91,7 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         if self.busy and not self.eof:
-            if self.body is not None and self.body.until_close:
+            if self.framer is not None and self.framer.until_close and self.head is not None:
                 self.eof = True  # a body framed by the connection's end (RFC 9112 §6.3)
             elif self.failure is None:
                 self.failure = FailureKind.EARLY_EOF
@@ -115,9 +114,11 @@ class _Conn(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        body = self.body
-        return (not self.lost and self.eof and self.head is not None and self.head.keep_alive
-                and body is not None and not body.until_close and not body.extra
+        """Only a message read exactly to its end, on a connection both sides keep (RFC 9112 §9.3); a
+        rejected framing (CL with TE, bytes past the end) never goes back to the pool."""
+        framer = self.framer
+        return (not self.lost and self.eof and self.failure is None and self.head is not None
+                and self.head.keep_alive and framer is not None and framer.done and not framer.extra
                 and self.transport is not None and not self.transport.is_closing())
 
 
@@ -172,7 +173,7 @@ class HttpResponse:
         self._conn, self._pool, self._label, self._idle_s = conn, pool, label, idle_s
         self._finishing = False
         self._closed = False  # the connection went back to the pool or was closed: no longer ours
-        self._decoder: Any = None
+        self._decoder: Any = None  # a zlib decompressobj for a gzip or deflate body
         self._watchdog: asyncio.TimerHandle | None = None
         self._wait_from = 0.0
         self._total = conn.loop.call_later(total_s, self._on_total)
@@ -197,16 +198,45 @@ class HttpResponse:
         return self.headers.get("content-type", "").startswith("text/event-stream")
 
     async def next_chunk(self) -> bytes:
+        if self._decoder is not None:
+            return await self._next_decoded()
         conn = self._conn
         while True:
             if conn.pieces:
-                data = conn.take()
-                return self._decoder.decompress(data) if self._decoder is not None else data
+                return conn.take()
             if conn.eof:
                 self._total.cancel()
                 return b""
             self._raise_failure()
             await self._wait()
+
+    async def _next_decoded(self) -> bytes:
+        """A compressed body (we ask for identity; some servers compress anyway), inflated at most
+        DECODED_CHUNK bytes at a time: input zlib has not consumed yet stays in `unconsumed_tail`, so a
+        small read can never expand into a large allocation, and read_body's limit bounds the total."""
+        decoder, conn = self._decoder, self._conn
+        while True:
+            data = decoder.unconsumed_tail
+            if not data:
+                if conn.pieces:
+                    data = conn.take()
+                elif conn.eof:
+                    self._total.cancel()
+                    self._decoder = None  # later calls read the (ended) raw body
+                    return self._inflate(decoder.flush)  # what zlib still holds: at most one match
+                else:
+                    self._raise_failure()
+                    await self._wait()
+                    continue
+            out = self._inflate(decoder.decompress, data, DECODED_CHUNK)
+            if out:
+                return out  # else zlib took the bytes without output yet (a gzip header): read on
+
+    def _inflate(self, step: Any, *args: Any) -> bytes:
+        try:
+            return bytes(step(*args))
+        except zlib.error:
+            raise UpstreamError(Failure(FailureKind.MALFORMED, f"{self._label}: broken compressed body")) from None
 
     async def _wait(self) -> None:
         conn = self._conn

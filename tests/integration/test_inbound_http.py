@@ -4,6 +4,7 @@ routes, idle keep-alive connections and a client that does not read."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import socket
 
@@ -109,7 +110,8 @@ def test_an_unreadable_request_gets_an_openai_error_and_the_connection_closes(ga
 
 def test_unknown_routes_and_methods_get_openai_errors(gateway: GatewayServer) -> None:
     with connect(gateway) as sock:
-        sock.sendall(b"GET /v1/nothing HTTP/1.1\r\nHost: gw\r\n\r\nGET /v1/chat/completions HTTP/1.1\r\n\r\n")
+        sock.sendall(b"GET /v1/nothing HTTP/1.1\r\nHost: gw\r\n\r\n"
+                     b"GET /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n")
         buf = bytearray()
         status, _, body = read_response(sock, buf)
         assert status == b"HTTP/1.1 404 Not Found" and orjson.loads(body)["error"]["code"] == "not_found"
@@ -135,7 +137,7 @@ def test_an_http_1_0_client_gets_a_stream_that_ends_at_the_close(upstream: FakeU
 
 def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(gateway: GatewayServer) -> None:
     assert gateway.api is not None
-    gateway.api.keepalive_s = 0.2
+    gateway.api.limits = dataclasses.replace(gateway.api.limits, keepalive_s=0.2)
     with connect(gateway) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
         buf = bytearray()
@@ -165,9 +167,9 @@ def test_a_client_that_does_not_read_holds_its_stream_back(servers: LoopThread, 
 
 def test_request_ids_are_unique_32_hex_digits_and_a_safe_given_one_is_kept(gateway: GatewayServer) -> None:
     with connect(gateway) as sock:
-        plain = b"GET /v1/nothing HTTP/1.1\r\n\r\n"
-        sock.sendall(plain * 3 + b"GET /v1/nothing HTTP/1.1\r\nX-Request-Id: abc-1\r\n\r\n"
-                     b"GET /v1/nothing HTTP/1.1\r\nX-Request-Id: a b\r\n\r\n")
+        plain = b"GET /v1/nothing HTTP/1.1\r\nHost: gw\r\n\r\n"
+        sock.sendall(plain * 3 + b"GET /v1/nothing HTTP/1.1\r\nHost: gw\r\nX-Request-Id: abc-1\r\n\r\n"
+                     b"GET /v1/nothing HTTP/1.1\r\nHost: gw\r\nX-Request-Id: a b\r\n\r\n")
         buf = bytearray()
         ids = [read_response(sock, buf)[1]["x-request-id"] for _ in range(5)]
     assert ids[3] == "abc-1"

@@ -1,0 +1,138 @@
+"""The API port against hostile clients, over raw sockets on 127.0.0.1: smuggling vectors followed by a
+pipelined request, slow heads, clients that stop reading, too many connections, too many headers,
+JSON nested too deep, pipelining floods, a 1-byte-chunk trickle (issue "Harden the HTTP edges")."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import socket
+from collections.abc import Callable
+
+import orjson
+import pytest
+
+from tests.chat_scripts import completion, text_stream
+from tests.fake_upstream import FakeUpstream
+from tests.harness import GatewayServer, LoopThread
+from tests.integration.test_inbound_http import BODY, PATH, connect, read_response, read_to_close
+from tests.unit.http_vectors import ALL, SMUGGLED
+from tests.unit.test_request_differential import ours
+
+REFUSED = [v for v in ALL if ours(v, False).refused and not ours(v, False).requests]
+
+
+def statuses(raw: bytes) -> list[bytes]:
+    """The status lines in what a connection sent back (bodies are JSON: no line starts with HTTP/)."""
+    return [line for line in raw.split(b"\r\n") if line.startswith(b"HTTP/1.")]
+
+
+def test_most_smuggling_vectors_are_refused() -> None:
+    assert len(REFUSED) >= 60
+
+
+@pytest.mark.parametrize("vector", REFUSED, ids=[repr(v[:50]) for v in REFUSED])
+def test_a_smuggling_vector_gets_one_error_and_the_pipelined_request_is_never_served(
+        gateway: GatewayServer, vector: bytes) -> None:
+    with connect(gateway) as sock:
+        sock.sendall(vector + SMUGGLED)
+        got = read_to_close(sock)
+    lines = statuses(got)
+    assert len(lines) == 1, got
+    assert 400 <= int(lines[0].split()[1]) < 600
+    assert b"smuggled" not in got
+
+
+def test_a_slow_head_gets_408_and_the_connection_closes(make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(server={"request_head_timeout_s": 0.2})
+    with connect(gw) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Ty")
+        got = read_to_close(sock)
+    assert statuses(got) == [b"HTTP/1.1 408 Request Timeout"]
+    assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
+
+
+def test_a_connection_past_max_connections_gets_503(make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(server={"max_connections": 2})
+    held = [connect(gw), connect(gw)]
+    try:
+        for sock in held:  # answered: both are accepted and counted
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+            assert read_response(sock, bytearray())[0] == b"HTTP/1.1 200 OK"
+        with connect(gw) as third:
+            got = read_to_close(third)
+        assert statuses(got) == [b"HTTP/1.1 503 Service Unavailable"] and b"Retry-After: 1" in got
+        assert gw.sample("llm_gateway_http_refused_total", reason="max_connections") == 1
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_client_that_stops_reading_is_cut_and_its_upstream_closed(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(server={"send_timeout_s": 0.3})
+    upstream.enqueue(PATH, text_stream(["x" * 4000] * 4000))  # 16 MB: far more than the socket buffers
+    sock = connect(gw)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    body = orjson.dumps({**orjson.loads(BODY), "stream": True})
+    sock.sendall(f"POST {PATH} HTTP/1.1\r\nHost: gw\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    servers.run(asyncio.wait_for(upstream.closed.wait(), 10))  # the gateway hung up on the upstream
+    api = gw.api
+    assert api is not None and not api.connections
+    assert gw.sample("llm_gateway_http_refused_total", reason="send_stall") == 1
+    sock.close()
+
+
+def test_more_than_100_header_fields_get_431(gateway: GatewayServer) -> None:
+    fields = "".join(f"X-{i}: v\r\n" for i in range(150))
+    with connect(gateway) as sock:
+        sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: gw\r\n{fields}\r\n".encode())
+        assert statuses(read_to_close(sock)) == [b"HTTP/1.1 431 Request Header Fields Too Large"]
+
+
+@pytest.mark.parametrize("hosts", [[], ["gw", "other"]])
+def test_an_http_1_1_request_without_exactly_one_host_gets_400(gateway: GatewayServer, hosts: list[str]) -> None:
+    head = "".join(f"Host: {h}\r\n" for h in hosts)
+    with connect(gateway) as sock:
+        sock.sendall(f"GET /healthz HTTP/1.1\r\n{head}\r\n".encode())
+        assert statuses(read_to_close(sock)) == [b"HTTP/1.1 400 Bad Request"]
+
+
+@pytest.mark.parametrize("depth", [200, 300, 1000])
+def test_json_nested_deeper_than_the_limit_is_a_400(gateway: GatewayServer, depth: int) -> None:
+    body = b'{"model": "m", "messages": [], "x": ' + b"[" * depth + b"]" * depth + b"}"
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=5)
+    conn.request("POST", PATH, body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    error = orjson.loads(resp.read())["error"]
+    conn.close()
+    assert resp.status == 400 and error["code"] == "invalid_request" and "nested" in error["message"]
+
+
+def test_a_pipelining_flood_is_served_in_part_then_the_connection_closes(gateway: GatewayServer) -> None:
+    with connect(gateway) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n" * 200)
+        got = read_to_close(sock)
+    lines = statuses(got)
+    assert 1 <= len(lines) <= 16 and set(lines) == {b"HTTP/1.1 200 OK"}
+
+
+def test_an_upgrade_request_is_served_as_http_1_1_and_the_next_one_too(gateway: GatewayServer) -> None:
+    with connect(gateway) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                     b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\nGET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        buf = bytearray()
+        assert read_response(sock, buf)[0] == b"HTTP/1.1 200 OK"
+        assert read_response(sock, buf)[0] == b"HTTP/1.1 200 OK"
+
+
+def test_a_body_of_one_byte_chunks_reaches_the_upstream_whole(upstream: FakeUpstream,
+                                                              gateway: GatewayServer) -> None:
+    upstream.enqueue(PATH, completion("ok"))
+    body = orjson.dumps({**orjson.loads(BODY), "pad": "p" * 5000})
+    chunks = b"".join(b"1\r\n%b\r\n" % body[i:i + 1] for i in range(len(body))) + b"0\r\n\r\n"
+    with connect(gateway) as sock:
+        sock.sendall(f"POST {PATH} HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n".encode() + chunks)
+        status, _, _ = read_response(sock, bytearray())
+    assert status == b"HTTP/1.1 200 OK"
+    assert upstream.bodies(PATH)[-1]["pad"] == "p" * 5000
