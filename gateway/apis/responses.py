@@ -110,7 +110,7 @@ async def stream_responses(request: Request, rt: Runtime, ctx: RequestContext) -
         won, opened = got
         try:
             ctx.deployment = won.deployment
-            record_upstream_ttft(rt, ctx, won, opened.assembler.first_token, opened.t_first - opened.t_sent)
+            record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
             client = await ka.commit(won)
             await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
             return client

@@ -1,7 +1,7 @@
-"""After the commit: relay the winning Responses attempt to the client, one client write per upstream read.
+"""After the commit: relay the winning Responses attempt to the client, through the one pump (`relay.pump`).
 
-bytes -> SSE decoder -> parser -> assembler -> text windows and renumbering (`ResponsesOutputFilter`)
--> client. The terminal event (`response.completed` / `response.incomplete`) waits for the whole-answer
+The stream core (`core.responses.stream.ResponsesStream`) does the per-event work and stops at the
+terminal event (`response.completed` / `response.incomplete`), which waits for the whole-answer
 guardrails (hold, audit): a refusal replaces it with an error event. After the first token nothing is
 retried: an upstream `error` is forwarded and ends the stream; a `response.failed` is forwarded and
 followed by one error event (the SDKs raise on it); any other failure is one error event (§4.3).
@@ -11,33 +11,27 @@ from __future__ import annotations
 
 import time
 
-from gateway.apis.responses_attempt import OpenedResponses
 from gateway.core.responses.filter import ResponsesOutputFilter
-from gateway.core.responses.wire import ERROR_TYPES, TERMINAL_OK, ResponsesEvent
-from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
+from gateway.core.responses.stream import ResponsesStream
+from gateway.core.responses.wire import ERROR_TYPES, ResponsesEvent
+from gateway.errors import UpstreamFailed
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.observe.metrics import record_redactions, record_stream_end
+from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.guardrails import judge_output, record
+from gateway.pipeline.relay import StreamEnded, check_refusal, pump
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 from gateway.pipeline.sink import ClientSink
-from gateway.upstream import UpstreamError
-
-
-class StreamEnded(Exception):
-    """The committed stream ends badly. `payload`: what to write instead of our own error event."""
-
-    def __init__(self, reason: str, error: GatewayError | None = None, payload: bytes = b""):
-        super().__init__(reason)
-        self.reason, self.error, self.payload = reason, error, payload
 
 
 class _Relay:
-    def __init__(self, rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: StreamResponse,
+    def __init__(self, rt: Runtime, ctx: RequestContext, opened: Opened[ResponsesStream], client: StreamResponse,
                  run: SafetyRun | None):
         safety = rt.safety.models[ctx.model.name]
         self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
+        self.stream = opened.stream
         self.run_safety = run
         self.accounted = False
         self.filt = ResponsesOutputFilter(run.factory if run is not None else None)
@@ -45,54 +39,30 @@ class _Relay:
         self.judges = safety.hold_guards + safety.audit_guards
 
     async def run(self) -> None:
-        terminal = await self._pump()
+        stream, filt, d = self.stream, self.filt, self.opened.deployment
+        await self.sink.emit(stream.commit(filt), self.opened.t_first, filt.output_released)
+        check_refusal(filt)
+        await pump(self.opened.response, stream, filt, self.sink, d)
+        if stream.failed is not None:
+            raise self._failed(stream.failed)
+        terminal = stream.terminal
         if terminal is None:
             raise StreamEnded("early_eof", UpstreamFailed(
-                f"{self.opened.deployment.label}: upstream ended the stream before the response was complete"))
-        tail = self.filt.flush_open()
-        self._check_refusal()
-        verdict = await judge_output(self.rt, self.ctx, self.opened.assembler.as_chat(), self.judges)
+                f"{d.label}: upstream ended the stream before the response was complete"))
+        tail = filt.flush_open()
+        check_refusal(filt)
+        verdict = await judge_output(self.rt, self.ctx, stream.assembler.as_chat(), self.judges)
         if verdict is not None:
             if self.sink.hold is None:  # audit: the text was out already
-                await self.sink.emit(tail, time.perf_counter(), self.filt.output_released)
+                await self.sink.emit(tail, time.perf_counter(), filt.output_released)
             raise StreamEnded("guardrail", verdict)
-        end = self.filt.apply(terminal)
-        self._check_refusal()
+        end = filt.apply(terminal)
+        check_refusal(filt)
         self.account(passed=True)  # before the client can see the end
         if self.sink.hold is not None:
             await self.sink.release_held(tail + end)
         else:
-            await self.sink.emit(tail + end, time.perf_counter(), self.filt.output_released)
-
-    async def _pump(self) -> ResponsesEvent | None:
-        """Relay until the terminal event, which is returned unsent; None when the upstream just ended."""
-        events, t_read = self.opened.pending, self.opened.t_first
-        self.opened.pending = []
-        while True:
-            out: list[bytes] = []
-            for ev in events:
-                if ev.type in TERMINAL_OK:
-                    await self.sink.emit(b"".join(out), t_read, self.filt.output_released)
-                    return ev
-                if ev.failure is not None:
-                    await self.sink.emit(b"".join(out), t_read, self.filt.output_released)
-                    raise self._failed(ev)
-                out.append(self.filt.apply(ev))
-            await self.sink.emit(b"".join(out), t_read, self.filt.output_released)
-            self._check_refusal()
-            if self.opened.done:
-                return None
-            events = await self._read()
-            t_read = time.perf_counter()
-
-    async def _read(self) -> list[ResponsesEvent]:
-        try:
-            return await self.opened.read()
-        except UpstreamError as exc:
-            f = exc.failure
-            err = (UpstreamTimeout if f.is_timeout else UpstreamFailed)(
-                f"{self.opened.deployment.label}: {f.kind.value.replace('_', ' ')} after the first token")
-            raise StreamEnded(f.kind.value, err) from None
+            await self.sink.emit(tail + end, time.perf_counter(), filt.output_released)
 
     def _failed(self, ev: ResponsesEvent) -> StreamEnded:
         """An upstream failure after the first token: forwarded as it came (renumbered), and the end."""
@@ -109,12 +79,6 @@ class _Relay:
             payload += self.filt.error_event({"message": f.message, "type": f.type or "api_error",
                                               "param": f.param, "code": f.code})
         return StreamEnded("inband_error", payload=payload)
-
-    def _check_refusal(self) -> None:
-        r = self.filt.refusal
-        if r is not None:
-            raise StreamEnded("guardrail", GuardrailBlocked(f"output refused by guardrail {r.guardrail}",
-                                                            param=r.guardrail))
 
     async def end_with_error(self, end: StreamEnded) -> None:
         """One closing event; text already sent stands. Held text that redaction masked is released
@@ -139,7 +103,7 @@ class _Relay:
         if self.accounted:
             return
         self.accounted = True
-        rt, ctx, asm = self.rt, self.ctx, self.opened.assembler
+        rt, ctx, asm = self.rt, self.ctx, self.stream.assembler
         refused = self.filt.refusal
         if passed or refused is not None:
             for g in rt.safety.models[ctx.model.name].stream_guards:
@@ -155,14 +119,15 @@ class _Relay:
                                          self.opened.t_first if asm.first_token else None, time.perf_counter())
 
 
-async def relay(rt: Runtime, ctx: RequestContext, opened: OpenedResponses, client: StreamResponse,
+async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ResponsesStream], client: StreamResponse,
                 run: SafetyRun | None) -> None:
     """Write the held preamble and the first token, then the rest; end with the terminal event or one
     error event."""
     r = _Relay(rt, ctx, opened, client, run)
     try:
         await r.run()
-        opened.response.finish()  # keep the upstream connection for the next request
+        if opened.response is not None:
+            opened.response.finish()  # keep the upstream connection for the next request
     except StreamEnded as end:
         await r.end_with_error(end)
     finally:

@@ -16,6 +16,7 @@ from urllib.parse import quote
 import orjson
 
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
+from gateway.core.responses.stream import ResponsesStreamParser
 from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, response_events
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import UpstreamRequest
@@ -30,10 +31,6 @@ class ResponsesBody:
 
     obj: dict[str, Any]
     events: list[StreamEvent]
-
-
-class ResponsesStreamParser(Protocol):
-    def parse(self, event: SSEEvent) -> list[ResponsesEvent]: ...
 
 
 class ResponsesTranslator(Protocol):

@@ -1,0 +1,149 @@
+"""One attempt's Responses stream, sans I/O: upstream bytes in, client bytes out.
+
+`ResponsesStream` owns the SSE decoder, the provider's parser, the assembler and, once committed, the
+output filter (`core.responses.filter`: text windows, renumbering). Before the commit `feed` holds what
+it parses — the preamble: `response.created`, `response.in_progress`, items and parts without text,
+unknown events — and stops at the event that makes the stream `committable` (its first output token, or
+a terminal event of an empty answer); the rest of that read waits in `unread`. `commit` passes the held
+events through the filter, and from then on `feed(bytes)` returns the bytes for the client.
+
+The stream stops reading at the protocol's own end: a terminal event (`response.completed` /
+`response.incomplete`) is kept unsent in `terminal`, for the whole-answer guardrails to judge before it
+goes out; an upstream failure (`error`, `response.failed`, an unparseable event) before the first token
+raises `StreamFailed`, after it is kept in `failed` and ends the stream (the text before it stands).
+The order of the events decides, never how the bytes happened to be split into reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gateway.core.events import Failure, FailureKind, InbandError, StreamFailed
+from gateway.core.responses.assemble import ResponsesAssembler
+from gateway.core.responses.filter import ResponsesOutputFilter
+from gateway.core.responses.replay import replay_events
+from gateway.core.responses.wire import TERMINAL_OK, ResponsesEvent, ResponsesParser
+from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
+
+
+class ResponsesStreamParser(Protocol):
+    """A provider's reader of Responses stream events (`[DONE]` included, as an event with `done`)."""
+
+    def parse(self, event: SSEEvent) -> list[ResponsesEvent]: ...
+
+
+class ResponsesStream:
+    __slots__ = ("assembler", "decoder", "done", "failed", "filt", "label", "parser", "preamble", "terminal",
+                 "unread")
+
+    def __init__(self, parser: ResponsesStreamParser, label: str) -> None:
+        self.decoder = SSEDecoder()
+        self.parser = parser
+        self.label = label  # the deployment, for failure messages
+        self.assembler = ResponsesAssembler()
+        self.preamble: list[ResponsesEvent] = []  # held until the commit, the first token last
+        self.unread: list[SSEEvent] = []  # the committing read's events after the first token
+        self.done = False  # nothing more to read: the upstream's end, `[DONE]`, a terminal event, a failure
+        self.terminal: ResponsesEvent | None = None  # the answer's end, not sent yet
+        self.failed: ResponsesEvent | None = None  # an upstream failure after the first token, not sent yet
+        self.filt: ResponsesOutputFilter | None = None  # set by `commit`
+
+    @property
+    def committable(self) -> bool:
+        """An output token has come, or the answer ended without one (an empty answer is an answer)."""
+        return self.assembler.first_token or self.assembler.finished
+
+    @property
+    def ended_early(self) -> bool:
+        """The upstream stopped (its bytes or `[DONE]`) without a terminal event or a failure."""
+        return self.terminal is None and self.failed is None
+
+    # -- before the commit -------------------------------------------------------------------------
+
+    def hold_response(self, resp: dict[str, Any]) -> None:
+        """A whole answer (a non-stream `response` object) as the held stream it would have been."""
+        parser = ResponsesParser()
+        for obj in replay_events(resp):
+            ev = parser.parse(obj, None)
+            self.assembler.feed(ev)
+            self.preamble.append(ev)
+        self.done = True
+
+    def feed(self, data: bytes) -> bytes:
+        """Upstream bytes -> client bytes; before the commit they are held, and b"" is returned."""
+        if self.filt is None:
+            self._hold(self._decode(data))
+            return b""
+        return self._relay(self.filt, self._decode(data))
+
+    def end_of_input(self) -> None:
+        """The upstream's bytes have ended."""
+        self.decoder.finish()
+        self.done = True
+
+    def _decode(self, data: bytes) -> list[SSEEvent]:
+        try:
+            return self.decoder.feed(data)
+        except SSEError:
+            raise StreamFailed(Failure(FailureKind.MALFORMED, f"{self.label}: event too large")) from None
+
+    def _hold(self, events: list[SSEEvent]) -> None:
+        """Parse and hold up to the committing event; a failure before it fails the attempt."""
+        for i, sse in enumerate(events):
+            for ev in self.parser.parse(sse):
+                if ev.done:
+                    self.done = True
+                    continue
+                self.assembler.feed(ev)
+                for e in ev.events:
+                    if type(e) is InbandError:
+                        raise StreamFailed(e.failure)  # invisible: retried or passed on
+                self.preamble.append(ev)
+            if self.committable or self.done:
+                self.unread = events[i + 1:]
+                return
+
+    # -- the commit and after ----------------------------------------------------------------------
+
+    def commit(self, filt: ResponsesOutputFilter) -> bytes:
+        """The held preamble, the first token and the rest of the committing read, for the client."""
+        self.filt = filt
+        out: list[bytes] = []
+        for ev in self.preamble:
+            if self._ends(ev):
+                break
+            out.append(filt.apply(ev))
+        unread, self.preamble, self.unread = self.unread, [], []
+        if unread and not (self.terminal or self.failed):
+            out.append(self._relay(filt, unread))
+        return b"".join(out)
+
+    def _relay(self, filt: ResponsesOutputFilter, events: list[SSEEvent]) -> bytes:
+        """The events of one upstream read -> the client's bytes, up to the terminal event or a failure
+        (both kept unsent; nothing after them is read)."""
+        out: list[bytes] = []
+        parse, assemble, apply = self.parser.parse, self.assembler.feed, filt.apply
+        for sse in events:
+            for ev in parse(sse):
+                if ev.done:
+                    self.done = True
+                    continue
+                assemble(ev)
+                if ev.type in TERMINAL_OK:
+                    self.terminal, self.done = ev, True
+                    return b"".join(out)
+                if ev.events and ev.failure is not None:
+                    self.failed, self.done = ev, True
+                    return b"".join(out)
+                out.append(apply(ev))
+        return b"".join(out)
+
+    def _ends(self, ev: ResponsesEvent) -> bool:
+        """Keep a terminal event or a failure, unsent, and stop; any other event goes on."""
+        if ev.type in TERMINAL_OK:
+            self.terminal, self.done = ev, True
+            return True
+        if ev.failure is not None:
+            self.failed, self.done = ev, True
+            return True
+        return False
