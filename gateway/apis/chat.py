@@ -8,7 +8,6 @@ The HTTP status is not sent before the first token, so a failure until then is a
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from gateway.apis.chat_attempt import OpenedChat, open_stream
@@ -17,7 +16,6 @@ from gateway.config.types import Deployment
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_stream_end
 from gateway.pipeline import cache
 from gateway.pipeline.attempts import Won, run_attempts
 from gateway.pipeline.first_token import KeepAlive
@@ -92,8 +90,7 @@ async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> Str
             record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
             client = await ka.commit(won)
             meta = next((ch.obj for ch in opened.stream.preamble if ch.obj), {})
-            await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start(),
-                        lambda: _record_end(rt, ctx, opened))
+            await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
             if ctx.cache_store and ctx.stream_error is None:
                 await _store(rt, request, ctx, opened, meta)
             return client
@@ -115,12 +112,3 @@ def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token
     if first_token:
         d = won.deployment
         rt.metrics.child(rt.metrics.upstream_ttft, ctx.model.name, d.provider, d.label).observe(seconds)
-
-
-def _record_end(rt: Runtime, ctx: RequestContext, opened: OpenedChat) -> None:
-    d = ctx.deployment
-    assert d is not None
-    asm = opened.stream.assembler
-    ctx.usage = asm.usage
-    ctx.cost_usd = record_stream_end(rt.metrics, ctx.api, ctx.model.name, d, asm.usage,
-                                     opened.t_first if asm.first_token else None, time.perf_counter())

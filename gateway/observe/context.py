@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.config.types import ApiKey, Deployment, ModelConfig
 from gateway.core.events import Usage
+from gateway.observe.metrics import Metrics, record_stream_end
 
 
 @dataclass(slots=True)
@@ -32,6 +33,15 @@ class RequestContext:
     reservation: Any = None  # state.base.Reservation of tokens reserved against the key's tpm
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
+
+    def stream_ended(self, m: Metrics, usage: Usage | None, first_token_at: float | None) -> None:
+        """A committed stream has ended (its terminator or its error event is next), for every API: usage,
+        cost and time per output token, on this record and the metrics. Called before the last write, so
+        a client that reads the metrics right after the stream sees them."""
+        assert self.deployment is not None
+        self.usage = usage
+        self.cost_usd = record_stream_end(m, self.api, self.model.name, self.deployment, usage, first_token_at,
+                                          time.perf_counter())
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t_start

@@ -10,13 +10,13 @@ chat stream's whole life after the commit: the held preamble, the pump, then `[D
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 from gateway.config.types import Deployment
 from gateway.core.chat.filter import ChatOutputFilter, Refusal
 from gateway.core.chat.stream import ChatStream
 from gateway.core.events import Failure, StreamFailed
+from gateway.core.responses.stream import ResponsesStream
 from gateway.core.sse import DONE_EVENT
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.inbound import StreamResponse
@@ -81,11 +81,8 @@ def check_refusal(filt: OutputFilter) -> None:
 
 
 async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], client: StreamResponse,
-                run: SafetyRun | None, on_end: Callable[[], None]) -> None:
-    """Write the held chunks, then the rest of the stream, then `[DONE]` or one error event.
-
-    `on_end` records usage and cost; it runs before the last write, so a client that reads the metrics
-    right after the stream sees them."""
+                run: SafetyRun | None) -> None:
+    """Write the held chunks, then the rest of the stream, then `[DONE]` or one error event."""
     safety = rt.safety.models[ctx.model.name]
     stream = opened.stream
     filt = ChatOutputFilter(run.factory if run is not None else None, ctx.forward_usage)
@@ -114,19 +111,25 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
             await sink.emit(tail, time.perf_counter(), True)
             raise StreamEnded("guardrail", verdict_error)
         _record_stream_guards(rt, ctx, None)
-        on_end()
+        stream_ended(rt, ctx, opened)
         await client.write_eof(tail + DONE_EVENT)  # the last data and the chunked terminator in one write
         if opened.response is not None:
             opened.response.finish()  # keep the upstream connection for the next request
     except StreamEnded as end:
         if filt.refusal is not None:
             _record_stream_guards(rt, ctx, filt.refusal.guardrail)
-        on_end()
+        stream_ended(rt, ctx, opened)
         await _end_with_error(rt, ctx, client, filt, sink.hold is not None, end)
     finally:
         opened.close()
         if run is not None:
             ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())
+
+
+def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]) -> None:
+    """Account a committed stream's end, whatever the API: its assembler's usage, and its first token's time."""
+    asm = opened.stream.assembler
+    ctx.stream_ended(rt.metrics, asm.usage, opened.t_first if asm.first_token else None)
 
 
 async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse,

@@ -17,10 +17,10 @@ from gateway.core.responses.wire import ERROR_TYPES, ResponsesEvent
 from gateway.errors import UpstreamFailed
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions, record_stream_end
+from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.guardrails import judge_output, record
-from gateway.pipeline.relay import StreamEnded, check_refusal, pump
+from gateway.pipeline.relay import StreamEnded, check_refusal, pump, stream_ended
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 from gateway.pipeline.sink import ClientSink
@@ -103,20 +103,15 @@ class _Relay:
         if self.accounted:
             return
         self.accounted = True
-        rt, ctx, asm = self.rt, self.ctx, self.stream.assembler
+        rt, ctx = self.rt, self.ctx
         refused = self.filt.refusal
         if passed or refused is not None:
             for g in rt.safety.models[ctx.model.name].stream_guards:
                 record(rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
         if self.run_safety is not None:
             ctx.redactions += record_redactions(rt.metrics, self.run_safety.redaction_counts().items())
-        d = ctx.deployment
-        assert d is not None
-        if not usage:
-            return
-        ctx.usage = asm.usage
-        ctx.cost_usd = record_stream_end(rt.metrics, ctx.api, ctx.model.name, d, asm.usage,
-                                         self.opened.t_first if asm.first_token else None, time.perf_counter())
+        if usage:
+            stream_ended(rt, ctx, self.opened)
 
 
 async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ResponsesStream], client: StreamResponse,
