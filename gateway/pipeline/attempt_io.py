@@ -10,7 +10,6 @@ from typing import Generic, Protocol, TypeVar
 
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
-from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import UpstreamRequest
 from gateway.upstream import UpstreamError, UpstreamResponse
@@ -86,14 +85,6 @@ def unexpected(status: int, label: str) -> None:
     fallen back like one, a 502 in the end, and never passed through with its status."""
     if status < 400:
         raise UpstreamError(Failure(FailureKind.MALFORMED, f"{label}: unexpected HTTP {status}", status=status))
-
-
-def decode(decoder: SSEDecoder, data: bytes, d: Deployment) -> list[SSEEvent]:
-    """SSE events of one read; an event over the size limit fails the attempt as MALFORMED."""
-    try:
-        return decoder.feed(data)
-    except SSEError:
-        raise UpstreamError(Failure(FailureKind.MALFORMED, f"{d.label}: event too large")) from None
 
 
 def raise_inband(events: list[StreamEvent]) -> None:
