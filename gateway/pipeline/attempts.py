@@ -181,7 +181,7 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
     try:
         result = await attempt(d)
     except UpstreamError as exc:
-        clean = scrub_failure(exc.failure, _provider_keys(rt))
+        clean = scrub_failure(exc.failure, provider_keys(rt))
         if clean is exc.failure:
             raise
         raise UpstreamError(clean) from None
@@ -192,7 +192,9 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
     return result
 
 
-def _provider_keys(rt: Runtime) -> list[str]:
+def provider_keys(rt: Runtime) -> list[str]:
+    """What `core.scrub` masks exactly: every configured provider key (read per failure, so a reload's
+    new keys count at once; failures are rare enough that the walk costs nothing)."""
     return [p.api_key for p in rt.config.providers.values() if p.api_key]
 
 

@@ -14,7 +14,8 @@ in C; our policy on top, where llhttp is more permissive or unbounded:
   `Content-Length` (§6.1: a message with both is a smuggling vector; llhttp refuses it too);
 - interim answers: only 100 and 103, at most MAX_INTERIM of them (RFC 9110 §15.2); 101 is an upgrade we
   never asked for;
-- bytes past the end of the message make the connection unusable (`extra`);
+- bytes past the end of the message make the connection unusable (`extra`), and an empty line before
+  the status line is refused (llhttp skips it);
 - after the head, a run of MAX_QUIET bytes that carries no body byte (a trailer section or a chunk
   extension that never ends) is refused: httptools would keep growing a trailer value without bound.
 
@@ -94,6 +95,10 @@ class ResponseFramer:
         cut = nl + 1
         lines = bytes(tail) + data[:cut] if tail else (data if cut == len(data) else data[:cut])
         tail.clear()
+        if not self._head_fed and lines[:1] in (b"\r", b"\n"):
+            # llhttp skips empty lines before a status line; RFC 9112 §2.2 allows that only before a
+            # request line (h11 refuses it too): bytes before a response are a connection out of step
+            raise HTTPError("response begins with an empty line")
         self._head_fed += len(lines)
         self._run(lines)
         rest = data[cut:]
