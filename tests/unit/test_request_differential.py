@@ -101,7 +101,11 @@ def _pieces(data: bytes, bytewise: bool) -> list[bytes]:
 
 def check(data: bytes) -> None:
     mine = ours(data, False)
-    assert ours(data, True) == mine, "byte by byte reads differently from whole"
+    # Byte by byte, a head line waits for its end before llhttp sees it (we feed it whole lines), so
+    # trailing garbage with no line end is refused later, never earlier: the same requests complete.
+    bytewise = ours(data, True)
+    assert bytewise.requests == mine.requests, "byte by byte reads differently from whole"
+    assert mine.refused or not bytewise.refused
     ref = with_h11(data, False)
     raw = with_llhttp(data)
     if not ref.requests and not raw.requests:
