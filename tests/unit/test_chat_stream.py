@@ -18,6 +18,7 @@ from gateway.core.events import StreamFailed
 from gateway.pipeline.safety import ModelSafety, compile_safety
 from gateway.providers.chat_anthropic_stream import AnthropicStreamParser
 from gateway.providers.chat_openai import OpenAIStreamParser
+from tests.unit.reads import random_reads, splits
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -105,19 +106,6 @@ def reading(client: bytes) -> tuple[dict[tuple[int, str], str], list[object]]:
                                                                        "choices", "system_fingerprint"}):
             others.append(obj)
     return texts, others
-
-
-def splits(body: bytes) -> list[list[bytes]]:
-    return [[body[:i], body[i:]] for i in range(1, len(body))]
-
-
-def random_reads(body: bytes, rng: random.Random) -> list[bytes]:
-    reads, i = [], 0
-    while i < len(body):
-        n = rng.choice((1, 2, 3, 7, 16, 64, 200, 1000))
-        reads.append(body[i:i + n])
-        i += n
-    return reads
 
 
 @pytest.mark.parametrize(("name", "body", "parser"), BODIES, ids=[b[0] for b in BODIES])
