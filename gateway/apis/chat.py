@@ -17,8 +17,7 @@ from gateway.errors import GatewayError, InvalidRequest
 from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
-from gateway.pipeline.attempts import Won, run_attempts
-from gateway.pipeline.first_token import KeepAlive
+from gateway.pipeline.first_token import serve_stream
 from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
 from gateway.pipeline.relay import relay
@@ -78,24 +77,13 @@ async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> Str
     async def attempt(d: Deployment) -> OpenedChat:
         return await open_stream(rt, ctx, d)
 
-    attempts = run_attempts(rt, ctx, attempt, discard=OpenedChat.close)
-    async with KeepAlive(request, rt, ctx, attempts, GatewayError.sse_bytes) as ka:
-        got = await ka.wait()
-        if got is None:
-            assert ka.client is not None
-            return ka.client
-        won, opened = got
-        try:
-            ctx.deployment = won.deployment
-            record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
-            client = await ka.commit(won)
-            meta = next((ch.obj for ch in opened.stream.preamble if ch.obj), {})
-            await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
-            if ctx.cache_store and ctx.stream_error is None:
-                await _store(rt, request, ctx, opened, meta)
-            return client
-        finally:
-            opened.close()
+    async def relay_and_cache(opened: OpenedChat, client: StreamResponse) -> None:
+        meta = next((ch.obj for ch in opened.stream.preamble if ch.obj), {})
+        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
+        if ctx.cache_store and ctx.stream_error is None:
+            await _store(rt, request, ctx, opened, meta)
+
+    return await serve_stream(request, rt, ctx, attempt, GatewayError.sse_bytes, relay_and_cache)
 
 
 async def _store(rt: Runtime, request: Request, ctx: RequestContext, opened: OpenedChat,
@@ -106,9 +94,3 @@ async def _store(rt: Runtime, request: Request, ctx: RequestContext, opened: Ope
     redact_body(rt, ctx, body)
     await cache.store(rt, request.app.state, ctx, body)
 
-
-def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token: bool, seconds: float) -> None:
-    """The winning attempt: request sent to first output token received."""
-    if first_token:
-        d = won.deployment
-        rt.metrics.child(rt.metrics.upstream_ttft, ctx.model.name, d.provider, d.label).observe(seconds)

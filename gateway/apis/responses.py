@@ -13,8 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.apis.chat import record_upstream_ttft
-from gateway.apis.responses_attempt import OpenedResponses, open_responses, translator_for
+from gateway.apis.responses_attempt import OpenedResponses, open_responses
 from gateway.config.types import Deployment
 from gateway.core.events import DeltaKind
 from gateway.core.responses.assemble import ResponsesAssembler
@@ -26,7 +25,7 @@ from gateway.observe.context import RequestContext
 from gateway.observe.metrics import record_redactions, record_usage
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
-from gateway.pipeline.first_token import KeepAlive
+from gateway.pipeline.first_token import serve_stream
 from gateway.pipeline.guardrails import check_input, judge_output
 from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, resolve
@@ -85,7 +84,7 @@ def _redact_inputs(rt: Runtime, ctx: RequestContext) -> None:
 
 def _serving_deployments(rt: Runtime, ctx: RequestContext) -> None:
     """Only deployments whose provider speaks the Responses API are candidates (not anthropic, mock)."""
-    serving = tuple(d for d in ctx.model.deployments if translator_for(rt, d) is not None)
+    serving = tuple(d for d in ctx.model.deployments if rt.responses_translator(d) is not None)
     if not serving:
         raise InvalidRequest(f"model {ctx.model.name} has no deployment that serves the Responses API",
                              param="model")
@@ -101,25 +100,14 @@ async def stream_responses(request: Request, rt: Runtime, ctx: RequestContext) -
     async def attempt(d: Deployment) -> OpenedResponses:
         return await open_responses(rt, ctx, d)
 
-    attempts = run_attempts(rt, ctx, attempt, discard=OpenedResponses.close)
-    async with KeepAlive(request, rt, ctx, attempts, _error_event) as ka:
-        got = await ka.wait()
-        if got is None:
-            assert ka.client is not None
-            return ka.client
-        won, opened = got
-        try:
-            ctx.deployment = won.deployment
-            record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
-            client = await ka.commit(won)
-            await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
-            return client
-        finally:
-            opened.close()
+    async def relay_to(opened: OpenedResponses, client: StreamResponse) -> None:
+        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
+
+    return await serve_stream(request, rt, ctx, attempt, _error_event, relay_to)
 
 
 async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ResponsesBody:
-    tr = translator_for(rt, d)
+    tr = rt.responses_translator(d)
     assert tr is not None
     req = tr.responses_request(ctx.body, d.model, stream=False)
     parsed = tr.parse_responses_body(await fetch_body(rt, d, req, tr.classify_http_error))

@@ -23,13 +23,9 @@ from gateway.providers.responses_openai import ResponsesTranslator
 OpenedResponses = Opened[ResponsesStream]
 
 
-def translator_for(rt: Runtime, d: Deployment) -> ResponsesTranslator | None:
-    return rt.responses_translator(d)
-
-
 async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> OpenedResponses:
     """One attempt: open the stream and read until the first output token, under `first_token_s`."""
-    provider, tr = rt.provider(d), translator_for(rt, d)
+    provider, tr = rt.provider(d), rt.responses_translator(d)
     assert tr is not None, "the handler only routes to deployments that serve the Responses API"
     t_sent = time.perf_counter()
     with FirstTokenDeadline(d) as deadline:

@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, Protocol, TypeVar
 
+from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, StreamFailed
 from gateway.core.sse import KEEPALIVE
 from gateway.errors import GatewayError
 from gateway.inbound import Request, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.pipeline.attempts import Won
+from gateway.pipeline.attempt_io import Opened
+from gateway.pipeline.attempts import Won, run_attempts
 from gateway.pipeline.runtime import Runtime
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 T = TypeVar("T")
 KEEPALIVE_EVERY_S = 5.0
+
+
+class _Assembled(Protocol):
+    first_token: bool
 
 
 class StreamCore(Protocol):
@@ -39,6 +45,12 @@ class StreamCore(Protocol):
     def feed(self, data: bytes) -> bytes: ...
 
     def end_of_input(self) -> None: ...
+
+    @property
+    def assembler(self) -> _Assembled: ...
+
+
+S = TypeVar("S", bound=StreamCore)
 
 
 async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: str) -> None:
@@ -138,3 +150,33 @@ class KeepAlive(Generic[T]):
         if self.client is None:
             self.client = await commit(self.request, self.ctx, won)
         return self.client
+
+
+async def serve_stream(request: Request, rt: Runtime, ctx: RequestContext,
+                       open_attempt: Callable[[Deployment], Awaitable[Opened[S]]],
+                       error_event: Callable[[GatewayError], bytes],
+                       relay: Callable[[Opened[S], StreamResponse], Awaitable[None]]) -> StreamResponse:
+    """A streamed request of any API: the attempt loop (with keep-alive while no token has come), the
+    commit of the winner, its relay; the winner's upstream response is closed whatever happens."""
+    attempts = run_attempts(rt, ctx, open_attempt, discard=Opened.close)
+    async with KeepAlive(request, rt, ctx, attempts, error_event) as ka:
+        got = await ka.wait()
+        if got is None:
+            assert ka.client is not None
+            return ka.client
+        won, opened = got
+        try:
+            ctx.deployment = won.deployment
+            record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
+            client = await ka.commit(won)
+            await relay(opened, client)
+            return client
+        finally:
+            opened.close()
+
+
+def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token: bool, seconds: float) -> None:
+    """The winning attempt: request sent to first output token received."""
+    if first_token:
+        d = won.deployment
+        rt.metrics.child(rt.metrics.upstream_ttft, ctx.model.name, d.provider, d.label).observe(seconds)
