@@ -11,22 +11,11 @@ from gateway.config import parse_config
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.events import DeltaKind
 from gateway.core.sse import SSEDecoder
-from gateway.pipeline.safety import ModelSafety, compile_safety
+from gateway.pipeline.safety import compile_safety
+from tests.unit.model_safety import safety
 
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 TEXT = f"token {SECRET} then Project Nightingale ends"
-
-
-def safety(guard: bool) -> ModelSafety:
-    config = parse_config({
-        "auth": {"allow_unauthenticated": True},
-        "providers": {"p": {"type": "mock"}},
-        "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}], "redaction": "r",
-                    "guardrails": ["g"] if guard else []}],
-        "guardrails": [{"name": "g", "type": "terms", "terms": ["project nightingale"]}],
-        "redaction": {"profiles": {"r": {"rules": ["secrets"]}}},
-    }, env={})
-    return compile_safety(config).models["m"]
 
 
 def chunks_for(parts: list[str]) -> list[dict[str, Any]]:

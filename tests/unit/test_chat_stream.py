@@ -3,7 +3,6 @@ with redaction and a stream guardrail on, give the client the same bytes as one 
 
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -11,30 +10,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.config import parse_config
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.stream import ChatStream, StreamParser
 from gateway.core.events import StreamFailed
-from gateway.pipeline.safety import ModelSafety, compile_safety
 from gateway.providers.chat_anthropic_stream import AnthropicStreamParser
 from gateway.providers.chat_openai import OpenAIStreamParser
+from tests.unit.model_safety import safety
 from tests.unit.reads import random_reads, splits
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
-
-
-@functools.cache
-def safety(guard: bool) -> ModelSafety:
-    config = parse_config({
-        "auth": {"allow_unauthenticated": True},
-        "providers": {"p": {"type": "mock"}},
-        "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}], "redaction": "r",
-                    "guardrails": ["g"] if guard else []}],
-        "guardrails": [{"name": "g", "type": "terms", "terms": ["project nightingale"]}],
-        "redaction": {"profiles": {"r": {"rules": ["secrets"]}}},
-    }, env={})
-    return compile_safety(config).models["m"]
 
 
 def chat_body(parts: list[str]) -> bytes:

@@ -4,7 +4,6 @@ failures before the first token fail the attempt, after it they end the stream w
 
 from __future__ import annotations
 
-import functools
 import random
 from pathlib import Path
 from typing import Any
@@ -12,30 +11,16 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config import parse_config
 from gateway.core.events import FailureKind, StreamFailed
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
-from gateway.pipeline.safety import ModelSafety, compile_safety
 from gateway.providers.responses_openai import OpenAIResponsesStreamParser
+from tests.unit.model_safety import safety
 from tests.unit.reads import random_reads, splits
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "responses"
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 MASKED = "token [REDACTED:github_token] then more text."
-
-
-@functools.cache
-def safety(guard: bool) -> ModelSafety:
-    config = parse_config({
-        "auth": {"allow_unauthenticated": True},
-        "providers": {"p": {"type": "mock"}},
-        "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}], "redaction": "r",
-                    "guardrails": ["g"] if guard else []}],
-        "guardrails": [{"name": "g", "type": "terms", "terms": ["project nightingale"]}],
-        "redaction": {"profiles": {"r": {"rules": ["secrets"]}}},
-    }, env={})
-    return compile_safety(config).models["m"]
 
 
 def sse(objs: list[dict[str, Any]]) -> bytes:
