@@ -16,7 +16,7 @@ from gateway.core.events import StreamFailed
 from gateway.providers.chat_anthropic_stream import AnthropicStreamParser
 from gateway.providers.chat_openai import OpenAIStreamParser
 from tests.unit.model_safety import safety
-from tests.unit.reads import random_reads, splits
+from tests.unit.reads import pump_reads, random_reads, splits
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -50,16 +50,7 @@ def relay(reads: list[bytes], parser: Callable[[], StreamParser], guard: bool) -
     assert run is not None
     stream = ChatStream(parser(), "p/x")
     filt = ChatOutputFilter(run.factory, forward_usage=True)
-    out: list[bytes] = []
-    for data in reads:
-        if stream.done or filt.refusal is not None:
-            break
-        out.append(stream.feed(data))
-        if stream.filt is None and stream.committable:
-            out.append(stream.commit(filt))
-    if stream.filt is None:
-        stream.end_of_input()
-        out.append(stream.commit(filt))
+    out = pump_reads(stream, filt, reads)
     if filt.refusal is None:
         out.append(filt.flush_all())
     return b"".join(out)

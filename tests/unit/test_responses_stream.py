@@ -16,7 +16,7 @@ from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
 from gateway.providers.responses_openai import OpenAIResponsesStreamParser
 from tests.unit.model_safety import safety
-from tests.unit.reads import random_reads, splits
+from tests.unit.reads import pump_reads, random_reads, splits
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "responses"
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -73,17 +73,7 @@ def relay(reads: list[bytes], guard: bool) -> tuple[bytes, ResponsesStream]:
     assert run is not None
     stream = ResponsesStream(OpenAIResponsesStreamParser(), "p/x")
     filt = ResponsesOutputFilter(run.factory)
-    out: list[bytes] = []
-    for data in reads:
-        if stream.done or filt.refusal is not None:
-            break
-        out.append(stream.feed(data))
-        if stream.filt is None and stream.committable:
-            out.append(stream.commit(filt))
-    if stream.filt is None:
-        stream.end_of_input()
-        assert stream.committable
-        out.append(stream.commit(filt))
+    out = pump_reads(stream, filt, reads, must_commit=True)
     if filt.refusal is None:
         out.append(filt.flush_open())
         end = stream.terminal or stream.failed
