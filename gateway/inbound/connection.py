@@ -151,8 +151,6 @@ class HttpConnection(asyncio.Protocol):
             if interim and self.transport is not None:
                 self.transport.write(interim)
             return
-        if self._reader.in_request:
-            self.head_since = self._server.loop.time()  # a pipelined request's bytes came with this one
         self.task = self._server.loop.create_task(self._serve(*got))
 
     async def _serve(self, head: RequestHead, body: bytes) -> None:
@@ -185,7 +183,7 @@ class HttpConnection(asyncio.Protocol):
         self._next()
 
     def _next(self) -> None:
-        """The next request, if its bytes came while this one ran."""
+        """The next request, if its bytes came while this one ran (its head's clock starts now)."""
         self.head_since = self._server.loop.time()
         if self._pending:
             data = bytes(self._pending)
