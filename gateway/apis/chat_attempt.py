@@ -44,12 +44,13 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, ttl)
         return opened
     options = not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS)
+    added = options and tr.sends_stream_options and "stream_options" not in ctx.body  # by us, not the client
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
             req = tr.chat_request(ctx.body, d.model, stream=True, send_stream_options=options)
             resp = await rt.upstream.open(provider, req, d.label)
             opened = deadline.track(Opened(d, resp, ChatStream(tr.stream_parser(), d.label), t_sent))
-            await _check_status(resp, tr, d, added_options=options and tr.sends_stream_options and "stream_options" not in ctx.body)
+            await _check_status(resp, tr, d, added_options=added)
             first = b"" if resp.is_event_stream else await resp.next_chunk()
             if resp.is_event_stream or looks_like_sse(first):
                 await until_first_token(resp, opened.stream, d.label, first)

@@ -107,10 +107,22 @@ async def _finish(request: Request, api: str, status: int, outcome: str) -> None
     stream = "true" if ctx and ctx.stream else "false"
     metrics.child(metrics.requests, api, model, stream, outcome).inc()
     metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
+    cancelled = False
     if ctx is not None and needs_settle(ctx):
-        await asyncio.shield(settle(request.app.state, ctx))
-    if not info_enabled():
-        return
+        try:
+            await asyncio.shield(settle(request.app.state, ctx))
+        except asyncio.CancelledError:
+            # the client hung up while the (shielded) settlement ran, typically right after reading the
+            # whole answer: the request still gets its one log line, then the cancellation goes on
+            cancelled = True
+    if info_enabled():
+        _log_line(request, ctx, api, model, stream, status, outcome, duration)
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+def _log_line(request: Request, ctx: RequestContext | None, api: str, model: str, stream: str, status: int,
+              outcome: str, duration: float) -> None:
     usage = ctx.usage if ctx else None
     log.info(
         "request", request_id=request.request_id, api=api, model=model,
@@ -122,6 +134,7 @@ async def _finish(request: Request, api: str, status: int, outcome: str) -> None
         input_tokens=usage.input if usage else None, output_tokens=usage.output if usage else None,
         cached_tokens=usage.cached_input if usage else None,
         reasoning_tokens=usage.reasoning if usage else None,
+        estimated=ctx.usage_estimated if ctx else False,
         cost_usd=round(ctx.cost_usd, 8) if ctx else 0.0, redactions=ctx.redactions if ctx else 0,
         guardrails=dict(ctx.verdicts) if ctx else {}, stream_error=ctx.stream_error if ctx else None,
         cache_hit=ctx.cache_hit if ctx else False,

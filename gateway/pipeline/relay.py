@@ -130,6 +130,8 @@ def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | 
     """Account a committed stream's end, whatever the API: its assembler's usage, and its first token's time."""
     asm = opened.stream.assembler
     ctx.stream_ended(rt.metrics, asm.usage, opened.t_first if asm.first_token else None)
+    if asm.usage is None:
+        ctx.estimate_unreported_usage(asm.output_bytes())
 
 
 async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse,

@@ -40,6 +40,7 @@ class _Conn(asyncio.Protocol):
         self.pieces: list[bytes] = []  # the framer's list: body pieces not taken yet
         self.size = 0
         self.eof = False
+        self.answered = False  # a byte of the current response has come
         self.failure: FailureKind | None = None
         self.waiter: asyncio.Future[None] | None = None
         self._paused = False
@@ -53,10 +54,11 @@ class _Conn(asyncio.Protocol):
     def begin(self) -> None:
         self.framer = framer = ResponseFramer()
         self.busy, self.head, self.pieces, self.size = True, None, framer.pieces, 0
-        self.eof, self.failure = False, None
+        self.eof, self.failure, self.answered = False, None, False
 
     def data_received(self, data: bytes) -> None:
         self.last_data = self.loop.time()
+        self.answered = True
         framer = self.framer
         if not self.busy or framer is None:  # bytes on an idle pooled connection: never trusted again
             self._close()
@@ -94,7 +96,9 @@ class _Conn(asyncio.Protocol):
             if self.framer is not None and self.framer.until_close and self.head is not None:
                 self.eof = True  # a body framed by the connection's end (RFC 9112 §6.3)
             elif self.failure is None:
-                self.failure = FailureKind.EARLY_EOF
+                # closed or reset before any byte of the answer: the request never got an answer, as
+                # when the connection fails (a stale pooled connection, a restarting upstream)
+                self.failure = FailureKind.EARLY_EOF if self.answered else FailureKind.CONNECT
         self.wake()
 
     def wake(self) -> None:

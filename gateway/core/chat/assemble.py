@@ -105,6 +105,16 @@ class ChatAssembler:
     def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:
         return "".join("".join(c.text.get(kind, ())) for _, c in sorted(self._choices.items()))
 
+    def output_bytes(self) -> int:
+        """UTF-8 size of everything the answer said (every text kind, tool names and arguments): what a
+        usage estimate counts when the provider reported none."""
+        n = 0
+        for c in self._choices.values():
+            n += sum(len(t.encode()) for parts in c.text.values() for t in parts)
+            n += sum(len((t.name or "").encode()) + sum(len(a.encode()) for a in t.arguments)
+                     for t in c.tools.values())
+        return n
+
     def completion(self, *, id: str, model: str, created: int) -> dict[str, Any]:
         """The `chat.completion` object equivalent to everything fed so far."""
         choices = [_render_choice(i, c) for i, c in sorted(self._choices.items())]

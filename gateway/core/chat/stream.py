@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.shape import ContentShape, Run
-from gateway.core.chat.wire import has_output_token
+from gateway.core.chat.wire import chunk_events, has_output_token
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, StreamFailed
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent, data_lines
 
@@ -89,7 +89,8 @@ class ChatStream:
     def hold_body(self, events: list[StreamEvent], chunks: list[dict[str, Any]]) -> None:
         """A whole answer (a non-stream body) as the held stream: its events and its chunks."""
         self.assembler.feed(events)
-        self.preamble = [ChatChunk([], chunk) for chunk in chunks]
+        # each chunk with its own events: the filter tells by them which write carries the first token
+        self.preamble = [ChatChunk(chunk_events(chunk), chunk) for chunk in chunks]
         self.done = True
 
     def feed(self, data: bytes) -> bytes:
