@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gateway.core.proxy import Proxy
+
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
@@ -38,6 +40,11 @@ class ProviderConfig:
     breaker: BreakerConfig = BreakerConfig()
     api_version: str | None = None  # azure
     anthropic_version: str = "2023-06-01"  # anthropic
+    # egress: `proxy` set is this provider's proxy; else, with `use_env_proxy`, HTTPS_PROXY/HTTP_PROXY
+    # and NO_PROXY decide; `proxy: false` in the config clears both (always direct)
+    proxy: Proxy | None = None
+    use_env_proxy: bool = True
+    forward_headers: tuple[str, ...] = ()  # lower-case client header names passed to the upstream
     # mock only: pacing of the built-in demo answer
     ttft_ms: float = 120.0
     token_delay_ms: float = 15.0
