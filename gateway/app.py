@@ -34,7 +34,7 @@ class App:
         self.config = config
         self.metrics = metrics or create_metrics()
         preinitialise(self.metrics, config)
-        self.upstream = Upstream()
+        self.upstream = Upstream(config.egress)
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics)
         self._state: StateBackend | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()

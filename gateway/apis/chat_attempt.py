@@ -35,7 +35,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
                 return await _buffered(rt, ctx, d, tr, t_sent)
             req = tr.chat_request(ctx.body, d.model, stream=True,
                                   send_stream_options=d.provider not in rt.learned.no_stream_options)
-            resp = await rt.upstream.open(provider, req, d.label)
+            resp = await rt.upstream.open(provider, req, d.label, ctx.client_headers)
             opened = deadline.track(Opened(d, resp, ChatStream(tr.stream_parser(), d.label), t_sent))
             await raise_for_status(resp, tr.classify_http_error, d.label)
             if not resp.is_event_stream:
@@ -52,7 +52,7 @@ async def _buffered(rt: Runtime, ctx: RequestContext, d: Deployment, tr: ChatTra
                     t_sent: float) -> OpenedChat:
     """Learn-once fallback: the provider can't stream, so ask for a body and re-emit it as a stream."""
     req = tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False)
-    body = await fetch_body(rt, d, req, tr.classify_http_error)
+    body = await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers)
     return _from_body(d, tr, body, Opened(d, None, ChatStream(None, d.label), t_sent))
 
 

@@ -30,7 +30,7 @@ from gateway.state.base import StateBackend
 async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ParsedBody:
     tr = rt.translator(d)
     req = tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False)
-    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error))
+    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
     raise_inband(parsed.events)
     return parsed
 

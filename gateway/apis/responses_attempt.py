@@ -31,7 +31,8 @@ async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> Ope
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
             stream = d.provider not in rt.learned.no_stream  # learned from a 400 that names `stream`
-            resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=stream), d.label)
+            resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=stream), d.label,
+                                           ctx.client_headers)
             opened = deadline.track(Opened(d, resp, ResponsesStream(tr.responses_stream_parser(), d.label), t_sent))
             await raise_for_status(resp, tr.classify_http_error, d.label)
             if not resp.is_event_stream:  # buffered: asked so, or a server that ignores `stream`

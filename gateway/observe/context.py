@@ -4,6 +4,7 @@ the one log line (CONTRACT §7). Holds no message text."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,12 @@ class RequestContext:
     reservation: Any = None  # state.base.Reservation of tokens reserved against the key's tpm
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
+    # what the client sent (lower-case names; x-request-id is this request's id): the providers'
+    # `forward_headers` pick from it
+    client_headers: Mapping[str, str] = field(default_factory=dict)
+    # headers every response to this request carries (x-request-id, x-ratelimit-*, CORS): the
+    # inbound request's own dict, so a streamed head and an error answer both see them
+    response_headers: dict[str, str] = field(default_factory=dict)
 
     def stream_ended(self, m: Metrics, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,
