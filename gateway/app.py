@@ -15,7 +15,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.apis.chat import chat_completions
 from gateway.apis.embeddings import embeddings_handler
-from gateway.apis.models import healthz, list_models, readyz
+from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.config.types import Config, ServerConfig
 from gateway.inbound import Handler, HttpServer, ServerLimits
@@ -68,6 +68,7 @@ def _routes() -> dict[str, dict[str, Handler]]:
         "/v1/responses": {"POST": responses},
         "/v1/embeddings": {"POST": embeddings_handler},
         "/v1/models": {"GET": list_models},
+        "/v1/models/{id}": {"GET": retrieve_model},
         "/healthz": {"GET": healthz},
         "/readyz": {"GET": readyz},
     }

@@ -56,7 +56,11 @@ def error_response(err: GatewayError, request_id: str) -> Response:
 
 
 async def _route(request: Request) -> Response | StreamResponse:
-    methods: Mapping[str, Handler] | None = request.app.routes.get(request.path)
+    routes: Mapping[str, Mapping[str, Handler]] = request.app.routes
+    methods = routes.get(request.path)
+    if methods is None:
+        parent, _, leaf = request.path.rpartition("/")
+        methods = routes.get(parent + "/{id}") if leaf else None  # `/v1/models/{id}`
     if methods is None:
         raise NotFound("no such route")
     handler = methods.get(request.method)
