@@ -209,7 +209,8 @@ class HttpConnection(asyncio.Protocol):
             return
         transport.write(_error_answer(exc.status, exc.message, code, self.date()))
         self.closing = self._lingering = True
-        transport.write_eof()
+        if transport.can_write_eof():  # a TLS transport cannot half-close: the answer goes, then the close
+            transport.write_eof()
         self._server.loop.call_later(LINGER_S, self._close)
 
     def _close(self) -> None:

@@ -61,6 +61,7 @@ class Metrics:
     build_info: Any
     state_degraded: Any
     http_refused: Any
+    local_limit_workers: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -117,6 +118,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                "backend was unavailable", [], **kw),
         http_refused=Counter("http_refused", "Client connections or requests the API port refused or cut "
                              "before a handler ran", ["reason"], **kw),
+        local_limit_workers=Gauge("local_limit_workers", "Worker processes that each enforce every rate limit "
+                                  "and budget on their own (--workers > 1 with state.backend memory)", [],
+                                  multiprocess_mode="max", **kw),
     )
     m.build_info.labels(__version__).set(1)
     return m
