@@ -132,6 +132,20 @@ def test_every_answer_carries_a_request_id(upstream: FakeUpstream, make_gateway:
     assert given.headers["x-request-id"] == "mine-1"
 
 
+def test_a_request_refused_before_any_handler_carries_a_request_id(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    import socket
+
+    gw = make_gateway(config(upstream.base_url))
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")  # HTTP/1.1 without Host: refused by the reader
+        answer = b""
+        while b"\r\n\r\n" not in answer and (chunk := s.recv(65536)):
+            answer += chunk
+    head = answer.split(b"\r\n\r\n")[0].decode().lower()
+    assert head.startswith("http/1.1 400") and "\r\nx-request-id: " in head
+
+
 def test_cors_is_off_unless_configured(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
     gw = make_gateway(config(upstream.base_url))
     resp = raw_request(gw, "GET", "/v1/models", {"Origin": "https://app.example.com", "Authorization": "Bearer key-a"})
