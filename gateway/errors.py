@@ -13,6 +13,12 @@ import orjson
 from gateway.core.events import Failure
 
 
+class StartupError(Exception):
+    """The gateway cannot start (a port in use, a certificate that does not load): one line on stderr,
+    no traceback. Here, not in `gateway.server`: the CLI must not import the metrics library before
+    `--workers` has chosen its multiprocess mode."""
+
+
 class GatewayError(Exception):
     status = 500
     type = "server_error"

@@ -48,7 +48,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
             req = tr.chat_request(ctx.body, d.model, stream=True, send_stream_options=options)
-            resp = await rt.upstream.open(provider, req, d.label)
+            resp = await rt.upstream.open(provider, req, d.label, ctx.client_headers)
             opened = deadline.track(Opened(d, resp, ChatStream(tr.stream_parser(), d.label), t_sent))
             await _check_status(resp, tr, d, added_options=added)
             first = b"" if resp.is_event_stream else await resp.next_chunk()
@@ -96,7 +96,7 @@ async def _buffered(rt: Runtime, ctx: RequestContext, d: Deployment, tr: ChatTra
                     t_sent: float) -> OpenedChat:
     """Learn-once fallback: the deployment can't stream, so ask for a body and re-emit it as a stream."""
     req = tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False)
-    body = await fetch_body(rt, d, req, tr.classify_http_error)
+    body = await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers)
     return _from_body(d, tr, body, Opened(d, None, ChatStream(None, d.label), t_sent))
 
 

@@ -33,11 +33,11 @@ from gateway.state.base import StateBackend
 async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ParsedBody:
     tr = rt.translator(d)
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY):
-        streamed = await fetch_streamed(rt, d, tr, ctx.body)
+        streamed = await fetch_streamed(rt, d, tr, ctx.body, ctx.client_headers)
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
         return streamed
     req = tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False)
-    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error))
+    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
     raise_inband(parsed.events)
     return parsed
 

@@ -6,6 +6,7 @@ still an attempt's failure, retried or fallen back like any other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.config.types import Deployment
@@ -18,9 +19,10 @@ from gateway.providers.base import ChatTranslator, ParsedBody
 from gateway.upstream import UpstreamError
 
 
-async def fetch_streamed(rt: Runtime, d: Deployment, tr: ChatTranslator, body: dict[str, Any]) -> ParsedBody:
+async def fetch_streamed(rt: Runtime, d: Deployment, tr: ChatTranslator, body: dict[str, Any],
+                         client_headers: Mapping[str, str]) -> ParsedBody:
     req = tr.chat_request(body, d.model, stream=True, send_stream_options=True)
-    resp = await rt.upstream.open(rt.provider(d), req, d.label)
+    resp = await rt.upstream.open(rt.provider(d), req, d.label, client_headers)
     meta: dict[str, Any] = {}
     try:
         await raise_for_status(resp, tr.classify_http_error, d.label)

@@ -4,6 +4,7 @@ the one log line (CONTRACT §7). Holds no message text."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,12 @@ class RequestContext:
     # the deployment only when the attempt that used one succeeds
     fallbacks: set[tuple[str, Fact]] = field(default_factory=set)
     usage_estimated: bool = False  # `usage` is our estimate: the provider reported none
+    # what the client sent (lower-case names; x-request-id is this request's id): the providers'
+    # `forward_headers` pick from it
+    client_headers: Mapping[str, str] = field(default_factory=dict)
+    # headers every response to this request carries (x-request-id, x-ratelimit-*, CORS): the
+    # inbound request's own dict, so a streamed head and an error answer both see them
+    response_headers: dict[str, str] = field(default_factory=dict)
 
     def stream_ended(self, m: Metrics, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,

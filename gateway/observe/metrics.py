@@ -62,6 +62,7 @@ class Metrics:
     state_degraded: Any
     http_refused: Any
     learned_fallbacks: Any
+    local_limit_workers: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -120,6 +121,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                              "before a handler ran", ["reason"], **kw),
         learned_fallbacks=Gauge("learned_fallbacks", "Learn-once facts in force (1) or expired (0)",
                                 ["deployment", "api", "fact"], multiprocess_mode="max", **kw),
+        local_limit_workers=Gauge("local_limit_workers", "Worker processes that each enforce every rate limit "
+                                  "and budget on their own (--workers > 1 with state.backend memory)", [],
+                                  multiprocess_mode="max", **kw),
     )
     m.build_info.labels(__version__).set(1)
     return m

@@ -15,6 +15,7 @@ from gateway.providers.base import MAX_BODY_BYTES
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.framing import ResponseFramer
 
+PoolKey = tuple[str, str, int, str]  # scheme, host, port, the proxy's key ("" for a direct connection)
 FINISH_WAIT_S = 1.0
 FINISH_MAX_BYTES = 64 * 1024
 _FINISHING: set[asyncio.Task[None]] = set()  # strong references to the detached drains
@@ -28,7 +29,7 @@ class _Conn(asyncio.Protocol):
     """One upstream connection. Per request: the response head, then decoded body pieces, with flow
     control (reading pauses above HIGH_WATER bytes read until the relay takes them)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, key: tuple[str, str, int]):
+    def __init__(self, loop: asyncio.AbstractEventLoop, key: PoolKey):
         self.loop, self.key = loop, key
         self.transport: asyncio.Transport | None = None
         self.lost = False
@@ -127,12 +128,12 @@ class _Conn(asyncio.Protocol):
 
 
 class _Pool:
-    """Idle keep-alive connections per (scheme, host, port), newest first out."""
+    """Idle keep-alive connections per (scheme, host, port, proxy), newest first out."""
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
+        self._idle: dict[PoolKey, list[_Conn]] = {}
 
-    def take(self, key: tuple[str, str, int], now: float) -> _Conn | None:
+    def take(self, key: PoolKey, now: float) -> _Conn | None:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
