@@ -135,6 +135,7 @@ def test_keep_alive_extra_bytes_and_until_close() -> None:
 
 
 REFUSED = [
+    b"HTTP/1.1 200 \x00OK\r\nContent-Length: 0\r\n\r\n",  # a control byte in the reason (fuzz find)
     b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",  # an empty line before the status line
     H + b"Content-Length: 5\xa0\r\n\r\nhello",
     H + b"Transfer-Encoding: chunked\x0b\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
