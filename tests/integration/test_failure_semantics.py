@@ -19,6 +19,7 @@ Scope of the issue, bullet by bullet:
 - the breaker before every attempt, a probe is one attempt: test_a_failure_that_opens_the_breaker_is_not_retried_there
 - the backoff floor: tests/unit/test_retry.py::test_backoff_bounds
 - a usage estimate for a stream without usage: test_a_stream_without_usage_is_charged_an_estimate
+- /v1/responses routed to a server without that endpoint: test_responses_on_a_server_without_the_endpoint
 - Gemini-style tool calls and malformed events after the first token: tests/integration/test_tool_call_index.py
   and test_malformed_after_first_token.py
 """
@@ -288,3 +289,25 @@ def test_a_stream_without_usage_is_charged_an_estimate(upstream: FakeUpstream,
     assert line["estimated"] is True and line["output_tokens"] == 100 and line["input_tokens"] > 0
     assert gw.sample("llm_gateway_tokens_total", model="a", provider="p", type="output") == 0
     assert gw.sample("llm_gateway_usage_missing_total", model="a", provider="p") == 1
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_responses_on_a_server_without_the_endpoint(upstream: FakeUpstream,
+                                                    make_gateway: Callable[..., GatewayServer], stream: bool) -> None:
+    gw = make_gateway(two_deployments(upstream.base_url))
+    upstream.defaults[RESP] = Script([b"404 page not found"], status=404, headers={"Content-Type": "text/plain"})
+    answer = Answer().message(["from ", "b"])
+    upstream.enqueue("/b/v1/responses", stream_script(answer.stream_events()) if stream else json_script(answer.body()))
+    got = sdk(gw).responses.create(model="m", input="x", stream=stream)
+    if stream:
+        assert "".join(e.delta for e in got if e.type == "response.output_text.delta") == "from b"
+    else:
+        assert got.output_text == "from b"
+    assert len(upstream.bodies(RESP)) == 1, "a missing endpoint is not asked again"
+
+    upstream.defaults["/b/v1/responses"] = upstream.defaults[RESP]
+    with pytest.raises(openai.APIStatusError) as info:
+        r = sdk(gw, max_retries=2).responses.create(model="m", input="x", stream=stream)
+        list(r) if stream else None
+    assert info.value.status_code == 502 and info.value.response.headers["x-should-retry"] == "false"
+    assert "upstream_not_found HTTP 404" in info.value.message

@@ -180,6 +180,8 @@ def _kind(code: str | None, etype: str | None, param: str | None, status: int | 
         return FailureKind.QUOTA
     if code == "context_length_exceeded":
         return FailureKind.CONTEXT_LENGTH
+    if code == "model_not_found" and status == 404 and not inband:
+        return FailureKind.NOT_FOUND  # the deployment's model name (our config), never the client's
     if param == "stream_options" and status == 400:
         return FailureKind.STREAM_OPTIONS_REJECTED
     if param == "stream" and status == 400:
