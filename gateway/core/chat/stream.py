@@ -10,6 +10,8 @@ the text window together and out as the upstream's own bytes when the window rel
 
 A failure raises `StreamFailed` (its `Failure` names the deployment); an in-band error after the first
 token sets `error` and `done` instead: the text before it stands.
+A tool-call delta that came without `index` is numbered by the assembler (`ChatAssembler.feed`) before
+it is forwarded, and its chunk goes out re-encoded with the index.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any, Protocol
 from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.shape import ContentShape, Run
-from gateway.core.chat.wire import has_output_token
-from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, StreamFailed
+from gateway.core.chat.wire import has_output_token, number_tool_calls
+from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, StreamFailed, ToolCallDelta
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent, data_lines
 
 
@@ -152,8 +154,8 @@ class ChatStream:
                         self.error = e.failure  # text before it stands; the relay ends the stream
                         self.done = True
                         return out
-                self.assembler.feed(ch.events)
-                out.append(ch)
+                numbered = self.assembler.feed(ch.events)
+                out.append(ch if numbered is None else _numbered(ch, numbered))
         return out
 
     # -- the commit and after ----------------------------------------------------------------------
@@ -269,6 +271,16 @@ class ChatStream:
                 splice(out, data, end, rel)
         if len(out) > before:
             filt.output_released = True
+
+
+def _numbered(ch: ChatChunk, numbered: list[ToolCallDelta]) -> ChatChunk:
+    """The chunk with the indexes the assembler gave its index-less tool-call deltas, in its events and
+    in its object (re-encoded for the client: raw=None)."""
+    given = iter(numbered)
+    events = [next(given) if type(e) is ToolCallDelta and e.index < 0 else e for e in ch.events]
+    if ch.obj is not None:
+        number_tool_calls(ch.obj, numbered)
+    return ChatChunk(events, ch.obj, None, ch.done)
 
 
 def _write_released(out: list[bytes], shape: ContentShape, data: bytes, end: int, text: str, rel: str) -> None:
