@@ -9,7 +9,10 @@ events go by their bytes, runs of content chunks of the learned envelope go thro
 the text window together and out as the upstream's own bytes when the window released them unchanged.
 
 A failure raises `StreamFailed` (its `Failure` names the deployment); an in-band error after the first
-token sets `error` and `done` instead: the text before it stands.
+token sets `error` and `done` instead: the text before it stands. An event the parser cannot read
+(unparseable JSON, not an object) after the first token is skipped and counted in `skipped_malformed`
+(the relay reports it): one broken line must not cut a long answer off; before the first token it fails
+the attempt like any other failure, so it is retried. An event over the size limit always fails.
 A tool-call delta that came without `index` is numbered by the assembler (`ChatAssembler.feed`) before
 it is forwarded, and its chunk goes out re-encoded with the index.
 """
@@ -52,8 +55,8 @@ class StreamParser(Protocol):
 
 
 class ChatStream:
-    __slots__ = ("assembler", "decoder", "done", "error", "filt", "label", "parser", "preamble", "unread",
-                 "unread_datas")
+    __slots__ = ("assembler", "decoder", "done", "error", "filt", "label", "parser", "preamble",
+                 "skipped_malformed", "unread", "unread_datas")
 
     def __init__(self, parser: StreamParser | None, label: str) -> None:
         self.decoder = SSEDecoder()
@@ -64,6 +67,7 @@ class ChatStream:
         self.done = False  # upstream said [DONE] or its body has ended
         self.error: Failure | None = None  # an in-band error that came after the first token
         self.filt: ChatOutputFilter | None = None  # set by `commit`
+        self.skipped_malformed = 0  # unreadable events after the first token, skipped
         # events of the committing read after the one that made the stream committable (the fast path
         # reads them as data when they are all one-line data events)
         self.unread: list[SSEEvent] = []
@@ -151,11 +155,15 @@ class ChatStream:
                     if type(e) is InbandError:
                         if not self.assembler.first_token:
                             raise StreamFailed(e.failure)
+                        if e.failure.kind is FailureKind.MALFORMED:
+                            self.skipped_malformed += 1
+                            break  # skipped: the `else` below does not run
                         self.error = e.failure  # text before it stands; the relay ends the stream
                         self.done = True
                         return out
-                numbered = self.assembler.feed(ch.events)
-                out.append(ch if numbered is None else _numbered(ch, numbered))
+                else:
+                    numbered = self.assembler.feed(ch.events)
+                    out.append(ch if numbered is None else _numbered(ch, numbered))
         return out
 
     # -- the commit and after ----------------------------------------------------------------------
