@@ -52,6 +52,7 @@ class Metrics:
     cost: Any
     attempts: Any
     stream_failures: Any
+    malformed_events: Any
     hedges: Any
     guardrail_verdicts: Any
     redactions: Any
@@ -106,6 +107,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                          ["model", "deployment", "outcome"], **kw),
         stream_failures=Counter("stream_failures", "Failures after the first token",
                                 ["model", "deployment", "reason"], **kw),
+        malformed_events=Counter("malformed_events", "Unreadable upstream events after the first token, "
+                                 "skipped (the stream went on)", ["model", "deployment"], **kw),
         hedges=Counter("hedges", "Hedged requests by winner", ["model", "winner"], **kw),
         guardrail_verdicts=Counter("guardrail_verdicts", "Guardrail verdicts",
                                    ["guardrail", "stage", "verdict"], **kw),
