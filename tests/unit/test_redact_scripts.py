@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.redact.breaks import Gaps
-from gateway.core.redact.engine import CUT_KEEP, RUN_LIMIT, SEG_LIMIT
+from gateway.core.redact.engine import CUT_KEEP, RUN_LIMIT, SEG_LIMIT, SEG_RUNS
 from gateway.core.redact.window import Redactor
 from tests.unit.test_redact_window import REDACTOR, SECRETS, SEPARATORS, WORDS, forced_slow, stream
 
@@ -82,6 +82,8 @@ def secret_across_a_cut(draw: st.DrawFn) -> tuple[str, str, list[str]]:
     rnd = random.Random(draw(st.integers(0, 2**16)))
     before = "".join(rnd.choice(_FILLER) for _ in range(boundary - cut - 2)) + ':"'
     after = '"' + "".join(rnd.choice(_FILLER) for _ in range(draw(st.integers(0, 300))))
+    if rule == "private_key":  # a block without its END line ends with its last whole line
+        after = "\n" + after
     lead = draw(st.sampled_from(["", "日本語の説明：", "see "]))
     return (lead + before + value + after, lead + before + f"[REDACTED:{rule}]" + after, [value])
 
@@ -91,6 +93,7 @@ def secret_across_a_cut(draw: st.DrawFn) -> tuple[str, str, list[str]]:
 def test_a_secret_across_a_forced_cut_is_masked_whole(case: tuple[str, str, list[str]], sizes: list[int]) -> None:
     text, expected, secrets = case
     assert REDACTOR.redact(text).text == expected
+    assert forced_slow(REDACTOR).redact(text).text == expected
     pieces, _most = stream(REDACTOR, text, sizes)
     assert "".join(pieces) == expected
     _assert_no_prefix_leaks(pieces, secrets)
@@ -159,3 +162,27 @@ def test_a_truncated_pgp_block_does_not_swallow_the_prose_after_it() -> None:
         text = block + sep + "here: the model said"
         assert REDACTOR.redact(text).text == "[REDACTED:private_key]" + sep + "here: the model said"
     assert REDACTOR.redact(headers + "\nhere: x").text == "[REDACTED:private_key]\nhere: x"
+
+
+def test_a_bearer_token_is_masked_whole_where_a_segment_reaches_its_limits() -> None:
+    # Each "Bearer" starts a candidate that keeps the segment open: it reaches SEG_RUNS runs (short
+    # gaps) or SEG_LIMIT characters (long gaps) just before or after the real token.
+    token = "abcdef0123456789abcdef"
+    for gap, around in ((" ", SEG_RUNS), (" " * 60, SEG_LIMIT // 66)):
+        for n in range(around - 3, around + 3):
+            text = ("Bearer" + gap) * n + "Bearer " + token + " end"
+            expected = ("Bearer" + gap) * n + "Bearer [REDACTED:bearer_token] end"
+            assert REDACTOR.redact(text).text == expected, (len(gap), n)
+            pieces, _most = stream(REDACTOR, text, [5])
+            assert "".join(pieces) == expected
+            _assert_no_prefix_leaks(pieces, [token])
+
+
+def test_a_match_across_the_kept_start_moves_the_cut_before_it() -> None:
+    # At the cut, "Yabc..." could still become `tail`; it starts on the last character of a whole
+    # `code` match, which a cut at "Y" would split: the cut goes before the "X".
+    redactor = Redactor.compile([], [("code", r"X[0-9]{10}Y"), ("tail", r"Y[a-z]{20,}Q")])
+    text = "-" * (RUN_LIMIT - 20) + "X0123456789Y" + "abcdefghij" * 3 + "Q end"
+    expected = "-" * (RUN_LIMIT - 20) + "[REDACTED:code]" + "abcdefghij" * 3 + "Q end"
+    assert redactor.redact(text).text == expected
+    assert "".join(stream(redactor, text, [3])[0]) == expected

@@ -152,3 +152,7 @@ class Gaps:
         while i > low and self.is_gap(text[i - 1]) == gap:
             i -= 1
         return i
+
+    def runs(self, text: str, start: int, end: int) -> int:
+        """How many runs text[start:end] holds (at most a few hundred: a segment's)."""
+        return sum(not self.is_gap(text[m.start()]) for m in self.unit.finditer(text, start, end))

@@ -1,7 +1,8 @@
 """The streaming window shared by redaction and stream-mode guardrails.
 
-Text is cut into *units*: whitespace runs, and whitespace-free runs of at most `RUN_LIMIT`
-characters (a longer run is cut every `RUN_LIMIT` characters). A *segment* is one run, or several
+Text is cut into *units*: gaps (whitespace, and the characters no rule can match, see
+`redact_breaks`), and runs between them of at most `RUN_LIMIT` characters (a longer run is cut,
+before a candidate that could still grow past the cut: see `_cut`). A *segment* is one run, or several
 runs and the gaps between them while a multi-word rule (``Bearer <token>``, a PEM block, a phone
 number in groups) could still match across them. Rules are matched inside one segment only; the
 gaps between segments are released as they arrive.
@@ -30,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.redact.breaks import Gaps
+from gateway.core.redact.cuts import keep_start, run_cut
 from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
@@ -47,7 +49,6 @@ MAX_HELD_CHARS = SEG_LIMIT + MAX_GAP + RUN_LIMIT
 # kept (the next run starts there) instead of released: a secret across the cut is masked whole,
 # and every cut still releases at least RUN_LIMIT - CUT_KEEP characters (linear cost).
 CUT_KEEP = 1024
-CUT_TRIES = 8  # how often a candidate across the kept start may move it back before we give up
 
 _SPACES = Gaps.of("", RUN_LIMIT)
 
@@ -346,12 +347,10 @@ class SegmentWindow:
         if end == len(text) and not (final or forced):
             return start  # unfinished, or its end is known but not the character after it
         if forced:
-            end = self._cut(text, start, end)
-        if self._seg >= 0 and (end - self._seg > SEG_LIMIT or self._runs >= SEG_RUNS):
-            gap = text[self._seg_end : start]
-            if not self._close_open(text, out):
-                return len(text)
-            out.append(gap)
+            end = run_cut(self._spec.tail, self._spec.detect, text, start, end, CUT_KEEP)
+        at_limit = self._seg >= 0 and (end - self._seg > SEG_LIMIT or self._runs >= SEG_RUNS)
+        if at_limit and not self._close_at_limit(text, start, end, out):
+            return len(text)
         if self._seg < 0:
             self._seg, self._live_from, self._runs = start, 0, 0
         self._seg_end = end
@@ -364,25 +363,26 @@ class SegmentWindow:
             return len(text)
         return end
 
-    def _cut(self, text: str, start: int, end: int) -> int:
-        """Where a run that reached RUN_LIMIT at `end` is cut: before the leftmost candidate that
-        starts within CUT_KEEP of the cut and could still grow past it (the next run starts there,
-        so a secret across the cut is masked whole), or at `end`. A candidate that starts earlier
-        and runs across that start moves it back to its own start; one from before the last
-        CUT_KEEP characters (too long to keep) leaves the cut at `end`, as does no candidate."""
-        tail = self._spec.tail
-        low = max(start + 1, end - CUT_KEEP)
-        if tail is None or (m := tail.search(text, low, end)) is None:
-            return end
-        keep = m.start()
-        for _ in range(CUT_TRIES):
-            m = tail.search(text, start, keep + 1)  # text[q:keep + 1] is the start of a match
-            if m is None or m.start() >= keep:
-                return keep
-            if m.start() < low:
-                return end
-            keep = m.start()
-        return end
+    def _close_at_limit(self, text: str, start: int, end: int, out: list[str]) -> bool:
+        """The open segment may not take the run text[start:end]: close it, keeping its leftmost
+        still-growing candidate as the start of the next segment when that fits in the limits
+        (see `redact_cuts`); otherwise close it whole and release the gap before the run."""
+        seg, tail = self._seg, self._spec.tail
+        keep = seg + self._live_from
+        if tail is not None and seg < keep < start:
+            keep = keep_start(tail, self._spec.detect, text, seg, keep, max(seg + 1, end - SEG_LIMIT), end)
+        runs = self._spec.gaps.runs(text, keep, start) if seg < keep < start else SEG_RUNS
+        if runs >= SEG_RUNS:
+            gap = text[self._seg_end : start]
+            if not self._close_open(text, out):
+                return False
+            out.append(gap)
+            return True
+        self._seg_end = keep
+        if not self._close_open(text, out):
+            return False
+        self._seg, self._live_from, self._runs = keep, 0, runs
+        return True
 
     def _still_alive(self, held: str, seg_len: int) -> bool:
         self._live_from = self._spec.alive(held, seg_len, self._live_from)
