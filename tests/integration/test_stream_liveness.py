@@ -15,6 +15,7 @@ from gateway.config import parse_config
 from tests.chat_scripts import text_stream
 from tests.fake_upstream import FakeUpstream, Gate, Pause
 from tests.harness import GatewayServer
+from tests.responses_scripts import Answer, stream_script
 
 PATH = "/v1/chat/completions"
 KEY = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
@@ -121,3 +122,30 @@ def test_a_client_whose_read_timeout_is_shorter_than_a_held_answer_gets_it(
     text = "".join(c.choices[0].delta.content or "" for c in
                    client.chat.completions.create(model="m", stream=True, messages=messages) if c.choices)
     assert text == GOOD
+
+
+@pytest.mark.parametrize("answer", [["All ", "fine."], ["All about project ", "nightingale."]])
+def test_a_held_responses_stream_keeps_its_line_alive_too(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], answer: list[str]) -> None:
+    gw = make_gateway(config(upstream.base_url, keepalive_after_s=0.2, guardrails=[TERM]))
+    script, gate = stream_script(Answer().message(answer).stream_events()), Gate()
+    script.parts.insert(len(script.parts) - 1, gate)  # everything but `response.completed`: no verdict yet
+    upstream.enqueue("/v1/responses", script)
+    body = {"model": "m", "stream": True, "input": "hi"}
+    with httpx.stream("POST", f"{gw.base_url}/responses", json=body, timeout=20) as resp:
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+        before = []
+        for line in lines:
+            before.append(line)
+            if line.startswith(": keepalive"):
+                break
+        assert not any(line.startswith("data:") for line in before)
+        gate.opened.set()
+        events = [json.loads(line[6:]) for line in lines if line.startswith("data:")]
+    assert gate.waited == [True]
+    if answer[-1] == "fine.":
+        assert events[-1]["type"] == "response.completed"
+        assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "All fine."
+    else:
+        assert [(e["type"], e["code"]) for e in events] == [("error", "guardrail_blocked")], "one error event"
