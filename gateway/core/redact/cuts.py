@@ -8,10 +8,10 @@ from there starts the next run or segment: the secret is matched whole there.
 
 `tail` is the alternation of every rule's non-empty-prefix form (see `redact_regex`) anchored at the
 end of the searched text: `tail.search(text, a, b)` is the leftmost q >= a where text[q:b] could be
-the start of a match. A complete match that starts before the chosen start and runs across it would
-be split by the cut too, so the start moves back to it (a few times at most); `detect` (a superset of
-the matches) tells such a match from a candidate that died before it became one. A match that would
-have to be kept from before `low` is too long to keep, and then the cut stays where it was (-1).
+the start of a match. A whole match that starts before the chosen start and runs across it would be
+split by the cut too, so the start moves back to it (a few times at most). `detect` (a superset of
+the matches, see `ScanSpec`) finds those in one pass. A match that would have to be kept from
+before `low` is too long to keep, and then the cut stays where it was (-1).
 """
 
 from __future__ import annotations
@@ -21,21 +21,24 @@ import re
 TRIES = 8  # how often a match across the kept start may move it back before we give up
 
 
-def keep_start(tail: re.Pattern[str], detect: re.Pattern[str] | None, text: str, first: int, keep: int,
-               low: int, end: int) -> int:
+def keep_start(detect: re.Pattern[str] | None, text: str, first: int, keep: int, low: int, end: int) -> int:
     """The start, in [low, keep], of the text to keep when `keep` starts a candidate to keep,
     text[first:keep] goes out and text[:end] is known; -1 when a match across it starts before `low`."""
-    pos, moves = first, 0
-    while (m := tail.search(text, pos, keep + 1)) is not None and m.start() < keep:
-        q = m.start()  # text[q:keep + 1] is the start of a match: is a whole one across `keep`?
-        whole = detect.match(text, q, end) if detect is not None else None
-        if whole is None or whole.end() <= keep:
-            pos = q + 1
-            continue
-        if q < low or moves == TRIES:
+    if detect is None:
+        return keep
+    spans: list[tuple[int, int]] = []
+    pos = first
+    while pos < keep and (m := detect.search(text, pos, end)) is not None and m.start() < keep:
+        spans.append(m.span())
+        pos = m.start() + 1
+    for _ in range(TRIES + 1):
+        across = [a for a, b in spans if a < keep < b]
+        if not across:
+            return keep
+        keep = min(across)
+        if keep < low:
             return -1
-        keep, pos, moves = q, first, moves + 1
-    return keep
+    return -1
 
 
 def run_cut(tail: re.Pattern[str] | None, detect: re.Pattern[str] | None, text: str, start: int, end: int,
@@ -45,5 +48,5 @@ def run_cut(tail: re.Pattern[str] | None, detect: re.Pattern[str] | None, text: 
     low = max(start + 1, end - keep_chars)
     if tail is None or (m := tail.search(text, low, end)) is None:
         return end
-    keep = keep_start(tail, detect, text, start, m.start(), low, end)
+    keep = keep_start(detect, text, start, m.start(), low, end)
     return end if keep < 0 else keep

@@ -367,11 +367,11 @@ class SegmentWindow:
         """The open segment may not take the run text[start:end]: close it, keeping its leftmost
         still-growing candidate as the start of the next segment when that fits in the limits
         (see `redact_cuts`); otherwise close it whole and release the gap before the run."""
-        seg, tail = self._seg, self._spec.tail
-        keep = seg + self._live_from
-        if tail is not None and seg < keep < start:
-            keep = keep_start(tail, self._spec.detect, text, seg, keep, max(seg + 1, end - SEG_LIMIT), end)
-        runs = self._spec.gaps.runs(text, keep, start) if seg < keep < start else SEG_RUNS
+        seg = self._seg
+        keep, low = seg + self._live_from, max(seg + 1, end - SEG_LIMIT)
+        if low <= keep < start:
+            keep = keep_start(self._spec.detect, text, seg, keep, low, end)
+        runs = self._spec.gaps.runs(text, keep, start) if low <= keep < start else SEG_RUNS
         if runs >= SEG_RUNS:
             gap = text[self._seg_end : start]
             if not self._close_open(text, out):
