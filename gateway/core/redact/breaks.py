@@ -108,7 +108,10 @@ def break_class(patterns: Sequence[re.Pattern[str]]) -> str:
         if found is None:
             return ""
         tests.update(dict.fromkeys(found))
-    return _break_class(tuple(tests))
+    try:
+        return _break_class(tuple(tests))
+    finally:
+        _non_ascii.cache_clear()  # 4 MB of code points: only while a profile compiles
 
 
 @dataclass(frozen=True, slots=True)
