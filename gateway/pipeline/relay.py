@@ -26,7 +26,8 @@ from gateway.observe.context import RequestContext
 from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.first_token import StreamCore
-from gateway.pipeline.guardrails import judge_output, record
+from gateway.pipeline.guardrails import record
+from gateway.pipeline.held_line import judge_keeping_alive
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 from gateway.pipeline.sink import ClientSink
@@ -105,7 +106,8 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         if stream.ended_early:
             label = opened.deployment.label
             raise StreamEnded("early_eof", UpstreamFailed(f"{label}: upstream ended the stream early"))
-        verdict_error = await judge_output(rt, ctx, stream.assembler, safety.hold_guards + safety.audit_guards)
+        verdict_error = await judge_keeping_alive(rt, ctx, sink.keeper, stream.assembler,
+                                                  safety.hold_guards + safety.audit_guards)
         if sink.hold is not None:
             if verdict_error is not None:
                 raise StreamEnded("guardrail", verdict_error)
@@ -123,8 +125,10 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         if filt.refusal is not None:
             _record_stream_guards(rt, ctx, filt.refusal.guardrail)
         stream_ended(rt, ctx, opened)
+        await sink.quiet()
         await _end_with_error(rt, ctx, client, filt, sink.hold is not None, end)
     finally:
+        sink.close()
         opened.close()
         malformed_skipped(rt, ctx, opened)
         if run is not None:
