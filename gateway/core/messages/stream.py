@@ -1,0 +1,157 @@
+"""One attempt's Messages stream, sans I/O: upstream bytes in, client bytes out.
+
+`MessagesStream` owns the SSE decoder, the provider's parser, the assembler and, once committed, the
+output filter (`core.messages.filter`). Before the commit `feed` holds what it parses — the preamble:
+`message_start`, `ping`, `content_block_start`, unknown events — and stops at the event that makes the
+stream `committable`: its first output token (a text, thinking or tool-input delta), a block that ended
+(a tool call without arguments), or the message's end (an empty answer, a refusal); the rest of that read
+waits in `unread`. `commit` passes the held events through the filter; from then on `feed(bytes)`
+returns the bytes for the client.
+
+The end is the protocol's own: the `message_delta` that carries the `stop_reason` and what follows it
+(`message_stop`) are kept unsent in `terminal`, for the whole-answer guardrails to judge before they go
+out; the stream is done at `message_stop` or at the end of the bytes. An upstream `error` (or an
+unparseable event) before the first token raises `StreamFailed`, so the attempt is retried or falls back
+invisibly (CONTRACT §4.2); after it, it is kept in `failed` and ends the stream: text sent stands (§4.3).
+A repeated `message_start` (protocols.md §4.3) is dropped: the client sees one lifecycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gateway.core.events import Failure, FailureKind, InbandError, StreamFailed
+from gateway.core.messages.assemble import MessagesAssembler
+from gateway.core.messages.filter import MessagesOutputFilter
+from gateway.core.messages.wire import MessagesEvent, message_stream_events, parse_event
+from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
+
+
+class MessagesStreamParser(Protocol):
+    """A provider's reader of stream events into Messages events (a translator may build them)."""
+
+    def parse(self, event: SSEEvent) -> list[MessagesEvent]: ...
+
+    def finish(self) -> list[MessagesEvent]:
+        """The upstream's bytes have ended: the events still owed (a translator's pending end)."""
+
+
+class MessagesStream:
+    __slots__ = ("assembler", "decoder", "done", "failed", "filt", "flushed", "label", "parser", "preamble",
+                 "started", "terminal", "unread")
+
+    def __init__(self, parser: MessagesStreamParser, label: str) -> None:
+        self.decoder = SSEDecoder()
+        self.parser = parser
+        self.label = label  # the deployment, for failure messages
+        self.assembler = MessagesAssembler()
+        self.preamble: list[MessagesEvent] = []  # held until the commit, the first token last
+        self.unread: list[MessagesEvent] = []  # the committing read's events after the first token
+        self.done = False  # nothing more to read: `message_stop`, the upstream's end, a failure
+        self.terminal: list[MessagesEvent] = []  # from the stop_reason's message_delta on, not sent yet
+        self.failed: MessagesEvent | None = None  # an upstream failure after the first token, not sent yet
+        self.filt: MessagesOutputFilter | None = None  # set by `commit`
+        self.started = False  # a message_start has been read
+        self.flushed = b""  # client bytes of events a parser still owed at the end of the bytes
+
+    @property
+    def committable(self) -> bool:
+        a = self.assembler
+        return a.first_token or a.block_done or a.finished
+
+    # -- before the commit -------------------------------------------------------------------------
+
+    def hold_message(self, msg: dict[str, Any]) -> None:
+        """A whole answer (a non-stream Message object) as the held stream it would have been."""
+        for obj in message_stream_events(msg):
+            ev = parse_event(obj, None)
+            self._take(ev, self.preamble)
+        self.done = True
+
+    def feed(self, data: bytes) -> bytes:
+        """Upstream bytes -> client bytes; before the commit they are held, and b"" is returned."""
+        events = self._parse(self._decode(data))
+        if self.filt is None:
+            self._hold(events)
+            return b""
+        return self._relay(self.filt, events)
+
+    def end_of_input(self) -> None:
+        """The upstream's bytes have ended: what the parser still owed is read, and reading is over."""
+        self.decoder.finish()
+        events = self.parser.finish()
+        if events and self.filt is None:
+            self._hold(events)
+        elif events and self.filt is not None:
+            self.flushed = self._relay(self.filt, events)
+        self.done = True
+
+    def _decode(self, data: bytes) -> list[SSEEvent]:
+        try:
+            return self.decoder.feed(data)
+        except SSEError:
+            raise StreamFailed(Failure(FailureKind.MALFORMED, f"{self.label}: event too large")) from None
+
+    def _parse(self, events: list[SSEEvent]) -> list[MessagesEvent]:
+        parse = self.parser.parse
+        if len(events) == 1:
+            return parse(events[0])
+        return [ev for sse in events for ev in parse(sse)]
+
+    def _hold(self, events: list[MessagesEvent]) -> None:
+        """Hold up to the committing event; a failure before it fails the attempt."""
+        for i, ev in enumerate(events):
+            if self.done:
+                return
+            for e in ev.events:
+                if type(e) is InbandError:
+                    raise StreamFailed(e.failure)  # invisible: retried or passed on
+            self._take(ev, self.preamble)
+            if self.committable:
+                self.unread = events[i + 1:]
+                return
+
+    def _take(self, ev: MessagesEvent, out: list[MessagesEvent]) -> None:
+        """Assemble one event and put it where it goes: `out`, or the terminal part."""
+        etype = ev.type
+        if etype == "message_start":
+            if self.started:
+                return  # a duplicate: the client has its message_start already
+            self.started = True
+        self.assembler.feed(ev)
+        if self.terminal or self.assembler.finished:
+            self.terminal.append(ev)
+            if etype == "message_stop":
+                self.done = True
+            return
+        out.append(ev)
+
+    # -- the commit and after ----------------------------------------------------------------------
+
+    def commit(self, filt: MessagesOutputFilter) -> bytes:
+        """The held preamble, the first token and the rest of the committing read, for the client."""
+        self.filt = filt
+        apply = filt.apply
+        out = [apply(ev) for ev in self.preamble]
+        unread, self.preamble, self.unread = self.unread, [], []
+        if unread:
+            out.append(self._relay(filt, unread))
+        return b"".join(out)
+
+    def _relay(self, filt: MessagesOutputFilter, events: list[MessagesEvent]) -> bytes:
+        """The events of one upstream read -> the client's bytes, up to the answer's end (kept) or a
+        failure (kept; nothing after it is read)."""
+        out: list[bytes] = []
+        apply = filt.apply
+        for ev in events:
+            if self.done:
+                break
+            if ev.events and ev.failure is not None:
+                self.failed, self.done = ev, True
+                break
+            held = len(self.terminal)
+            pending: list[MessagesEvent] = []
+            self._take(ev, pending)
+            if pending and len(self.terminal) == held:
+                out.append(apply(pending[0]))
+        return b"".join(out)
