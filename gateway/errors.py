@@ -12,6 +12,14 @@ import orjson
 
 from gateway.core.events import Failure
 
+# The Messages API's error types (protocols.md §4.3) by the status the gateway answers with.
+ANTHROPIC_TYPE_BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                            403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+                            413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+                            502: "api_error", 503: "overloaded_error", 504: "timeout_error",
+                            529: "overloaded_error"}
+ANTHROPIC_TYPES = frozenset(ANTHROPIC_TYPE_BY_STATUS.values()) | {"timeout_error"}
+
 
 class GatewayError(Exception):
     status = 500
@@ -40,6 +48,22 @@ class GatewayError(Exception):
 
     def sse_bytes(self) -> bytes:
         return b"data: " + self.json_bytes() + b"\n\n"
+
+    @property
+    def anthropic_type(self) -> str:
+        """The Messages API's error type: an upstream's own when it is one of Anthropic's (passed
+        through), else the one Anthropic uses for the status."""
+        if isinstance(self, UpstreamClientError) and self.type in ANTHROPIC_TYPES:
+            return self.type
+        return ANTHROPIC_TYPE_BY_STATUS.get(self.status, "invalid_request_error" if self.status < 500 else "api_error")
+
+    def anthropic_body(self) -> dict[str, Any]:
+        """`{"type": "error", "error": {"type", "message"}}`, the Messages API's shape (CONTRACT §3)."""
+        return {"type": "error", "error": {"type": self.anthropic_type, "message": self.message}}
+
+    def anthropic_sse_bytes(self) -> bytes:
+        """The Messages API's in-stream error event."""
+        return b"event: error\ndata: " + orjson.dumps(self.anthropic_body()) + b"\n\n"
 
 
 class InvalidRequest(GatewayError):

@@ -50,8 +50,8 @@ SECRET_BODY = sse(answer(SECRET_PIECES))
 THINKING_BODY = sse(answer(["the ", "answer ", SECRET[:9], SECRET[9:]], thinking=["let me ", SECRET[:5], SECRET[5:]],
                            tool_json=['{"city": "', SECRET[:10], SECRET[10:] + '"}']))
 GUARDED_BODY = sse(answer(["all ", "fine, ", "then Project ", "Nightin", "gale ", "ends ", "here."]))
-FAILS_AFTER_TOKEN = sse(answer(["partial ", "answer"], end=[a.error_event("overloaded_error", "Overloaded")])[:-2]
-                        + [a.error_event("overloaded_error", "Overloaded")])
+LATE_ERROR = a.error_event("overloaded_error", "Overloaded")
+FAILS_AFTER_TOKEN = sse([*answer(["partial ", "answer"], end=[])[:-1], LATE_ERROR])  # no block stop
 BODIES = {
     "recorded_thinking_text_tools": (FIXTURES / "thinking_text_tools.sse").read_bytes(),
     "secret_across_text_deltas": SECRET_BODY,
@@ -132,7 +132,7 @@ def test_without_a_filter_every_event_leaves_as_the_upstreams_bytes() -> None:
 
 def test_a_secret_split_across_text_deltas_is_masked_whole() -> None:
     for reads in splits(SECRET_BODY):
-        out, stream = relay(reads, guard=False)
+        out, _ = relay(reads, guard=False)
         assert SECRET[:4].encode() not in out
         assert texts(out) == {(0, "text_delta"): MASKED}
         names = [o["type"] for o in events_of(out)]
@@ -214,7 +214,7 @@ def test_a_refusal_without_blocks_is_an_answer() -> None:
 
 def test_a_duplicate_message_start_is_dropped() -> None:
     events = answer(["a", "b"])
-    body = sse(events[:4] + [a.message_start("msg_dup")] + events[4:])
+    body = sse([*events[:4], a.message_start("msg_dup"), *events[4:]])
     out, _ = relay([body], guard=False)
     assert [o["type"] for o in events_of(out)].count("message_start") == 1
 
