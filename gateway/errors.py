@@ -11,13 +11,8 @@ from typing import Any
 import orjson
 
 from gateway.core.events import Failure
+from gateway.core.messages.wire import ANTHROPIC_TYPE_BY_STATUS
 
-# The Messages API's error types (protocols.md §4.3) by the status the gateway answers with.
-ANTHROPIC_TYPE_BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
-                            403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
-                            413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
-                            502: "api_error", 503: "overloaded_error", 504: "timeout_error",
-                            529: "overloaded_error"}
 ANTHROPIC_TYPES = frozenset(ANTHROPIC_TYPE_BY_STATUS.values()) | {"timeout_error"}
 
 

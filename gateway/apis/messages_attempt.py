@@ -32,7 +32,8 @@ async def open_messages(rt: Runtime, ctx: RequestContext, d: Deployment,
     t_sent = time.perf_counter()
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
-            req = tr.messages_request(ctx.body, d.model, stream=True, client_headers=client_headers)
+            req = tr.messages_request(ctx.body, d.model, stream=True, client_headers=client_headers,
+                                      send_stream_options=d.provider not in rt.learned.no_stream_options)
             resp = await rt.upstream.open(provider, req, d.label)
             opened = deadline.track(Opened(d, resp, MessagesStream(tr.messages_stream_parser(), d.label), t_sent))
             await raise_for_status(resp, tr.classify_http_error, d.label)

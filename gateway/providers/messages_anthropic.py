@@ -38,7 +38,8 @@ class MessagesTranslator(Protocol):
     """A per-provider translator for the Messages client schema."""
 
     def messages_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                         client_headers: Mapping[str, str]) -> UpstreamRequest: ...
+                         client_headers: Mapping[str, str], send_stream_options: bool = True) -> UpstreamRequest:
+        """`send_stream_options`: a translator to a chat server asks it for usage (CONTRACT §4.5-§4.6)."""
 
     def messages_stream_parser(self) -> MessagesStreamParser: ...
 
@@ -91,8 +92,8 @@ class AnthropicMessages(AnthropicChat):
     """Provider type `anthropic`: the chat translator's headers, root URL and error classification."""
 
     def messages_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                         client_headers: Mapping[str, str]) -> UpstreamRequest:
-        out = dict(body)
+                         client_headers: Mapping[str, str], send_stream_options: bool = True) -> UpstreamRequest:
+        out = dict(body)  # Anthropic streams always carry usage: nothing to ask
         out["model"] = model
         if stream:
             out["stream"] = True

@@ -15,6 +15,7 @@ from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
 from gateway.providers.messages_anthropic import AnthropicMessages, MessagesTranslator
+from gateway.providers.messages_openai import AzureMessages, MockMessages, OpenAIMessages
 from gateway.providers.mock import MockChat, MockScript, mock_script
 from gateway.providers.responses_openai import (
     AzureResponses,
@@ -38,10 +39,10 @@ class ProviderKind:
 
 
 PROVIDERS: dict[str, ProviderKind] = {
-    "openai": ProviderKind(OpenAIChat, OpenAIResponses),
+    "openai": ProviderKind(OpenAIChat, OpenAIResponses, OpenAIMessages),
     "anthropic": ProviderKind(AnthropicChat, messages=AnthropicMessages),
-    "azure": ProviderKind(AzureChat, AzureResponses, requires=("api_version",)),
-    "mock": ProviderKind(MockChat, MockResponses, remote=False, in_process=mock_script),
+    "azure": ProviderKind(AzureChat, AzureResponses, AzureMessages, requires=("api_version",)),
+    "mock": ProviderKind(MockChat, MockResponses, MockMessages, remote=False, in_process=mock_script),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 

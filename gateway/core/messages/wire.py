@@ -36,6 +36,12 @@ ERROR_STATUS = {
     "permission_error": 403, "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
     "api_error": 500, "timeout_error": 504, "overloaded_error": 529,
 }
+# The error type the Messages API uses for a status the gateway answers with (protocols.md §4.3)
+ANTHROPIC_TYPE_BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                            403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+                            413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+                            502: "api_error", 503: "overloaded_error", 504: "timeout_error",
+                            529: "overloaded_error"}
 _TRANSIENT = frozenset({"overloaded_error", "api_error", "timeout_error", "rate_limit_error"})
 _CLIENT = frozenset({"invalid_request_error", "not_found_error", "request_too_large"})
 _AUTH = frozenset({"authentication_error", "permission_error"})
