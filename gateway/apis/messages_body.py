@@ -30,8 +30,6 @@ from gateway.pipeline.request import answer_headers
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.messages_anthropic import MessagesBody
 
-ESTIMATE_HEADER = "x-gateway-token-count"
-
 
 def assembled(msg: dict[str, Any]) -> MessagesAssembler:
     """A whole Message read as its stream would have been: the same usage, text and end."""
