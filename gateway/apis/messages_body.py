@@ -113,6 +113,8 @@ async def serve_hit(request: Request, ctx: RequestContext, obj: dict[str, Any]) 
 class _NoParser:
     """A cached answer has no upstream bytes to parse."""
 
+    native = False
+
     def parse(self, event: Any) -> list[Any]:
         return []
 

@@ -56,6 +56,7 @@ class AnthropicMessagesStreamParser:
     """Anthropic's own events, read as they are (nothing to translate, nothing to remember)."""
 
     __slots__ = ()
+    native = True  # the stream core may read its text deltas by their bytes
 
     def parse(self, event: SSEEvent) -> list[MessagesEvent]:
         data = event.data

@@ -49,6 +49,7 @@ class MessagesFromChat:
     """Per attempt: the chat translator's stream parser, and the Anthropic lifecycle built from it."""
 
     __slots__ = ("_block", "_chat", "_ended", "_next", "_started", "_stop", "_tools", "_usage")
+    native = False  # its events are built here, never an upstream's bytes
 
     def __init__(self, chat: StreamParser) -> None:
         self._chat = chat

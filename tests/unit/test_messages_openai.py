@@ -16,7 +16,7 @@ from gateway.providers.settings import ProviderConfig
 from tests.chat_scripts import chunk, usage_chunk
 from tests.unit.model_safety import safety
 from tests.unit.reads import pump_reads, splits
-from tests.unit.test_messages_stream import SECRET, events_of, texts
+from tests.unit.test_messages_stream import SECRET, events_of, reading, texts
 
 TR = OpenAIMessages(ProviderConfig("oai", "openai", "http://up/v1", "sk-x"))
 
@@ -59,7 +59,7 @@ def test_every_split_gives_one_lifecycle_and_the_same_bytes() -> None:
     assert end["usage"] == {"input_tokens": 8, "output_tokens": 7, "cache_read_input_tokens": 3,
                             "cache_creation_input_tokens": 0}
     for reads in splits(BODY):
-        assert relay(reads) == whole, f"split at {len(reads[0])}"
+        assert reading(relay(reads)) == reading(whole), f"split at {len(reads[0])}"
 
 
 def test_the_request_is_translated() -> None:

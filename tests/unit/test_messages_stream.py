@@ -103,30 +103,39 @@ def texts(client: bytes) -> dict[tuple[int, str], str]:
     return got
 
 
+def reading(client: bytes) -> tuple[dict[tuple[int, str], str], list[dict[str, Any]]]:
+    """What the client reads: the text of each block and delta type, and every other event as it came.
+    Which delta carries a piece of text may change with the split (the window releases a read's deltas
+    together, and holds a word cut at the end of a read until the next); the text and the events may not."""
+    others = [o for o in events_of(client) if not (o["type"] == "content_block_delta"
+                                                   and o["delta"]["type"] in ("text_delta", "thinking_delta"))]
+    return texts(client), others
+
+
 @pytest.mark.parametrize("name", BODIES)
 @pytest.mark.parametrize("guard", [False, True], ids=["redaction", "redaction+guardrail"])
-def test_every_split_gives_the_one_read_bytes(name: str, guard: bool) -> None:
+def test_every_split_gives_the_same_client_events(name: str, guard: bool) -> None:
     body = BODIES[name]
-    whole, _ = relay([body], guard)
-    assert texts(whole)
+    whole = reading(relay([body], guard)[0])
+    assert whole[0]
     for reads in splits(body):
-        assert relay(reads, guard)[0] == whole, f"split at {len(reads[0])}"
+        assert reading(relay(reads, guard)[0]) == whole, f"split at {len(reads[0])}"
 
 
 @pytest.mark.parametrize("name", BODIES)
-def test_random_reads_give_the_one_read_bytes(name: str) -> None:
+def test_random_reads_give_the_same_client_events(name: str) -> None:
     body = BODIES[name]
     rng = random.Random(name)
-    whole, _ = relay([body], True)
+    whole = reading(relay([body], True)[0])
     for _ in range(50):
-        assert relay(random_reads(body, rng), True)[0] == whole
+        assert reading(relay(random_reads(body, rng), True)[0]) == whole
 
 
 def test_without_a_filter_every_event_leaves_as_the_upstreams_bytes() -> None:
     body = (FIXTURES / "thinking_text_tools.sse").read_bytes()
     for reads in [[body], *splits(body)]:
         out, stream = relay(reads, guard=False, redaction=False)
-        assert out == body.replace(b'{"type": "ping"}', b'{"type": "ping"}')
+        assert out == body
         assert stream.done and stream.assembler.finished
 
 

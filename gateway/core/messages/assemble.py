@@ -69,6 +69,14 @@ class MessagesAssembler:
                 self.meta = {k: v for k, v in msg.items() if k != "content"}
                 self.usage_counts.update(msg.get("usage"))
 
+    def add_texts(self, index: int, texts: list[str]) -> None:
+        """Text deltas of one block read by the fast path (never empty: each is an output token)."""
+        parts = self._texts.get(index)
+        if parts is None:
+            parts = self._texts[index] = []
+        parts.extend(texts)
+        self.first_token = True
+
     def _signature(self, index: int, delta: Any) -> None:
         if isinstance(delta, dict) and delta.get("type") == "signature_delta" and index in self._blocks:
             sig = delta.get("signature")

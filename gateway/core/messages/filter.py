@@ -10,6 +10,7 @@ not change is forwarded as the upstream's own bytes (no re-serialisation on the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -29,7 +30,7 @@ class MessagesOutputFilter:
 
     def __init__(self, factory: StageFactory | None) -> None:
         self._factory = factory
-        self._stages: dict[int, TextStage | None] = {}  # by content-block index; None once ended
+        self._stages: dict[int, TextStage | None] = {}  # open blocks by index; None: nothing to filter
         self._kinds: dict[int, DeltaKind] = {}
         self.refusal: Refusal | None = None  # set once a stage refuses; nothing more is released
         self.output_released = False  # an output token has left the filter (the TTFT moment)
@@ -95,6 +96,29 @@ class MessagesOutputFilter:
         block[spec[0]] = released
         return released != text
 
+    def text_push(self, index: int, kind: DeltaKind) -> Callable[[list[str]], list[str]] | None:
+        """For the fast path: the deltas of block `index` that arrived together -> what each releases,
+        when nothing can refuse them (no stage, or a redaction window alone); else None (call
+        `release_text` per delta). The caller sets `output_released` once it writes released text."""
+        if self.refusal is not None:
+            return None
+        if self._factory is None:
+            return _unchanged
+        stage = self._stage(index, kind)
+        return _unchanged if stage is None else stage.push_together
+
+    def release_text(self, index: int, kind: DeltaKind, text: str) -> str:
+        """What the block's window releases of one delta ("" when held, or once a stage refused)."""
+        if self.refusal is not None:
+            return ""
+        stage = self._stage(index, kind)
+        if stage is None:
+            return text
+        released, refusal = stage.push(text)
+        if refusal is not None:
+            self.refusal = refusal
+        return released
+
     def _stage(self, index: int, kind: DeltaKind) -> TextStage | None:
         try:
             return self._stages[index]
@@ -108,7 +132,7 @@ class MessagesOutputFilter:
         stage = self._stages.get(index)
         if stage is None:
             return b""
-        self._stages[index] = None
+        del self._stages[index]  # ended: a (malformed) later delta of this block gets a window of its own
         tail, refusal = stage.flush()
         if refusal is not None and self.refusal is None:
             self.refusal = refusal
@@ -122,6 +146,10 @@ class MessagesOutputFilter:
     def flush_open(self) -> bytes:
         """End every block whose window is still open (the message ends, or the stream does)."""
         return b"".join([self._flush(i) for i, s in list(self._stages.items()) if s is not None])
+
+
+def _unchanged(texts: list[str]) -> list[str]:
+    return texts
 
 
 def _encode(ev: MessagesEvent, obj: dict[str, Any], changed: bool) -> bytes:

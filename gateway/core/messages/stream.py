@@ -20,15 +20,19 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gateway.core.events import Failure, FailureKind, InbandError, StreamFailed
+from gateway.core.events import DeltaKind, Failure, FailureKind, InbandError, StreamFailed
 from gateway.core.messages.assemble import MessagesAssembler
+from gateway.core.messages.fast import encode_text_delta, text_delta
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.wire import MessagesEvent, message_stream_events, parse_event
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
 
 
 class MessagesStreamParser(Protocol):
-    """A provider's reader of stream events into Messages events (a translator may build them)."""
+    """A provider's reader of stream events into Messages events (a translator may build them).
+    `native`: the upstream's events are Anthropic's own, so the fast path may read them by their bytes."""
+
+    native: bool
 
     def parse(self, event: SSEEvent) -> list[MessagesEvent]: ...
 
@@ -70,11 +74,20 @@ class MessagesStream:
 
     def feed(self, data: bytes) -> bytes:
         """Upstream bytes -> client bytes; before the commit they are held, and b"" is returned."""
+        filt = self.filt
+        if filt is not None and self.parser.native and not self.terminal:
+            region = self.decoder.take_region(data, lines_ok=True)  # whole events, read by their bytes
+            if region is not None:
+                return self._relay_region(filt, region)
+            end = self.decoder.event_end(data) if b"\r" not in data else -1
+            if end > 0:  # the read finishes an event the last one began: that one alone the slow way
+                head = self._relay(filt, self._parse(self._decode(data[:end])))
+                return head + self.feed(data[end:]) if not self.done else head
         events = self._parse(self._decode(data))
-        if self.filt is None:
+        if filt is None:
             self._hold(events)
             return b""
-        return self._relay(self.filt, events)
+        return self._relay(filt, events)
 
     def end_of_input(self) -> None:
         """The upstream's bytes have ended: what the parser still owed is read, and reading is over."""
@@ -136,6 +149,55 @@ class MessagesStream:
         unread, self.preamble, self.unread = self.unread, [], []
         if unread:
             out.append(self._relay(filt, unread))
+        return b"".join(out)
+
+    def _relay_region(self, filt: MessagesOutputFilter, region: bytes) -> bytes:
+        """A read of whole events (`SSEDecoder.take_region`): runs of text/thinking deltas of one block
+        through the assembler and the window together, forwarded as their own bytes when the window
+        released them as they came; any other event through the general path, in order."""
+        frames = region.split(b"\n\n")
+        frames.pop()  # the region ends with a blank line
+        out: list[bytes] = []
+        i, n = 0, len(frames)
+        while i < n and not self.done:
+            hit = text_delta(frames[i]) if not self.terminal else None
+            if hit is None:
+                events = self.decoder.events_of(frames[i] + b"\n\n")
+                out.append(self._relay(filt, self._parse(events)))
+                i += 1
+                continue
+            index, kind, text = hit
+            run_frames, texts = [frames[i]], [text]
+            i += 1
+            while i < n and (nxt := text_delta(frames[i])) is not None and nxt[0] == index and nxt[1] is kind:
+                run_frames.append(frames[i])
+                texts.append(nxt[2])
+                i += 1
+            out.append(self._release(filt, index, kind, run_frames, texts))
+            if filt.refusal is not None:
+                break
+        return b"".join(out)
+
+    def _release(self, filt: MessagesOutputFilter, index: int, kind: DeltaKind, frames: list[bytes],
+                 texts: list[str]) -> bytes:
+        self.assembler.add_texts(index, texts)
+        push = filt.text_push(index, kind)
+        if push is not None:
+            released = push(texts)
+        else:  # a stage that can refuse: one delta at a time, stopping at a refusal
+            released = []
+            for text in texts:
+                released.append(filt.release_text(index, kind, text))
+                if filt.refusal is not None:
+                    break
+        out: list[bytes] = []
+        for frame, text, rel in zip(frames, texts, released, strict=False):
+            if rel == text:
+                out += (frame, b"\n\n")
+            elif rel:
+                out.append(encode_text_delta(index, kind, rel))
+        if out:
+            filt.output_released = True
         return b"".join(out)
 
     def _relay(self, filt: MessagesOutputFilter, events: list[MessagesEvent]) -> bytes:
