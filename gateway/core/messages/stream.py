@@ -42,7 +42,7 @@ class MessagesStreamParser(Protocol):
 
 class MessagesStream:
     __slots__ = ("assembler", "decoder", "done", "failed", "filt", "flushed", "label", "parser", "preamble",
-                 "started", "terminal", "unread")
+                 "started", "terminal", "unread", "unread_frames")
 
     def __init__(self, parser: MessagesStreamParser, label: str) -> None:
         self.decoder = SSEDecoder()
@@ -51,6 +51,7 @@ class MessagesStream:
         self.assembler = MessagesAssembler()
         self.preamble: list[MessagesEvent] = []  # held until the commit, the first token last
         self.unread: list[MessagesEvent] = []  # the committing read's events after the first token
+        self.unread_frames: list[bytes] = []  # or its whole events, as bytes, for the fast path
         self.done = False  # nothing more to read: `message_stop`, the upstream's end, a failure
         self.terminal: list[MessagesEvent] = []  # from the stop_reason's message_delta on, not sent yet
         self.failed: MessagesEvent | None = None  # an upstream failure after the first token, not sent yet
@@ -74,20 +75,28 @@ class MessagesStream:
 
     def feed(self, data: bytes) -> bytes:
         """Upstream bytes -> client bytes; before the commit they are held, and b"" is returned."""
-        filt = self.filt
-        if filt is not None and self.parser.native and not self.terminal:
+        if self.parser.native and not self.terminal:
             region = self.decoder.take_region(data, lines_ok=True)  # whole events, read by their bytes
             if region is not None:
-                return self._relay_region(filt, region)
+                frames = region.split(b"\n\n")
+                frames.pop()  # the region ends with a blank line
+                if self.filt is None:
+                    self._hold_frames(frames)
+                    return b""
+                return self._relay_frames(self.filt, frames)
             end = self.decoder.event_end(data) if b"\r" not in data else -1
             if end > 0:  # the read finishes an event the last one began: that one alone the slow way
-                head = self._relay(filt, self._parse(self._decode(data[:end])))
+                head = self._feed_events(data[:end])
                 return head + self.feed(data[end:]) if not self.done else head
+        return self._feed_events(data)
+
+    def _feed_events(self, data: bytes) -> bytes:
+        """The general path: every event decoded and parsed."""
         events = self._parse(self._decode(data))
-        if filt is None:
+        if self.filt is None:
             self._hold(events)
             return b""
-        return self._relay(filt, events)
+        return self._relay(self.filt, events)
 
     def end_of_input(self) -> None:
         """The upstream's bytes have ended: what the parser still owed is read, and reading is over."""
@@ -124,6 +133,17 @@ class MessagesStream:
                 self.unread = events[i + 1:]
                 return
 
+    def _hold_frames(self, frames: list[bytes]) -> None:
+        """Hold event by event up to the committing one; the frames after it wait, as bytes, for the
+        fast path (`commit`)."""
+        for i, frame in enumerate(frames):
+            if self.done:
+                return
+            self._hold(self._parse(self.decoder.events_of(frame + b"\n\n")))
+            if self.committable:
+                self.unread_frames = frames[i + 1:]
+                return
+
     def _take(self, ev: MessagesEvent, out: list[MessagesEvent]) -> None:
         """Assemble one event and put it where it goes: `out`, or the terminal part."""
         etype = ev.type
@@ -149,14 +169,16 @@ class MessagesStream:
         unread, self.preamble, self.unread = self.unread, [], []
         if unread:
             out.append(self._relay(filt, unread))
+        frames, self.unread_frames = self.unread_frames, []
+        if frames:
+            out.append(self._relay_frames(filt, frames))
         return b"".join(out)
 
-    def _relay_region(self, filt: MessagesOutputFilter, region: bytes) -> bytes:
-        """A read of whole events (`SSEDecoder.take_region`): runs of text/thinking deltas of one block
-        through the assembler and the window together, forwarded as their own bytes when the window
-        released them as they came; any other event through the general path, in order."""
-        frames = region.split(b"\n\n")
-        frames.pop()  # the region ends with a blank line
+    def _relay_frames(self, filt: MessagesOutputFilter, frames: list[bytes]) -> bytes:
+        """The events of a read of whole events (`SSEDecoder.take_region`), as frames: runs of
+        text/thinking deltas of one block through the assembler and the window together, forwarded as
+        their own bytes when the window released them as they came; any other event through the
+        general path, in order."""
         out: list[bytes] = []
         i, n = 0, len(frames)
         while i < n and not self.done:
