@@ -122,5 +122,17 @@ class UpstreamClientError(GatewayError):
         return cls(f.message, param=f.param, status=status, code=f.code, type=f.type or "invalid_request_error")
 
 
+class UpstreamQuota(GatewayError):
+    """The last deployment's account is out of quota or credit: 429 with the provider's code and its
+    (scrubbed) message, returned at once (CONTRACT §4.2). Not a gateway key's limit: that is
+    `BudgetExceeded`. Outcome `upstream_error`, so it shows where operators look for provider trouble."""
+
+    status, type, code, outcome = 429, "insufficient_quota", "insufficient_quota", "upstream_error"
+
+    @classmethod
+    def from_failure(cls, f: Failure) -> UpstreamQuota:
+        return cls(f.message[:1000], code=f.code or f.type or "insufficient_quota")
+
+
 class Unavailable(GatewayError):
     status, type, code, outcome = 503, "api_error", "unavailable", "upstream_error"

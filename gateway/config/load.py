@@ -108,7 +108,7 @@ def _breaker(s: Section) -> BreakerConfig:
 
 def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     s = Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
-                                   "anthropic_version", "ttft_ms", "token_delay_ms", "breaker"))
+                                   "anthropic_version", "ttft_ms", "token_delay_ms", "breaker", "learn_ttl_s"))
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
@@ -133,6 +133,7 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
                                   ("failures", "window_s", "cooldown_s"))),
         api_version=s.get("api_version", str, "") or None,
         anthropic_version=s.get("anthropic_version", str, "2023-06-01"),
+        learn_ttl_s=s.number("learn_ttl_s", 600.0, 0.001),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),
     )
 

@@ -87,6 +87,7 @@ class FailureKind(StrEnum):
     TOTAL_TIMEOUT = "total_timeout"
     STREAM_REJECTED = "stream_rejected"  # upstream refuses `stream: true` (learn once)
     STREAM_OPTIONS_REJECTED = "stream_options_rejected"  # upstream refuses stream_options
+    EMPTY = "empty_answer"  # a clean end with no output at all: the next deployment may answer
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.config.types import ApiKey, Deployment, ModelConfig
 from gateway.core.events import Usage
+from gateway.core.policy.learned import Fact
 from gateway.observe.metrics import Metrics, record_stream_end
 
 
@@ -33,6 +34,9 @@ class RequestContext:
     reservation: Any = None  # state.base.Reservation of tokens reserved against the key's tpm
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
+    # learn-once fallbacks this request is trying, per deployment label (CONTRACT §4.6): learned for
+    # the deployment only when the attempt that used one succeeds
+    fallbacks: set[tuple[str, Fact]] = field(default_factory=set)
 
     def stream_ended(self, m: Metrics, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,

@@ -31,7 +31,7 @@ DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005
                  0.25, 0.5, 1.0)
 APIS = ("chat", "responses", "embeddings")
 ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
-                    "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled")
+                    "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
 OUTCOMES = ("ok", "client_error", "auth_error", "rate_limited", "guardrail_blocked", "upstream_error",
             "timeout", "cancelled")
@@ -61,6 +61,7 @@ class Metrics:
     build_info: Any
     state_degraded: Any
     http_refused: Any
+    learned_fallbacks: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -117,6 +118,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                "backend was unavailable", [], **kw),
         http_refused=Counter("http_refused", "Client connections or requests the API port refused or cut "
                              "before a handler ran", ["reason"], **kw),
+        learned_fallbacks=Gauge("learned_fallbacks", "Learn-once facts in force (1) or expired (0)",
+                                ["deployment", "api", "fact"], multiprocess_mode="max", **kw),
     )
     m.build_info.labels(__version__).set(1)
     return m

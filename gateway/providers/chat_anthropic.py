@@ -46,6 +46,10 @@ class AnthropicChat:
     def _headers_for(self, stream: bool) -> dict[str, str]:
         return {**self._headers, "accept": "text/event-stream" if stream else "application/json"}
 
+    @property
+    def sends_stream_options(self) -> bool:
+        return False  # Anthropic always reports usage in a stream
+
     def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
                      send_stream_options: bool) -> UpstreamRequest:
         # Anthropic always reports usage in a stream: there is no stream_options to send

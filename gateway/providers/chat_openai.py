@@ -72,6 +72,10 @@ class OpenAIChat:
         h["accept"] = "text/event-stream" if stream else "application/json"
         return h
 
+    @property
+    def sends_stream_options(self) -> bool:
+        return True
+
     def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
                      send_stream_options: bool) -> UpstreamRequest:
         out = dict(body)

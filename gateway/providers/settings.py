@@ -38,6 +38,7 @@ class ProviderConfig:
     breaker: BreakerConfig = BreakerConfig()
     api_version: str | None = None  # azure
     anthropic_version: str = "2023-06-01"  # anthropic
+    learn_ttl_s: float = 600.0  # how long a learn-once fact (CONTRACT §4.6) holds before a re-probe
     # mock only: pacing of the built-in demo answer
     ttft_ms: float = 120.0
     token_delay_ms: float = 15.0

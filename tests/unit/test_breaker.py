@@ -172,6 +172,7 @@ COUNTED = {
     K.CONTEXT_LENGTH: False,
     K.STREAM_REJECTED: False,  # negotiation, learned once
     K.STREAM_OPTIONS_REJECTED: False,
+    K.EMPTY: False,  # it answered: nothing is wrong with it, the next deployment may say more
 }
 
 

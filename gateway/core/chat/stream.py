@@ -50,8 +50,8 @@ class StreamParser(Protocol):
 
 
 class ChatStream:
-    __slots__ = ("assembler", "decoder", "done", "error", "filt", "label", "parser", "preamble", "unread",
-                 "unread_datas")
+    __slots__ = ("assembler", "clean_end", "decoder", "done", "error", "filt", "label", "parser", "preamble",
+                 "unread", "unread_datas")
 
     def __init__(self, parser: StreamParser | None, label: str) -> None:
         self.decoder = SSEDecoder()
@@ -60,6 +60,7 @@ class ChatStream:
         self.assembler = ChatAssembler()
         self.preamble: list[ChatChunk] = []  # held until the commit
         self.done = False  # upstream said [DONE] or its body has ended
+        self.clean_end = False  # upstream said [DONE] (its protocol's end), not just closed
         self.error: Failure | None = None  # an in-band error that came after the first token
         self.filt: ChatOutputFilter | None = None  # set by `commit`
         # events of the committing read after the one that made the stream committable (the fast path
@@ -69,13 +70,19 @@ class ChatStream:
 
     @property
     def committable(self) -> bool:
-        """An output token has come, or the answer finished without one (an empty answer is an answer)."""
-        return self.assembler.first_token or self.assembler.finished
+        """An output token has come, or the answer ended cleanly without one (an empty answer is an
+        answer: a finish reason, or `[DONE]` with nothing before it)."""
+        return self.assembler.first_token or self.assembler.finished or self.clean_end
+
+    @property
+    def empty_answer(self) -> bool:
+        return not self.assembler.first_token and (self.assembler.finished or self.clean_end)
 
     @property
     def ended_early(self) -> bool:
         """The upstream stopped before the answer finished (and, without [DONE], before any token)."""
-        return not (self.assembler.finished or (self.done and self.assembler.first_token))
+        asm = self.assembler
+        return not (asm.finished or self.clean_end or (self.done and asm.first_token))
 
     # -- before the commit -------------------------------------------------------------------------
 
@@ -143,7 +150,7 @@ class ChatStream:
         for ev in events:
             for ch in self.parser.parse(ev):
                 if ch.done:
-                    self.done = True
+                    self.done = self.clean_end = True
                     continue
                 for e in ch.events:
                     if type(e) is InbandError:

@@ -165,7 +165,11 @@ def classify_error_object(err: Any, status: int | None) -> Failure:
     return Failure(kind, message, status=effective, code=code, type=etype, param=param)
 
 
-_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
+# Quota and billing, from structured fields only: OpenAI and Azure (`insufficient_quota`, the billing
+# codes), Kimi/Moonshot (type `exceeded_current_quota_error`), Z.ai (code 1113: balance used up),
+# DeepSeek and OpenRouter (HTTP 402).
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active",
+                          "exceeded_current_quota_error", "1113"})
 _RETRYABLE_CODES = frozenset({"rate_limit_exceeded", "server_error", "overloaded_error", "api_error",
                               "service_unavailable", "rate_limit_error", "internal_error", "timeout"})
 

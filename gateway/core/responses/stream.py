@@ -54,6 +54,10 @@ class ResponsesStream:
         return self.assembler.first_token or self.assembler.finished
 
     @property
+    def empty_answer(self) -> bool:
+        return self.assembler.finished and not self.assembler.first_token
+
+    @property
     def ended_early(self) -> bool:
         """The upstream stopped (its bytes or `[DONE]`) without a terminal event or a failure."""
         return self.terminal is None and self.failed is None
