@@ -45,6 +45,10 @@ class MessagesTranslator(Protocol):
 
     def parse_messages_body(self, body: bytes) -> MessagesBody: ...
 
+    @property
+    def sends_stream_options(self) -> bool:
+        """Whether a stream request carries the `stream_options` the gateway adds (a chat backend)."""
+
     def count_tokens_request(self, body: Mapping[str, Any], model: str,
                              client_headers: Mapping[str, str]) -> UpstreamRequest | None:
         """None: this backend cannot count tokens (the route answers with a clear error)."""

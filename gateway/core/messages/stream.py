@@ -64,6 +64,12 @@ class MessagesStream:
         a = self.assembler
         return a.first_token or a.block_done or a.finished
 
+    @property
+    def empty_answer(self) -> bool:
+        """The message ended without any output (a refusal without blocks is an answer, not empty)."""
+        a = self.assembler
+        return a.finished and not (a.first_token or a.block_done) and a.stop_reason != "refusal"
+
     # -- before the commit -------------------------------------------------------------------------
 
     def hold_message(self, msg: dict[str, Any]) -> None:
