@@ -255,3 +255,15 @@ def test_the_log_line_says_api_messages_and_no_secret(upstream: FakeUpstream, gw
     assert line["api"] == "messages" and line["outcome"] == "ok" and line["key"] == "team-a"
     assert line["input_tokens"] == 30 and line["output_tokens"] == 12 and line["ttft_ms"] is not None
     assert GW_KEY not in str(logs) and UP_KEY not in str(logs) and "reply" not in str(logs)
+
+
+def test_a_body_to_a_stream_request_is_served_as_the_stream_it_would_have_been(upstream: FakeUpstream,
+                                                                              gw: GatewayServer) -> None:
+    content = [{"type": "thinking", "thinking": "hm", "signature": "sig"}, {"type": "text", "text": "Whole."}]
+    upstream.enqueue(a.PATH, a.message_body(content), a.message_body(content))
+    for _ in range(2):  # the second request is asked for a body: the deployment learned it (§4.6)
+        with client(gw).messages.stream(model="claude", max_tokens=64, messages=USER) as s:
+            msg = s.get_final_message()
+        assert [b.model_dump(exclude_none=True) for b in msg.content] == content
+        assert msg.id == "msg_body" and msg.usage.output_tokens == 12
+    assert [r.body.get("stream") for r in upstream.received] == [True, None]

@@ -140,10 +140,13 @@ def test_non_stream_body_field_by_field(upstream: FakeUpstream, gw: GatewayServe
 
 
 def test_an_openai_client_error_is_anthropic_shaped(upstream: FakeUpstream, gw: GatewayServer) -> None:
-    upstream.enqueue(OPENAI_PATH, error_script(400, "invalid_value", "bad tool schema"))
+    # a 400 naming no parameter may be of the stream_options the gateway added: retried once without (§4.6)
+    upstream.enqueue(OPENAI_PATH, error_script(400, "invalid_value", "bad tool schema"),
+                     error_script(400, "invalid_value", "bad tool schema"))
     with pytest.raises(anthropic.BadRequestError) as info:
         client(gw).messages.create(model="gpt", max_tokens=50, messages=USER, stream=True)
     assert info.value.body["type"] == "error" and "bad tool schema" in info.value.message  # type: ignore[index]
+    assert [("stream_options" in b) for b in upstream.bodies(OPENAI_PATH)] == [True, False]
 
 
 def test_fallback_from_anthropic_to_openai_keeps_one_lifecycle(upstream: FakeUpstream, gw: GatewayServer) -> None:
