@@ -81,20 +81,34 @@ class MessagesStream:
 
     def feed(self, data: bytes) -> bytes:
         """Upstream bytes -> client bytes; before the commit they are held, and b"" is returned."""
-        if self.parser.native and not self.terminal:
-            region = self.decoder.take_region(data, lines_ok=True)  # whole events, read by their bytes
-            if region is not None:
-                frames = region.split(b"\n\n")
-                frames.pop()  # the region ends with a blank line
-                if self.filt is None:
-                    self._hold_frames(frames)
-                    return b""
-                return self._relay_frames(self.filt, frames)
-            end = self.decoder.event_end(data) if b"\r" not in data else -1
-            if end > 0:  # the read finishes an event the last one began: that one alone the slow way
-                head = self._feed_events(data[:end])
-                return head + self.feed(data[end:]) if not self.done else head
-        return self._feed_events(data)
+        if not self.parser.native or self.terminal:
+            return self._feed_events(data)
+        out = self._feed_region(data)
+        if out is not None:
+            return out
+        end = self.decoder.event_end(data) if b"\r" not in data else -1
+        if end <= 0:
+            return self._feed_events(data)
+        # the read finishes an event the last one began: that one alone the slow way, then the rest
+        head = self._feed_events(data[:end])
+        if self.done:
+            return head
+        if self.terminal:
+            return head + self._feed_events(data[end:])
+        rest = self._feed_region(data[end:])
+        return head + (rest if rest is not None else self._feed_events(data[end:]))
+
+    def _feed_region(self, data: bytes) -> bytes | None:
+        """The fast path, when the read (with what is buffered) is whole events (`take_region`)."""
+        region = self.decoder.take_region(data, lines_ok=True)
+        if region is None:
+            return None
+        frames = region.split(b"\n\n")
+        frames.pop()  # the region ends with a blank line
+        if self.filt is None:
+            self._hold_frames(frames)
+            return b""
+        return self._relay_frames(self.filt, frames)
 
     def _feed_events(self, data: bytes) -> bytes:
         """The general path: every event decoded and parsed."""
@@ -128,6 +142,9 @@ class MessagesStream:
 
     def _hold(self, events: list[MessagesEvent]) -> None:
         """Hold up to the committing event; a failure before it fails the attempt."""
+        if self.committable:  # the rest of a read that committed: after what already waits
+            self.unread.extend(events)
+            return
         for i, ev in enumerate(events):
             if self.done:
                 return
@@ -142,6 +159,9 @@ class MessagesStream:
     def _hold_frames(self, frames: list[bytes]) -> None:
         """Hold event by event up to the committing one; the frames after it wait, as bytes, for the
         fast path (`commit`)."""
+        if self.committable:  # the rest of a read that committed, after the events that wait
+            self.unread_frames.extend(frames)
+            return
         for i, frame in enumerate(frames):
             if self.done:
                 return
