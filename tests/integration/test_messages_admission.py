@@ -98,3 +98,22 @@ def test_rate_limit_is_429_rate_limit_error(upstream: FakeUpstream, gw: GatewayS
         c.messages.create(model="gpt", max_tokens=5, messages=USER)
     assert info.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
     assert info.value.response.headers["retry-after"]
+
+
+def test_a_used_up_budget_is_429_rate_limit_error(upstream: FakeUpstream,
+                                                  make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(parse_config({
+        "auth": {"keys": [{"name": "tight", "key": KEY, "budget_usd": 0.00001, "budget_period": "day"}]},
+        "providers": {"claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-SECRET",
+                                 "timeouts": TIMEOUTS}},
+        "models": [{"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep",
+                                                       "price": {"input": 1.0, "output": 1.0}}]}],
+    }, env={}))
+    upstream.defaults[a.PATH] = a.message_body([{"type": "text", "text": "costly"}])
+    c = client(gw)
+    c.messages.create(model="claude", max_tokens=5, messages=USER)  # 42 tokens at $1/M: over the budget
+    assert gw.sample("llm_gateway_cost_usd_total", model="claude", provider="claude") > 0.00001
+    with pytest.raises(anthropic.RateLimitError) as info:
+        c.messages.create(model="claude", max_tokens=5, messages=USER)
+    assert info.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert len(upstream.received) == 1
