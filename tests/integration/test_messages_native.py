@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
-from tests.fake_upstream import Close, FakeUpstream
+from tests.fake_upstream import Close, FakeUpstream, Pause
 from tests.harness import GatewayServer
 
 GW_KEY = "gw-key-messages-0001"
@@ -267,3 +267,23 @@ def test_a_body_to_a_stream_request_is_served_as_the_stream_it_would_have_been(u
         assert [b.model_dump(exclude_none=True) for b in msg.content] == content
         assert msg.id == "msg_body" and msg.usage.output_tokens == 12
     assert [r.body.get("stream") for r in upstream.received] == [True, None]
+
+
+def test_keepalive_before_the_first_token_then_an_anthropic_error_event(upstream: FakeUpstream,
+                                                                        make_gateway: Callable[..., GatewayServer]
+                                                                        ) -> None:
+    gw = make_gateway(config(upstream, server={"keepalive_after_s": 0.1}))
+    upstream.enqueue(a.PATH, a.stream([a.message_start(), a.ping()], tail=[Pause(0.4), *(
+        a.event(e) for e in [*a.text_block(0, ["late"]), a.message_delta(), a.message_stop()])]))
+    with client(gw).messages.with_streaming_response.create(model="claude", max_tokens=64, messages=USER,
+                                                             stream=True) as raw:
+        body = b"".join(raw.iter_bytes())
+    assert body.startswith(b": keepalive\n\n") and body.count(b"event: message_start") == 1
+    assert b'"late"' in body and body.endswith(b'{"type":"message_stop"}\n\n')
+    upstream.defaults[a.PATH] = a.error_body(503, "api_error", "down")
+    upstream.enqueue(a.PATH, a.stream([a.message_start()], tail=[Pause(0.3), Close()]))
+    with client(gw).messages.with_streaming_response.create(model="claude", max_tokens=64, messages=USER,
+                                                             stream=True) as raw:
+        body = b"".join(raw.iter_bytes())
+    assert b": keepalive" in body and body.count(b"event: error\ndata: ") == 1 and b"message_start" not in body
+    assert body.rstrip().endswith(b'}') and b'"type":"error"' in body
