@@ -7,6 +7,7 @@ on aiohttp.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 
 from aiohttp import web
@@ -17,9 +18,9 @@ from gateway.apis.chat import chat_completions
 from gateway.apis.embeddings import embeddings_handler
 from gateway.apis.messages import messages
 from gateway.apis.messages_tokens import count_tokens
-from gateway.apis.models import healthz, list_models, readyz
+from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
-from gateway.config.types import Config, ServerConfig
+from gateway.config.types import Config, ServerConfig, TlsConfig
 from gateway.inbound import Handler, HttpServer, ServerLimits
 from gateway.observe.metrics import Metrics, create_metrics, preinitialise
 from gateway.pipeline.middleware import handle
@@ -36,10 +37,17 @@ class App:
         self.config = config
         self.metrics = metrics or create_metrics()
         preinitialise(self.metrics, config)
-        self.upstream = Upstream()
+        self.upstream = Upstream(config.egress)
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics)
         self._state: StateBackend | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
+        # TLS on the listener: one context for the server's life; a reload loads new files into it, so
+        # new handshakes present the new certificate and open connections keep theirs
+        self.tls: ssl.SSLContext | None = None
+        if config.server.tls is not None:
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
+            load_certificate(self.tls, config.server.tls)
 
     async def start(self) -> None:
         metrics = self.metrics
@@ -58,10 +66,27 @@ class App:
         return self._state
 
     def reload(self, config: Config) -> None:
-        """SIGHUP: swap in a runtime compiled from the new config; requests in flight keep the old one."""
+        """SIGHUP: swap in a runtime compiled from the new config; requests in flight keep the old one.
+        Raises ValueError (nothing changed) when the new config cannot be compiled or its certificate
+        cannot be loaded."""
+        tls = config.server.tls
+        if (tls is None) != (self.tls is None):
+            raise ValueError("server.tls: turning TLS on or off needs a restart")
+        if tls is not None and self.tls is not None:
+            load_certificate(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), tls)  # all or nothing: check first
+            load_certificate(self.tls, tls)
         old = self.runtime
         self.runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
         preinitialise(old.metrics, config)
+
+
+def load_certificate(context: ssl.SSLContext, tls: TlsConfig) -> None:
+    """Raises ValueError naming the key, not the file's content."""
+    try:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+    except OSError as exc:  # ssl.SSLError included
+        reason = exc.strerror or getattr(exc, "reason", None) or type(exc).__name__
+        raise ValueError(f"server.tls: cannot load {tls.cert_file} / {tls.key_file}: {reason}") from None
 
 
 def _routes() -> dict[str, dict[str, Handler]]:
@@ -72,6 +97,7 @@ def _routes() -> dict[str, dict[str, Handler]]:
         "/v1/messages": {"POST": messages},
         "/v1/messages/count_tokens": {"POST": count_tokens},
         "/v1/models": {"GET": list_models},
+        "/v1/models/{id}": {"GET": retrieve_model},
         "/healthz": {"GET": healthz},
         "/readyz": {"GET": readyz},
     }
@@ -99,7 +125,7 @@ async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
     await app.start()
     server = HttpServer(handle, server_limits(app.config.server, max_connections),
                         events=_RefusalCounter(app.metrics), context=app)
-    await server.listen(host, port, reuse_port=reuse_port)
+    await server.listen(host, port, reuse_port=reuse_port, tls=app.tls)
     return server
 
 

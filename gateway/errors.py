@@ -16,6 +16,12 @@ from gateway.core.messages.wire import ANTHROPIC_TYPE_BY_STATUS
 ANTHROPIC_TYPES = frozenset(ANTHROPIC_TYPE_BY_STATUS.values()) | {"timeout_error"}
 
 
+class StartupError(Exception):
+    """The gateway cannot start (a port in use, a certificate that does not load): one line on stderr,
+    no traceback. Here, not in `gateway.server`: the CLI must not import the metrics library before
+    `--workers` has chosen its multiprocess mode."""
+
+
 class GatewayError(Exception):
     status = 500
     type = "server_error"
@@ -119,7 +125,8 @@ class UpstreamClientError(GatewayError):
         # only a 4xx passes through: any other status (a 204 or 304 with our JSON body) would desync the
         # client's connection (RFC 9112 §6.3), so it is answered as the 400 it stands for
         status = f.status if f.status is not None and 400 <= f.status < 500 else 400
-        return cls(f.message, param=f.param, status=status, code=f.code, type=f.type or "invalid_request_error")
+        return cls(f.message, param=f.param, status=status, code=f.code or f"http_{status}",
+                   type=f.type or "invalid_request_error")
 
 
 class UpstreamQuota(GatewayError):

@@ -44,6 +44,7 @@ class Script:
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "text/event-stream"})
     split: int = 0  # >0: write every bytes part in pieces of this size (each its own write)
     silent: bool = False  # accept the request, never answer (no status line)
+    reset: bool = False  # drop the connection before any byte of the answer (a TCP reset)
     tag: str = ""  # recorded in `served`, so a test knows which script each request got
 
 
@@ -123,6 +124,9 @@ class FakeUpstream:
         try:
             if script.silent:
                 await self._play(request, resp, Hang(), 0)
+            if script.reset:
+                await self._play(request, resp, Close(), 0)
+                return resp
             await resp.prepare(request)
             for part in script.parts:
                 if not await self._play(request, resp, part, script.split):

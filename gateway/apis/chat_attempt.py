@@ -51,13 +51,13 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, ttl)
         return opened
     options = not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS)
+    added = options and tr.sends_stream_options and "stream_options" not in ctx.body  # by us, not the client
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
             req = tr.chat_request(ctx.body, d.model, stream=True, send_stream_options=options)
-            resp = await rt.upstream.open(provider, req, d.label)
+            resp = await rt.upstream.open(provider, req, d.label, ctx.client_headers)
             opened = deadline.track(Opened(d, resp, ChatStream(tr.stream_parser(), d.label), t_sent))
-            await check_status(resp, tr.classify_http_error, d,
-                               added_options=options and tr.sends_stream_options and "stream_options" not in ctx.body)
+            await check_status(resp, tr.classify_http_error, d, added_options=added)
             first = b"" if resp.is_event_stream else await resp.next_chunk()
             if resp.is_event_stream or looks_like_sse(first):
                 await until_first_token(resp, opened.stream, d.label, first)
@@ -103,7 +103,7 @@ async def _buffered(rt: Runtime, ctx: RequestContext, d: Deployment, tr: ChatTra
                     t_sent: float) -> OpenedChat:
     """Learn-once fallback: the deployment can't stream, so ask for a body and re-emit it as a stream."""
     req = tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False)
-    body = await fetch_body(rt, d, req, tr.classify_http_error)
+    body = await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers)
     return _from_body(d, tr, body, Opened(d, None, ChatStream(None, d.label), t_sent))
 
 

@@ -107,10 +107,8 @@ def serving_deployments(rt: Runtime, ctx: RequestContext) -> None:
 
 
 async def stream_messages(request: Request, rt: Runtime, ctx: RequestContext) -> StreamResponse:
-    headers = request.headers
-
     async def attempt(d: Deployment) -> OpenedMessages:
-        return await open_messages(rt, ctx, d, headers)
+        return await open_messages(rt, ctx, d)
 
     async def relay_to(opened: OpenedMessages, client: StreamResponse) -> None:
         await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())

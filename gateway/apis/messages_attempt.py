@@ -15,7 +15,6 @@ that retry succeeds.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 
 from gateway.apis.chat_attempt import check_status
 from gateway.config.types import Deployment
@@ -34,17 +33,17 @@ from gateway.providers.messages_anthropic import MessagesTranslator
 OpenedMessages = Opened[MessagesStream]
 
 
-async def open_messages(rt: Runtime, ctx: RequestContext, d: Deployment,
-                        client_headers: Mapping[str, str]) -> OpenedMessages:
+async def open_messages(rt: Runtime, ctx: RequestContext, d: Deployment) -> OpenedMessages:
     """One attempt: open the stream and read until the first output token, under `first_token_s`."""
     provider, tr = rt.provider(d), rt.messages_translator(d)
     assert tr is not None, "the handler only routes to deployments that serve the Messages API"
     ttl = provider.learn_ttl_s
+    client_headers = ctx.client_headers  # the translator passes anthropic-version / -beta on
     t_sent = time.perf_counter()
     opened = Opened(d, None, MessagesStream(tr.messages_stream_parser(), d.label), t_sent)
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM):
         req = tr.messages_request(ctx.body, d.model, stream=False, client_headers=client_headers)
-        _replay(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error))
+        _replay(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error, client_headers))
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, ttl)
         return opened
     options = not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS)
@@ -52,7 +51,7 @@ async def open_messages(rt: Runtime, ctx: RequestContext, d: Deployment,
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
             req = tr.messages_request(ctx.body, d.model, stream=True, client_headers=client_headers,
                                       send_stream_options=options)
-            resp = await rt.upstream.open(provider, req, d.label)
+            resp = await rt.upstream.open(provider, req, d.label, client_headers)
             opened.response = resp
             deadline.track(opened)
             await check_status(resp, tr.classify_http_error, d, added_options=options and tr.sends_stream_options)

@@ -40,13 +40,11 @@ def assembled(msg: dict[str, Any]) -> MessagesAssembler:
 
 
 async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) -> Response:
-    headers = request.headers
-
     async def attempt(d: Deployment) -> MessagesBody:
         tr = rt.messages_translator(d)
         assert tr is not None
-        req = tr.messages_request(ctx.body, d.model, stream=False, client_headers=headers)
-        parsed = tr.parse_messages_body(await fetch_body(rt, d, req, tr.classify_http_error))
+        req = tr.messages_request(ctx.body, d.model, stream=False, client_headers=ctx.client_headers)
+        parsed = tr.parse_messages_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
         raise_inband(parsed.events)
         return parsed
 

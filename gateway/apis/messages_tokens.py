@@ -39,9 +39,9 @@ async def count_tokens(request: Request) -> Response:
     async def attempt(d: Deployment) -> bytes:
         tr = rt.messages_translator(d)
         assert tr is not None
-        req = tr.count_tokens_request(ctx.body, d.model, request.headers)
+        req = tr.count_tokens_request(ctx.body, d.model, ctx.client_headers)
         assert req is not None
-        return await fetch_body(rt, d, req, tr.classify_http_error)
+        return await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers)
 
     won, body = await run_attempts(rt, ctx, attempt)
     return Response(body=body, content_type="application/json", headers=answer_headers(ctx, won))

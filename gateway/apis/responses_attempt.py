@@ -38,13 +38,15 @@ async def open_responses(rt: Runtime, ctx: RequestContext, d: Deployment) -> Ope
     t_sent = time.perf_counter()
     opened = Opened(d, None, ResponsesStream(tr.responses_stream_parser(), d.label), t_sent)
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM):
-        body = await fetch_body(rt, d, tr.responses_request(ctx.body, d.model, stream=False), tr.classify_http_error)
+        body = await fetch_body(rt, d, tr.responses_request(ctx.body, d.model, stream=False), tr.classify_http_error,
+                                ctx.client_headers)
         _replay(opened, tr, body)
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, provider.learn_ttl_s)
         return opened
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
-            resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=True), d.label)
+            resp = await rt.upstream.open(provider, tr.responses_request(ctx.body, d.model, stream=True), d.label,
+                                           ctx.client_headers)
             opened.response = resp
             deadline.track(opened)
             await raise_for_status(resp, tr.classify_http_error, d.label)

@@ -52,6 +52,7 @@ class Metrics:
     cost: Any
     attempts: Any
     stream_failures: Any
+    malformed_events: Any
     hedges: Any
     guardrail_verdicts: Any
     redactions: Any
@@ -62,6 +63,7 @@ class Metrics:
     state_degraded: Any
     http_refused: Any
     learned_fallbacks: Any
+    local_limit_workers: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -105,6 +107,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                          ["model", "deployment", "outcome"], **kw),
         stream_failures=Counter("stream_failures", "Failures after the first token",
                                 ["model", "deployment", "reason"], **kw),
+        malformed_events=Counter("malformed_events", "Unreadable upstream events after the first token, "
+                                 "skipped (the stream went on)", ["model", "deployment"], **kw),
         hedges=Counter("hedges", "Hedged requests by winner", ["model", "winner"], **kw),
         guardrail_verdicts=Counter("guardrail_verdicts", "Guardrail verdicts",
                                    ["guardrail", "stage", "verdict"], **kw),
@@ -120,6 +124,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                              "before a handler ran", ["reason"], **kw),
         learned_fallbacks=Gauge("learned_fallbacks", "Learn-once facts in force (1) or expired (0)",
                                 ["deployment", "api", "fact"], multiprocess_mode="max", **kw),
+        local_limit_workers=Gauge("local_limit_workers", "Worker processes that each enforce every rate limit "
+                                  "and budget on their own (--workers > 1 with state.backend memory)", [],
+                                  multiprocess_mode="max", **kw),
     )
     m.build_info.labels(__version__).set(1)
     return m

@@ -23,7 +23,7 @@ from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.attempts import provider_keys
 from gateway.pipeline.guardrails import judge_output, record
-from gateway.pipeline.relay import StreamEnded, check_refusal, pump
+from gateway.pipeline.relay import StreamEnded, check_refusal, malformed_skipped, pump, stream_ended
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 from gateway.pipeline.sink import ClientSink
@@ -115,8 +115,7 @@ class _Relay:
         if self.run_safety is not None:
             ctx.redactions += record_redactions(rt.metrics, self.run_safety.redaction_counts().items())
         if usage:
-            asm = self.stream.assembler
-            ctx.stream_ended(rt.metrics, asm.usage, self.opened.t_first if asm.first_token else None)
+            stream_ended(rt, ctx, self.opened)
 
 
 async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[MessagesStream], client: StreamResponse,
@@ -132,4 +131,5 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[MessagesStream]
         await r.end_with_error(end)
     finally:
         opened.close()
+        malformed_skipped(rt, ctx, opened)
         r.account(passed=False, usage=False)  # the client went away: no answer, so no usage to miss

@@ -12,10 +12,13 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+import structlog
+
 from gateway.config.types import Deployment
 from gateway.core.chat.filter import ChatOutputFilter, Refusal
 from gateway.core.chat.stream import ChatStream
 from gateway.core.events import Failure, StreamFailed
+from gateway.core.messages.stream import MessagesStream
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.sse import DONE_EVENT
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
@@ -29,6 +32,8 @@ from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 from gateway.pipeline.sink import ClientSink
 from gateway.upstream import UpstreamError, UpstreamResponse
+
+log = structlog.get_logger("gateway")
 
 
 class StreamEnded(Exception):
@@ -122,14 +127,31 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         await _end_with_error(rt, ctx, client, filt, sink.hold is not None, end)
     finally:
         opened.close()
+        malformed_skipped(rt, ctx, opened)
         if run is not None:
             ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())
 
 
-def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]) -> None:
-    """Account a committed stream's end, whatever the API: its assembler's usage, and its first token's time."""
+def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]
+                 | Opened[MessagesStream]) -> None:
+    """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
+    and the unreadable events it skipped."""
     asm = opened.stream.assembler
     ctx.stream_ended(rt.metrics, asm.usage, opened.t_first if asm.first_token else None)
+    if asm.usage is None:
+        ctx.estimate_unreported_usage(asm.output_bytes())
+    malformed_skipped(rt, ctx, opened)
+
+
+def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]
+                      | Opened[MessagesStream]) -> None:
+    """The unreadable events the stream core skipped after the first token, taken from it: counted and
+    logged (the count, never the event: its text is the upstream's, maybe the model's output). At the
+    stream's end, before its last write (`stream_ended`), and once more when the client went away first."""
+    n, opened.stream.skipped_malformed = opened.stream.skipped_malformed, 0
+    if n:
+        rt.metrics.child(rt.metrics.malformed_events, ctx.model.name, opened.deployment.label).inc(n)
+        log.warning("malformed_events_skipped", count=n, model=ctx.model.name, deployment=opened.deployment.label)
 
 
 async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse,

@@ -26,7 +26,7 @@ from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.attempts import provider_keys
 from gateway.pipeline.guardrails import judge_output, record
-from gateway.pipeline.relay import StreamEnded, check_refusal, pump, stream_ended
+from gateway.pipeline.relay import StreamEnded, check_refusal, malformed_skipped, pump, stream_ended
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 from gateway.pipeline.sink import ClientSink
@@ -159,4 +159,5 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ResponsesStream
         await r.end_with_error(end)
     finally:
         opened.close()
+        malformed_skipped(rt, ctx, opened)
         r.account(passed=False, usage=False)  # the client went away: no answer, so no usage to miss

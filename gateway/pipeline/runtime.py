@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.config.types import Config, Deployment, ModelConfig, ProviderConfig
@@ -34,6 +35,7 @@ class Runtime:
     breakers: dict[str, CircuitBreaker]
     inflight: dict[str, int]  # deployment label -> attempts open now (balanced routing)
     rand: random.Random = field(default_factory=random.Random)
+    clock: Callable[[], float] = time.time  # epoch seconds for the rate limits (tests drive their own)
 
     def provider(self, d: Deployment) -> ProviderConfig:
         return self.config.providers[d.provider]
@@ -77,4 +79,5 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         learned=previous.learned if previous else Learned(metrics),
         breakers=previous.breakers if previous else {},
         inflight=previous.inflight if previous else {},
+        clock=previous.clock if previous else time.time,
     )

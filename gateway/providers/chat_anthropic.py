@@ -123,6 +123,8 @@ def classify_anthropic_http_error(status: int, headers: Mapping[str, str], body:
     err = obj.get("error") if isinstance(obj, dict) else None
     if isinstance(err, dict) and isinstance(err.get("type"), str):
         failure = classify_anthropic_error(err, status)
+    elif status == 404:  # no error object: no such endpoint at this base_url (our configuration)
+        failure = Failure(FailureKind.NOT_FOUND, f"upstream answered HTTP {status}", status=status)
     else:
         failure = classify_anthropic_error({"message": f"upstream answered HTTP {status}"}, status)
     ra = retry_after_s(headers)

@@ -36,13 +36,18 @@ class ProviderKind:
     remote: bool = True  # needs `base_url`
     requires: tuple[str, ...] = ()  # config keys the type cannot work without
     in_process: InProcess | None = None  # answered without a network request
+    # client headers passed through by default (`forward_headers` replaces the list); never a key
+    forward_headers: tuple[str, ...] = ("x-request-id",)
 
 
 PROVIDERS: dict[str, ProviderKind] = {
-    "openai": ProviderKind(OpenAIChat, OpenAIResponses, OpenAIMessages),
-    "anthropic": ProviderKind(AnthropicChat, messages=AnthropicMessages),
+    "openai": ProviderKind(OpenAIChat, OpenAIResponses, OpenAIMessages,
+                           forward_headers=("openai-organization", "openai-project", "x-request-id")),
+    "anthropic": ProviderKind(AnthropicChat, messages=AnthropicMessages,
+                              forward_headers=("anthropic-beta", "x-request-id")),
     "azure": ProviderKind(AzureChat, AzureResponses, AzureMessages, requires=("api_version",)),
-    "mock": ProviderKind(MockChat, MockResponses, MockMessages, remote=False, in_process=mock_script),
+    "mock": ProviderKind(MockChat, MockResponses, MockMessages, remote=False, in_process=mock_script,
+                         forward_headers=()),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 

@@ -239,3 +239,13 @@ def test_a_whole_message_is_replayed_as_the_stream_it_would_have_been() -> None:
         MessagesOutputFilter(None).apply(ev) for ev in stream.terminal)
     assert stream.assembler.message() == msg
     assert texts(out)[(1, "text_delta")] == "the answer " + SECRET
+
+
+def test_an_unreadable_event_after_the_first_token_is_skipped_and_counted() -> None:
+    events = answer(["still ", "here"])
+    broken = b"event: content_block_delta\ndata: {not json\n\n"
+    body = sse(events[:4]) + broken + sse(events[4:])
+    for reads in [[body], *splits(body)]:
+        out, stream = relay(reads, guard=False)
+        assert texts(out) == {(0, "text_delta"): "still here"} and stream.skipped_malformed == 1
+        assert stream.terminal and stream.failed is None

@@ -110,6 +110,11 @@ class MessagesAssembler:
         spec = BLOCK_TEXT.get(block.get("type", "")) if block is not None else None
         return spec[1] if spec is not None else DeltaKind.CONTENT  # a delta without its start: text
 
+    def output_bytes(self) -> int:
+        """UTF-8 size of the answer's texts and tool inputs (see `ChatAssembler.output_bytes`)."""
+        texts = sum(len(t.encode()) for parts in self._texts.values() for t in parts)
+        return texts + sum(len(p.encode()) for parts in self._json.values() for p in parts)
+
     def as_chat(self) -> ChatAssembler:
         """The same text as a chat assembler, for the guardrail judges that read one."""
         chat = ChatAssembler()

@@ -12,7 +12,9 @@ The end is the protocol's own: the `message_delta` that carries the `stop_reason
 (`message_stop`) are kept unsent in `terminal`, for the whole-answer guardrails to judge before they go
 out; the stream is done at `message_stop` or at the end of the bytes. An upstream `error` (or an
 unparseable event) before the first token raises `StreamFailed`, so the attempt is retried or falls back
-invisibly (CONTRACT §4.2); after it, it is kept in `failed` and ends the stream: text sent stands (§4.3).
+invisibly (CONTRACT §4.2); after it, it is kept in `failed` and ends the stream: text sent stands (§4.3)
+— except an event that cannot be read (not JSON, not an object), which after the first token is skipped
+and counted in `skipped_malformed`, as in the chat and Responses cores.
 A repeated `message_start` (protocols.md §4.3) is dropped: the client sees one lifecycle.
 """
 
@@ -42,7 +44,7 @@ class MessagesStreamParser(Protocol):
 
 class MessagesStream:
     __slots__ = ("assembler", "decoder", "done", "failed", "filt", "flushed", "label", "parser", "preamble",
-                 "started", "terminal", "unread", "unread_frames")
+                 "skipped_malformed", "started", "terminal", "unread", "unread_frames")
 
     def __init__(self, parser: MessagesStreamParser, label: str) -> None:
         self.decoder = SSEDecoder()
@@ -58,6 +60,7 @@ class MessagesStream:
         self.filt: MessagesOutputFilter | None = None  # set by `commit`
         self.started = False  # a message_start has been read
         self.flushed = b""  # client bytes of events a parser still owed at the end of the bytes
+        self.skipped_malformed = 0  # unreadable events after the first token, skipped (the relay reports them)
 
     @property
     def committable(self) -> bool:
@@ -256,6 +259,9 @@ class MessagesStream:
         for ev in events:
             if self.done:
                 break
+            if ev.obj is None:  # unreadable after the first token: skipped, one broken line must not cut
+                self.skipped_malformed += 1  # a long answer off (an event over the size limit still fails)
+                continue
             if ev.events and ev.failure is not None:
                 self.failed, self.done = ev, True
                 break

@@ -14,8 +14,9 @@ The table, in the order the rules apply:
    `LEARN_ONCE_HEADROOM` attempts on top of `max_attempts`. The caller counts every attempt, these
    included: that is what bounds a provider that keeps rejecting after the request was changed.
 4. `attempts_total >= max_attempts`: GIVE_UP.
-5. Never again on the same deployment (`CONTEXT_LENGTH`, `QUOTA`, `UPSTREAM_AUTH`, `EMPTY`, every
-   timeout): NEXT, or GIVE_UP when no deployment is left. A timeout is not resent where it happened;
+5. Never again on the same deployment (`CONTEXT_LENGTH`, `QUOTA`, `UPSTREAM_AUTH`, `EMPTY`,
+   `NOT_FOUND`: a URL or model of our config the upstream does not have, every timeout): NEXT, or
+   GIVE_UP when no deployment is left. A timeout is not resent where it happened;
    quota and credentials will not change in a second; another deployment may have a larger context, or
    answer where this one said nothing (the loop keeps the last empty answer for the client).
 6. Transient (`CONNECT`, `HTTP_429`, `HTTP_5XX`, `INBAND`, `EARLY_EOF`, `MALFORMED`): RETRY_SAME after
@@ -94,6 +95,7 @@ _RULE_OF: Mapping[FailureKind, _Rule] = MappingProxyType(
         FailureKind.QUOTA: _Rule.MOVE,
         FailureKind.UPSTREAM_AUTH: _Rule.MOVE,
         FailureKind.EMPTY: _Rule.MOVE,
+        FailureKind.NOT_FOUND: _Rule.MOVE,
         FailureKind.FIRST_TOKEN_TIMEOUT: _Rule.MOVE,
         FailureKind.IDLE_TIMEOUT: _Rule.MOVE,
         FailureKind.TOTAL_TIMEOUT: _Rule.MOVE,
