@@ -1,4 +1,5 @@
-"""Load generator: streamed chat requests at a fixed concurrency, each measured and checked.
+"""Load generator: streamed chat requests (or, with `api: messages`, Anthropic Messages requests) at a
+fixed concurrency, each measured and checked.
 
 Per request it records the time to the first content delta and the total time (from just before the
 request is sent), assembles the content deltas and compares them with the text the fake upstream sent
@@ -45,6 +46,7 @@ class LoadSpec:
     tail_ms: float = 0.0
     words: bool = False
     model: str = "m"
+    api: str = "chat"  # or "messages": POST an Anthropic Messages body, read Anthropic's events
     timeout_s: float = 120.0
     keep_samples: bool = True
 
@@ -89,12 +91,15 @@ class _Run:
 
     async def one(self, i: int) -> None:
         spec = self.spec
-        body = orjson.dumps({
+        req: dict[str, Any] = {
             "model": spec.model, "stream": True, "messages": [{"role": "user", "content": "benchmark"}],
             "bench": {"ttft_ms": spec.ttft_ms, "chunks": spec.chunks, "chunk_chars": spec.chunk_chars,
                       "gap_ms": spec.gap_ms, "seed": i, "tail_ms": spec.tail_ms,
                       "words": spec.words},
-        })
+        }
+        if spec.api == "messages":
+            req["max_tokens"] = 4096
+        body = orjson.dumps(req)
         self.open += 1
         self.result.max_open = max(self.result.max_open, self.open)
         t0 = time.perf_counter()
@@ -126,7 +131,7 @@ class _Run:
                 kind = f"http_{resp.status}"
                 self.result.error_samples.setdefault(kind, (await resp.read())[:300].decode(errors="replace"))
                 return kind, 0.0, 0
-            parser = _SSEText()
+            parser = _SSEText() if spec.api == "chat" else _MessagesText()
             async for data in resp.content.iter_any():
                 now = time.perf_counter()  # arrival, before this process spends time parsing it
                 parser.feed(data)
@@ -177,6 +182,25 @@ class _SSEText:
             text = (choice.get("delta") or {}).get("content")
             if text:
                 self.parts.append(text)
+
+
+class _MessagesText(_SSEText):
+    """The same for Anthropic's events: text_delta text, `message_stop` ends, `error` is an error."""
+
+    __slots__ = ()
+
+    def _data(self, payload: bytes) -> None:
+        self.events += 1
+        obj = orjson.loads(payload)
+        etype = obj.get("type")
+        if etype == "content_block_delta":
+            delta = obj.get("delta") or {}
+            if delta.get("type") == "text_delta" and delta.get("text"):
+                self.parts.append(delta["text"])
+        elif etype == "message_stop":
+            self.done = True
+        elif etype == "error":
+            self.error = "error_event"
 
 
 async def run_load(spec: LoadSpec) -> LoadResult:

@@ -81,13 +81,17 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
             ("upstream_cpu_ms_per_req", "upstream CPU ms/req")],
     "S3": [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"), ("cpu_ms_per_req", "CPU ms/req")],
     "S3p": [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"), ("total_p50_ms", "total p50 ms")],
+    "M2": [("req_per_s", "req/s"), ("cpu_ms_per_req", "CPU ms/req"), ("ttft_p50_ms", "TTFT p50 ms"),
+           ("upstream_cpu_ms_per_req", "upstream CPU ms/req")],
+    "M3": [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"), ("cpu_ms_per_req", "CPU ms/req")],
     "S4": [("max_open", "open at once"), ("rss_before_mib", "RSS before MiB"), ("hwm_after_mib", "peak MiB"),
            ("kib_per_stream", "KiB/stream"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
            ("total_p50_ms", "total p50 ms"), ("cpu_ms_per_req", "CPU ms/req")],
 }
 # the figure whose ratio to nginx's is shown
 RATIO_OF = {"S1": "cpu_ms_per_req", "S1w": "cpu_ms_per_req", "S2": "cpu_ms_per_req", "S2t": "cpu_ms_per_req",
-            "S3": "cpu_us_per_chunk", "S3p": "cpu_us_per_chunk", "S4": "kib_per_stream"}
+            "S3": "cpu_us_per_chunk", "S3p": "cpu_us_per_chunk", "S4": "kib_per_stream",
+            "M2": "cpu_ms_per_req", "M3": "cpu_us_per_chunk"}
 
 
 def summarize(sc: Scenario, measures: dict[str, Measure]) -> dict[str, dict[str, float]]:
@@ -127,6 +131,12 @@ def verdicts(summary: dict[str, dict[str, dict[str, float]]]) -> list[Verdict]:
     s2g, s2n = g.get("S2", {}).get("cpu_ms_per_req", nan), ng.get("S2", {}).get("cpu_ms_per_req", nan)
     out.append(_check("S2 CPU per request vs nginx", s2g / s2n if s2n else nan, 5.0, "x nginx"))
     out.append(_check("S3 CPU per chunk", g.get("S3", {}).get("cpu_us_per_chunk", nan), 8.0, "µs"))
+    # issue "Anthropic Messages API inbound", point 5: a native Messages stream costs no more CPU per event
+    # than a chat stream of the same size (M3 beside S3, M2 beside S2, from the same run)
+    for m, c, fig, unit in (("M3", "S3", "cpu_us_per_chunk", "µs/chunk"), ("M2", "S2", "cpu_ms_per_req", "ms/req")):
+        mv, cv = g.get(m, {}).get(fig, nan), g.get(c, {}).get(fig, nan)
+        if not (math.isnan(mv) or math.isnan(cv)):
+            out.append(_check(f"{m} CPU vs {c} (Messages vs chat, same size)", mv, cv * 1.0, unit))
     s4 = g.get("S4", {})
     out.append(_check("S4 RSS per open stream", s4.get("kib_per_stream", nan), 64.0, "KiB"))
     if s4:

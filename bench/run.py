@@ -101,7 +101,8 @@ def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples
     argv = [sys.executable, "-m", "bench.loadgen", "--out", out, "--url", url, "--concurrency", str(sc.concurrency),
             "--requests", str(requests), "--duration-s", str(duration_s), "--ramp-s", str(sc.ramp_s),
             "--ttft-ms", str(sc.ttft_ms), "--chunks", str(sc.chunks), "--chunk-chars", str(sc.chunk_chars),
-            "--gap-ms", str(sc.gap_ms), "--tail-ms", str(sc.tail_ms), *(["--words"] if sc.words else [])]
+            "--gap-ms", str(sc.gap_ms), "--tail-ms", str(sc.tail_ms), *(["--words"] if sc.words else []),
+            "--api", sc.api, "--model", servers.MESSAGES_MODEL if sc.api == "messages" else "m"]
     if not samples:
         argv.append("--no-samples")
     try:
@@ -119,7 +120,7 @@ def measure_round(pool: Pool, sc: Scenario, target: str, m: Measure) -> None:
     before, up_before = usage(server.pid), usage(pool.upstream.pid)
     if not m.rss_before_kib:
         m.rss_before_kib, m.procs = before.rss_kib, before.procs
-    lg = loadgen(server.url, sc, requests=sc.requests, duration_s=sc.duration_s)
+    lg = loadgen(server.url_for(sc.api), sc, requests=sc.requests, duration_s=sc.duration_s)
     after, up_after = usage(server.pid), usage(pool.upstream.pid)
     m.add_round(lg, after.cpu_s - before.cpu_s, up_after.cpu_s - up_before.cpu_s)
     m.hwm_after_kib = after.hwm_kib
@@ -133,7 +134,7 @@ def run_scenario(pool: Pool, sc: Scenario) -> dict[str, Measure]:
             server = pool.get(target, fresh=sc.fresh and r == 0)
             if r == 0 and sc.warmup:
                 # warm-up: the same shape, not counted (imports, pools, caches, allocator arenas)
-                loadgen(server.url, sc, requests=sc.warmup, duration_s=0, samples=False)
+                loadgen(server.url_for(sc.api), sc, requests=sc.warmup, duration_s=0, samples=False)
             m = measures[target]
             ok, failed = m.ok, sum(m.errors.values())
             measure_round(pool, sc, target, m)

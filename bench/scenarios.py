@@ -28,6 +28,7 @@ class Scenario:
     rounds: int = 2
     fresh: bool = False  # measure each target in a freshly started process (memory scenarios)
     warmup: int = 64  # requests before measuring (pool, imports, caches), not counted
+    api: str = "chat"  # "messages": Anthropic Messages requests, to the gateway's native `anthropic` model
 
 
 FULL: tuple[Scenario, ...] = (
@@ -44,6 +45,13 @@ FULL: tuple[Scenario, ...] = (
              ("gateway", "nginx"), concurrency=128, chunks=50, tail_ms=1, duration_s=6, rounds=1, warmup=256),
     Scenario("S3", "long streams: 32 concurrent, 1000 chunks, no delay",
              ("direct", "gateway", "nginx"), concurrency=32, chunks=1000, duration_s=8, rounds=2, warmup=32),
+    # the Messages API beside S2/S3: the same answers as Anthropic streams, native Anthropic->Anthropic
+    Scenario("M2", "Messages API throughput: S2 as Anthropic Messages streams (native anthropic deployment)",
+             ("direct", "gateway", "nginx"), concurrency=128, chunks=50, duration_s=4, rounds=4, warmup=256,
+             api="messages"),
+    Scenario("M3", "Messages API long streams: S3 as Anthropic Messages streams (native anthropic deployment)",
+             ("direct", "gateway", "nginx"), concurrency=32, chunks=1000, duration_s=8, rounds=2, warmup=32,
+             api="messages"),
     Scenario("S3p", "long streams, paced: 32 concurrent, 1000 chunks 1 ms apart (one chunk per read)",
              ("gateway", "nginx"), concurrency=32, chunks=1000, gap_ms=1, duration_s=6, rounds=2, warmup=32),
     # opened over 15 s (333 new streams/s: within the gateway's request rate on one core, so the TTFT

@@ -22,6 +22,8 @@ from pathlib import Path
 from bench.procstat import tree
 
 CHAT_PATH = "/v1/chat/completions"
+MESSAGES_PATH = "/v1/messages"
+MESSAGES_MODEL = "ma"  # the gateway's model with one native `anthropic` deployment
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -45,6 +47,9 @@ class Server:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}{CHAT_PATH}"
+
+    def url_for(self, api: str) -> str:
+        return f"http://127.0.0.1:{self.port}{MESSAGES_PATH if api == 'messages' else CHAT_PATH}"
 
     def wait_ready(self, path: str, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -102,14 +107,18 @@ def redaction_missing() -> str:
 
 def gateway_config(upstream_port: int, redaction: bool) -> str:
     """The brief's minimal config: one OpenAI-compatible upstream, no auth, warnings-only logging (the
-    per-request info line stays out of the measurement)."""
+    per-request info line stays out of the measurement); and the same fake upstream as an `anthropic`
+    provider behind model `ma`, for the Messages API scenarios."""
+    timeouts = "timeouts: {connect_s: 5, first_token_s: 60, idle_s: 60, total_s: 600}"
+    mode = "default" if redaction else "'off'"
+    base = f"http://127.0.0.1:{upstream_port}"
     lines = [
         "server: {host: 127.0.0.1, keepalive_after_s: 30}",
         "auth: {allow_unauthenticated: true}",
-        f'providers: {{up: {{type: openai, base_url: "http://127.0.0.1:{upstream_port}/v1", api_key: x,',
-        "                 timeouts: {connect_s: 5, first_token_s: 60, idle_s: 60, total_s: 600}}}",
-        "models: [{name: m, deployments: [{provider: up, model: up-model}], redaction: "
-        + ("default}]" if redaction else "'off'}]"),
+        f'providers: {{up: {{type: openai, base_url: "{base}/v1", api_key: x, {timeouts}}},',
+        f'            anth: {{type: anthropic, base_url: "{base}", api_key: x, {timeouts}}}}}',
+        f"models: [{{name: m, deployments: [{{provider: up, model: up-model}}], redaction: {mode}}},",
+        f"         {{name: {MESSAGES_MODEL}, deployments: [{{provider: anth, model: up-model}}], redaction: {mode}}}]",
         "logging: {level: warning}",
     ]
     if redaction:

@@ -91,3 +91,32 @@ def stream_events(seed: int, chunks: int, chunk_chars: int, model: str, usage: b
     tail += sse_event(b"[DONE]")
     events[-1] += tail
     return tuple(events)
+
+
+# Anthropic's own event framing (`event:` + `data:`), as the Messages API streams it (protocols.md §4.1)
+def _named(event: bytes, data: bytes) -> bytes:
+    return b"event: " + event + b"\ndata: " + data + b"\n\n"
+
+
+@functools.lru_cache(maxsize=1024)
+def messages_events(seed: int, chunks: int, chunk_chars: int, model: str, words: bool = False) -> tuple[bytes, ...]:
+    """The same answer as `stream_events`, as an Anthropic Messages stream: message_start, ping and the
+    text block's start joined to the first text_delta, one text_delta per further piece, then the
+    block's stop, message_delta (stop reason, usage) and message_stop joined to the last."""
+    parts = pieces(seed, chunks, chunk_chars, words)
+    events = [_named(b"content_block_delta", b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
+                     b'"text":' + orjson.dumps(p) + b"}}") for p in parts]
+    start = orjson.dumps({"type": "message_start", "message": {
+        "id": "msg_bench000000000000000000", "type": "message", "role": "assistant", "content": [], "model": model,
+        "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                  "output_tokens": 1}}})
+    events[0] = (_named(b"message_start", start) + _named(b"ping", b'{"type": "ping"}')
+                 + _named(b"content_block_start", b'{"type":"content_block_start","index":0,'
+                          b'"content_block":{"type":"text","text":""}}') + events[0])
+    n = max(1, chunks)
+    events[-1] += (_named(b"content_block_stop", b'{"type":"content_block_stop","index":0}')
+                   + _named(b"message_delta", b'{"type":"message_delta","delta":{"stop_reason":"end_turn",'
+                            b'"stop_sequence":null},"usage":{"output_tokens":' + str(n).encode() + b"}}")
+                   + _named(b"message_stop", b'{"type":"message_stop"}'))
+    return tuple(events)

@@ -1,4 +1,5 @@
-"""A fast fake OpenAI upstream: `POST .../chat/completions` answers with a paced chat stream.
+"""A fast fake OpenAI upstream: `POST .../chat/completions` answers with a paced chat stream (and
+`POST .../v1/messages`, as Anthropic, with the same answer as a Messages stream).
 
 A raw asyncio protocol on uvloop (no framework), with every answer's bytes pre-encoded and cached, so it
 costs a few microseconds per chunk and is never the bottleneck of a benchmark. The stream's shape comes
@@ -25,7 +26,7 @@ from typing import Any, cast
 
 import orjson
 
-from bench.textgen import stream_events
+from bench.textgen import messages_events, stream_events
 
 _SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
              b"Transfer-Encoding: chunked\r\n\r\n")
@@ -62,13 +63,16 @@ def _plain(status: str, body: bytes) -> bytes:
             .encode() + body)
 
 
-def answer_steps(body: Any) -> list[tuple[float, bytes]]:
+def answer_steps(body: Any, messages: bool = False) -> list[tuple[float, bytes]]:
     """The answer after the headers: (seconds to wait, then bytes to write) per step."""
     shape = Shape.from_body(body)
     opts = body.get("stream_options") if isinstance(body, dict) else None
     usage = isinstance(opts, dict) and opts.get("include_usage") is True
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else "bench"
-    events = stream_events(shape.seed, shape.chunks, shape.chunk_chars, model, usage, shape.words)
+    if messages:
+        events = messages_events(shape.seed, shape.chunks, shape.chunk_chars, model, shape.words)
+    else:
+        events = stream_events(shape.seed, shape.chunks, shape.chunk_chars, model, usage, shape.words)
     gap, frames = shape.gap_ms / 1000, [_http_chunk(e) for e in events]
     if gap <= 0:
         frames = [b"".join(frames)]
@@ -126,13 +130,13 @@ class UpstreamProtocol(asyncio.Protocol):
             return
         if method == "GET" and path.endswith("/healthz"):
             t.write(_plain("200 OK", b"ok"))
-        elif method == "POST" and path.endswith("/chat/completions"):
+        elif method == "POST" and path.endswith(("/chat/completions", "/messages")):
             try:
                 parsed = orjson.loads(body)
             except orjson.JSONDecodeError:
                 t.write(_plain("400 Bad Request", b"body is not JSON"))
                 return self._done()
-            steps = answer_steps(parsed)
+            steps = answer_steps(parsed, messages=not path.endswith("/chat/completions"))
             t.write(_SSE_HEAD)
             self._busy = True
             self._timer = asyncio.get_running_loop().call_later(steps[0][0], self._play, steps, 0)

@@ -16,6 +16,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.apis.chat import chat_completions
 from gateway.apis.embeddings import embeddings_handler
+from gateway.apis.messages import messages
+from gateway.apis.messages_tokens import count_tokens
 from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.config.types import Config, ServerConfig, TlsConfig
@@ -92,6 +94,8 @@ def _routes() -> dict[str, dict[str, Handler]]:
         "/v1/chat/completions": {"POST": chat_completions},
         "/v1/responses": {"POST": responses},
         "/v1/embeddings": {"POST": embeddings_handler},
+        "/v1/messages": {"POST": messages},
+        "/v1/messages/count_tokens": {"POST": count_tokens},
         "/v1/models": {"GET": list_models},
         "/v1/models/{id}": {"GET": retrieve_model},
         "/healthz": {"GET": healthz},

@@ -11,6 +11,9 @@ from typing import Any
 import orjson
 
 from gateway.core.events import Failure
+from gateway.core.messages.wire import ANTHROPIC_TYPE_BY_STATUS
+
+ANTHROPIC_TYPES = frozenset(ANTHROPIC_TYPE_BY_STATUS.values()) | {"timeout_error"}
 
 
 class StartupError(Exception):
@@ -46,6 +49,22 @@ class GatewayError(Exception):
 
     def sse_bytes(self) -> bytes:
         return b"data: " + self.json_bytes() + b"\n\n"
+
+    @property
+    def anthropic_type(self) -> str:
+        """The Messages API's error type: an upstream's own when it is one of Anthropic's (passed
+        through), else the one Anthropic uses for the status."""
+        if isinstance(self, UpstreamClientError) and self.type in ANTHROPIC_TYPES:
+            return self.type
+        return ANTHROPIC_TYPE_BY_STATUS.get(self.status, "invalid_request_error" if self.status < 500 else "api_error")
+
+    def anthropic_body(self) -> dict[str, Any]:
+        """`{"type": "error", "error": {"type", "message"}}`, the Messages API's shape (CONTRACT §3)."""
+        return {"type": "error", "error": {"type": self.anthropic_type, "message": self.message}}
+
+    def anthropic_sse_bytes(self) -> bytes:
+        """The Messages API's in-stream error event."""
+        return b"event: error\ndata: " + orjson.dumps(self.anthropic_body()) + b"\n\n"
 
 
 class InvalidRequest(GatewayError):

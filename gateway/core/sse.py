@@ -69,14 +69,16 @@ class SSEDecoder:
             return [SSEEvent(d, None, ident) for d in datas]
         return self.events_of(region)
 
-    def take_region(self, chunk: bytes) -> bytes | None:
+    def take_region(self, chunk: bytes, *, lines_ok: bool = False) -> bytes | None:
         """The fast path's first step, for a caller that reads events by their bytes: the complete
         events of what is buffered plus `chunk`, as one region that starts and ends at an event
         boundary (read it with `data_lines` or `events_of`); the partial line after it stays
         buffered. None, with nothing consumed, unless the decoder is between events (no field of an
         unfinished event read, no CR pending), the chunk has no CR (and, as a stream's first read,
         at least the 3 bytes of a BOM), what follows the region is at most a partial line, and the
-        region is within the event size limit (so no event in it can exceed it)."""
+        region is within the event size limit (so no event in it can exceed it). `lines_ok`: what follows
+        the region may also hold whole lines of an unfinished event (streams whose events have two
+        lines, `event:` and `data:`, as Anthropic's): they stay buffered as bytes, read with the rest."""
         if self._data or self._event is not None or self._skip_lf or b"\r" in chunk:
             return None
         if not self._bom_checked:  # a BOM split across reads is left to the line parser
@@ -88,10 +90,18 @@ class SSEDecoder:
         cut = buf.rfind(b"\n\n")
         end = cut + 2 if cut >= 0 else 0
         rest = buf[end:] if end else buf
-        if b"\n" in rest or len(rest) > self._limit or end > self._limit:
+        if (not lines_ok and b"\n" in rest) or len(rest) > self._limit or end > self._limit:
             return None
         self._buf, self._bom_checked = rest, True
         return buf[:end] if end else b""
+
+    def event_end(self, chunk: bytes) -> int:
+        """Where in `chunk` (without CR) the event being read ends, just after its blank line, or -1:
+        feed `chunk[:end]` to finish it, and the decoder is between events again."""
+        if not self._buf and (self._data or self._event is not None) and chunk[:1] == b"\n":
+            return 1  # the previous read ended with the event's last line
+        at = (self._buf + chunk).find(b"\n\n")
+        return -1 if at < 0 else at + 2 - len(self._buf)
 
     def events_of(self, region: bytes) -> list[SSEEvent]:
         """The events of a region from `take_region` (or of a part of one that starts and ends at an
@@ -137,9 +147,10 @@ class SSEDecoder:
     def finish(self) -> list[SSEEvent]:
         """End of stream. A final line without line end still counts as a line; an event that was never
         terminated by a blank line is discarded, as the spec says."""
-        if self._buf:
-            self._field(self._buf)
-            self._buf = b""
+        for line in self._buf.split(b"\n") if self._buf else ():
+            if line:
+                self._field(line)
+        self._buf = b""
         self._data, self._data_size, self._event = [], 0, None
         return []
 

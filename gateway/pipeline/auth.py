@@ -1,4 +1,5 @@
-"""Gateway keys: `Authorization: Bearer <key>` or `api-key: <key>` (CONTRACT §2 `auth`).
+"""Gateway keys: `Authorization: Bearer <key>` or `api-key: <key>` (CONTRACT §2 `auth`); on the Messages
+API also `x-api-key: <key>`, where the Anthropic SDKs and Claude Code put it (CONTRACT §3).
 
 Keys are looked up by their SHA-256 digest, so plain and `key_sha256` keys are the same case, the
 lookup time does not depend on how much of a key matched, and the key itself is never kept in a log
@@ -24,9 +25,13 @@ class KeyRing:
             self._by_digest[digest] = k
         self._allow_anonymous = auth.allow_unauthenticated
 
-    def authenticate(self, headers: Mapping[str, str]) -> ApiKey | None:
-        """The caller's key, or None when unauthenticated access is allowed. Raises InvalidApiKey."""
+    def authenticate(self, headers: Mapping[str, str], *, x_api_key: bool = False) -> ApiKey | None:
+        """The caller's key, or None when unauthenticated access is allowed. Raises InvalidApiKey.
+        `x_api_key`: the `x-api-key` header carries it too (the Messages API)."""
         presented = _presented_key(headers)
+        if presented is None and x_api_key:
+            given = headers.get("x-api-key", "").strip()
+            presented = given or None
         if presented is None:
             if self._allow_anonymous:
                 return None

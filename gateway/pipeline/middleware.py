@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Mapping
 
+import orjson
 import structlog
 
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
@@ -20,7 +21,9 @@ from gateway.pipeline.cors import cors_headers, preflight
 from gateway.pipeline.limits import needs_settle, settle
 
 log = structlog.get_logger("gateway")
-_API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embeddings": "embeddings"}
+_API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embeddings": "embeddings",
+        "/v1/messages": "messages"}
+_ANTHROPIC_SHAPE = frozenset({"/v1/messages", "/v1/messages/count_tokens"})  # errors in Anthropic's shape
 UNRESOLVED = "(unresolved)"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", "total_timeout": "timeout",
@@ -50,9 +53,10 @@ def _request_id(request: Request) -> str:
     return given if _SAFE_ID.match(given) else _IDS.new()
 
 
-def error_response(err: GatewayError, request_id: str) -> Response:
+def error_response(err: GatewayError, request_id: str, path: str = "") -> Response:
     headers = {"x-request-id": request_id, **err.headers}
-    return Response(status=err.status, body=err.json_bytes(), content_type="application/json", headers=headers)
+    body = orjson.dumps(err.anthropic_body()) if path in _ANTHROPIC_SHAPE else err.json_bytes()
+    return Response(status=err.status, body=body, content_type="application/json", headers=headers)
 
 
 async def _route(request: Request) -> Response | StreamResponse:
@@ -86,7 +90,7 @@ async def handle(request: Request) -> Response | StreamResponse:
         try:
             return await _route(request)
         except GatewayError as err:
-            return error_response(err, rid)
+            return error_response(err, rid, request.path)
     metrics = request.app.metrics
     metrics.child(metrics.inflight, api).inc()
     structlog.contextvars.bind_contextvars(request_id=rid)
@@ -99,13 +103,13 @@ async def handle(request: Request) -> Response | StreamResponse:
         return resp
     except GatewayError as err:
         status, outcome, unresolved = err.status, err.outcome, err.code
-        return error_response(err, rid)
+        return error_response(err, rid, request.path)
     except (asyncio.CancelledError, ConnectionResetError):
         status, outcome = 499, "cancelled"  # the client went away (CONTRACT §4.7)
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)
-        return error_response(GatewayError("internal gateway error"), rid)
+        return error_response(GatewayError("internal gateway error"), rid, request.path)
     finally:
         metrics.child(metrics.inflight, api).dec()
         await _finish(request, api, status, outcome, unresolved)

@@ -18,6 +18,7 @@ from gateway.config.types import Deployment
 from gateway.core.chat.filter import ChatOutputFilter, Refusal
 from gateway.core.chat.stream import ChatStream
 from gateway.core.events import Failure, StreamFailed
+from gateway.core.messages.stream import MessagesStream
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.sse import DONE_EVENT
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
@@ -135,7 +136,8 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
             ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())
 
 
-def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]) -> None:
+def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]
+                 | Opened[MessagesStream]) -> None:
     """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
     and the unreadable events it skipped."""
     asm = opened.stream.assembler
@@ -145,7 +147,8 @@ def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | 
     malformed_skipped(rt, ctx, opened)
 
 
-def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]) -> None:
+def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]
+                      | Opened[MessagesStream]) -> None:
     """The unreadable events the stream core skipped after the first token, taken from it: counted and
     logged (the count, never the event: its text is the upstream's, maybe the model's output). At the
     stream's end, before its last write (`stream_ended`), and once more when the client went away first."""

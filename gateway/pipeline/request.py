@@ -24,7 +24,7 @@ def read_json(request: Request) -> dict[str, Any]:
 
 async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:
     rt = request.app.runtime
-    key = rt.keyring.authenticate(request.headers)
+    key = rt.keyring.authenticate(request.headers, x_api_key=api == "messages")
     body = read_json(request)
     name = body.get("model")
     if not isinstance(name, str) or not name:

@@ -17,6 +17,7 @@ from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.learned import Learned
 from gateway.pipeline.safety import Safety, compile_safety
 from gateway.providers.base import ChatTranslator
+from gateway.providers.messages_anthropic import MessagesTranslator
 from gateway.providers.registry import Translators, build_translators
 from gateway.providers.responses_openai import ResponsesTranslator
 from gateway.upstream import Upstream
@@ -45,6 +46,10 @@ class Runtime:
     def responses_translator(self, d: Deployment) -> ResponsesTranslator | None:
         """None when the deployment's provider type does not serve the Responses API."""
         return self.translators.responses.get(d.provider)
+
+    def messages_translator(self, d: Deployment) -> MessagesTranslator | None:
+        """None when the deployment's provider type does not serve the Messages API."""
+        return self.translators.messages.get(d.provider)
 
     def breaker(self, d: Deployment) -> CircuitBreaker:
         b = self.breakers.get(d.label)

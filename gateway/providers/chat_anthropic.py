@@ -15,12 +15,11 @@ from typing import Any
 import orjson
 
 from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
+from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
 from gateway.providers.base import ParsedBody, UpstreamRequest, retry_after_s
 from gateway.providers.chat_anthropic_request import anthropic_body
 from gateway.providers.chat_anthropic_stream import (
     AnthropicStreamParser,
-    UsageCounts,
-    classify_anthropic_error,
     finish_reason,
     message_events,
     openai_usage,

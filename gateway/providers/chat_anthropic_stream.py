@@ -22,7 +22,6 @@ protocols.md §4.1). The mapping:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -38,6 +37,7 @@ from gateway.core.events import (
     ToolCallDelta,
     Usage,
 )
+from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import ChatChunk
 
@@ -51,75 +51,8 @@ FINISH_REASONS = {
     "refusal": "content_filter",
 }
 
-# Anthropic error type -> the HTTP status it stands for (protocols.md §4.3; 529 = overloaded)
-ERROR_STATUS = {
-    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
-    "permission_error": 403, "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
-    "api_error": 500, "timeout_error": 504, "overloaded_error": 529,
-}
-_TRANSIENT = frozenset({"overloaded_error", "api_error", "timeout_error", "rate_limit_error"})
-_CLIENT = frozenset({"invalid_request_error", "not_found_error", "request_too_large"})
-_AUTH = frozenset({"authentication_error", "permission_error"})
-
-
 def finish_reason(stop_reason: Any) -> str:
     return FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
-
-
-def classify_anthropic_error(err: Any, status: int | None) -> Failure:
-    """An Anthropic `error` object (HTTP body, or in-band with status None), from its `type` only."""
-    err = err if isinstance(err, dict) else {}
-    etype = err.get("type") if isinstance(err.get("type"), str) else None
-    message = err.get("message") if isinstance(err.get("message"), str) else "upstream error"
-    effective = status if status is not None else ERROR_STATUS.get(etype or "")
-    inband = status is None
-    if err.get("code") == "context_length_exceeded":  # only a structured field, never the message
-        kind = FailureKind.CONTEXT_LENGTH
-    elif etype == "billing_error" or effective == 402:
-        kind = FailureKind.QUOTA
-    elif etype in _AUTH or effective in (401, 403):
-        kind = FailureKind.UPSTREAM_AUTH
-    elif etype in _CLIENT:
-        kind = FailureKind.HTTP_4XX
-    elif inband:
-        kind = FailureKind.INBAND  # retryable before the first token, whatever the type
-    elif etype == "rate_limit_error" or effective == 429:
-        kind = FailureKind.HTTP_429
-    elif etype in _TRANSIENT or effective in (408, 409) or (effective or 0) >= 500:
-        kind = FailureKind.HTTP_5XX
-    else:
-        kind = FailureKind.HTTP_4XX
-    return Failure(kind, message, status=effective, code=etype, type=etype)
-
-
-@dataclass(slots=True)
-class UsageCounts:
-    """Anthropic's usage fields. `message_delta` values are cumulative and replace earlier ones."""
-
-    input: int = 0
-    cache_read: int = 0
-    cache_creation: int = 0
-    output: int = 0
-    thinking: int = 0
-
-    def update(self, u: Any) -> None:
-        if not isinstance(u, dict):
-            return
-        for attr, key in (("input", "input_tokens"), ("cache_read", "cache_read_input_tokens"),
-                          ("cache_creation", "cache_creation_input_tokens"), ("output", "output_tokens")):
-            v = u.get(key)
-            if isinstance(v, int) and not isinstance(v, bool):
-                setattr(self, attr, v)
-        details = u.get("output_tokens_details")
-        v = details.get("thinking_tokens") if isinstance(details, dict) else None
-        if isinstance(v, int) and not isinstance(v, bool):
-            self.thinking = v
-
-    def event(self) -> Usage:
-        # Anthropic's input_tokens excludes cache reads and writes; OpenAI's prompt_tokens includes them
-        return Usage(input=self.input + self.cache_read + self.cache_creation, output=self.output,
-                     cached_input=self.cache_read, cache_creation_input=self.cache_creation,
-                     reasoning=self.thinking)
 
 
 def openai_usage(u: Usage) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from gateway.providers.base import ChatTranslator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
+from gateway.providers.messages_anthropic import AnthropicMessages, MessagesTranslator
+from gateway.providers.messages_openai import AzureMessages, MockMessages, OpenAIMessages
 from gateway.providers.mock import MockChat, MockScript, mock_script
 from gateway.providers.responses_openai import (
     AzureResponses,
@@ -30,6 +32,7 @@ InProcess = Callable[[ProviderConfig, str, bytes], MockScript]
 class ProviderKind:
     chat: Callable[[ProviderConfig], ChatTranslator]
     responses: Callable[[ProviderConfig], ResponsesTranslator] | None = None  # None: no Responses API
+    messages: Callable[[ProviderConfig], MessagesTranslator] | None = None  # None: no Messages API
     remote: bool = True  # needs `base_url`
     requires: tuple[str, ...] = ()  # config keys the type cannot work without
     in_process: InProcess | None = None  # answered without a network request
@@ -38,11 +41,12 @@ class ProviderKind:
 
 
 PROVIDERS: dict[str, ProviderKind] = {
-    "openai": ProviderKind(OpenAIChat, OpenAIResponses,
+    "openai": ProviderKind(OpenAIChat, OpenAIResponses, OpenAIMessages,
                            forward_headers=("openai-organization", "openai-project", "x-request-id")),
-    "anthropic": ProviderKind(AnthropicChat, forward_headers=("anthropic-beta", "x-request-id")),
-    "azure": ProviderKind(AzureChat, AzureResponses, requires=("api_version",)),
-    "mock": ProviderKind(MockChat, MockResponses, remote=False, in_process=mock_script,
+    "anthropic": ProviderKind(AnthropicChat, messages=AnthropicMessages,
+                              forward_headers=("anthropic-beta", "x-request-id")),
+    "azure": ProviderKind(AzureChat, AzureResponses, AzureMessages, requires=("api_version",)),
+    "mock": ProviderKind(MockChat, MockResponses, MockMessages, remote=False, in_process=mock_script,
                          forward_headers=()),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
@@ -50,11 +54,12 @@ PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 
 @dataclass(frozen=True, slots=True)
 class Translators:
-    """One translator per configured provider and client schema; `responses` holds only the providers
-    whose type serves the Responses API."""
+    """One translator per configured provider and client schema; `responses` and `messages` hold only
+    the providers whose type serves that API."""
 
     chat: dict[str, ChatTranslator]
     responses: dict[str, ResponsesTranslator]
+    messages: dict[str, MessagesTranslator]
 
 
 def register(provider_type: str, kind: ProviderKind) -> None:
@@ -64,6 +69,7 @@ def register(provider_type: str, kind: ProviderKind) -> None:
 def build_translators(providers: Mapping[str, ProviderConfig]) -> Translators:
     chat: dict[str, ChatTranslator] = {}
     responses: dict[str, ResponsesTranslator] = {}
+    messages: dict[str, MessagesTranslator] = {}
     for name, cfg in providers.items():
         kind = PROVIDERS.get(cfg.type)
         if kind is None:
@@ -71,7 +77,9 @@ def build_translators(providers: Mapping[str, ProviderConfig]) -> Translators:
         chat[name] = kind.chat(cfg)
         if kind.responses is not None:
             responses[name] = kind.responses(cfg)
-    return Translators(chat, responses)
+        if kind.messages is not None:
+            messages[name] = kind.messages(cfg)
+    return Translators(chat, responses, messages)
 
 
 def in_process(provider: ProviderConfig, req: UpstreamRequest) -> MockScript | None:

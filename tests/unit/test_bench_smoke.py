@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from bench.loadgen import LoadSpec, _SSEText, run_load
+from bench.loadgen import LoadSpec, _MessagesText, _SSEText, run_load
 from bench.procstat import usage
-from bench.textgen import expected_text, stream_events
+from bench.textgen import expected_text, messages_events, stream_events
 from bench.upstream import start_upstream
 
 
@@ -41,3 +41,27 @@ def test_stream_events_assemble_to_the_expected_text_at_any_split() -> None:
 def test_procstat_reads_this_process() -> None:
     u = usage(os.getpid())
     assert u.procs >= 1 and u.rss_kib > 0 and u.hwm_kib >= u.rss_kib and u.cpu_s > 0
+
+
+async def test_loadgen_messages_against_fake_upstream() -> None:
+    server = await start_upstream()
+    port = server.sockets[0].getsockname()[1]
+    try:
+        spec = LoadSpec(url=f"http://127.0.0.1:{port}/v1/messages", concurrency=2, requests=4, ttft_ms=1,
+                        chunks=6, chunk_chars=5, gap_ms=1, api="messages")
+        result = await run_load(spec)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert result.errors == {} and result.ok == 4
+    assert result.chunks_seen == 4 * (3 + 6 + 3)  # start, ping, block start; deltas; block stop, delta, stop
+
+
+def test_messages_events_assemble_to_the_expected_text_at_any_split() -> None:
+    data = b"".join(messages_events(3, 9, 6, "m"))
+    for cut in range(0, len(data), 37):
+        parser = _MessagesText()
+        parser.feed(data[:cut])
+        parser.feed(data[cut:])
+        assert parser.done and not parser.error
+        assert "".join(parser.parts) == expected_text(3, 9, 6)

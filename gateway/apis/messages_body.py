@@ -1,0 +1,120 @@
+"""The Messages API's whole answers: a non-stream request, a cache hit, and `POST /v1/messages/count_tokens`.
+
+A body is masked with the one-shot redactor (`text` and `thinking` blocks, per the profile's scope) and
+judged whole, like a chat body. The cache keeps the masked Message object and serves it as a body or, to
+a stream, as the stream it would have been. `count_tokens` is Anthropic's: passed through to the
+model's first `anthropic` deployment; a model without one gets an estimate, marked as one (see
+docs/messages.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.config.types import Deployment
+from gateway.core.events import DeltaKind
+from gateway.core.messages.assemble import MessagesAssembler
+from gateway.core.messages.filter import MessagesOutputFilter
+from gateway.core.messages.stream import MessagesStream
+from gateway.core.messages.wire import map_message_texts, message_stream_events, parse_event
+from gateway.inbound import Request, Response, StreamResponse
+from gateway.observe.context import RequestContext
+from gateway.observe.metrics import record_redactions, record_usage
+from gateway.pipeline import cache
+from gateway.pipeline.attempt_io import fetch_body, raise_inband
+from gateway.pipeline.attempts import run_attempts
+from gateway.pipeline.guardrails import judge_output
+from gateway.pipeline.request import answer_headers
+from gateway.pipeline.runtime import Runtime
+from gateway.providers.messages_anthropic import MessagesBody
+
+
+def assembled(msg: dict[str, Any]) -> MessagesAssembler:
+    """A whole Message read as its stream would have been: the same usage, text and end."""
+    asm = MessagesAssembler()
+    for obj in message_stream_events(msg):
+        asm.feed(parse_event(obj, None))
+    return asm
+
+
+async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) -> Response:
+    async def attempt(d: Deployment) -> MessagesBody:
+        tr = rt.messages_translator(d)
+        assert tr is not None
+        req = tr.messages_request(ctx.body, d.model, stream=False, client_headers=ctx.client_headers)
+        parsed = tr.parse_messages_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
+        raise_inband(parsed.events)
+        return parsed
+
+    won, parsed = await run_attempts(rt, ctx, attempt)
+    ctx.deployment = won.deployment
+    obj = parsed.obj
+    ctx.redactions += redact_message(rt, ctx, obj)
+    asm = assembled(obj)  # after masking: guardrails judge what the client would read
+    safety = rt.safety.models[ctx.model.name]
+    refusal = await judge_output(rt, ctx, asm.as_chat(), safety.stream_guards + safety.hold_guards
+                                 + safety.audit_guards)
+    ctx.usage = asm.usage
+    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, asm.usage)
+    if refusal is not None:
+        raise refusal
+    if ctx.cache_store:
+        await cache.store(rt, request.app.state, ctx, obj)
+    return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
+
+
+def redact_message(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
+    safety = rt.safety.models[ctx.model.name]
+    redactor = safety.redactor
+    if redactor is None:
+        return 0
+    counts: dict[str, int] = {}
+
+    def mask(_index: int, kind: DeltaKind, text: str) -> str:
+        if kind not in safety.scope:
+            return text
+        result = redactor.redact(text)
+        for rule, n in result.counts.items():
+            counts[rule] = counts.get(rule, 0) + n
+        return result.text
+
+    map_message_texts(obj, mask)
+    return record_redactions(rt.metrics, counts.items())
+
+
+async def store_stream(rt: Runtime, request: Request, ctx: RequestContext, opened: Any) -> None:
+    """Cache what the client read: the assembled message, masked one-shot (equal to the streamed text)."""
+    stream: MessagesStream = opened.stream
+    obj = stream.assembler.message()
+    redact_message(rt, ctx, obj)
+    await cache.store(rt, request.app.state, ctx, obj)
+
+
+async def serve_hit(request: Request, ctx: RequestContext, obj: dict[str, Any]) -> Response | StreamResponse:
+    """A cached Message: at once, as a body or as the stream it would have been (CONTRACT §4.8)."""
+    ctx.cache_hit = True
+    if not ctx.stream:
+        return Response(body=orjson.dumps(obj), content_type="application/json", headers=cache.hit_headers(ctx))
+    headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+               **cache.hit_headers(ctx)}
+    resp = StreamResponse(status=200, headers=headers)
+    await resp.prepare(request)
+    stream = MessagesStream(_NoParser(), "cache")
+    stream.hold_message(obj)
+    filt = MessagesOutputFilter(None)
+    await resp.write(stream.commit(filt) + b"".join([filt.apply(ev) for ev in stream.terminal]))
+    return resp
+
+
+class _NoParser:
+    """A cached answer has no upstream bytes to parse."""
+
+    native = False
+
+    def parse(self, event: Any) -> list[Any]:
+        return []
+
+    def finish(self) -> list[Any]:
+        return []

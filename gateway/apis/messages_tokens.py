@@ -1,0 +1,59 @@
+"""`POST /v1/messages/count_tokens`: Anthropic's token counting, for the Messages API's clients (Claude Code).
+
+Passed through to the model's `anthropic` deployments (the attempt loop over those alone: retries and
+fallback as for any request, model rewritten, betas passed through), the answer as Anthropic gave it.
+A model with no `anthropic` deployment gets an *estimate* (about 4 bytes of the request's JSON a token),
+marked as one: the header `x-gateway-token-count: estimate` and `"estimate": true` in the body; a
+Messages client reads `input_tokens` and ignores the rest. No rate limit or budget is charged: counting
+spends no tokens. See docs/messages.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import orjson
+
+from gateway.apis.messages import input_slots, serving_deployments
+from gateway.config.types import Deployment
+from gateway.inbound import Request, Response
+from gateway.pipeline.attempt_io import fetch_body
+from gateway.pipeline.attempts import run_attempts
+from gateway.pipeline.request import answer_headers, resolve
+from gateway.pipeline.runtime import Runtime
+
+ESTIMATE_HEADER = "x-gateway-token-count"
+BYTES_PER_TOKEN = 4
+
+
+async def count_tokens(request: Request) -> Response:
+    rt, ctx = await resolve(request, "messages")
+    input_slots(ctx.body)  # the same validation as a Messages request
+    serving_deployments(rt, ctx)
+    counting = tuple(d for d in ctx.model.deployments if _counts(rt, d, request))
+    if not counting:
+        return _estimate(ctx.body, ctx.request_id)
+    ctx.model = dataclasses.replace(ctx.model, deployments=counting)
+
+    async def attempt(d: Deployment) -> bytes:
+        tr = rt.messages_translator(d)
+        assert tr is not None
+        req = tr.count_tokens_request(ctx.body, d.model, ctx.client_headers)
+        assert req is not None
+        return await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers)
+
+    won, body = await run_attempts(rt, ctx, attempt)
+    return Response(body=body, content_type="application/json", headers=answer_headers(ctx, won))
+
+
+def _counts(rt: Runtime, d: Deployment, request: Request) -> bool:
+    tr = rt.messages_translator(d)
+    return tr is not None and tr.count_tokens_request({}, d.model, request.headers) is not None
+
+
+def _estimate(body: dict[str, Any], request_id: str) -> Response:
+    size = len(orjson.dumps({k: body.get(k) for k in ("system", "messages", "tools")}))
+    tokens = max(1, -(-size // BYTES_PER_TOKEN))
+    return Response(body=orjson.dumps({"input_tokens": tokens, "estimate": True}), content_type="application/json",
+                    headers={"x-request-id": request_id, ESTIMATE_HEADER: "estimate"})

@@ -1,0 +1,121 @@
+"""The Messages API (`POST /v1/messages`) to Anthropic (`{base_url}/v1/messages`): native, no translation.
+
+The request goes as the client sent it: `model` rewritten to the deployment's, `stream` set as the
+pipeline needs, every other field (`system`, `tools`, `thinking`, `metadata`, `context_management`,
+`output_config`, new ones) untouched. Of the client's headers only `anthropic-version` and
+`anthropic-beta` pass through (Claude Code's betas); the client's key never does: the provider's own
+`x-api-key` and configured headers are the translator's. The stream is parsed (the core holds the
+preamble, redacts, judges, counts) and an unchanged event leaves as Anthropic's own bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
+from gateway.core.messages.stream import MessagesStreamParser
+from gateway.core.messages.wire import MessagesEvent, classify_anthropic_error, malformed, parse_event
+from gateway.core.sse import SSEEvent
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.chat_anthropic import AnthropicChat
+
+PASSTHROUGH_HEADERS = ("anthropic-version", "anthropic-beta")
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesBody:
+    """A non-stream answer (a Message object) and its failure, if it is an error."""
+
+    obj: dict[str, Any]
+    events: list[StreamEvent]
+
+
+class MessagesTranslator(Protocol):
+    """A per-provider translator for the Messages client schema."""
+
+    def messages_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
+                         client_headers: Mapping[str, str], send_stream_options: bool = True) -> UpstreamRequest:
+        """`send_stream_options`: a translator to a chat server asks it for usage (CONTRACT §4.5-§4.6)."""
+
+    def messages_stream_parser(self) -> MessagesStreamParser: ...
+
+    def parse_messages_body(self, body: bytes) -> MessagesBody: ...
+
+    @property
+    def sends_stream_options(self) -> bool:
+        """Whether a stream request carries the `stream_options` the gateway adds (a chat backend)."""
+
+    def count_tokens_request(self, body: Mapping[str, Any], model: str,
+                             client_headers: Mapping[str, str]) -> UpstreamRequest | None:
+        """None: this backend cannot count tokens (the route answers with a clear error)."""
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
+
+
+class AnthropicMessagesStreamParser:
+    """Anthropic's own events, read as they are (nothing to translate, nothing to remember)."""
+
+    __slots__ = ()
+    native = True  # the stream core may read its text deltas by their bytes
+
+    def parse(self, event: SSEEvent) -> list[MessagesEvent]:
+        data = event.data
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return [malformed(data, event.event)]
+        return [parse_event(obj, data, event.event)]
+
+    def finish(self) -> list[MessagesEvent]:
+        return []
+
+
+def parse_messages_body(body: bytes) -> MessagesBody:
+    """A Message object, or Anthropic's error body inside a 200 (classified like an in-band error)."""
+    try:
+        obj = orjson.loads(body.strip() or b"null")
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict) and obj.get("type") == "error":
+        return MessagesBody({}, [InbandError(classify_anthropic_error(obj.get("error"), None))])
+    if not isinstance(obj, dict) or not isinstance(obj.get("content"), list):
+        bad = InbandError(Failure(FailureKind.MALFORMED, "upstream answered without a message object"))
+        return MessagesBody({}, [bad])
+    return MessagesBody(obj, [])
+
+
+def passthrough_headers(client_headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's Anthropic protocol headers (lower-case names), and nothing else of them."""
+    return {h: client_headers[h] for h in PASSTHROUGH_HEADERS if client_headers.get(h)}
+
+
+class AnthropicMessages(AnthropicChat):
+    """Provider type `anthropic`: the chat translator's headers, root URL and error classification."""
+
+    def messages_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
+                         client_headers: Mapping[str, str], send_stream_options: bool = True) -> UpstreamRequest:
+        out = dict(body)  # Anthropic streams always carry usage: nothing to ask
+        out["model"] = model
+        if stream:
+            out["stream"] = True
+        else:
+            out.pop("stream", None)
+        headers = {**self._headers_for(stream), **passthrough_headers(client_headers)}
+        return UpstreamRequest("POST", f"{self._root}/v1/messages", headers, orjson.dumps(out), stream)
+
+    def messages_stream_parser(self) -> AnthropicMessagesStreamParser:
+        return AnthropicMessagesStreamParser()
+
+    def parse_messages_body(self, body: bytes) -> MessagesBody:
+        return parse_messages_body(body)
+
+    def count_tokens_request(self, body: Mapping[str, Any], model: str,
+                             client_headers: Mapping[str, str]) -> UpstreamRequest | None:
+        out = {k: v for k, v in body.items() if k != "stream"}
+        out["model"] = model
+        headers = {**self._headers_for(False), **passthrough_headers(client_headers)}
+        return UpstreamRequest("POST", f"{self._root}/v1/messages/count_tokens", headers, orjson.dumps(out), False)
