@@ -7,6 +7,7 @@ on aiohttp.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from aiohttp import web
@@ -18,8 +19,10 @@ from gateway.apis.embeddings import embeddings_handler
 from gateway.apis.models import healthz, list_models, readyz
 from gateway.apis.responses import responses
 from gateway.config.types import Config, ServerConfig
-from gateway.inbound import Handler, HttpServer, ServerLimits
-from gateway.observe.metrics import Metrics, create_metrics, preinitialise
+from gateway.inbound import Handler, HttpServer, Request, ServerLimits
+from gateway.observe.metrics import Metrics, add_process_collectors, create_metrics, preinitialise
+from gateway.observe.recorder import NO_TRACE, RequestTrace
+from gateway.observe.tracing import Tracing, start_tracing
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.state.base import StateBackend, create_backend
@@ -38,6 +41,14 @@ class App:
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics)
         self._state: StateBackend | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
+        # read at start only (CONTRACT §8): a reload keeps the process's tracer
+        self.tracing: Tracing | None = start_tracing(config.telemetry, self.metrics.spans_dropped.inc)
+
+    def start_trace(self, request: Request, api: str) -> RequestTrace:
+        """The per-request trace recorder: the shared no-op one when tracing is off."""
+        if self.tracing is None:
+            return NO_TRACE
+        return self.tracing.start(request.headers, api, request.path, self.runtime.config.providers)
 
     async def start(self) -> None:
         metrics = self.metrics
@@ -46,6 +57,8 @@ class App:
 
     async def close(self) -> None:
         self.upstream.close()
+        if self.tracing is not None:  # the last export may wait on the collector: not on the loop
+            await asyncio.to_thread(self.tracing.shutdown)
         if self._state is not None:
             await self._state.close()
 
@@ -105,6 +118,7 @@ def create_metrics_app(metrics: Metrics) -> web.Application:
         if registry is None:  # multiprocess mode: aggregate every worker's files
             registry = CollectorRegistry()
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            add_process_collectors(registry)
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -16,6 +16,8 @@ from typing import Any
 import yaml
 
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
+from gateway.config.telemetry import KEYS as TELEMETRY_KEYS
+from gateway.config.telemetry import telemetry_config
 from gateway.config.types import (
     ApiKey,
     AuthConfig,
@@ -124,7 +126,7 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
         if not isinstance(hv, str):
             errs.add(f"{s.at('headers')}.{hk}", "must be a string")
     return ProviderConfig(
-        name=name, type=ptype or "mock",
+        name=name, type=ptype or "mock", genai_name=kind.genai_name if kind is not None else "",
         base_url=base_url, api_key=s.get("api_key", str, "") or None,
         headers=MappingProxyType({str(k): str(v) for k, v in headers.items()}),
         timeouts=_timeouts(Section(s.raw.get("timeouts"), s.at("timeouts"), errs,
@@ -261,13 +263,15 @@ class _Ctx:
         self.guardrail_names, self.profile_names = guardrail_names, profile_names
 
 
-_TOP = ("server", "auth", "state", "providers", "models", "guardrails", "redaction", "cache", "logging")
+_TOP = ("server", "auth", "state", "providers", "models", "guardrails", "redaction", "cache", "logging",
+        "telemetry")
 
 
 def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
     """Validate a raw YAML document into a `Config`, or raise `ConfigError` with every problem."""
     errs = Errors()
-    raw = expand_env(raw, "", os.environ if env is None else env, errs)
+    env = os.environ if env is None else env
+    raw = expand_env(raw, "", env, errs)
     top = Section(raw, "", errs, _TOP)
     providers: dict[str, ProviderConfig] = {}
     for pname, praw in top.get("providers", dict, {}).items():
@@ -312,6 +316,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
                           max_entries=c.integer("max_entries", 10_000, 1)),
         logging=LoggingConfig(level=lg.choice("level", ("debug", "info", "warning", "error"), "info"),
                               format=lg.choice("format", ("json", "console"), "json")),  # type: ignore[arg-type]
+        telemetry=telemetry_config(Section(top.raw.get("telemetry"), "telemetry", errs, TELEMETRY_KEYS), env),
     )
     if not models:
         errs.add("models", "at least one model is required")
@@ -360,4 +365,9 @@ def embedded_default() -> Config:
         "redaction": {"profiles": {"default": {"rules": ["secrets"]}}},
     }
     config = parse_config(raw, env={})
-    return Config(**{**{f: getattr(config, f) for f in config.__dataclass_fields__}, "is_demo": True})
+    errs = Errors()  # the demo is traced too when the OTEL_* variables say so
+    telemetry = telemetry_config(Section(None, "telemetry", errs, TELEMETRY_KEYS), os.environ)
+    if errs.items:
+        raise ConfigError(errs.items)
+    fields = {f: getattr(config, f) for f in config.__dataclass_fields__}
+    return Config(**{**fields, "telemetry": telemetry, "is_demo": True})

@@ -10,6 +10,7 @@ from typing import Any
 from gateway.config.types import ApiKey, Deployment, ModelConfig
 from gateway.core.events import Usage
 from gateway.observe.metrics import Metrics, record_stream_end
+from gateway.observe.recorder import NO_TRACE, RequestTrace
 
 
 @dataclass(slots=True)
@@ -33,6 +34,7 @@ class RequestContext:
     reservation: Any = None  # state.base.Reservation of tokens reserved against the key's tpm
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
+    trace: RequestTrace = NO_TRACE  # the request's spans (`observe.tracing`), when traced
 
     def stream_ended(self, m: Metrics, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,
@@ -41,7 +43,13 @@ class RequestContext:
         assert self.deployment is not None
         self.usage = usage
         self.cost_usd = record_stream_end(m, self.api, self.model.name, self.deployment, usage, first_token_at,
-                                          time.perf_counter())
+                                          time.perf_counter(), self.key_name)
+        self.trace.stream_ended()
+
+    @property
+    def key_name(self) -> str:
+        """The `key` metric label (CONTRACT §6): the key's configured name, `none` without auth."""
+        return self.key.name if self.key is not None else "none"
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t_start

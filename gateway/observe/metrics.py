@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
@@ -61,6 +61,7 @@ class Metrics:
     build_info: Any
     state_degraded: Any
     http_refused: Any
+    spans_dropped: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -86,7 +87,7 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         (PromCounter, PromGauge, PromHistogram) if multiproc else (LocalCounter, LocalGauge, LocalHistogram))
     m = Metrics(
         registry=reg,
-        requests=Counter("requests", "Requests by outcome", ["api", "model", "stream", "outcome"], **kw),
+        requests=Counter("requests", "Requests by outcome", ["api", "model", "stream", "outcome", "key"], **kw),
         duration=Histogram("request_duration_seconds", "Request duration",
                            ["api", "model", "stream", "outcome"], buckets=DURATION_BUCKETS, **kw),
         ttft=Histogram("time_to_first_token_seconds",
@@ -97,9 +98,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                 ["model", "provider", "deployment"], buckets=TTFT_BUCKETS, **kw),
         tpot=Histogram("time_per_output_token_seconds", "Stream time after the first token per output token",
                        ["api", "model", "provider"], buckets=PER_TOKEN_BUCKETS, **kw),
-        tokens=Counter("tokens", "Provider-reported tokens", ["model", "provider", "type"], **kw),
+        tokens=Counter("tokens", "Provider-reported tokens", ["model", "provider", "key", "type"], **kw),
         usage_missing=Counter("usage_missing", "Responses that carried no usage", ["model", "provider"], **kw),
-        cost=Counter("cost_usd", "Spend from deployment prices", ["model", "provider"], **kw),
+        cost=Counter("cost_usd", "Spend from deployment prices", ["model", "provider", "key"], **kw),
         attempts=Counter("upstream_attempts", "Upstream attempts by outcome",
                          ["model", "deployment", "outcome"], **kw),
         stream_failures=Counter("stream_failures", "Failures after the first token",
@@ -117,9 +118,21 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                "backend was unavailable", [], **kw),
         http_refused=Counter("http_refused", "Client connections or requests the API port refused or cut "
                              "before a handler ran", ["reason"], **kw),
+        # prometheus_client's own (locked) counter: the export thread counts into it too
+        spans_dropped=PromCounter("trace_spans_dropped", "Finished spans that never reached the collector: "
+                                  "export queue full, or the export failed", [], **kw),
     )
     m.build_info.labels(__version__).set(1)
+    if reg is not None:
+        add_process_collectors(reg)
     return m
+
+
+def add_process_collectors(registry: CollectorRegistry) -> None:
+    """`process_*` (CPU, memory, open fds) and `python_gc_*`, as prometheus_client's default registry has
+    them. With `--workers` the exporter's registry is built per scrape and these are its own process's."""
+    ProcessCollector(registry=registry)
+    GCCollector(registry=registry)
 
 
 HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "send_stall", "bad_request", "too_large")
@@ -131,6 +144,7 @@ def preinitialise(m: Metrics, config: Config) -> None:
         m.http_refused.labels(reason)
     for model in config.models.values():
         providers = {d.provider for d in model.deployments}
+        keys = [k.name for k in config.auth.keys if k.models is None or model.name in k.models] or ["none"]
         for api in APIS:
             m.inflight.labels(api)
             for provider in providers:
@@ -139,13 +153,15 @@ def preinitialise(m: Metrics, config: Config) -> None:
             m.upstream_ttft.labels(model.name, d.provider, d.label)
             for outcome in ("ok", "inband_error"):
                 m.attempts.labels(model.name, d.label, outcome)
-            for t in TOKEN_TYPES:
-                m.tokens.labels(model.name, d.provider, t)
-            m.cost.labels(model.name, d.provider)
+            for key in keys:
+                for t in TOKEN_TYPES:
+                    m.tokens.labels(model.name, d.provider, key, t)
+                m.cost.labels(model.name, d.provider, key)
             m.usage_missing.labels(model.name, d.provider)
         for api in ("chat", "responses"):
             for stream in ("true", "false"):
-                m.requests.labels(api, model.name, stream, "ok")
+                for key in keys:
+                    m.requests.labels(api, model.name, stream, "ok", key)
 
 
 def usage_cost(usage: Usage, price: Price) -> float:
@@ -157,25 +173,26 @@ def usage_cost(usage: Usage, price: Price) -> float:
             + usage.cache_creation_input * creation_price + usage.output * price.output) / 1_000_000
 
 
-def record_usage(m: Metrics, model: str, d: Deployment, usage: Usage | None) -> float:
+def record_usage(m: Metrics, model: str, d: Deployment, usage: Usage | None, key: str) -> float:
+    """Tokens and cost of one answer, attributed to the caller's key name (`none` without auth)."""
     if usage is None:
         m.child(m.usage_missing, model, d.provider).inc()
         return 0.0
     for t, v in (("input", usage.input), ("output", usage.output), ("cached_input", usage.cached_input),
                  ("cache_creation_input", usage.cache_creation_input), ("reasoning", usage.reasoning)):
         if v:
-            m.child(m.tokens, model, d.provider, t).inc(v)
+            m.child(m.tokens, model, d.provider, key, t).inc(v)
     cost = usage_cost(usage, d.price)
     if cost:
-        m.child(m.cost, model, d.provider).inc(cost)
+        m.child(m.cost, model, d.provider, key).inc(cost)
     return cost
 
 
 def record_stream_end(m: Metrics, api: str, model: str, d: Deployment, usage: Usage | None,
-                      first_token_at: float | None, now: float) -> float:
+                      first_token_at: float | None, now: float, key: str) -> float:
     """A streamed answer's usage and cost, and its time per output token (after the first); returns
     the cost."""
-    cost = record_usage(m, model, d, usage)
+    cost = record_usage(m, model, d, usage, key)
     if usage is not None and usage.output > 1 and first_token_at is not None:
         m.child(m.tpot, api, model, d.provider).observe((now - first_token_at) / (usage.output - 1))
     return cost

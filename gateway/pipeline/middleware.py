@@ -76,6 +76,7 @@ async def handle(request: Request) -> Response | StreamResponse:
             return error_response(err, rid)
     metrics = request.app.metrics
     metrics.child(metrics.inflight, api).inc()
+    request.trace = request.app.start_trace(request, api)
     structlog.contextvars.bind_contextvars(request_id=rid)
     status, outcome = 500, "upstream_error"
     try:
@@ -105,8 +106,9 @@ async def _finish(request: Request, api: str, status: int, outcome: str) -> None
     duration = time.perf_counter() - request.t0
     model = ctx.model.name if ctx else "unknown"  # never the raw requested name
     stream = "true" if ctx and ctx.stream else "false"
-    metrics.child(metrics.requests, api, model, stream, outcome).inc()
+    metrics.child(metrics.requests, api, model, stream, outcome, ctx.key_name if ctx else "none").inc()
     metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
+    request.trace.finish(ctx, status, outcome)
     if ctx is not None and needs_settle(ctx):
         await asyncio.shield(settle(request.app.state, ctx))
     if not info_enabled():

@@ -33,13 +33,14 @@ class ProviderKind:
     remote: bool = True  # needs `base_url`
     requires: tuple[str, ...] = ()  # config keys the type cannot work without
     in_process: InProcess | None = None  # answered without a network request
+    genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
 
 
 PROVIDERS: dict[str, ProviderKind] = {
-    "openai": ProviderKind(OpenAIChat, OpenAIResponses),
-    "anthropic": ProviderKind(AnthropicChat),
-    "azure": ProviderKind(AzureChat, AzureResponses, requires=("api_version",)),
-    "mock": ProviderKind(MockChat, MockResponses, remote=False, in_process=mock_script),
+    "openai": ProviderKind(OpenAIChat, OpenAIResponses, genai_name="openai"),
+    "anthropic": ProviderKind(AnthropicChat, genai_name="anthropic"),
+    "azure": ProviderKind(AzureChat, AzureResponses, requires=("api_version",), genai_name="azure.ai.openai"),
+    "mock": ProviderKind(MockChat, MockResponses, remote=False, in_process=mock_script, genai_name="llm_gateway.mock"),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 

@@ -21,6 +21,7 @@ import orjson
 from gateway.config.types import ProviderConfig
 from gateway.core.events import Failure, FailureKind
 from gateway.core.http1 import HTTPError, request_bytes
+from gateway.observe.propagation import TRACE_HEADERS
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.registry import in_process
 from gateway.upstream.connection import _FINISHING, HttpResponse, _Conn, _Pool
@@ -72,6 +73,8 @@ class Upstream:
             loop, target, connect_s, label, self.tls_context() if target.tls else None)
         headers = dict(req.headers)
         headers.setdefault("accept-encoding", "identity")  # a compressed stream could not be relayed as it comes
+        for name, value in TRACE_HEADERS.get():  # the attempt's span as the upstream's parent (CONTRACT §8)
+            headers[name] = value
         try:
             raw = request_bytes(req.method, target.path, target.host_header, headers, req.body)
         except HTTPError:
