@@ -18,6 +18,7 @@ from gateway.apis.chat import chat_completions
 from gateway.apis.embeddings import embeddings_handler
 from gateway.apis.models import healthz, list_models, readyz
 from gateway.apis.responses import responses
+from gateway.apis.spend import key_spend
 from gateway.config.types import Config, ServerConfig
 from gateway.inbound import Handler, HttpServer, Request, ServerLimits
 from gateway.observe.metrics import Metrics, add_process_collectors, create_metrics, preinitialise
@@ -81,6 +82,7 @@ def _routes() -> dict[str, dict[str, Handler]]:
         "/v1/responses": {"POST": responses},
         "/v1/embeddings": {"POST": embeddings_handler},
         "/v1/models": {"GET": list_models},
+        "/v1/gateway/spend": {"GET": key_spend},
         "/healthz": {"GET": healthz},
         "/readyz": {"GET": readyz},
     }
