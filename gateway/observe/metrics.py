@@ -21,6 +21,7 @@ from prometheus_client import Histogram as PromHistogram
 from gateway import __version__
 from gateway.config.types import Config, Deployment, Price
 from gateway.core.events import Usage
+from gateway.core.redact.rules import expand
 from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram
 
 TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
@@ -136,12 +137,20 @@ def add_process_collectors(registry: CollectorRegistry) -> None:
 
 
 HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "send_stall", "bad_request", "too_large")
+STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_timeout", "malformed",
+                          "connect_error")
 
 
 def preinitialise(m: Metrics, config: Config) -> None:
-    """Create the known label sets at zero so dashboards show zeros, not gaps."""
+    """Create the known label sets at zero so dashboards show real zeros (with the target's `job` and
+    `instance`), not gaps and not `or vector(0)`'s label-less phantom series."""
     for reason in HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
+    _preinitialise_safety(m, config)
+    for key in config.auth.keys:
+        for limit, value in (("rpm", key.rpm), ("tpm", key.tpm)):
+            if value is not None:
+                m.rate_limited.labels(key.name, limit)
     for model in config.models.values():
         providers = {d.provider for d in model.deployments}
         keys = [k.name for k in config.auth.keys if k.models is None or model.name in k.models] or ["none"]
@@ -153,6 +162,8 @@ def preinitialise(m: Metrics, config: Config) -> None:
             m.upstream_ttft.labels(model.name, d.provider, d.label)
             for outcome in ("ok", "inband_error"):
                 m.attempts.labels(model.name, d.label, outcome)
+            for reason in STREAM_FAILURE_REASONS:
+                m.stream_failures.labels(model.name, d.label, reason)
             for key in keys:
                 for t in TOKEN_TYPES:
                     m.tokens.labels(model.name, d.provider, key, t)
@@ -162,6 +173,21 @@ def preinitialise(m: Metrics, config: Config) -> None:
             for stream in ("true", "false"):
                 for key in keys:
                     m.requests.labels(api, model.name, stream, "ok", key)
+        for winner in ("primary", "hedge"):
+            m.hedges.labels(model.name, winner)
+
+
+def _preinitialise_safety(m: Metrics, config: Config) -> None:
+    """Verdicts of every configured guardrail at the stages it judges, and every redaction rule in use."""
+    for g in config.guardrails.values():
+        for stage in ("input", "output") if g.stage == "both" else (g.stage,):
+            for verdict in ("pass", "block"):
+                m.guardrail_verdicts.labels(g.name, stage, verdict)
+    used = {m_.redaction for m_ in config.models.values()}
+    for name, profile in config.redaction_profiles.items():
+        if name in used:
+            for rule in [r.name for r in expand(profile.rules)] + [c.name for c in profile.custom]:
+                m.redactions.labels(rule)
 
 
 def usage_cost(usage: Usage, price: Price) -> float:
