@@ -103,7 +103,7 @@ class Tracing:
         op = OPERATION.get(api, "chat")
         parent = self.propagator.extract(headers)
         span = self.tracer.start_span(op, context=parent, kind=SpanKind.SERVER, attributes={
-            "gen_ai.operation.name": op, "gateway.api": api, "http.request.method": "POST", "http.route": path})
+            "gen_ai.operation.name": op, "gateway.api": api, "http.route": path})
         if not span.is_recording():
             return NO_TRACE
         return SpanTrace(self, span, op, providers)
@@ -186,8 +186,11 @@ class SpanTrace(RequestTrace):
             attrs.update({
                 "gen_ai.request.model": ctx.model.name, "gateway.model": ctx.model.name,
                 "gateway.key": ctx.key.name if ctx.key is not None else "none", "gateway.stream": ctx.stream,
-                "gateway.attempts": ctx.attempts, "gateway.request_id": ctx.request_id,
-                "gateway.cost_usd": ctx.cost_usd, "gateway.cache_hit": ctx.cache_hit})
+                "gateway.attempts": ctx.attempts, "gateway.request_id": ctx.request_id})
+            if ctx.cost_usd:
+                attrs["gateway.cost_usd"] = ctx.cost_usd
+            if ctx.cache_hit:
+                attrs["gateway.cache_hit"] = True
             if ctx.stream_error is not None:
                 attrs["gateway.stream_error"] = ctx.stream_error
             answered = self._answered(ctx)
@@ -210,11 +213,13 @@ class SpanTrace(RequestTrace):
         if d is not None:
             out.update({"gen_ai.response.model": d.model, "gen_ai.provider.name": self._provider_name(d),
                         "gateway.deployment": d.label})
-        if u is not None:
-            out.update({"gen_ai.usage.input_tokens": u.input, "gen_ai.usage.output_tokens": u.output,
-                        "gen_ai.usage.cache_read.input_tokens": u.cached_input,
-                        "gen_ai.usage.cache_creation.input_tokens": u.cache_creation_input,
-                        "gateway.usage.reasoning_tokens": u.reasoning})
+        if u is not None:  # the optional parts only when the provider reported them (fewer to encode)
+            out.update({"gen_ai.usage.input_tokens": u.input, "gen_ai.usage.output_tokens": u.output})
+            for name, value in (("gen_ai.usage.cache_read.input_tokens", u.cached_input),
+                                ("gen_ai.usage.cache_creation.input_tokens", u.cache_creation_input),
+                                ("gateway.usage.reasoning_tokens", u.reasoning)):
+                if value:
+                    out[name] = value
         return out
 
 
