@@ -147,10 +147,10 @@ def preinitialise(m: Metrics, config: Config) -> None:
     for reason in HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
     _preinitialise_safety(m, config)
-    for key in config.auth.keys:
-        for limit, value in (("rpm", key.rpm), ("tpm", key.tpm)):
+    for api_key in config.auth.keys:
+        for limit, value in (("rpm", api_key.rpm), ("tpm", api_key.tpm)):
             if value is not None:
-                m.rate_limited.labels(key.name, limit)
+                m.rate_limited.labels(api_key.name, limit)
     for model in config.models.values():
         providers = {d.provider for d in model.deployments}
         keys = [k.name for k in config.auth.keys if k.models is None or model.name in k.models] or ["none"]
