@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -23,11 +24,13 @@ from gateway.config.types import Config, ServerConfig
 from gateway.inbound import Handler, HttpServer, Request, ServerLimits
 from gateway.observe.metrics import Metrics, add_process_collectors, create_metrics, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
-from gateway.observe.tracing import Tracing, start_tracing
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.state.base import StateBackend, create_backend
 from gateway.upstream import Upstream
+
+if TYPE_CHECKING:
+    from gateway.observe.tracing import Tracing
 
 
 class App:
@@ -43,7 +46,7 @@ class App:
         self._state: StateBackend | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
-        self.tracing: Tracing | None = start_tracing(config.telemetry, self.metrics.spans_dropped.inc)
+        self.tracing: Tracing | None = _start_tracing(config, self.metrics)
 
     def start_trace(self, request: Request, api: str) -> RequestTrace:
         """The per-request trace recorder: the shared no-op one when tracing is off."""
@@ -74,6 +77,16 @@ class App:
         old = self.runtime
         self.runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
         preinitialise(old.metrics, config)
+
+
+def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
+    """The process's tracer, when `telemetry` configures one. The SDK (and its exporter's HTTP client,
+    ~4.5 MiB resident) is imported only then."""
+    if not config.telemetry.enabled:
+        return None
+    from gateway.observe.tracing import Tracing
+
+    return Tracing(config.telemetry, metrics.spans_dropped.inc)
 
 
 def _routes() -> dict[str, dict[str, Handler]]:

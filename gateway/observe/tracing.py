@@ -235,8 +235,4 @@ def _end_attempt(span: Span, outcome: str, failure: Failure | None) -> None:
     span.end()
 
 
-def start_tracing(cfg: TelemetryConfig, on_dropped: Callable[[int], None]) -> Tracing | None:
-    return Tracing(cfg, on_dropped) if cfg.enabled else None
-
-
-__all__ = ["NO_TRACE", "ReadableSpan", "RequestTrace", "SpanTrace", "Tracing", "start_tracing"]
+__all__ = ["NO_TRACE", "ReadableSpan", "RequestTrace", "SpanTrace", "Tracing"]

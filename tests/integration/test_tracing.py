@@ -5,12 +5,14 @@ scripted upstream records the `traceparent` each attempt carried."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import openai
 import pytest
 
 from gateway.config import parse_config
+from gateway.config.types import TelemetryConfig
 from tests.chat_scripts import USAGE, error_script, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread, free_port, wait_until
@@ -156,13 +158,17 @@ def test_a_full_export_queue_drops_and_counts_instead_of_waiting(
         servers.run(gw.stop())
 
 
-def test_tracing_is_off_unless_configured(servers: LoopThread) -> None:
-    off = GatewayServer(parse_config({
-        "auth": {"allow_unauthenticated": True}, "providers": {"a": {"type": "mock"}},
-        "models": [{"name": "m", "deployments": [{"provider": "a", "model": "x"}]}]}, env={}))
+def test_tracing_is_off_unless_configured(servers: LoopThread, upstream: FakeUpstream) -> None:
+    cfg = config(upstream.base_url, "http://127.0.0.1:1")
+    off = GatewayServer(replace(cfg, telemetry=TelemetryConfig()))
+    assert not off.config.telemetry.enabled
     servers.run(off.start())
     try:
         assert off.app is not None and off.app.tracing is None
+        upstream.enqueue(A, text_stream(["untraced"]))
+        assert _stream(off, {"traceparent": TRACEPARENT}) == "untraced"
+        (sent,) = upstream.received
+        assert "traceparent" not in sent.headers  # nothing is continued or invented when off
         assert off.sample("llm_gateway_trace_spans_dropped_total") == 0
     finally:
         servers.run(off.stop())
