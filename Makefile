@@ -3,7 +3,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# `make run` gets a venv of its own with the runtime dependencies only (no SDKs, linters, Helm tooling)
+RUN_VENV ?= .venv-run
+RUN_STAMP := $(RUN_VENV)/.installed-stamp
 PYTEST_ARGS ?=
+ARGS ?=
 
 .PHONY: run test lint typecheck unit tools e2e-deps bench clean
 
@@ -13,8 +17,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-run: $(STAMP)
-	$(BIN)/gateway serve
+$(RUN_STAMP): pyproject.toml
+	test -x $(RUN_VENV)/bin/python || $(PY) -m venv $(RUN_VENV)
+	$(RUN_VENV)/bin/python -m pip install -q -U pip
+	$(RUN_VENV)/bin/python -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
+	$(RUN_VENV)/bin/gateway serve $(ARGS)
 
 # System tools the tests drive for real (redis-server, prometheus/promtool, ...).
 tools:
@@ -36,4 +46,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(RUN_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

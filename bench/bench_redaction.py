@@ -16,6 +16,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "fixtures" / "redaction" / "negatives"
 PROSE = ("postmortem.md", "notes.md", "README_tool.md", "CHANGELOG.md")
 CODE = ("service.py", "server.go", "client.js", "app.log", "deploy.yaml", "terminal.txt")
+# Prose without spaces between words, written for this bench (original text, not taken from
+# anywhere): an incident summary in Japanese and in Chinese, a Kubernetes how-to in Japanese with
+# English terms. They are negatives of the corpus too (no secret, nothing to mask).
+JAPANESE, CHINESE, MIXED = ("ja_prose.md",), ("zh_prose.md",), ("en_ja_prose.md",)
+SECTIONS = (("Prose (postmortem, team notes, README, changelog)", PROSE),
+            ("Code, logs and config (for comparison)", CODE),
+            ("Japanese prose (incident summary)", JAPANESE),
+            ("Chinese prose (incident summary)", CHINESE),
+            ("Mixed English/Japanese prose (a Kubernetes how-to)", MIXED))
+AB_ROUNDS = 5
 TARGET_BYTES = 1 << 20
 FIXED_WINDOW = 128
 
@@ -106,7 +117,7 @@ def answers(files: tuple[str, ...]) -> list[str]:
     """The corpus cut at blank lines into answer-sized texts, repeated up to TARGET_BYTES."""
     paragraphs = [p.strip() + "\n" for f in files for p in (CORPUS / f).read_text().split("\n\n") if p.strip()]
     out: list[str] = []
-    while sum(len(a) for a in out) < TARGET_BYTES:
+    while sum(len(a.encode()) for a in out) < TARGET_BYTES:
         out.extend(paragraphs)
     return out
 
@@ -167,6 +178,10 @@ def table(results: list[Result], off: Result, mean_word: float, mean_delta: floa
             f"{pct(r.lag_deltas, 0.99):.0f} deltas "
             f"| {statistics.median(r.first_cpu_us):.1f} µs | {per_mb * 1000:.0f} ms | {added * 1000:.0f} ms |")
     rows.append("")
+    if mean_word > 8 * mean_delta:  # a script without spaces: a "word" is a sentence
+        rows.append(f"A delta is {mean_delta:.1f} bytes; the text has few spaces (a run between two is "
+                    f"{mean_word:.0f} bytes on average), so only characters no rule can match end its runs.")
+        return "\n".join(rows)
     rows.append(f"A word (with its space) is {mean_word:.1f} bytes on average, a delta {mean_delta:.1f} bytes, "
                 f"so one word is {mean_word / mean_delta:.1f} deltas.")
     return "\n".join(rows)
@@ -217,18 +232,52 @@ def adversarial() -> str:
     return "\n".join(rows)
 
 
+def english_cpu_per_mb(seed: int) -> float:
+    """CPU per MB of our window on the English prose (the A/B figure)."""
+    redactor = Redactor.compile(["secrets", "pii"], [])
+    texts = [list(deltas(a, random.Random(seed))) for a in answers(PROSE)]
+    r = run("", lambda: OurWindow(redactor), texts)
+    return r.cpu_s / (r.total_bytes / 1e6)
+
+
+def _cpu_in(checkout: Path, seed: int) -> float:
+    """`english_cpu_per_mb` with the gateway of `checkout` (this file and its corpus stay ours)."""
+    code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('b', sys.argv[1]); "
+            "m = sys.modules['b'] = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
+            "print(m.english_cpu_per_mb(int(sys.argv[2])))")
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    out = subprocess.run([sys.executable, "-c", code, __file__, str(seed)], env=env, check=True,
+                         capture_output=True, text=True, cwd=checkout)
+    return float(out.stdout.strip())
+
+
+def ab(baseline: Path, seed: int) -> str:
+    """English prose through this checkout's window and `baseline`'s, alternately, in one run."""
+    mine: list[float] = []
+    base: list[float] = []
+    for _ in range(AB_ROUNDS):
+        mine.append(_cpu_in(ROOT, seed))
+        base.append(_cpu_in(baseline, seed))
+    m, b = statistics.median(mine), statistics.median(base)
+    return (f"English prose, our window, CPU per MB (median of {AB_ROUNDS} alternating runs, one process "
+            f"each): this code {m * 1000:.0f} ms, the baseline checkout {b * 1000:.0f} ms "
+            f"({(m / b - 1) * 100:+.1f} %).")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", action="store_true", help="rewrite bench/REDACTION.md")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--baseline", type=Path, help="another checkout (git worktree) for an A/B of English prose")
     args = parser.parse_args(argv)
     sections = []
-    for label, files in (("Prose (postmortem, team notes, README, changelog)", PROSE),
-                         ("Code, logs and config (for comparison)", CODE)):
+    for label, files in SECTIONS:
         results, mean_word, mean_delta = bench(files, args.seed)
         sections.append(f"#### {label}, {results[0].total_bytes / 1e6:.2f} MB\n\n"
                         + table(results, results[0], mean_word, mean_delta))
     sections.append("#### Adversarial text (our window only)\n\n" + adversarial())
+    if args.baseline is not None:
+        sections.append("#### Before and after, one run\n\n" + ab(args.baseline.resolve(), args.seed))
     report = "\n\n".join(sections)
     print(f"Machine: {machine()}\n\n{report}")
     if args.write:

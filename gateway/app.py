@@ -8,6 +8,7 @@ on aiohttp.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -17,10 +18,10 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.apis.chat import chat_completions
 from gateway.apis.embeddings import embeddings_handler
-from gateway.apis.models import healthz, list_models, readyz
+from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.apis.spend import key_spend
-from gateway.config.types import Config, ServerConfig
+from gateway.config.types import Config, ServerConfig, TlsConfig
 from gateway.inbound import Handler, HttpServer, Request, ServerLimits
 from gateway.observe.metrics import Metrics, add_process_collectors, create_metrics, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
@@ -41,12 +42,19 @@ class App:
         self.config = config
         self.metrics = metrics or create_metrics()
         preinitialise(self.metrics, config)
-        self.upstream = Upstream()
+        self.upstream = Upstream(config.egress)
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics)
         self._state: StateBackend | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
+        # TLS on the listener: one context for the server's life; a reload loads new files into it, so
+        # new handshakes present the new certificate and open connections keep theirs
+        self.tls: ssl.SSLContext | None = None
+        if config.server.tls is not None:
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
+            load_certificate(self.tls, config.server.tls)
 
     def start_trace(self, request: Request, api: str) -> RequestTrace:
         """The per-request trace recorder: the shared no-op one when tracing is off."""
@@ -73,7 +81,15 @@ class App:
         return self._state
 
     def reload(self, config: Config) -> None:
-        """SIGHUP: swap in a runtime compiled from the new config; requests in flight keep the old one."""
+        """SIGHUP: swap in a runtime compiled from the new config; requests in flight keep the old one.
+        Raises ValueError (nothing changed) when the new config cannot be compiled or its certificate
+        cannot be loaded."""
+        tls = config.server.tls
+        if (tls is None) != (self.tls is None):
+            raise ValueError("server.tls: turning TLS on or off needs a restart")
+        if tls is not None and self.tls is not None:
+            load_certificate(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), tls)  # all or nothing: check first
+            load_certificate(self.tls, tls)
         old = self.runtime
         self.runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
         preinitialise(old.metrics, config)
@@ -87,6 +103,13 @@ def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
     from gateway.observe.tracing import Tracing
 
     return Tracing(config.telemetry, metrics.spans_dropped.inc)
+def load_certificate(context: ssl.SSLContext, tls: TlsConfig) -> None:
+    """Raises ValueError naming the key, not the file's content."""
+    try:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+    except OSError as exc:  # ssl.SSLError included
+        reason = exc.strerror or getattr(exc, "reason", None) or type(exc).__name__
+        raise ValueError(f"server.tls: cannot load {tls.cert_file} / {tls.key_file}: {reason}") from None
 
 
 def _routes() -> dict[str, dict[str, Handler]]:
@@ -96,6 +119,7 @@ def _routes() -> dict[str, dict[str, Handler]]:
         "/v1/embeddings": {"POST": embeddings_handler},
         "/v1/models": {"GET": list_models},
         "/v1/gateway/spend": {"GET": key_spend},
+        "/v1/models/{id}": {"GET": retrieve_model},
         "/healthz": {"GET": healthz},
         "/readyz": {"GET": readyz},
     }
@@ -123,7 +147,7 @@ async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
     await app.start()
     server = HttpServer(handle, server_limits(app.config.server, max_connections),
                         events=_RefusalCounter(app.metrics), context=app)
-    await server.listen(host, port, reuse_port=reuse_port)
+    await server.listen(host, port, reuse_port=reuse_port, tls=app.tls)
     return server
 
 

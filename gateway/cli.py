@@ -12,6 +12,7 @@ import structlog
 from gateway import __version__
 from gateway.config import ConfigError, config_path_from_env, embedded_default, load_config
 from gateway.config.types import Config
+from gateway.errors import StartupError
 from gateway.observe.logs import configure_logging
 from gateway.workers import install_uvloop
 
@@ -90,10 +91,18 @@ def serve(args: argparse.Namespace) -> int:
         log.warning("demo_mode", message="no config given: serving the built-in demo model 'demo' from the "
                     "mock provider on 127.0.0.1 without auth; pass --config for real providers")
     path = config_path_from_env(args.config)
-    if args.workers > 1:
+    try:
+        return _run(config, path, args.workers)
+    except StartupError as exc:  # one line, no traceback: a port in use, a certificate that does not load
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(config: Config, path: str | None, workers: int) -> int:
+    if workers > 1:
         from gateway.workers import run_workers
 
-        return run_workers(config, path, args.workers)
+        return run_workers(config, path, workers)
     install_uvloop()
     from gateway.server import run_server
 

@@ -13,6 +13,12 @@ import orjson
 from gateway.core.events import Failure
 
 
+class StartupError(Exception):
+    """The gateway cannot start (a port in use, a certificate that does not load): one line on stderr,
+    no traceback. Here, not in `gateway.server`: the CLI must not import the metrics library before
+    `--workers` has chosen its multiprocess mode."""
+
+
 class GatewayError(Exception):
     status = 500
     type = "server_error"
@@ -100,7 +106,20 @@ class UpstreamClientError(GatewayError):
         # only a 4xx passes through: any other status (a 204 or 304 with our JSON body) would desync the
         # client's connection (RFC 9112 §6.3), so it is answered as the 400 it stands for
         status = f.status if f.status is not None and 400 <= f.status < 500 else 400
-        return cls(f.message, param=f.param, status=status, code=f.code, type=f.type or "invalid_request_error")
+        return cls(f.message, param=f.param, status=status, code=f.code or f"http_{status}",
+                   type=f.type or "invalid_request_error")
+
+
+class UpstreamQuota(GatewayError):
+    """The last deployment's account is out of quota or credit: 429 with the provider's code and its
+    (scrubbed) message, returned at once (CONTRACT §4.2). Not a gateway key's limit: that is
+    `BudgetExceeded`. Outcome `upstream_error`, so it shows where operators look for provider trouble."""
+
+    status, type, code, outcome = 429, "insufficient_quota", "insufficient_quota", "upstream_error"
+
+    @classmethod
+    def from_failure(cls, f: Failure) -> UpstreamQuota:
+        return cls(f.message[:1000], code=f.code or f.type or "insufficient_quota")
 
 
 class Unavailable(GatewayError):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import resource
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import structlog
 from aiohttp import web
@@ -15,10 +17,21 @@ from gateway.app import App, create_metrics_app, server_limits
 from gateway.app import serve_api as start_api
 from gateway.config import ConfigError, load_config
 from gateway.config.types import Config
+from gateway.errors import StartupError
 from gateway.inbound import HttpServer
 from gateway.observe.metrics import Metrics, create_metrics
 
+T = TypeVar("T")
+
 log = structlog.get_logger("gateway")
+
+
+async def _bind(what: str, host: str, port: int, start: Awaitable[T]) -> T:
+    try:
+        return await start
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # asyncio's message repeats the address
+        raise StartupError(f"cannot listen on {host}:{port} ({what}): {reason.lower()}") from None
 
 
 async def _start_metrics(app: web.Application, host: str, port: int) -> web.AppRunner:
@@ -92,11 +105,16 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
     app: App | None = None
     api: HttpServer | None = None
     if serve_api:
-        app = App(config, metrics)
+        try:
+            app = App(config, metrics)
+        except ValueError as exc:  # a certificate that does not load
+            raise StartupError(str(exc)) from None
         cap = connection_cap(s.max_connections, raise_fd_limit())
-        api = await start_api(app, s.host, s.port, reuse_port=reuse_port, max_connections=cap)
+        api = await _bind("server.port", s.host, s.port,
+                          start_api(app, s.host, s.port, reuse_port=reuse_port, max_connections=cap))
     if serve_metrics:
-        runners.append(await _start_metrics(create_metrics_app(metrics), s.host, s.metrics_port))
+        runners.append(await _bind("server.metrics_port", s.host, s.metrics_port,
+                                   _start_metrics(create_metrics_app(metrics), s.host, s.metrics_port)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 

@@ -7,6 +7,7 @@ import asyncio
 import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 
 import structlog
@@ -17,18 +18,31 @@ log = structlog.get_logger("gateway")
 
 
 def _worker(config: Config, path: str | None) -> None:
+    from gateway.errors import StartupError
     from gateway.server import run_server
 
     install_uvloop()
-    asyncio.run(run_server(config, path, serve_api=True, serve_metrics=False, reuse_port=True))
+    try:
+        asyncio.run(run_server(config, path, serve_api=True, serve_metrics=False, reuse_port=True))
+    except StartupError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 def run_workers(config: Config, path: str | None, count: int) -> int:
     fresh_multiproc_dir()  # before any metric exists, in this process and (inherited) in the workers
     from prometheus_client import multiprocess
 
+    from gateway.observe.metrics import create_metrics
     from gateway.server import run_server
 
+    metrics = create_metrics()
+    if config.state.backend == "memory":
+        # each worker keeps its own counters: a key gets up to `count` times its rpm, tpm and budget
+        log.warning("workers_with_local_limits", workers=count, message=f"--workers {count} with state.backend "
+                    f"memory: every worker enforces rate limits and budgets on its own, so a key may use up "
+                    f"to {count}x its limits; set state.backend: redis to share them")
+        metrics.local_limit_workers.set(count)
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_worker, args=(config, path), daemon=False) for _ in range(count)]
     for p in procs:
@@ -40,7 +54,7 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
                 os.kill(p.pid, sig)
 
     code = asyncio.run(run_server(config, path, serve_api=False, serve_metrics=True, reuse_port=False,
-                                  forward=forward))
+                                  metrics=metrics, forward=forward))
     for p in procs:
         p.join()
         if p.pid is not None:

@@ -1,8 +1,9 @@
 """A scripted LLM provider on 127.0.0.1: the only fake in the integration tests.
 
 Each request to a path takes the next `Script` queued for it (or the path's default): a status, headers
-and parts — bytes to write, a `Pause` (pacing inside the scenario, not test synchronisation), `Hang`
-(wait until the gateway goes away) or `Close` (drop the connection). It records every request it got and
+and parts — bytes to write, a `Pause` (pacing inside the scenario, not test synchronisation), a `Gate`
+(wait until the test says so: synchronisation with what a client has seen), `Hang` (wait until the
+gateway goes away) or `Close` (drop the connection). It records every request it got and
 when each connection was closed by the other side.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -25,6 +27,16 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class Gate:
+    """Stop sending until the test sets `opened` (from any thread). `waited` records, per pass, whether
+    it was opened (True) or `timeout_s` ran out first (False: what the test waited for never came)."""
+
+    opened: threading.Event = field(default_factory=threading.Event)
+    timeout_s: float = 10.0
+    waited: list[bool] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Hang:
     """Stop sending and wait until the peer closes the connection."""
 
@@ -34,7 +46,7 @@ class Close:
     """Drop the connection abruptly (no chunked terminator)."""
 
 
-Part = bytes | Pause | Hang | Close
+Part = bytes | Pause | Gate | Hang | Close
 
 
 @dataclass
@@ -44,6 +56,7 @@ class Script:
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "text/event-stream"})
     split: int = 0  # >0: write every bytes part in pieces of this size (each its own write)
     silent: bool = False  # accept the request, never answer (no status line)
+    reset: bool = False  # drop the connection before any byte of the answer (a TCP reset)
     tag: str = ""  # recorded in `served`, so a test knows which script each request got
 
 
@@ -123,6 +136,9 @@ class FakeUpstream:
         try:
             if script.silent:
                 await self._play(request, resp, Hang(), 0)
+            if script.reset:
+                await self._play(request, resp, Close(), 0)
+                return resp
             await resp.prepare(request)
             for part in script.parts:
                 if not await self._play(request, resp, part, script.split):
@@ -140,6 +156,9 @@ class FakeUpstream:
     async def _play(self, request: web.Request, resp: web.StreamResponse, part: Part, split: int) -> bool:
         if isinstance(part, Pause):
             await asyncio.sleep(part.seconds)
+        elif isinstance(part, Gate):
+            loop = asyncio.get_running_loop()
+            part.waited.append(await loop.run_in_executor(None, part.opened.wait, part.timeout_s))
         elif isinstance(part, Hang):
             await asyncio.Event().wait()  # ends only by cancellation when the peer disconnects
         elif isinstance(part, Close):

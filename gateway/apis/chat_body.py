@@ -10,10 +10,12 @@ from typing import Any
 
 import orjson
 
+from gateway.apis.chat_streamed import fetch_streamed
 from gateway.config.types import Deployment
 from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.chat.wire import TEXT_FIELDS, chunk_events
 from gateway.core.events import Usage
+from gateway.core.policy.learned import Fact
 from gateway.inbound import Response
 from gateway.observe.context import RequestContext
 from gateway.observe.metrics import record_redactions, record_usage
@@ -21,6 +23,7 @@ from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.guardrails import judge_output
+from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.request import answer_headers
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import ParsedBody
@@ -29,8 +32,12 @@ from gateway.state.base import StateBackend
 
 async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ParsedBody:
     tr = rt.translator(d)
+    if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY):
+        streamed = await fetch_streamed(rt, d, tr, ctx.body, ctx.client_headers)
+        confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
+        return streamed
     req = tr.chat_request(ctx.body, d.model, stream=False, send_stream_options=False)
-    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error))
+    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
     raise_inband(parsed.events)
     return parsed
 

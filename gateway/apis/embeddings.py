@@ -22,7 +22,7 @@ async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
     async def attempt(d: Deployment) -> ParsedBody:
         tr = rt.translator(d)
         req = tr.embeddings_request(ctx.body, d.model)
-        parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error))
+        parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
         raise_inband(parsed.events)
         return parsed
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gateway.errors import Unavailable
+from urllib.parse import unquote
+
+from gateway.errors import ModelNotFound, Unavailable
 from gateway.inbound import Request, Response, json_response
 from gateway.pipeline.auth import KeyRing
 
@@ -11,8 +13,22 @@ async def list_models(request: Request) -> Response:
     rt = request.app.runtime
     key = rt.keyring.authenticate(request.headers)
     names = KeyRing.visible(key, list(rt.config.models))
-    data = [{"id": n, "object": "model", "created": 0, "owned_by": "llm-gateway"} for n in names]
-    return json_response({"object": "list", "data": data})
+    return json_response({"object": "list", "data": [_model(n) for n in names]})
+
+
+async def retrieve_model(request: Request) -> Response:
+    """`GET /v1/models/{id}` (the SDKs' `models.retrieve`): a model this key may use, else a 404 as
+    OpenAI answers it (a model the key may not use is not disclosed either)."""
+    rt = request.app.runtime
+    key = rt.keyring.authenticate(request.headers)
+    name = unquote(request.path.rpartition("/")[2])
+    if rt.model(name) is None or not KeyRing.visible(key, [name]):
+        raise ModelNotFound(f"the model {name[:64]!r} does not exist", param="model")
+    return json_response(_model(name))
+
+
+def _model(name: str) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llm-gateway"}
 
 
 async def healthz(request: Request) -> Response:

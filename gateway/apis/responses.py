@@ -110,7 +110,7 @@ async def _fetch(rt: Runtime, ctx: RequestContext, d: Deployment) -> ResponsesBo
     tr = rt.responses_translator(d)
     assert tr is not None
     req = tr.responses_request(ctx.body, d.model, stream=False)
-    parsed = tr.parse_responses_body(await fetch_body(rt, d, req, tr.classify_http_error))
+    parsed = tr.parse_responses_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
     raise_inband(parsed.events)
     return parsed
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 import yaml
 
+from gateway.config import edges
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
+from gateway.config.safety_config import NAME as _NAME
+from gateway.config.safety_config import guardrail, profile, rule_validator
 from gateway.config.telemetry import KEYS as TELEMETRY_KEYS
 from gateway.config.telemetry import telemetry_config
 from gateway.config.types import (
@@ -24,22 +27,18 @@ from gateway.config.types import (
     BreakerConfig,
     CacheConfig,
     Config,
-    CustomRule,
     Deployment,
     GuardrailConfig,
     LoggingConfig,
     ModelConfig,
     Price,
     ProviderConfig,
-    RedactionProfile,
     RetryPolicy,
     ServerConfig,
     StateConfig,
     Timeouts,
 )
 from gateway.providers.registry import PROVIDER_TYPES, PROVIDERS
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,62}$")
 
 
 def _server(s: Section) -> ServerConfig:
@@ -58,6 +57,8 @@ def _server(s: Section) -> ServerConfig:
         max_connections=s.integer("max_connections", d.max_connections, 1),
         request_head_timeout_s=s.number("request_head_timeout_s", d.request_head_timeout_s, 0.1),
         send_timeout_s=s.number("send_timeout_s", d.send_timeout_s, 0.1),
+        tls=edges.tls(Section(s.raw.get("tls"), s.at("tls"), s.errs, ("cert_file", "key_file"))),
+        cors=edges.cors(Section(s.raw.get("cors"), s.at("cors"), s.errs, ("allow_origins", "max_age_s"))),
     )
 
 
@@ -110,7 +111,8 @@ def _breaker(s: Section) -> BreakerConfig:
 
 def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     s = Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
-                                   "anthropic_version", "ttft_ms", "token_delay_ms", "breaker"))
+                                   "anthropic_version", "ttft_ms", "token_delay_ms", "breaker", "proxy",
+                                   "forward_headers", "learn_ttl_s"))
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
@@ -125,8 +127,11 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     for hk, hv in headers.items():
         if not isinstance(hv, str):
             errs.add(f"{s.at('headers')}.{hk}", "must be a string")
+    proxy, use_env_proxy = edges.provider_proxy(s)
     return ProviderConfig(
         name=name, type=ptype or "mock", genai_name=kind.genai_name if kind is not None else "",
+        proxy=proxy, use_env_proxy=use_env_proxy,
+        forward_headers=edges.forward_headers(s, kind.forward_headers if kind is not None else ()),
         base_url=base_url, api_key=s.get("api_key", str, "") or None,
         headers=MappingProxyType({str(k): str(v) for k, v in headers.items()}),
         timeouts=_timeouts(Section(s.raw.get("timeouts"), s.at("timeouts"), errs,
@@ -135,6 +140,7 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
                                   ("failures", "window_s", "cooldown_s"))),
         api_version=s.get("api_version", str, "") or None,
         anthropic_version=s.get("anthropic_version", str, "2023-06-01"),
+        learn_ttl_s=s.number("learn_ttl_s", 600.0, 0.001),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),
     )
 
@@ -194,68 +200,6 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     )
 
 
-def _guardrail(path: str, raw: Any, errs: Errors) -> GuardrailConfig:
-    s = Section(raw, path, errs, ("name", "type", "terms", "patterns", "pattern", "url", "stage", "mode",
-                                   "timeout_s"))
-    gtype = s.choice("type", ("terms", "regex", "webhook"), "terms")
-    patterns = s.strings("patterns") + ((s.get("pattern", str, ""),) if s.has("pattern") else ())
-    for i, pat in enumerate(patterns):
-        try:
-            re.compile(pat)
-        except re.error as exc:
-            errs.add(f"{s.at('patterns')}[{i}]", f"invalid regular expression: {exc.msg}")
-    g = GuardrailConfig(
-        name=s.get("name", str, ""), type=gtype,  # type: ignore[arg-type]
-        stage=s.choice("stage", ("input", "output", "both"), "output"),  # type: ignore[arg-type]
-        mode=s.choice("mode", ("stream", "hold", "audit"), "stream"),  # type: ignore[arg-type]
-        terms=s.strings("terms"), patterns=patterns, url=s.get("url", str, "") or None,
-        timeout_s=s.number("timeout_s", 5.0, 0.001),
-    )
-    if not _NAME.match(g.name):
-        errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
-    for i, term in enumerate(g.terms):
-        if not term.strip():
-            errs.add(f"{s.at('terms')}[{i}]", "must not be blank")
-    if gtype == "terms" and not g.terms:
-        errs.add(s.at("terms"), "at least one term is required for type terms")
-    if gtype == "regex" and not g.patterns:
-        errs.add(s.at("patterns"), "at least one pattern is required for type regex")
-    if gtype == "webhook" and not (g.url and re.match(r"^https?://", g.url)):
-        errs.add(s.at("url"), "required for type webhook: an http:// or https:// URL")
-    return g
-
-
-def _profile(name: str, path: str, raw: Any, errs: Errors,
-             validate_rule: Callable[[str], bool] | None) -> RedactionProfile:
-    s = Section(raw, path, errs, ("rules", "custom", "scope", "inputs"))
-    rules = s.strings("rules", ("secrets",))
-    custom: list[CustomRule] = []
-    for cpath, craw in s.items("custom"):
-        c = Section(craw, cpath, errs, ("name", "pattern"))
-        rule = CustomRule(name=c.get("name", str, ""), pattern=c.get("pattern", str, ""))
-        if not _NAME.match(rule.name):
-            errs.add(c.at("name"), "required: letters, digits, _ . : - (max 63)")
-        try:
-            re.compile(rule.pattern)
-            if not rule.pattern:
-                errs.add(c.at("pattern"), "required")
-        except re.error as exc:
-            errs.add(c.at("pattern"), f"invalid regular expression: {exc.msg}")
-        custom.append(rule)
-    for i, rule in enumerate(custom):
-        if validate_rule is not None and validate_rule(rule.name):
-            errs.add(f"{s.at('custom')}[{i}].name", f'"{rule.name}" is a built-in rule name; choose another')
-    for i, r in enumerate(rules):
-        if validate_rule is not None and not validate_rule(r):
-            errs.add(f"{s.at('rules')}[{i}]", f'unknown rule or rule set "{r}"')
-    scope = s.strings("scope", ("content", "reasoning", "refusal"))
-    for i, sc in enumerate(scope):
-        if sc not in ("content", "reasoning", "refusal"):
-            errs.add(f"{s.at('scope')}[{i}]", f'must be content, reasoning or refusal, got "{sc}"')
-    return RedactionProfile(name=name, rules=rules, custom=tuple(custom), scope=scope,
-                            inputs=s.get("inputs", bool, False))
-
-
 class _Ctx:
     def __init__(self, errs: Errors, providers: Mapping[str, ProviderConfig],
                  guardrail_names: set[str], profile_names: set[str]):
@@ -270,7 +214,13 @@ _TOP = ("server", "auth", "state", "providers", "models", "guardrails", "redacti
 def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
     """Validate a raw YAML document into a `Config`, or raise `ConfigError` with every problem."""
     errs = Errors()
-    env = os.environ if env is None else env
+    config = _parse(raw, os.environ if env is None else env, errs)
+    if errs.items:
+        raise ConfigError(errs.items)
+    return config
+
+
+def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
     raw = expand_env(raw, "", env, errs)
     top = Section(raw, "", errs, _TOP)
     providers: dict[str, ProviderConfig] = {}
@@ -278,13 +228,13 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
         providers[str(pname)] = _provider(str(pname), f"providers.{pname}", praw, errs)
     guardrails: dict[str, GuardrailConfig] = {}
     for gpath, graw in top.items("guardrails"):
-        g = _guardrail(gpath, graw, errs)
+        g = guardrail(gpath, graw, errs)
         if g.name in guardrails:
             errs.add(f"{gpath}.name", f'duplicate guardrail "{g.name}"')
         guardrails[g.name] = g
     red = Section(top.raw.get("redaction"), "redaction", errs, ("profiles",))
     profiles = {
-        str(n): _profile(str(n), f"redaction.profiles.{n}", r, errs, _rule_validator())
+        str(n): profile(str(n), f"redaction.profiles.{n}", r, errs, rule_validator())
         for n, r in red.get("profiles", dict, {}).items()
     }
     ctx = _Ctx(errs, providers, set(guardrails), set(profiles))
@@ -306,7 +256,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
         server=_server(Section(top.raw.get("server"), "server", errs,
                                 ("host", "port", "metrics_port", "max_body_bytes", "drain_s",
                                  "keepalive_after_s", "max_connections", "request_head_timeout_s",
-                                 "send_timeout_s"))),
+                                 "send_timeout_s", "tls", "cors"))),
         auth=auth,
         state=StateConfig(backend=st.choice("backend", ("memory", "redis"), "memory"),  # type: ignore[arg-type]
                           redis_url=st.get("redis_url", str, "redis://127.0.0.1:6379/0")),
@@ -317,23 +267,13 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
         logging=LoggingConfig(level=lg.choice("level", ("debug", "info", "warning", "error"), "info"),
                               format=lg.choice("format", ("json", "console"), "json")),  # type: ignore[arg-type]
         telemetry=telemetry_config(Section(top.raw.get("telemetry"), "telemetry", errs, TELEMETRY_KEYS), env),
+        egress=edges.egress_from_env(env, errs),
     )
     if not models:
         errs.add("models", "at least one model is required")
     if not config.auth.keys and not config.auth.allow_unauthenticated:
         errs.add("auth", "no keys configured: add auth.keys or set auth.allow_unauthenticated: true")
-    if errs.items:
-        raise ConfigError(errs.items)
     return config
-
-
-def _rule_validator() -> Callable[[str], bool] | None:
-    """Rule names are defined by the redaction core; validate against it when it is present."""
-    try:
-        from gateway.core.redact.rules import is_known_rule
-    except ImportError:  # pragma: no cover - the redaction core is part of the package
-        return None
-    return is_known_rule
 
 
 def load_config(path: str, env: Mapping[str, str] | None = None) -> Config:
@@ -341,12 +281,38 @@ def load_config(path: str, env: Mapping[str, str] | None = None) -> Config:
         with open(path, encoding="utf-8") as fh:
             raw = yaml.safe_load(fh)
     except OSError as exc:
-        raise ConfigError([f"(file): cannot read {path}: {exc.strerror}"]) from None
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError([f"(file): not valid YAML{where}"]) from None
+        problem = getattr(exc, "problem", None)  # the parser's words, never the document's text
+        raise ConfigError([f"{path}: not valid YAML{where}" + (f": {problem}" if problem else "")]) from None
     return parse_config(raw, env)
+
+
+# One entry of every list and named mapping, so that parsing it builds every section there is.
+_EVERY_SECTION: dict[str, Any] = {
+    "auth": {"keys": [{"name": "k", "key": "x"}]},
+    "providers": {"p": {"type": "mock"}},
+    "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}]}],
+    "guardrails": [{"name": "g", "terms": ["x"]}],
+    "redaction": {"profiles": {"r": {"custom": [{"name": "c", "pattern": "x"}]}}},
+}
+_NAMED = (("providers.p.", "providers.<name>."), ("redaction.profiles.r.", "redaction.profiles.<name>."))
+
+
+def config_keys() -> set[str]:
+    """Every config key this code accepts, as `server.tls.cert_file`, `models[].retry.max_attempts`,
+    `providers.<name>.proxy`: what docs/reference.md must list (tests/unit/test_reference_doc.py)."""
+    errs = Errors()
+    _parse(_EVERY_SECTION, {}, errs)
+    out: set[str] = set()
+    for key in errs.keys:
+        key = re.sub(r"\[\d+\]", "[]", key)
+        for concrete, pattern in _NAMED:
+            key = key.replace(concrete, pattern)
+        out.add(key)
+    return out
 
 
 def config_path_from_env(cli_path: str | None, env: Mapping[str, str] | None = None) -> str | None:

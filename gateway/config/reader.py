@@ -6,6 +6,7 @@ cannot end up in an error.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -25,9 +26,17 @@ class ConfigError(Exception):
 class Errors:
     def __init__(self) -> None:
         self.items: list[str] = []
+        self.keys: set[str] = set()  # every key path a Section of this document accepts
+        self._unset_env: set[str] = set()  # paths whose `${NAME}` is unset: that one error says it all
 
     def add(self, path: str, problem: str) -> None:
+        if path in self._unset_env:
+            return  # "must be int, got str" after "PORT is not set" would send the reader astray
         self.items.append(f"{path}: {problem}")
+
+    def unset_env(self, path: str, name: str) -> None:
+        self.add(path, f"environment variable {name} is not set and has no default")
+        self._unset_env.add(path)
 
 
 def interpolate(value: str, path: str, env: Mapping[str, str], errs: Errors) -> str:
@@ -37,7 +46,7 @@ def interpolate(value: str, path: str, env: Mapping[str, str], errs: Errors) -> 
             return env[name]
         if default is not None:
             return default
-        errs.add(path, f"environment variable {name} is not set and has no default")
+        errs.unset_env(path, name)
         return ""
 
     return _ENV_REF.sub(sub, value) if "${" in value else value
@@ -64,9 +73,10 @@ class Section:
             errs.add(path or "(root)", "must be a mapping")
             raw = {}
         self.raw: dict[str, Any] = raw
+        errs.keys.update(self.at(k) for k in allowed)
         for key in raw:
             if key not in allowed:
-                errs.add(self.at(str(key)), "unknown key")
+                errs.add(self.at(str(key)), "unknown key" + did_you_mean(str(key), allowed))
 
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -124,6 +134,11 @@ class Section:
     def items(self, key: str) -> list[tuple[str, Any]]:
         value = self.get(key, list, [])
         return [(f"{self.at(key)}[{i}]", item) for i, item in enumerate(value)]
+
+
+def did_you_mean(key: str, allowed: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
 
 
 def number_from_env_string(value: str, kinds: tuple[type, ...]) -> Any:

@@ -11,13 +11,39 @@ from typing import Literal
 
 from gateway.core.policy.retry import RetryPolicy
 from gateway.core.policy.routing import Routing
+from gateway.core.proxy import Proxy
 from gateway.providers.settings import BreakerConfig, ProviderConfig, Timeouts
 
 # re-exported: defined beside the code that reads them, built here
-__all__ = ["BreakerConfig", "ProviderConfig", "RetryPolicy", "Routing", "Timeouts"]
+__all__ = ["BreakerConfig", "ProviderConfig", "Proxy", "RetryPolicy", "Routing", "Timeouts"]
 
 Stage = Literal["input", "output", "both"]
 GuardMode = Literal["stream", "hold", "audit"]
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS on the API listener: PEM files, read at start and again on every SIGHUP."""
+
+    cert_file: str
+    key_file: str
+
+
+@dataclass(frozen=True, slots=True)
+class CorsConfig:
+    """Opt-in CORS for browser clients: off while `allow_origins` is empty."""
+
+    allow_origins: tuple[str, ...] = ()  # exact origins (`https://app.example.com`) or `*`
+    max_age_s: int = 600
+
+
+@dataclass(frozen=True, slots=True)
+class Egress:
+    """The process's egress proxies, read from HTTPS_PROXY / HTTP_PROXY / NO_PROXY at start."""
+
+    https: Proxy | None = None
+    http: Proxy | None = None
+    no_proxy: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +57,8 @@ class ServerConfig:
     max_connections: int = 10_000  # open client connections; past it a new one gets 503
     request_head_timeout_s: float = 15.0  # a request's first byte to the end of its head (408)
     send_timeout_s: float = 30.0  # a client that reads nothing of its response this long is cut
+    tls: TlsConfig | None = None
+    cors: CorsConfig = CorsConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +192,7 @@ class Config:
     cache: CacheConfig
     logging: LoggingConfig
     telemetry: TelemetryConfig = TelemetryConfig()
+    egress: Egress = Egress()
     is_demo: bool = False
 
     def secret_values(self) -> tuple[str, ...]:

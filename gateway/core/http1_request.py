@@ -27,8 +27,8 @@ SINGLETON_FIELDS = frozenset(("host", "content-length", "content-type", "transfe
                               "api-key", "x-api-key", "expect", "anthropic-version"))
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # RFC 9110 §15 reason phrases of the statuses this gateway answers with (clients ignore the phrase, §4)
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 402: "Payment Required", 403: "Forbidden",
-            404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
+_REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 402: "Payment Required",
+            403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
             413: "Content Too Large", 414: "URI Too Long", 422: "Unprocessable Content",
             429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
             500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway",
@@ -137,7 +137,9 @@ def response_head(status: int, headers: dict[str, str], date: str, *, length: in
         if "\n" in value or "\r" in value:
             raise ValueError(f"header {name} holds a line break")
         lines.append(f"{name}: {value}")
-    if length is not None:
+    if status == 204:
+        pass  # no body and no Content-Length (RFC 9110 §8.6)
+    elif length is not None:
         lines.append(f"Content-Length: {length}")
     elif not http10:
         lines.append("Transfer-Encoding: chunked")

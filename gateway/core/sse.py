@@ -209,3 +209,15 @@ def encode_multiline(data: bytes, event: str | None = None) -> bytes:
 
 DONE_EVENT = b"data: [DONE]\n\n"
 KEEPALIVE = b": keepalive\n\n"
+
+
+_SSE_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":")
+
+
+def looks_like_sse(head: bytes) -> bool:
+    """Whether a body whose content type says otherwise is an event stream after all, from its first
+    bytes: some servers label SSE `application/json` or `text/plain`. A JSON body starts with `{` or `[`
+    (after whitespace); an event stream's first line is a field or a comment (WHATWG HTML §9.2.6),
+    possibly after a BOM or blank lines."""
+    head = head.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
+    return head.startswith(_SSE_STARTS)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import ssl
 import time
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -69,10 +70,11 @@ class HttpServer:
             self._date_at, self._date = now, formatdate(now, usegmt=True)
         return self._date
 
-    async def listen(self, host: str, port: int, *, reuse_port: bool = False, backlog: int = 2048) -> int:
-        """Start accepting; returns the bound port (useful with port 0)."""
+    async def listen(self, host: str, port: int, *, reuse_port: bool = False, backlog: int = 2048,
+                     tls: ssl.SSLContext | None = None) -> int:
+        """Start accepting (over TLS with `tls`); returns the bound port (useful with port 0)."""
         self._listener = await self.loop.create_server(lambda: HttpConnection(self), host, port,
-                                                       reuse_port=reuse_port or None, backlog=backlog)
+                                                       reuse_port=reuse_port or None, backlog=backlog, ssl=tls)
         self._sweep = self.loop.call_later(1.0, self._sweep_idle)
         self.port = int(self._listener.sockets[0].getsockname()[1])
         return self.port

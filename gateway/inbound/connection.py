@@ -10,6 +10,7 @@ transport's high-water mark, so a slow client holds back its own stream instead 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -209,7 +210,8 @@ class HttpConnection(asyncio.Protocol):
             return
         transport.write(_error_answer(exc.status, exc.message, code, self.date()))
         self.closing = self._lingering = True
-        transport.write_eof()
+        if transport.can_write_eof():  # a TLS transport cannot half-close: the answer goes, then the close
+            transport.write_eof()
         self._server.loop.call_later(LINGER_S, self._close)
 
     def _close(self) -> None:
@@ -241,7 +243,9 @@ class HttpConnection(asyncio.Protocol):
 def _error_answer(status: int, message: str, code: str, date: str, *, retry_after: bool = False) -> bytes:
     body = GatewayError(message, status=status, code=code,
                         type="invalid_request_error" if status < 500 else "api_error").json_bytes()
-    headers = {"Content-Type": "application/json"}
+    # an answer before any handler ran still carries a request id (one drawn here: nothing was read to
+    # take the client's from), so every answer can be quoted in a support request
+    headers = {"Content-Type": "application/json", "x-request-id": os.urandom(16).hex()}
     if retry_after:
         headers["Retry-After"] = "1"
     return response_head(status, headers, date, length=len(body), keep_alive=False, http10=False) + body

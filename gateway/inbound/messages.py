@@ -23,7 +23,7 @@ class Channel(Protocol):
 
 
 class Request:
-    __slots__ = ("app", "body", "channel", "ctx", "head", "request_id", "t0", "trace")
+    __slots__ = ("app", "body", "channel", "ctx", "extra_headers", "head", "request_id", "t0", "trace")
 
     def __init__(self, app: Any, head: RequestHead, body: bytes, channel: Channel):
         self.app, self.head, self.body, self.channel = app, head, body, channel
@@ -31,6 +31,9 @@ class Request:
         self.request_id = ""
         self.t0 = 0.0
         self.trace: Any = None  # the handler's per-request trace recorder, for API routes
+        # fields every response to this request carries (request id, rate-limit state, CORS); a
+        # response's own fields of the same name win
+        self.extra_headers: dict[str, str] = {}
 
     @property
     def method(self) -> str:
@@ -66,7 +69,8 @@ class Response:
             self.headers["Content-Type"] = content_type
 
     def encode(self, request: Request) -> bytes:
-        head = response_head(self.status, self.headers, request.channel.date(), length=len(self.body),
+        headers = {**request.extra_headers, **self.headers} if request.extra_headers else self.headers
+        head = response_head(self.status, headers, request.channel.date(), length=len(self.body),
                              keep_alive=request.keeps_alive(), http10=request.head.http10)
         return head if request.method == "HEAD" else head + self.body
 
@@ -99,7 +103,8 @@ class StreamResponse:
         http10 = request.head.http10
         self.keep_alive = request.keeps_alive() and not http10  # an HTTP/1.0 body ends at the close
         self._chunked = not http10
-        self._head = response_head(self.status, self.headers, request.channel.date(), length=None,
+        headers = {**request.extra_headers, **self.headers} if request.extra_headers else self.headers
+        self._head = response_head(self.status, headers, request.channel.date(), length=None,
                                    keep_alive=self.keep_alive, http10=http10)
         self._channel = request.channel
         self.prepared = True

@@ -4,13 +4,20 @@ the one log line (CONTRACT §7). Holds no message text."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from gateway.config.types import ApiKey, Deployment, ModelConfig
 from gateway.core.events import Usage
-from gateway.observe.metrics import Metrics, record_stream_end
+from gateway.core.policy.learned import Fact
+from gateway.core.usage_estimate import estimate_usage
+from gateway.observe.metrics import Metrics, record_stream_end, usage_cost
 from gateway.observe.recorder import NO_TRACE, RequestTrace
+
+_PROMPT_FIELDS = ("messages", "input", "instructions", "system", "tools")
 
 
 @dataclass(slots=True)
@@ -35,6 +42,16 @@ class RequestContext:
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
     trace: RequestTrace = NO_TRACE  # the request's spans (`observe.tracing`), when traced
+    # learn-once fallbacks this request is trying, per deployment label (CONTRACT §4.6): learned for
+    # the deployment only when the attempt that used one succeeds
+    fallbacks: set[tuple[str, Fact]] = field(default_factory=set)
+    usage_estimated: bool = False  # `usage` is our estimate: the provider reported none
+    # what the client sent (lower-case names; x-request-id is this request's id): the providers'
+    # `forward_headers` pick from it
+    client_headers: Mapping[str, str] = field(default_factory=dict)
+    # headers every response to this request carries (x-request-id, x-ratelimit-*, CORS): the
+    # inbound request's own dict, so a streamed head and an error answer both see them
+    response_headers: dict[str, str] = field(default_factory=dict)
 
     def stream_ended(self, m: Metrics, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,
@@ -50,6 +67,15 @@ class RequestContext:
     def key_name(self) -> str:
         """The `key` metric label (CONTRACT §6): the key's configured name, `none` without auth."""
         return self.key.name if self.key is not None else "none"
+
+    def estimate_unreported_usage(self, output_bytes: int) -> None:
+        """The stream reported no usage: charge an estimate to the key's tpm and budget (`settle` reads
+        `usage` and `cost_usd`), logged as estimated; the token and cost metrics stay provider-reported."""
+        assert self.deployment is not None
+        prompt = sum(len(orjson.dumps(self.body[k])) for k in _PROMPT_FIELDS if k in self.body)
+        self.usage = estimate_usage(prompt, output_bytes)
+        self.usage_estimated = True
+        self.cost_usd = usage_cost(self.usage, self.deployment.price)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t_start

@@ -22,7 +22,7 @@ from gateway import __version__
 from gateway.config.types import Config, Deployment, Price
 from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
-from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram
+from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram, ThreadSafeCounter
 
 TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
                 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
@@ -32,7 +32,7 @@ DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005
                  0.25, 0.5, 1.0)
 APIS = ("chat", "responses", "embeddings")
 ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
-                    "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled")
+                    "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
 OUTCOMES = ("ok", "client_error", "auth_error", "rate_limited", "guardrail_blocked", "upstream_error",
             "timeout", "cancelled")
@@ -53,6 +53,7 @@ class Metrics:
     cost: Any
     attempts: Any
     stream_failures: Any
+    malformed_events: Any
     hedges: Any
     guardrail_verdicts: Any
     redactions: Any
@@ -63,6 +64,8 @@ class Metrics:
     state_degraded: Any
     http_refused: Any
     spans_dropped: Any
+    learned_fallbacks: Any
+    local_limit_workers: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -106,6 +109,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                          ["model", "deployment", "outcome"], **kw),
         stream_failures=Counter("stream_failures", "Failures after the first token",
                                 ["model", "deployment", "reason"], **kw),
+        malformed_events=Counter("malformed_events", "Unreadable upstream events after the first token, "
+                                 "skipped (the stream went on)", ["model", "deployment"], **kw),
         hedges=Counter("hedges", "Hedged requests by winner", ["model", "winner"], **kw),
         guardrail_verdicts=Counter("guardrail_verdicts", "Guardrail verdicts",
                                    ["guardrail", "stage", "verdict"], **kw),
@@ -119,9 +124,15 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                "backend was unavailable", [], **kw),
         http_refused=Counter("http_refused", "Client connections or requests the API port refused or cut "
                              "before a handler ran", ["reason"], **kw),
-        # prometheus_client's own (locked) counter: the export thread counts into it too
-        spans_dropped=PromCounter("trace_spans_dropped", "Finished spans that never reached the collector: "
-                                  "export queue full, or the export failed", [], **kw),
+        # the export thread counts into it too: a locked counter
+        spans_dropped=(PromCounter if multiproc else ThreadSafeCounter)(
+            "trace_spans_dropped", "Finished spans that never reached the collector: export queue full, or "
+            "the export failed", [], **kw),
+        learned_fallbacks=Gauge("learned_fallbacks", "Learn-once facts in force (1) or expired (0)",
+                                ["deployment", "api", "fact"], multiprocess_mode="max", **kw),
+        local_limit_workers=Gauge("local_limit_workers", "Worker processes that each enforce every rate limit "
+                                  "and budget on their own (--workers > 1 with state.backend memory)", [],
+                                  multiprocess_mode="max", **kw),
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:

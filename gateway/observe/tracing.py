@@ -213,7 +213,9 @@ class SpanTrace(RequestTrace):
         if d is not None:
             out.update({"gen_ai.response.model": d.model, "gen_ai.provider.name": self._provider_name(d),
                         "gateway.deployment": d.label})
-        if u is not None:  # the optional parts only when the provider reported them (fewer to encode)
+        if u is not None and ctx.usage_estimated:  # our estimate, not the provider's: not gen_ai.usage
+            out["gateway.usage_estimated"] = True
+        elif u is not None:  # the optional parts only when the provider reported them (fewer to encode)
             out.update({"gen_ai.usage.input_tokens": u.input, "gen_ai.usage.output_tokens": u.output})
             for name, value in (("gen_ai.usage.cache_read.input_tokens", u.cached_input),
                                 ("gen_ai.usage.cache_creation.input_tokens", u.cache_creation_input),

@@ -93,9 +93,10 @@ def raise_inband(events: list[StreamEvent]) -> None:
             raise UpstreamError(e.failure)
 
 
-async def fetch_body(rt: Runtime, d: Deployment, req: UpstreamRequest, classify: Classify) -> bytes:
+async def fetch_body(rt: Runtime, d: Deployment, req: UpstreamRequest, classify: Classify,
+                     client_headers: Mapping[str, str]) -> bytes:
     """A whole non-stream answer, or the classified failure."""
-    resp = await rt.upstream.open(rt.provider(d), req, d.label)
+    resp = await rt.upstream.open(rt.provider(d), req, d.label, client_headers)
     try:
         body = await resp.read_body()
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,10 +18,11 @@ import structlog
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind
 from gateway.core.policy.breaker import counts_against_deployment
+from gateway.core.policy.learned import Fact
 from gateway.core.policy.retry import Action, AttemptState, decide, final_error_kind
 from gateway.core.policy.routing import candidate_order
 from gateway.core.scrub import scrub_failure
-from gateway.errors import GatewayError, UpstreamClientError, UpstreamFailed, UpstreamTimeout
+from gateway.errors import GatewayError, UpstreamClientError, UpstreamFailed, UpstreamQuota, UpstreamTimeout
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
 from gateway.upstream import UpstreamError
@@ -35,7 +37,8 @@ ATTEMPT_OUTCOME = {
     FailureKind.EARLY_EOF: "inband_error", FailureKind.MALFORMED: "inband_error",
     FailureKind.FIRST_TOKEN_TIMEOUT: "first_token_timeout", FailureKind.IDLE_TIMEOUT: "idle_timeout",
     FailureKind.TOTAL_TIMEOUT: "idle_timeout", FailureKind.STREAM_REJECTED: "http_4xx",
-    FailureKind.STREAM_OPTIONS_REJECTED: "http_4xx",
+    FailureKind.STREAM_OPTIONS_REJECTED: "http_4xx", FailureKind.EMPTY: "empty",
+    FailureKind.NOT_FOUND: "http_4xx",
 }
 
 
@@ -51,11 +54,14 @@ AttemptFn = Callable[[Deployment], Awaitable[T]]
 
 
 async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
-                       discard: Callable[[T], None] | None = None) -> tuple[Won, T]:
+                       discard: Callable[[T], None] | None = None,
+                       empty: Callable[[T], bool] | None = None) -> tuple[Won, T]:
     """Try deployments per the routing plan and retry policy. Raises a GatewayError when it gives up.
 
     With `discard` (how to drop an unwanted result) and the model's `hedge_after_ms`, the first attempt is
     hedged: if it has no result by then, the next deployment starts too and the first to succeed wins.
+    With `empty` (a result that ended cleanly with no output at all), such a result is dropped for the
+    next deployment while there is one and attempts are left; the last one is the client's answer.
     """
     model = ctx.model
     failures: list[Failure] = []
@@ -80,15 +86,29 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
         except UpstreamError as exc:
             failure = exc.failure
         else:
-            return Won(d, total), result
+            nxt = -1
+            if empty is not None and total < model.retry.max_attempts and empty(result):
+                nxt = _next_allowed(rt, order, model.deployments, pos + 1)
+            if nxt < 0 or nxt >= len(order):
+                return Won(d, total), result
+            if discard is not None:
+                discard(result)
+            _after_failure(rt, ctx, d, Failure(FailureKind.EMPTY, f"{d.label}: empty answer"))
+            pos, on_this = nxt, 0  # another deployment may answer where this one said nothing
+            continue
         failures.append(failure)
         _after_failure(rt, ctx, d, failure)
         state = AttemptState(total, on_this, pos + 1 < len(order), False)
         decision = decide(failure, state, model.retry, rt.rand.random)
         if decision.action is Action.PASS_THROUGH:
-            raise UpstreamClientError.from_failure(failure)
+            raise _after_retries(UpstreamClientError.from_failure(failure), failure)
         if decision.action is Action.GIVE_UP:
             break
+        if decision.action is Action.RETRY_SAME and not rt.allowed(d):
+            # the breaker is asked before every attempt, a retry too: this failure may have opened it, and
+            # a half-open probe that failed is one attempt, not `per_deployment` of them
+            pos, on_this = _next_allowed(rt, order, model.deployments, pos + 1), 0
+            continue
         if decision.delay_s > 0:
             await asyncio.sleep(decision.delay_s)
         if decision.action is Action.NEXT:
@@ -203,24 +223,36 @@ def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Fai
     if counts_against_deployment(failure.kind):
         rt.breaker(d).record_failure(time.monotonic())
     if failure.kind is FailureKind.STREAM_OPTIONS_REJECTED:
-        rt.learned.learn("no_stream_options", d.provider)
+        ctx.fallbacks.add((d.label, Fact.NO_STREAM_OPTIONS))  # learned only if the retry without succeeds
     elif failure.kind is FailureKind.STREAM_REJECTED:
-        rt.learned.learn("no_stream", d.provider)
+        ctx.fallbacks.add((d.label, Fact.NO_STREAM if ctx.stream else Fact.STREAM_ONLY))
     log.info("upstream_attempt_failed", deployment=d.label, kind=failure.kind.value, status=failure.status,
              code=failure.code)
 
 
 def give_up_error(model: str, failures: list[Failure]) -> GatewayError:
+    """What the client gets once the gateway has spent its own retries: `x-should-retry: false` on all
+    of it (CONTRACT §3), so an SDK's retries don't multiply upstream calls."""
     if not failures:
-        return UpstreamFailed(f"model {model}: no deployment is available (all are cooling down)")
+        return _after_retries(UpstreamFailed(f"model {model}: no deployment is available (all are cooling down)"))
     kind = final_error_kind(failures)
     last = failures[-1]
     if kind == "client":
-        return UpstreamClientError.from_failure(last)
+        return _after_retries(UpstreamClientError.from_failure(last), last)
+    if kind == "quota":
+        return _after_retries(UpstreamQuota.from_failure(last), last)
     summary = "; ".join(_describe(f) for f in failures[-3:])
     if kind == "timeout":
-        return UpstreamTimeout(f"model {model}: every attempt timed out ({summary})")
-    return UpstreamFailed(f"model {model}: every attempt failed ({summary})")
+        return _after_retries(UpstreamTimeout(f"model {model}: every attempt timed out ({summary})"))
+    return _after_retries(UpstreamFailed(f"model {model}: every attempt failed ({summary})"), last)
+
+
+def _after_retries(err: GatewayError, last: Failure | None = None) -> GatewayError:
+    err.headers["x-should-retry"] = "false"
+    wait = last.retry_after_s if last is not None else None
+    if wait is not None and wait == wait and wait > 0:  # `wait == wait`: not NaN
+        err.headers["Retry-After"] = str(max(1, math.ceil(min(wait, 86_400.0))))
+    return err
 
 
 def _describe(f: Failure) -> str:

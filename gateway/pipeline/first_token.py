@@ -49,13 +49,20 @@ class StreamCore(Protocol):
     @property
     def assembler(self) -> _Assembled: ...
 
+    @property
+    def empty_answer(self) -> bool:
+        """The upstream ended cleanly without any output: another deployment may have an answer."""
+
 
 S = TypeVar("S", bound=StreamCore)
 
 
-async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: str) -> None:
-    """Read until the core can commit: an output token, or a whole (possibly empty) answer."""
+async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: str, first: bytes = b"") -> None:
+    """Read until the core can commit: an output token, or a whole (possibly empty) answer. `first` is
+    what the attempt already read (to tell an event stream from a body)."""
     try:
+        if first:
+            stream.feed(first)
         while not stream.committable and not stream.done:
             data = await resp.next_chunk()
             if not data:
@@ -158,7 +165,7 @@ async def serve_stream(request: Request, rt: Runtime, ctx: RequestContext,
                        relay: Callable[[Opened[S], StreamResponse], Awaitable[None]]) -> StreamResponse:
     """A streamed request of any API: the attempt loop (with keep-alive while no token has come), the
     commit of the winner, its relay; the winner's upstream response is closed whatever happens."""
-    attempts = run_attempts(rt, ctx, open_attempt, discard=Opened.close)
+    attempts = run_attempts(rt, ctx, open_attempt, discard=Opened.close, empty=_empty)
     async with KeepAlive(request, rt, ctx, attempts, error_event) as ka:
         got = await ka.wait()
         if got is None:
@@ -174,6 +181,10 @@ async def serve_stream(request: Request, rt: Runtime, ctx: RequestContext,
             return client
         finally:
             opened.close()
+
+
+def _empty(opened: Opened[S]) -> bool:
+    return opened.stream.empty_answer
 
 
 def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token: bool, seconds: float) -> None:

@@ -6,14 +6,17 @@ size) so a burst cannot overshoot much, then replaced by the provider's real usa
 
 from __future__ import annotations
 
+import math
 import time
 
 import structlog
 
+from gateway.config.types import ApiKey
 from gateway.errors import BudgetExceeded, RateLimited
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
-from gateway.state.base import StateBackend
+from gateway.state.base import LimitDecision, StateBackend
+from gateway.state.window import WindowCounts, headroom
 
 log = structlog.get_logger("gateway")
 MAX_ESTIMATE = 32_768
@@ -32,7 +35,7 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext) -> None:
     key = ctx.key
     if key is None:
         return
-    now = time.time()
+    now = rt.clock()
     if key.budget_usd is not None:
         spent = await state.spend(key.name, key.budget_period, now)
         if spent >= key.budget_usd:
@@ -41,12 +44,40 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext) -> None:
         return
     reserve = estimate_tokens(ctx) if key.tpm is not None else 0
     decision, reservation = await state.check_request(key.name, key.rpm, key.tpm, reserve, now)
+    ctx.response_headers.update(ratelimit_headers(key, decision, now))  # on the answer, 429 or not
     if not decision.allowed:
         limit = decision.limit or "rpm"
         rt.metrics.rate_limited.labels(key.name, limit).inc()
         retry = max(1, int(decision.retry_after_s + 0.999))
         raise RateLimited(f"key {key.name} is over its {limit} limit", headers={"Retry-After": str(retry)})
     ctx.reservation = reservation
+
+
+def ratelimit_headers(key: ApiKey, decision: LimitDecision, now: float) -> dict[str, str]:
+    """OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for each limit the key has; tokens
+    count what was reserved for this request (settled to the real usage after the answer)."""
+    if decision.counts is None:
+        return {}
+    rc, rp, tc, tp = decision.counts
+    out: dict[str, str] = {}
+    for unit, limit, current, previous in (("requests", key.rpm, rc, rp), ("tokens", key.tpm, tc, tp)):
+        if limit is None:
+            continue
+        remaining, reset = headroom(WindowCounts(current, previous), limit, now)
+        out[f"x-ratelimit-limit-{unit}"] = str(limit)
+        out[f"x-ratelimit-remaining-{unit}"] = str(remaining)
+        out[f"x-ratelimit-reset-{unit}"] = duration(reset)
+    return out
+
+
+def duration(seconds: float) -> str:
+    """As OpenAI writes a reset: `20ms`, `1.5s`, `6m0s` (milliseconds rounded up)."""
+    ms = math.ceil(seconds * 1000 - 1e-6)
+    if ms < 1000:
+        return f"{max(ms, 0)}ms"
+    minutes, rest = divmod(ms, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
 def needs_settle(ctx: RequestContext) -> bool:

@@ -16,10 +16,12 @@ from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.inbound import Handler, Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.observe.logs import info_enabled
+from gateway.pipeline.cors import cors_headers, preflight
 from gateway.pipeline.limits import needs_settle, settle
 
 log = structlog.get_logger("gateway")
 _API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embeddings": "embeddings"}
+UNRESOLVED = "(unresolved)"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", "total_timeout": "timeout",
                    "first_token_timeout": "timeout", "upstream_timeout": "timeout"}
@@ -54,7 +56,11 @@ def error_response(err: GatewayError, request_id: str) -> Response:
 
 
 async def _route(request: Request) -> Response | StreamResponse:
-    methods: Mapping[str, Handler] | None = request.app.routes.get(request.path)
+    routes: Mapping[str, Mapping[str, Handler]] = request.app.routes
+    methods = routes.get(request.path)
+    if methods is None:
+        parent, _, leaf = request.path.rpartition("/")
+        methods = routes.get(parent + "/{id}") if leaf else None  # `/v1/models/{id}`
     if methods is None:
         raise NotFound("no such route")
     handler = methods.get(request.method)
@@ -68,6 +74,13 @@ async def _route(request: Request) -> Response | StreamResponse:
 async def handle(request: Request) -> Response | StreamResponse:
     rid = _request_id(request)
     request.request_id, request.t0 = rid, time.perf_counter()
+    extra = request.extra_headers
+    extra["x-request-id"] = rid
+    cors = request.app.runtime.config.server.cors
+    if cors.allow_origins and "origin" in request.headers:
+        if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
+            return preflight(cors, request.headers)
+        extra.update(cors_headers(cors, request.headers))
     api = _API.get(request.path)
     if api is None:
         try:
@@ -78,7 +91,7 @@ async def handle(request: Request) -> Response | StreamResponse:
     metrics.child(metrics.inflight, api).inc()
     request.trace = request.app.start_trace(request, api)
     structlog.contextvars.bind_contextvars(request_id=rid)
-    status, outcome = 500, "upstream_error"
+    status, outcome, unresolved = 500, "upstream_error", "error"
     try:
         resp = await _route(request)
         status = resp.status
@@ -86,7 +99,7 @@ async def handle(request: Request) -> Response | StreamResponse:
         outcome = _STREAM_OUTCOME.get(ctx.stream_error, "upstream_error") if ctx and ctx.stream_error else "ok"
         return resp
     except GatewayError as err:
-        status, outcome = err.status, err.outcome
+        status, outcome, unresolved = err.status, err.outcome, err.code
         return error_response(err, rid)
     except (asyncio.CancelledError, ConnectionResetError):
         status, outcome = 499, "cancelled"  # the client went away (CONTRACT §4.7)
@@ -96,26 +109,41 @@ async def handle(request: Request) -> Response | StreamResponse:
         return error_response(GatewayError("internal gateway error"), rid)
     finally:
         metrics.child(metrics.inflight, api).dec()
-        await _finish(request, api, status, outcome)
+        await _finish(request, api, status, outcome, unresolved)
         structlog.contextvars.unbind_contextvars("request_id")
 
 
-async def _finish(request: Request, api: str, status: int, outcome: str) -> None:
+async def _finish(request: Request, api: str, status: int, outcome: str, unresolved: str) -> None:
+    """`unresolved`: why no model was resolved (the error code that stopped the request first), logged
+    beside the bounded marker `model: "(unresolved)"` instead of the raw requested name."""
     ctx: RequestContext | None = request.ctx
     metrics = request.app.metrics
     duration = time.perf_counter() - request.t0
-    model = ctx.model.name if ctx else "unknown"  # never the raw requested name
+    model = ctx.model.name if ctx else "unknown"  # the metric label: never the raw requested name
     stream = "true" if ctx and ctx.stream else "false"
     metrics.child(metrics.requests, api, model, stream, outcome, ctx.key_name if ctx else "none").inc()
     metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
     request.trace.finish(ctx, status, outcome)
+    cancelled = False
     if ctx is not None and needs_settle(ctx):
-        await asyncio.shield(settle(request.app.state, ctx))
-    if not info_enabled():
-        return
+        try:
+            await asyncio.shield(settle(request.app.state, ctx))
+        except asyncio.CancelledError:
+            # the client hung up while the (shielded) settlement ran, typically right after reading the
+            # whole answer: the request still gets its one log line, then the cancellation goes on
+            cancelled = True
+    if info_enabled():
+        _log_line(request, ctx, api, model, stream, status, outcome, duration, unresolved)
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+def _log_line(request: Request, ctx: RequestContext | None, api: str, model: str, stream: str, status: int,
+              outcome: str, duration: float, unresolved: str) -> None:
     usage = ctx.usage if ctx else None
     log.info(
-        "request", request_id=request.request_id, api=api, model=model,
+        "request", request_id=request.request_id, api=api, model=model if ctx else UNRESOLVED,
+        model_unresolved=None if ctx else unresolved,
         deployment=ctx.deployment.label if ctx and ctx.deployment else None,
         key=ctx.key.name if ctx and ctx.key else None, stream=stream == "true", status=status,
         outcome=outcome, attempts=ctx.attempts if ctx else 0,
@@ -124,6 +152,7 @@ async def _finish(request: Request, api: str, status: int, outcome: str) -> None
         input_tokens=usage.input if usage else None, output_tokens=usage.output if usage else None,
         cached_tokens=usage.cached_input if usage else None,
         reasoning_tokens=usage.reasoning if usage else None,
+        estimated=ctx.usage_estimated if ctx else False,
         cost_usd=round(ctx.cost_usd, 8) if ctx else 0.0, redactions=ctx.redactions if ctx else 0,
         guardrails=dict(ctx.verdicts) if ctx else {}, stream_error=ctx.stream_error if ctx else None,
         cache_hit=ctx.cache_hit if ctx else False,

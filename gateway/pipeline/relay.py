@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+import structlog
+
 from gateway.config.types import Deployment
 from gateway.core.chat.filter import ChatOutputFilter, Refusal
 from gateway.core.chat.stream import ChatStream
@@ -24,11 +26,14 @@ from gateway.observe.context import RequestContext
 from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.first_token import StreamCore
-from gateway.pipeline.guardrails import judge_output, record
+from gateway.pipeline.guardrails import record
+from gateway.pipeline.held_line import judge_keeping_alive
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 from gateway.pipeline.sink import ClientSink
 from gateway.upstream import UpstreamError, UpstreamResponse
+
+log = structlog.get_logger("gateway")
 
 
 class StreamEnded(Exception):
@@ -101,7 +106,8 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         if stream.ended_early:
             label = opened.deployment.label
             raise StreamEnded("early_eof", UpstreamFailed(f"{label}: upstream ended the stream early"))
-        verdict_error = await judge_output(rt, ctx, stream.assembler, safety.hold_guards + safety.audit_guards)
+        verdict_error = await judge_keeping_alive(rt, ctx, sink.keeper, stream.assembler,
+                                                  safety.hold_guards + safety.audit_guards)
         if sink.hold is not None:
             if verdict_error is not None:
                 raise StreamEnded("guardrail", verdict_error)
@@ -119,17 +125,34 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         if filt.refusal is not None:
             _record_stream_guards(rt, ctx, filt.refusal.guardrail)
         stream_ended(rt, ctx, opened)
+        await sink.quiet()
         await _end_with_error(rt, ctx, client, filt, sink.hold is not None, end)
     finally:
+        sink.close()
         opened.close()
+        malformed_skipped(rt, ctx, opened)
         if run is not None:
             ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())
 
 
 def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]) -> None:
-    """Account a committed stream's end, whatever the API: its assembler's usage, and its first token's time."""
+    """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
+    and the unreadable events it skipped."""
     asm = opened.stream.assembler
     ctx.stream_ended(rt.metrics, asm.usage, opened.t_first if asm.first_token else None)
+    if asm.usage is None:
+        ctx.estimate_unreported_usage(asm.output_bytes())
+    malformed_skipped(rt, ctx, opened)
+
+
+def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]) -> None:
+    """The unreadable events the stream core skipped after the first token, taken from it: counted and
+    logged (the count, never the event: its text is the upstream's, maybe the model's output). At the
+    stream's end, before its last write (`stream_ended`), and once more when the client went away first."""
+    n, opened.stream.skipped_malformed = opened.stream.skipped_malformed, 0
+    if n:
+        rt.metrics.child(rt.metrics.malformed_events, ctx.model.name, opened.deployment.label).inc(n)
+        log.warning("malformed_events_skipped", count=n, model=ctx.model.name, deployment=opened.deployment.label)
 
 
 async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse,

@@ -41,7 +41,9 @@ async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:
     forward_usage = isinstance(opts, dict) and opts.get("include_usage") is True
     ctx = RequestContext(request_id=request.request_id, api=api, model=model, body=body,
                          stream=bool(stream), key=key, forward_usage=forward_usage, t_start=request.t0,
-                         trace=request.trace or NO_TRACE)
+                         trace=request.trace or NO_TRACE,
+                         client_headers={**request.headers, "x-request-id": request.request_id},
+                         response_headers=request.extra_headers)
     request.ctx = ctx
     return rt, ctx
 

@@ -25,8 +25,9 @@ from gateway.observe.context import RequestContext
 from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.attempts import provider_keys
-from gateway.pipeline.guardrails import judge_output, record
-from gateway.pipeline.relay import StreamEnded, check_refusal, pump, stream_ended
+from gateway.pipeline.guardrails import record
+from gateway.pipeline.held_line import judge_keeping_alive
+from gateway.pipeline.relay import StreamEnded, check_refusal, malformed_skipped, pump, stream_ended
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 from gateway.pipeline.sink import ClientSink
@@ -57,7 +58,8 @@ class _Relay:
                 f"{d.label}: upstream ended the stream before the response was complete"))
         tail = filt.flush_open()
         check_refusal(filt)
-        verdict = await judge_output(self.rt, self.ctx, stream.assembler.as_chat(), self.judges)
+        verdict = await judge_keeping_alive(self.rt, self.ctx, self.sink.keeper, stream.assembler.as_chat(),
+                                            self.judges)
         if verdict is not None:
             if self.sink.hold is None:  # audit: the text was out already
                 await self.sink.emit(tail, time.perf_counter(), filt.output_released)
@@ -102,6 +104,7 @@ class _Relay:
         if end.reason != "guardrail":  # counted before the client can see the event
             self.rt.metrics.stream_failures.labels(self.ctx.model.name, d.label, end.reason).inc()
         self.account(passed=False)
+        await self.sink.quiet()
         await self.client.write(payload)
 
     def account(self, passed: bool, usage: bool = True) -> None:
@@ -158,5 +161,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ResponsesStream
     except StreamEnded as end:
         await r.end_with_error(end)
     finally:
+        r.sink.close()
         opened.close()
+        malformed_skipped(rt, ctx, opened)
         r.account(passed=False, usage=False)  # the client went away: no answer, so no usage to miss

@@ -7,35 +7,19 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import structlog
 
 from gateway.config.types import Config, Deployment, ModelConfig, ProviderConfig
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
 from gateway.observe.metrics import Metrics
 from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.learned import Learned
 from gateway.pipeline.safety import Safety, compile_safety
 from gateway.providers.base import ChatTranslator
 from gateway.providers.registry import Translators, build_translators
 from gateway.providers.responses_openai import ResponsesTranslator
 from gateway.upstream import Upstream
-
-log = structlog.get_logger("gateway")
-
-
-@dataclass(slots=True)
-class Learned:
-    """Learn-once facts per provider (CONTRACT §4.6), per replica, logged once each."""
-
-    no_stream_options: set[str] = field(default_factory=set)
-    no_stream: set[str] = field(default_factory=set)
-
-    def learn(self, fact: str, provider: str) -> None:
-        target = self.no_stream_options if fact == "no_stream_options" else self.no_stream
-        if provider not in target:
-            target.add(provider)
-            log.warning("learned_upstream_fact", provider=provider, fact=fact)
 
 
 @dataclass(slots=True)
@@ -50,6 +34,7 @@ class Runtime:
     breakers: dict[str, CircuitBreaker]
     inflight: dict[str, int]  # deployment label -> attempts open now (balanced routing)
     rand: random.Random = field(default_factory=random.Random)
+    clock: Callable[[], float] = time.time  # epoch seconds for the rate limits (tests drive their own)
 
     def provider(self, d: Deployment) -> ProviderConfig:
         return self.config.providers[d.provider]
@@ -86,7 +71,8 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         metrics=metrics,
         safety=compile_safety(config),
         keyring=KeyRing(config.auth),
-        learned=previous.learned if previous else Learned(),
+        learned=previous.learned if previous else Learned(metrics),
         breakers=previous.breakers if previous else {},
         inflight=previous.inflight if previous else {},
+        clock=previous.clock if previous else time.time,
     )

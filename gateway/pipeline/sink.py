@@ -1,4 +1,5 @@
-"""Where a streaming relay writes: the client, or a hold buffer while a hold guardrail judges.
+"""Where a streaming relay writes: the client, or a hold buffer while a hold guardrail judges (with
+the line kept alive meanwhile, see `held_line`).
 
 Records TTFT at the first written output token and the text delay of every write (CONTRACT §6), with
 the labelled metric children looked up once per request.
@@ -10,16 +11,36 @@ import time
 
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
+from gateway.pipeline.held_line import LineKeeper
 from gateway.pipeline.runtime import Runtime
 
 
 class ClientSink:
-    __slots__ = ("client", "ctx", "delay", "hold", "rt")
+    __slots__ = ("_keeper", "client", "ctx", "delay", "hold", "rt")
 
     def __init__(self, rt: Runtime, ctx: RequestContext, client: StreamResponse, hold: bool):
         self.rt, self.ctx, self.client = rt, ctx, client
         self.hold: list[bytes] | None = [] if hold else None
         self.delay = rt.metrics.child(rt.metrics.text_delay, ctx.api)
+        self._keeper: LineKeeper | None = None
+        if hold:
+            self.keeper.start()
+
+    @property
+    def keeper(self) -> LineKeeper:
+        """Keeps the line alive while nothing is written (made on first use: most streams never wait)."""
+        if self._keeper is None:
+            self._keeper = LineKeeper(self.rt, self.ctx, self.client)
+        return self._keeper
+
+    async def quiet(self) -> None:
+        """Before a write outside `emit` (the error event): the keeper finishes its write and stops."""
+        if self._keeper is not None:
+            await self._keeper.stop()
+
+    def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
 
     async def emit(self, data: bytes, t_read: float, token_out: bool) -> None:
         if not data:
@@ -38,5 +59,6 @@ class ClientSink:
         self.delay.observe(now - t_read)
 
     async def release_held(self, tail: bytes) -> None:
+        await self.quiet()
         held, self.hold = self.hold, None
         await self.emit(b"".join(held or ()) + tail, time.perf_counter(), True)

@@ -46,6 +46,10 @@ class ChatTranslator(Protocol):
 
     def stream_parser(self) -> StreamParser: ...
 
+    @property
+    def sends_stream_options(self) -> bool:
+        """Whether `send_stream_options=True` puts `stream_options` into a stream request."""
+
     def parse_body(self, body: bytes) -> ParsedBody: ...
 
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...

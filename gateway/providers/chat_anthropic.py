@@ -47,6 +47,10 @@ class AnthropicChat:
     def _headers_for(self, stream: bool) -> dict[str, str]:
         return {**self._headers, "accept": "text/event-stream" if stream else "application/json"}
 
+    @property
+    def sends_stream_options(self) -> bool:
+        return False  # Anthropic always reports usage in a stream
+
     def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
                      send_stream_options: bool) -> UpstreamRequest:
         # Anthropic always reports usage in a stream: there is no stream_options to send
@@ -120,6 +124,8 @@ def classify_anthropic_http_error(status: int, headers: Mapping[str, str], body:
     err = obj.get("error") if isinstance(obj, dict) else None
     if isinstance(err, dict) and isinstance(err.get("type"), str):
         failure = classify_anthropic_error(err, status)
+    elif status == 404:  # no error object: no such endpoint at this base_url (our configuration)
+        failure = Failure(FailureKind.NOT_FOUND, f"upstream answered HTTP {status}", status=status)
     else:
         failure = classify_anthropic_error({"message": f"upstream answered HTTP {status}"}, status)
     ra = retry_after_s(headers)

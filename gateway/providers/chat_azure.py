@@ -96,6 +96,10 @@ class AzureChat(OpenAIChat):
         return (f"{self.provider.base_url}/openai/deployments/{quote(model, safe='')}{path}"
                 f"?api-version={quote(self._version, safe='')}")
 
+    @property
+    def sends_stream_options(self) -> bool:
+        return self._stream_options_ok
+
     def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
                      send_stream_options: bool) -> UpstreamRequest:
         out = {k: v for k, v in body.items() if k != "model"}

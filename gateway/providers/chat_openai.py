@@ -72,6 +72,10 @@ class OpenAIChat:
         h["accept"] = "text/event-stream" if stream else "application/json"
         return h
 
+    @property
+    def sends_stream_options(self) -> bool:
+        return True
+
     def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
                      send_stream_options: bool) -> UpstreamRequest:
         out = dict(body)
@@ -123,7 +127,10 @@ def classify_openai_http_error(status: int, headers: Mapping[str, str], body: by
     err = obj.get("error") if isinstance(obj, dict) else None
     failure = classify_error_object(err if err is not None else {}, status)
     if failure.kind is FailureKind.HTTP_4XX and not isinstance(err, dict):
-        failure = Failure(FailureKind.HTTP_4XX, f"upstream answered HTTP {status}", status=status)
+        # no error object: a 404 is an endpoint this server does not have (a /v1/responses routed to a
+        # chat-only server), our configuration's fault, so another deployment may serve it
+        kind = FailureKind.NOT_FOUND if status == 404 else FailureKind.HTTP_4XX
+        failure = Failure(kind, f"upstream answered HTTP {status}", status=status)
     ra = retry_after_s(headers)
     if ra is not None:
         failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type,

@@ -33,14 +33,19 @@ class ProviderKind:
     remote: bool = True  # needs `base_url`
     requires: tuple[str, ...] = ()  # config keys the type cannot work without
     in_process: InProcess | None = None  # answered without a network request
+    # client headers passed through by default (`forward_headers` replaces the list); never a key
+    forward_headers: tuple[str, ...] = ("x-request-id",)
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
 
 
 PROVIDERS: dict[str, ProviderKind] = {
-    "openai": ProviderKind(OpenAIChat, OpenAIResponses, genai_name="openai"),
-    "anthropic": ProviderKind(AnthropicChat, genai_name="anthropic"),
+    "openai": ProviderKind(OpenAIChat, OpenAIResponses, genai_name="openai",
+                           forward_headers=("openai-organization", "openai-project", "x-request-id")),
+    "anthropic": ProviderKind(AnthropicChat, forward_headers=("anthropic-beta", "x-request-id"),
+                              genai_name="anthropic"),
     "azure": ProviderKind(AzureChat, AzureResponses, requires=("api_version",), genai_name="azure.ai.openai"),
-    "mock": ProviderKind(MockChat, MockResponses, remote=False, in_process=mock_script, genai_name="llm_gateway.mock"),
+    "mock": ProviderKind(MockChat, MockResponses, remote=False, in_process=mock_script,
+                         forward_headers=(), genai_name="llm_gateway.mock"),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gateway.core.proxy import Proxy
+
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
@@ -39,6 +41,12 @@ class ProviderConfig:
     breaker: BreakerConfig = BreakerConfig()
     api_version: str | None = None  # azure
     anthropic_version: str = "2023-06-01"  # anthropic
+    learn_ttl_s: float = 600.0  # how long a learn-once fact (CONTRACT §4.6) holds before a re-probe
+    # egress: `proxy` set is this provider's proxy; else, with `use_env_proxy`, HTTPS_PROXY/HTTP_PROXY
+    # and NO_PROXY decide; `proxy: false` in the config clears both (always direct)
+    proxy: Proxy | None = None
+    use_env_proxy: bool = True
+    forward_headers: tuple[str, ...] = ()  # lower-case client header names passed to the upstream
     # mock only: pacing of the built-in demo answer
     ttft_ms: float = 120.0
     token_delay_ms: float = 15.0

@@ -24,6 +24,9 @@ class LimitDecision:
     allowed: bool
     retry_after_s: float = 0.0
     limit: LimitName | None = None  # which limit refused; None when allowed
+    # the window's buckets once this request is counted (as read, when refused): rpm current, rpm
+    # previous, tpm current, tpm previous; what the x-ratelimit-* headers are computed from
+    counts: tuple[int, int, int, int] | None = None
 
 
 ALLOWED = LimitDecision(allowed=True)

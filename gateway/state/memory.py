@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 
 from gateway.config.types import CacheConfig
 from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, period_id
@@ -81,13 +82,15 @@ class MemoryBackend:
         windows.roll(minute)
         cost = effective_cost(reserve_tokens, tpm) if tpm is not None else 0
         decision = decide(windows.rpm.counts(), windows.tpm.counts(), rpm, tpm, cost, now)
-        if not decision.allowed:
+        if decision.allowed:
+            if rpm is not None:
+                windows.rpm.current += 1
+            if tpm is not None:
+                windows.tpm.current += cost
+        r, t = windows.rpm, windows.tpm
+        decision = replace(decision, counts=(r.current, r.previous, t.current, t.previous))
+        if not decision.allowed or tpm is None:
             return decision, None
-        if rpm is not None:
-            windows.rpm.current += 1
-        if tpm is None:
-            return decision, None
-        windows.tpm.current += cost
         return decision, Reservation(key=key, minute=windows.tpm.minute, tokens=cost)
 
     async def settle_tokens(self, reservation: Reservation, actual_tokens: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -218,10 +219,11 @@ class RedisBackend:
         allowed, rc, rp, tc, tp = await self._check(keys=keys, args=[*args, RATE_TTL_S])
         if not allowed:
             counts = (WindowCounts(current=rc, previous=rp), WindowCounts(current=tc, previous=tp))
-            return _refusal(decide(*counts, rpm, tpm, cost, now), rpm), None
+            return replace(_refusal(decide(*counts, rpm, tpm, cost, now), rpm), counts=(rc, rp, tc, tp)), None
+        counted = LimitDecision(allowed=True, counts=(rc + (rpm is not None), rp, tc + cost * (tpm is not None), tp))
         if tpm is None:
-            return ALLOWED, None
-        return ALLOWED, Reservation(key=key, minute=minute, tokens=cost, shared=True)
+            return counted, None
+        return counted, Reservation(key=key, minute=minute, tokens=cost, shared=True)
 
     async def settle_tokens(self, reservation: Reservation, actual_tokens: int) -> None:
         if not reservation.shared:

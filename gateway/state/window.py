@@ -98,3 +98,21 @@ def decide(
         return ALLOWED
     wait, name = max(refusals, key=lambda r: r[0])
     return LimitDecision(allowed=False, retry_after_s=wait, limit=name)
+
+
+def headroom(counts: WindowCounts, limit: int, now: float) -> tuple[int, float]:
+    """What the `x-ratelimit-remaining-*` and `-reset-*` headers say of one limit: how much the window
+    still admits now (whole units, floored), and the seconds until it admits the whole limit again,
+    assuming no more traffic. In a sliding window counter the current minute's count keeps weighing on
+    the window through the next minute, so a full reset comes at the end of the next minute; with only
+    the previous minute's count left, at the end of this one."""
+    load = counts.previous * previous_weight(now) + counts.current
+    remaining = max(0, math.floor(limit - load + 1e-9))
+    elapsed = now % WINDOW_S
+    if counts.current > 0:
+        reset = 2 * WINDOW_S - elapsed
+    elif counts.previous > 0:
+        reset = WINDOW_S - elapsed
+    else:
+        reset = 0.0
+    return remaining, reset

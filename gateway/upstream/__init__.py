@@ -13,20 +13,26 @@ import asyncio
 import functools
 import ssl
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import orjson
 
-from gateway.config.types import ProviderConfig
+from gateway.config.types import Egress, ProviderConfig
 from gateway.core.events import Failure, FailureKind
 from gateway.core.http1 import HTTPError, request_bytes
+from gateway.core.proxy import Proxy, ProxyError
 from gateway.observe.propagation import TRACE_HEADERS
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.registry import in_process
-from gateway.upstream.connection import _FINISHING, HttpResponse, _Conn, _Pool
+from gateway.upstream.connection import _FINISHING, HttpResponse, PoolKey, _Conn, _Pool
 from gateway.upstream.errors import UpstreamError, UpstreamResponse
 from gateway.upstream.mock import MockResponse
+from gateway.upstream.tunnel import open_tunnel, route
+
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 __all__ = ["_FINISHING", "HttpResponse", "MockResponse", "Upstream", "UpstreamError", "UpstreamResponse"]
 
@@ -36,7 +42,8 @@ class Upstream:
     a general-purpose client's per-request and per-read costs were the largest part of the gateway's
     own time on the first-token path (bench/README.md)."""
 
-    def __init__(self) -> None:
+    def __init__(self, egress: Egress | None = None) -> None:
+        self.egress = egress or Egress()  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY, as read at start
         self._pool = _Pool()
         self._tls: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -59,24 +66,35 @@ class Upstream:
             self._tls = ssl.create_default_context()
         return self._tls
 
-    async def open(self, provider: ProviderConfig, req: UpstreamRequest, label: str) -> UpstreamResponse:
+    async def open(self, provider: ProviderConfig, req: UpstreamRequest, label: str,
+                   client_headers: Mapping[str, str] = _NO_HEADERS) -> UpstreamResponse:
+        """`client_headers` (lower-case names): what the client sent; the provider's `forward_headers`
+        pass through, never a field the translator set itself."""
         if (script := in_process(provider, req)) is not None:
             return MockResponse(script)
         t = provider.timeouts
-        return await self._request(req, label, t.connect_s, t.idle_s if req.stream else None, t.total_s)
-
-    async def _request(self, req: UpstreamRequest, label: str, connect_s: float, idle_s: float | None,
-                       total_s: float) -> HttpResponse:
         target = _target(req.url, label)
+        proxy = route(target.host, target.port, target.tls, provider.proxy, provider.use_env_proxy, self.egress)
+        headers = _forwarded(req.headers, provider.forward_headers, client_headers)
+        return await self._request(req, headers, target, proxy, label, t.connect_s,
+                                   t.idle_s if req.stream else None, t.total_s)
+
+    async def _request(self, req: UpstreamRequest, headers: dict[str, str], target: _Target, proxy: Proxy | None,
+                       label: str, connect_s: float, idle_s: float | None, total_s: float) -> HttpResponse:
         loop = self.loop
-        conn = self._pool.take(target.key, loop.time()) or await _connect(
-            loop, target, connect_s, label, self.tls_context() if target.tls else None)
-        headers = dict(req.headers)
+        key: PoolKey = (*target.key, proxy.key if proxy is not None else "")
+        conn = self._pool.take(key, loop.time()) or await _connect(
+            loop, target, proxy, key, connect_s, label, self.tls_context() if target.tls else None)
         headers.setdefault("accept-encoding", "identity")  # a compressed stream could not be relayed as it comes
         for name, value in TRACE_HEADERS.get():  # the attempt's span as the upstream's parent (CONTRACT §8)
             headers[name] = value
+        path = target.path
+        if proxy is not None and not target.tls:  # plain HTTP through a proxy: absolute-form (RFC 9112 §3.2.2)
+            path = f"http://{target.host_header}{target.path}"
+            if proxy.authorization:
+                headers["proxy-authorization"] = proxy.authorization
         try:
-            raw = request_bytes(req.method, target.path, target.host_header, headers, req.body)
+            raw = request_bytes(req.method, path, target.host_header, headers, req.body)
         except HTTPError:
             self._pool.give(conn, loop.time())
             raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: invalid request header")) from None
@@ -97,9 +115,11 @@ class Upstream:
         any failure; a body over 1 MiB is one."""
         req = UpstreamRequest("POST", url, {"content-type": "application/json", "accept": "application/json"},
                               orjson.dumps(payload), False)
+        target = _target(url, label)
+        proxy = route(target.host, target.port, target.tls, None, True, self.egress)
         try:
             async with asyncio.timeout(timeout_s):
-                resp = await self._request(req, label, timeout_s, None, timeout_s)
+                resp = await self._request(req, dict(req.headers), target, proxy, label, timeout_s, None, timeout_s)
                 try:
                     body = await resp.read_body(1024 * 1024)
                 finally:
@@ -137,15 +157,34 @@ def _target(url: str, label: str) -> _Target:
                    parts.netloc.rpartition("@")[2], path)
 
 
-async def _connect(loop: asyncio.AbstractEventLoop, target: _Target, connect_s: float, label: str,
-                   tls: ssl.SSLContext | None) -> _Conn:
+def _forwarded(own: Mapping[str, str], allowed: tuple[str, ...], client: Mapping[str, str]) -> dict[str, str]:
+    headers = dict(own)
+    if allowed and client:
+        taken = {k.lower() for k in own}
+        for name in allowed:  # lower-case, and never a credential (config.edges.NEVER_FORWARDED)
+            value = client.get(name)
+            if value is not None and name not in taken:
+                headers[name] = value
+    return headers
+
+
+async def _connect(loop: asyncio.AbstractEventLoop, target: _Target, proxy: Proxy | None, key: PoolKey,
+                   connect_s: float, label: str, tls: ssl.SSLContext | None) -> _Conn:
+    """A new connection: direct, to the proxy (plain HTTP), or through a CONNECT tunnel (TLS)."""
     try:
         async with asyncio.timeout(connect_s):
+            if proxy is not None and tls is not None:
+                conn = _Conn(loop, key)
+                await open_tunnel(loop, proxy, target.host, target.port, tls, conn)
+                return conn
+            host, port = (proxy.host, proxy.port) if proxy is not None else (target.host, target.port)
             _, conn = await loop.create_connection(
-                lambda: _Conn(loop, target.key), target.host, target.port,
+                lambda: _Conn(loop, key), host, port,
                 ssl=tls, server_hostname=target.host if tls is not None else None)
     except TimeoutError:
         raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: timed out connecting")) from None
+    except ProxyError as exc:  # its message names a status, never the proxy's address or credentials
+        raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: {exc}")) from None
     except OSError:  # ssl.SSLError included: a certificate that does not verify is a failed connection
         raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: cannot connect")) from None
     return conn

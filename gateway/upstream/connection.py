@@ -15,6 +15,7 @@ from gateway.providers.base import MAX_BODY_BYTES
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.framing import ResponseFramer
 
+PoolKey = tuple[str, str, int, str]  # scheme, host, port, the proxy's key ("" for a direct connection)
 FINISH_WAIT_S = 1.0
 FINISH_MAX_BYTES = 64 * 1024
 _FINISHING: set[asyncio.Task[None]] = set()  # strong references to the detached drains
@@ -28,7 +29,7 @@ class _Conn(asyncio.Protocol):
     """One upstream connection. Per request: the response head, then decoded body pieces, with flow
     control (reading pauses above HIGH_WATER bytes read until the relay takes them)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, key: tuple[str, str, int]):
+    def __init__(self, loop: asyncio.AbstractEventLoop, key: PoolKey):
         self.loop, self.key = loop, key
         self.transport: asyncio.Transport | None = None
         self.lost = False
@@ -40,6 +41,7 @@ class _Conn(asyncio.Protocol):
         self.pieces: list[bytes] = []  # the framer's list: body pieces not taken yet
         self.size = 0
         self.eof = False
+        self.answered = False  # a byte of the current response has come
         self.failure: FailureKind | None = None
         self.waiter: asyncio.Future[None] | None = None
         self._paused = False
@@ -53,10 +55,11 @@ class _Conn(asyncio.Protocol):
     def begin(self) -> None:
         self.framer = framer = ResponseFramer()
         self.busy, self.head, self.pieces, self.size = True, None, framer.pieces, 0
-        self.eof, self.failure = False, None
+        self.eof, self.failure, self.answered = False, None, False
 
     def data_received(self, data: bytes) -> None:
         self.last_data = self.loop.time()
+        self.answered = True
         framer = self.framer
         if not self.busy or framer is None:  # bytes on an idle pooled connection: never trusted again
             self._close()
@@ -94,7 +97,9 @@ class _Conn(asyncio.Protocol):
             if self.framer is not None and self.framer.until_close and self.head is not None:
                 self.eof = True  # a body framed by the connection's end (RFC 9112 §6.3)
             elif self.failure is None:
-                self.failure = FailureKind.EARLY_EOF
+                # closed or reset before any byte of the answer: the request never got an answer, as
+                # when the connection fails (a stale pooled connection, a restarting upstream)
+                self.failure = FailureKind.EARLY_EOF if self.answered else FailureKind.CONNECT
         self.wake()
 
     def wake(self) -> None:
@@ -123,12 +128,12 @@ class _Conn(asyncio.Protocol):
 
 
 class _Pool:
-    """Idle keep-alive connections per (scheme, host, port), newest first out."""
+    """Idle keep-alive connections per (scheme, host, port, proxy), newest first out."""
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
+        self._idle: dict[PoolKey, list[_Conn]] = {}
 
-    def take(self, key: tuple[str, str, int], now: float) -> _Conn | None:
+    def take(self, key: PoolKey, now: float) -> _Conn | None:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()

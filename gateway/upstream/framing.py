@@ -25,6 +25,8 @@ has no `finish()`, so `until_close` tells the I/O shell that the connection's en
 
 from __future__ import annotations
 
+import re
+
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
 from gateway.core.http1 import HTTPError, ResponseHead
@@ -35,6 +37,8 @@ MAX_LINE = 8 * 1024
 MAX_INTERIM = 8
 MAX_QUIET = 8 * 1024
 _INTERIM_OK = (100, 103)
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class _Extra(Exception):
@@ -133,6 +137,12 @@ class ResponseFramer:
     def on_message_begin(self) -> None:
         if self.done:
             raise _Extra
+
+    def on_status(self, reason: bytes) -> None:
+        # RFC 9112 §4: reason-phrase = *( HTAB / SP / VCHAR / obs-text ); llhttp lets other control
+        # bytes through (h11 does not), and a NUL in a status line is a broken or hostile upstream
+        if _CONTROL.search(reason):
+            raise HTTPError("control character in the status line")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self._in_head:

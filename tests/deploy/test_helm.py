@@ -38,7 +38,7 @@ FULLNAME = "rel-llm-gateway"
 ALL_ON: dict[str, Any] = {
     "workers": 2,
     "redis": {"url": "redis://:s3cret-redis-pw@redis-master:6379/0"},
-    "secret": {"env": {"OPENAI_API_KEY": "sk-test-not-a-real-key"}},
+    "secret": {"env": {"OPENAI_API_KEY": "sk-test-not-a-real-key"}, "generateGatewayKey": True},
     "extraEnv": [{"name": "EXTRA", "value": "1"}],
     "ingress": {"enabled": True, "annotations": {"nginx.ingress.kubernetes.io/proxy-read-timeout": "600"},
                 "tls": [{"secretName": "gw-tls", "hosts": ["llm-gateway.example.com"]}]},
@@ -51,7 +51,20 @@ ALL_ON: dict[str, Any] = {
     "tmpVolume": {"medium": "Memory", "sizeLimit": "64Mi"},
     "podDisruptionBudget": {"maxUnavailable": 1},
     "priorityClassName": "high",
+    "extraVolumes": [{"name": "corp-ca", "configMap": {"name": "corp-ca-bundle"}}],
+    "extraVolumeMounts": [{"name": "corp-ca", "mountPath": "/etc/ssl/corp", "readOnly": True}],
 }
+GATEWAY_KEY = "test-gateway-key-0123456789abcdef"
+
+
+def keyed(values: dict[str, Any] | None) -> dict[str, Any]:
+    """`values` with a gateway key set, as every real release must (the chart refuses to render without
+    one unless generation is opted into); left alone when the values provide or generate the key."""
+    out = copy.deepcopy(values or {})
+    secret = out.get("secret", {})
+    if not (out.get("existingSecret") or out.get("existingConfigMap") or secret.get("generateGatewayKey")):
+        out.setdefault("secret", {}).setdefault("env", {}).setdefault("GATEWAY_API_KEY", GATEWAY_KEY)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +74,7 @@ def chart() -> Iterator[helm.Chart]:
 
 
 def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    out = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE)
+    out = chart.render(keyed(values), name=RELEASE, namespace=NAMESPACE)
     return [doc for path, text in sorted(out.items()) if not path.endswith("NOTES.txt")
             for doc in yaml.safe_load_all(text) if doc]
 
@@ -100,7 +113,7 @@ def real_providers_values() -> dict[str, Any]:
             "redis": {"url": "redis://redis:6379/0"}}
 
 
-VALUE_SETS = {"defaults": {}, "all-on": ALL_ON}
+VALUE_SETS = {"defaults": keyed({}), "all-on": ALL_ON}
 
 
 # ---- lint and schema validation ------------------------------------------------------------------
@@ -213,18 +226,58 @@ def test_config_without_its_secret_fails_check_config(chart: helm.Chart, tmp_pat
 # ---- safe defaults -------------------------------------------------------------------------------
 
 
-def test_defaults_require_auth_and_generate_a_key(chart: helm.Chart) -> None:
+def test_defaults_require_auth_and_refuse_to_render_without_a_key(chart: helm.Chart) -> None:
+    """A key the chart drew itself would change on every `helm template` (no cluster to look the old
+    one up in): GitOps syncs would rotate it and roll the pods each time. So it must be set."""
+    with pytest.raises(helm.HelmError, match=r"set secret\.env\.GATEWAY_API_KEY"):
+        chart.render({}, name=RELEASE, namespace=NAMESPACE)
     docs = render(chart)
     config = gateway_config(docs)
     assert config["server"]["host"] == "0.0.0.0"
     assert config["auth"]["allow_unauthenticated"] is False
     assert config["auth"]["keys"] == [{"name": "default", "key": "${GATEWAY_API_KEY}"}]
-    key = secret_env(docs)["GATEWAY_API_KEY"]
-    assert len(key) == 48 and key.isalnum()
+    assert secret_env(docs)["GATEWAY_API_KEY"] == GATEWAY_KEY
     assert only(docs, "Service")["spec"]["type"] == "ClusterIP"
     assert not [d for d in docs if d["kind"] == "Ingress"]
     selector = only(docs, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"]
     assert selector["app.kubernetes.io/instance"] == RELEASE
+
+
+def test_a_set_key_renders_identically_every_time(chart: helm.Chart) -> None:
+    first, second = render(chart), render(chart)
+    assert first == second, "two `helm template` renders of the same values are the same manifests"
+    pod = only(first, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert pod == only(second, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    drawn = [secret_env(render(chart, {"secret": {"generateGatewayKey": True}})) for _ in range(2)]
+    assert drawn[0] != drawn[1], "the check can fail: a key drawn at render time differs every time"
+
+
+def test_key_generation_is_opt_in_for_helm_install(chart: helm.Chart) -> None:
+    docs = render(chart, {"secret": {"generateGatewayKey": True}})
+    key = secret_env(docs)["GATEWAY_API_KEY"]
+    assert len(key) == 48 and key.isalnum()
+    for provided in ({"existingSecret": "gw-keys"}, {"extraEnvFrom": [{"secretRef": {"name": "k"}}]},
+                     {"extraEnv": [{"name": "GATEWAY_API_KEY", "value": "x"}]}):
+        chart.render(provided, name=RELEASE, namespace=NAMESPACE)  # provided elsewhere: renders
+
+
+def test_extra_volumes_mount_a_private_ca(chart: helm.Chart) -> None:
+    docs = render(chart, {"extraVolumes": ALL_ON["extraVolumes"], "extraVolumeMounts": ALL_ON["extraVolumeMounts"],
+                          "extraEnv": [{"name": "SSL_CERT_FILE", "value": "/etc/ssl/corp/ca.pem"}]})
+    pod = only(docs, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "corp-ca", "configMap": {"name": "corp-ca-bundle"}} in pod["volumes"]
+    mounts = container(docs)["volumeMounts"]
+    assert {"name": "corp-ca", "mountPath": "/etc/ssl/corp", "readOnly": True} in mounts
+    assert [m["mountPath"] for m in mounts][:2] == ["/etc/gateway", "/tmp"], "the chart's own mounts stay"
+
+
+def test_existing_configmap_replaces_the_charts(chart: helm.Chart) -> None:
+    docs = render(chart, {"existingConfigMap": "my-gw-config", "existingConfigMapKey": "gateway.yaml"})
+    assert not [d for d in docs if d["kind"] == "ConfigMap"]
+    pod = only(docs, "Deployment")["spec"]["template"]
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "config")
+    assert volume["configMap"] == {"name": "my-gw-config", "items": [{"key": "gateway.yaml", "path": "config.yaml"}]}
+    assert "checksum/config" not in pod["metadata"]["annotations"]
 
 
 def test_a_provided_gateway_key_is_not_replaced(chart: helm.Chart) -> None:
@@ -291,7 +344,7 @@ def test_grace_period_outlasts_prestop_and_drain(chart: helm.Chart, drain_s: flo
 
 def test_too_short_grace_period_is_refused(chart: helm.Chart) -> None:
     with pytest.raises(helm.HelmError, match="terminationGracePeriodSeconds"):
-        chart.render({"terminationGracePeriodSeconds": 30}, name=RELEASE, namespace=NAMESPACE)
+        chart.render(keyed({"terminationGracePeriodSeconds": 30}), name=RELEASE, namespace=NAMESPACE)
 
 
 def test_config_change_rolls_the_pods(chart: helm.Chart) -> None:
@@ -449,13 +502,15 @@ def test_sync_script_detects_and_repairs_drift(tmp_path: Path) -> None:
 
 
 def notes(chart: helm.Chart, values: dict[str, Any]) -> str:
-    out = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    out = chart.render(keyed(values), name=RELEASE, namespace=NAMESPACE)
     return next(text for path, text in out.items() if path.endswith("NOTES.txt"))
 
 
 def test_notes_tell_how_to_get_the_key_and_warn_about_open_access(chart: helm.Chart) -> None:
+    generated = notes(chart, {"secret": {"generateGatewayKey": True}})
+    assert "secret rel-llm-gateway -o jsonpath='{.data.GATEWAY_API_KEY}'" in generated
     default = notes(chart, {})
-    assert "secret rel-llm-gateway -o jsonpath='{.data.GATEWAY_API_KEY}'" in default
+    assert "jsonpath" not in default  # the key is the one the values set
     assert "WARNING" not in default
     assert "per pod (2 pods)" in default  # memory state with two replicas
     assert "only the built-in mock provider" in default

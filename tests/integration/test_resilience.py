@@ -130,7 +130,7 @@ def test_connect_error_and_idle_before_token_fall_back(upstream: FakeUpstream,
 
 @pytest.mark.parametrize(("kind", "status", "code"), [
     ("http_500", 502, "upstream_error"), ("inband_server_error", 502, "upstream_error"),
-    ("early_eof", 502, "upstream_error"), ("quota", 502, "upstream_error"),
+    ("early_eof", 502, "upstream_error"), ("quota", 429, "insufficient_quota"),
 ])
 def test_single_deployment_gives_the_right_error_and_no_content(
         upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], kind: str, status: int, code: str) -> None:
@@ -141,6 +141,7 @@ def test_single_deployment_gives_the_right_error_and_no_content(
     assert info.value.status_code == status
     assert info.value.body["code"] == code  # type: ignore[index]
     assert "127.0.0.1" not in info.value.message
+    assert info.value.response.headers["x-should-retry"] == "false", "the gateway spent the retries"
 
 
 def test_silent_upstream_times_out_at_first_token_s_and_is_not_retried_there(

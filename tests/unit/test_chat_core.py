@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gateway.core.chat.assemble import ChatAssembler, completion_to_chunks
-from gateway.core.chat.wire import chunk_events, classify_error_object, has_output_token, parse_usage
+from gateway.core.chat.wire import UNNUMBERED, chunk_events, classify_error_object, has_output_token, parse_usage
 from gateway.core.events import (
     DeltaKind,
     FailureKind,
@@ -78,10 +78,12 @@ def test_choices_keep_their_index_for_n_greater_than_one() -> None:
                       Finish(0, "stop")]
 
 
-def test_gemini_tool_calls_without_index_are_numbered_in_order() -> None:
-    events = chunk_events({"choices": [{"delta": {"tool_calls": [
-        {"id": "a", "function": {"name": "f", "arguments": "{}"}},
-        {"id": "b", "function": {"name": "g", "arguments": "{}"}}]}}]})
+def test_tool_calls_without_index_are_unnumbered_in_a_chunk_and_placed_in_a_body() -> None:
+    calls = [{"id": "a", "function": {"name": "f", "arguments": "{}"}},
+             {"id": "b", "function": {"name": "g", "arguments": "{}"}, "index": True}]
+    events = chunk_events({"choices": [{"delta": {"tool_calls": calls}}]})
+    assert [e.index for e in events if isinstance(e, ToolCallDelta)] == [UNNUMBERED, UNNUMBERED]
+    events = chunk_events({"choices": [{"message": {"tool_calls": calls}}]}, message_key="message")
     assert [e.index for e in events if isinstance(e, ToolCallDelta)] == [0, 1]
 
 

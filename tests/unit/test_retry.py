@@ -72,7 +72,7 @@ SECRET_MESSAGE = "upstream says: key sk-proj-abcdef0123456789 at http://10.0.0.7
 PASS_KINDS = (K.HTTP_4XX,)
 LEARN_KINDS = (K.STREAM_OPTIONS_REJECTED, K.STREAM_REJECTED)
 TIMEOUT_KINDS = (K.FIRST_TOKEN_TIMEOUT, K.IDLE_TIMEOUT, K.TOTAL_TIMEOUT)
-MOVE_KINDS = (K.CONTEXT_LENGTH, K.QUOTA, K.UPSTREAM_AUTH, *TIMEOUT_KINDS)
+MOVE_KINDS = (K.CONTEXT_LENGTH, K.QUOTA, K.UPSTREAM_AUTH, K.EMPTY, K.NOT_FOUND, *TIMEOUT_KINDS)
 TRANSIENT_KINDS = (K.CONNECT, K.HTTP_429, K.HTTP_5XX, K.INBAND, K.EARLY_EOF, K.MALFORMED)
 GROUPS = {"pass": PASS_KINDS, "learn": LEARN_KINDS, "move": MOVE_KINDS, "transient": TRANSIENT_KINDS}
 
@@ -109,7 +109,7 @@ SITUATIONS = {
 }
 R, N, G, P = Action.RETRY_SAME, Action.NEXT, Action.GIVE_UP, Action.PASS_THROUGH
 # Expected (action, delay) per group and situation, before the first token, with rand() == 0.5.
-# Transient retries after attempt 1 on a deployment: 0.5 * 200 ms = 0.1 s.
+# Transient retries after attempt 1 on a deployment: equal jitter, (0.5 + 0.5 * 0.5) * 200 ms = 0.15 s.
 TABLE: dict[str, dict[str, tuple[Action, float]]] = {
     "pass": {s: (P, 0.0) for s in SITUATIONS},
     "learn": {s: (R, 0.0) for s in SITUATIONS},
@@ -122,8 +122,8 @@ TABLE: dict[str, dict[str, tuple[Action, float]]] = {
         "attempts used up, last deployment": (G, 0.0),
     },
     "transient": {
-        "fresh": (R, 0.1),
-        "fresh, last deployment": (R, 0.1),
+        "fresh": (R, 0.15),
+        "fresh, last deployment": (R, 0.15),
         "deployment used up": (N, 0.0),
         "deployment used up, last deployment": (G, 0.0),
         "attempts used up": (G, 0.0),
@@ -170,7 +170,7 @@ def test_transient_failures_retry_with_jittered_backoff(kind: FailureKind) -> No
     policy = RetryPolicy(max_attempts=10, per_deployment=4, initial_backoff_ms=100.0, max_backoff_ms=1000.0)
     delays = [decide(fail(kind), state(n, n, True), policy, const(0.5)) for n in (1, 2, 3)]
     assert [d.action for d in delays] == [Action.RETRY_SAME] * 3
-    assert [d.delay_s for d in delays] == pytest.approx([0.05, 0.1, 0.2])
+    assert [d.delay_s for d in delays] == pytest.approx([0.075, 0.15, 0.3])
     assert decide(fail(kind), state(4, 4, True), policy, const(0.5)).action is Action.NEXT
 
 
@@ -182,7 +182,7 @@ def test_connect_errors_and_error_statuses_are_retried(kind: FailureKind) -> Non
 
 
 def test_inband_overload_before_the_first_token_is_retried() -> None:
-    assert outcome(decide(fail(K.INBAND), state(1, 1, True), POLICY, const(0.0))) == (Action.RETRY_SAME, 0.0)
+    assert outcome(decide(fail(K.INBAND), state(1, 1, True), POLICY, const(0.0))) == (Action.RETRY_SAME, 0.1)
     assert decide(fail(K.INBAND), state(1, 1, True, True), POLICY, const(0.0)).action is Action.GIVE_UP
 
 
@@ -237,7 +237,7 @@ def test_retry_after_sets_the_least_delay() -> None:
     assert decide(with_wait, state(1, 1, True), POLICY, const(0.0)).delay_s == 2.0
     # Jitter above the requested wait is kept: the wait is a floor, not a replacement.
     big = RetryPolicy(initial_backoff_ms=4000.0, max_backoff_ms=5000.0)
-    assert decide(fail(K.HTTP_429, 1.0), state(1, 1, True), big, const(0.5)).delay_s == pytest.approx(2.0)
+    assert decide(fail(K.HTTP_429, 1.0), state(1, 1, True), big, const(0.5)).delay_s == pytest.approx(3.0)
 
 
 def test_retry_after_up_to_max_backoff_is_waited_out() -> None:
@@ -257,9 +257,9 @@ def test_retry_after_longer_than_max_backoff_moves_on_at_once() -> None:
 
 def test_nonsense_retry_after_is_harmless() -> None:
     nan = decide(fail(K.HTTP_429, math.nan), state(1, 1, True), POLICY, const(0.5))
-    assert (nan.action, nan.delay_s) == pytest.approx((Action.RETRY_SAME, 0.1))
+    assert (nan.action, nan.delay_s) == pytest.approx((Action.RETRY_SAME, 0.15))
     negative = decide(fail(K.HTTP_429, -3.0), state(1, 1, True), POLICY, const(0.5))
-    assert (negative.action, negative.delay_s) == pytest.approx((Action.RETRY_SAME, 0.1))
+    assert (negative.action, negative.delay_s) == pytest.approx((Action.RETRY_SAME, 0.15))
 
 
 @pytest.mark.parametrize("r", [0.0, 0.5, 0.999])
@@ -267,28 +267,28 @@ def test_backoff_bounds(r: float) -> None:
     policy = RetryPolicy(initial_backoff_ms=200.0, max_backoff_ms=5000.0)
     caps = [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
     got = [backoff_s(n, policy, const(r)) for n in range(1, 9)]
-    assert got == pytest.approx([r * cap for cap in caps])
-    assert all(0.0 <= d < cap for d, cap in zip(got, caps, strict=True))
+    assert got == pytest.approx([(0.5 + 0.5 * r) * cap for cap in caps])
+    assert all(cap / 2 <= d < cap for d, cap in zip(got, caps, strict=True)), "a floor of half the cap"
 
 
 def test_backoff_is_capped_at_max_backoff() -> None:
     policy = RetryPolicy(initial_backoff_ms=200.0, max_backoff_ms=5000.0)
-    assert backoff_s(10_000, policy, const(0.999)) == pytest.approx(4.995)
-    assert backoff_s(0, policy, const(0.5)) == pytest.approx(0.1)  # attempt numbers start at 1
+    assert backoff_s(10_000, policy, const(0.999)) == pytest.approx(4.9975)
+    assert backoff_s(0, policy, const(0.5)) == pytest.approx(0.15)  # attempt numbers start at 1
     inverted = RetryPolicy(initial_backoff_ms=8000.0, max_backoff_ms=1000.0)
-    assert backoff_s(1, inverted, const(0.5)) == pytest.approx(0.5)
+    assert backoff_s(1, inverted, const(0.5)) == pytest.approx(0.75)
 
 
 def test_backoff_survives_a_broken_random_source() -> None:
-    assert backoff_s(1, POLICY, const(math.nan)) == 0.0
-    assert backoff_s(1, POLICY, const(-1.0)) == 0.0
+    assert backoff_s(1, POLICY, const(math.nan)) == pytest.approx(0.1)  # the floor
+    assert backoff_s(1, POLICY, const(-1.0)) == pytest.approx(0.1)
     assert backoff_s(1, POLICY, const(7.0)) == pytest.approx(0.2)
 
 
 def test_backoff_uses_the_injected_source_once_per_delay() -> None:
     draws = itertools.cycle([0.25, 0.75])
     source = lambda: next(draws)  # noqa: E731
-    assert [backoff_s(1, POLICY, source) for _ in range(3)] == pytest.approx([0.05, 0.15, 0.05])
+    assert [backoff_s(1, POLICY, source) for _ in range(3)] == pytest.approx([0.125, 0.175, 0.125])
 
 
 def f(kind: FailureKind) -> Failure:
@@ -302,7 +302,8 @@ def f(kind: FailureKind) -> Failure:
         ([K.FIRST_TOKEN_TIMEOUT, K.IDLE_TIMEOUT, K.TOTAL_TIMEOUT], "timeout"),
         ([K.FIRST_TOKEN_TIMEOUT, K.HTTP_5XX], "upstream"),
         ([K.HTTP_5XX, K.FIRST_TOKEN_TIMEOUT], "upstream"),
-        ([K.CONNECT, K.CONNECT, K.HTTP_429, K.QUOTA], "upstream"),
+        ([K.CONNECT, K.CONNECT, K.HTTP_429, K.QUOTA], "quota"),
+        ([K.QUOTA, K.HTTP_5XX], "upstream"),
         ([K.HTTP_4XX], "client"),
         ([K.HTTP_5XX, K.HTTP_4XX], "client"),
         ([K.CONTEXT_LENGTH, K.CONTEXT_LENGTH], "client"),

@@ -2,7 +2,8 @@
 
 The assembler knows when the first output token has come, keeps the last non-null usage (never a sum:
 some servers repeat usage on every chunk), concatenates tool-call argument fragments per (choice, index),
-and renders the OpenAI `chat.completion` object the non-stream client would have received.
+numbers the tool-call deltas that came without an index (`_tool_index`), and renders the OpenAI
+`chat.completion` object the non-stream client would have received.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class _Choice:
     text: dict[DeltaKind, list[str]] = field(default_factory=dict)
     tools: dict[int, _ToolCall] = field(default_factory=dict)
     finish_reason: str | None = None
+    last_tool: int = -1  # the index of the tool call the latest tool-call delta belonged to
+    next_tool: int = 0  # one past the highest tool-call index seen
+    tool_ids: dict[str, int] = field(default_factory=dict)  # call id -> index
 
 
 class ChatAssembler:
@@ -46,7 +50,11 @@ class ChatAssembler:
         self.first_token = False
         self.error: InbandError | None = None
 
-    def feed(self, events: list[StreamEvent]) -> None:
+    def feed(self, events: list[StreamEvent]) -> list[ToolCallDelta] | None:
+        """Fold the events in. Returns the tool-call deltas that came without an index, numbered (a
+        chunk's list starts again at 0, so a stream's calls can only be numbered here, in order), or
+        None when there were none (always, for upstreams that send `index`)."""
+        numbered: list[ToolCallDelta] | None = None
         for e in events:
             t = type(e)
             if t is OutputDelta:
@@ -55,9 +63,22 @@ class ChatAssembler:
                 self.first_token = True
             elif t is ToolCallDelta:
                 assert isinstance(e, ToolCallDelta)
-                tools = self._choice(e.choice).tools
-                call = tools.get(e.index) or tools.setdefault(e.index, _ToolCall())
-                call.id = call.id or e.id
+                c = self._choice(e.choice)
+                index = e.index
+                if index < 0:
+                    index = _tool_index(c, e.id)
+                    e = ToolCallDelta(e.choice, index, e.id, e.name, e.arguments)
+                    if numbered is None:
+                        numbered = []
+                    numbered.append(e)
+                c.last_tool = index
+                call = c.tools.get(index)
+                if call is None:
+                    call = c.tools[index] = _ToolCall()
+                    c.next_tool = max(c.next_tool, index + 1)
+                if not call.id and e.id:
+                    call.id = e.id
+                    c.tool_ids[e.id] = index
                 call.name = call.name or e.name
                 if e.arguments:
                     call.arguments.append(e.arguments)
@@ -71,6 +92,7 @@ class ChatAssembler:
             elif t is InbandError:
                 assert isinstance(e, InbandError)
                 self.error = e
+        return numbered
 
     def add_content(self, choice: int, text: str) -> None:
         """`feed([OutputDelta(choice, CONTENT, text)])` without building the event (the relay's hot path)."""
@@ -105,6 +127,16 @@ class ChatAssembler:
     def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:
         return "".join("".join(c.text.get(kind, ())) for _, c in sorted(self._choices.items()))
 
+    def output_bytes(self) -> int:
+        """UTF-8 size of everything the answer said (every text kind, tool names and arguments): what a
+        usage estimate counts when the provider reported none."""
+        n = 0
+        for c in self._choices.values():
+            n += sum(len(t.encode()) for parts in c.text.values() for t in parts)
+            n += sum(len((t.name or "").encode()) + sum(len(a.encode()) for a in t.arguments)
+                     for t in c.tools.values())
+        return n
+
     def completion(self, *, id: str, model: str, created: int) -> dict[str, Any]:
         """The `chat.completion` object equivalent to everything fed so far."""
         choices = [_render_choice(i, c) for i, c in sorted(self._choices.items())]
@@ -113,6 +145,16 @@ class ChatAssembler:
         if self.usage is not None:
             body["usage"] = self.usage.as_openai()
         return body
+
+
+def _tool_index(c: _Choice, call_id: str | None) -> int:
+    """The index of a tool-call delta that came without one (Gemini's OpenAI endpoint sends each call
+    whole in its own chunk, with an id and no index): a call id seen before keeps its index, a new one
+    takes the choice's next; a delta with neither continues the choice's latest call (or opens the
+    first)."""
+    if call_id:
+        return c.tool_ids.get(call_id, c.next_tool)
+    return c.last_tool if c.last_tool >= 0 else c.next_tool
 
 
 def _render_choice(index: int, c: _Choice) -> dict[str, Any]:

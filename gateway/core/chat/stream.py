@@ -9,7 +9,12 @@ events go by their bytes, runs of content chunks of the learned envelope go thro
 the text window together and out as the upstream's own bytes when the window released them unchanged.
 
 A failure raises `StreamFailed` (its `Failure` names the deployment); an in-band error after the first
-token sets `error` and `done` instead: the text before it stands.
+token sets `error` and `done` instead: the text before it stands. An event the parser cannot read
+(unparseable JSON, not an object) after the first token is skipped and counted in `skipped_malformed`
+(the relay reports it): one broken line must not cut a long answer off; before the first token it fails
+the attempt like any other failure, so it is retried. An event over the size limit always fails.
+A tool-call delta that came without `index` is numbered by the assembler (`ChatAssembler.feed`) before
+it is forwarded, and its chunk goes out re-encoded with the index.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from typing import Any, Protocol
 from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.shape import ContentShape, Run
-from gateway.core.chat.wire import has_output_token
-from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, StreamFailed
+from gateway.core.chat.wire import chunk_events, has_output_token, number_tool_calls
+from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, StreamFailed, ToolCallDelta
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent, data_lines
 
 
@@ -50,8 +55,8 @@ class StreamParser(Protocol):
 
 
 class ChatStream:
-    __slots__ = ("assembler", "decoder", "done", "error", "filt", "label", "parser", "preamble", "unread",
-                 "unread_datas")
+    __slots__ = ("assembler", "clean_end", "decoder", "done", "error", "filt", "label", "parser", "preamble",
+                 "skipped_malformed", "unread", "unread_datas")
 
     def __init__(self, parser: StreamParser | None, label: str) -> None:
         self.decoder = SSEDecoder()
@@ -60,8 +65,10 @@ class ChatStream:
         self.assembler = ChatAssembler()
         self.preamble: list[ChatChunk] = []  # held until the commit
         self.done = False  # upstream said [DONE] or its body has ended
+        self.clean_end = False  # upstream said [DONE] (its protocol's end), not just closed
         self.error: Failure | None = None  # an in-band error that came after the first token
         self.filt: ChatOutputFilter | None = None  # set by `commit`
+        self.skipped_malformed = 0  # unreadable events after the first token, skipped
         # events of the committing read after the one that made the stream committable (the fast path
         # reads them as data when they are all one-line data events)
         self.unread: list[SSEEvent] = []
@@ -69,20 +76,27 @@ class ChatStream:
 
     @property
     def committable(self) -> bool:
-        """An output token has come, or the answer finished without one (an empty answer is an answer)."""
-        return self.assembler.first_token or self.assembler.finished
+        """An output token has come, or the answer ended cleanly without one (an empty answer is an
+        answer: a finish reason, or `[DONE]` with nothing before it)."""
+        return self.assembler.first_token or self.assembler.finished or self.clean_end
+
+    @property
+    def empty_answer(self) -> bool:
+        return not self.assembler.first_token and (self.assembler.finished or self.clean_end)
 
     @property
     def ended_early(self) -> bool:
         """The upstream stopped before the answer finished (and, without [DONE], before any token)."""
-        return not (self.assembler.finished or (self.done and self.assembler.first_token))
+        asm = self.assembler
+        return not (asm.finished or self.clean_end or (self.done and asm.first_token))
 
     # -- before the commit -------------------------------------------------------------------------
 
     def hold_body(self, events: list[StreamEvent], chunks: list[dict[str, Any]]) -> None:
         """A whole answer (a non-stream body) as the held stream: its events and its chunks."""
         self.assembler.feed(events)
-        self.preamble = [ChatChunk([], chunk) for chunk in chunks]
+        # each chunk with its own events: the filter tells by them which write carries the first token
+        self.preamble = [ChatChunk(chunk_events(chunk), chunk) for chunk in chunks]
         self.done = True
 
     def feed(self, data: bytes) -> bytes:
@@ -143,17 +157,21 @@ class ChatStream:
         for ev in events:
             for ch in self.parser.parse(ev):
                 if ch.done:
-                    self.done = True
+                    self.done = self.clean_end = True
                     continue
                 for e in ch.events:
                     if type(e) is InbandError:
                         if not self.assembler.first_token:
                             raise StreamFailed(e.failure)
+                        if e.failure.kind is FailureKind.MALFORMED:
+                            self.skipped_malformed += 1
+                            break  # skipped: the `else` below does not run
                         self.error = e.failure  # text before it stands; the relay ends the stream
                         self.done = True
                         return out
-                self.assembler.feed(ch.events)
-                out.append(ch)
+                else:
+                    numbered = self.assembler.feed(ch.events)
+                    out.append(ch if numbered is None else _numbered(ch, numbered))
         return out
 
     # -- the commit and after ----------------------------------------------------------------------
@@ -269,6 +287,16 @@ class ChatStream:
                 splice(out, data, end, rel)
         if len(out) > before:
             filt.output_released = True
+
+
+def _numbered(ch: ChatChunk, numbered: list[ToolCallDelta]) -> ChatChunk:
+    """The chunk with the indexes the assembler gave its index-less tool-call deltas, in its events and
+    in its object (re-encoded for the client: raw=None)."""
+    given = iter(numbered)
+    events = [next(given) if type(e) is ToolCallDelta and e.index < 0 else e for e in ch.events]
+    if ch.obj is not None:
+        number_tool_calls(ch.obj, numbered)
+    return ChatChunk(events, ch.obj, None, ch.done)
 
 
 def _write_released(out: list[bytes], shape: ContentShape, data: bytes, end: int, text: str, rel: str) -> None:

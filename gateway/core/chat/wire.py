@@ -4,13 +4,14 @@ One function reads a streamed chunk and a non-stream body alike (a body's `messa
 `delta` with everything at once), so there is one parser for both. Field variants across OpenAI-compatible
 servers (protocols.md §5): `reasoning_content` (DeepSeek, xAI, old vLLM) and `reasoning` (vLLM, Ollama,
 OpenRouter); usage on the finish chunk or in a separate `choices: []` chunk, or under `x_groq.usage`;
-tool calls without `index` (Gemini) numbered in arrival order; `error` as an object or a string; an
-OpenRouter error chunk that also carries `finish_reason: "error"`.
+a streamed tool call without `index` (Gemini's OpenAI endpoint, some routers) parsed as `UNNUMBERED`,
+for the stream's assembler to number (`ChatAssembler.feed`, `number_tool_calls`); `error` as an object or
+a string; an OpenRouter error chunk that also carries `finish_reason: "error"`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from gateway.core.events import (
     DeltaKind,
@@ -23,6 +24,8 @@ from gateway.core.events import (
     ToolCallDelta,
     Usage,
 )
+
+UNNUMBERED = -1  # a streamed tool-call delta that came without `index`: the stream core numbers it
 
 # delta field -> kind; both reasoning spellings map to REASONING
 TEXT_FIELDS: tuple[tuple[str, DeltaKind], ...] = (
@@ -92,7 +95,7 @@ def _choice_events(choice: dict[str, Any], pos: int, key: str, out: list[StreamE
         if isinstance(calls, list):
             for n, call in enumerate(calls):
                 if isinstance(call, dict):
-                    out.append(_tool_call(index, n, call))
+                    out.append(_tool_call(index, n, call, key == "delta"))
     reason = choice.get("finish_reason")
     if reason == "error":
         out.append(InbandError(Failure(FailureKind.INBAND, "upstream reported an error in the stream",
@@ -101,18 +104,42 @@ def _choice_events(choice: dict[str, Any], pos: int, key: str, out: list[StreamE
         out.append(Finish(index, reason))
 
 
-def _tool_call(choice: int, position: int, call: dict[str, Any]) -> ToolCallDelta:
+def _tool_call(choice: int, position: int, call: dict[str, Any], streamed: bool) -> ToolCallDelta:
+    """In a body, `message.tool_calls` is the list of whole calls: a call's place is its index. In a
+    stream a delta's place says nothing (each chunk's list starts again at 0), so a delta without
+    `index` is UNNUMBERED until the stream core, which has seen the calls before it, numbers it."""
     fn = call.get("function")
     fn = fn if isinstance(fn, dict) else {}
     args = fn.get("arguments")
     idx = call.get("index")
     return ToolCallDelta(
         choice=choice,
-        index=idx if isinstance(idx, int) else position,
+        index=idx if _is_index(idx) else (UNNUMBERED if streamed else position),
         id=call.get("id") if isinstance(call.get("id"), str) else None,
         name=fn.get("name") if isinstance(fn.get("name"), str) else None,
         arguments=args if isinstance(args, str) else "",
     )
+
+
+def _is_index(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def number_tool_calls(obj: dict[str, Any], numbered: list[ToolCallDelta]) -> None:
+    """Write the indexes the stream core gave a chunk's index-less tool-call deltas into the chunk, for
+    the client (the openai SDK's `chat.completions.stream()` needs `index` on every tool-call delta).
+    `numbered` are those deltas in the order `other_chunk_events` read them: the chunk's dict entries of
+    `choices[].delta.tool_calls` without a valid index, in order."""
+    given = iter(numbered)
+    choices = obj.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+        for call in calls if isinstance(calls, list) else ():
+            if isinstance(call, dict) and not _is_index(call.get("index")):
+                e = next(given, None)
+                if e is not None:
+                    call["index"] = e.index
 
 
 def _int(d: Any, key: str) -> int:
@@ -165,7 +192,11 @@ def classify_error_object(err: Any, status: int | None) -> Failure:
     return Failure(kind, message, status=effective, code=code, type=etype, param=param)
 
 
-_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
+# Quota and billing, from structured fields only: OpenAI and Azure (`insufficient_quota`, the billing
+# codes), Kimi/Moonshot (type `exceeded_current_quota_error`), Z.ai (code 1113: balance used up),
+# DeepSeek and OpenRouter (HTTP 402).
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active",
+                          "exceeded_current_quota_error", "1113"})
 _RETRYABLE_CODES = frozenset({"rate_limit_exceeded", "server_error", "overloaded_error", "api_error",
                               "service_unavailable", "rate_limit_error", "internal_error", "timeout"})
 
@@ -176,6 +207,8 @@ def _kind(code: str | None, etype: str | None, param: str | None, status: int | 
         return FailureKind.QUOTA
     if code == "context_length_exceeded":
         return FailureKind.CONTEXT_LENGTH
+    if code == "model_not_found" and status == 404 and not inband:
+        return FailureKind.NOT_FOUND  # the deployment's model name (our config), never the client's
     if param == "stream_options" and status == 400:
         return FailureKind.STREAM_OPTIONS_REJECTED
     if param == "stream" and status == 400:

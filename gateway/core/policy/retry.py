@@ -14,9 +14,11 @@ The table, in the order the rules apply:
    `LEARN_ONCE_HEADROOM` attempts on top of `max_attempts`. The caller counts every attempt, these
    included: that is what bounds a provider that keeps rejecting after the request was changed.
 4. `attempts_total >= max_attempts`: GIVE_UP.
-5. Never again on the same deployment (`CONTEXT_LENGTH`, `QUOTA`, `UPSTREAM_AUTH`, every timeout):
-   NEXT, or GIVE_UP when no deployment is left. A timeout is not resent where it happened; quota and
-   credentials will not change in a second; another deployment may have a larger context.
+5. Never again on the same deployment (`CONTEXT_LENGTH`, `QUOTA`, `UPSTREAM_AUTH`, `EMPTY`,
+   `NOT_FOUND`: a URL or model of our config the upstream does not have, every timeout): NEXT, or
+   GIVE_UP when no deployment is left. A timeout is not resent where it happened;
+   quota and credentials will not change in a second; another deployment may have a larger context, or
+   answer where this one said nothing (the loop keeps the last empty answer for the client).
 6. Transient (`CONNECT`, `HTTP_429`, `HTTP_5XX`, `INBAND`, `EARLY_EOF`, `MALFORMED`): RETRY_SAME after
    `backoff_s` while `attempts_on_deployment < per_deployment`, then NEXT, then GIVE_UP. A Retry-After
    sets the least delay; one longer than `max_backoff_ms` moves to the NEXT deployment at once instead
@@ -92,6 +94,8 @@ _RULE_OF: Mapping[FailureKind, _Rule] = MappingProxyType(
         FailureKind.CONTEXT_LENGTH: _Rule.MOVE,
         FailureKind.QUOTA: _Rule.MOVE,
         FailureKind.UPSTREAM_AUTH: _Rule.MOVE,
+        FailureKind.EMPTY: _Rule.MOVE,
+        FailureKind.NOT_FOUND: _Rule.MOVE,
         FailureKind.FIRST_TOKEN_TIMEOUT: _Rule.MOVE,
         FailureKind.IDLE_TIMEOUT: _Rule.MOVE,
         FailureKind.TOTAL_TIMEOUT: _Rule.MOVE,
@@ -169,26 +173,32 @@ def _retry_after_s(failure: Failure) -> float | None:
 
 
 def backoff_s(attempt_on_deployment: int, policy: RetryPolicy, rand: Callable[[], float]) -> float:
-    """Full-jitter exponential backoff after the given (1-based) attempt on a deployment.
+    """Exponential backoff with equal jitter after the given (1-based) attempt on a deployment.
 
     The cap doubles from `initial_backoff_ms` with each attempt, up to `max_backoff_ms`; the delay is
-    uniform in [0, cap). Full jitter spreads clients that failed together, so they do not come back
-    together.
+    uniform in [cap/2, cap). Why equal rather than full jitter: full jitter spreads clients that failed
+    together, but its floor is zero, so a retry can come back within milliseconds (36 ms apart was
+    measured) and hit an overloaded upstream again before it had any time to recover. Half the cap as a
+    floor keeps every retry at least `initial_backoff_ms / 2` away while the other half still spreads
+    a burst over a window as wide as the floor. (Decorrelated jitter would also do; it needs the
+    previous delay as state, which the table does not keep.)
     """
     doublings = min(max(attempt_on_deployment, 1) - 1, _MAX_DOUBLINGS)
     cap_ms = max(min(policy.max_backoff_ms, policy.initial_backoff_ms * 2.0**doublings), 0.0)
     r = rand()
     r = 0.0 if not r >= 0.0 else min(r, 1.0)  # `not >=` also catches NaN from a broken source
-    return r * cap_ms / 1000.0
+    return (0.5 + 0.5 * r) * cap_ms / 1000.0
 
 
-def final_error_kind(failures: Sequence[Failure]) -> Literal["timeout", "upstream", "client"]:
+def final_error_kind(failures: Sequence[Failure]) -> Literal["timeout", "upstream", "client", "quota"]:
     """What the gateway reports when it gives up, from every failed attempt in order.
 
     - "client": the last failure is a pass-through 4xx, or every deployment tried said the context is
       too long. The caller answers with that failure's own status (400 when it has none), type, code
       and message: clients handle `context_length_exceeded` by shortening the prompt, which a 502 would
       hide (and SDKs would retry a 502 in vain).
+    - "quota" (429 with the provider's code): the last attempt's account is out of quota or credit.
+      It fails fast with the provider's reason, and the 429 tells the client it is not a gateway fault.
     - "timeout" (504 `upstream_timeout`): every attempt timed out.
     - "upstream" (502 `upstream_error`): anything else, also no attempt at all (every breaker open).
     Learn-once fallbacks are negotiation, not outcomes, so they are left out of "every".
@@ -200,6 +210,8 @@ def final_error_kind(failures: Sequence[Failure]) -> Literal["timeout", "upstrea
         return "client"
     if all(f.kind is FailureKind.CONTEXT_LENGTH for f in real):
         return "client"
+    if real[-1].kind is FailureKind.QUOTA:
+        return "quota"
     if all(f.is_timeout for f in real):
         return "timeout"
     return "upstream"

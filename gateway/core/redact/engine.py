@@ -1,7 +1,8 @@
 """The streaming window shared by redaction and stream-mode guardrails.
 
-Text is cut into *units*: whitespace runs, and whitespace-free runs of at most `RUN_LIMIT`
-characters (a longer run is cut every `RUN_LIMIT` characters). A *segment* is one run, or several
+Text is cut into *units*: gaps (whitespace, and the characters no rule can match, see
+`redact_breaks`), and runs between them of at most `RUN_LIMIT` characters (a longer run is cut,
+before a candidate that could still grow past the cut: see `_cut`). A *segment* is one run, or several
 runs and the gaps between them while a multi-word rule (``Bearer <token>``, a PEM block, a phone
 number in groups) could still match across them. Rules are matched inside one segment only; the
 gaps between segments are released as they arrive.
@@ -29,6 +30,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gateway.core.redact.breaks import Gaps
+from gateway.core.redact.cuts import keep_start, run_cut
 from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
@@ -42,9 +45,12 @@ MAX_GAP = 64
 SEG_LIMIT = 8192
 SEG_RUNS = 256  # a PEM block of an 8192-bit RSA key has about 110 lines
 MAX_HELD_CHARS = SEG_LIMIT + MAX_GAP + RUN_LIMIT
+# At a run's forced cut, a candidate that starts within this many characters before the cut is
+# kept (the next run starts there) instead of released: a secret across the cut is masked whole,
+# and every cut still releases at least RUN_LIMIT - CUT_KEEP characters (linear cost).
+CUT_KEEP = 1024
 
-_UNIT = re.compile(rf"\S{{1,{RUN_LIMIT}}}|\s+")
-_LONG_RUN = re.compile(rf"\S{{{RUN_LIMIT}}}")
+_SPACES = Gaps.of("", RUN_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,8 @@ class ScanSpec:
     residual: re.Pattern[str] | None  # rules without a hint: their detect and prefix forms
     live: re.Pattern[str] | None  # non-empty prefixes of the rules that may span whitespace
     detect: re.Pattern[str] | None  # a superset of every rule's matches, for a quick reject
+    gaps: Gaps = _SPACES  # what ends a run: whitespace, and the characters no rule can match
+    tail: re.Pattern[str] | None = None  # non-empty prefixes of every rule, at the end of the text
     # The per-delta path's one search: `first_hit` of a text shorter than RUN_LIMIT, when one
     # pattern does all its work (None: call first_hit). Derived, so `replace` keeps it in step.
     short_scan: re.Pattern[str] | None = field(init=False)
@@ -70,18 +78,24 @@ class ScanSpec:
         match and of every partial match that continues into whitespace (None: derive one)."""
         if not rules:
             return cls(True, None, None, None, None)
+        gaps = Gaps.build([p for p, _hint in rules], RUN_LIMIT)
+        g = gaps.cls
         hints: list[str] = []
         residual: list[str] = []
         prefixes: list[str] = []
+        tails: list[str] = []
         for pattern, given in rules:
-            prefix = prefix_source(pattern) if spans_whitespace(pattern) else None
+            whole = prefix_source(pattern, g)
+            if whole is not None:
+                tails.append(whole)
+            prefix = whole if spans_whitespace(pattern) else None
             if prefix is not None:
                 prefixes.append(prefix)
             hint = given if given is not None else literal_hint(pattern)
             if hint is not None:
                 hints.append(hint)
             else:
-                residual.append(detect_source(pattern))
+                residual.append(detect_source(pattern, g))
                 if prefix is not None:
                     residual.append(f"{prefix}(?<=\\S\\s)")
         live = "(?:" + "|".join(prefixes) + ")" if prefixes else None
@@ -90,7 +104,9 @@ class ScanSpec:
             re.compile(factor_hints(hints)) if hints else None,
             re.compile("|".join(residual)) if residual else None,
             re.compile(live + r"\Z") if live else None,
-            re.compile("|".join(detect_source(p) for p, _hint in rules)),
+            re.compile("|".join(detect_source(p, g) for p, _hint in rules)),
+            gaps,
+            re.compile("(?:" + "|".join(tails) + r")\Z") if tails else None,
         )
 
     def alive(self, held: str, seg_len: int, start: int) -> int:
@@ -112,8 +128,9 @@ class ScanSpec:
 
         Searches with pos/endpos rather than a slice: one-shot redaction of a large body goes back
         and forth between the paths, and slicing the rest each time would be quadratic. The detect
-        forms treat whitespace like the edge of the text, so looking behind `pos` at whitespace is
-        the same as looking at nothing; the caller never starts after a non-whitespace character.
+        forms treat a gap (whitespace, or a character no rule can match) like the edge of the text,
+        so looking behind `pos` at one is the same as looking at nothing; the caller never starts
+        right after a character of a run.
         """
         hit = end
         # Full searches, not bounded by an earlier hit: a bound would hide a match that starts
@@ -125,17 +142,10 @@ class ScanSpec:
         # A run longer than RUN_LIMIT is cut: the slow path must see it. Only runs that start
         # before `hit` matter, and their first RUN_LIMIT characters end before hit + RUN_LIMIT.
         if end - pos >= RUN_LIMIT:
-            m = _LONG_RUN.search(text, pos, min(end, hit + RUN_LIMIT))
+            m = self.gaps.long_run.search(text, pos, min(end, hit + RUN_LIMIT))
             if m is not None:
                 hit = min(hit, m.start())
         return hit if hit < end else -1
-
-
-def _unit_start(text: str, i: int, low: int) -> int:
-    ws = text[i].isspace()
-    while i > low and text[i - 1].isspace() == ws:
-        i -= 1
-    return i
 
 
 class SegmentWindow:
@@ -185,8 +195,10 @@ class SegmentWindow:
         if delta[-1].isspace():
             rest = ""
         else:
-            # The unfinished run at the end: all of it lies in `delta`, after its last whitespace.
+            # The unfinished run at the end: all of it lies in `delta`, after its last gap.
             rest = delta.rsplit(None, 1)[-1]
+            if not rest.isascii() and self._spec.gaps.breaks:  # a break character can end runs too
+                rest = rest[self._spec.gaps.tail_start(rest):]
             if len(rest) == len(delta):  # no whitespace: the unfinished run goes on
                 if len(text) >= RUN_LIMIT:
                     return self._general(delta, False)
@@ -233,7 +245,7 @@ class SegmentWindow:
         text = buf + "".join(deltas)
         if scan is None or self._seg >= 0 or self._stopped or len(text) >= RUN_LIMIT or not all(deltas):
             return [self._feed(d, False) for d in deltas]
-        rest = "" if text[-1].isspace() else text.rsplit(None, 1)[-1]
+        rest = text[self._spec.gaps.tail_start(text):]
         end = len(text) - len(rest)
         if end and (m := scan.search(text, 0, end)) is not None and m.start() < end:
             return [self._feed(d, False) for d in deltas]
@@ -260,12 +272,12 @@ class SegmentWindow:
         pos = self._pos
         # Unless the text ends in whitespace, its trailing run is unfinished: the fast path stops
         # before it. Computed once per delta (a one-shot body may visit the fast path often).
-        complete = len(text) if final or not text or text[-1].isspace() else (
-            len(text) - len(text.rsplit(None, 1)[-1]))
+        gaps = self._spec.gaps
+        complete = len(text) if final else gaps.tail_start(text)
         while pos < len(text) and not self._stopped:
             # The fast path starts only after whitespace (see ScanSpec.first_hit); right after a cut
             # inside a long run, the slow path takes the next unit.
-            if self._seg < 0 and (pos == 0 or text[pos - 1].isspace()):
+            if self._seg < 0 and (pos == 0 or gaps.is_gap(text[pos - 1])):
                 pos, slow = self._fast(text, pos, complete, out)
                 if not slow:
                     break
@@ -299,7 +311,7 @@ class SegmentWindow:
         if end > pos:
             hit = self._spec.first_hit(text, pos, end)
             if hit >= 0:
-                start = _unit_start(text, hit, pos)
+                start = self._spec.gaps.unit_start(text, hit, pos)
                 if start > pos:
                     out.append(text[pos:start])
                 return start, True
@@ -309,10 +321,11 @@ class SegmentWindow:
 
     def _slow(self, text: str, pos: int, final: bool, out: list[str]) -> int:
         """Handle the unit at `pos`; return the position after it, or `pos` to hold it."""
-        m = _UNIT.match(text, pos)
+        gaps = self._spec.gaps
+        m = gaps.unit.match(text, pos)
         assert m is not None
         end = m.end()
-        if text[pos].isspace():
+        if gaps.is_gap(text[pos]):
             return self._gap(text, pos, end, final or end < len(text), out)
         return self._run(text, pos, end, final, out)
 
@@ -333,11 +346,11 @@ class SegmentWindow:
         forced = end - start == RUN_LIMIT
         if end == len(text) and not (final or forced):
             return start  # unfinished, or its end is known but not the character after it
-        if self._seg >= 0 and (end - self._seg > SEG_LIMIT or self._runs >= SEG_RUNS):
-            gap = text[self._seg_end : start]
-            if not self._close_open(text, out):
-                return len(text)
-            out.append(gap)
+        if forced:
+            end = run_cut(self._spec.tail, self._spec.detect, text, start, end, CUT_KEEP)
+        at_limit = self._seg >= 0 and (end - self._seg > SEG_LIMIT or self._runs >= SEG_RUNS)
+        if at_limit and not self._close_at_limit(text, start, end, out):
+            return len(text)
         if self._seg < 0:
             self._seg, self._live_from, self._runs = start, 0, 0
         self._seg_end = end
@@ -349,6 +362,27 @@ class SegmentWindow:
         ) and not self._close_open(text, out):
             return len(text)
         return end
+
+    def _close_at_limit(self, text: str, start: int, end: int, out: list[str]) -> bool:
+        """The open segment may not take the run text[start:end]: close it, keeping its leftmost
+        still-growing candidate as the start of the next segment when that fits in the limits
+        (see `redact_cuts`); otherwise close it whole and release the gap before the run."""
+        seg = self._seg
+        keep, low = seg + self._live_from, max(seg + 1, end - SEG_LIMIT)
+        if low <= keep < start:
+            keep = keep_start(self._spec.detect, text, seg, keep, low, end)
+        runs = self._spec.gaps.runs(text, keep, start) if low <= keep < start else SEG_RUNS
+        if runs >= SEG_RUNS:
+            gap = text[self._seg_end : start]
+            if not self._close_open(text, out):
+                return False
+            out.append(gap)
+            return True
+        self._seg_end = keep
+        if not self._close_open(text, out):
+            return False
+        self._seg, self._live_from, self._runs = keep, 0, runs
+        return True
 
     def _still_alive(self, held: str, seg_len: int) -> bool:
         self._live_from = self._spec.alive(held, seg_len, self._live_from)

@@ -40,10 +40,11 @@ _CATEGORIES = {
     "CATEGORY_DIGIT": r"\d", "CATEGORY_NOT_DIGIT": r"\D", "CATEGORY_SPACE": r"\s",
     "CATEGORY_NOT_SPACE": r"\S", "CATEGORY_WORD": r"\w", "CATEGORY_NOT_WORD": r"\W",
 }
-# Anchors: the start and end of a whitespace-free run look like these to a scan of the region.
+# Anchors: the start and end of a run look like these to a scan of the region, where `{g}` is the
+# body of the class of gap characters (whitespace, and the characters no rule can match).
 _AT_DETECT = {
-    "AT_BEGINNING": r"(?<!\S)", "AT_BEGINNING_STRING": r"(?<!\S)", "AT_END": r"(?!\S)",
-    "AT_END_STRING": r"(?!\S)", "AT_BOUNDARY": r"\b", "AT_NON_BOUNDARY": r"\B",
+    "AT_BEGINNING": r"(?<![^{g}])", "AT_BEGINNING_STRING": r"(?<![^{g}])", "AT_END": r"(?![^{g}])",
+    "AT_END_STRING": r"(?![^{g}])", "AT_BOUNDARY": r"\b", "AT_NON_BOUNDARY": r"\B",
 }
 
 
@@ -88,7 +89,8 @@ def _quantifier(lo: int, hi: int, lazy: bool) -> str:
 class _Tree:
     """One parsed pattern, serialisable in the two rewritten forms."""
 
-    def __init__(self, pattern: re.Pattern[str]) -> None:
+    def __init__(self, pattern: re.Pattern[str], gap: str = r"\s") -> None:
+        self.gap = gap
         parsed = _parser.parse(pattern.pattern, pattern.flags)
         self.flags = int(parsed.state.flags) & ~(re.VERBOSE | re.UNICODE | re.DEBUG)
         self.items: list[tuple[Any, Any]] = list(parsed.data)
@@ -114,7 +116,7 @@ class _Tree:
         if name == "ATOMIC_GROUP":
             return "(?:" + self.seq(list(av.data), mode, flags) + ")"
         if name == "AT":
-            return _AT_DETECT[str(av)]
+            return _AT_DETECT[str(av)].replace("{g}", self.gap)
         if name in ("ASSERT", "ASSERT_NOT"):
             return self.assertion(name, av, mode, flags)
         if name == "GROUPREF":
@@ -265,15 +267,16 @@ def _has_groupref(items: list[tuple[Any, Any]]) -> bool:
     return False
 
 
-def detect_source(pattern: re.Pattern[str]) -> str:
-    """A superset of `pattern` that finds the same matches in a run alone or inside a region."""
-    tree = _Tree(pattern)
+def detect_source(pattern: re.Pattern[str], gap: str = r"\s") -> str:
+    """A superset of `pattern` that finds the same matches in a run alone or inside a region;
+    `gap`: the body of the class of characters that end a run."""
+    tree = _Tree(pattern, gap)
     return _scoped(tree.flags, tree.seq(tree.items, _DETECT, tree.flags))
 
 
-def prefix_source(pattern: re.Pattern[str]) -> str | None:
+def prefix_source(pattern: re.Pattern[str], gap: str = r"\s") -> str | None:
     """Every non-empty prefix of a match of `pattern`, or None when it only matches ''."""
-    tree = _Tree(pattern)
+    tree = _Tree(pattern, gap)
     body = tree.prefix_seq(tree.items, tree.flags)
     return None if body is None else _scoped(tree.flags, body)
 

@@ -66,15 +66,17 @@ _E = rf"(?![{_TOK}])"  # token end
 
 _PEM_LABEL = r"[ ](?:[A-Z0-9]+[ ]){0,3}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"  # RSA, ENCRYPTED, OPENSSH...
 _PEM_SEP = r"(?:[ \t]*(?:\r?\n|\\r\\n|\\n))+[ \t]*"  # real newlines, or \n escaped in JSON
-# Body lines: "Name: value" headers, or whole lines of base64 (never the start of the next word,
-# "sk-ant-..."): full-length lines, padded last lines, a PGP checksum. A short unpadded last line
-# only counts right before the END line, so words after a truncated block stay readable.
+# Armor headers ("Proc-Type: 4,ENCRYPTED", RFC 1421 / RFC 4880 6.2: printable ASCII) come only
+# right after the BEGIN line: a "Name: value" line after the base64 of a truncated block is prose
+# ("here: the model said"), not the key. Then whole lines of base64 (never the start of the next
+# word, "sk-ant-..."): full-length lines, padded last lines, a PGP checksum. A short unpadded last
+# line only counts right before the END line, so words after a truncated block stay readable.
+# Every class here is ASCII, so no CJK or other non-Latin character is one this rule looks at
+# (see `redact_breaks`).
 _B64 = "[A-Za-z0-9+/]"
-_PEM_WORD_END = r"(?![^\s\\])"
-_PEM_LINE = (
-    rf"(?:[A-Za-z][A-Za-z0-9-]*:[ \t][^\r\n\\]*"
-    rf"|(?:{_B64}{{16,}}={{0,2}}|{_B64}*={{1,2}}|={_B64}{{4}}){_PEM_WORD_END})"
-)
+_PEM_WORD_END = r"(?![!-\[\]-~])"  # not followed by printable ASCII (a backslash starts "\n")
+_PEM_HEADER = r"[A-Za-z][A-Za-z0-9-]*:[ \t][ \t!-\[\]-~]*"
+_PEM_LINE = rf"(?:{_B64}{{16,}}={{0,2}}|{_B64}*={{1,2}}|={_B64}{{4}}){_PEM_WORD_END}"
 _PEM_END = rf"(?:{_PEM_SEP}{_B64}{{1,15}}{_PEM_WORD_END})?{_PEM_SEP}-----END{_PEM_LABEL}"
 
 _IBAN_CC = "|".join(sorted(IBAN_LENGTHS))
@@ -82,8 +84,10 @@ _CARD_IIN4 = (
     r"4[0-9]{3}|5[1-5][0-9]{2}|2(?:2[2-9][0-9]|[3-6][0-9]{2}|7[01][0-9]|720)|3[47][0-9]{2}"
     r"|3(?:0[0-5]|[68][0-9])[0-9]|35(?:2[89]|[3-8][0-9])|6(?:011|5[0-9]{2}|4[4-9][0-9]|2[0-9]{2})"
 )
-_NUM_B = r"(?<![\w.,:/+-])"  # a number that is not part of a version, date, path, id or time
-_NUM_E = r"(?![\w-]|[.,:/][0-9])"
+# A number that is not part of a version, date, path, id or time. ASCII classes: a number right
+# after Japanese text ("電話090-1234-5678") is a number, and the rule looks at no CJK character.
+_NUM_B = r"(?<![A-Za-z0-9_.,:/+-])"
+_NUM_E = r"(?![A-Za-z0-9_-]|[.,:/][0-9])"
 
 SECRETS: tuple[BuiltinRule, ...] = (
     BuiltinRule(
@@ -132,7 +136,7 @@ SECRETS: tuple[BuiltinRule, ...] = (
     BuiltinRule("jwt", pattern=rf"{_B}eyJ[{_TOK}]{{5,}}\.[{_TOK}]{{5,}}\.[{_TOK}]*{_E}", hint=_late("ey", "J")),
     BuiltinRule(
         "private_key",  # the whole block; without its END line, up to the last base64 line
-        pattern=rf"-----BEGIN{_PEM_LABEL}(?:{_PEM_SEP}{_PEM_LINE})*(?:{_PEM_END})?",
+        pattern=rf"-----BEGIN{_PEM_LABEL}(?:{_PEM_SEP}{_PEM_HEADER})*(?:{_PEM_SEP}{_PEM_LINE})*(?:{_PEM_END})?",
         # The space after BEGIN stays out of the lookbehind: `factor_hints` drops lookarounds
         # that could look at whitespace.
         hint=_late("-----BE", "GIN") + " ",
@@ -152,12 +156,12 @@ PII: tuple[BuiltinRule, ...] = (
         pattern=r"(?<![A-Za-z0-9_.%+-])(?<!//)[A-Za-z0-9][A-Za-z0-9_.%+-]{0,63}@(?![0-9]+x\.)"
         r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}"
         # Not after "//" (URL user info), not "host:path" (an scp/ssh remote), not "icon@2x.png".
-        r"(?![A-Za-z0-9-]|\.[A-Za-z0-9]|:[^\s])",
+        r"(?![A-Za-z0-9-]|\.[A-Za-z0-9]|:[!-~])",
         hint=r"@",
     ),
     BuiltinRule(
         "phone",  # E.164 with +, US (xxx) xxx-xxxx / xxx-xxx-xxxx, European trunk-0 forms
-        pattern=r"(?<![\w+])\+[0-9]{1,3}(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9]{1,5})){1,6}"
+        pattern=r"(?<![A-Za-z0-9_+])\+[0-9]{1,3}(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9]{1,5})){1,6}"
         rf"{_NUM_E}|{_NUM_B}(?:\([0-9]{{3}}\)[ ]?[0-9]{{3}}[ .-][0-9]{{4}}"
         r"|(?:1-)?[0-9]{3}-[0-9]{3}-[0-9]{4}|[0-9]{3}\.[0-9]{3}\.[0-9]{4}"
         rf"|0[0-9](?:\.[0-9]{{2}}){{4}}|0[0-9]{{1,4}}(?:[ -][0-9]{{2,8}}){{1,4}}){_NUM_E}",

@@ -10,11 +10,13 @@ What a user can rely on (CONTRACT §5.1):
 
 * a match becomes ``[REDACTED:<rule>]``; for the context rules (``bearer_token``,
   ``aws_secret_access_key``) only the secret part is masked: ``Authorization: Bearer [REDACTED:...]``;
-* matches are found inside one *segment*: a whitespace-free run, or several runs while a rule
-  that can contain whitespace could still match across them (a phone number in groups, a PEM
-  block, ``project\s+x`` in a custom rule). So ``^``/``$`` in a custom pattern anchor at the edges
-  of a run, a match never spans a gap of more than 64 whitespace characters or more than 8192
-  characters in all, and a run longer than 4096 characters is cut there;
+* matches are found inside one *segment*: a run, or several runs while a rule that can contain
+  whitespace could still match across them (a phone number in groups, a PEM block,
+  ``project\s+x`` in a custom rule). Runs end at whitespace and at characters outside ASCII that no
+  rule can match (CJK, kana, Hangul, Thai... for ``secrets`` and ``pii``; see `redact_breaks`), so
+  text without spaces streams. ``^``/``$`` in a custom pattern anchor at the edges of a run, a match
+  never spans a gap of more than 64 characters or more than 8192 characters in all, and a run that
+  reaches 4096 characters is cut, before a candidate within its last 1024 that could still grow;
 * the window holds back only the unfinished run and an open multi-word candidate, never more
   than ``MAX_HELD_CHARS`` characters;
 * when two rules match overlapping text, the leftmost match wins, then the longest, then the

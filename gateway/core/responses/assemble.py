@@ -124,6 +124,12 @@ class ResponsesAssembler:
     def texts(self) -> dict[TextKey, str]:
         return {key: "".join(parts) for key, parts in sorted(self._texts.items())}
 
+    def output_bytes(self) -> int:
+        """UTF-8 size of the answer's texts and tool calls (see `ChatAssembler.output_bytes`)."""
+        texts = sum(len(t.encode()) for parts in self._texts.values() for t in parts)
+        return texts + sum(len((t.name or "").encode()) + sum(len(a.encode()) for a in t.arguments)
+                     for t in self.tools.values())
+
     def as_chat(self) -> ChatAssembler:
         """The same text as a chat assembler, for the guardrail judges that read one."""
         chat = ChatAssembler()

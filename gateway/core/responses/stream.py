@@ -10,7 +10,10 @@ events through the filter, and from then on `feed(bytes)` returns the bytes for 
 The stream stops reading at the protocol's own end: a terminal event (`response.completed` /
 `response.incomplete`) is kept unsent in `terminal`, for the whole-answer guardrails to judge before it
 goes out; an upstream failure (`error`, `response.failed`, an unparseable event) before the first token
-raises `StreamFailed`, after it is kept in `failed` and ends the stream (the text before it stands).
+raises `StreamFailed`, after it is kept in `failed` and ends the stream (the text before it stands) —
+except an event the parser cannot read (unparseable JSON, not an object), which after the first token
+is skipped and counted in `skipped_malformed` (the relay reports it): one broken line must not cut a
+long answer off. An event over the size limit always fails.
 The order of the events decides, never how the bytes happened to be split into reads.
 """
 
@@ -33,8 +36,8 @@ class ResponsesStreamParser(Protocol):
 
 
 class ResponsesStream:
-    __slots__ = ("assembler", "decoder", "done", "failed", "filt", "label", "parser", "preamble", "terminal",
-                 "unread")
+    __slots__ = ("assembler", "decoder", "done", "failed", "filt", "label", "parser", "preamble",
+                 "skipped_malformed", "terminal", "unread")
 
     def __init__(self, parser: ResponsesStreamParser, label: str) -> None:
         self.decoder = SSEDecoder()
@@ -47,11 +50,16 @@ class ResponsesStream:
         self.terminal: ResponsesEvent | None = None  # the answer's end, not sent yet
         self.failed: ResponsesEvent | None = None  # an upstream failure after the first token, not sent yet
         self.filt: ResponsesOutputFilter | None = None  # set by `commit`
+        self.skipped_malformed = 0  # unreadable events after the first token, skipped
 
     @property
     def committable(self) -> bool:
         """An output token has come, or the answer ended without one (an empty answer is an answer)."""
         return self.assembler.first_token or self.assembler.finished
+
+    @property
+    def empty_answer(self) -> bool:
+        return self.assembler.finished and not self.assembler.first_token
 
     @property
     def ended_early(self) -> bool:
@@ -128,6 +136,9 @@ class ResponsesStream:
                 if ev.done:
                     self.done = True
                     continue
+                if ev.obj is None and _unreadable(ev):
+                    self.skipped_malformed += 1
+                    continue
                 assemble(ev)
                 if ev.type in TERMINAL_OK:
                     self.terminal, self.done = ev, True
@@ -147,3 +158,9 @@ class ResponsesStream:
             self.failed, self.done = ev, True
             return True
         return False
+
+
+def _unreadable(ev: ResponsesEvent) -> bool:
+    """An event the parser could not read (`ResponsesParser.parse` of a non-object), not an error event."""
+    f = ev.failure
+    return f is not None and f.kind is FailureKind.MALFORMED

@@ -112,7 +112,22 @@ redis is configured, so the URL (which may hold a password) lives in a Secret, n
 
 {{/* True when the chart generates GATEWAY_API_KEY: the config uses it and nobody provides it. */}}
 {{- define "llm-gateway.generateKey" -}}
-{{- if and (not .Values.existingSecret) .Values.secret.create .Values.secret.generateGatewayKey (not (hasKey .Values.secret.env "GATEWAY_API_KEY")) (contains "${GATEWAY_API_KEY}" (include "llm-gateway.configYaml" .)) }}true{{ end }}
+{{- if and (include "llm-gateway.keyMissing" .) .Values.secret.create .Values.secret.generateGatewayKey }}true{{ end }}
+{{- end }}
+
+{{/* True when the config uses ${GATEWAY_API_KEY} and no value the chart can see provides it. */}}
+{{- define "llm-gateway.keyMissing" -}}
+{{- $inExtraEnv := false }}
+{{- range .Values.extraEnv }}{{ if eq .name "GATEWAY_API_KEY" }}{{ $inExtraEnv = true }}{{ end }}{{ end }}
+{{- if and (not .Values.existingConfigMap) (not .Values.existingSecret) (not .Values.extraEnvFrom) (not $inExtraEnv) (not (hasKey .Values.secret.env "GATEWAY_API_KEY")) (contains "${GATEWAY_API_KEY}" (include "llm-gateway.configYaml" .)) }}true{{ end }}
+{{- end }}
+
+{{/* A gateway key nobody set and nobody generates: refuse to render, rather than a pod that cannot start
+or a key that changes on every `helm template`. */}}
+{{- define "llm-gateway.requireKey" -}}
+{{- if and (include "llm-gateway.keyMissing" .) (not (include "llm-gateway.generateKey" .)) }}
+{{- fail "config uses ${GATEWAY_API_KEY}: set secret.env.GATEWAY_API_KEY (e.g. --set secret.env.GATEWAY_API_KEY=$(openssl rand -hex 24)) or existingSecret; or set secret.generateGatewayKey=true to have helm install generate one (kept across upgrades, but not stable under helm template)" }}
+{{- end }}
 {{- end }}
 
 {{- define "llm-gateway.secretName" -}}

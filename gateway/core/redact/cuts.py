@@ -1,0 +1,52 @@
+"""Where a window cuts text it may not hold any longer: before whatever could still become a match.
+
+A run that reaches `RUN_LIMIT` characters and a segment that would pass `SEG_LIMIT` characters or
+`SEG_RUNS` runs must be cut so that memory stays bounded. Cutting blindly splits a secret that lies
+across the cut into two pieces that neither match (a key inside a long URL or a line of minified
+JSON). So the cut goes before the leftmost candidate that could still grow past it, and the text
+from there starts the next run or segment: the secret is matched whole there.
+
+`tail` is the alternation of every rule's non-empty-prefix form (see `redact_regex`) anchored at the
+end of the searched text: `tail.search(text, a, b)` is the leftmost q >= a where text[q:b] could be
+the start of a match. A whole match that starts before the chosen start and runs across it would be
+split by the cut too, so the start moves back to it (a few times at most). `detect` (a superset of
+the matches, see `ScanSpec`) finds those in one pass. A match that would have to be kept from
+before `low` is too long to keep, and then the cut stays where it was (-1).
+"""
+
+from __future__ import annotations
+
+import re
+
+TRIES = 8  # how often a match across the kept start may move it back before we give up
+
+
+def keep_start(detect: re.Pattern[str] | None, text: str, first: int, keep: int, low: int, end: int) -> int:
+    """The start, in [low, keep], of the text to keep when `keep` starts a candidate to keep,
+    text[first:keep] goes out and text[:end] is known; -1 when a match across it starts before `low`."""
+    if detect is None:
+        return keep
+    spans: list[tuple[int, int]] = []
+    pos = first
+    while pos < keep and (m := detect.search(text, pos, end)) is not None and m.start() < keep:
+        spans.append(m.span())
+        pos = m.start() + 1
+    for _ in range(TRIES + 1):
+        across = [a for a, b in spans if a < keep < b]
+        if not across:
+            return keep
+        keep = min(across)
+        if keep < low:
+            return -1
+    return -1
+
+
+def run_cut(tail: re.Pattern[str] | None, detect: re.Pattern[str] | None, text: str, start: int, end: int,
+            keep_chars: int) -> int:
+    """Where the run text[start:end], which reached the run limit, is cut: before the leftmost
+    candidate that starts within `keep_chars` of `end` and could still grow past it, or at `end`."""
+    low = max(start + 1, end - keep_chars)
+    if tail is None or (m := tail.search(text, low, end)) is None:
+        return end
+    keep = keep_start(detect, text, start, m.start(), low, end)
+    return end if keep < 0 else keep
