@@ -43,10 +43,11 @@ def raise_nofile() -> int:
 class Pool:
     """The servers of a run, started on first use; `fresh` restarts one for a memory measurement."""
 
-    def __init__(self, workdir: Path, baseline: Path | None = None) -> None:
+    def __init__(self, workdir: Path, baseline: Path | None = None, tracing: bool = False) -> None:
         self.workdir, self.baseline = workdir, baseline
         self.nginx_bin = servers.ensure_nginx()
         self.upstream = servers.start_upstream(workdir)
+        self.sink = servers.start_otlp_sink(workdir) if tracing else None
         self.running: dict[str, Server] = {}
         plain = self._write_config(False)
         problem = servers.check_config(plain)
@@ -61,6 +62,13 @@ class Pool:
             if problem:
                 self.redaction_off_because, redact = f"the redaction config is rejected: {problem}", plain
         self.configs = {True: redact, False: plain}
+        self.traced: dict[str, Path] = {}
+        if self.sink is not None:  # a collector that answers, and one that is down (nothing listens)
+            for target, endpoint in (("gateway-traced", f"http://127.0.0.1:{self.sink.port}"),
+                                     ("gateway-traced-down", f"http://127.0.0.1:{servers.free_port()}")):
+                path = workdir / f"{target}.yaml"
+                path.write_text(servers.gateway_config(self.upstream.port, redact != plain, endpoint))
+                self.traced[target] = path
 
     def _write_config(self, redaction: bool) -> Path:
         path = self.workdir / ("gateway-redact.yaml" if redaction else "gateway-plain.yaml")
@@ -79,7 +87,7 @@ class Pool:
     def _start(self, target: str) -> Server:
         if target == "nginx":
             return servers.start_nginx(self.workdir, self.upstream.port, self.nginx_bin)
-        config = self.configs[target != "gateway-noredact"]
+        config = self.traced.get(target) or self.configs[target != "gateway-noredact"]
         if target == "gateway-base":
             assert self.baseline is not None
             return servers.start_gateway(target, self.workdir, config, source=self.baseline)
@@ -93,6 +101,8 @@ class Pool:
         for name in list(self.running):
             self.stop(name)
         self.upstream.stop()
+        if self.sink is not None:
+            self.sink.stop()
 
 
 def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples: bool = True) -> dict[str, Any]:
@@ -174,6 +184,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--streams", type=int, help="S4's number of open streams (default 5000)")
     p.add_argument("--baseline", help="another checkout (e.g. a `git worktree` of an older commit): measured "
                    "as target gateway-base beside gateway in every scenario, redaction on, for an A/B")
+    p.add_argument("--tracing", action="store_true", help="also measure gateway-traced (every request "
+                   "traced, spans exported to a sink) and gateway-traced-down (its collector down) in S1 and S2")
     return p.parse_args(argv)
 
 
@@ -190,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     baseline = Path(args.baseline).resolve() if args.baseline else None
     if baseline is not None:
         scenarios = [replace(sc, targets=(*sc.targets[:2], "gateway-base", *sc.targets[2:])) for sc in scenarios]
-    pool = Pool(workdir, baseline)
+    if args.tracing:
+        traced = ("gateway-traced", "gateway-traced-down")
+        scenarios = [replace(sc, targets=(*sc.targets[:-1], *traced, sc.targets[-1])) if sc.key in ("S1", "S2")
+                     else sc for sc in scenarios]
+    pool = Pool(workdir, baseline, tracing=args.tracing)
     print(f"servers' logs: {workdir}", flush=True)
     try:
         info = machine(pool.redaction_off_because, nofile, pool.nginx_bin)

@@ -3,6 +3,8 @@
 Targets: `direct` (the load generator straight to the fake upstream: the TTFT baseline and the ceiling
 of client + upstream), `gateway` (redaction `secrets`+`pii` on when the redaction core exists),
 `gateway-noredact`, `gateway-w2` (`--workers 2`, redaction as `gateway`) and `nginx` (a plain relay).
+With `--tracing`, S1 and S2 also measure `gateway-traced` (every request traced at sampling 1.0, spans
+exported to `bench/otlp_sink.py`) and `gateway-traced-down` (the same, with its collector down).
 """
 
 from __future__ import annotations

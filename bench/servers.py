@@ -105,10 +105,18 @@ def redaction_missing() -> str:
     return "" if window.exists() else "gateway/core/redact/window.py is missing"
 
 
-def gateway_config(upstream_port: int, redaction: bool) -> str:
+def start_otlp_sink(workdir: Path) -> Server:
+    port = free_port()
+    server = spawn("otlp-sink", [sys.executable, "-m", "bench.otlp_sink", "--port", str(port)], workdir, port)
+    server.wait_ready("/healthz")
+    return server
+
+
+def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | None = None) -> str:
     """The brief's minimal config: one OpenAI-compatible upstream, no auth, warnings-only logging (the
     per-request info line stays out of the measurement); and the same fake upstream as an `anthropic`
-    provider behind model `ma`, for the Messages API scenarios."""
+    provider behind model `ma`, for the Messages API scenarios. With `otlp_endpoint`, every request is
+    traced (sampling 1.0) and its spans exported there."""
     timeouts = "timeouts: {connect_s: 5, first_token_s: 60, idle_s: 60, total_s: 600}"
     mode = "default" if redaction else "'off'"
     base = f"http://127.0.0.1:{upstream_port}"
@@ -123,6 +131,8 @@ def gateway_config(upstream_port: int, redaction: bool) -> str:
     ]
     if redaction:
         lines.append("redaction: {profiles: {default: {rules: [secrets, pii]}}}")
+    if otlp_endpoint:
+        lines.append(f'telemetry: {{otlp_endpoint: "{otlp_endpoint}", sampling_ratio: 1.0}}')
     return "\n".join(lines) + "\n"
 
 

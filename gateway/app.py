@@ -7,8 +7,10 @@ on aiohttp.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -20,13 +22,18 @@ from gateway.apis.messages import messages
 from gateway.apis.messages_tokens import count_tokens
 from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
+from gateway.apis.spend import key_spend
 from gateway.config.types import Config, ServerConfig, TlsConfig
-from gateway.inbound import Handler, HttpServer, ServerLimits
-from gateway.observe.metrics import Metrics, create_metrics, preinitialise
+from gateway.inbound import Handler, HttpServer, Request, ServerLimits
+from gateway.observe.metrics import Metrics, add_process_collectors, create_metrics, preinitialise
+from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.state.base import StateBackend, create_backend
 from gateway.upstream import Upstream
+
+if TYPE_CHECKING:
+    from gateway.observe.tracing import Tracing
 
 
 class App:
@@ -41,6 +48,8 @@ class App:
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics)
         self._state: StateBackend | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
+        # read at start only (CONTRACT §8): a reload keeps the process's tracer
+        self.tracing: Tracing | None = _start_tracing(config, self.metrics)
         # TLS on the listener: one context for the server's life; a reload loads new files into it, so
         # new handshakes present the new certificate and open connections keep theirs
         self.tls: ssl.SSLContext | None = None
@@ -49,6 +58,12 @@ class App:
             self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
             load_certificate(self.tls, config.server.tls)
 
+    def start_trace(self, request: Request, api: str) -> RequestTrace:
+        """The per-request trace recorder: the shared no-op one when tracing is off."""
+        if self.tracing is None:
+            return NO_TRACE
+        return self.tracing.start(request.headers, api, request.path, self.runtime.config.providers)
+
     async def start(self) -> None:
         metrics = self.metrics
         self._state = create_backend(self.config.state, self.config.cache,
@@ -56,6 +71,8 @@ class App:
 
     async def close(self) -> None:
         self.upstream.close()
+        if self.tracing is not None:  # the last export may wait on the collector: not on the loop
+            await asyncio.to_thread(self.tracing.shutdown)
         if self._state is not None:
             await self._state.close()
 
@@ -80,6 +97,14 @@ class App:
         preinitialise(old.metrics, config)
 
 
+def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
+    """The process's tracer, when `telemetry` configures one. The SDK (and its exporter's HTTP client,
+    ~4.5 MiB resident) is imported only then."""
+    if not config.telemetry.enabled:
+        return None
+    from gateway.observe.tracing import Tracing
+
+    return Tracing(config.telemetry, metrics.spans_dropped.inc)
 def load_certificate(context: ssl.SSLContext, tls: TlsConfig) -> None:
     """Raises ValueError naming the key, not the file's content."""
     try:
@@ -97,6 +122,7 @@ def _routes() -> dict[str, dict[str, Handler]]:
         "/v1/messages": {"POST": messages},
         "/v1/messages/count_tokens": {"POST": count_tokens},
         "/v1/models": {"GET": list_models},
+        "/v1/gateway/spend": {"GET": key_spend},
         "/v1/models/{id}": {"GET": retrieve_model},
         "/healthz": {"GET": healthz},
         "/readyz": {"GET": readyz},
@@ -135,6 +161,7 @@ def create_metrics_app(metrics: Metrics) -> web.Application:
         if registry is None:  # multiprocess mode: aggregate every worker's files
             registry = CollectorRegistry()
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            add_process_collectors(registry)
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -28,8 +28,11 @@ from panels import (
 DASHBOARD_DIR = Path(__file__).resolve().parent / "dashboards"
 
 RI = "$__rate_interval"
-M = 'model=~"$model"'
-MP = 'model=~"$model", provider=~"$provider"'
+# Every query is narrowed to the selected Prometheus jobs and instances (several gateways, one line each)
+J = 'job=~"$job", instance=~"$instance"'
+M = f'{J}, model=~"$model"'
+MP = f'{M}, provider=~"$provider"'
+K = f'{MP}, key=~"$key"'
 GW_TTFT = "llm_gateway_time_to_first_token_seconds"
 UP_TTFT = "llm_gateway_upstream_time_to_first_token_seconds"
 TPOT = "llm_gateway_time_per_output_token_seconds"
@@ -126,7 +129,7 @@ def ttft_panels() -> list[Panel | Row]:
                    "(all models). Redaction and stream-mode guardrails hold back text that could still "
                    "match a rule; a rising p99 means long held runs.",
                    [Query(f"histogram_quantile({q}, sum by (le, api) "
-                          f"(rate(llm_gateway_text_delay_seconds_bucket[{RI}])))", f"p{p} {{{{api}}}}")
+                          f"(rate(llm_gateway_text_delay_seconds_bucket{{{J}}}[{RI}])))", f"p{p} {{{{api}}}}")
                     for q, p in (("0.5", "50"), ("0.99", "99"))], unit="s"),
         timeseries("Upstream attempts per request by model",
                    "Upstream attempts (hedges included) divided by requests that reached an upstream. 1 "
@@ -154,20 +157,20 @@ def overview_summary() -> list[Panel | Row]:
         stat("Failed requests",
              "Share of requests that failed on the upstream side (upstream_error: every attempt failed; "
              "timeout: every attempt timed out) over the selected range.",
-             f"(sum(increase({REQ}{{{M}, outcome=~\"upstream_error|timeout\"}}[{rng}])) or vector(0))\n"
-             f"/ sum(increase({REQ}{{{M}}}[{rng}]))", unit="percentunit", red=0.01),
+             ratio_or_zero(f"sum(increase({REQ}{{{M}, outcome=~\"upstream_error|timeout\"}}[{rng}]))",
+                           f"sum(increase({REQ}{{{M}}}[{rng}]))"), unit="percentunit", red=0.01),
         stat("In flight", "Requests being served right now, all APIs.",
-             "sum(llm_gateway_inflight_requests)", unit="none"),
+             f"sum(llm_gateway_inflight_requests{{{J}}})", unit="none"),
         stat("Tokens", "Input plus output tokens reported by the providers over the selected range.",
              f"sum(increase(llm_gateway_tokens_total{{{MP}, type=~\"input|output\"}}[{rng}]))",
              unit="short"),
         stat("Cost", "Spend over the selected range, from the deployments' configured prices.",
-             f"sum(increase(llm_gateway_cost_usd_total{{{MP}}}[{rng}])) or vector(0)", unit="currencyUSD",
+             f"sum(increase(llm_gateway_cost_usd_total{{{MP}}}[{rng}]))", unit="currencyUSD",
              decimals=2),
         stat("Stream failures after first token",
              "Streams that broke after the first token over the selected range: the client got a partial "
              "answer and an error event. These cannot be retried.",
-             f"sum(increase(llm_gateway_stream_failures_total{{{M}}}[{rng}])) or vector(0)", unit="none",
+             f"sum(increase(llm_gateway_stream_failures_total{{{M}}}[{rng}]))", unit="none",
              red=1, decimals=0),
     ]
 
@@ -184,10 +187,10 @@ def overview_traffic() -> list[Panel | Row]:
                    "Share of requests that failed upstream (upstream_error, timeout: the gateway's and "
                    "providers' fault) and share refused on the client's side (bad request, auth, rate "
                    "limit, guardrail). 0 when nothing failed.",
-                   [Query(f"(sum(rate({REQ}{{{M}, outcome=~\"upstream_error|timeout\"}}[{RI}])) "
-                          f"or vector(0))\n/ {total}", "failed upstream"),
-                    Query(f"(sum(rate({REQ}{{{M}, outcome=~\"client_error|auth_error|rate_limited|"
-                          f"guardrail_blocked\"}}[{RI}])) or vector(0))\n/ {total}",
+                   [Query(ratio_or_zero(f"sum(rate({REQ}{{{M}, outcome=~\"upstream_error|timeout\"}}[{RI}]))",
+                                        total), "failed upstream"),
+                    Query(ratio_or_zero(f"sum(rate({REQ}{{{M}, outcome=~\"client_error|auth_error|rate_limited|"
+                                        f"guardrail_blocked\"}}[{RI}]))", total),
                           "refused (client side)")],
                    unit="percentunit"),
         timeseries("Request duration p50 / p99 by API",
@@ -197,7 +200,7 @@ def overview_traffic() -> list[Panel | Row]:
         timeseries("Requests in flight by API",
                    "Requests the gateway is serving at this moment, by API. Long streams keep this high; "
                    "a climb without more traffic means upstreams got slower.",
-                   [Query("sum by (api) (llm_gateway_inflight_requests)", "{{api}}")], unit="none"),
+                   [Query(f"sum by (api) (llm_gateway_inflight_requests{{{J}}})", "{{api}}")], unit="none"),
     ]
 
 
@@ -214,29 +217,26 @@ def overview_upstream() -> list[Panel | Row]:
                    "Attempts that got HTTP 200 but carried an error inside the stream (chat error chunk, "
                    "Responses error/response.failed, Anthropic overloaded_error). Status-code dashboards "
                    "miss these. Before the first token they are retried invisibly.",
-                   [Query(f"sum by (deployment) (rate({ATT}{{{M}, outcome=\"inband_error\"}}[{RI}])) "
-                          "or vector(0)", "{{deployment}}")], unit="ops"),
+                   [Query(f"sum by (deployment) (rate({ATT}{{{M}, outcome=\"inband_error\"}}[{RI}]))", "{{deployment}}")], unit="ops"),
         timeseries("Retries and fallbacks: failed attempts by deployment",
                    "Attempts that failed before the first token, by deployment and reason. Each one was "
                    "followed by a retry, a fallback to the next deployment, or (when none was left) an "
                    "error to the client.",
                    [Query(f"sum by (deployment, outcome) (rate({ATT}{{{M}, outcome!~\"ok|hedge_cancelled\"}}"
-                          f"[{RI}])) or vector(0)", "{{deployment}} {{outcome}}")], unit="ops"),
+                          f"[{RI}]))", "{{deployment}} {{outcome}}")], unit="ops"),
         timeseries("Hedges by winner",
                    "Hedged requests per second (a second attempt started because the first token was late) "
                    "by which attempt produced the first token: primary or hedge.",
-                   [Query(f"sum by (model, winner) (rate(llm_gateway_hedges_total{{{M}}}[{RI}])) "
-                          "or vector(0)", "{{model}} {{winner}}")], unit="ops"),
+                   [Query(f"sum by (model, winner) (rate(llm_gateway_hedges_total{{{M}}}[{RI}]))", "{{model}} {{winner}}")], unit="ops"),
         timeseries("Stream failures after the first token",
                    "Streams that failed after the first token, by deployment and reason (upstream error, "
                    "idle stall, output guardrail). The client got partial text and one error event.",
                    [Query(f"sum by (deployment, reason) (rate(llm_gateway_stream_failures_total{{{M}}}"
-                          f"[{RI}])) or vector(0)", "{{deployment}} {{reason}}")], unit="ops"),
+                          f"[{RI}]))", "{{deployment}} {{reason}}")], unit="ops"),
         timeseries("Responses without usage",
                    "Responses whose upstream reported no token usage. Their tokens and cost are not "
                    "counted and do not count against TPM limits or budgets.",
-                   [Query(f"sum by (model, provider) (rate(llm_gateway_usage_missing_total{{{MP}}}[{RI}])) "
-                          "or vector(0)", "{{model}} · {{provider}}")], unit="ops"),
+                   [Query(f"sum by (model, provider) (rate(llm_gateway_usage_missing_total{{{MP}}}[{RI}]))", "{{model}} · {{provider}}")], unit="ops"),
     ]
 
 
@@ -255,7 +255,7 @@ def overview_tokens() -> list[Panel | Row]:
                    "Spend rate in USD per hour, from the serving deployment's configured prices, so "
                    "fallback traffic is charged to the deployment that served it. 0 without prices.",
                    [Query(f"(sum by (model, provider) (rate(llm_gateway_cost_usd_total{{{MP}}}[{RI}])) "
-                          "* 3600) or vector(0)", "{{model}} · {{provider}}")], unit="currencyUSD"),
+                          "* 3600)", "{{model}} · {{provider}}")], unit="currencyUSD"),
         timeseries("Cached share of input tokens",
                    "Share of input tokens read from the provider's prompt cache, by model. Cached tokens "
                    "are cheaper and faster; a drop means prompts stopped sharing a prefix.",
@@ -268,33 +268,59 @@ def overview_tokens() -> list[Panel | Row]:
     ]
 
 
+def overview_keys() -> list[Panel | Row]:
+    """Attribution: what each gateway key (a team, an application) sent, used and spent."""
+    rng = "$__range"
+    return [
+        Row("Per key"),
+        timeseries("Requests per second by key",
+                   "Requests per second by gateway key (its configured name; `none` without auth) and "
+                   "outcome.",
+                   [Query(f"sum by (key, outcome) (rate({REQ}{{{M}, key=~\"$key\"}}[{RI}]))", "{{key}} {{outcome}}")],
+                   unit="reqps", width=8),
+        timeseries("Tokens per second by key",
+                   "Input plus output tokens per second that the providers reported, by gateway key.",
+                   [Query(f"sum by (key) (rate(llm_gateway_tokens_total{{{K}, type=~\"input|output\"}}[{RI}]))",
+                          "{{key}}")], unit="short", width=8),
+        timeseries("Cost per hour by key",
+                   "Spend rate in USD per hour by gateway key, from the serving deployments' prices. A key's "
+                   "spend in its budget period: GET /v1/gateway/spend with that key.",
+                   [Query(f"sum by (key) (rate(llm_gateway_cost_usd_total{{{K}}}[{RI}])) * 3600", "{{key}}")],
+                   unit="currencyUSD", width=8),
+        stat("Spend by key over the selected range",
+             "USD spent by each gateway key over the selected time range.",
+             f"sum by (key) (increase(llm_gateway_cost_usd_total{{{K}}}[{rng}]))", unit="currencyUSD",
+             legend="{{key}}", decimals=2, width=24),
+    ]
+
+
 def overview_safety() -> list[Panel | Row]:
     ver = "llm_gateway_guardrail_verdicts_total"
-    blocks = f"sum by (guardrail, stage) (rate({ver}{{verdict=\"block\"}}[{RI}]))"
+    blocks = f"sum by (guardrail, stage) (rate({ver}{{{J}, verdict=\"block\"}}[{RI}]))"
     return [
         Row("Safety and limits"),
         timeseries("Guardrail blocks per second",
                    "Guardrail verdicts that blocked, by guardrail and stage (input: request refused "
                    "with 400; output: stream ended with an error event). A failing webhook blocks too.",
-                   [Query(f"{blocks} or vector(0)", "{{guardrail}} {{stage}}")], unit="ops", width=8),
+                   [Query(f"{blocks}", "{{guardrail}} {{stage}}")], unit="ops", width=8),
         timeseries("Guardrail block ratio",
                    "Share of each guardrail's verdicts that blocked. A sudden rise with unchanged "
                    "traffic points at a broken webhook or an over-broad rule.",
-                   [Query(f"{ratio_or_zero(blocks, f'sum by (guardrail, stage) (rate({ver}[{RI}]))')} "
-                          "or vector(0)", "{{guardrail}} {{stage}}")], unit="percentunit", width=8),
+                   [Query(ratio_or_zero(blocks, f"sum by (guardrail, stage) (rate({ver}{{{J}}}[{RI}]))"),
+                          "{{guardrail}} {{stage}}")], unit="percentunit", width=8),
         timeseries("Redactions per second by rule",
                    "Matches masked as [REDACTED:<rule>] in text sent to clients (and in prompts when "
                    "input masking is on), by rule.",
-                   [Query(f"sum by (rule) (rate(llm_gateway_redactions_total[{RI}])) or vector(0)",
+                   [Query(f"sum by (rule) (rate(llm_gateway_redactions_total{{{J}}}[{RI}]))",
                           "{{rule}}")], unit="ops", width=8),
         timeseries("Rate-limited requests by key and limit",
                    "Requests refused with 429 because a gateway key went over its requests-per-minute "
                    "(rpm) or tokens-per-minute (tpm) limit.",
-                   [Query(f"sum by (key, limit) (rate(llm_gateway_rate_limited_total[{RI}])) or vector(0)",
+                   [Query(f"sum by (key, limit) (rate(llm_gateway_rate_limited_total{{{J}}}[{RI}]))",
                           "{{key}} {{limit}}")], unit="reqps", width=16),
         stat("Gateway instances by version",
              "Number of gateway processes reporting each version: during a rollout two versions show.",
-             "count by (version) (llm_gateway_build_info)", unit="none", legend="{{version}}",
+             f"count by (version) (llm_gateway_build_info{{{J}}})", unit="none", legend="{{version}}",
              width=8, height=8),
     ]
 
@@ -310,7 +336,7 @@ def build() -> dict[str, dict[str, object]]:
             "llm-gateway-overview", "LLM gateway / Overview",
             "Traffic, errors, upstream attempts, tokens, cost and safety of the LLM gateway.",
             [*overview_summary(), *overview_traffic(), *overview_upstream(), *overview_tokens(),
-             *overview_safety()]),
+             *overview_keys(), *overview_safety()]),
     }
 
 

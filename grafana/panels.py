@@ -1,7 +1,8 @@
 """Small builders for Grafana dashboard JSON (schema 39, Grafana 10/11), used by generate.py.
 
-Only what the gateway's dashboards need: time series, stats, heatmaps, rows, and the datasource, model
-and provider template variables. Layout is computed, so panels are listed in reading order.
+Only what the gateway's dashboards need: time series, stats, heatmaps, rows, and the datasource, job,
+instance, model, provider and key template variables. Layout is computed, so panels are listed in
+reading order.
 """
 
 from __future__ import annotations
@@ -131,9 +132,15 @@ def variables() -> list[JSON]:
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
          "current": {}, "hide": 0, "refresh": 1, "regex": "", "multi": False, "includeAll": False,
          "options": []},
-        _query_variable("model", "Model", "label_values(llm_gateway_requests_total, model)"),
+        # several gateways (jobs) and replicas (instances) report the same series: pick, or see them all
+        _query_variable("job", "Job", "label_values(llm_gateway_build_info, job)"),
+        _query_variable("instance", "Instance", 'label_values(llm_gateway_build_info{job=~"$job"}, instance)'),
+        _query_variable("model", "Model", 'label_values(llm_gateway_requests_total{job=~"$job", '
+                        'instance=~"$instance"}, model)'),
         _query_variable("provider", "Provider", "label_values(llm_gateway_time_to_first_token_seconds_count"
-                        '{model=~"$model"}, provider)'),
+                        '{job=~"$job", instance=~"$instance", model=~"$model"}, provider)'),
+        _query_variable("key", "Key", 'label_values(llm_gateway_requests_total{job=~"$job", '
+                        'instance=~"$instance", model=~"$model"}, key)'),
     ]
 
 

@@ -61,15 +61,15 @@ def _spec(name: str, kind: MetricType, labels: str, **values: tuple[str, ...]) -
 
 
 METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in (
-    _spec("llm_gateway_requests_total", "counter", "api model stream outcome", outcome=REQUEST_OUTCOMES),
+    _spec("llm_gateway_requests_total", "counter", "api model stream outcome key", outcome=REQUEST_OUTCOMES),
     _spec("llm_gateway_request_duration_seconds", "histogram", "api model stream outcome",
           outcome=REQUEST_OUTCOMES),
     _spec("llm_gateway_time_to_first_token_seconds", "histogram", "api model provider"),
     _spec("llm_gateway_upstream_time_to_first_token_seconds", "histogram", "model provider deployment"),
     _spec("llm_gateway_time_per_output_token_seconds", "histogram", "api model provider"),
-    _spec("llm_gateway_tokens_total", "counter", "model provider type", type=TOKEN_TYPES),
+    _spec("llm_gateway_tokens_total", "counter", "model provider key type", type=TOKEN_TYPES),
     _spec("llm_gateway_usage_missing_total", "counter", "model provider"),
-    _spec("llm_gateway_cost_usd_total", "counter", "model provider"),
+    _spec("llm_gateway_cost_usd_total", "counter", "model provider key"),
     _spec("llm_gateway_upstream_attempts_total", "counter", "model deployment outcome",
           outcome=ATTEMPT_OUTCOMES),
     _spec("llm_gateway_stream_failures_total", "counter", "model deployment reason"),

@@ -56,7 +56,7 @@ async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -
     refusal = await judge_output(rt, ctx, assembler,
                                  safety.stream_guards + safety.hold_guards + safety.audit_guards)
     ctx.usage = assembler.usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage)
+    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage, ctx.key_name)
     if refusal is not None:
         raise refusal
     if ctx.cache_store:

@@ -57,7 +57,7 @@ async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) 
     refusal = await judge_output(rt, ctx, asm.as_chat(), safety.stream_guards + safety.hold_guards
                                  + safety.audit_guards)
     ctx.usage = asm.usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, asm.usage)
+    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, asm.usage, ctx.key_name)
     if refusal is not None:
         raise refusal
     if ctx.cache_store:

@@ -129,7 +129,7 @@ async def complete_responses(rt: Runtime, ctx: RequestContext) -> Response:
     refusal = await judge_output(rt, ctx, assembler.as_chat(),
                                  safety.stream_guards + safety.hold_guards + safety.audit_guards)
     ctx.usage = assembler.usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage)
+    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage, ctx.key_name)
     if refusal is not None:
         raise refusal
     return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))

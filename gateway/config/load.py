@@ -19,6 +19,8 @@ from gateway.config import edges
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
 from gateway.config.safety_config import guardrail, profile, rule_validator
+from gateway.config.telemetry import KEYS as TELEMETRY_KEYS
+from gateway.config.telemetry import telemetry_config
 from gateway.config.types import (
     ApiKey,
     AuthConfig,
@@ -127,7 +129,8 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
             errs.add(f"{s.at('headers')}.{hk}", "must be a string")
     proxy, use_env_proxy = edges.provider_proxy(s)
     return ProviderConfig(
-        name=name, type=ptype or "mock", proxy=proxy, use_env_proxy=use_env_proxy,
+        name=name, type=ptype or "mock", genai_name=kind.genai_name if kind is not None else "",
+        proxy=proxy, use_env_proxy=use_env_proxy,
         forward_headers=edges.forward_headers(s, kind.forward_headers if kind is not None else ()),
         base_url=base_url, api_key=s.get("api_key", str, "") or None,
         headers=MappingProxyType({str(k): str(v) for k, v in headers.items()}),
@@ -204,7 +207,8 @@ class _Ctx:
         self.guardrail_names, self.profile_names = guardrail_names, profile_names
 
 
-_TOP = ("server", "auth", "state", "providers", "models", "guardrails", "redaction", "cache", "logging")
+_TOP = ("server", "auth", "state", "providers", "models", "guardrails", "redaction", "cache", "logging",
+        "telemetry")
 
 
 def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
@@ -262,6 +266,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
                           max_entries=c.integer("max_entries", 10_000, 1)),
         logging=LoggingConfig(level=lg.choice("level", ("debug", "info", "warning", "error"), "info"),
                               format=lg.choice("format", ("json", "console"), "json")),  # type: ignore[arg-type]
+        telemetry=telemetry_config(Section(top.raw.get("telemetry"), "telemetry", errs, TELEMETRY_KEYS), env),
         egress=edges.egress_from_env(env, errs),
     )
     if not models:
@@ -326,4 +331,9 @@ def embedded_default() -> Config:
         "redaction": {"profiles": {"default": {"rules": ["secrets"]}}},
     }
     config = parse_config(raw, env={})
-    return Config(**{**{f: getattr(config, f) for f in config.__dataclass_fields__}, "is_demo": True})
+    errs = Errors()  # the demo is traced too when the OTEL_* variables say so
+    telemetry = telemetry_config(Section(None, "telemetry", errs, TELEMETRY_KEYS), os.environ)
+    if errs.items:
+        raise ConfigError(errs.items)
+    fields = {f: getattr(config, f) for f in config.__dataclass_fields__}
+    return Config(**{**fields, "telemetry": telemetry, "is_demo": True})

@@ -160,6 +160,27 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TelemetryConfig:
+    """OpenTelemetry tracing (CONTRACT §8): the `telemetry` section with the standard `OTEL_*` variables
+    under it, resolved once at load (`config.telemetry`). `traces_endpoint` None: tracing is off."""
+
+    traces_endpoint: str | None = None  # the full OTLP/HTTP URL, `.../v1/traces`
+    service_name: str = "llm-gateway"
+    sampler: str = "parentbased_traceidratio"  # an OTEL_TRACES_SAMPLER value
+    sampling_ratio: float = 1.0
+    headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+    resource_attributes: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    export_timeout_s: float = 10.0  # one export request, its retries included
+    max_queue_size: int = 2048  # finished spans waiting for export; past it a span is dropped (counted)
+    max_export_batch_size: int = 512
+    schedule_delay_s: float = 5.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.traces_endpoint is not None
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     auth: AuthConfig
@@ -170,6 +191,7 @@ class Config:
     redaction_profiles: MappingProxyType[str, RedactionProfile]
     cache: CacheConfig
     logging: LoggingConfig
+    telemetry: TelemetryConfig = TelemetryConfig()
     egress: Egress = Egress()
     is_demo: bool = False
 
@@ -178,3 +200,4 @@ class Config:
         out: list[str] = [p.api_key for p in self.providers.values() if p.api_key]
         out += [k.key for k in self.auth.keys if k.key]
         return tuple(out)
+

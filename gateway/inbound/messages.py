@@ -23,13 +23,14 @@ class Channel(Protocol):
 
 
 class Request:
-    __slots__ = ("app", "body", "channel", "ctx", "extra_headers", "head", "request_id", "t0")
+    __slots__ = ("app", "body", "channel", "ctx", "extra_headers", "head", "request_id", "t0", "trace")
 
     def __init__(self, app: Any, head: RequestHead, body: bytes, channel: Channel):
         self.app, self.head, self.body, self.channel = app, head, body, channel
         self.ctx: Any = None  # the handler's RequestContext, once it has resolved the model
         self.request_id = ""
         self.t0 = 0.0
+        self.trace: Any = None  # the handler's per-request trace recorder, for API routes
         # fields every response to this request carries (request id, rate-limit state, CORS); a
         # response's own fields of the same name win
         self.extra_headers: dict[str, str] = {}

@@ -15,6 +15,7 @@ from gateway.core.events import Usage
 from gateway.core.policy.learned import Fact
 from gateway.core.usage_estimate import estimate_usage
 from gateway.observe.metrics import Metrics, record_stream_end, usage_cost
+from gateway.observe.recorder import NO_TRACE, RequestTrace
 
 _PROMPT_FIELDS = ("messages", "input", "instructions", "system", "tools")
 
@@ -40,6 +41,7 @@ class RequestContext:
     reservation: Any = None  # state.base.Reservation of tokens reserved against the key's tpm
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
+    trace: RequestTrace = NO_TRACE  # the request's spans (`observe.tracing`), when traced
     # learn-once fallbacks this request is trying, per deployment label (CONTRACT §4.6): learned for
     # the deployment only when the attempt that used one succeeds
     fallbacks: set[tuple[str, Fact]] = field(default_factory=set)
@@ -58,7 +60,13 @@ class RequestContext:
         assert self.deployment is not None
         self.usage = usage
         self.cost_usd = record_stream_end(m, self.api, self.model.name, self.deployment, usage, first_token_at,
-                                          time.perf_counter())
+                                          time.perf_counter(), self.key_name)
+        self.trace.stream_ended()
+
+    @property
+    def key_name(self) -> str:
+        """The `key` metric label (CONTRACT §6): the key's configured name, `none` without auth."""
+        return self.key.name if self.key is not None else "none"
 
     def estimate_unreported_usage(self, output_bytes: int) -> None:
         """The stream reported no usage: charge an estimate to the key's tpm and budget (`settle` reads

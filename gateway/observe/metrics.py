@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
@@ -21,7 +21,8 @@ from prometheus_client import Histogram as PromHistogram
 from gateway import __version__
 from gateway.config.types import Config, Deployment, Price
 from gateway.core.events import Usage
-from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram
+from gateway.core.redact.rules import expand
+from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram, ThreadSafeCounter
 
 TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
                 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
@@ -62,6 +63,7 @@ class Metrics:
     build_info: Any
     state_degraded: Any
     http_refused: Any
+    spans_dropped: Any
     learned_fallbacks: Any
     local_limit_workers: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
@@ -89,7 +91,7 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         (PromCounter, PromGauge, PromHistogram) if multiproc else (LocalCounter, LocalGauge, LocalHistogram))
     m = Metrics(
         registry=reg,
-        requests=Counter("requests", "Requests by outcome", ["api", "model", "stream", "outcome"], **kw),
+        requests=Counter("requests", "Requests by outcome", ["api", "model", "stream", "outcome", "key"], **kw),
         duration=Histogram("request_duration_seconds", "Request duration",
                            ["api", "model", "stream", "outcome"], buckets=DURATION_BUCKETS, **kw),
         ttft=Histogram("time_to_first_token_seconds",
@@ -100,9 +102,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                 ["model", "provider", "deployment"], buckets=TTFT_BUCKETS, **kw),
         tpot=Histogram("time_per_output_token_seconds", "Stream time after the first token per output token",
                        ["api", "model", "provider"], buckets=PER_TOKEN_BUCKETS, **kw),
-        tokens=Counter("tokens", "Provider-reported tokens", ["model", "provider", "type"], **kw),
+        tokens=Counter("tokens", "Provider-reported tokens", ["model", "provider", "key", "type"], **kw),
         usage_missing=Counter("usage_missing", "Responses that carried no usage", ["model", "provider"], **kw),
-        cost=Counter("cost_usd", "Spend from deployment prices", ["model", "provider"], **kw),
+        cost=Counter("cost_usd", "Spend from deployment prices", ["model", "provider", "key"], **kw),
         attempts=Counter("upstream_attempts", "Upstream attempts by outcome",
                          ["model", "deployment", "outcome"], **kw),
         stream_failures=Counter("stream_failures", "Failures after the first token",
@@ -122,6 +124,10 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                "backend was unavailable", [], **kw),
         http_refused=Counter("http_refused", "Client connections or requests the API port refused or cut "
                              "before a handler ran", ["reason"], **kw),
+        # the export thread counts into it too: a locked counter
+        spans_dropped=(PromCounter if multiproc else ThreadSafeCounter)(
+            "trace_spans_dropped", "Finished spans that never reached the collector: export queue full, or "
+            "the export failed", [], **kw),
         learned_fallbacks=Gauge("learned_fallbacks", "Learn-once facts in force (1) or expired (0)",
                                 ["deployment", "api", "fact"], multiprocess_mode="max", **kw),
         local_limit_workers=Gauge("local_limit_workers", "Worker processes that each enforce every rate limit "
@@ -129,18 +135,36 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                   multiprocess_mode="max", **kw),
     )
     m.build_info.labels(__version__).set(1)
+    if reg is not None:
+        add_process_collectors(reg)
     return m
 
 
+def add_process_collectors(registry: CollectorRegistry) -> None:
+    """`process_*` (CPU, memory, open fds) and `python_gc_*`, as prometheus_client's default registry has
+    them. With `--workers` the exporter's registry is built per scrape and these are its own process's."""
+    ProcessCollector(registry=registry)
+    GCCollector(registry=registry)
+
+
 HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "send_stall", "bad_request", "too_large")
+STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_timeout", "malformed",
+                          "connect_error")
 
 
 def preinitialise(m: Metrics, config: Config) -> None:
-    """Create the known label sets at zero so dashboards show zeros, not gaps."""
+    """Create the known label sets at zero so dashboards show real zeros (with the target's `job` and
+    `instance`), not gaps and not `or vector(0)`'s label-less phantom series."""
     for reason in HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
+    _preinitialise_safety(m, config)
+    for api_key in config.auth.keys:
+        for limit, value in (("rpm", api_key.rpm), ("tpm", api_key.tpm)):
+            if value is not None:
+                m.rate_limited.labels(api_key.name, limit)
     for model in config.models.values():
         providers = {d.provider for d in model.deployments}
+        keys = [k.name for k in config.auth.keys if k.models is None or model.name in k.models] or ["none"]
         for api in APIS:
             m.inflight.labels(api)
             for provider in providers:
@@ -149,13 +173,32 @@ def preinitialise(m: Metrics, config: Config) -> None:
             m.upstream_ttft.labels(model.name, d.provider, d.label)
             for outcome in ("ok", "inband_error"):
                 m.attempts.labels(model.name, d.label, outcome)
-            for t in TOKEN_TYPES:
-                m.tokens.labels(model.name, d.provider, t)
-            m.cost.labels(model.name, d.provider)
+            for reason in STREAM_FAILURE_REASONS:
+                m.stream_failures.labels(model.name, d.label, reason)
+            for key in keys:
+                for t in TOKEN_TYPES:
+                    m.tokens.labels(model.name, d.provider, key, t)
+                m.cost.labels(model.name, d.provider, key)
             m.usage_missing.labels(model.name, d.provider)
         for api in ("chat", "responses"):
             for stream in ("true", "false"):
-                m.requests.labels(api, model.name, stream, "ok")
+                for key in keys:
+                    m.requests.labels(api, model.name, stream, "ok", key)
+        for winner in ("primary", "hedge"):
+            m.hedges.labels(model.name, winner)
+
+
+def _preinitialise_safety(m: Metrics, config: Config) -> None:
+    """Verdicts of every configured guardrail at the stages it judges, and every redaction rule in use."""
+    for g in config.guardrails.values():
+        for stage in ("input", "output") if g.stage == "both" else (g.stage,):
+            for verdict in ("pass", "block"):
+                m.guardrail_verdicts.labels(g.name, stage, verdict)
+    used = {m_.redaction for m_ in config.models.values()}
+    for name, profile in config.redaction_profiles.items():
+        if name in used:
+            for rule in [r.name for r in expand(profile.rules)] + [c.name for c in profile.custom]:
+                m.redactions.labels(rule)
 
 
 def usage_cost(usage: Usage, price: Price) -> float:
@@ -167,25 +210,26 @@ def usage_cost(usage: Usage, price: Price) -> float:
             + usage.cache_creation_input * creation_price + usage.output * price.output) / 1_000_000
 
 
-def record_usage(m: Metrics, model: str, d: Deployment, usage: Usage | None) -> float:
+def record_usage(m: Metrics, model: str, d: Deployment, usage: Usage | None, key: str) -> float:
+    """Tokens and cost of one answer, attributed to the caller's key name (`none` without auth)."""
     if usage is None:
         m.child(m.usage_missing, model, d.provider).inc()
         return 0.0
     for t, v in (("input", usage.input), ("output", usage.output), ("cached_input", usage.cached_input),
                  ("cache_creation_input", usage.cache_creation_input), ("reasoning", usage.reasoning)):
         if v:
-            m.child(m.tokens, model, d.provider, t).inc(v)
+            m.child(m.tokens, model, d.provider, key, t).inc(v)
     cost = usage_cost(usage, d.price)
     if cost:
-        m.child(m.cost, model, d.provider).inc(cost)
+        m.child(m.cost, model, d.provider, key).inc(cost)
     return cost
 
 
 def record_stream_end(m: Metrics, api: str, model: str, d: Deployment, usage: Usage | None,
-                      first_token_at: float | None, now: float) -> float:
+                      first_token_at: float | None, now: float, key: str) -> float:
     """A streamed answer's usage and cost, and its time per output token (after the first); returns
     the cost."""
-    cost = record_usage(m, model, d, usage)
+    cost = record_usage(m, model, d, usage, key)
     if usage is not None and usage.output > 1 and first_token_at is not None:
         m.child(m.tpot, api, model, d.provider).observe((now - first_token_at) / (usage.output - 1))
     return cost

@@ -13,6 +13,7 @@ With `--workers` the workers write prometheus_client's multiprocess files instea
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -107,6 +108,26 @@ class LocalCounter(_Metric):
 
     def inc(self, amount: float = 1.0) -> None:
         self._only.inc(amount)
+
+
+class _LockedCounterValue(_CounterValue):
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def inc(self, amount: float = 1.0) -> None:
+        with self._lock:
+            _CounterValue.inc(self, amount)
+
+
+class ThreadSafeCounter(LocalCounter):
+    """A counter another thread updates too (the span export thread's dropped spans): increments take a
+    lock, which only this metric pays."""
+
+    def _new(self) -> _LockedCounterValue:
+        return _LockedCounterValue()
 
 
 class LocalGauge(_Metric):

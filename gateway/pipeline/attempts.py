@@ -199,7 +199,7 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
     label = d.label
     rt.inflight[label] = rt.inflight.get(label, 0) + 1
     try:
-        result = await attempt(d)
+        result = await ctx.trace.attempt(d, attempt)
     except UpstreamError as exc:
         clean = scrub_failure(exc.failure, provider_keys(rt))
         if clean is exc.failure:

@@ -176,6 +176,7 @@ async def serve_stream(request: Request, rt: Runtime, ctx: RequestContext,
             ctx.deployment = won.deployment
             record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
             client = await ka.commit(won)
+            ctx.trace.committed(opened.t_first)
             await relay(opened, client)
             return client
         finally:

@@ -81,9 +81,10 @@ def duration(seconds: float) -> str:
 
 
 def needs_settle(ctx: RequestContext) -> bool:
-    """Whether `settle` has anything to charge (most requests of an unlimited key have not)."""
+    """Whether `settle` has anything to charge (most requests of an unlimited key have not). Every key's
+    spend is kept, budget or not, so `GET /v1/gateway/spend` can tell any team what it spent."""
     key = ctx.key
-    return key is not None and (ctx.reservation is not None or (key.budget_usd is not None and ctx.cost_usd > 0))
+    return key is not None and (ctx.reservation is not None or ctx.cost_usd > 0)
 
 
 async def settle(state: StateBackend, ctx: RequestContext) -> None:
@@ -95,7 +96,7 @@ async def settle(state: StateBackend, ctx: RequestContext) -> None:
         if ctx.reservation is not None:
             actual = ctx.usage.input + ctx.usage.output if ctx.usage is not None else 0
             await state.settle_tokens(ctx.reservation, actual)
-        if key.budget_usd is not None and ctx.cost_usd > 0:
+        if ctx.cost_usd > 0:
             await state.add_spend(key.name, key.budget_period, ctx.cost_usd, time.time())
     except Exception as exc:  # state failures degrade inside the backend; this is a last resort
         log.warning("settle_failed", key=key.name, error=type(exc).__name__)

@@ -93,6 +93,7 @@ async def handle(request: Request) -> Response | StreamResponse:
             return error_response(err, rid, request.path)
     metrics = request.app.metrics
     metrics.child(metrics.inflight, api).inc()
+    request.trace = request.app.start_trace(request, api)
     structlog.contextvars.bind_contextvars(request_id=rid)
     status, outcome, unresolved = 500, "upstream_error", "error"
     try:
@@ -124,8 +125,9 @@ async def _finish(request: Request, api: str, status: int, outcome: str, unresol
     duration = time.perf_counter() - request.t0
     model = ctx.model.name if ctx else "unknown"  # the metric label: never the raw requested name
     stream = "true" if ctx and ctx.stream else "false"
-    metrics.child(metrics.requests, api, model, stream, outcome).inc()
+    metrics.child(metrics.requests, api, model, stream, outcome, ctx.key_name if ctx else "none").inc()
     metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
+    request.trace.finish(ctx, status, outcome)
     cancelled = False
     if ctx is not None and needs_settle(ctx):
         try:

@@ -38,16 +38,18 @@ class ProviderKind:
     in_process: InProcess | None = None  # answered without a network request
     # client headers passed through by default (`forward_headers` replaces the list); never a key
     forward_headers: tuple[str, ...] = ("x-request-id",)
+    genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
 
 
 PROVIDERS: dict[str, ProviderKind] = {
-    "openai": ProviderKind(OpenAIChat, OpenAIResponses, OpenAIMessages,
+    "openai": ProviderKind(OpenAIChat, OpenAIResponses, OpenAIMessages, genai_name="openai",
                            forward_headers=("openai-organization", "openai-project", "x-request-id")),
-    "anthropic": ProviderKind(AnthropicChat, messages=AnthropicMessages,
+    "anthropic": ProviderKind(AnthropicChat, messages=AnthropicMessages, genai_name="anthropic",
                               forward_headers=("anthropic-beta", "x-request-id")),
-    "azure": ProviderKind(AzureChat, AzureResponses, AzureMessages, requires=("api_version",)),
+    "azure": ProviderKind(AzureChat, AzureResponses, AzureMessages, requires=("api_version",),
+                          genai_name="azure.ai.openai"),
     "mock": ProviderKind(MockChat, MockResponses, MockMessages, remote=False, in_process=mock_script,
-                         forward_headers=()),
+                         forward_headers=(), genai_name="llm_gateway.mock"),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 

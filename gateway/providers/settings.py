@@ -33,6 +33,7 @@ class BreakerConfig:
 class ProviderConfig:
     name: str
     type: str  # a key of `providers.registry.PROVIDERS`
+    genai_name: str = ""  # the type's `gen_ai.provider.name` (traces), from the registry
     base_url: str = ""
     api_key: str | None = field(default=None, repr=False)
     headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)

@@ -24,6 +24,7 @@ from gateway.config.types import Egress, ProviderConfig
 from gateway.core.events import Failure, FailureKind
 from gateway.core.http1 import HTTPError, request_bytes
 from gateway.core.proxy import Proxy, ProxyError
+from gateway.observe.propagation import TRACE_HEADERS
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.registry import in_process
 from gateway.upstream.connection import _FINISHING, HttpResponse, PoolKey, _Conn, _Pool
@@ -85,6 +86,8 @@ class Upstream:
         conn = self._pool.take(key, loop.time()) or await _connect(
             loop, target, proxy, key, connect_s, label, self.tls_context() if target.tls else None)
         headers.setdefault("accept-encoding", "identity")  # a compressed stream could not be relayed as it comes
+        for name, value in TRACE_HEADERS.get():  # the attempt's span as the upstream's parent (CONTRACT §8)
+            headers[name] = value
         path = target.path
         if proxy is not None and not target.tls:  # plain HTTP through a proxy: absolute-form (RFC 9112 §3.2.2)
             path = f"http://{target.host_header}{target.path}"

@@ -99,19 +99,38 @@ def test_every_query_uses_only_contract_metrics_and_labels(name: str) -> None:
 def test_template_variables_and_datasource(name: str) -> None:
     board = _committed()[name]
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert set(variables) >= {"datasource", "model", "provider"}
+    assert set(variables) >= {"datasource", "job", "instance", "model", "provider", "key"}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    for var in ("model", "provider"):
+    for var in ("model", "provider", "key"):
         query = variables[var]["query"]["query"]
         m = re.fullmatch(r"label_values\((\w+)(\{.*\})?, (\w+)\)", query)
         assert m and m.group(1) in SERIES and m.group(3) == var, query
         assert var in SERIES[m.group(1)].labels_of(m.group(1))
+    for var in ("job", "instance"):  # target labels: any contract metric carries them
+        query = variables[var]["query"]["query"]
+        m = re.fullmatch(r"label_values\((\w+)(\{.*\})?, (\w+)\)", query)
+        assert m and m.group(1) in SERIES and m.group(3) == var, query
     used = {v for _, expr in _exprs(board) for v in re.findall(r"\$\{?(\w+)", expr)}
     assert used - {"__rate_interval", "__range", "__interval"} <= set(variables), "undefined variable"
     for p in _panels(board):
         assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         assert all(t["datasource"] == p["datasource"] for t in p["targets"])
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_every_query_is_narrowed_to_the_selected_jobs_and_instances_and_draws_no_phantom_zero(name: str) -> None:
+    for title, expr in _exprs(_committed()[name]):
+        assert "vector(" not in expr, title  # a label-less 0 that no gateway reported
+        for sel in parse(expr).selectors:
+            got = {(m.label, m.op, m.value) for m in sel.matchers}
+            assert {("job", "=~", "$job"), ("instance", "=~", "$instance")} <= got, (title, sel.name)
+
+
+def test_the_overview_slices_requests_tokens_and_cost_by_key() -> None:
+    exprs = [expr for _, expr in _exprs(_committed()["llm-gateway-overview.json"])]
+    for metric in ("llm_gateway_requests_total", "llm_gateway_tokens_total", "llm_gateway_cost_usd_total"):
+        assert any(metric in e and "sum by (key" in e and 'key=~"$key"' in e for e in exprs), metric
 
 
 def test_dashboards_together_cover_every_contract_metric() -> None:

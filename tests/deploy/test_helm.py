@@ -423,6 +423,39 @@ def test_prometheus_rule_structure_and_source(chart: helm.Chart) -> None:
     assert rule["spec"] == yaml.safe_load(ALERTS_SRC.read_text())
 
 
+def _threshold_rule(rule: dict[str, Any]) -> str:
+    (expr,) = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]
+               if r.get("record") == "model:llm_gateway_ttft_slo_threshold:le"]
+    return str(expr)
+
+
+def test_ttft_slo_thresholds_are_chart_values(chart: helm.Chart) -> None:
+    slo = {"defaultThresholdSeconds": 5, "thresholds": [{"models": "claude-.*", "seconds": 3},
+                                                         {"models": "o[0-9].*", "seconds": 20}]}
+    values = copy.deepcopy(ALL_ON)
+    values["metrics"]["prometheusRule"]["ttftSlo"] = slo
+    expr = _threshold_rule(only(render(chart, values), "PrometheusRule"))
+    count = "llm_gateway_time_to_first_token_seconds_count"
+    assert expr.splitlines() == [
+        f'label_replace(group by (model) ({count}{{model=~"claude-.*"}}), "le", "3", "", "")', "or on (model)",
+        f'label_replace(group by (model) ({count}{{model=~"o[0-9].*"}}), "le", "20", "", "")', "or on (model)",
+        f'label_replace(group by (model) ({count}), "le", "5", "", "")']
+    # every other rule is the file's, unchanged
+    rendered = only(render(chart, values), "PrometheusRule")["spec"]["groups"]
+    source = yaml.safe_load(ALERTS_SRC.read_text())["groups"]
+    strip = [[r for r in g["rules"] if r.get("record") != "model:llm_gateway_ttft_slo_threshold:le"]
+             for g in rendered]
+    assert strip == [[r for r in g["rules"] if r.get("record") != "model:llm_gateway_ttft_slo_threshold:le"]
+                     for g in source]
+
+
+def test_a_ttft_slo_threshold_must_be_a_bucket_bound(chart: helm.Chart) -> None:
+    values = copy.deepcopy(ALL_ON)
+    values["metrics"]["prometheusRule"]["ttftSlo"] = {"defaultThresholdSeconds": 4, "thresholds": []}
+    with pytest.raises(Exception, match="defaultThresholdSeconds"):
+        render(chart, values)
+
+
 def test_dashboard_configmaps_carry_exactly_the_dashboards(chart: helm.Chart) -> None:
     docs = render(chart, ALL_ON)
     dashboards = [d for d in docs if d["kind"] == "ConfigMap"

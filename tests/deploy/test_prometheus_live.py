@@ -28,11 +28,17 @@ import pytest
 from tests.deploy.promql_lint import substitute
 
 ROOT = Path(__file__).resolve().parents[2]
-GATEWAY_CONFIG = """\
-server: {host: 127.0.0.1}
-auth: {allow_unauthenticated: true}
-providers: {demo: {type: mock, ttft_ms: 5, token_delay_ms: 1}}
-models: [{name: demo, deployments: [{provider: demo, model: demo-1}]}]
+KEY = "sk-gw-live-team-a"
+# A key with (generous) limits, priced tokens, a guardrail and redaction: every dashboard series has a
+# real value or a real zero, with the scrape's own job and instance.
+GATEWAY_CONFIG = f"""\
+server: {{host: 127.0.0.1}}
+auth: {{keys: [{{name: team-a, key: {KEY}, rpm: 100000, tpm: 100000000}}]}}
+providers: {{demo: {{type: mock, ttft_ms: 5, token_delay_ms: 1}}}}
+models: [{{name: demo, guardrails: [never-said], redaction: default,
+          deployments: [{{provider: demo, model: demo-1, price: {{input: 1, output: 2}}}}]}}]
+guardrails: [{{name: never-said, type: terms, terms: ["no model says this"], stage: both}}]
+redaction: {{profiles: {{default: {{rules: [secrets]}}}}}}
 """
 DEADLINE_S = 20.0
 
@@ -133,7 +139,7 @@ class Traffic(threading.Thread):
 
     def __init__(self, port: int) -> None:
         super().__init__(daemon=True)
-        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY,
                                     max_retries=0, timeout=10)
         self.stopping = threading.Event()
         self.sent = 0
@@ -206,17 +212,32 @@ def test_every_dashboard_query_returns_data(prometheus: str, traffic: Traffic) -
     assert failures == {}
 
 
-def test_template_variables_list_the_demo_model_and_provider(prometheus: str, traffic: Traffic) -> None:
-    board = json.loads((ROOT / "grafana/dashboards/llm-gateway-overview.json").read_text(encoding="utf-8"))
-    for var in board["templating"]["list"]:
-        if var["type"] != "query":
-            continue
-        definition = substitute(var["definition"])
-        selector, label = definition[len("label_values("):-1].rsplit(", ", 1)
-        url = f"{prometheus}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector})
-        status, body = _get(url)
-        assert status == 200, body
-        assert "demo" in json.loads(body)["data"], (var["name"], body)
+def test_template_variables_list_the_job_instance_model_provider_and_key(
+        prometheus: str, traffic: Traffic, gateway: tuple[int, int]) -> None:
+    expected = {"job": "llm-gateway", "instance": f"127.0.0.1:{gateway[1]}", "model": "demo", "provider": "demo",
+                "key": "team-a"}
+    for path in sorted((ROOT / "grafana" / "dashboards").glob("*.json")):
+        board = json.loads(path.read_text(encoding="utf-8"))
+        variables = [v for v in board["templating"]["list"] if v["type"] == "query"]
+        assert {v["name"] for v in variables} == set(expected)
+        for var in variables:
+            definition = substitute(var["definition"])
+            selector, label = definition[len("label_values("):-1].rsplit(", ", 1)
+            url = f"{prometheus}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector})
+            _poll(lambda u=url, v=var: expected[v["name"]] in json.loads(_get(u)[1] or b'{"data": []}')["data"],
+                  DEADLINE_S, f"variable {var['name']} lists {expected[var['name']]}")
+
+
+def test_per_key_cost_reaches_prometheus(prometheus: str, traffic: Traffic) -> None:
+    expr = 'sum by (key) (llm_gateway_cost_usd_total{job="llm-gateway", key="team-a"})'
+
+    def charged() -> bool:
+        result = _query(prometheus, expr)["data"]["result"]
+        return bool(result) and float(result[0]["value"][1]) > 0
+
+    _poll(charged, DEADLINE_S, "team-a's cost")
+    (series,) = _query(prometheus, expr)["data"]["result"]
+    assert series["metric"] == {"key": "team-a"}
 
 
 def test_alert_rules_evaluate_cleanly_on_real_metrics(prometheus: str, traffic: Traffic) -> None:

@@ -89,7 +89,9 @@ class Stack:
 
 
 def sample(scraped: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
-    return scraped.get((name, frozenset(labels.items())), 0.0)
+    """The sum over every series of `name` whose labels include `labels` (tokens also carry `key`)."""
+    want = frozenset(labels.items())
+    return sum(v for (n, have), v in scraped.items() if n == name and want <= have)
 
 
 @pytest.fixture(scope="session")

@@ -133,3 +133,18 @@ or a key that changes on every `helm template`. */}}
 {{- define "llm-gateway.secretName" -}}
 {{- include "llm-gateway.fullname" . }}
 {{- end }}
+
+{{/*
+The TTFT SLO threshold rule (model:llm_gateway_ttft_slo_threshold:le): each model's threshold as the
+`le` bound of its TTFT bucket. One line per `thresholds` entry (a regex on `model`, first match wins),
+then the default for every other model. Bounds are printed without a trailing ".0", as the rule joins
+them against `le` normalized that way.
+*/}}
+{{- define "llm-gateway.ttftSloThresholds" -}}
+{{- $count := "llm_gateway_time_to_first_token_seconds_count" -}}
+{{- range .thresholds -}}
+label_replace(group by (model) ({{ $count }}{model=~{{ .models | quote }}}), "le", "{{ .seconds }}", "", "")
+or on (model)
+{{ end -}}
+label_replace(group by (model) ({{ $count }}), "le", "{{ .defaultThresholdSeconds }}", "", "")
+{{ end -}}

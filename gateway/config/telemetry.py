@@ -1,0 +1,129 @@
+"""The `telemetry` section and the standard `OTEL_*` environment variables -> `TelemetryConfig`.
+
+Read here, once, like the rest of the config (the SDK is then built from these values only, so what it
+would read from the environment by itself is overridden). A key in the file wins over its variable; a
+variable over the default. Tracing is on when an endpoint is known (`telemetry.otlp_endpoint`,
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`), unless `OTEL_SDK_DISABLED=true` or
+`OTEL_TRACES_EXPORTER=none`. Only OTLP over HTTP (protobuf) is exported.
+See https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/ and
+https://opentelemetry.io/docs/specs/otel/protocol/exporter/ (the `/v1/traces` path rule).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from gateway.config.reader import Errors, Section
+from gateway.config.types import TelemetryConfig
+
+KEYS = ("otlp_endpoint", "service_name", "sampling_ratio", "headers", "export_timeout_s", "max_queue_size")
+SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
+            "parentbased_traceidratio")
+_TRACES_PATH = "/v1/traces"
+
+
+def telemetry_config(s: Section, env: Mapping[str, str]) -> TelemetryConfig:
+    d = TelemetryConfig()
+    errs = s.errs
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return d
+    exporter = env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
+    if exporter == "none":
+        return d
+    if exporter != "otlp":
+        errs.add("OTEL_TRACES_EXPORTER", f'only "otlp" or "none" is supported, got "{exporter}"')
+    for var in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = env.get(var, "").strip()
+        if protocol and protocol != "http/protobuf":
+            errs.add(var, f'only "http/protobuf" is supported, got "{protocol}"')
+            break
+        if protocol:
+            break
+    sampler = env.get("OTEL_TRACES_SAMPLER", d.sampler).strip().lower() or d.sampler
+    if sampler not in SAMPLERS:
+        errs.add("OTEL_TRACES_SAMPLER", f"must be one of {', '.join(SAMPLERS)}")
+        sampler = d.sampler
+    ratio = _env_number(env, "OTEL_TRACES_SAMPLER_ARG", d.sampling_ratio, errs)
+    if s.has("sampling_ratio"):
+        ratio, sampler = s.number("sampling_ratio", 1.0), "parentbased_traceidratio"
+    if not 0.0 <= ratio <= 1.0:
+        errs.add(s.at("sampling_ratio"), "must be between 0 and 1")
+    resource = _pairs(env.get("OTEL_RESOURCE_ATTRIBUTES", ""), "OTEL_RESOURCE_ATTRIBUTES", errs)
+    service = s.get("service_name", str, "") or env.get("OTEL_SERVICE_NAME", "") or resource.pop(
+        "service.name", d.service_name)
+    resource.pop("service.name", None)
+    headers = _pairs(env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS", ""),
+                     "OTEL_EXPORTER_OTLP_HEADERS", errs)
+    for hk, hv in s.get("headers", dict, {}).items():
+        headers[str(hk).lower()] = str(hv)
+    timeout_ms = _env_number(env, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", 0.0, errs) or _env_number(
+        env, "OTEL_EXPORTER_OTLP_TIMEOUT", d.export_timeout_s * 1000, errs)
+    return TelemetryConfig(
+        traces_endpoint=_endpoint(s, env),
+        service_name=service, sampler=sampler, sampling_ratio=ratio,
+        headers=MappingProxyType(headers), resource_attributes=MappingProxyType(resource),
+        export_timeout_s=s.number("export_timeout_s", timeout_ms / 1000, 0.001),
+        max_queue_size=s.integer("max_queue_size", int(_env_number(env, "OTEL_BSP_MAX_QUEUE_SIZE",
+                                                                   d.max_queue_size, errs)), 1),
+        max_export_batch_size=max(1, int(_env_number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+                                                     d.max_export_batch_size, errs))),
+        schedule_delay_s=_env_number(env, "OTEL_BSP_SCHEDULE_DELAY", d.schedule_delay_s * 1000, errs) / 1000,
+    )
+
+
+def _endpoint(s: Section, env: Mapping[str, str]) -> str | None:
+    """The traces URL. A base endpoint (the config key, `OTEL_EXPORTER_OTLP_ENDPOINT`) gets `/v1/traces`
+    appended; the signal-specific variable is used as it is (the OTLP exporter spec)."""
+    base = s.get("otlp_endpoint", str, "")
+    if not base:
+        signal = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+        if signal:
+            return _checked(signal, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", s.errs)
+        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+        where = "OTEL_EXPORTER_OTLP_ENDPOINT"
+    else:
+        where = s.at("otlp_endpoint")
+    if not base:
+        return None
+    url = base.rstrip("/")
+    return _checked(url if url.endswith(_TRACES_PATH) else url + _TRACES_PATH, where, s.errs)
+
+
+def _checked(url: str, where: str, errs: Errors) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        errs.add(where, "must be an http:// or https:// URL")
+    return url
+
+
+def _pairs(raw: str, where: str, errs: Errors) -> dict[str, str]:
+    """`k1=v1,k2=v2` with percent-encoded values (W3C Baggage octets), as the OTEL_* lists are written.
+    Values are never quoted in an error: a header list holds credentials."""
+    out: dict[str, str] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            errs.add(where, "must be a comma-separated list of key=value")
+            continue
+        out[name.strip().lower() if where.endswith("HEADERS") else name.strip()] = urllib.parse.unquote(
+            value.strip())
+    return out
+
+
+def _env_number(env: Mapping[str, str], name: str, default: float, errs: Errors) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        errs.add(name, "must be a number")
+        return default
+    if value < 0:
+        errs.add(name, "must be >= 0")
+        return default
+    return value

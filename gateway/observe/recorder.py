@@ -1,0 +1,38 @@
+"""The per-request trace recorder's interface: one method per lifecycle point of a request, called by
+the pipeline. This base class is the recorder when tracing is off (`NO_TRACE`, shared by every request):
+each call is a method that returns at once, and an attempt runs as it would without it. The OpenTelemetry
+recorder (`observe.tracing`) overrides every method; nothing here imports the SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from gateway.config.types import Deployment
+
+if TYPE_CHECKING:
+    from gateway.observe.context import RequestContext
+
+T = TypeVar("T")
+
+
+class RequestTrace:
+    __slots__ = ()
+
+    def attempt(self, d: Deployment, run: Callable[[Deployment], Awaitable[T]]) -> Awaitable[T]:
+        """One upstream attempt on `d`: `run(d)`, inside its own span when traced."""
+        return run(d)
+
+    def committed(self, t_first: float) -> None:
+        """A stream committed to its winner (headers out); `t_first` (perf_counter) is when its first
+        output token arrived."""
+
+    def stream_ended(self) -> None:
+        """A committed stream's end: its terminator or its error event is next."""
+
+    def finish(self, ctx: RequestContext | None, status: int, outcome: str) -> None:
+        """The request is over (its log line is next)."""
+
+
+NO_TRACE = RequestTrace()

@@ -1,0 +1,67 @@
+"""`telemetry` and the standard OTEL_* variables -> TelemetryConfig (CONTRACT §8), read in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.config import ConfigError, parse_config
+
+BASE: dict[str, Any] = {"auth": {"allow_unauthenticated": True}, "providers": {"d": {"type": "mock"}},
+                        "models": [{"name": "m", "deployments": [{"provider": "d", "model": "x"}]}]}
+
+
+def telemetry(env: dict[str, str], **section: Any) -> Any:
+    return parse_config({**BASE, **({"telemetry": section} if section else {})}, env=env).telemetry
+
+
+def test_off_without_an_endpoint() -> None:
+    assert not telemetry({}).enabled
+    assert not telemetry({"OTEL_SERVICE_NAME": "x"}).enabled
+
+
+def test_the_base_endpoint_gets_the_traces_path_and_the_signal_endpoint_is_used_as_it_is() -> None:
+    assert telemetry({}, otlp_endpoint="http://c:4318/").traces_endpoint == "http://c:4318/v1/traces"
+    assert telemetry({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}).traces_endpoint == "http://c:4318/v1/traces"
+    t = telemetry({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:9/custom", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://o"})
+    assert t.traces_endpoint == "http://c:9/custom"
+
+
+def test_the_file_wins_over_the_environment() -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://env:4318", "OTEL_SERVICE_NAME": "from-env",
+           "OTEL_TRACES_SAMPLER": "always_on"}
+    t = telemetry(env, otlp_endpoint="http://file:4318", service_name="from-file", sampling_ratio=0.25)
+    assert (t.traces_endpoint, t.service_name) == ("http://file:4318/v1/traces", "from-file")
+    assert (t.sampler, t.sampling_ratio) == ("parentbased_traceidratio", 0.25)
+
+
+def test_the_standard_variables_are_honoured() -> None:
+    t = telemetry({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "traceidratio",
+                   "OTEL_TRACES_SAMPLER_ARG": "0.1", "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20t0k",
+                   "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod,service.name=rs",
+                   "OTEL_EXPORTER_OTLP_TIMEOUT": "2500", "OTEL_BSP_MAX_QUEUE_SIZE": "64"})
+    assert (t.sampler, t.sampling_ratio, t.service_name) == ("traceidratio", 0.1, "rs")
+    assert dict(t.headers) == {"authorization": "Bearer t0k"}
+    assert dict(t.resource_attributes) == {"deployment.environment": "prod"}
+    assert (t.export_timeout_s, t.max_queue_size) == (2.5, 64)
+    assert "t0k" not in repr(t)  # collector credentials never reach a log line
+
+
+@pytest.mark.parametrize("env", [{"OTEL_SDK_DISABLED": "true"}, {"OTEL_TRACES_EXPORTER": "none"}])
+def test_disabled_by_the_standard_switches(env: dict[str, str]) -> None:
+    assert not telemetry({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", **env}).enabled
+
+
+@pytest.mark.parametrize(("env", "section", "where"), [
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, {}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+    ({"OTEL_TRACES_EXPORTER": "zipkin"}, {}, "OTEL_TRACES_EXPORTER"),
+    ({"OTEL_TRACES_SAMPLER": "sometimes"}, {}, "OTEL_TRACES_SAMPLER"),
+    ({}, {"sampling_ratio": 2}, "telemetry.sampling_ratio"),
+    ({}, {"otlp_endpoint": "collector:4318"}, "telemetry.otlp_endpoint"),
+    ({}, {"colour": "blue"}, "telemetry.colour"),
+])
+def test_errors_name_the_key_or_the_variable(env: dict[str, str], section: dict[str, Any], where: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({**BASE, "telemetry": {"otlp_endpoint": "http://c:4318", **section}}, env=env)
+    assert any(e.startswith(where) for e in err.value.errors), err.value.errors
