@@ -33,7 +33,6 @@ class BreakerConfig:
 class ProviderConfig:
     name: str
     type: str  # a key of `providers.registry.PROVIDERS`
-    genai_name: str = ""  # the type's `gen_ai.provider.name` (traces), from the registry
     base_url: str = ""
     api_key: str | None = field(default=None, repr=False)
     headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
@@ -47,6 +46,7 @@ class ProviderConfig:
     proxy: Proxy | None = None
     use_env_proxy: bool = True
     forward_headers: tuple[str, ...] = ()  # lower-case client header names passed to the upstream
+    genai_name: str = ""  # the type's `gen_ai.provider.name` (traces), from the registry
     # mock only: pacing of the built-in demo answer
     ttft_ms: float = 120.0
     token_delay_ms: float = 15.0
