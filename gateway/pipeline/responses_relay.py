@@ -11,7 +11,6 @@ forwarded failure is scrubbed of our credentials first (§5.3).
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 from gateway.core.events import InbandError
@@ -22,57 +21,21 @@ from gateway.core.scrub import scrub_failure, scrub_json
 from gateway.errors import UpstreamFailed
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.attempts import provider_keys
-from gateway.pipeline.guardrails import record
-from gateway.pipeline.held_line import judge_keeping_alive
-from gateway.pipeline.relay import StreamEnded, check_refusal, malformed_skipped, pump, stream_ended
+from gateway.pipeline.held_end import HeldEndRelay, relay_held_end
+from gateway.pipeline.relay import StreamEnded
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
-from gateway.pipeline.sink import ClientSink
 
 
-class _Relay:
-    def __init__(self, rt: Runtime, ctx: RequestContext, opened: Opened[ResponsesStream], client: StreamResponse,
-                 run: SafetyRun | None):
-        safety = rt.safety.models[ctx.model.name]
-        self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
-        self.stream = opened.stream
-        self.run_safety = run
-        self.accounted = False
-        self.filt = ResponsesOutputFilter(run.factory if run is not None else None)
-        self.sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
-        self.judges = safety.hold_guards + safety.audit_guards
+class _Relay(HeldEndRelay[ResponsesStream, ResponsesOutputFilter]):
+    what = "response"
 
-    async def run(self) -> None:
-        stream, filt, d = self.stream, self.filt, self.opened.deployment
-        await self.sink.emit(stream.commit(filt), self.opened.t_first, filt.output_released)
-        check_refusal(filt)
-        await pump(self.opened.response, stream, filt, self.sink, d)
-        if stream.failed is not None:
-            raise self._failed(stream.failed)
-        terminal = stream.terminal
-        if terminal is None:
-            raise StreamEnded("early_eof", UpstreamFailed(
-                f"{d.label}: upstream ended the stream before the response was complete"))
-        tail = filt.flush_open()
-        check_refusal(filt)
-        verdict = await judge_keeping_alive(self.rt, self.ctx, self.sink.keeper, stream.assembler.as_chat(),
-                                            self.judges)
-        if verdict is not None:
-            if self.sink.hold is None:  # audit: the text was out already
-                await self.sink.emit(tail, time.perf_counter(), filt.output_released)
-            raise StreamEnded("guardrail", verdict)
-        end = filt.apply(terminal)
-        check_refusal(filt)
-        self.account(passed=True)  # before the client can see the end
-        if self.sink.hold is not None:
-            await self.sink.release_held(tail + end)
-        else:
-            await self.sink.emit(tail + end, time.perf_counter(), filt.output_released)
+    def end_bytes(self) -> bytes:
+        return self.filt.apply(self.stream.terminal)
 
-    def _failed(self, ev: ResponsesEvent) -> StreamEnded:
+    def failed(self, ev: ResponsesEvent) -> StreamEnded:
         """An upstream failure after the first token: forwarded (renumbered, scrubbed), and the end."""
         d = self.opened.deployment
         if ev.obj is None:
@@ -89,39 +52,12 @@ class _Relay:
                                               "param": f.param, "code": f.code})
         return StreamEnded("inband_error", payload=payload)
 
-    async def end_with_error(self, end: StreamEnded) -> None:
-        """One closing event; text already sent stands. Held text that redaction masked is released
-        first (it is safe); after a guardrail refusal, or with a hold guardrail, nothing more is."""
-        payload = end.payload
-        if end.error is not None and self.sink.hold is not None:
-            payload = ResponsesOutputFilter(None).error_event(end.error.body()["error"])  # numbered from 0
-        elif end.error is not None:
-            tail = b"" if end.reason == "guardrail" else self.filt.flush_open()
-            payload = tail + self.filt.error_event(end.error.body()["error"])
-        self.ctx.stream_error = end.reason
-        d = self.ctx.deployment
-        assert d is not None
-        if end.reason != "guardrail":  # counted before the client can see the event
-            self.rt.metrics.stream_failures.labels(self.ctx.model.name, d.label, end.reason).inc()
-        self.account(passed=False)
-        await self.sink.quiet()
-        await self.client.write(payload)
-
-    def account(self, passed: bool, usage: bool = True) -> None:
-        """Once per request, before the last write: stream guardrail verdicts (all pass when the stream
-        completed, a block for the one that refused), redactions, usage, cost and time per token."""
-        if self.accounted:
-            return
-        self.accounted = True
-        rt, ctx = self.rt, self.ctx
-        refused = self.filt.refusal
-        if passed or refused is not None:
-            for g in rt.safety.models[ctx.model.name].stream_guards:
-                record(rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
-        if self.run_safety is not None:
-            ctx.redactions += record_redactions(rt.metrics, self.run_safety.redaction_counts().items())
-        if usage:
-            stream_ended(rt, ctx, self.opened)
+    def error_payload(self, end: StreamEnded) -> bytes:
+        assert end.error is not None
+        if self.sink.hold is not None:  # the client has seen nothing: an error event numbered from 0
+            return ResponsesOutputFilter(None).error_event(end.error.body()["error"])
+        tail = b"" if end.reason == "guardrail" else self.filt.flush_open()
+        return tail + self.filt.error_event(end.error.body()["error"])
 
 
 def _scrubbed(ev: ResponsesEvent, keys: list[str]) -> ResponsesEvent:
@@ -153,15 +89,4 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ResponsesStream
                 run: SafetyRun | None) -> None:
     """Write the held preamble and the first token, then the rest; end with the terminal event or one
     error event."""
-    r = _Relay(rt, ctx, opened, client, run)
-    try:
-        await r.run()
-        if opened.response is not None:
-            opened.response.finish()  # keep the upstream connection for the next request
-    except StreamEnded as end:
-        await r.end_with_error(end)
-    finally:
-        r.sink.close()
-        opened.close()
-        malformed_skipped(rt, ctx, opened)
-        r.account(passed=False, usage=False)  # the client went away: no answer, so no usage to miss
+    await relay_held_end(_Relay(rt, ctx, opened, client, run, ResponsesOutputFilter(run.factory if run else None)))

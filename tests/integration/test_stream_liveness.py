@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from gateway.config import parse_config
+from tests import anthropic_scripts
 from tests.chat_scripts import text_stream
 from tests.fake_upstream import FakeUpstream, Gate, Pause
 from tests.harness import GatewayServer
@@ -32,8 +33,11 @@ def config(url: str, *, keepalive_after_s: float = 10.0, guardrails: list[dict[s
     return parse_config({
         "server": {"keepalive_after_s": keepalive_after_s},
         "auth": {"allow_unauthenticated": True},
-        "providers": {"up": {"type": "openai", "base_url": f"{url}/v1"}},
+        "providers": {"up": {"type": "openai", "base_url": f"{url}/v1"},
+                      "a": {"type": "anthropic", "base_url": f"{url}/a", "api_key": "ka"}},
         "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x"}], "redaction": "p",
+                    "guardrails": [g["name"] for g in guardrails or []]},
+                   {"name": "claude", "deployments": [{"provider": "a", "model": "c"}], "redaction": "p",
                     "guardrails": [g["name"] for g in guardrails or []]}],
         "guardrails": guardrails or [],
         "redaction": {"profiles": {"p": {"rules": ["secrets", "pii"]}}},
@@ -149,3 +153,31 @@ def test_a_held_responses_stream_keeps_its_line_alive_too(
         assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "All fine."
     else:
         assert [(e["type"], e["code"]) for e in events] == [("error", "guardrail_blocked")], "one error event"
+
+
+@pytest.mark.parametrize("answer", [["All ", "fine."], ["All about project ", "nightingale."]])
+def test_a_held_messages_stream_keeps_its_line_alive_too(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], answer: list[str]) -> None:
+    gw = make_gateway(config(upstream.base_url, keepalive_after_s=0.2, guardrails=[TERM]))
+    script, gate = anthropic_scripts.text_stream(answer), Gate()
+    script.parts.insert(len(script.parts) - 2, gate)  # before message_delta and message_stop: no verdict yet
+    upstream.enqueue("/a/v1/messages", script)
+    body = {"model": "claude", "stream": True, "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.stream("POST", f"{gw.base_url}/messages", json=body, timeout=20,
+                      headers={"anthropic-version": "2023-06-01"}) as resp:
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+        before = []
+        for line in lines:
+            before.append(line)
+            if line.startswith(": keepalive"):
+                break
+        assert not any(line.startswith("data:") for line in before)
+        gate.opened.set()
+        events = [json.loads(line[6:]) for line in lines if line.startswith("data:")]
+    assert gate.waited == [True]
+    if answer[-1] == "fine.":
+        assert events[-1]["type"] == "message_stop"
+        assert "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta") == "All fine."
+    else:
+        assert [(e["type"], e["error"]["type"]) for e in events] == [("error", "invalid_request_error")]
