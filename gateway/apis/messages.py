@@ -11,7 +11,6 @@ until its first output token, with keep-alive comments while waiting (CONTRACT Â
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from gateway.apis.messages_attempt import OpenedMessages, open_messages
@@ -25,7 +24,7 @@ from gateway.pipeline.first_token import serve_stream
 from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
 from gateway.pipeline.messages_relay import relay
-from gateway.pipeline.request import resolve
+from gateway.pipeline.request import keep_serving, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 
 _TEXT_PARTS = frozenset({"text"})
@@ -34,7 +33,7 @@ _TEXT_PARTS = frozenset({"text"})
 async def messages(request: Request) -> Response | StreamResponse:
     rt, ctx = await resolve(request, "messages")
     text = input_text(ctx.body)
-    _redact_inputs(rt, ctx)
+    redact_input_slots(rt, ctx, input_slots(ctx.body))
     serving_deployments(rt, ctx)
     state = request.app.state
     await admit(rt, state, ctx)
@@ -88,22 +87,9 @@ def input_text(body: dict[str, Any]) -> str:
     return "\n".join(obj[key] for obj, key in input_slots(body))
 
 
-def _redact_inputs(rt: Runtime, ctx: RequestContext) -> None:
-    """`redaction.inputs: true`: mask secrets in the prompt before it leaves for the provider."""
-    safety = rt.safety.models[ctx.model.name]
-    if safety.redact_inputs and safety.redactor is not None:
-        for obj, key in input_slots(ctx.body):
-            obj[key] = safety.redactor.redact(obj[key]).text
-
-
 def serving_deployments(rt: Runtime, ctx: RequestContext) -> None:
     """Only deployments whose provider serves the Messages API (natively or translated) are candidates."""
-    serving = tuple(d for d in ctx.model.deployments if rt.messages_translator(d) is not None)
-    if not serving:
-        raise InvalidRequest(f"model {ctx.model.name} has no deployment that serves the Messages API",
-                             param="model")
-    if len(serving) != len(ctx.model.deployments):
-        ctx.model = dataclasses.replace(ctx.model, deployments=serving)
+    keep_serving(ctx, lambda d: rt.messages_translator(d) is not None, "Messages")
 
 
 async def stream_messages(request: Request, rt: Runtime, ctx: RequestContext) -> StreamResponse:

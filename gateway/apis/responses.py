@@ -8,7 +8,6 @@ by `responses_relay`. A body is masked with the one-shot redactor and judged who
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import orjson
@@ -28,7 +27,7 @@ from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.first_token import serve_stream
 from gateway.pipeline.guardrails import check_input, judge_output
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import answer_headers, resolve
+from gateway.pipeline.request import answer_headers, keep_serving, redact_input_slots, resolve
 from gateway.pipeline.responses_relay import relay
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.responses_openai import ResponsesBody
@@ -37,8 +36,8 @@ from gateway.providers.responses_openai import ResponsesBody
 async def responses(request: Request) -> Response | StreamResponse:
     rt, ctx = await resolve(request, "responses")
     text = input_text(ctx.body)
-    _redact_inputs(rt, ctx)
-    _serving_deployments(rt, ctx)
+    redact_input_slots(rt, ctx, _input_texts(ctx.body))
+    keep_serving(ctx, lambda d: rt.responses_translator(d) is not None, "Responses")
     await admit(rt, request.app.state, ctx)
     await check_input(rt, ctx, text)
     if ctx.stream:
@@ -72,24 +71,6 @@ def _input_texts(body: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
 def input_text(body: dict[str, Any]) -> str:
     """The prompt text input guardrails judge."""
     return "\n".join(obj[key] for obj, key in _input_texts(body))
-
-
-def _redact_inputs(rt: Runtime, ctx: RequestContext) -> None:
-    """`redaction.inputs: true`: mask secrets in the prompt before it leaves for the provider."""
-    safety = rt.safety.models[ctx.model.name]
-    if safety.redact_inputs and safety.redactor is not None:
-        for obj, key in _input_texts(ctx.body):
-            obj[key] = safety.redactor.redact(obj[key]).text
-
-
-def _serving_deployments(rt: Runtime, ctx: RequestContext) -> None:
-    """Only deployments whose provider speaks the Responses API are candidates (not anthropic, mock)."""
-    serving = tuple(d for d in ctx.model.deployments if rt.responses_translator(d) is not None)
-    if not serving:
-        raise InvalidRequest(f"model {ctx.model.name} has no deployment that serves the Responses API",
-                             param="model")
-    if len(serving) != len(ctx.model.deployments):
-        ctx.model = dataclasses.replace(ctx.model, deployments=serving)
 
 
 def _error_event(err: GatewayError) -> bytes:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+from gateway.config.types import Deployment
 from gateway.core.json_body import BodyError, parse_object
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.inbound import Request
@@ -52,3 +55,24 @@ def answer_headers(ctx: RequestContext, won: Won) -> dict[str, str]:
     """A non-stream answer's headers: which deployment answered, after how many attempts."""
     return {"x-request-id": ctx.request_id, "x-gateway-deployment": won.deployment.label,
             "x-gateway-attempts": str(won.attempts)}
+
+
+TextSlot = tuple[dict[str, Any], str]  # (object, key) of one text of a prompt
+
+
+def redact_input_slots(rt: Runtime, ctx: RequestContext, slots: list[TextSlot]) -> None:
+    """`redaction.inputs: true`: mask secrets in the prompt's texts before it leaves for the provider."""
+    safety = rt.safety.models[ctx.model.name]
+    if safety.redact_inputs and safety.redactor is not None:
+        for obj, key in slots:
+            obj[key] = safety.redactor.redact(obj[key]).text
+
+
+def keep_serving(ctx: RequestContext, serves: Callable[[Deployment], bool], api_name: str) -> None:
+    """Only the model's deployments whose provider serves this API are candidates."""
+    serving = tuple(d for d in ctx.model.deployments if serves(d))
+    if not serving:
+        raise InvalidRequest(f"model {ctx.model.name} has no deployment that serves the {api_name} API",
+                             param="model")
+    if len(serving) != len(ctx.model.deployments):
+        ctx.model = dataclasses.replace(ctx.model, deployments=serving)
