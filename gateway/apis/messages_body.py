@@ -14,7 +14,6 @@ from typing import Any
 import orjson
 
 from gateway.config.types import Deployment
-from gateway.core.events import DeltaKind
 from gateway.core.messages.assemble import MessagesAssembler
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
@@ -67,21 +66,11 @@ async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) 
 
 def redact_message(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
     safety = rt.safety.models[ctx.model.name]
-    redactor = safety.redactor
-    if redactor is None:
+    if safety.redactor is None:
         return 0
-    counts: dict[str, int] = {}
-
-    def mask(_index: int, kind: DeltaKind, text: str) -> str:
-        if kind not in safety.scope:
-            return text
-        result = redactor.redact(text)
-        for rule, n in result.counts.items():
-            counts[rule] = counts.get(rule, 0) + n
-        return result.text
-
-    map_message_texts(obj, mask)
-    return record_redactions(rt.metrics, counts.items())
+    masker = safety.masker()
+    map_message_texts(obj, lambda _index, kind, text: masker.mask(kind, text))
+    return record_redactions(rt.metrics, masker.counts.items())
 
 
 async def store_stream(rt: Runtime, request: Request, ctx: RequestContext, opened: Any) -> None:

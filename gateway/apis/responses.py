@@ -14,10 +14,9 @@ import orjson
 
 from gateway.apis.responses_attempt import OpenedResponses, open_responses
 from gateway.config.types import Deployment
-from gateway.core.events import DeltaKind
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.filter import ResponsesOutputFilter
-from gateway.core.responses.wire import TextKey, map_response_texts
+from gateway.core.responses.wire import map_response_texts
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
@@ -118,18 +117,9 @@ async def complete_responses(rt: Runtime, ctx: RequestContext) -> Response:
 
 def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
     safety = rt.safety.models[ctx.model.name]
-    redactor = safety.redactor
-    if redactor is None:
+    if safety.redactor is None:
         return 0
-    counts: dict[str, int] = {}
+    masker = safety.masker()
+    map_response_texts(obj, lambda _key, kind, text: masker.mask(kind, text))
+    return record_redactions(rt.metrics, masker.counts.items())
 
-    def mask(key: TextKey, kind: DeltaKind, text: str) -> str:
-        if kind not in safety.scope or not text:
-            return text
-        result = redactor.redact(text)
-        for rule, n in result.counts.items():
-            counts[rule] = counts.get(rule, 0) + n
-        return result.text
-
-    map_response_texts(obj, mask)
-    return record_redactions(rt.metrics, counts.items())

@@ -113,6 +113,28 @@ class ModelSafety:
     def start(self) -> SafetyRun | None:
         return SafetyRun(self) if self.filters_stream else None
 
+    def masker(self) -> OneShotMasker:
+        """For a whole body (non-stream answers, cached answers): mask each text in scope one-shot."""
+        return OneShotMasker(self.redactor, self.scope)
+
+
+class OneShotMasker:
+    """`mask(kind, text)` for the `map_*_texts` walkers of a body; `counts` are the matches per rule."""
+
+    __slots__ = ("counts", "redactor", "scope")
+
+    def __init__(self, redactor: Redactor | None, scope: frozenset[DeltaKind]) -> None:
+        self.redactor, self.scope = redactor, scope
+        self.counts: dict[str, int] = {}
+
+    def mask(self, kind: DeltaKind, text: str) -> str:
+        if self.redactor is None or kind not in self.scope or not text:
+            return text
+        result = self.redactor.redact(text)
+        for rule, n in result.counts.items():
+            self.counts[rule] = self.counts.get(rule, 0) + n
+        return result.text
+
 
 @dataclass(frozen=True, slots=True)
 class Safety:
