@@ -1,6 +1,7 @@
 """A hostile upstream that echoes every configured secret (the provider key, a `providers.<name>.headers`
 value, the proxy's credentials) in its error texts, through every path where an upstream text can reach
-a client: an error status on a stream and on a body, an in-band error before and after the first token,
+a client: an error status on a stream and on a body, an error inside a 200 body, an in-band error before
+and after the first token,
 after the first token under a `hold` guardrail, count_tokens, and a proxy's 407 — for each client API
 (chat, Responses, Messages), with the official SDKs on loopback and the traffic through a real proxy.
 No secret in any client byte or log line (CONTRACT §5.3), and the upstream's reason still shows, masked.
@@ -84,6 +85,8 @@ OPENAI_ERROR = {"message": ECHO, "type": "server_error", "param": HEADER, "code"
 def chat_script(path: str) -> Script:
     if path in ("status_stream", "status_body"):
         return error_script(400, f"bad_{KEY}", ECHO, param=HEADER)
+    if path == "inband_body":
+        return json_script({"error": OPENAI_ERROR})
     if path == "inband_before":
         return Script([sse(chunk({"role": "assistant", "content": ""})), sse({"error": OPENAI_ERROR})])
     return Script([sse(chunk({"role": "assistant", "content": ""})), sse(chunk({"content": "Partial "})),
@@ -93,6 +96,9 @@ def chat_script(path: str) -> Script:
 def responses_script(path: str) -> Script:
     if path in ("status_stream", "status_body"):
         return error_script(400, f"bad_{KEY}", ECHO, param=HEADER)
+    if path == "inband_body":
+        return json_script({"id": "resp_up", "object": "response", "status": "failed", "output": [],
+                            "error": {"code": f"bad_{KEY}", "message": ECHO}, "instructions": ECHO})
     events = Answer(rid="resp_up").message(["Partial ", "text", " never"]).stream_events()
     failure = {"type": "error", "error": OPENAI_ERROR}
     cut = 2 if path == "inband_before" else 6  # after response.in_progress, or after two text deltas
@@ -104,6 +110,8 @@ def messages_script(path: str) -> Script:
         return an.error_body(400, "invalid_request_error", ECHO)
     # the error's type is what the relay names in its own error under a hold guardrail
     failure = {"type": "error", "error": {"type": f"overloaded_{KEY}", "message": ECHO}}
+    if path == "inband_body":
+        return json_script(failure)
     start = [an.message_start(), an.ping()]
     if path == "inband_before":
         return an.stream([*start, failure])
@@ -121,7 +129,7 @@ def read(call: Callable[[], Any]) -> str:
 
 
 def ask(gw: GatewayServer, api: str, path: str) -> str:
-    stream = path != "status_body"
+    stream = path not in ("status_body", "inband_body")
     model = ("c" if api == "messages" else "m") + ("-hold" if path == "after_hold" else "")
     if api == "messages":
         a = anthropic.Anthropic(base_url=gw.base_url.removesuffix("/v1"), api_key="x", max_retries=0, timeout=20)
@@ -136,7 +144,7 @@ def ask(gw: GatewayServer, api: str, path: str) -> str:
 
 ROUTES = {"chat": ("/v1/chat/completions", chat_script), "responses": ("/v1/responses", responses_script),
           "messages": ("/v1/messages", messages_script)}
-PATHS = ["status_stream", "status_body", "inband_before", "after", "after_hold"]
+PATHS = ["status_stream", "status_body", "inband_body", "inband_before", "after", "after_hold"]
 
 
 @pytest.mark.parametrize("path", PATHS)
