@@ -20,6 +20,7 @@ class Asked:
 @dataclass
 class ConnectProxy:
     require: str | None = None  # the Proxy-Authorization value to insist on
+    echo: bool = False  # a 407 quotes the Proxy-Authorization it got in its body (as a hostile proxy may)
     asked: list[Asked] = field(default_factory=list)
     port: int = 0
     _server: asyncio.Server | None = None
@@ -51,7 +52,9 @@ class ConnectProxy:
         auth = fields.get("proxy-authorization")
         self.asked.append(Asked(method, target, auth))
         if self.require is not None and auth != self.require:
-            writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+            body = f'{{"error": {{"message": "Proxy-Authorization: {auth} refused"}}}}'.encode() if self.echo else b""
+            writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             await writer.drain()
             writer.close()
             return

@@ -19,9 +19,10 @@ from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.first_token import serve_stream
 from gateway.pipeline.guardrails import check_input
+from gateway.pipeline.input_redaction import TextSlot
 from gateway.pipeline.limits import admit
 from gateway.pipeline.relay import relay
-from gateway.pipeline.request import resolve
+from gateway.pipeline.request import redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 
 
@@ -41,25 +42,23 @@ def _messages_text(body: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _redact_inputs(rt: Runtime, ctx: RequestContext) -> None:
-    """`redaction.inputs: true`: mask secrets in the prompt before it leaves for the provider."""
-    safety = rt.safety.models[ctx.model.name]
-    if not safety.redact_inputs or safety.redactor is None:
-        return
-    for m in ctx.body.get("messages") or ():
+def _input_slots(body: dict[str, Any]) -> list[TextSlot]:
+    """Where the prompt's text lives (checked by `_messages_text` first): each message's content string
+    and each content part's text."""
+    slots: list[TextSlot] = []
+    for m in body.get("messages") or ():
         content = m.get("content")
         if isinstance(content, str):
-            m["content"] = safety.redactor.redact(content).text
+            slots.append((m, "content"))
         elif isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    part["text"] = safety.redactor.redact(part["text"]).text
+            slots.extend((p, "text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return slots
 
 
 async def chat_completions(request: Request) -> Response | StreamResponse:
     rt, ctx = await resolve(request, "chat")
     text = _messages_text(ctx.body)
-    _redact_inputs(rt, ctx)
+    await redact_input_slots(rt, ctx, _input_slots(ctx.body))
     state = request.app.state
     await admit(rt, state, ctx)
     await check_input(rt, ctx, text)

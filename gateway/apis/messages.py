@@ -33,7 +33,7 @@ _TEXT_PARTS = frozenset({"text"})
 async def messages(request: Request) -> Response | StreamResponse:
     rt, ctx = await resolve(request, "messages")
     text = input_text(ctx.body)
-    redact_input_slots(rt, ctx, input_slots(ctx.body))
+    await redact_input_slots(rt, ctx, input_slots(ctx.body))
     serving_deployments(rt, ctx)
     state = request.app.state
     await admit(rt, state, ctx)

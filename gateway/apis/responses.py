@@ -35,7 +35,7 @@ from gateway.providers.responses_openai import ResponsesBody
 async def responses(request: Request) -> Response | StreamResponse:
     rt, ctx = await resolve(request, "responses")
     text = input_text(ctx.body)
-    redact_input_slots(rt, ctx, _input_texts(ctx.body))
+    await redact_input_slots(rt, ctx, _input_texts(ctx.body))
     keep_serving(ctx, lambda d: rt.responses_translator(d) is not None, "Responses")
     await admit(rt, request.app.state, ctx)
     await check_input(rt, ctx, text)

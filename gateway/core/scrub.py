@@ -1,82 +1,172 @@
-"""Secrets out of upstream-derived text, before it can reach a client byte or a log line (CONTRACT §5.3).
+"""Secrets out of upstream failure texts, before any field of them is used (CONTRACT §5.3).
 
-An upstream's error message may echo our own credentials back ("Incorrect API key provided: sk-...",
-a proxy quoting the `Authorization` header it got). Every configured provider key is masked exactly
-(the longest first, so a key that contains another is masked whole), then any `Bearer <token>`, then
-whatever the built-in `secrets` redaction rules find. Pure: text in, text out.
+An upstream's error may echo our own credentials back ("Incorrect API key provided: sk-...", a proxy
+quoting the `Proxy-Authorization` it got, an API manager quoting its subscription header). A
+`Scrubber` is compiled once per config (`pipeline.safety.compile_safety`) from every secret the
+gateway sends upstream; it masks each of them exactly (the longest first, so a secret that contains
+another is masked whole), then any `Bearer <token>` or `Authorization: Basic <token>`, then whatever
+the built-in `secrets` redaction rules find.
+
+Its cost is bounded, whatever the upstream sends: the exact masks are C-speed string replaces over the
+whole text; what follows runs on at most `MAX_FIELD` characters of one text and `MAX_TOTAL` of one
+failure or error object (a text beyond is cut there), and a JSON walk visits at most `MAX_NODES`
+values. So a hostile 1 MiB error costs a few milliseconds of the event loop, not seconds. Pure: text in,
+text out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Iterable
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
-from gateway.core.events import Failure
+from gateway.core.events import Failure, InbandError, StreamEvent
 from gateway.core.redact.window import Redactor, mask_marker
 
-_KEY_MARK = mask_marker("provider_key")
-_BEARER_MARK = mask_marker("bearer_token")
-# RFC 6750 §2.1: "Bearer" 1*SP b64token; we mask up to the next whitespace or quote, whatever it holds
-_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[^\s\"'<>]+")
-
-
-@functools.cache
-def _secrets_rules() -> Redactor:
-    return Redactor.compile(["secrets"], [])
-
-
-def scrub_text(text: str, keys: Iterable[str]) -> str:
-    """`text` itself (the same object) when there is nothing to mask, so callers can test `is`."""
-    original = text
-    for key in sorted({k for k in keys if k}, key=len, reverse=True):
-        if key in text:
-            text = text.replace(key, _KEY_MARK)
-    if "earer" in text or "EARER" in text:
-        text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + _BEARER_MARK, text)
-    text = _secrets_rules().redact(text).text
-    return original if text == original else text
-
-
-def _scrub_opt(text: str | None, keys: tuple[str, ...]) -> str | None:
-    return None if text is None else scrub_text(text, keys)
-
-
-def scrub_failure(failure: Failure, keys: Iterable[str]) -> Failure:
-    """The failure with every upstream-derived text field scrubbed (message, code, type, param)."""
-    ks = tuple(keys)
-    message = scrub_text(failure.message, ks)
-    code, type_, param = (_scrub_opt(v, ks) for v in (failure.code, failure.type, failure.param))
-    if (message, code, type_, param) == (failure.message, failure.code, failure.type, failure.param):
-        return failure
-    return replace(failure, message=message, code=code, type=type_, param=param)
-
-
+MIN_SECRET = 4  # a shorter configured value ("1", "v2") cannot be told from ordinary text
+MAX_FIELD = 4096  # characters of one upstream text kept, after the exact masks
+MAX_TOTAL = 16384  # characters of one failure or error object through the rules
+MAX_NODES = 4096  # values of one error object walked; what lies beyond is dropped
 # An error object is a few levels deep. A hostile one nested to orjson's parse limit (1,024) would
 # overflow Python's stack here and orjson's encoder (255 levels) after: what lies deeper is dropped.
 MAX_DEPTH = 64
+CUT = " [cut]"
+
+_KEY_MARK = mask_marker("provider_key")  # every configured secret: keys, header values, proxy credentials
+_BEARER_MARK = mask_marker("bearer_token")
+_BASIC_MARK = mask_marker("basic_credentials")
+# RFC 6750 §2.1: "Bearer" 1*SP b64token; we mask up to the next whitespace or quote, whatever it holds
+_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[^\s\"'<>]+")
+# RFC 7617: a Basic credential, only where a header names it (the word "basic" alone is prose)
+_BASIC = re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?basic\s+)[^\s\"'<>,;]+")
+
+
+class _Budget:
+    """What one failure or error object may still cost: characters through the rules, values walked."""
+
+    __slots__ = ("chars", "nodes")
+
+    def __init__(self) -> None:
+        self.chars, self.nodes = MAX_TOTAL, MAX_NODES
+
+
+class FailedEvent(Protocol):
+    """An API's parsed upstream event that carries a failure (`ResponsesEvent`, `MessagesEvent`)."""
+
+    @property
+    def obj(self) -> dict[str, Any] | None: ...
+
+    @property
+    def events(self) -> list[StreamEvent]: ...
+
+
+E = TypeVar("E", bound=FailedEvent)
+
+
+@dataclass(frozen=True, slots=True)
+class Scrubber:
+    """Compiled once per config; immutable and shared by every request."""
+
+    secrets: tuple[str, ...]  # longest first
+    rules: Redactor
+
+    @classmethod
+    def compile(cls, secrets: Iterable[str]) -> Scrubber:
+        unique = {s for s in secrets if len(s) >= MIN_SECRET}
+        return cls(tuple(sorted(unique, key=lambda s: (-len(s), s))), Redactor.compile(["secrets"], []))
+
+    def text(self, text: str, budget: _Budget | None = None) -> str:
+        """`text` itself (the same object) when there is nothing to mask or cut, so callers can test `is`."""
+        budget = budget or _Budget()
+        original = text
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, _KEY_MARK)
+        keep = min(MAX_FIELD, budget.chars)
+        if len(text) > keep:
+            text = text[:keep] + CUT
+        budget.chars -= min(len(text), budget.chars)
+        if "earer" in text or "EARER" in text:
+            text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + _BEARER_MARK, text)
+        if "asic" in text or "ASIC" in text:
+            text = _BASIC.sub(lambda m: m.group(1) + _BASIC_MARK, text)
+        text = self.rules.redact(text).text
+        return original if text == original else text
+
+    def _opt(self, text: str | None, budget: _Budget) -> str | None:
+        return None if text is None else self.text(text, budget)
+
+    def failure(self, failure: Failure) -> Failure:
+        """The failure with every upstream-derived text field scrubbed (message, code, type, param)."""
+        b = _Budget()
+        message = self.text(failure.message, b)
+        code, type_, param = (self._opt(v, b) for v in (failure.code, failure.type, failure.param))
+        if (message, code, type_, param) == (failure.message, failure.code, failure.type, failure.param):
+            return failure
+        return dataclasses.replace(failure, message=message, code=code, type=type_, param=param)
+
+    def json(self, value: Any, budget: _Budget | None = None) -> Any:
+        """Every string in a parsed JSON value scrubbed, object member names included; the value itself
+        (the same object) when nothing changed, else a copy that shares the unchanged parts. A container
+        nested deeper than `MAX_DEPTH`, or past `MAX_NODES` values, becomes None."""
+        return self._walk(value, budget or _Budget(), MAX_DEPTH)
+
+    def _walk(self, value: Any, b: _Budget, depth: int) -> Any:
+        b.nodes -= 1
+        if isinstance(value, str):
+            return self.text(value, b) if b.nodes >= 0 else ""
+        if isinstance(value, list | dict) and (depth == 0 or b.nodes < 0):
+            return None
+        if isinstance(value, list):
+            items = [self._walk(v, b, depth - 1) for v in value]
+            return value if all(a is v for a, v in zip(items, value, strict=True)) else items
+        if isinstance(value, dict):
+            pairs = [(self.text(k, b), self._walk(v, b, depth - 1)) for k, v in value.items()]
+            if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)):
+                return value
+            return dict(pairs)
+        return value
+
+    def event(self, ev: E) -> E:
+        """An upstream failure event kept by a stream core after the first token, scrubbed: its failure
+        and its whole object but a `response.failed`'s `response.output` (the answer so far: model
+        output, which the redaction filter rewrites and which must stay the text the client was sent
+        as deltas, CONTRACT §5.1). `raw` is dropped: the event is re-encoded from the scrubbed object,
+        so what was checked is exactly what the client gets (raw bytes can hold a secret the parse does
+        not show, e.g. in the first of two duplicate members)."""
+        events = [InbandError(self.failure(e.failure)) if type(e) is InbandError else e for e in ev.events]
+        obj = ev.obj
+        if obj is not None:
+            obj = self._event_obj(obj)
+        return dataclasses.replace(ev, obj=obj, raw=None, events=events)  # type: ignore[type-var]
+
+    def _event_obj(self, obj: dict[str, Any]) -> dict[str, Any]:
+        b = _Budget()
+        resp = obj.get("response")
+        if not (isinstance(resp, dict) and "output" in resp):
+            clean: dict[str, Any] = self.json(obj, b)
+            return clean if isinstance(clean, dict) else {}
+        rest = self.json({k: v for k, v in resp.items() if k != "output"}, b)
+        outer = self.json({k: v for k, v in obj.items() if k != "response"}, b)
+        return {**outer, "response": {**rest, "output": resp["output"]}}
+
+
+@functools.lru_cache(maxsize=64)
+def _for(keys: tuple[str, ...]) -> Scrubber:
+    return Scrubber.compile(keys)
+
+
+# One-off forms for tests and tools; the request path uses the config's compiled `Scrubber`.
+def scrub_text(text: str, keys: Iterable[str]) -> str:
+    return _for(tuple(keys)).text(text)
+
+
+def scrub_failure(failure: Failure, keys: Iterable[str]) -> Failure:
+    return _for(tuple(keys)).failure(failure)
 
 
 def scrub_json(value: Any, keys: Iterable[str]) -> Any:
-    """Every string in a parsed JSON value scrubbed, object member names included; the value itself
-    (the same object) when nothing changed, else a copy that shares the unchanged parts. A container
-    nested deeper than `MAX_DEPTH` becomes None."""
-    return _walk(value, tuple(keys), MAX_DEPTH)
-
-
-def _walk(value: Any, keys: tuple[str, ...], depth: int) -> Any:
-    if isinstance(value, str):
-        return scrub_text(value, keys)
-    if isinstance(value, list | dict) and depth == 0:
-        return None
-    if isinstance(value, list):
-        items = [_walk(v, keys, depth - 1) for v in value]
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
-    if isinstance(value, dict):
-        pairs = [(scrub_text(k, keys), _walk(v, keys, depth - 1)) for k, v in value.items()]
-        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)):
-            return value
-        return dict(pairs)
-    return value
+    return _for(tuple(keys)).json(value)

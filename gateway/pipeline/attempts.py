@@ -21,7 +21,6 @@ from gateway.core.policy.breaker import counts_against_deployment
 from gateway.core.policy.learned import Fact
 from gateway.core.policy.retry import Action, AttemptState, decide, final_error_kind
 from gateway.core.policy.routing import candidate_order
-from gateway.core.scrub import scrub_failure
 from gateway.errors import GatewayError, UpstreamClientError, UpstreamFailed, UpstreamQuota, UpstreamTimeout
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
@@ -193,15 +192,17 @@ def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, 
 
 
 async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: AttemptFn[T]) -> T:
-    """One attempt. Every failure enters the loop here, hedged or not: the one place its upstream-derived
-    text (an error body's message, code, type, param) is scrubbed of our credentials (CONTRACT §5.3),
-    before anything logs it, passes it through to the client or puts it into a 502's summary."""
+    """One attempt. Every failure before the commit enters the loop here, hedged or not, whatever the
+    API, stream or body: the one place its upstream-derived text (an error body's message, code, type,
+    param) is scrubbed of our credentials (CONTRACT §5.3), before anything logs it, passes it through
+    to the client or puts it into a 502's summary. (After the commit, the one place is the failure
+    event a stream core kept: `held_end.HeldEndRelay.run`.)"""
     label = d.label
     rt.inflight[label] = rt.inflight.get(label, 0) + 1
     try:
         result = await ctx.trace.attempt(d, attempt)
     except UpstreamError as exc:
-        clean = scrub_failure(exc.failure, provider_keys(rt))
+        clean = rt.safety.scrubber.failure(exc.failure)
         if clean is exc.failure:
             raise
         raise UpstreamError(clean) from None
@@ -210,12 +211,6 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
     rt.breaker(d).record_success(time.monotonic())
     rt.metrics.child(rt.metrics.attempts, ctx.model.name, label, "ok").inc()
     return result
-
-
-def provider_keys(rt: Runtime) -> list[str]:
-    """What `core.scrub` masks exactly: every configured provider key (read per failure, so a reload's
-    new keys count at once; failures are rare enough that the walk costs nothing)."""
-    return [p.api_key for p in rt.config.providers.values() if p.api_key]
 
 
 def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Failure) -> None:

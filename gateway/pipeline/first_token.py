@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sized
 from typing import Any, Generic, Protocol, TypeVar
 
 from gateway.config.types import Deployment
@@ -28,6 +28,12 @@ from gateway.upstream import UpstreamError, UpstreamResponse
 
 T = TypeVar("T")
 KEEPALIVE_EVERY_S = 5.0
+# What an attempt may send before its first output token (CONTRACT §4.1, §5.3). Bytes: a Responses
+# upstream echoes the request's instructions and tools in `response.created` and again in
+# `response.in_progress`, so a large legitimate request's preamble is twice its size; events: a real
+# preamble is a handful (role chunk, filter results, lifecycle events, a ping every few seconds).
+PREAMBLE_MAX_BYTES = 4 * 1024 * 1024
+PREAMBLE_MAX_EVENTS = 1000
 
 
 class _Assembled(Protocol):
@@ -38,6 +44,10 @@ class StreamCore(Protocol):
     """What the pipeline reads of an API's stream core (`core.chat.stream`, `core.responses.stream`)."""
 
     done: bool
+
+    @property
+    def preamble(self) -> Sized:
+        """The events held until the commit."""
 
     @property
     def committable(self) -> bool: ...
@@ -59,20 +69,38 @@ S = TypeVar("S", bound=StreamCore)
 
 async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: str, first: bytes = b"") -> None:
     """Read until the core can commit: an output token, or a whole (possibly empty) answer. `first` is
-    what the attempt already read (to tell an event stream from a body)."""
+    what the attempt already read (to tell an event stream from a body). What comes before the token is
+    bounded (`PREAMBLE_MAX_BYTES`, `PREAMBLE_MAX_EVENTS`): past either, the attempt fails as malformed."""
+    read = len(first)
     try:
         if first:
             stream.feed(first)
+            _within_bounds(stream, read, label)
         while not stream.committable and not stream.done:
             data = await resp.next_chunk()
             if not data:
                 stream.end_of_input()
                 break
+            read += len(data)
             stream.feed(data)
+            _within_bounds(stream, read, label)
     except StreamFailed as exc:
         raise UpstreamError(exc.failure) from None
     if not stream.committable:
         raise UpstreamError(Failure(FailureKind.EARLY_EOF, f"{label}: stream ended before the first token"))
+
+
+def _within_bounds(stream: StreamCore, read: int, label: str) -> None:
+    """The held preamble is replayed at the commit, so the core keeps it all: without a bound, an upstream
+    sending pings or role-only chunks and never a token grew the gateway's memory until `first_token_s`
+    (2M pings: +470 MiB). Every byte read before the committing read counts (pings and comments too,
+    stored or not), so the bound also holds what the SSE decoder buffers; the read that brings the
+    token is already in memory whatever its size (a fast upstream's whole answer may come in it), so
+    only its events are counted."""
+    too_long = len(stream.preamble) > PREAMBLE_MAX_EVENTS
+    if too_long or (read > PREAMBLE_MAX_BYTES and not stream.committable):
+        what = f"{PREAMBLE_MAX_EVENTS} events" if too_long else f"{PREAMBLE_MAX_BYTES >> 20} MiB"
+        raise UpstreamError(Failure(FailureKind.MALFORMED, f"{label}: more than {what} before the first token"))
 
 
 async def commit(request: Request, ctx: RequestContext, won: Won | None) -> StreamResponse:

@@ -52,7 +52,8 @@ class HeldEndRelay(Generic[S, F]):
         raise NotImplementedError
 
     def failed(self, ev: Any) -> StreamEnded:
-        """An upstream failure after the first token (an event the core kept unsent)."""
+        """An upstream failure after the first token (an event the core kept unsent), already scrubbed
+        of our credentials, its `raw` dropped: forward it re-encoded from its object."""
         raise NotImplementedError
 
     def error_payload(self, end: StreamEnded) -> bytes:
@@ -67,8 +68,8 @@ class HeldEndRelay(Generic[S, F]):
         check_refusal(filt)
         await pump(self.opened.response, stream, filt, self.sink, d)
         await self.after_pump()
-        if stream.failed is not None:
-            raise self.failed(stream.failed)
+        if stream.failed is not None:  # scrubbed before any field of it is read (CONTRACT §5.3)
+            raise self.failed(self.rt.safety.scrubber.event(stream.failed))
         if not stream.terminal:
             raise StreamEnded("early_eof", UpstreamFailed(
                 f"{d.label}: upstream ended the stream before the {self.what} was complete"))

@@ -3,24 +3,23 @@
 The stream core (`core.messages.stream.MessagesStream`) does the per-event work and keeps the answer's
 end (`message_delta` with the stop reason, `message_stop`) unsent, so the whole-answer guardrails (hold,
 audit) judge before it goes out: a refusal replaces it with an error event. After the first token
-nothing is retried: an upstream `error` is forwarded (scrubbed of our credentials, CONTRACT §5.3) and
+nothing is retried: an upstream `error` is forwarded (scrubbed of our credentials first, by `held_end`) and
 ends the stream; any other failure is one `event: error` of the gateway's own; nothing follows it.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
 from gateway.core.messages.wire import MessagesEvent
-from gateway.core.scrub import scrub_json
 from gateway.core.sse import encode_event
 from gateway.errors import UpstreamFailed
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import Opened
-from gateway.pipeline.attempts import provider_keys
 from gateway.pipeline.held_end import HeldEndRelay, relay_held_end
 from gateway.pipeline.relay import StreamEnded
 from gateway.pipeline.runtime import Runtime
@@ -43,17 +42,18 @@ class _Relay(HeldEndRelay[MessagesStream, MessagesOutputFilter]):
         return end
 
     def failed(self, ev: MessagesEvent) -> StreamEnded:
-        """An upstream `error` after the first token: forwarded, scrubbed, re-encoded from the parsed
-        object (what we checked is exactly what the client gets), after what the windows held."""
+        """An upstream `error` after the first token (scrubbed by the caller): forwarded, re-encoded from
+        the parsed object (what was checked is exactly what the client gets), after what the windows held."""
         d = self.opened.deployment
-        if ev.obj is None:
+        obj = ev.obj
+        if obj is None:
             return StreamEnded("malformed", UpstreamFailed(f"{d.label}: malformed event after the first token"))
         if self.sink.hold is not None:  # the client has seen nothing of this answer: only our error
             f = ev.failure
             return StreamEnded("inband_error", UpstreamFailed(
                 f"{d.label}: upstream failed after the first token ({f.code if f else 'error'})"))
-        clean = scrub_json(ev.obj, provider_keys(self.rt))
-        err = clean.get("error") if isinstance(clean.get("error"), dict) else {}
+        found = obj.get("error")
+        err: dict[str, Any] = found if isinstance(found, dict) else {}
         body = {"type": "error", "error": {"type": err.get("type") or "api_error",
                                            "message": err.get("message") or "upstream error"}}
         ev = MessagesEvent("error", body, None)

@@ -14,6 +14,7 @@ from gateway.observe.context import RequestContext
 from gateway.observe.recorder import NO_TRACE
 from gateway.pipeline.attempts import Won
 from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.input_redaction import TextSlot
 from gateway.pipeline.runtime import Runtime
 
 
@@ -57,15 +58,12 @@ def answer_headers(ctx: RequestContext, won: Won) -> dict[str, str]:
             "x-gateway-attempts": str(won.attempts)}
 
 
-TextSlot = tuple[dict[str, Any], str]  # (object, key) of one text of a prompt
-
-
-def redact_input_slots(rt: Runtime, ctx: RequestContext, slots: list[TextSlot]) -> None:
-    """`redaction.inputs: true`: mask secrets in the prompt's texts before it leaves for the provider."""
+async def redact_input_slots(rt: Runtime, ctx: RequestContext, slots: list[TextSlot]) -> None:
+    """`redaction.inputs: true`: mask secrets in the prompt's texts before it leaves for the provider,
+    a slice at a time between the loop's other work (`pipeline.input_redaction`)."""
     safety = rt.safety.models[ctx.model.name]
-    if safety.redact_inputs and safety.redactor is not None:
-        for obj, key in slots:
-            obj[key] = safety.redactor.redact(obj[key]).text
+    if safety.redact_inputs and safety.redactor is not None and slots:
+        await rt.inputs.redact(safety.redactor, slots)
 
 
 def keep_serving(ctx: RequestContext, serves: Callable[[Deployment], bool], api_name: str) -> None:

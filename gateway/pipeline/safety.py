@@ -7,12 +7,16 @@ a `SafetyRun`, which builds the text window chain (redaction, then each stream-m
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import base64
+import binascii
+import urllib.parse
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gateway.config.types import Config, GuardrailConfig, RedactionProfile
+from gateway.config.types import Config, GuardrailConfig, Proxy, RedactionProfile
 from gateway.core.events import DeltaKind
+from gateway.core.scrub import Scrubber
 
 if TYPE_CHECKING:
     from gateway.core.policy.guard import GuardWindow, TextGuard, Verdict
@@ -139,6 +143,39 @@ class OneShotMasker:
 @dataclass(frozen=True, slots=True)
 class Safety:
     models: dict[str, ModelSafety]
+    scrubber: Scrubber  # our upstream credentials out of every upstream failure text (CONTRACT §5.3)
+
+
+def upstream_secrets(config: Config) -> Iterator[str]:
+    """Every configured secret the gateway sends upstream: provider keys, every value of
+    `providers.<name>.headers` (API-management keys ride there), and the credentials of every proxy
+    URL (the providers' own and HTTPS_PROXY / HTTP_PROXY), in each form a proxy may quote them."""
+    proxies = [config.egress.https, config.egress.http]
+    for p in config.providers.values():
+        if p.api_key:
+            yield p.api_key
+        yield from p.headers.values()
+        proxies.append(p.proxy)
+    for proxy in proxies:
+        yield from _proxy_secrets(proxy)
+
+
+def _proxy_secrets(proxy: Proxy | None) -> Iterator[str]:
+    """`Basic <base64>` -> the base64 token, `user:password`, and the password as typed and URL-encoded."""
+    if proxy is None or not proxy.authorization:
+        return
+    token = proxy.authorization.partition(" ")[2]
+    yield token
+    try:
+        pair = base64.b64decode(token, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return
+    user, _, password = pair.partition(":")
+    yield pair
+    if password:
+        yield password
+        yield urllib.parse.quote(password, safe="")
+        yield urllib.parse.quote(f"{user}:{password}", safe=":")
 
 
 def _redactor(profile: RedactionProfile) -> Redactor:
@@ -175,4 +212,4 @@ def compile_safety(config: Config) -> Safety:
             audit_guards=tuple(g for g in out if g.config.mode == "audit"
                                or (g.config.mode == "stream" and g.text is None)),
         )
-    return Safety(models)
+    return Safety(models, Scrubber.compile(upstream_secrets(config)))

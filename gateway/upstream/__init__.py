@@ -30,7 +30,7 @@ from gateway.providers.registry import in_process
 from gateway.upstream.connection import _FINISHING, HttpResponse, PoolKey, _Conn, _Pool
 from gateway.upstream.errors import UpstreamError, UpstreamResponse
 from gateway.upstream.mock import MockResponse
-from gateway.upstream.tunnel import open_tunnel, route
+from gateway.upstream.tunnel import open_tunnel, proxy_failure, route
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
@@ -108,6 +108,9 @@ class Upstream:
             conn.lost = True  # never back to the pool, whatever state the failure left it in
             resp.close()
             raise
+        if resp.status == 407 and proxy is not None:  # the proxy's own answer: never read its body
+            resp.close()
+            raise UpstreamError(proxy_failure(label, "the proxy refused our credentials (HTTP 407)", 407))
         return resp
 
     async def post_json(self, url: str, payload: Any, timeout_s: float, label: str) -> Any:
@@ -184,7 +187,7 @@ async def _connect(loop: asyncio.AbstractEventLoop, target: _Target, proxy: Prox
     except TimeoutError:
         raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: timed out connecting")) from None
     except ProxyError as exc:  # its message names a status, never the proxy's address or credentials
-        raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: {exc}")) from None
+        raise UpstreamError(proxy_failure(label, str(exc), exc.status)) from None
     except OSError:  # ssl.SSLError included: a certificate that does not verify is a failed connection
         raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: cannot connect")) from None
     return conn

@@ -12,7 +12,19 @@ import functools
 import ssl
 
 from gateway.config.types import Egress
+from gateway.core.events import Failure, FailureKind
 from gateway.core.proxy import ConnectReply, Proxy, ProxyError, bypasses, connect_request
+
+# A proxy that answers 401, 403 or 407 refused *our* credentials (or our target): like an upstream's
+# 401/403, the next deployment, then a 502 (CONTRACT §5.3). Other refusals are failed connections.
+_AUTH_STATUSES = frozenset({401, 403, 407})
+
+
+def proxy_failure(label: str, what: str, status: int | None) -> Failure:
+    """A proxy's refusal as a classified failure. Its text is ours (`what` names a status); the proxy's
+    own reason and body are never read into it: a proxy may quote the `Proxy-Authorization` it got."""
+    kind = FailureKind.UPSTREAM_AUTH if status in _AUTH_STATUSES else FailureKind.CONNECT
+    return Failure(kind, f"{label}: {what}", status=status if kind is FailureKind.UPSTREAM_AUTH else None)
 
 
 @functools.lru_cache(maxsize=1024)

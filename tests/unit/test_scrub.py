@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import orjson
 import pytest
 
+from gateway.config import parse_config
 from gateway.core.events import Failure, FailureKind
-from gateway.core.scrub import MAX_DEPTH, scrub_failure, scrub_json, scrub_text
+from gateway.core.scrub import (
+    CUT,
+    MAX_DEPTH,
+    MAX_FIELD,
+    MAX_NODES,
+    MAX_TOTAL,
+    Scrubber,
+    scrub_failure,
+    scrub_json,
+    scrub_text,
+)
+from gateway.pipeline.safety import compile_safety, upstream_secrets
 
 KEY = "sk-up-0123456789abcdefABCDEF"  # shaped like an OpenAI key, so the `secrets` rules would find it too
 PLAIN_KEY = "plainprovidersecret"  # a configured key no built-in rule knows: only the exact match masks it
@@ -119,3 +132,49 @@ def test_json_nested_past_the_depth_limit_is_cut_not_a_crash() -> None:
         assert isinstance(level, list) and len(level) == 1
         level = level[0]
     assert level is None
+
+
+# ---- the compiled scrubber: every configured secret, a bounded cost
+
+def test_every_configured_secret_is_gathered_from_the_config() -> None:
+    cfg = parse_config({
+        "auth": {"allow_unauthenticated": True},
+        "providers": {"up": {"type": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key": "provKEYvalue1",
+                             "headers": {"Ocp-Apim-Subscription-Key": "apimVALUE2", "X-Short": "v2"},
+                             "proxy": "http://puser:p%40ssWORD3@127.0.0.1:3128"}},
+        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x"}]}],
+    }, env={"HTTPS_PROXY": "http://envuser:envPASS4@127.0.0.1:3129"})
+    secrets = set(upstream_secrets(cfg))
+    b64 = base64.b64encode(b"puser:p@ssWORD3").decode()
+    assert {"provKEYvalue1", "apimVALUE2", b64, "puser:p@ssWORD3", "p@ssWORD3", "p%40ssWORD3", "envPASS4"} <= secrets
+    s = compile_safety(cfg).scrubber
+    assert "v2" not in s.secrets, "a value shorter than MIN_SECRET cannot be told from ordinary text"
+    text = f"Proxy-Authorization: Basic {b64} for p@ssWORD3, key provKEYvalue1, apimVALUE2, envPASS4"
+    out = s.text(text)
+    for secret in ("provKEYvalue1", "apimVALUE2", b64, "p@ssWORD3", "envPASS4"):
+        assert secret not in out
+
+
+def test_an_authorization_basic_credential_is_masked_but_basic_in_prose_stays() -> None:
+    s = Scrubber.compile([])
+    assert "dXNlcjpwYXNz" not in s.text("proxy said Proxy-Authorization: Basic dXNlcjpwYXNz refused")
+    assert s.text("Basic authentication is not supported") == "Basic authentication is not supported"
+
+
+def test_a_huge_error_text_costs_a_bounded_scan_and_keeps_no_secret() -> None:
+    s = Scrubber.compile([PLAIN_KEY])
+    text = ("sk- " * 300_000) + PLAIN_KEY  # candidate-dense for the rules, the configured key at the far end
+    out = s.text(text)
+    assert PLAIN_KEY not in out and out.endswith(CUT)
+    assert len(out) <= MAX_FIELD + len(CUT)
+    f = s.failure(Failure(FailureKind.HTTP_4XX, text, 400, text, text, text))
+    total = sum(len(v or "") for v in (f.message, f.code, f.type, f.param))
+    assert total <= MAX_TOTAL + 4 * len(CUT), "one failure's texts through the rules are bounded in all"
+
+
+def test_a_wide_error_object_is_walked_up_to_a_bounded_number_of_values() -> None:
+    s = Scrubber.compile([PLAIN_KEY])
+    wide = {"error": {"message": "x", "details": [f"{PLAIN_KEY} {i}" for i in range(3 * MAX_NODES)]}}
+    out = s.json(wide)
+    assert PLAIN_KEY not in orjson.dumps(out).decode()
+    assert sum(1 for v in out["error"]["details"] if v) < MAX_NODES

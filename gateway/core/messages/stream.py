@@ -180,6 +180,8 @@ class MessagesStream:
             if self.started:
                 return  # a duplicate: the client has its message_start already
             self.started = True
+        elif etype == "ping" and out and out[-1].type == "ping" and out is self.preamble:
+            return  # pings in a row: the client is kept alive by one as well as by many (bounded memory)
         self.assembler.feed(ev)
         if self.terminal or self.assembler.finished:
             self.terminal.append(ev)
