@@ -7,6 +7,10 @@ reads a request whole (bodies are bounded by `server.max_body_bytes`), hands it 
 writes what that returns. Keep-alive connections idle longer than `keepalive_s`, and heads slower than
 `head_timeout_s` (408), are closed by one sweep a second (no timer per request); a client that reads
 nothing of a response for `send_timeout_s` is cut; past `max_connections` a new connection gets one 503.
+Over TLS, a connection counts from accept: its handshake (done here with `loop.start_tls`, not by the
+listener, which would hide the socket until the handshake ends) is inside `max_connections` and must end
+within `head_timeout_s`; past the limit a TLS connection is closed at once (no 503 can be sent before a
+handshake). Every refusal is counted by reason and logged at most once a second per reason.
 On shutdown it stops accepting, closes idle connections and lets requests in flight finish for up to
 the drain time, then cancels them. It knows no application: it takes a handler, limits, an observer of
 what it refuses, and an opaque context handed to every request.
@@ -18,15 +22,19 @@ import asyncio
 import math
 import ssl
 import time
+from collections import Counter
 from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Protocol
+
+import structlog
 
 from gateway.inbound.connection import Handler, HttpConnection
 from gateway.inbound.messages import Request, Response, StreamResponse, json_response
 
 __all__ = ["Handler", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
            "json_response"]
+log = structlog.get_logger("gateway")
 KEEPALIVE_S = 75.0  # as aiohttp's and nginx's defaults: longer than the usual client pool's idle time
 
 
@@ -40,7 +48,8 @@ class ServerLimits:
 
 
 class ServerEvents(Protocol):
-    def refused(self, reason: str) -> None: ...  # max_connections, head_timeout, send_stall, bad_request, too_large
+    # max_connections, head_timeout, send_stall, bad_request, too_large, upgrade, tls_handshake
+    def refused(self, reason: str) -> None: ...
 
 
 class _NoEvents:
@@ -62,6 +71,12 @@ class HttpServer:
         self._date_at = -1
         self._date = ""
         self.port = 0
+        self.tls: ssl.SSLContext | None = None
+        self._refusals: Counter[str] = Counter()  # since the last sweep, for one log line per reason
+
+    def refused(self, reason: str) -> None:
+        self.events.refused(reason)
+        self._refusals[reason] += 1
 
     def date(self) -> str:
         """The Date header (RFC 9110 §6.6.1), formatted once a second."""
@@ -73,8 +88,9 @@ class HttpServer:
     async def listen(self, host: str, port: int, *, reuse_port: bool = False, backlog: int = 2048,
                      tls: ssl.SSLContext | None = None) -> int:
         """Start accepting (over TLS with `tls`); returns the bound port (useful with port 0)."""
+        self.tls = tls  # each connection runs its own handshake (see HttpConnection._start_tls)
         self._listener = await self.loop.create_server(lambda: HttpConnection(self), host, port,
-                                                       reuse_port=reuse_port or None, backlog=backlog, ssl=tls)
+                                                       reuse_port=reuse_port or None, backlog=backlog)
         self._sweep = self.loop.call_later(1.0, self._sweep_idle)
         self.port = int(self._listener.sockets[0].getsockname()[1])
         return self.port
@@ -85,6 +101,9 @@ class HttpServer:
         for conn in list(self.connections):
             conn.close_if_idle(idle_before)
             conn.check_head_timeout(head_before)
+        for reason, count in self._refusals.items():  # a flood of refusals is a line a second, not a line each
+            log.warning("http_refused", reason=reason, count=count, connections=len(self.connections))
+        self._refusals.clear()
         self._sweep = self.loop.call_later(1.0, self._sweep_idle)
 
     async def shutdown(self, drain_s: float) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -35,8 +36,8 @@ class ClientGone(ConnectionResetError):
 
 
 class HttpConnection(asyncio.Protocol):
-    __slots__ = ("_drain", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote", "closing",
-                 "head_since", "idle_since", "task", "transport")
+    __slots__ = ("_drain", "_handshake", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote",
+                 "closing", "handshaking", "head_since", "idle_since", "task", "transport")
 
     def __init__(self, server: HttpServer):
         self._server = server
@@ -51,6 +52,8 @@ class HttpConnection(asyncio.Protocol):
         self.head_since = 0.0  # when the head being read began to arrive (the request-head timeout)
         self._wrote = False  # some bytes of the current response are out
         self._lingering = False
+        self.handshaking = False  # a TLS handshake is under way (counted as a connection from accept)
+        self._handshake: asyncio.Task[None] | None = None
 
     # asyncio.Protocol
 
@@ -65,11 +68,36 @@ class HttpConnection(asyncio.Protocol):
             self._refuse_connection()
             return
         server.connections.add(self)
+        if server.tls is not None:
+            self.handshaking = True
+            transport.pause_reading()  # type: ignore[attr-defined]  # the handshake's bytes are TLS's, not a request's
+            self._handshake = server.loop.create_task(self._start_tls(server.tls))
+
+    async def _start_tls(self, tls: ssl.SSLContext) -> None:
+        """The TLS handshake, inside the connection count and the request-head timeout (the sweep aborts
+        a handshake older than `head_timeout_s`): a client that connects and says nothing holds one
+        slot for a bounded time, like a silent plaintext client."""
+        server, raw = self._server, self.transport
+        assert raw is not None
+        try:
+            transport = await server.loop.start_tls(raw, self, tls, server_side=True)
+        except Exception:  # a failed or aborted handshake, whatever the cause: close
+            self.closing = True
+            server.connections.discard(self)
+            server.refused("tls_handshake")
+            raw.abort()
+            return
+        finally:
+            self.handshaking, self._handshake = False, None
+        if transport is None or self.closing:
+            return
+        self.transport = transport
+        self.idle_since = server.loop.time()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return
-        if self.task is not None or self.closing:
+        if self.task is not None or self.closing or self.handshaking:
             self._pending += data
             if len(self._pending) > MAX_PENDING and self.transport is not None:
                 self.transport.pause_reading()
@@ -112,7 +140,7 @@ class HttpConnection(asyncio.Protocol):
         """The client has read nothing of what we wrote for `send_timeout_s`: it holds a response and an
         upstream connection for nothing. Abort (no lingering: its socket is full)."""
         self._stall = None
-        self._server.events.refused("send_stall")
+        self._server.refused("send_stall")
         self.closing = True
         if self.transport is not None:
             self.transport.abort()
@@ -151,6 +179,9 @@ class HttpConnection(asyncio.Protocol):
             interim = self._reader.continue_due()
             if interim and self.transport is not None:
                 self.transport.write(interim)
+            return
+        if got[0].wants_websocket:  # CONTRACT §3: refused until a WebSocket mode exists, never served
+            self._reject(RequestError(426, "WebSocket mode is not supported: use HTTP streaming"), "upgrade")
             return
         self.task = self._server.loop.create_task(self._serve(*got))
 
@@ -203,8 +234,8 @@ class HttpConnection(asyncio.Protocol):
         resets it, and the client would lose the answer. So the answer goes out with a FIN, what
         still comes is read and dropped, and the socket closes when the client does (or after
         LINGER_S): the lingering close of RFC 9112 §9.6."""
-        code = "request_too_large" if exc.status == 413 else "invalid_request"  # CONTRACT §3 codes
-        self._server.events.refused(reason or ("too_large" if exc.status in (413, 414, 431) else "bad_request"))
+        code = _CODES.get(exc.status, "invalid_request")  # CONTRACT §3 codes
+        self._server.refused(reason or ("too_large" if exc.status in (413, 414, 431) else "bad_request"))
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -225,19 +256,30 @@ class HttpConnection(asyncio.Protocol):
             self._close()
 
     def check_head_timeout(self, started_before: float) -> None:
-        """A request head still incomplete since before `started_before` (a slow-loris client): 408."""
+        """A request head still incomplete since before `started_before` (a slow-loris client): 408.
+        A TLS handshake begun before it: closed (there is no way to answer yet)."""
+        if self.handshaking:
+            if self.idle_since < started_before and self.transport is not None:
+                self.transport.abort()  # _start_tls sees its handshake fail and counts it
+            return
         if self.task is None and not self._lingering and self._reader.awaiting_head \
                 and self.head_since < started_before:
             self._reject(RequestError(408, "the request head took too long"), "head_timeout")
 
     def _refuse_connection(self) -> None:
-        """Over `max_connections`: one 503 and close, before reading anything (the client may retry)."""
-        self._server.events.refused("max_connections")
+        """Over `max_connections`: one 503 and close, before reading anything (the client may retry).
+        On a TLS listener no answer can be sent before a handshake we will not spend: just close."""
+        self._server.refused("max_connections")
         transport = self.transport
-        if transport is not None:
+        if transport is not None and self._server.tls is not None:
+            transport.abort()
+        elif transport is not None:
             transport.write(_error_answer(503, "the gateway is at its connection limit", "unavailable",
                                           self.date(), retry_after=True))
             transport.close()
+
+
+_CODES = {413: "request_too_large", 426: "upgrade_required"}
 
 
 def _error_answer(status: int, message: str, code: str, date: str, *, retry_after: bool = False) -> bytes:
