@@ -7,10 +7,9 @@ reads a request whole (bodies are bounded by `server.max_body_bytes`), hands it 
 writes what that returns. Keep-alive connections idle longer than `keepalive_s`, and heads slower than
 `head_timeout_s` (408), are closed by one sweep a second (no timer per request); a client that reads
 nothing of a response for `send_timeout_s` is cut; past `max_connections` a new connection gets one 503.
-Over TLS, a connection counts from accept: its handshake (done here with `loop.start_tls`, not by the
-listener, which would hide the socket until the handshake ends) is inside `max_connections` and must end
-within `head_timeout_s`; past the limit a TLS connection is closed at once (no 503 can be sent before a
-handshake). Every refusal is counted by reason and logged at most once a second per reason.
+Over TLS a connection counts from its accept (`tls.py`): its handshake is inside `max_connections` and
+must end within `head_timeout_s`; past the limit a TLS connection is closed at once (no 503 can be sent
+before a handshake). Every refusal is counted by reason and logged at most once a second per reason.
 On shutdown it stops accepting, closes idle connections and lets requests in flight finish for up to
 the drain time, then cancels them. It knows no application: it takes a handler, limits, an observer of
 what it refuses, and an opaque context handed to every request.
@@ -31,6 +30,7 @@ import structlog
 
 from gateway.inbound.connection import Handler, HttpConnection
 from gateway.inbound.messages import Request, Response, StreamResponse, json_response
+from gateway.inbound.tls import TlsListener, listening_socket
 
 __all__ = ["Handler", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
            "json_response"]
@@ -71,8 +71,14 @@ class HttpServer:
         self._date_at = -1
         self._date = ""
         self.port = 0
-        self.tls: ssl.SSLContext | None = None
+        self.tls: ssl.SSLContext | None = None  # swapped on reload: new handshakes use the new one
+        self._tls_listener: TlsListener | None = None
+        self.handshaking = 0  # TLS connections accepted whose handshake is under way
         self._refusals: Counter[str] = Counter()  # since the last sweep, for one log line per reason
+
+    def open_count(self) -> int:
+        """Connections held against `max_connections`: served ones and TLS handshakes under way."""
+        return len(self.connections) + self.handshaking
 
     def refused(self, reason: str) -> None:
         self.events.refused(reason)
@@ -88,11 +94,16 @@ class HttpServer:
     async def listen(self, host: str, port: int, *, reuse_port: bool = False, backlog: int = 2048,
                      tls: ssl.SSLContext | None = None) -> int:
         """Start accepting (over TLS with `tls`); returns the bound port (useful with port 0)."""
-        self.tls = tls  # each connection runs its own handshake (see HttpConnection._start_tls)
-        self._listener = await self.loop.create_server(lambda: HttpConnection(self), host, port,
-                                                       reuse_port=reuse_port or None, backlog=backlog)
+        self.tls = tls
+        if tls is not None:
+            sock = listening_socket(host, port, reuse_port=reuse_port, backlog=backlog)
+            self._tls_listener = TlsListener(self, sock, lambda: HttpConnection(self))
+            self.port = int(sock.getsockname()[1])
+        else:
+            self._listener = await self.loop.create_server(lambda: HttpConnection(self), host, port,
+                                                           reuse_port=reuse_port or None, backlog=backlog)
+            self.port = int(self._listener.sockets[0].getsockname()[1])
         self._sweep = self.loop.call_later(1.0, self._sweep_idle)
-        self.port = int(self._listener.sockets[0].getsockname()[1])
         return self.port
 
     def _sweep_idle(self) -> None:
@@ -113,6 +124,8 @@ class HttpServer:
             self._sweep.cancel()
         if self._listener is not None:
             self._listener.close()
+        if self._tls_listener is not None:
+            self._tls_listener.close()
         for conn in list(self.connections):
             conn.close_if_idle(math.inf)
         busy = [c.task for c in self.connections if c.task is not None]

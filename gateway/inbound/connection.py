@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -36,8 +35,8 @@ class ClientGone(ConnectionResetError):
 
 
 class HttpConnection(asyncio.Protocol):
-    __slots__ = ("_drain", "_handshake", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote",
-                 "closing", "handshaking", "head_since", "idle_since", "task", "transport")
+    __slots__ = ("_drain", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote", "closing",
+                 "head_since", "idle_since", "task", "transport")
 
     def __init__(self, server: HttpServer):
         self._server = server
@@ -52,8 +51,6 @@ class HttpConnection(asyncio.Protocol):
         self.head_since = 0.0  # when the head being read began to arrive (the request-head timeout)
         self._wrote = False  # some bytes of the current response are out
         self._lingering = False
-        self.handshaking = False  # a TLS handshake is under way (counted as a connection from accept)
-        self._handshake: asyncio.Task[None] | None = None
 
     # asyncio.Protocol
 
@@ -64,40 +61,16 @@ class HttpConnection(asyncio.Protocol):
         if server.closing:
             transport.close()
             return
-        if len(server.connections) >= server.limits.max_connections:
+        # over TLS the connection was counted, and held to the limit, at its accept (inbound/tls.py)
+        if server.tls is None and server.open_count() >= server.limits.max_connections:
             self._refuse_connection()
             return
         server.connections.add(self)
-        if server.tls is not None:
-            self.handshaking = True
-            transport.pause_reading()  # type: ignore[attr-defined]  # the handshake's bytes are TLS's, not a request's
-            self._handshake = server.loop.create_task(self._start_tls(server.tls))
-
-    async def _start_tls(self, tls: ssl.SSLContext) -> None:
-        """The TLS handshake, inside the connection count and the request-head timeout (the sweep aborts
-        a handshake older than `head_timeout_s`): a client that connects and says nothing holds one
-        slot for a bounded time, like a silent plaintext client."""
-        server, raw = self._server, self.transport
-        assert raw is not None
-        try:
-            transport = await server.loop.start_tls(raw, self, tls, server_side=True)
-        except Exception:  # a failed or aborted handshake, whatever the cause: close
-            self.closing = True
-            server.connections.discard(self)
-            server.refused("tls_handshake")
-            raw.abort()
-            return
-        finally:
-            self.handshaking, self._handshake = False, None
-        if transport is None or self.closing:
-            return
-        self.transport = transport
-        self.idle_since = server.loop.time()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return
-        if self.task is not None or self.closing or self.handshaking:
+        if self.task is not None or self.closing:
             self._pending += data
             if len(self._pending) > MAX_PENDING and self.transport is not None:
                 self.transport.pause_reading()
@@ -256,24 +229,16 @@ class HttpConnection(asyncio.Protocol):
             self._close()
 
     def check_head_timeout(self, started_before: float) -> None:
-        """A request head still incomplete since before `started_before` (a slow-loris client): 408.
-        A TLS handshake begun before it: closed (there is no way to answer yet)."""
-        if self.handshaking:
-            if self.idle_since < started_before and self.transport is not None:
-                self.transport.abort()  # _start_tls sees its handshake fail and counts it
-            return
+        """A request head still incomplete since before `started_before` (a slow-loris client): 408."""
         if self.task is None and not self._lingering and self._reader.awaiting_head \
                 and self.head_since < started_before:
             self._reject(RequestError(408, "the request head took too long"), "head_timeout")
 
     def _refuse_connection(self) -> None:
-        """Over `max_connections`: one 503 and close, before reading anything (the client may retry).
-        On a TLS listener no answer can be sent before a handshake we will not spend: just close."""
+        """Over `max_connections`: one 503 and close, before reading anything (the client may retry)."""
         self._server.refused("max_connections")
         transport = self.transport
-        if transport is not None and self._server.tls is not None:
-            transport.abort()
-        elif transport is not None:
+        if transport is not None:
             transport.write(_error_answer(503, "the gateway is at its connection limit", "unavailable",
                                           self.date(), retry_after=True))
             transport.close()

@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 import http.client
 import socket
+import ssl
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 import pytest
+import trustme
+from structlog.testing import capture_logs
 
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
-from tests.harness import GatewayServer, LoopThread
+from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.integration.test_inbound_http import BODY, PATH, connect, read_response, read_to_close
 from tests.unit.http_vectors import ALL, SMUGGLED, UPGRADE
 from tests.unit.test_request_differential import ours
@@ -179,3 +183,56 @@ def test_a_body_of_one_byte_chunks_reaches_the_upstream_whole(upstream: FakeUpst
         status, _, _ = read_response(sock, bytearray())
     assert status == b"HTTP/1.1 200 OK"
     assert upstream.bodies(PATH)[-1]["pad"] == "p" * 5000
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[trustme.CA, dict[str, str]]:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    return ca, {"cert_file": str(cert), "key_file": str(key)}
+
+
+def tls_get(gw: GatewayServer, ca: trustme.CA) -> bytes:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    with ctx.wrap_socket(connect(gw), server_hostname="127.0.0.1") as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        return read_response(sock, bytearray())[0]
+
+
+def test_tls_handshakes_count_as_connections_and_end_within_the_head_timeout(
+        servers: LoopThread, make_gateway: Callable[..., GatewayServer],
+        tls_files: tuple[trustme.CA, dict[str, str]]) -> None:
+    """Issue #27: sockets that connect to the TLS port and say nothing sat outside `max_connections`
+    and the head timeout (300 exhausted the descriptors). Now each counts from accept; past the limit a
+    new one is closed at once (no 503 can precede a handshake), and a silent one is closed after
+    `request_head_timeout_s`; both are counted and logged."""
+    ca, tls = tls_files
+    with capture_logs() as logs:
+        gw = make_gateway(server={"tls": tls, "max_connections": 3, "request_head_timeout_s": 0.3})
+        assert tls_get(gw, ca) == b"HTTP/1.1 200 OK"
+        api = gw.api
+        assert api is not None
+        servers.run(wait_until(lambda: not api.connections))  # that client's close has been seen
+        silent = [connect(gw) for _ in range(3)]
+        try:
+            with connect(gw) as extra:  # the fourth: refused without a byte
+                assert read_to_close(extra) == b""
+            for sock in silent:  # closed by the server, the handshake never begun
+                assert read_to_close(sock) == b""
+        finally:
+            for sock in silent:
+                sock.close()
+        refused = "llm_gateway_http_refused_total"
+        servers.run(wait_until(lambda: gw.sample(refused, reason="tls_handshake") == 3))
+        assert gw.sample(refused, reason="max_connections") == 1
+        assert tls_get(gw, ca) == b"HTTP/1.1 200 OK"  # the slots are free again
+        servers.run(wait_until(lambda: sum(e["event"] == "http_refused" for e in logs) >= 2, 3.0))
+    counts: dict[str, int] = {}
+    for e in logs:
+        if e["event"] == "http_refused":
+            counts[e["reason"]] = counts.get(e["reason"], 0) + e["count"]
+    assert counts == {"max_connections": 1, "tls_handshake": 3}
