@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import openai
@@ -192,5 +193,5 @@ def test_a_reload_compiles_off_the_loop_and_a_stream_keeps_flowing(servers: Loop
     stream.close()
     assert len(app.runtime.config.models) == 5001, "the reload was applied"
     assert reload.done() and took > 0.5, f"the reload took {took:.2f}s: too fast to show a stall"
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    gaps = [b - a for a, b in pairwise(arrivals)]
     assert len(gaps) > 20 and max(gaps) < 0.25, f"longest gap {max(gaps):.3f}s during a {took:.2f}s reload"
