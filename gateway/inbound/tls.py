@@ -43,6 +43,7 @@ class TlsListener:
                 server.refused("max_connections")
                 continue
             conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as create_server sets it: TTFT
             server.handshaking += 1
             task = server.loop.create_task(self._handshake(conn))
             self.handshakes.add(task)
