@@ -30,7 +30,7 @@ import structlog
 
 from gateway.inbound.connection import Handler, HttpConnection
 from gateway.inbound.messages import Request, Response, StreamResponse, json_response
-from gateway.inbound.tls import TlsListener, listening_socket
+from gateway.inbound.tls import TlsListener, listening_sockets
 
 __all__ = ["Handler", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
            "json_response"]
@@ -72,7 +72,7 @@ class HttpServer:
         self._date = ""
         self.port = 0
         self.tls: ssl.SSLContext | None = None  # swapped on reload: new handshakes use the new one
-        self._tls_listener: TlsListener | None = None
+        self._tls_listeners: list[TlsListener] = []
         self.handshaking = 0  # TLS connections accepted whose handshake is under way
         self._refusals: Counter[str] = Counter()  # since the last sweep, for one log line per reason
 
@@ -96,9 +96,9 @@ class HttpServer:
         """Start accepting (over TLS with `tls`); returns the bound port (useful with port 0)."""
         self.tls = tls
         if tls is not None:
-            sock = listening_socket(host, port, reuse_port=reuse_port, backlog=backlog)
-            self._tls_listener = TlsListener(self, sock, lambda: HttpConnection(self))
-            self.port = int(sock.getsockname()[1])
+            socks = listening_sockets(host, port, reuse_port=reuse_port, backlog=backlog)
+            self._tls_listeners = [TlsListener(self, sock, lambda: HttpConnection(self)) for sock in socks]
+            self.port = int(socks[0].getsockname()[1])
         else:
             self._listener = await self.loop.create_server(lambda: HttpConnection(self), host, port,
                                                            reuse_port=reuse_port or None, backlog=backlog)
@@ -124,8 +124,8 @@ class HttpServer:
             self._sweep.cancel()
         if self._listener is not None:
             self._listener.close()
-        if self._tls_listener is not None:
-            self._tls_listener.close()
+        for listener in self._tls_listeners:
+            listener.close()
         for conn in list(self.connections):
             conn.close_if_idle(math.inf)
         busy = [c.task for c in self.connections if c.task is not None]

@@ -134,6 +134,9 @@ class RequestReader:
         assert head is not None
         if head.content_length is not None:
             n = head.content_length - self._size
+            if n <= 0:  # llhttp ends a body at its last byte: never here, but never a loop without progress
+                self._error = RequestError(400, "bad request")
+                return b""
             left = self._execute(data[:n])
             return left + data[n:] if left else data[n:]
         end = data.rfind(b"\n")  # a chunked body ends with a line end: bytes after the last cannot end it

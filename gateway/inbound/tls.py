@@ -68,18 +68,26 @@ class TlsListener:
             task.cancel()
 
 
-def listening_socket(host: str, port: int, *, reuse_port: bool, backlog: int) -> socket.socket:
-    """A bound, listening, non-blocking TCP socket, as `create_server` would make it."""
-    info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(info[0], socket.SOCK_STREAM)
+def listening_sockets(host: str, port: int, *, reuse_port: bool, backlog: int) -> list[socket.socket]:
+    """Bound, listening, non-blocking TCP sockets, one per address `host` resolves to, as
+    `create_server` makes them (IPv6 ones IPv6-only, so `::` and `0.0.0.0` can both be bound)."""
+    socks: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(info[4])
-        sock.listen(backlog)
-        sock.setblocking(False)
+        for family, _, _, _, address in socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                           flags=socket.AI_PASSIVE):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
+            port = port or int(sock.getsockname()[1])  # port 0: every address on the one port drawn
     except OSError:
-        sock.close()
+        for sock in socks:
+            sock.close()
         raise
-    return sock
+    return socks
