@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -50,13 +51,11 @@ class App:
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
-        # TLS on the listener: one context for the server's life; a reload loads new files into it, so
-        # new handshakes present the new certificate and open connections keep theirs
+        # TLS on the listener: a reload swaps in a new context, so new handshakes present the new
+        # certificate and open connections keep theirs
         self.tls: ssl.SSLContext | None = None
         if config.server.tls is not None:
-            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
-            load_certificate(self.tls, config.server.tls)
+            self.tls = tls_context(config.server.tls)
 
     def start_trace(self, request: Request, api: str) -> RequestTrace:
         """The per-request trace recorder: the shared no-op one when tracing is off."""
@@ -82,19 +81,33 @@ class App:
             raise RuntimeError("the app has not started")
         return self._state
 
-    def reload(self, config: Config) -> None:
-        """SIGHUP: swap in a runtime compiled from the new config; requests in flight keep the old one.
-        Raises ValueError (nothing changed) when the new config cannot be compiled or its certificate
-        cannot be loaded."""
+    def prepare_reload(self, config: Config) -> Reload:
+        """SIGHUP, the slow half, safe off the loop (`asyncio.to_thread`): compile the new config and load
+        its certificate into a new context; nothing in use is touched. Raises ValueError (nothing
+        changed) when the config cannot be compiled or the certificate cannot be loaded."""
         tls = config.server.tls
         if (tls is None) != (self.tls is None):
             raise ValueError("server.tls: turning TLS on or off needs a restart")
-        if tls is not None and self.tls is not None:
-            load_certificate(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), tls)  # all or nothing: check first
-            load_certificate(self.tls, tls)
+        context = tls_context(tls) if tls is not None else None
         old = self.runtime
-        self.runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
+        runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
         preinitialise(old.metrics, config)
+        return Reload(runtime, context)
+
+    def apply_reload(self, reload: Reload) -> None:
+        """The swap, on the loop: requests in flight keep the runtime they started with."""
+        self.runtime = reload.runtime
+        if reload.tls is not None:
+            self.tls = reload.tls
+
+    def reload(self, config: Config) -> None:
+        self.apply_reload(self.prepare_reload(config))
+
+
+@dataclass(frozen=True, slots=True)
+class Reload:
+    runtime: Runtime
+    tls: ssl.SSLContext | None
 
 
 def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
@@ -105,13 +118,30 @@ def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
     from gateway.observe.tracing import Tracing
 
     return Tracing(config.telemetry, metrics.spans_dropped.inc)
-def load_certificate(context: ssl.SSLContext, tls: TlsConfig) -> None:
-    """Raises ValueError naming the key, not the file's content."""
+class _KeyEncrypted(Exception):
+    """Raised by the password callback when the key is encrypted and no passphrase is configured."""
+
+
+def _no_password() -> bytes:
+    # OpenSSL would otherwise prompt on the terminal, and the process would wait there for ever (#27)
+    raise _KeyEncrypted
+
+
+def tls_context(tls: TlsConfig) -> ssl.SSLContext:
+    """A server context holding the configured certificate. Raises ValueError naming the files, never
+    the key's content or its passphrase."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    where = f"server.tls: cannot load {tls.cert_file} / {tls.key_file}"
     try:
-        context.load_cert_chain(tls.cert_file, tls.key_file)
+        context.load_cert_chain(tls.cert_file, tls.key_file, password=tls.key_password or _no_password)
+    except _KeyEncrypted:
+        raise ValueError(f"{where}: the key is encrypted and server.tls.key_password is not set") from None
     except OSError as exc:  # ssl.SSLError included
         reason = exc.strerror or getattr(exc, "reason", None) or type(exc).__name__
-        raise ValueError(f"server.tls: cannot load {tls.cert_file} / {tls.key_file}: {reason}") from None
+        hint = " (a wrong server.tls.key_password?)" if tls.key_password and isinstance(exc, ssl.SSLError) else ""
+        raise ValueError(f"{where}: {reason}{hint}") from None
+    return context
 
 
 def _routes() -> dict[str, dict[str, Handler]]:

@@ -94,7 +94,7 @@ def tls(s: Section) -> TlsConfig | None:
         s.errs.add(s.at("cert_file"), "required when server.tls is set")
     if not key:
         s.errs.add(s.at("key_file"), "required when server.tls is set")
-    return TlsConfig(cert, key)
+    return TlsConfig(cert, key, s.get("key_password", str, "") or None)
 
 
 def cors(s: Section) -> CorsConfig:

@@ -57,7 +57,7 @@ def _server(s: Section) -> ServerConfig:
         max_connections=s.integer("max_connections", d.max_connections, 1),
         request_head_timeout_s=s.number("request_head_timeout_s", d.request_head_timeout_s, 0.1),
         send_timeout_s=s.number("send_timeout_s", d.send_timeout_s, 0.1),
-        tls=edges.tls(Section(s.raw.get("tls"), s.at("tls"), s.errs, ("cert_file", "key_file"))),
+        tls=edges.tls(Section(s.raw.get("tls"), s.at("tls"), s.errs, ("cert_file", "key_file", "key_password"))),
         cors=edges.cors(Section(s.raw.get("cors"), s.at("cors"), s.errs, ("allow_origins", "max_age_s"))),
     )
 

@@ -27,6 +27,8 @@ class TlsConfig:
 
     cert_file: str
     key_file: str
+    # the passphrase of an encrypted key (from the environment with ${VAR}); never in a repr or log
+    key_password: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

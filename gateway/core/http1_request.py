@@ -8,8 +8,13 @@ this server's stricter policy, field by field (RFC 9112, RFC 9110):
   (§6.1 lets a server refuse it; a gateway must not let two readings of one message through) and never
   in HTTP/1.0 (§6.1);
 - singleton fields at most once (a second `Content-Length`, `Host`, `Authorization`… is two readings);
-- at most MAX_FIELDS field lines, MAX_LINE bytes a line, MAX_REQUEST_HEAD bytes a head (431), and a
-  body of at most `max_body` bytes (413, from `Content-Length` before the body is read).
+- no CONNECT (its target is not a path, and llhttp reads the bytes after its head as a tunnel's);
+- at most MAX_FIELDS field lines, MAX_LINE bytes a line (a field's name and value as llhttp gives them;
+  a target of at most MAX_TARGET bytes: 414), MAX_REQUEST_HEAD bytes a head (431), and a body of at most
+  `max_body` bytes (413, from `Content-Length` before the body is read). A line still arriving is
+  measured the same way (`LineGauge`), so where reads split a line never changes its verdict;
+- a request carrying `Upgrade` (RFC 9110 §7.8) is answered, then its connection closes: nothing after
+  it is read as a request (CONTRACT: one request smuggled behind an upgrade is one too many).
 HTTP/1.0 connections close after the response unless the client asked for `keep-alive`. Nothing
 here does I/O.
 """
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 
 MAX_REQUEST_HEAD = 64 * 1024
 MAX_LINE = 8 * 1024
+MAX_TARGET = 8 * 1024
 MAX_FIELDS = 100
 # Fields whose second copy is a second reading of the request (RFC 9110 §5.3: only list-valued fields
 # may repeat); `Content-Length` is one (llhttp refuses its repetition too).
@@ -29,7 +35,7 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # RFC 9110 §15 reason phrases of the statuses this gateway answers with (clients ignore the phrase, §4)
 _REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 402: "Payment Required",
             403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
-            413: "Content Too Large", 414: "URI Too Long", 422: "Unprocessable Content",
+            413: "Content Too Large", 414: "URI Too Long", 422: "Unprocessable Content", 426: "Upgrade Required",
             429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
             500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway",
             503: "Service Unavailable", 504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
@@ -54,6 +60,12 @@ class RequestHead:
     http10: bool
     content_length: int | None  # None: chunked
     expects_continue: bool
+    upgrade: str | None = None  # the `Upgrade` field, lower-cased: the connection's last request
+
+    @property
+    def wants_websocket(self) -> bool:
+        """A WebSocket handshake (RFC 6455 §4.1), which this server refuses with 426."""
+        return self.upgrade is not None and "websocket" in {t.strip() for t in self.upgrade.split(",")}
 
 
 class FieldCollector:
@@ -89,7 +101,7 @@ def request_head(method: str, target: str, version: str, fields: dict[str, str],
     if version not in ("1.1", "1.0"):
         raise RequestError(505, "HTTP version not supported")
     http10 = version == "1.0"
-    if not target.startswith("/"):
+    if not target.startswith("/") or method == "CONNECT":
         raise RequestError(400, "the request target must be a path")  # origin-form only (§3.2.1)
     if not http10 and "host" not in fields:
         raise RequestError(400, "missing Host header")
@@ -99,8 +111,83 @@ def request_head(method: str, target: str, version: str, fields: dict[str, str],
         raise RequestError(413, f"request body is larger than {max_body} bytes")
     conn = {t.strip().lower() for t in fields.get("connection", "").split(",")}
     keep_alive = "keep-alive" in conn if http10 else "close" not in conn
-    return RequestHead(method, path, query, fields, keep_alive, http10, length,
-                       fields.get("expect", "").lower() == "100-continue")
+    upgrade = fields.get("upgrade")
+    return RequestHead(method, path, query, fields, keep_alive and upgrade is None, http10, length,
+                       fields.get("expect", "").lower() == "100-continue",
+                       None if upgrade is None else upgrade.lower())
+
+
+def body_framing_head(head: RequestHead) -> bytes:
+    """A head that carries only `head`'s body framing: fed to a fresh llhttp parser, it makes llhttp
+    read the bytes that follow as that body (see `RequestReader._after_upgrade`)."""
+    if head.content_length is None:
+        return b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % head.content_length
+
+
+class LineGauge:
+    """The measure of a head line whose end has not arrived, as it grows: a lower bound of what the
+    line measures once whole (a field's name and value as llhttp gives them, leading whitespace of the
+    value not counted; a request line's target), so a partial line is refused only when the whole line
+    would be. Each byte is looked at once (`add` takes only the new bytes)."""
+
+    __slots__ = ("cr", "phase", "request_line", "size")
+
+    def __init__(self, *, request_line: bool) -> None:
+        self.request_line = request_line
+        self.phase = 0  # field: name, whitespace, value; request line: method, target, version
+        self.size = 0
+        self.cr = False  # the last byte is a CR, maybe the line end's (not counted)
+
+    def add(self, data: bytes) -> None:
+        if self.request_line:
+            self._add_request_line(data)
+            return
+        if self.phase == 0:
+            colon = data.find(b":")
+            if colon < 0:
+                self._count(data)
+                return
+            self.size += colon
+            self.cr = False
+            self.phase, data = 1, data[colon + 1:]
+        if self.phase == 1:
+            data = data.lstrip(b" \t")
+            if not data:
+                return
+            self.phase = 2
+        self._count(data)
+
+    def _add_request_line(self, data: bytes) -> None:
+        if self.phase == 0:
+            space = data.find(b" ")
+            if space < 0:
+                return
+            self.phase, data = 1, data[space + 1:]
+        if self.phase == 1:
+            space = data.find(b" ")
+            if space < 0:
+                self._count(data)
+                return
+            self.size += space
+            self.phase, self.cr = 2, False
+
+    def _count(self, data: bytes) -> None:
+        if data:
+            self.size += len(data)
+            self.cr = data.endswith(b"\r")
+
+    def bound(self) -> int:
+        """At least this many bytes of the line count against the head's size."""
+        return self.size - self.cr
+
+    def over(self) -> bool:
+        return self.bound() > (MAX_TARGET if self.request_line else MAX_LINE)
+
+    def error(self) -> RequestError:
+        if self.request_line:
+            return RequestError(414, "request target too long")
+        return RequestError(431, "request header fields too large")
 
 
 def _content_length(fields: dict[str, str], http10: bool) -> int | None:

@@ -7,6 +7,9 @@ reads a request whole (bodies are bounded by `server.max_body_bytes`), hands it 
 writes what that returns. Keep-alive connections idle longer than `keepalive_s`, and heads slower than
 `head_timeout_s` (408), are closed by one sweep a second (no timer per request); a client that reads
 nothing of a response for `send_timeout_s` is cut; past `max_connections` a new connection gets one 503.
+Over TLS a connection counts from its accept (`tls.py`): its handshake is inside `max_connections` and
+must end within `head_timeout_s`; past the limit a TLS connection is closed at once (no 503 can be sent
+before a handshake). Every refusal is counted by reason and logged at most once a second per reason.
 On shutdown it stops accepting, closes idle connections and lets requests in flight finish for up to
 the drain time, then cancels them. It knows no application: it takes a handler, limits, an observer of
 what it refuses, and an opaque context handed to every request.
@@ -18,15 +21,20 @@ import asyncio
 import math
 import ssl
 import time
+from collections import Counter
 from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Protocol
 
+import structlog
+
 from gateway.inbound.connection import Handler, HttpConnection
 from gateway.inbound.messages import Request, Response, StreamResponse, json_response
+from gateway.inbound.tls import TlsListener, listening_sockets
 
 __all__ = ["Handler", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
            "json_response"]
+log = structlog.get_logger("gateway")
 KEEPALIVE_S = 75.0  # as aiohttp's and nginx's defaults: longer than the usual client pool's idle time
 
 
@@ -40,7 +48,8 @@ class ServerLimits:
 
 
 class ServerEvents(Protocol):
-    def refused(self, reason: str) -> None: ...  # max_connections, head_timeout, send_stall, bad_request, too_large
+    # max_connections, head_timeout, send_stall, bad_request, too_large, upgrade, tls_handshake
+    def refused(self, reason: str) -> None: ...
 
 
 class _NoEvents:
@@ -62,6 +71,18 @@ class HttpServer:
         self._date_at = -1
         self._date = ""
         self.port = 0
+        self.tls: ssl.SSLContext | None = None  # swapped on reload: new handshakes use the new one
+        self._tls_listeners: list[TlsListener] = []
+        self.handshaking = 0  # TLS connections accepted whose handshake is under way
+        self._refusals: Counter[str] = Counter()  # since the last sweep, for one log line per reason
+
+    def open_count(self) -> int:
+        """Connections held against `max_connections`: served ones and TLS handshakes under way."""
+        return len(self.connections) + self.handshaking
+
+    def refused(self, reason: str) -> None:
+        self.events.refused(reason)
+        self._refusals[reason] += 1
 
     def date(self) -> str:
         """The Date header (RFC 9110 §6.6.1), formatted once a second."""
@@ -73,10 +94,16 @@ class HttpServer:
     async def listen(self, host: str, port: int, *, reuse_port: bool = False, backlog: int = 2048,
                      tls: ssl.SSLContext | None = None) -> int:
         """Start accepting (over TLS with `tls`); returns the bound port (useful with port 0)."""
-        self._listener = await self.loop.create_server(lambda: HttpConnection(self), host, port,
-                                                       reuse_port=reuse_port or None, backlog=backlog, ssl=tls)
+        self.tls = tls
+        if tls is not None:
+            socks = listening_sockets(host, port, reuse_port=reuse_port, backlog=backlog)
+            self._tls_listeners = [TlsListener(self, sock, lambda: HttpConnection(self)) for sock in socks]
+            self.port = int(socks[0].getsockname()[1])
+        else:
+            self._listener = await self.loop.create_server(lambda: HttpConnection(self), host, port,
+                                                           reuse_port=reuse_port or None, backlog=backlog)
+            self.port = int(self._listener.sockets[0].getsockname()[1])
         self._sweep = self.loop.call_later(1.0, self._sweep_idle)
-        self.port = int(self._listener.sockets[0].getsockname()[1])
         return self.port
 
     def _sweep_idle(self) -> None:
@@ -85,6 +112,9 @@ class HttpServer:
         for conn in list(self.connections):
             conn.close_if_idle(idle_before)
             conn.check_head_timeout(head_before)
+        for reason, count in self._refusals.items():  # a flood of refusals is a line a second, not a line each
+            log.warning("http_refused", reason=reason, count=count, connections=len(self.connections))
+        self._refusals.clear()
         self._sweep = self.loop.call_later(1.0, self._sweep_idle)
 
     async def shutdown(self, drain_s: float) -> None:
@@ -94,6 +124,8 @@ class HttpServer:
             self._sweep.cancel()
         if self._listener is not None:
             self._listener.close()
+        for listener in self._tls_listeners:
+            listener.close()
         for conn in list(self.connections):
             conn.close_if_idle(math.inf)
         busy = [c.task for c in self.connections if c.task is not None]

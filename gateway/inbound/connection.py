@@ -61,7 +61,8 @@ class HttpConnection(asyncio.Protocol):
         if server.closing:
             transport.close()
             return
-        if len(server.connections) >= server.limits.max_connections:
+        # over TLS the connection was counted, and held to the limit, at its accept (inbound/tls.py)
+        if server.tls is None and server.open_count() >= server.limits.max_connections:
             self._refuse_connection()
             return
         server.connections.add(self)
@@ -112,7 +113,7 @@ class HttpConnection(asyncio.Protocol):
         """The client has read nothing of what we wrote for `send_timeout_s`: it holds a response and an
         upstream connection for nothing. Abort (no lingering: its socket is full)."""
         self._stall = None
-        self._server.events.refused("send_stall")
+        self._server.refused("send_stall")
         self.closing = True
         if self.transport is not None:
             self.transport.abort()
@@ -151,6 +152,9 @@ class HttpConnection(asyncio.Protocol):
             interim = self._reader.continue_due()
             if interim and self.transport is not None:
                 self.transport.write(interim)
+            return
+        if got[0].wants_websocket:  # CONTRACT §3: refused until a WebSocket mode exists, never served
+            self._reject(RequestError(426, "WebSocket mode is not supported: use HTTP streaming"), "upgrade")
             return
         self.task = self._server.loop.create_task(self._serve(*got))
 
@@ -203,8 +207,8 @@ class HttpConnection(asyncio.Protocol):
         resets it, and the client would lose the answer. So the answer goes out with a FIN, what
         still comes is read and dropped, and the socket closes when the client does (or after
         LINGER_S): the lingering close of RFC 9112 §9.6."""
-        code = "request_too_large" if exc.status == 413 else "invalid_request"  # CONTRACT §3 codes
-        self._server.events.refused(reason or ("too_large" if exc.status in (413, 414, 431) else "bad_request"))
+        code = _CODES.get(exc.status, "invalid_request")  # CONTRACT §3 codes
+        self._server.refused(reason or ("too_large" if exc.status in (413, 414, 431) else "bad_request"))
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -232,12 +236,15 @@ class HttpConnection(asyncio.Protocol):
 
     def _refuse_connection(self) -> None:
         """Over `max_connections`: one 503 and close, before reading anything (the client may retry)."""
-        self._server.events.refused("max_connections")
+        self._server.refused("max_connections")
         transport = self.transport
         if transport is not None:
             transport.write(_error_answer(503, "the gateway is at its connection limit", "unavailable",
                                           self.date(), retry_after=True))
             transport.close()
+
+
+_CODES = {413: "request_too_large", 426: "upgrade_required"}
 
 
 def _error_answer(status: int, message: str, code: str, date: str, *, retry_after: bool = False) -> bytes:

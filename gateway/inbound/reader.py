@@ -5,9 +5,15 @@ Why llhttp: it is the parser of Node.js, fuzzed and audited for request smugglin
 looser than llhttp and h11 on 33 framing vectors. What stays ours is policy and bounds:
 - head bytes are fed to llhttp only up to the last line end seen, so a field value that trickles in one
   byte a read reaches httptools in one piece (it joins a value's fragments by concatenation: quadratic
-  otherwise), and a line longer than MAX_LINE is refused before it is complete (431);
-- the body is gathered in one bytearray (amortised linear, no list of tiny parts) and counted as it
-  comes, so `max_body` is enforced while reading and a 1-byte-chunk trickle costs CPU linear in size;
+  otherwise). A held partial line is measured as it grows (`LineGauge`: the same measure llhttp's
+  callbacks give for a whole line), so a line is accepted or refused alike however reads split it;
+- a body is fed up to where it can end and no further (all of a Content-Length body's remaining bytes;
+  a chunked body up to its last line end, since it ends at one): whatever follows begins at a line
+  start, held as above. The body is gathered in one bytearray and counted as it comes, so `max_body`
+  is enforced while reading and a 1-byte-chunk trickle costs CPU linear in size;
+- a request carrying `Upgrade` (RFC 9110 §7.8) is the last one read from its connection: its body is
+  read as a body (httptools would skip it and hand the bytes back as "another protocol": the
+  smuggling hole of issue #27), nothing after it is parsed, and it is answered with `Connection: close`;
 - pipelined requests completed by one read queue up to MAX_PIPELINED; past that the queued ones are
   served and the connection closes after them (RFC 9112 §9.3.2: a client must be ready to retry).
 """
@@ -20,39 +26,44 @@ import httptools
 
 from gateway.core.http1_request import (
     MAX_FIELDS,
-    MAX_LINE,
     MAX_REQUEST_HEAD,
+    MAX_TARGET,
     FieldCollector,
+    LineGauge,
     RequestError,
     RequestHead,
+    body_framing_head,
     continue_line,
     request_head,
 )
 
 MAX_PIPELINED = 16
-MAX_TARGET = 8 * 1024
 
 
 class _Saturated(Exception):
-    """Raised inside llhttp's message-complete callback: enough requests are queued."""
+    """Raised inside llhttp's message-complete callback: nothing more is read from this connection."""
 
 
 class RequestReader:
     """Requests in arrival order. `feed(data)` returns the next whole request (head, body) or None;
     requests and bytes past it stay queued: `feed(b"")` returns the next one (pipelining).
     `continue_due()` says once per request that the client waits for `100 Continue` before sending its
-    body (RFC 9110 §10.1.1). Raises only RequestError."""
+    body (RFC 9110 §10.1.1). Raises only RequestError. `saturated`: the queued requests are the last
+    ones (MAX_PIPELINED reached, or an `Upgrade` request): serve them, then close."""
 
-    __slots__ = ("_body", "_continue_sent", "_error", "_fields", "_head", "_in_head", "_parser", "_ready",
-                 "_size", "_started", "_target", "_unfed", "max_body", "saturated")
+    __slots__ = ("_body", "_continue_sent", "_error", "_fields", "_gauge", "_head", "_in_head", "_parser",
+                 "_ready", "_refeed", "_refeeding", "_size", "_started", "_target", "_unfed", "max_body",
+                 "saturated")
 
     def __init__(self, max_body: int):
         self.max_body = max_body
         self._parser = httptools.HttpRequestParser(self)
         self._ready: deque[tuple[RequestHead, bytes]] = deque()
         self._unfed = bytearray()  # head bytes after the last line end, not yet given to llhttp
+        self._gauge: LineGauge | None = None  # the measure of the line `_unfed` begins
         self._error: RequestError | None = None
-        self.saturated = False  # MAX_PIPELINED reached: serve what is queued, then close
+        self._refeed = self._refeeding = False  # an Upgrade request's body, see _after_upgrade
+        self.saturated = False
         self._new_message()
 
     def _new_message(self) -> None:
@@ -81,7 +92,7 @@ class RequestReader:
         return self._in_head and (self._started or bool(self._unfed))
 
     def feed(self, data: bytes) -> tuple[RequestHead, bytes] | None:
-        if data and self._error is None and not self.saturated:
+        if data:
             self._take(data)
         if self._ready:
             return self._ready.popleft()
@@ -98,37 +109,63 @@ class RequestReader:
         return continue_line()
 
     def _take(self, data: bytes) -> None:
-        if not self._in_head:
-            self._execute(data)
-            return
+        while data and self._error is None and not self.saturated:
+            data = self._take_head(data) if self._in_head else self._take_body(data)
+
+    def _take_head(self, data: bytes) -> bytes:
+        """Feed whole lines (the head, and whatever they complete after it); hold a partial line.
+        Returns the bytes after the last line end when llhttp has left the head by then."""
         end = data.rfind(b"\n")
         if end < 0:
             self._hold(data)
-            return
+            return b""
         if self._unfed:
             end += len(self._unfed)
             self._unfed += data
             data = bytes(self._unfed)
             self._unfed.clear()
-        self._execute(data[:end + 1])
-        rest = data[end + 1:]
-        if rest and self._error is None and not self.saturated:
-            if self._in_head:
-                self._hold(rest)
-            else:
-                self._execute(rest)
+        self._gauge = None
+        left = self._execute(data[:end + 1])
+        return left + data[end + 1:] if left else data[end + 1:]
+
+    def _take_body(self, data: bytes) -> bytes:
+        """Feed body bytes up to where the body can end, so the next head begins at a line start."""
+        head = self._head
+        assert head is not None
+        if head.content_length is not None:
+            n = head.content_length - self._size
+            if n <= 0:  # llhttp ends a body at its last byte: never here, but never a loop without progress
+                self._error = RequestError(400, "bad request")
+                return b""
+            left = self._execute(data[:n])
+            return left + data[n:] if left else data[n:]
+        end = data.rfind(b"\n")  # a chunked body ends with a line end: bytes after the last cannot end it
+        if end < 0 or end == len(data) - 1:
+            return self._execute(data)
+        left = self._execute(data[:end + 1])
+        return left + data[end + 1:] if left else data[end + 1:]
 
     def _hold(self, data: bytes) -> None:
-        """Head bytes with no line end yet: wait for one (a line is at most MAX_LINE bytes)."""
+        """Head bytes with no line end yet: wait for one, measuring the line as it grows."""
         self._unfed += data
-        if len(self._unfed) > MAX_LINE:
-            self._error = RequestError(431, "request header line too long")
+        gauge = self._gauge
+        if gauge is None:
+            gauge = self._gauge = LineGauge(request_line=not self._started)
+            gauge.add(bytes(self._unfed))
+        else:
+            gauge.add(data)
+        done = self._fields.size if self._fields is not None else 0
+        if len(self._unfed) > MAX_REQUEST_HEAD or done + gauge.bound() > MAX_REQUEST_HEAD:
+            self._error = RequestError(431, "request header fields too large")
+        elif gauge.over():
+            self._error = gauge.error()
 
-    def _execute(self, data: bytes) -> None:
+    def _execute(self, data: bytes) -> bytes:
+        """Feed llhttp; returns the bytes it handed back unread (an Upgrade request's body)."""
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
-            self._after_upgrade(data, int(upgrade.args[0]))
+            return self._after_upgrade(data[int(upgrade.args[0]):])
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__
             if isinstance(cause, _Saturated):
@@ -139,15 +176,27 @@ class RequestReader:
                 self._error = RequestError(400, "bad request")
         except httptools.HttpParserError as exc:
             self._error = RequestError(400, f"bad request: {exc}")
+        return b""
 
-    def _after_upgrade(self, data: bytes, at: int) -> None:
-        """llhttp stops after a request asking to switch protocols (`Upgrade`, RFC 9110 §7.8). We
-        don't switch (a server may ignore Upgrade): the request was served as HTTP/1.1, and what
-        follows is read by a fresh parser as the next request."""
+    def _after_upgrade(self, rest: bytes) -> bytes:
+        """httptools stops after the head of a request asking to switch protocols and skips its body
+        (it expects the bytes after the head to be the new protocol's). We switch to nothing: the body
+        is read as the body its head announces, as h11 and llhttp itself read it. A fresh parser is
+        given a head carrying only that framing (so llhttp, not our code, decodes the body), then the
+        bytes; the request is queued once its body ends and nothing after it is read."""
+        head = self._head
+        if not self._refeed or head is None:
+            self.saturated = True
+            return b""
+        self._refeed = False
         self._parser = httptools.HttpRequestParser(self)
-        self._new_message()
-        if at < len(data):
-            self._take(data[at:])
+        self._refeeding = True
+        try:
+            self._parser.feed_data(body_framing_head(head))
+        finally:
+            self._refeeding = False
+        self._head, self._in_head = head, False
+        return rest
 
     # llhttp callbacks (exceptions raised here come back out of feed_data as HttpParserCallbackError)
 
@@ -155,11 +204,15 @@ class RequestReader:
         self._started = True
 
     def on_url(self, part: bytes) -> None:
+        if self._refeeding:
+            return
         self._target.append(part)
         if sum(map(len, self._target)) > MAX_TARGET:
             raise RequestError(414, "request target too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._refeeding:
+            return
         fields = self._fields
         if fields is None:
             fields = self._fields = FieldCollector(sum(map(len, self._target)))
@@ -172,10 +225,11 @@ class RequestReader:
                 raise RequestError(431, "request trailer fields too large")
 
     def on_headers_complete(self) -> None:
-        fields = self._fields.fields if self._fields is not None else {}
-        target = b"".join(self._target).decode("latin-1")
-        method = self._parser.get_method().decode("ascii")
-        self._head = request_head(method, target, self._parser.get_http_version(), fields, self.max_body)
+        if not self._refeeding:
+            fields = self._fields.fields if self._fields is not None else {}
+            target = b"".join(self._target).decode("latin-1")
+            method = self._parser.get_method().decode("ascii")
+            self._head = request_head(method, target, self._parser.get_http_version(), fields, self.max_body)
         self._in_head = False
 
     def on_body(self, part: bytes) -> None:
@@ -194,8 +248,11 @@ class RequestReader:
     def on_message_complete(self) -> None:
         head = self._head
         assert head is not None
+        if head.upgrade is not None and head.content_length != 0 and self._parser.should_upgrade():
+            self._refeed = True  # httptools skipped the body: llhttp pauses next, see _after_upgrade
+            return
         self._ready.append((head, bytes(self._body)))
         self._new_message()
-        if len(self._ready) >= MAX_PIPELINED:
+        if head.upgrade is not None or len(self._ready) >= MAX_PIPELINED:
             head.keep_alive = False  # the last one served on this connection
             raise _Saturated

@@ -147,7 +147,8 @@ def add_process_collectors(registry: CollectorRegistry) -> None:
     GCCollector(registry=registry)
 
 
-HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "send_stall", "bad_request", "too_large")
+HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "send_stall", "bad_request", "too_large", "upgrade",
+                        "tls_handshake")
 STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_timeout", "malformed",
                           "connect_error")
 

@@ -1,22 +1,27 @@
 """The API port against hostile clients, over raw sockets on 127.0.0.1: smuggling vectors followed by a
 pipelined request, slow heads, clients that stop reading, too many connections, too many headers,
-JSON nested too deep, pipelining floods, a 1-byte-chunk trickle (issue "Harden the HTTP edges")."""
+JSON nested too deep, pipelining floods, a 1-byte-chunk trickle (issue "Harden the HTTP edges"), and
+requests asking to switch protocols, each followed by a pipelined one (issue #27)."""
 
 from __future__ import annotations
 
 import asyncio
 import http.client
 import socket
+import ssl
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 import pytest
+import trustme
+from structlog.testing import capture_logs
 
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
-from tests.harness import GatewayServer, LoopThread
+from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.integration.test_inbound_http import BODY, PATH, connect, read_response, read_to_close
-from tests.unit.http_vectors import ALL, SMUGGLED
+from tests.unit.http_vectors import ALL, SMUGGLED, UPGRADE
 from tests.unit.test_request_differential import ours
 
 REFUSED = [v for v in ALL if ours(v, False).refused and not ours(v, False).requests]
@@ -117,13 +122,55 @@ def test_a_pipelining_flood_is_served_in_part_then_the_connection_closes(gateway
     assert 1 <= len(lines) <= 16 and set(lines) == {b"HTTP/1.1 200 OK"}
 
 
-def test_an_upgrade_request_is_served_as_http_1_1_and_the_next_one_too(gateway: GatewayServer) -> None:
+@pytest.mark.parametrize("vector", UPGRADE, ids=[repr(v[:70]) for v in UPGRADE])
+def test_an_upgrade_request_gets_exactly_one_answer_then_the_connection_closes(
+        gateway: GatewayServer, vector: bytes) -> None:
+    """Issue #27: a body behind `Upgrade` was parsed as a second request (one client read another's
+    answer behind a proxy). Every vector, a request pipelined after it: one answer, then the close; a
+    WebSocket handshake gets 426; a new connection is served as usual."""
     with connect(gateway) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
-                     b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\nGET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
-        buf = bytearray()
-        assert read_response(sock, buf)[0] == b"HTTP/1.1 200 OK"
-        assert read_response(sock, buf)[0] == b"HTTP/1.1 200 OK"
+        sock.sendall(vector + SMUGGLED)
+        got = read_to_close(sock)
+    lines = statuses(got)
+    assert len(lines) == 1, got
+    assert b"Connection: close" in got
+    if b"CONNECT" in vector:
+        assert lines == [b"HTTP/1.1 400 Bad Request"]
+    elif b"websocket" in vector.lower():
+        assert lines == [b"HTTP/1.1 426 Upgrade Required"]
+        assert orjson.loads(got.partition(b"\r\n\r\n")[2])["error"]["code"] == "upgrade_required"
+    with connect(gateway) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        assert read_response(sock, bytearray())[0] == b"HTTP/1.1 200 OK"
+
+
+def test_a_websocket_handshake_on_responses_gets_426_in_openai_shape(upstream: FakeUpstream,
+                                                                   gateway: GatewayServer) -> None:
+    with connect(gateway) as sock:
+        sock.sendall(b"GET /v1/responses HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                     b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        status, headers, body = read_response(sock, bytearray())
+        assert sock.recv(1) == b""  # then the close
+    assert status == b"HTTP/1.1 426 Upgrade Required" and headers["connection"] == "close"
+    error = orjson.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+    assert gateway.sample("llm_gateway_http_refused_total", reason="upgrade") == 1
+    assert upstream.bodies("/v1/responses") == []
+
+
+def test_an_upgrade_request_body_is_read_as_its_body_and_served_once(upstream: FakeUpstream,
+                                                                   gateway: GatewayServer) -> None:
+    """An h2c upgrade we ignore (RFC 9110 §7.8 lets a server): the request is served as HTTP/1.1 with
+    the body its head frames, chunked here, and the bytes after it are never a request."""
+    upstream.enqueue(PATH, completion("ok"))
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(BODY[i:i + 7]), BODY[i:i + 7]) for i in range(0, len(BODY), 7))
+    with connect(gateway) as sock:
+        sock.sendall(f"POST {PATH} HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+                     "HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+                     + chunks + b"0\r\n\r\n" + SMUGGLED)
+        got = read_to_close(sock)
+    assert statuses(got) == [b"HTTP/1.1 200 OK"] and b"Connection: close" in got
+    assert upstream.bodies(PATH)[0]["messages"] == orjson.loads(BODY)["messages"]
 
 
 def test_a_body_of_one_byte_chunks_reaches_the_upstream_whole(upstream: FakeUpstream,
@@ -136,3 +183,56 @@ def test_a_body_of_one_byte_chunks_reaches_the_upstream_whole(upstream: FakeUpst
         status, _, _ = read_response(sock, bytearray())
     assert status == b"HTTP/1.1 200 OK"
     assert upstream.bodies(PATH)[-1]["pad"] == "p" * 5000
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[trustme.CA, dict[str, str]]:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    return ca, {"cert_file": str(cert), "key_file": str(key)}
+
+
+def tls_get(gw: GatewayServer, ca: trustme.CA) -> bytes:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    with ctx.wrap_socket(connect(gw), server_hostname="127.0.0.1") as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        return read_response(sock, bytearray())[0]
+
+
+def test_tls_handshakes_count_as_connections_and_end_within_the_head_timeout(
+        servers: LoopThread, make_gateway: Callable[..., GatewayServer],
+        tls_files: tuple[trustme.CA, dict[str, str]]) -> None:
+    """Issue #27: sockets that connect to the TLS port and say nothing sat outside `max_connections`
+    and the head timeout (300 exhausted the descriptors). Now each counts from accept; past the limit a
+    new one is closed at once (no 503 can precede a handshake), and a silent one is closed after
+    `request_head_timeout_s`; both are counted and logged."""
+    ca, tls = tls_files
+    with capture_logs() as logs:
+        gw = make_gateway(server={"tls": tls, "max_connections": 3, "request_head_timeout_s": 0.3})
+        assert tls_get(gw, ca) == b"HTTP/1.1 200 OK"
+        api = gw.api
+        assert api is not None
+        servers.run(wait_until(lambda: not api.connections))  # that client's close has been seen
+        silent = [connect(gw) for _ in range(3)]
+        try:
+            with connect(gw) as extra:  # the fourth: refused without a byte
+                assert read_to_close(extra) == b""
+            for sock in silent:  # closed by the server, the handshake never begun
+                assert read_to_close(sock) == b""
+        finally:
+            for sock in silent:
+                sock.close()
+        refused = "llm_gateway_http_refused_total"
+        servers.run(wait_until(lambda: gw.sample(refused, reason="tls_handshake") == 3))
+        assert gw.sample(refused, reason="max_connections") == 1
+        assert tls_get(gw, ca) == b"HTTP/1.1 200 OK"  # the slots are free again
+        servers.run(wait_until(lambda: sum(e["event"] == "http_refused" for e in logs) >= 2, 3.0))
+    counts: dict[str, int] = {}
+    for e in logs:
+        if e["event"] == "http_refused":
+            counts[e["reason"]] = counts.get(e["reason"], 0) + e["count"]
+    assert counts == {"max_connections": 1, "tls_handshake": 3}

@@ -1,6 +1,7 @@
 """Request vectors of the classes a request-smuggling audit probes (RFC 9112 §6, §7.1, §3, §5): the
 values of Content-Length and Transfer-Encoding, chunk-size lines, trailers, the request line and field
-lines. Each is a whole request; `SMUGGLED` is what an attacker pipelines after one."""
+lines, and requests asking to switch protocols (`Upgrade`, `CONNECT`), with and without a body. Each
+is a whole request; `SMUGGLED` is what an attacker pipelines after one."""
 
 from __future__ import annotations
 
@@ -85,4 +86,28 @@ FIELD_LINES = [_field(v) for v in (
     request([b"Host: gw"] + [b"X-%d: v" % i for i in range(150)]),
 ]
 
-ALL = CONTENT_LENGTH + TRANSFER_ENCODING + CHUNK_LINES + TRAILERS + REQUEST_LINES + FIELD_LINES
+_WS = [b"Host: gw", b"Connection: Upgrade", b"Upgrade: websocket", b"Sec-WebSocket-Version: 13",
+       b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="]
+_H2C = [b"Host: gw", b"Connection: Upgrade, HTTP2-Settings", b"Upgrade: h2c",
+        b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA"]
+
+# Requests asking to switch protocols, each the last request read from its connection (issue #27: a
+# body behind `Upgrade` was parsed as the next request). Those with a body carry a whole request in it.
+UPGRADE = [
+    request([*_WS, b"Content-Length: %d" % len(SMUGGLED)], SMUGGLED),
+    request([*_WS, b"Transfer-Encoding: chunked"], b"%x\r\n%s\r\n0\r\n\r\n" % (len(SMUGGLED), SMUGGLED)),
+    request(_WS, line=b"GET /v1/responses HTTP/1.1"),
+    request([b"Host: gw", b"Connection: uPgRaDe", b"Upgrade: WebSocket"], line=b"GET /v1/responses HTTP/1.1"),
+    request([b"Host: gw", b"Connection: keep-alive, Upgrade", b"Upgrade: websocket", b"Content-Length: 5"], b"hello"),
+    request([b"Host: gw", b"Connection: close,upgrade", b"Upgrade: websocket, h2c"], line=b"GET /healthz HTTP/1.1"),
+    request(_H2C, line=b"GET /healthz HTTP/1.1"),
+    request([*_H2C, b"Content-Length: %d" % len(SMUGGLED)], SMUGGLED),
+    request([*_H2C, b"Transfer-Encoding: chunked"], b"3\r\nGET\r\n0\r\n\r\n"),
+    request([b"Host: gw", b"Upgrade: websocket", b"Content-Length: 5"], b"hello"),  # no Connection: upgrade
+    request([b"Host: gw", b"Connection: Upgrade", b"Upgrade: h2c", b"Content-Length: 5"], b"hello",
+            line=b"POST /v1/x HTTP/1.0"),
+    request([b"Host: gw", b"Content-Length: %d" % len(SMUGGLED)], SMUGGLED, line=b"CONNECT /v1/x HTTP/1.1"),
+    request([b"Host: gw"], line=b"CONNECT gw:443 HTTP/1.1"),
+]
+
+ALL = CONTENT_LENGTH + TRANSFER_ENCODING + CHUNK_LINES + TRAILERS + REQUEST_LINES + FIELD_LINES + UPGRADE

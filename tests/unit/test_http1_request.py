@@ -4,13 +4,15 @@ split point, pipelined, chunked, and every malformed head refused with the right
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core.http1 import request_bytes
 from gateway.core.http1_request import (
     LAST_CHUNK,
+    MAX_LINE,
     MAX_REQUEST_HEAD,
+    MAX_TARGET,
     RequestError,
     RequestHead,
     chunk,
@@ -154,3 +156,69 @@ def test_response_heads_frame_the_body_by_length_chunks_or_close() -> None:
     assert chunk(b"hello") + LAST_CHUNK == b"5\r\nhello\r\n0\r\n\r\n"
     with pytest.raises(ValueError):
         response_head(200, {"X": "a\r\nSet-Cookie: b"}, "D", length=0, keep_alive=True, http10=False)
+
+
+def verdict(data: bytes, splits: list[int]) -> int | tuple[str, int]:
+    """The status a request is refused with, or its path and body size when it is read."""
+    try:
+        got = read_all(data, splits)
+    except RequestError as exc:
+        return exc.status
+    assert len(got) == 1
+    return got[0][0].path, len(got[0][1])
+
+
+def _near_limit() -> list[tuple[bytes, int | tuple[str, int]]]:
+    """Heads with one line either side of its limit (a field's name + value as llhttp gives them, at
+    MAX_LINE; a target at MAX_TARGET), with leading whitespace (not counted) and trailing whitespace
+    (counted: llhttp keeps it in the value), each followed by a body; and the verdict each must get."""
+    out: list[tuple[bytes, int | tuple[str, int]]] = []
+    for extra in (-1, 0, 1):
+        value = b"v" * (MAX_LINE - len(b"X-Long") + extra)
+        for line, size in ((b"X-Long: " + value, extra), (b"X-Long:" + value, extra),
+                           (b"X-Long: \t " + value, extra), (b"X-Long: " + value + b"  ", extra + 2)):
+            data = b"POST /v1 HTTP/1.1\r\nHost: gw\r\n" + line + b"\r\nContent-Length: 2\r\n\r\nok"
+            out.append((data, 431 if size > 0 else ("/v1", 2)))
+        target = "/" + "t" * (MAX_TARGET - 1 + extra)
+        data = f"POST {target} HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\nok".encode()
+        out.append((data, 414 if extra > 0 else (target, 2)))
+    return out
+
+
+NEAR_LIMIT = _near_limit()
+
+
+@pytest.mark.parametrize("data, expected", NEAR_LIMIT, ids=[f"{len(v)}-{v[18:40]!r}" for v, _ in NEAR_LIMIT])
+def test_a_line_near_its_limit_gets_one_verdict_at_every_split_point(data: bytes,
+                                                                     expected: int | tuple[str, int]) -> None:
+    """Issue #27: a header line near 8 KiB was accepted whole and refused when a read ended inside it
+    (the partial line was measured in raw bytes, the whole one by llhttp's name and value)."""
+    assert verdict(data, []) == expected
+    for i in range(1, len(data)):
+        assert verdict(data, [i]) == expected, f"split at {i}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=st.sampled_from(NEAR_LIMIT), cuts=st.lists(st.integers(1, MAX_LINE + 100), max_size=6))
+def test_a_line_near_its_limit_gets_one_verdict_however_reads_split_it(
+        case: tuple[bytes, int | tuple[str, int]], cuts: list[int]) -> None:
+    data, expected = case
+    assert verdict(data, sorted({c for c in cuts if c < len(data)})) == expected
+
+
+@pytest.mark.parametrize("pipelined", [
+    b"POST /a HTTP/1.1\r\nHost: gw\r\nContent-Length: 5\r\n\r\nhe\nlo",
+    b"POST /a HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhe\nlo\r\n0\r\n\r\n",
+])
+def test_a_line_near_its_limit_after_a_pipelined_body_gets_the_same_verdict(pipelined: bytes) -> None:
+    """The request after a body begins where the body ends, however the reads fall (a body is fed only
+    up to where it can end), so its lines are measured from their start."""
+    for data, whole in NEAR_LIMIT:
+        stream = pipelined + data
+        for i in range(len(pipelined) - 3, len(stream), 97):
+            try:
+                got = read_all(stream, [i])
+            except RequestError as exc:
+                assert exc.status == whole, f"split at {i}"
+                continue
+            assert len(got) == 2 and (got[1][0].path, len(got[1][1])) == whole, f"split at {i}"
