@@ -23,7 +23,7 @@ async def retrieve_model(request: Request) -> Response:
     key = rt.keyring.authenticate(request.headers)
     name = unquote(request.path.rpartition("/")[2])
     if rt.model(name) is None or not KeyRing.visible(key, [name]):
-        raise ModelNotFound(f"the model {name[:64]!r} does not exist", param="model")
+        raise ModelNotFound.named(name)
     return json_response(_model(name))
 
 
