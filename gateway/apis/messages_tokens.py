@@ -22,7 +22,7 @@ import orjson
 from gateway.apis.messages import input_slots, serving_deployments
 from gateway.config.types import Deployment
 from gateway.inbound import Request, Response
-from gateway.pipeline.attempt_io import fetch_body
+from gateway.pipeline.attempt_io import fetch_body, forwardable
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, resolve
@@ -45,9 +45,10 @@ async def count_tokens(request: Request) -> Response:
     async def attempt(d: Deployment) -> bytes:
         tr = rt.messages_translator(d)
         assert tr is not None
-        req = tr.count_tokens_request(ctx.body, d.model, ctx.client_headers)
+        client_headers = forwardable(rt, d, ctx.client_headers)  # anthropic-version / -beta as the policy says
+        req = tr.count_tokens_request(ctx.body, d.model, client_headers)
         assert req is not None
-        return await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers)
+        return await fetch_body(rt, d, req, tr.classify_http_error, client_headers)
 
     won, body = await run_attempts(rt, ctx, attempt)
     ctx.deployment = won.deployment

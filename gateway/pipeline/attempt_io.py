@@ -88,6 +88,14 @@ def unexpected(status: int, label: str) -> None:
         raise UpstreamError(Failure(FailureKind.MALFORMED, f"{label}: unexpected HTTP {status}", status=status))
 
 
+def forwardable(rt: Runtime, d: Deployment, client_headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's headers (lower-case names) that `d`'s provider lets through (`forward_headers`).
+    A translator that passes protocol headers on (the Messages API's `anthropic-beta`, and
+    `anthropic-version`, which then replaces the configured one) is given only these, so the policy
+    governs them as it governs every other client header."""
+    return {name: client_headers[name] for name in rt.provider(d).forward_headers if name in client_headers}
+
+
 def with_response_wait(failure: Failure, headers: Mapping[str, str]) -> Failure:
     """An in-band failure (inside a 200) with the wait its response's `Retry-After`/`retry-after-ms`
     asked for, when the error itself gave none: an upstream that rate-limits in-band may say when on
