@@ -8,7 +8,6 @@ This is the only module that reads the process environment.
 from __future__ import annotations
 
 import hashlib
-
 import os
 import re
 from collections.abc import Mapping
