@@ -44,7 +44,7 @@ def test_respect_parent_sampling_says_whether_a_client_traceparent_decides() -> 
     assert telemetry(env, respect_parent_sampling=False).sampler == "always_on"  # the file wins
     assert telemetry({"OTEL_TRACES_SAMPLER": "always_on"}, respect_parent_sampling=True).sampler == \
         "parentbased_always_on"
-    with pytest.raises(ConfigError, match="telemetry.respect_parent_sampling"):
+    with pytest.raises(ConfigError, match=r"telemetry\.respect_parent_sampling"):
         telemetry({}, respect_parent_sampling="yes")
 
 
