@@ -20,6 +20,7 @@ from gateway.observe.context import Admission, RequestContext
 from gateway.observe.logs import info_enabled
 from gateway.pipeline.cors import cors_headers, preflight
 from gateway.pipeline.limits import needs_settle, settle
+from gateway.pipeline.request import is_anthropic
 
 log = structlog.get_logger("gateway")
 _API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embeddings": "embeddings",
@@ -55,9 +56,10 @@ def _request_id(request: Request) -> str:
     return given if _SAFE_ID.match(given) else _IDS.new()
 
 
-def error_response(err: GatewayError, request_id: str, path: str = "") -> Response:
+def error_response(err: GatewayError, request_id: str, path: str = "", anthropic: bool = False) -> Response:
+    """`anthropic`: in Anthropic's shape whatever the path (a models request from an Anthropic client)."""
     headers = {"x-request-id": request_id, **err.headers}
-    body = orjson.dumps(err.anthropic_body()) if path in _ANTHROPIC_SHAPE else err.json_bytes()
+    body = orjson.dumps(err.anthropic_body()) if anthropic or path in _ANTHROPIC_SHAPE else err.json_bytes()
     return Response(status=err.status, body=body, content_type="application/json", headers=headers)
 
 
@@ -92,7 +94,8 @@ async def handle(request: Request) -> Response | StreamResponse:
         try:
             return await _route(request)
         except GatewayError as err:
-            return error_response(err, rid, request.path)
+            models = request.path.startswith("/v1/models") and is_anthropic(request)
+            return error_response(err, rid, request.path, anthropic=models)
     metrics = request.app.metrics
     metrics.child(metrics.inflight, api).inc()
     request.trace = request.app.start_trace(request, api)

@@ -29,6 +29,12 @@ def read_json(request: Request) -> dict[str, Any]:
 ANTHROPIC_APIS = frozenset({"messages", "count_tokens"})  # the gateway key may come in `x-api-key`
 
 
+def is_anthropic(request: Request) -> bool:
+    """A request from an Anthropic client (SDK, Claude Code): it names the Messages API's version. On
+    `/v1/models` it gets Anthropic's shapes and may carry the key in `x-api-key`."""
+    return "anthropic-version" in request.headers
+
+
 async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:
     """Authenticate, parse, resolve and authorise. What is known on the way (the key, the name asked
     for) is kept on `request.admission` at once, so a refusal's log line still says who asked what."""

@@ -268,3 +268,19 @@ def test_forward_headers_governs_the_anthropic_headers(
     assert len(upstream.received) == 3
     for got in upstream.received:
         assert (got.headers.get("anthropic-version"), got.headers.get("anthropic-beta")) == (version, beta), got.path
+
+
+def test_an_anthropic_client_lists_and_retrieves_models_in_anthropics_shape(gw: GatewayServer) -> None:
+    c = claude(gw)  # the key in x-api-key, anthropic-version set: as the Anthropic SDKs send it
+    page = c.models.list()
+    assert [m.id for m in page.data] == ["m", "rl", "pair", "slow", "claude"]
+    assert {m.type for m in page.data} == {"model"} and page.has_more is False
+    assert (page.first_id, page.last_id) == ("m", "claude")
+    got = c.models.retrieve("claude")
+    assert (got.type, got.id, got.display_name) == ("model", "claude", "claude")
+    for name in ("hidden", "absent"):
+        with pytest.raises(anthropic.NotFoundError) as info:
+            c.models.retrieve(name)
+        assert info.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    with pytest.raises(anthropic.AuthenticationError):
+        claude(gw, "wrong-key").models.list()
