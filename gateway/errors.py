@@ -27,6 +27,9 @@ class GatewayError(Exception):
     type = "server_error"
     code = "internal_error"
     outcome = "upstream_error"
+    # why, for the log line's `reason` (never for the client): the code unless a subclass or the
+    # attempt loop knows better (a 404 that is really "not allowed", the last attempt's failure kind)
+    reason: str | None = None
 
     def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None,
                  status: int | None = None, code: str | None = None, type: str | None = None):
@@ -40,6 +43,10 @@ class GatewayError(Exception):
             self.code = code
         if type is not None:
             self.type = type
+
+    @property
+    def log_reason(self) -> str:
+        return self.reason or self.code
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -75,12 +82,21 @@ class InvalidApiKey(GatewayError):
     status, type, code, outcome = 401, "invalid_request_error", "invalid_api_key", "auth_error"
 
 
-class ModelNotAllowed(GatewayError):
-    status, type, code, outcome = 403, "invalid_request_error", "model_not_allowed", "auth_error"
-
-
 class ModelNotFound(GatewayError):
     status, type, code, outcome = 404, "invalid_request_error", "model_not_found", "client_error"
+
+    @classmethod
+    def named(cls, name: str) -> ModelNotFound:
+        """The one answer for a model name the caller may not use, whatever the cause (CONTRACT §3)."""
+        return cls(f"the model {name[:128]!r} does not exist", param="model")
+
+
+class ModelNotAllowed(ModelNotFound):
+    """A configured model outside the key's list. The client gets exactly the 404 of an unknown name
+    (status, type, code, message), so model names don't leak; only the log line's `reason` and the
+    `outcome` label (operators' eyes) tell them apart."""
+
+    outcome, reason = "auth_error", "model_not_allowed"
 
 
 class NotFound(GatewayError):
@@ -109,6 +125,14 @@ class GuardrailBlocked(GatewayError):
 
 class UpstreamFailed(GatewayError):
     status, type, code, outcome = 502, "api_error", "upstream_error", "upstream_error"
+
+
+class UpstreamRateLimited(GatewayError):
+    """Every attempt was rate-limited by its upstream: 429 with the upstream's Retry-After, so the
+    application backs off rather than treating it as an outage. Not a gateway key's limit
+    (`RateLimited`): outcome `upstream_error`, where operators look for provider trouble."""
+
+    status, type, code, outcome = 429, "rate_limit_error", "rate_limit_exceeded", "upstream_error"
 
 
 class UpstreamTimeout(GatewayError):

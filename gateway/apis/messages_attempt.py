@@ -22,7 +22,7 @@ from gateway.core.messages.stream import MessagesStream
 from gateway.core.policy.learned import Fact
 from gateway.core.sse import looks_like_sse
 from gateway.observe.context import RequestContext
-from gateway.pipeline.attempt_io import FirstTokenDeadline, Opened, fetch_body, raise_inband
+from gateway.pipeline.attempt_io import FirstTokenDeadline, Opened, fetch_body, forwardable, raise_inband
 from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
@@ -38,7 +38,8 @@ async def open_messages(rt: Runtime, ctx: RequestContext, d: Deployment) -> Open
     provider, tr = rt.provider(d), rt.messages_translator(d)
     assert tr is not None, "the handler only routes to deployments that serve the Messages API"
     ttl = provider.learn_ttl_s
-    client_headers = ctx.client_headers  # the translator passes anthropic-version / -beta on
+    # the translator passes anthropic-version / -beta on: only those the provider's forward_headers allow
+    client_headers = forwardable(rt, d, ctx.client_headers)
     t_sent = time.perf_counter()
     opened = Opened(d, None, MessagesStream(tr.messages_stream_parser(), d.label), t_sent)
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM):

@@ -22,7 +22,7 @@ from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.observe.metrics import record_redactions, record_usage
 from gateway.pipeline import cache
-from gateway.pipeline.attempt_io import fetch_body, raise_inband
+from gateway.pipeline.attempt_io import fetch_body, forwardable, raise_inband
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.guardrails import judge_output
 from gateway.pipeline.request import answer_headers
@@ -42,8 +42,9 @@ async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) 
     async def attempt(d: Deployment) -> MessagesBody:
         tr = rt.messages_translator(d)
         assert tr is not None
-        req = tr.messages_request(ctx.body, d.model, stream=False, client_headers=ctx.client_headers)
-        parsed = tr.parse_messages_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
+        client_headers = forwardable(rt, d, ctx.client_headers)  # anthropic-version / -beta as the policy says
+        req = tr.messages_request(ctx.body, d.model, stream=False, client_headers=client_headers)
+        parsed = tr.parse_messages_body(await fetch_body(rt, d, req, tr.classify_http_error, client_headers))
         raise_inband(parsed.events)
         return parsed
 

@@ -4,8 +4,12 @@ Passed through to the model's `anthropic` deployments (the attempt loop over tho
 fallback as for any request, model rewritten, betas passed through), the answer as Anthropic gave it.
 A model with no `anthropic` deployment gets an *estimate* (about 4 bytes of the request's JSON a token),
 marked as one: the header `x-gateway-token-count: estimate` and `"estimate": true` in the body; a
-Messages client reads `input_tokens` and ignores the rest. No rate limit or budget is charged: counting
-spends no tokens. See docs/messages.md.
+Messages client reads `input_tokens` and ignores the rest.
+
+A request like any other (CONTRACT §3): it counts against the key's `rpm` (and is refused once the
+key's budget is used up), in Anthropic's error shape; it is counted in `llm_gateway_requests_total`
+and logged as `api="count_tokens"`. Its `tpm` is left alone: counting spends no tokens. See
+docs/messages.md.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import orjson
 from gateway.apis.messages import input_slots, serving_deployments
 from gateway.config.types import Deployment
 from gateway.inbound import Request, Response
-from gateway.pipeline.attempt_io import fetch_body
+from gateway.pipeline.attempt_io import fetch_body, forwardable
 from gateway.pipeline.attempts import run_attempts
+from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, resolve
 from gateway.pipeline.runtime import Runtime
 
@@ -28,9 +33,10 @@ BYTES_PER_TOKEN = 4
 
 
 async def count_tokens(request: Request) -> Response:
-    rt, ctx = await resolve(request, "messages")
+    rt, ctx = await resolve(request, "count_tokens")
     input_slots(ctx.body)  # the same validation as a Messages request
     serving_deployments(rt, ctx)
+    await admit(rt, request.app.state, ctx, tokens=False)
     counting = tuple(d for d in ctx.model.deployments if _counts(rt, d, request))
     if not counting:
         return _estimate(ctx.body, ctx.request_id)
@@ -39,11 +45,13 @@ async def count_tokens(request: Request) -> Response:
     async def attempt(d: Deployment) -> bytes:
         tr = rt.messages_translator(d)
         assert tr is not None
-        req = tr.count_tokens_request(ctx.body, d.model, ctx.client_headers)
+        client_headers = forwardable(rt, d, ctx.client_headers)  # anthropic-version / -beta as the policy says
+        req = tr.count_tokens_request(ctx.body, d.model, client_headers)
         assert req is not None
-        return await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers)
+        return await fetch_body(rt, d, req, tr.classify_http_error, client_headers)
 
     won, body = await run_attempts(rt, ctx, attempt)
+    ctx.deployment = won.deployment
     return Response(body=body, content_type="application/json", headers=answer_headers(ctx, won))
 
 

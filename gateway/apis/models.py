@@ -1,4 +1,9 @@
-"""`GET /v1/models` (the models the key may use) and the probes `/healthz` and `/readyz`."""
+"""`GET /v1/models` (the models the key may use) and the probes `/healthz` and `/readyz`.
+
+A request that carries `anthropic-version` (the Anthropic SDKs' `models.list()`/`retrieve()`, Claude
+Code) gets Anthropic's shapes (`data[].type: "model"`, `id`, `display_name`, `created_at`, `has_more`,
+`first_id`, `last_id`) and may send the key in `x-api-key`, as on the Messages API.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +12,38 @@ from urllib.parse import unquote
 from gateway.errors import ModelNotFound, Unavailable
 from gateway.inbound import Request, Response, json_response
 from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.request import is_anthropic
 
 
 async def list_models(request: Request) -> Response:
     rt = request.app.runtime
-    key = rt.keyring.authenticate(request.headers)
+    anthropic = is_anthropic(request)
+    key = rt.keyring.authenticate(request.headers, x_api_key=anthropic)
     names = KeyRing.visible(key, list(rt.config.models))
+    if anthropic:
+        return json_response({"data": [_anthropic_model(n) for n in names], "has_more": False,
+                              "first_id": names[0] if names else None, "last_id": names[-1] if names else None})
     return json_response({"object": "list", "data": [_model(n) for n in names]})
 
 
 async def retrieve_model(request: Request) -> Response:
     """`GET /v1/models/{id}` (the SDKs' `models.retrieve`): a model this key may use, else a 404 as
-    OpenAI answers it (a model the key may not use is not disclosed either)."""
+    for an unknown name (a model the key may not use is not disclosed either)."""
     rt = request.app.runtime
-    key = rt.keyring.authenticate(request.headers)
+    anthropic = is_anthropic(request)
+    key = rt.keyring.authenticate(request.headers, x_api_key=anthropic)
     name = unquote(request.path.rpartition("/")[2])
     if rt.model(name) is None or not KeyRing.visible(key, [name]):
-        raise ModelNotFound(f"the model {name[:64]!r} does not exist", param="model")
-    return json_response(_model(name))
+        raise ModelNotFound.named(name)
+    return json_response(_anthropic_model(name) if anthropic else _model(name))
 
 
 def _model(name: str) -> dict[str, object]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "llm-gateway"}
+
+
+def _anthropic_model(name: str) -> dict[str, object]:
+    return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
 
 
 async def healthz(request: Request) -> Response:

@@ -1,6 +1,7 @@
 """`GET /v1/gateway/spend`: what the calling key has spent in its current budget period.
 
-Authenticated by the key itself (`Authorization: Bearer <key>`, `api-key`, `x-api-key`), so a team reads
+Authenticated by the key itself (`Authorization: Bearer <key>`, `api-key`, or `x-api-key` as the
+Messages API takes it, so a tool configured for Anthropic's header reads it too), so a team reads
 its own spend and nobody else's; the figure is the one budgets are enforced against (the state backend's,
 shared across replicas with Redis), from deployment prices. Per-key spend over time is the metric
 `llm_gateway_cost_usd_total{key}` (CONTRACT §6).
@@ -17,7 +18,7 @@ from gateway.state.base import period_id
 
 async def key_spend(request: Request) -> Response:
     rt = request.app.runtime
-    key = rt.keyring.authenticate(request.headers)
+    key = rt.keyring.authenticate(request.headers, x_api_key=True)
     if key is None:  # auth.allow_unauthenticated and no key sent: there is no key to account to
         raise InvalidApiKey("send the gateway key whose spend to read: Authorization: Bearer <key>")
     now = time.time()

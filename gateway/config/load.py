@@ -7,6 +7,7 @@ This is the only module that reads the process environment.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -84,12 +85,27 @@ def _api_key(path: str, raw: Any, errs: Errors) -> ApiKey:
 
 def _auth(s: Section) -> AuthConfig:
     keys = tuple(_api_key(p, raw, s.errs) for p, raw in s.items("keys"))
-    seen: set[str] = set()
-    for i, k in enumerate(keys):
-        if k.name in seen:
-            s.errs.add(f"{s.at('keys')}[{i}].name", f'duplicate key name "{k.name}"')
-        seen.add(k.name)
+    _unique_keys(s.at("keys"), keys, s.errs)
     return AuthConfig(keys=keys, allow_unauthenticated=s.get("allow_unauthenticated", bool, False))
+
+
+def _unique_keys(path: str, keys: tuple[ApiKey, ...], errs: Errors) -> None:
+    """Two keys with one name, or one secret (a `key`, or a `key_sha256` equal to another's digest),
+    are an error naming both paths: with one secret the gateway could tell them apart by order alone,
+    so one team's model list and budget would be another's. The secret itself is never quoted."""
+    names: dict[str, int] = {}
+    digests: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        if k.name in names:
+            errs.add(f"{path}[{i}].name", f'duplicate key name "{k.name}" (also {path}[{names[k.name]}])')
+        names.setdefault(k.name, i)
+        digest = k.key_sha256 or (hashlib.sha256(k.key.encode()).hexdigest() if k.key else None)
+        if digest is None:
+            continue
+        if digest in digests:
+            field_ = "key_sha256" if k.key_sha256 else "key"
+            errs.add(f"{path}[{i}].{field_}", f"the same secret as {path}[{digests[digest]}]: every key needs its own")
+        digests.setdefault(digest, i)
 
 
 def _timeouts(s: Section) -> Timeouts:

@@ -18,7 +18,8 @@ from types import MappingProxyType
 from gateway.config.reader import Errors, Section
 from gateway.config.types import TelemetryConfig
 
-KEYS = ("otlp_endpoint", "service_name", "sampling_ratio", "headers", "export_timeout_s", "max_queue_size")
+KEYS = ("otlp_endpoint", "service_name", "sampling_ratio", "respect_parent_sampling", "headers", "export_timeout_s",
+        "max_queue_size")
 SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
             "parentbased_traceidratio")
 _TRACES_PATH = "/v1/traces"
@@ -50,6 +51,8 @@ def telemetry_config(s: Section, env: Mapping[str, str]) -> TelemetryConfig:
         ratio, sampler = s.number("sampling_ratio", 1.0), "parentbased_traceidratio"
     if not 0.0 <= ratio <= 1.0:
         errs.add(s.at("sampling_ratio"), "must be between 0 and 1")
+    if s.has("respect_parent_sampling"):
+        sampler = _parent_based(sampler, s.get("respect_parent_sampling", bool, True))
     resource = _pairs(env.get("OTEL_RESOURCE_ATTRIBUTES", ""), "OTEL_RESOURCE_ATTRIBUTES", errs)
     service = s.get("service_name", str, "") or env.get("OTEL_SERVICE_NAME", "") or resource.pop(
         "service.name", d.service_name)
@@ -71,6 +74,15 @@ def telemetry_config(s: Section, env: Mapping[str, str]) -> TelemetryConfig:
                                                      d.max_export_batch_size, errs))),
         schedule_delay_s=_env_number(env, "OTEL_BSP_SCHEDULE_DELAY", d.schedule_delay_s * 1000, errs) / 1000,
     )
+
+
+def _parent_based(sampler: str, respect: bool) -> str:
+    """`respect_parent_sampling`: whether a client's `traceparent` sampled flag decides if the request is
+    traced (OTel's `parentbased_*` samplers), or the gateway's own sampler decides every request (the
+    client's trace is still continued: same trace id, its span as the parent). The flag is the client's
+    to set: with it respected, a client can have every one of its requests traced, or none."""
+    root = sampler.removeprefix("parentbased_")
+    return f"parentbased_{root}" if respect else root
 
 
 def _endpoint(s: Section, env: Mapping[str, str]) -> str | None:

@@ -23,11 +23,13 @@ class Channel(Protocol):
 
 
 class Request:
-    __slots__ = ("app", "body", "channel", "ctx", "extra_headers", "head", "request_id", "t0", "trace")
+    __slots__ = ("admission", "app", "body", "channel", "ctx", "extra_headers", "head", "request_id", "t0",
+                 "trace")
 
     def __init__(self, app: Any, head: RequestHead, body: bytes, channel: Channel):
         self.app, self.head, self.body, self.channel = app, head, body, channel
         self.ctx: Any = None  # the handler's RequestContext, once it has resolved the model
+        self.admission: Any = None  # who asked for which model, known before the model resolves
         self.request_id = ""
         self.t0 = 0.0
         self.trace: Any = None  # the handler's per-request trace recorder, for API routes

@@ -20,6 +20,23 @@ from gateway.observe.recorder import NO_TRACE, RequestTrace
 _PROMPT_FIELDS = ("messages", "input", "instructions", "system", "tools")
 
 
+REQUESTED_MODEL_CHARS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the request said of itself before (or without) a resolved model: the key it authenticated
+    with and the model name as sent (cut to `REQUESTED_MODEL_CHARS`). The log line's `key` and
+    `requested_model`, and the metrics' `key` label, on every answer, a 4xx included (CONTRACT §7)."""
+
+    key: ApiKey | None = None
+    requested_model: str | None = None
+
+    @property
+    def key_name(self) -> str:
+        return self.key.name if self.key is not None else "none"
+
+
 @dataclass(slots=True)
 class RequestContext:
     request_id: str
@@ -52,6 +69,10 @@ class RequestContext:
     # headers every response to this request carries (x-request-id, x-ratelimit-*, CORS): the
     # inbound request's own dict, so a streamed head and an error answer both see them
     response_headers: dict[str, str] = field(default_factory=dict)
+    # the last failed attempt's deployment and why it failed (a FailureKind value), for the log line
+    # of a request that failed: `deployment` is only ever the one that served
+    failed_deployment: Deployment | None = None
+    failure_reason: str | None = None
 
     def stream_ended(self, m: Metrics, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,

@@ -30,7 +30,10 @@ DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
 DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                  0.25, 0.5, 1.0)
-APIS = ("chat", "responses", "embeddings")
+APIS = ("chat", "responses", "embeddings", "messages", "count_tokens")
+# the `stream` values each API's requests take: count_tokens and embeddings answer with a body only
+API_STREAMS = {"chat": ("true", "false"), "responses": ("true", "false"), "messages": ("true", "false"),
+               "embeddings": ("false",), "count_tokens": ("false",)}
 ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
                     "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
@@ -168,7 +171,7 @@ def preinitialise(m: Metrics, config: Config) -> None:
         keys = [k.name for k in config.auth.keys if k.models is None or model.name in k.models] or ["none"]
         for api in APIS:
             m.inflight.labels(api)
-            for provider in providers:
+            for provider in providers if api != "count_tokens" else ():  # counting has no first token
                 m.ttft.labels(api, model.name, provider)
         for d in model.deployments:
             m.upstream_ttft.labels(model.name, d.provider, d.label)
@@ -181,8 +184,8 @@ def preinitialise(m: Metrics, config: Config) -> None:
                     m.tokens.labels(model.name, d.provider, key, t)
                 m.cost.labels(model.name, d.provider, key)
             m.usage_missing.labels(model.name, d.provider)
-        for api in ("chat", "responses"):
-            for stream in ("true", "false"):
+        for api, streams in API_STREAMS.items():
+            for stream in streams:
                 for key in keys:
                     m.requests.labels(api, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):

@@ -3,6 +3,7 @@ reading a whole non-stream body."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -11,7 +12,7 @@ from typing import Generic, Protocol, TypeVar
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
 from gateway.pipeline.runtime import Runtime
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import UpstreamRequest, retry_after_s
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 ERROR_BODY_LIMIT = 1024 * 1024
@@ -85,6 +86,24 @@ def unexpected(status: int, label: str) -> None:
     fallen back like one, a 502 in the end, and never passed through with its status."""
     if status < 400:
         raise UpstreamError(Failure(FailureKind.MALFORMED, f"{label}: unexpected HTTP {status}", status=status))
+
+
+def forwardable(rt: Runtime, d: Deployment, client_headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's headers (lower-case names) that `d`'s provider lets through (`forward_headers`).
+    A translator that passes protocol headers on (the Messages API's `anthropic-beta`, and
+    `anthropic-version`, which then replaces the configured one) is given only these, so the policy
+    governs them as it governs every other client header."""
+    return {name: client_headers[name] for name in rt.provider(d).forward_headers if name in client_headers}
+
+
+def with_response_wait(failure: Failure, headers: Mapping[str, str]) -> Failure:
+    """An in-band failure (inside a 200) with the wait its response's `Retry-After`/`retry-after-ms`
+    asked for, when the error itself gave none: an upstream that rate-limits in-band may say when on
+    the response it began (`headers`: lower-case names)."""
+    if failure.retry_after_s is not None:
+        return failure
+    wait = retry_after_s(headers)
+    return failure if wait is None else dataclasses.replace(failure, retry_after_s=wait)
 
 
 def raise_inband(events: list[StreamEvent]) -> None:

@@ -19,9 +19,16 @@ from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind
 from gateway.core.policy.breaker import counts_against_deployment
 from gateway.core.policy.learned import Fact
-from gateway.core.policy.retry import Action, AttemptState, decide, final_error_kind
+from gateway.core.policy.retry import Action, AttemptState, decide, final_error
 from gateway.core.policy.routing import candidate_order
-from gateway.errors import GatewayError, UpstreamClientError, UpstreamFailed, UpstreamQuota, UpstreamTimeout
+from gateway.errors import (
+    GatewayError,
+    UpstreamClientError,
+    UpstreamFailed,
+    UpstreamQuota,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+)
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
 from gateway.upstream import UpstreamError
@@ -100,7 +107,7 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
         state = AttemptState(total, on_this, pos + 1 < len(order), False)
         decision = decide(failure, state, model.retry, rt.rand.random)
         if decision.action is Action.PASS_THROUGH:
-            raise _after_retries(UpstreamClientError.from_failure(failure), failure)
+            raise _after_retries(UpstreamClientError.from_failure(failure), failure.retry_after_s, failure)
         if decision.action is Action.GIVE_UP:
             break
         if decision.action is Action.RETRY_SAME and not rt.allowed(d):
@@ -215,6 +222,7 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
 
 def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Failure) -> None:
     rt.metrics.child(rt.metrics.attempts, ctx.model.name, d.label, ATTEMPT_OUTCOME[failure.kind]).inc()
+    ctx.failed_deployment, ctx.failure_reason = d, failure.kind.value
     if counts_against_deployment(failure.kind):
         rt.breaker(d).record_failure(time.monotonic())
     if failure.kind is FailureKind.STREAM_OPTIONS_REJECTED:
@@ -226,27 +234,35 @@ def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Fai
 
 
 def give_up_error(model: str, failures: list[Failure]) -> GatewayError:
-    """What the client gets once the gateway has spent its own retries: `x-should-retry: false` on all
-    of it (CONTRACT §3), so an SDK's retries don't multiply upstream calls."""
+    """What the client gets once the gateway has spent its own retries, its class decided by
+    `core.policy.retry.final_error`: `x-should-retry: false` on all of it (CONTRACT §3), so an SDK's
+    retries don't multiply upstream calls."""
     if not failures:
         return _after_retries(UpstreamFailed(f"model {model}: no deployment is available (all are cooling down)"))
-    kind = final_error_kind(failures)
+    final = final_error(failures)
     last = failures[-1]
-    if kind == "client":
-        return _after_retries(UpstreamClientError.from_failure(last), last)
-    if kind == "quota":
-        return _after_retries(UpstreamQuota.from_failure(last), last)
+    wait = final.retry_after_s
+    if final.kind == "client":
+        return _after_retries(UpstreamClientError.from_failure(last), wait, last)
+    if final.kind == "quota":
+        return _after_retries(UpstreamQuota.from_failure(last), wait, last)
     summary = "; ".join(_describe(f) for f in failures[-3:])
-    if kind == "timeout":
-        return _after_retries(UpstreamTimeout(f"model {model}: every attempt timed out ({summary})"))
-    return _after_retries(UpstreamFailed(f"model {model}: every attempt failed ({summary})"), last)
+    if final.kind == "rate_limited":
+        err: GatewayError = UpstreamRateLimited(f"model {model}: every attempt was rate-limited upstream ({summary})")
+    elif final.kind == "timeout":
+        err = UpstreamTimeout(f"model {model}: every attempt timed out ({summary})")
+    else:
+        err = UpstreamFailed(f"model {model}: every attempt failed ({summary})")
+    return _after_retries(err, wait, last)
 
 
-def _after_retries(err: GatewayError, last: Failure | None = None) -> GatewayError:
+def _after_retries(err: GatewayError, wait: float | None = None, last: Failure | None = None) -> GatewayError:
+    """`wait`: the upstream's, passed on as Retry-After. `last`: the failure the log line's reason names."""
     err.headers["x-should-retry"] = "false"
-    wait = last.retry_after_s if last is not None else None
     if wait is not None and wait == wait and wait > 0:  # `wait == wait`: not NaN
         err.headers["Retry-After"] = str(max(1, math.ceil(min(wait, 86_400.0))))
+    if last is not None:
+        err.reason = last.kind.value
     return err
 
 

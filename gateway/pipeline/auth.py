@@ -47,9 +47,11 @@ class KeyRing:
         raise InvalidApiKey("invalid gateway key")
 
     @staticmethod
-    def authorize(key: ApiKey | None, model: str) -> None:
+    def authorize(key: ApiKey | None, model: str, requested: str) -> None:
+        """`model`: the configured model `requested` (the name as sent) resolved to. Refused as the
+        404 of an unknown name, so a key cannot probe which models exist (CONTRACT §3)."""
         if key is not None and key.models is not None and model not in key.models:
-            raise ModelNotAllowed(f"this key may not use model {model}", param="model")
+            raise ModelNotAllowed.named(requested)
 
     @staticmethod
     def visible(key: ApiKey | None, models: list[str]) -> list[str]:

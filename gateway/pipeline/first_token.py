@@ -21,7 +21,7 @@ from gateway.core.sse import KEEPALIVE
 from gateway.errors import GatewayError
 from gateway.inbound import Request, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.pipeline.attempt_io import Opened
+from gateway.pipeline.attempt_io import Opened, with_response_wait
 from gateway.pipeline.attempts import Won, run_attempts
 from gateway.pipeline.runtime import Runtime
 from gateway.upstream import UpstreamError, UpstreamResponse
@@ -85,7 +85,7 @@ async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: s
             stream.feed(data)
             _within_bounds(stream, read, label)
     except StreamFailed as exc:
-        raise UpstreamError(exc.failure) from None
+        raise UpstreamError(with_response_wait(exc.failure, resp.headers)) from None
     if not stream.committable:
         raise UpstreamError(Failure(FailureKind.EARLY_EOF, f"{label}: stream ended before the first token"))
 

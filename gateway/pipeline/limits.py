@@ -11,7 +11,6 @@ import time
 
 import structlog
 
-from gateway.config.types import ApiKey
 from gateway.errors import BudgetExceeded, RateLimited
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
@@ -31,7 +30,9 @@ def estimate_tokens(ctx: RequestContext) -> int:
     return min(MAX_ESTIMATE, prompt_chars // 4 + answer)
 
 
-async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext) -> None:
+async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens: bool = True) -> None:
+    """Refuse a key over its budget, rpm or tpm; else count the request and reserve its tokens.
+    `tokens=False`: a request that spends no tokens (count_tokens) counts against rpm only."""
     key = ctx.key
     if key is None:
         return
@@ -40,11 +41,12 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext) -> None:
         spent = await state.spend(key.name, key.budget_period, now)
         if spent >= key.budget_usd:
             raise BudgetExceeded(f"the budget of key {key.name} for this {key.budget_period} is used up")
-    if key.rpm is None and key.tpm is None:
+    tpm = key.tpm if tokens else None
+    if key.rpm is None and tpm is None:
         return
-    reserve = estimate_tokens(ctx) if key.tpm is not None else 0
-    decision, reservation = await state.check_request(key.name, key.rpm, key.tpm, reserve, now)
-    ctx.response_headers.update(ratelimit_headers(key, decision, now))  # on the answer, 429 or not
+    reserve = estimate_tokens(ctx) if tpm is not None else 0
+    decision, reservation = await state.check_request(key.name, key.rpm, tpm, reserve, now)
+    ctx.response_headers.update(ratelimit_headers(key.rpm, tpm, decision, now))  # on the answer, 429 or not
     if not decision.allowed:
         limit = decision.limit or "rpm"
         rt.metrics.rate_limited.labels(key.name, limit).inc()
@@ -53,14 +55,14 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext) -> None:
     ctx.reservation = reservation
 
 
-def ratelimit_headers(key: ApiKey, decision: LimitDecision, now: float) -> dict[str, str]:
-    """OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for each limit the key has; tokens
+def ratelimit_headers(rpm: int | None, tpm: int | None, decision: LimitDecision, now: float) -> dict[str, str]:
+    """OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for each limit checked; tokens
     count what was reserved for this request (settled to the real usage after the answer)."""
     if decision.counts is None:
         return {}
     rc, rp, tc, tp = decision.counts
     out: dict[str, str] = {}
-    for unit, limit, current, previous in (("requests", key.rpm, rc, rp), ("tokens", key.tpm, tc, tp)):
+    for unit, limit, current, previous in (("requests", rpm, rc, rp), ("tokens", tpm, tc, tp)):
         if limit is None:
             continue
         remaining, reset = headroom(WindowCounts(current, previous), limit, now)

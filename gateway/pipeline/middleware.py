@@ -9,22 +9,25 @@ import os
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import orjson
 import structlog
 
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.inbound import Handler, Request, Response, StreamResponse
-from gateway.observe.context import RequestContext
+from gateway.observe.context import Admission, RequestContext
 from gateway.observe.logs import info_enabled
 from gateway.pipeline.cors import cors_headers, preflight
 from gateway.pipeline.limits import needs_settle, settle
+from gateway.pipeline.request import is_anthropic
 
 log = structlog.get_logger("gateway")
 _API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embeddings": "embeddings",
-        "/v1/messages": "messages"}
+        "/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens"}
 _ANTHROPIC_SHAPE = frozenset({"/v1/messages", "/v1/messages/count_tokens"})  # errors in Anthropic's shape
 UNRESOLVED = "(unresolved)"
+_NO_ADMISSION = Admission()
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", "total_timeout": "timeout",
                    "first_token_timeout": "timeout", "upstream_timeout": "timeout"}
@@ -53,9 +56,10 @@ def _request_id(request: Request) -> str:
     return given if _SAFE_ID.match(given) else _IDS.new()
 
 
-def error_response(err: GatewayError, request_id: str, path: str = "") -> Response:
+def error_response(err: GatewayError, request_id: str, path: str = "", anthropic: bool = False) -> Response:
+    """`anthropic`: in Anthropic's shape whatever the path (a models request from an Anthropic client)."""
     headers = {"x-request-id": request_id, **err.headers}
-    body = orjson.dumps(err.anthropic_body()) if path in _ANTHROPIC_SHAPE else err.json_bytes()
+    body = orjson.dumps(err.anthropic_body()) if anthropic or path in _ANTHROPIC_SHAPE else err.json_bytes()
     return Response(status=err.status, body=body, content_type="application/json", headers=headers)
 
 
@@ -90,44 +94,54 @@ async def handle(request: Request) -> Response | StreamResponse:
         try:
             return await _route(request)
         except GatewayError as err:
-            return error_response(err, rid, request.path)
+            models = request.path.startswith("/v1/models") and is_anthropic(request)
+            return error_response(err, rid, request.path, anthropic=models)
     metrics = request.app.metrics
     metrics.child(metrics.inflight, api).inc()
     request.trace = request.app.start_trace(request, api)
     structlog.contextvars.bind_contextvars(request_id=rid)
-    status, outcome, unresolved = 500, "upstream_error", "error"
+    end = _End(500, "upstream_error", "error")
     try:
         resp = await _route(request)
-        status = resp.status
         ctx = request.ctx
-        outcome = _STREAM_OUTCOME.get(ctx.stream_error, "upstream_error") if ctx and ctx.stream_error else "ok"
+        reason = ctx.stream_error if ctx else None
+        end = _End(resp.status, _STREAM_OUTCOME.get(reason, "upstream_error") if reason else "ok", reason)
         return resp
     except GatewayError as err:
-        status, outcome, unresolved = err.status, err.outcome, err.code
+        end = _End(err.status, err.outcome, err.log_reason)
         return error_response(err, rid, request.path)
     except (asyncio.CancelledError, ConnectionResetError):
-        status, outcome = 499, "cancelled"  # the client went away (CONTRACT §4.7)
+        end = _End(499, "cancelled", "client_gone")  # the client went away (CONTRACT §4.7)
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)
         return error_response(GatewayError("internal gateway error"), rid, request.path)
     finally:
         metrics.child(metrics.inflight, api).dec()
-        await _finish(request, api, status, outcome, unresolved)
+        await _finish(request, api, end)
         structlog.contextvars.unbind_contextvars("request_id")
 
 
-async def _finish(request: Request, api: str, status: int, outcome: str, unresolved: str) -> None:
-    """`unresolved`: why no model was resolved (the error code that stopped the request first), logged
-    beside the bounded marker `model: "(unresolved)"` instead of the raw requested name."""
+@dataclass(frozen=True, slots=True)
+class _End:
+    """How a request ended: its status, `outcome` label, and why when it did not succeed."""
+
+    status: int
+    outcome: str
+    reason: str | None
+
+
+async def _finish(request: Request, api: str, end: _End) -> None:
     ctx: RequestContext | None = request.ctx
+    adm: Admission = request.admission or _NO_ADMISSION
     metrics = request.app.metrics
     duration = time.perf_counter() - request.t0
     model = ctx.model.name if ctx else "unknown"  # the metric label: never the raw requested name
     stream = "true" if ctx and ctx.stream else "false"
-    metrics.child(metrics.requests, api, model, stream, outcome, ctx.key_name if ctx else "none").inc()
+    outcome = end.outcome
+    metrics.child(metrics.requests, api, model, stream, outcome, ctx.key_name if ctx else adm.key_name).inc()
     metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
-    request.trace.finish(ctx, status, outcome)
+    request.trace.finish(ctx, end.status, outcome)
     cancelled = False
     if ctx is not None and needs_settle(ctx):
         try:
@@ -137,20 +151,32 @@ async def _finish(request: Request, api: str, status: int, outcome: str, unresol
             # whole answer: the request still gets its one log line, then the cancellation goes on
             cancelled = True
     if info_enabled():
-        _log_line(request, ctx, api, model, stream, status, outcome, duration, unresolved)
+        _log_line(request, ctx, adm, api, stream, end, duration)
     if cancelled:
         raise asyncio.CancelledError
 
 
-def _log_line(request: Request, ctx: RequestContext | None, api: str, model: str, stream: str, status: int,
-              outcome: str, duration: float, unresolved: str) -> None:
+def _deployment(ctx: RequestContext | None, end: _End) -> str | None:
+    """The deployment that served; on a failure with none, the last one tried (CONTRACT §7)."""
+    if ctx is None:
+        return None
+    if ctx.deployment is not None:
+        return ctx.deployment.label
+    return ctx.failed_deployment.label if ctx.failed_deployment is not None and end.reason else None
+
+
+def _log_line(request: Request, ctx: RequestContext | None, adm: Admission, api: str, stream: str, end: _End,
+              duration: float) -> None:
+    """`model` is the configured model (`(unresolved)` with `model_unresolved`, the reason, when none
+    was); `requested_model` the name as sent, cut; `reason` why a request did not succeed."""
     usage = ctx.usage if ctx else None
+    key = ctx.key if ctx else adm.key
     log.info(
-        "request", request_id=request.request_id, api=api, model=model if ctx else UNRESOLVED,
-        model_unresolved=None if ctx else unresolved,
-        deployment=ctx.deployment.label if ctx and ctx.deployment else None,
-        key=ctx.key.name if ctx and ctx.key else None, stream=stream == "true", status=status,
-        outcome=outcome, attempts=ctx.attempts if ctx else 0,
+        "request", request_id=request.request_id, api=api, model=ctx.model.name if ctx else UNRESOLVED,
+        model_unresolved=None if ctx else end.reason, requested_model=adm.requested_model,
+        deployment=_deployment(ctx, end), reason=end.reason,
+        key=key.name if key else None, stream=stream == "true", status=end.status,
+        outcome=end.outcome, attempts=ctx.attempts if ctx else 0,
         ttft_ms=round(ctx.ttft_s * 1000, 2) if ctx and ctx.ttft_s is not None else None,
         duration_ms=round(duration * 1000, 2),
         input_tokens=usage.input if usage else None, output_tokens=usage.output if usage else None,

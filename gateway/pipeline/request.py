@@ -10,7 +10,7 @@ from gateway.config.types import Deployment
 from gateway.core.json_body import BodyError, parse_object
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.inbound import Request
-from gateway.observe.context import RequestContext
+from gateway.observe.context import REQUESTED_MODEL_CHARS, Admission, RequestContext
 from gateway.observe.recorder import NO_TRACE
 from gateway.pipeline.attempts import Won
 from gateway.pipeline.auth import KeyRing
@@ -27,17 +27,30 @@ def read_json(request: Request) -> dict[str, Any]:
         raise InvalidRequest(str(exc)) from None
 
 
+ANTHROPIC_APIS = frozenset({"messages", "count_tokens"})  # the gateway key may come in `x-api-key`
+
+
+def is_anthropic(request: Request) -> bool:
+    """A request from an Anthropic client (SDK, Claude Code): it names the Messages API's version. On
+    `/v1/models` it gets Anthropic's shapes and may carry the key in `x-api-key`."""
+    return "anthropic-version" in request.headers
+
+
 async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:
+    """Authenticate, parse, resolve and authorise. What is known on the way (the key, the name asked
+    for) is kept on `request.admission` at once, so a refusal's log line still says who asked what."""
     rt = request.app.runtime
-    key = rt.keyring.authenticate(request.headers, x_api_key=api == "messages")
+    key = rt.keyring.authenticate(request.headers, x_api_key=api in ANTHROPIC_APIS)
+    request.admission = Admission(key)
     body = read_json(request)
     name = body.get("model")
     if not isinstance(name, str) or not name:
         raise InvalidRequest("you must provide a model parameter", param="model")
+    request.admission = Admission(key, name[:REQUESTED_MODEL_CHARS])
     model = rt.model(name)
     if model is None:
-        raise ModelNotFound(f"the model {name!r} does not exist", param="model")
-    KeyRing.authorize(key, model.name)
+        raise ModelNotFound.named(name)
+    KeyRing.authorize(key, model.name, name)
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("stream must be a boolean", param="stream")

@@ -44,8 +44,10 @@ class ProviderKind:
 PROVIDERS: dict[str, ProviderKind] = {
     "openai": ProviderKind(OpenAIChat, OpenAIResponses, OpenAIMessages, genai_name="openai",
                            forward_headers=("openai-organization", "openai-project", "x-request-id")),
+    # anthropic-version too: on the native Messages path the client's version is the one its body and
+    # parser speak; a translated request always carries the configured one (the translator sets it)
     "anthropic": ProviderKind(AnthropicChat, messages=AnthropicMessages, genai_name="anthropic",
-                              forward_headers=("anthropic-beta", "x-request-id")),
+                              forward_headers=("anthropic-version", "anthropic-beta", "x-request-id")),
     "azure": ProviderKind(AzureChat, AzureResponses, AzureMessages, requires=("api_version",),
                           genai_name="azure.ai.openai"),
     "mock": ProviderKind(MockChat, MockResponses, MockMessages, remote=False, in_process=mock_script,

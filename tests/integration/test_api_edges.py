@@ -183,7 +183,10 @@ def test_an_unresolved_model_is_logged_with_a_marker_and_the_reason(
     lines = [e for e in logs if e["event"] == "request"]
     assert [(e["model"], e["model_unresolved"]) for e in lines] == [
         ("(unresolved)", "model_not_found"), ("(unresolved)", "invalid_api_key")]
-    assert "no-such-model" not in str(lines)
+    # the name as sent is logged (CONTRACT §7), cut; never a label; an unauthenticated body is not read
+    assert [e["requested_model"] for e in lines] == ["no-such-model-\n-secret", None]
+    assert gw.sample("llm_gateway_requests_total", api="chat", model="unknown", stream="false",
+                     outcome="client_error", key="team-a") == 1  # the valid key, on a 4xx too
 
 
 def test_a_streamed_answer_carries_the_ratelimit_headers(upstream: FakeUpstream,

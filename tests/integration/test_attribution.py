@@ -68,9 +68,11 @@ def test_requests_tokens_and_cost_are_labelled_with_the_key_and_each_key_reads_i
                     "budget_usd": 1.0, "remaining_usd": pytest.approx(1 - 2 * COST)}
     status, body = spend(gw, {"api-key": "key-b"})  # a key without a budget has its spend kept too
     assert (status, body["key"], body["spend_usd"], body["budget_usd"]) == (200, "team-b", pytest.approx(COST), None)
+    status, body = spend(gw, {"x-api-key": "key-b"})  # the Messages API's header, as the docstring says
+    assert (status, body["key"]) == (200, "team-b")
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer not-a-key"}])
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer not-a-key"}, {"x-api-key": "not-a-key"}])
 def test_reading_spend_needs_a_valid_key(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
                                          headers: dict[str, str]) -> None:
     gw = make_gateway(config(upstream.base_url, allow_unauthenticated=True))

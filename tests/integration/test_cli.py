@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -64,6 +65,27 @@ def test_check_config_accepts_a_valid_file_with_env(tmp_path: Path) -> None:
     cfg = tmp_path / "ok.yaml"
     cfg.write_text(BAD.replace("bogus: 1", "drain_s: 5").replace(", {provider: x, model: q}", ""))
     assert run("check-config", str(cfg), env={"MISSING_KEY_VAR": "k"}).returncode == 0
+
+
+def test_check_config_refuses_two_keys_with_one_secret_or_one_name(tmp_path: Path) -> None:
+    digest = hashlib.sha256(SECRET.encode()).hexdigest()
+    cfg = tmp_path / "dup.yaml"
+    cfg.write_text(f"""
+auth:
+  keys:
+    - {{name: team-a, key: {SECRET}, models: [a]}}
+    - {{name: team-b, key: {SECRET}}}
+    - {{name: team-c, key_sha256: {digest.upper()}}}
+    - {{name: team-a, key: another-secret}}
+providers: {{demo: {{type: mock}}}}
+models: [{{name: a, deployments: [{{provider: demo, model: m}}]}}]
+""")
+    result = run("check-config", str(cfg))
+    assert result.returncode == 2
+    assert "auth.keys[1].key: the same secret as auth.keys[0]" in result.stderr
+    assert "auth.keys[2].key_sha256: the same secret as auth.keys[0]" in result.stderr  # digest vs plain key
+    assert 'auth.keys[3].name: duplicate key name "team-a" (also auth.keys[0])' in result.stderr
+    assert SECRET not in result.stderr + result.stdout and digest not in result.stderr.lower()
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from tests.harness import GatewayServer
 
 A, B = "/a/v1/chat/completions", "/b/v1/chat/completions"
 CONFIG_VALUES = {"model": {"m", "unknown"}, "provider": {"a", "b"}, "deployment": {"a/x", "b/y"},
-                 "guardrail": {"words"}, "key": {"team", "none"}, "api": {"chat", "responses", "embeddings"},
+                 "guardrail": {"words"}, "key": {"team", "none"},
+                 "api": {"chat", "responses", "embeddings", "messages", "count_tokens"},
                  "stream": {"true", "false"}}
 
 

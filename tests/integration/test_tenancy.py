@@ -83,9 +83,9 @@ def test_bad_keys_wrong_models_and_budgets_never_reach_upstream(
     with pytest.raises(openai.AuthenticationError) as auth:
         sdk(gw, "wrong-key").chat.completions.create(model="m", messages=HI)
     assert auth.value.code == "invalid_api_key"
-    with pytest.raises(openai.PermissionDeniedError) as denied:
+    with pytest.raises(openai.NotFoundError) as denied:  # as an unknown name: names don't leak
         sdk(gw).chat.completions.create(model="other", messages=HI)
-    assert denied.value.code == "model_not_allowed"
+    assert denied.value.code == "model_not_found"
     assert [m.id for m in sdk(gw).models.list()] == ["m"]
     assert upstream.bodies(PATH) == []
     upstream.defaults[PATH] = completion("ok")  # 18 tokens at $1000/M = $0.018 each

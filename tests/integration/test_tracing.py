@@ -172,3 +172,22 @@ def test_tracing_is_off_unless_configured(servers: LoopThread, upstream: FakeUps
         assert off.sample("llm_gateway_trace_spans_dropped_total") == 0
     finally:
         servers.run(off.stop())
+
+
+@pytest.mark.parametrize("respect", [True, False])
+def test_whether_a_client_unsampled_traceparent_decides_is_a_setting(
+        servers: LoopThread, upstream: FakeUpstream, receiver: OtlpReceiver, respect: bool) -> None:
+    upstream.enqueue(A, text_stream(["ok"]))
+    gw = GatewayServer(config(upstream.base_url, receiver.endpoint, respect_parent_sampling=respect))
+    servers.run(gw.start())
+    try:
+        assert _stream(gw, {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-00"}) == "ok"  # the client: not sampled
+        _finished(servers, gw, 1)
+        assert gw.app is not None and gw.app.tracing is not None and gw.app.tracing.flush()
+    finally:
+        servers.run(gw.stop())
+    if respect:  # OTel's parent-based default: the client's flag decides, nothing is recorded or announced
+        assert receiver.spans == [] and "traceparent" not in upstream.received[0].headers
+        return
+    server = next(s for s in receiver.spans if s.kind == "SERVER")  # the gateway's own sampler decided
+    assert (server.trace_id, server.parent_span_id) == (TRACE_ID, CLIENT_SPAN), "the client's trace, continued"

@@ -119,3 +119,13 @@ def test_the_provider_types_are_listed_in_one_place() -> None:
                 consts = [c for c in ast.walk(node) if isinstance(c, ast.Constant) and c.value in types]
                 spelled += [f"{path.relative_to(GATEWAY)}:{c.lineno}" for c in consts]
     assert spelled == []
+
+
+def test_the_docs_stand_alone() -> None:
+    """docs/, the README and the chart name only documents in this repository: the contract they were
+    built from is not shipped, so a reference to it would send a reader nowhere."""
+    root = GATEWAY.parent
+    files = [root / "README.md", *(root / "docs").rglob("*"), *(root / "helm").rglob("*")]
+    cited = [f"{p.relative_to(root)}:{n}" for p in files if p.is_file()
+             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if "CONTRACT" in line]
+    assert cited == []

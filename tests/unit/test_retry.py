@@ -47,6 +47,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -59,8 +60,10 @@ from gateway.core.policy.retry import (
     Action,
     AttemptState,
     Decision,
+    FinalError,
     backoff_s,
     decide,
+    final_error,
     final_error_kind,
 )
 
@@ -315,6 +318,28 @@ def f(kind: FailureKind) -> Failure:
 )
 def test_final_error_kind(kinds: list[FailureKind], expected: str) -> None:
     assert final_error_kind([f(k) for k in kinds]) == expected
+
+
+def limited(kind: FailureKind = K.INBAND, wait: float | None = None, **fields: Any) -> Failure:
+    return Failure(kind=kind, message="m", retry_after_s=wait, **fields)
+
+
+@pytest.mark.parametrize(("failures", "expected"), [
+    # every attempt rate-limited, by status or in-band (code, type or status): 429 with the last wait given
+    ([limited(K.HTTP_429, 3.0), limited(code="rate_limit_exceeded", wait=1.5)], FinalError("rate_limited", 1.5)),
+    ([limited(type="rate_limit_error", status=429, wait=9.0), limited(K.HTTP_429)], FinalError("rate_limited", 9.0)),
+    ([limited(status=429)], FinalError("rate_limited", None)),
+    ([limited(K.STREAM_OPTIONS_REJECTED), limited(K.HTTP_429, 2.0)], FinalError("rate_limited", 2.0)),
+    # anything else among them is not "every attempt": 502, the last failure's own wait kept
+    ([limited(K.HTTP_429, 3.0), limited(K.HTTP_5XX)], FinalError("upstream", None)),
+    ([limited(code="server_error", wait=4.0)], FinalError("upstream", 4.0)),
+    ([limited(K.HTTP_429), limited(K.FIRST_TOKEN_TIMEOUT)], FinalError("upstream", None)),
+    ([limited(K.FIRST_TOKEN_TIMEOUT), limited(K.IDLE_TIMEOUT)], FinalError("timeout", None)),
+    ([limited(K.HTTP_429, 3.0), limited(K.QUOTA, 8.0)], FinalError("quota", 8.0)),
+    ([limited(K.HTTP_429, math.nan)], FinalError("rate_limited", None)),  # NaN is no wait
+])
+def test_final_error_names_the_class_and_the_wait(failures: list[Failure], expected: FinalError) -> None:
+    assert final_error(failures) == expected
 
 
 def test_learn_once_failures_do_not_decide_the_final_error() -> None:

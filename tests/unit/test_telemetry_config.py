@@ -36,6 +36,18 @@ def test_the_file_wins_over_the_environment() -> None:
     assert (t.sampler, t.sampling_ratio) == ("parentbased_traceidratio", 0.25)
 
 
+def test_respect_parent_sampling_says_whether_a_client_traceparent_decides() -> None:
+    assert telemetry({}).sampler == "parentbased_traceidratio"  # OTel's default: the parent decides
+    assert telemetry({}, respect_parent_sampling=False).sampler == "traceidratio"
+    assert telemetry({}, sampling_ratio=0.5, respect_parent_sampling=False).sampler == "traceidratio"
+    env = {"OTEL_TRACES_SAMPLER": "parentbased_always_on"}
+    assert telemetry(env, respect_parent_sampling=False).sampler == "always_on"  # the file wins
+    assert telemetry({"OTEL_TRACES_SAMPLER": "always_on"}, respect_parent_sampling=True).sampler == \
+        "parentbased_always_on"
+    with pytest.raises(ConfigError, match=r"telemetry\.respect_parent_sampling"):
+        telemetry({}, respect_parent_sampling="yes")
+
+
 def test_the_standard_variables_are_honoured() -> None:
     t = telemetry({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "traceidratio",
                    "OTEL_TRACES_SAMPLER_ARG": "0.1", "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20t0k",

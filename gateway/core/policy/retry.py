@@ -58,7 +58,7 @@ _MAX_DOUBLINGS = 64  # 2**64 * any sane initial backoff is far past any cap; avo
 class Action(StrEnum):
     RETRY_SAME = "retry_same"  # sleep `delay_s`, then the same deployment again
     NEXT = "next"  # the next deployment in the plan, at once
-    GIVE_UP = "give_up"  # report `final_error_kind` of the failures so far
+    GIVE_UP = "give_up"  # report `final_error` of the failures so far
     PASS_THROUGH = "pass_through"  # answer with the upstream's own client error
 
 
@@ -190,8 +190,31 @@ def backoff_s(attempt_on_deployment: int, policy: RetryPolicy, rand: Callable[[]
     return (0.5 + 0.5 * r) * cap_ms / 1000.0
 
 
-def final_error_kind(failures: Sequence[Failure]) -> Literal["timeout", "upstream", "client", "quota"]:
-    """What the gateway reports when it gives up, from every failed attempt in order.
+FinalKind = Literal["timeout", "upstream", "client", "quota", "rate_limited"]
+RATE_LIMIT_CODES = frozenset({"rate_limit_exceeded", "rate_limit_error"})
+"""Error codes and types that say "rate limited" inside a 200 stream: OpenAI's and Anthropic's names."""
+
+
+@dataclass(frozen=True, slots=True)
+class FinalError:
+    """What the gateway answers once it gives up: the class (see `final_error`) and the wait, in
+    seconds, to pass on as `Retry-After` (None: none to pass on)."""
+
+    kind: FinalKind
+    retry_after_s: float | None
+
+
+def is_rate_limit(f: Failure) -> bool:
+    """An attempt the upstream refused for its rate limit: HTTP 429, or an in-band error whose status,
+    code or type says so (structured fields only, never the message)."""
+    if f.kind is FailureKind.HTTP_429:
+        return True
+    return f.kind is FailureKind.INBAND and (
+        f.status == 429 or f.code in RATE_LIMIT_CODES or f.type in RATE_LIMIT_CODES)
+
+
+def final_error(failures: Sequence[Failure]) -> FinalError:
+    """What the gateway reports when it gives up, from every failed attempt in order (CONTRACT §3).
 
     - "client": the last failure is a pass-through 4xx, or every deployment tried said the context is
       too long. The caller answers with that failure's own status (400 when it has none), type, code
@@ -199,19 +222,30 @@ def final_error_kind(failures: Sequence[Failure]) -> Literal["timeout", "upstrea
       hide (and SDKs would retry a 502 in vain).
     - "quota" (429 with the provider's code): the last attempt's account is out of quota or credit.
       It fails fast with the provider's reason, and the 429 tells the client it is not a gateway fault.
+    - "rate_limited" (429 `rate_limit_exceeded`): every attempt was rate-limited by its upstream, by
+      status or in-band; the wait is the last one an upstream gave (the freshest word on when it
+      has room again), so the application backs off instead of treating it as an outage.
     - "timeout" (504 `upstream_timeout`): every attempt timed out.
     - "upstream" (502 `upstream_error`): anything else, also no attempt at all (every breaker open).
-    Learn-once fallbacks are negotiation, not outcomes, so they are left out of "every".
+    Learn-once fallbacks are negotiation, not outcomes, so they are left out of "every". Except for
+    "rate_limited", the wait is the last failure's own (a 502 after a 503 with Retry-After keeps it).
     """
     real = [f for f in failures if f.kind not in LEARN_ONCE_KINDS]
+    last_wait = _retry_after_s(failures[-1]) if failures else None
     if not real:
-        return "upstream"
-    if real[-1].kind is FailureKind.HTTP_4XX:
-        return "client"
-    if all(f.kind is FailureKind.CONTEXT_LENGTH for f in real):
-        return "client"
+        return FinalError("upstream", last_wait)
+    if real[-1].kind is FailureKind.HTTP_4XX or all(f.kind is FailureKind.CONTEXT_LENGTH for f in real):
+        return FinalError("client", last_wait)
     if real[-1].kind is FailureKind.QUOTA:
-        return "quota"
+        return FinalError("quota", last_wait)
+    if all(is_rate_limit(f) for f in real):
+        given = [w for w in map(_retry_after_s, real) if w is not None]
+        return FinalError("rate_limited", given[-1] if given else None)
     if all(f.is_timeout for f in real):
-        return "timeout"
-    return "upstream"
+        return FinalError("timeout", None)
+    return FinalError("upstream", last_wait)
+
+
+def final_error_kind(failures: Sequence[Failure]) -> FinalKind:
+    """The class alone of `final_error`."""
+    return final_error(failures).kind
