@@ -24,9 +24,8 @@ from gateway.core.sse import DONE_EVENT
 from gateway.providers.chat_anthropic import AnthropicChat, parse_anthropic_body
 from gateway.providers.chat_openai import OpenAIStreamParser, parse_openai_body
 from gateway.providers.settings import ProviderConfig
-from tests.unit.fidelity import fidelity
+from tests.unit.fidelity import drive, fidelity
 from tests.unit.model_safety import safety
-from tests.unit.reads import pump_reads
 from tests.unit.sdk_read import ParsedChatCompletionSnapshot, openai_chat
 from tests.unit.upstream_gen import chat_answers, chat_events, framed, message_events, messages, reads
 
@@ -38,7 +37,7 @@ def through_gateway(parser: StreamParser, pieces: list[bytes], factory: StageFac
     """The client's bytes, read by read, as the chat relay writes them (usage asked for by the client)."""
     stream = ChatStream(parser, "up/m")
     filt = ChatOutputFilter(factory, True)
-    out = pump_reads(stream, filt, pieces, must_commit=True)
+    out = drive(stream, filt, pieces)
     assert stream.error is None and not stream.ended_early
     return [*out, filt.flush_all(), DONE_EVENT]
 
