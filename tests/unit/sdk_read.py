@@ -48,15 +48,24 @@ def anthropic_message(pieces: list[bytes]) -> Message:
         return stream.get_final_message()
 
 
-def openai_response(pieces: list[bytes]) -> tuple[Any, list[ResponseStreamEvent]]:
+class ResponsesRead:
+    """`ResponseStreamState` after every event: `snapshot` is the response it built from the deltas."""
+
+    def __init__(self) -> None:
+        self.state: ResponseStreamState[None] = ResponseStreamState(input_tools=openai.omit, text_format=openai.omit)
+
+    @property
+    def snapshot(self) -> Any:
+        return self.state._ResponseStreamState__current_snapshot  # type: ignore[attr-defined]  # no public getter
+
+
+def openai_response(pieces: list[bytes]) -> tuple[ResponsesRead, list[ResponseStreamEvent]]:
     """openai-python's `Stream` of Responses events, accumulated by `ResponseStreamState` (what
-    `client.responses.stream(...)` does): the snapshot built from the deltas, and the events."""
+    `client.responses.stream(...)` does): the state after the last event, and the events."""
     stream = openai.Stream(cast_to=ResponseStreamEvent,  # type: ignore[arg-type]  # a union, as the SDK passes it
                            response=_response(pieces, "http://127.0.0.1:9/v1/responses"), client=_OPENAI)
-    state: ResponseStreamState[None] = ResponseStreamState(input_tools=openai.omit, text_format=openai.omit)
+    read = ResponsesRead()
     events = list(stream)
-    snapshot = None
     for ev in events:
-        state.handle_event(ev)
-        snapshot = state.accumulate_event(ev) if False else snapshot
-    return state, events
+        read.state.handle_event(ev)
+    return read, events

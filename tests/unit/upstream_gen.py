@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 from hypothesis import strategies as st
 
+from tests.responses_scripts import Answer, number
+
 # text with what JSON must escape (quotes, backslashes, control characters), U+2028, non-BMP characters
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 SOME_TEXT = st.lists(TEXT, max_size=4)
@@ -220,3 +222,28 @@ def _block_events(draw: st.DrawFn, index: int, block: dict[str, Any]) -> list[di
     return [{"type": "content_block_start", "index": index, "content_block": head},
             *({"type": "content_block_delta", "index": index, "delta": d} for d in deltas),
             {"type": "content_block_stop", "index": index}]
+
+
+# -- OpenAI Responses ------------------------------------------------------------------------------------
+
+@st.composite
+def responses_answers(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(the stream's events, the body) of one answer: reasoning, messages, refusals and function calls,
+    the events of its output items interleaved (each item's own in order, items added in output order),
+    usage on the terminal event."""
+    answer = Answer()
+    for n, kind in enumerate(draw(st.lists(st.sampled_from(["reasoning", "message", "refusal", "function_call"]),
+                                           max_size=4))):
+        if kind == "function_call":
+            answer.function_call(draw(_KEY), f"call_{n}", draw(split_text(orjson.dumps(draw(ARGS)).decode(), 5)))
+        elif kind == "reasoning":
+            answer.reasoning(draw(split_text(draw(TEXT))))
+        else:
+            answer.message(draw(split_text(draw(TEXT))), refusal=kind == "refusal")
+    head, items = answer.events[:2], answer.events[2:]
+    tracks: list[list[dict[str, Any]]] = [[] for _ in answer.output]
+    for ev in items:
+        tracks[ev["output_index"]].append(ev)
+    events = [*head, *_interleave(draw, tracks, first_tool=0),
+              {"type": "response.completed", "response": answer.body()}]
+    return number(events), answer.body()
