@@ -95,31 +95,47 @@ class SSEDecoder:
                 return None
             if chunk[:3] == BOM:
                 chunk = chunk[3:]
-        kept = self._buf
         end = chunk.rfind(b"\n\n") + 2
-        if end < 2:  # no blank line in the read; one may begin with a line end the buffer ends with
-            end = 1 if chunk[:1] == b"\n" and (self._more[-1] if self._more else kept)[-1:] == b"\n" else 0
-        if not end:  # no event ends: the buffer grows by a piece
-            if (not lines_ok and b"\n" in chunk) or len(kept) + self._more_len + len(chunk) > self._limit:
-                return None
-            if chunk:
-                self._more.append(chunk)
-                self._more_len += len(chunk)
-            self._bom_checked = True
-            return b""
+        if end < 2:
+            return self._no_event_end(chunk, lines_ok)
         rest = chunk[end:]
         limit = self._limit
-        if (not lines_ok and b"\n" in rest) or len(rest) > limit or len(kept) + self._more_len + end > limit:
+        if (not lines_ok and b"\n" in rest) or len(rest) > limit:
             return None
+        kept = self._buf
         if self._more:
+            if len(kept) + self._more_len + end > limit:
+                return None
             region = self._joined(chunk[:end])
         elif kept:
+            if len(kept) + end > limit:
+                return None
             self.rescanned += len(kept)
             region = kept + chunk[:end]
+        elif end > limit:
+            return None
         else:
             region = chunk[:end] if rest else chunk
         self._buf, self._bom_checked = rest, True
         return region
+
+    def _no_event_end(self, chunk: bytes, lines_ok: bool) -> bytes | None:
+        """`take_region` of a read without a blank line: the end of an event whose last line the buffer
+        ends with (the read begins with the blank line's LF), or else the buffer grows by a piece."""
+        if chunk[:1] == b"\n" and (self._more[-1] if self._more else self._buf)[-1:] == b"\n":
+            rest, limit = chunk[1:], self._limit
+            if (not lines_ok and b"\n" in rest) or len(rest) > limit or len(self._buf) + self._more_len + 1 > limit:
+                return None
+            region = self._joined(b"\n")
+            self._buf = rest
+            return region
+        if (not lines_ok and b"\n" in chunk) or len(self._buf) + self._more_len + len(chunk) > self._limit:
+            return None
+        if chunk:
+            self._more.append(chunk)
+            self._more_len += len(chunk)
+        self._bom_checked = True
+        return b""
 
     def _joined(self, chunk: bytes) -> bytes:
         """What is buffered and `chunk`, joined once; the pieces are emptied."""

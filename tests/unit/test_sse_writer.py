@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from gateway.core.sse import SSEDecoder, encode_data, encode_event
 from tests.unit.fidelity import fidelity
+from tests.unit.test_sse import _LINES as _SSE_LINES
+from tests.unit.test_sse import _stream_in_pieces, decode_general
 
 # any data a decoder can dispatch: no CR (a CR ends a line), lines joined with LF, empty lines included
 _LINE = st.binary(max_size=12).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
@@ -112,3 +114,30 @@ def test_a_big_event_in_small_reads_costs_linear_work(mode: str, ending: bytes) 
         assert dec.rescanned <= 2 * len(raw), f"{dec.rescanned} bytes re-read for {len(raw)}"
         counts.append(dec.rescanned)
     assert counts[1] <= 2 * counts[0] + 4096
+
+
+@fidelity(300)
+@given(st.lists(_SSE_LINES, max_size=14), st.lists(st.integers(0, 200), max_size=6), st.booleans(),
+       st.sampled_from([0, 1, 3]))
+def test_regions_with_lines_kept_read_what_the_line_parser_reads(lines: list[bytes], cuts: list[int], end: bool,
+                                                                 size: int) -> None:
+    """The Messages core's way (`take_region(lines_ok=True)`, `event_end`, else `feed`), with reads cut
+    anywhere or in small sizes (a buffered line end meets the blank line's LF in the next read; pieces
+    of a growing line are joined once): the same data as the line parser alone."""
+    raw, pieces = _stream_in_pieces(lines, cuts, end)
+    if size:
+        pieces = [raw[i:i + size] for i in range(0, len(raw), size)]
+    dec = SSEDecoder()
+    got: list[bytes] = []
+    for piece in pieces:
+        region = dec.take_region(piece, lines_ok=True)
+        if region is None:
+            at = dec.event_end(piece) if b"\r" not in piece else -1
+            if at > 0:
+                got += [e.data for e in dec.feed(piece[:at])]
+                piece = piece[at:]
+            got += [e.data for e in dec.feed(piece)]
+        elif region:
+            got += [e.data for e in dec.events_of(region)]
+    got += [e.data for e in dec.finish()]
+    assert got == [e.data for e in decode_general(raw)]
