@@ -133,17 +133,27 @@ def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any)
 @st.composite
 def chat_events(draw: st.DrawFn, answer: ChatAnswer) -> list[Event]:
     """The answer as chat chunks: its reasoning, text and each tool call's fragments in any interleaving
-    (a call's first fragment, with its id and name, after the previous call's first)."""
+    (a call's first fragment, with its id and name, after the previous call's first); fragments of
+    different calls may share a chunk. Or, as some servers send them, calls without `index`: each
+    call's fragments in a row, the first with its id (the relay numbers them)."""
     field = "refusal" if answer.refusal else "content"
     tracks: list[list[dict[str, Any]]] = [
         [{"reasoning_content": p} for p in draw(split_text(answer.reasoning)) if p],
         [{field: p} for p in draw(split_text(answer.text))]]
+    indexed = draw(st.integers(0, 4)) > 0
+    calls: list[dict[str, Any]] = []
     for n, (cid, name, args) in enumerate(answer.tools):
         pieces = draw(split_text(args, 5))
-        first = {"index": n, "id": cid, "type": "function", "function": {"name": name, "arguments": pieces[0]}}
-        tracks.append([{"tool_calls": [first]}, *({"tool_calls": [{"index": n, "function": {"arguments": p}}]}
-                                                  for p in pieces[1:])])
-    deltas = _interleave(draw, tracks, first_tool=2)
+        at = {"index": n} if indexed else {}
+        calls += [{**at, "id": cid, "type": "function", "function": {"name": name, "arguments": pieces[0]}},
+                  *({**at, "function": {"arguments": p}} for p in pieces[1:])]
+        if indexed:
+            tracks.append([{"tool_calls": [c]} for c in calls])
+            calls = []
+    if not indexed:
+        tracks.append([{"tool_calls": [c]} for c in calls])
+    deltas = _merge_calls(draw, _interleave(draw, tracks, first_tool=2)) if indexed else \
+        _interleave(draw, tracks, first_tool=2)
     events: list[Event] = [(None, chunk({"role": "assistant", "content": ""}))]
     events += [(None, chunk(d)) for d in deltas]
     usage = {"usage": USAGE} if answer.usage == "finish" else {}
@@ -153,6 +163,20 @@ def chat_events(draw: st.DrawFn, answer: ChatAnswer) -> list[Event]:
     if answer.done:
         events.append((None, b"[DONE]"))
     return events
+
+
+def _merge_calls(draw: st.DrawFn, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive fragments of different calls, some in one chunk's `tool_calls` list."""
+    out: list[dict[str, Any]] = []
+    for d in deltas:
+        last = out[-1]["tool_calls"] if out and "tool_calls" in out[-1] else None
+        call = d.get("tool_calls", [None])[0]
+        if last is not None and call is not None and all(c["index"] != call["index"] for c in last) \
+                and draw(st.booleans()):
+            last.append(call)
+        else:
+            out.append({"tool_calls": [dict(call)]} if call is not None else d)
+    return out
 
 
 def _interleave(draw: st.DrawFn, tracks: list[list[Any]], first_tool: int) -> list[Any]:
