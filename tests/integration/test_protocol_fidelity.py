@@ -2,8 +2,8 @@
 
 - an event whose JSON spans several `data:` lines (legal event-stream framing: the lines join with LF),
   an empty `data` line first, CRLF line ends, `id:`/`retry:`/unknown fields and comments: it must reach
-  openai-python (chat, Responses) and anthropic-sdk-python (Messages) as the same JSON, not as a broken
-  event the SDK's parser raises on;
+  openai-python (chat, Responses), the openai Node SDK (chat) and anthropic-sdk-python (Messages) as the
+  same JSON, not as a broken event the SDK's parser raises on;
 - parallel tool calls whose argument fragments an OpenAI-compatible server interleaves (index 0, 1, 0, 1)
   served to the anthropic SDK on `/v1/messages`: every tool_use block must carry its whole input.
 """
@@ -21,6 +21,7 @@ import pytest
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
 from tests.chat_scripts import chunk, usage_chunk
+from tests.e2e.clients import node_stream
 from tests.fake_upstream import FakeUpstream, Script, sse
 from tests.harness import GatewayServer
 from tests.responses_scripts import Answer
@@ -57,13 +58,17 @@ def multi_line(obj: dict[str, Any], name: str | None = None, crlf: bool = True) 
     return end.join(lines) + end + end
 
 
-def test_multi_line_data_reaches_the_openai_sdk_as_the_same_chunks(upstream: FakeUpstream,
-                                                                   gw: GatewayServer) -> None:
+def multi_line_chat() -> Script:
     parts = [sse(chunk({"role": "assistant", "content": ""})), sse(chunk({"content": "Hello"})),
              multi_line(chunk({"content": ", wor"})), sse(chunk({"content": "ld"})),
              multi_line(chunk({"content": "!\n\u2028"}), crlf=False), multi_line(chunk({}, "stop")),
              multi_line(usage_chunk()), b"data: [DONE]\r\n\r\n"]
-    upstream.enqueue(CHAT, Script(parts, split=5))
+    return Script(parts, split=5)
+
+
+def test_multi_line_data_reaches_the_openai_sdk_as_the_same_chunks(upstream: FakeUpstream,
+                                                                   gw: GatewayServer) -> None:
+    upstream.enqueue(CHAT, multi_line_chat())
     oai = openai.OpenAI(base_url=f"http://127.0.0.1:{gw.port}/v1", api_key="k", max_retries=0, timeout=20)
     with oai.chat.completions.stream(model="gpt", messages=USER,  # type: ignore[arg-type]
                                      stream_options={"include_usage": True}) as stream:
@@ -71,6 +76,16 @@ def test_multi_line_data_reaches_the_openai_sdk_as_the_same_chunks(upstream: Fak
     assert final.choices[0].message.content == "Hello, world!\n\u2028"
     assert final.choices[0].finish_reason == "stop"
     assert final.usage is not None and final.usage.total_tokens == 18
+
+
+def test_multi_line_data_reaches_the_openai_node_sdk_as_the_same_chunks(upstream: FakeUpstream,
+                                                                        gw: GatewayServer) -> None:
+    """The Node SDK's own event-stream parser (the one `make test` installs for tests/e2e)."""
+    upstream.enqueue(CHAT, multi_line_chat())
+    got = node_stream(f"http://127.0.0.1:{gw.port}/v1", "k", "gpt",
+                      {"messages": USER, "stream_options": {"include_usage": True}})
+    assert (got.text, got.finish_reason) == ("Hello, world!\n\u2028", "stop")
+    assert got.usage["total_tokens"] == 18
 
 
 def test_multi_line_data_reaches_the_openai_sdk_on_the_responses_api(upstream: FakeUpstream,
