@@ -98,6 +98,19 @@ def core_feed(make: Callable[[], tuple[object, object]], body: Callable[[int], t
     return run
 
 
+def cases_for(size: int) -> dict[str, Callable[[bytes, int], int]]:
+    """What is measured: the decoder alone and each stream core, by name."""
+    return {
+        "decoder": decoder_feed,
+        "chat core": core_feed(lambda: (ChatStream(OpenAIStreamParser(), "b"), ChatOutputFilter(None, True)),
+                               chat_body, size),
+        "responses core": core_feed(lambda: (ResponsesStream(OpenAIResponsesStreamParser(), "b"),
+                                             ResponsesOutputFilter(None)), responses_body, size),
+        "messages core": core_feed(lambda: (MessagesStream(AnthropicMessagesStreamParser(), "b"),
+                                            MessagesOutputFilter(None)), messages_body, size),
+    }
+
+
 def cpu(fn: Callable[[bytes, int], int], big: bytes, read: int, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -114,15 +127,7 @@ def main() -> None:
     args = ap.parse_args()
     size = int(args.size_mib * 1024 * 1024)
     big = chat_body(size)[1]
-    cases: dict[str, Callable[[bytes, int], int]] = {
-        "decoder": decoder_feed,
-        "chat core": core_feed(lambda: (ChatStream(OpenAIStreamParser(), "b"), ChatOutputFilter(None, True)),
-                               chat_body, size),
-        "responses core": core_feed(lambda: (ResponsesStream(OpenAIResponsesStreamParser(), "b"),
-                                             ResponsesOutputFilter(None)), responses_body, size),
-        "messages core": core_feed(lambda: (MessagesStream(AnthropicMessagesStreamParser(), "b"),
-                                            MessagesOutputFilter(None)), messages_body, size),
-    }
+    cases = cases_for(size)
     print(f"gateway from {gateway.__file__}; one {args.size_mib:g} MiB event; CPU seconds, best of {args.repeat}")
     print(f"{'path':<16}" + "".join(f"{f'{r // 1024} KiB reads':>16}" for r in READS) + f"{'1 KiB / 1 MiB':>16}")
     for name, fn in cases.items():
