@@ -38,13 +38,20 @@ class SSEEvent:
 
 
 class SSEDecoder:
-    """Feed bytes as they arrive; get complete events back. Never blocks, never does I/O."""
+    """Feed bytes as they arrive; get complete events back. Never blocks, never does I/O.
 
-    __slots__ = ("_bom_checked", "_buf", "_data", "_data_size", "_event", "_id", "_limit", "_skip_lf",
-                 "comments")
+    Linear in its input however it is split: a read that ends no line (a big event in small reads) is
+    kept as a piece (`_more`), scanned once for a line end and joined once, when a later read ends the
+    line; what is buffered is never searched again for an end it cannot hold. `rescanned` counts the
+    bytes of earlier reads copied again (joined to a later read's): at most about twice the input."""
+
+    __slots__ = ("_bom_checked", "_buf", "_data", "_data_size", "_event", "_id", "_limit", "_more", "_more_len",
+                 "_skip_lf", "comments", "rescanned")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
-        self._buf = b""  # an incomplete line
+        self._buf = b""  # an incomplete line (after `take_region(lines_ok=True)`: an unfinished event's lines)
+        self._more: list[bytes] = []  # later reads that ended no line, to join after `_buf`
+        self._more_len = 0
         self._skip_lf = False  # the previous chunk ended in CR: an LF now is part of that line end
         self._bom_checked = False
         self._data: list[bytes] = []
@@ -53,6 +60,7 @@ class SSEDecoder:
         self._id: str | None = None
         self._limit = max_event_bytes
         self.comments = 0  # keep-alive comments seen; they are not events
+        self.rescanned = 0  # bytes of earlier reads copied again (see the class docstring)
 
     @property
     def last_id(self) -> str | None:
@@ -78,7 +86,8 @@ class SSEDecoder:
         at least the 3 bytes of a BOM), what follows the region is at most a partial line, and the
         region is within the event size limit (so no event in it can exceed it). `lines_ok`: what follows
         the region may also hold whole lines of an unfinished event (streams whose events have two
-        lines, `event:` and `data:`, as Anthropic's): they stay buffered as bytes, read with the rest."""
+        lines, `event:` and `data:`, as Anthropic's): they stay buffered as bytes, read with the rest.
+        What is buffered holds no blank line, so the region's end is searched for in `chunk` alone."""
         if self._data or self._event is not None or self._skip_lf or b"\r" in chunk:
             return None
         if not self._bom_checked:  # a BOM split across reads is left to the line parser
@@ -86,39 +95,90 @@ class SSEDecoder:
                 return None
             if chunk[:3] == BOM:
                 chunk = chunk[3:]
-        buf = self._buf + chunk if self._buf else chunk
-        cut = buf.rfind(b"\n\n")
-        end = cut + 2 if cut >= 0 else 0
-        rest = buf[end:] if end else buf
-        if (not lines_ok and b"\n" in rest) or len(rest) > self._limit or end > self._limit:
+        end = chunk.rfind(b"\n\n") + 2
+        if end < 2:
+            return self._no_event_end(chunk, lines_ok)
+        rest = chunk[end:]
+        limit = self._limit
+        if (not lines_ok and b"\n" in rest) or len(rest) > limit:
             return None
+        kept = self._buf
+        if self._more:
+            if len(kept) + self._more_len + end > limit:
+                return None
+            region = self._joined(chunk[:end])
+        elif kept:
+            if len(kept) + end > limit:
+                return None
+            self.rescanned += len(kept)
+            region = kept + chunk[:end]
+        elif end > limit:
+            return None
+        else:
+            region = chunk[:end] if rest else chunk
         self._buf, self._bom_checked = rest, True
-        return buf[:end] if end else b""
+        return region
+
+    def _no_event_end(self, chunk: bytes, lines_ok: bool) -> bytes | None:
+        """`take_region` of a read without a blank line: the end of an event whose last line the buffer
+        ends with (the read begins with the blank line's LF), or else the buffer grows by a piece."""
+        if chunk[:1] == b"\n" and (self._more[-1] if self._more else self._buf)[-1:] == b"\n":
+            rest, limit = chunk[1:], self._limit
+            if (not lines_ok and b"\n" in rest) or len(rest) > limit or len(self._buf) + self._more_len + 1 > limit:
+                return None
+            region = self._joined(b"\n")
+            self._buf = rest
+            return region
+        if (not lines_ok and b"\n" in chunk) or len(self._buf) + self._more_len + len(chunk) > self._limit:
+            return None
+        if chunk:
+            self._more.append(chunk)
+            self._more_len += len(chunk)
+        self._bom_checked = True
+        return b""
+
+    def _joined(self, chunk: bytes) -> bytes:
+        """What is buffered and `chunk`, joined once; the pieces are emptied."""
+        self.rescanned += len(self._buf) + self._more_len
+        joined = b"".join((self._buf, *self._more, chunk))
+        self._more, self._more_len = [], 0
+        return joined
 
     def event_end(self, chunk: bytes) -> int:
         """Where in `chunk` (without CR) the event being read ends, just after its blank line, or -1:
-        feed `chunk[:end]` to finish it, and the decoder is between events again."""
-        if not self._buf and (self._data or self._event is not None) and chunk[:1] == b"\n":
-            return 1  # the previous read ended with the event's last line
-        at = (self._buf + chunk).find(b"\n\n")
-        return -1 if at < 0 else at + 2 - len(self._buf)
+        feed `chunk[:end]` to finish it, and the decoder is between events again. (What is buffered
+        holds no blank line: the end is in `chunk`, or at its first byte after a buffered line end.)"""
+        if chunk[:1] == b"\n":
+            tail = self._more[-1] if self._more else self._buf
+            if tail[-1:] == b"\n" or (not tail and (self._data or self._event is not None)):
+                return 1  # the previous read ended with the event's last line
+        at = chunk.find(b"\n\n")
+        return -1 if at < 0 else at + 2
 
     def events_of(self, region: bytes) -> list[SSEEvent]:
         """The events of a region from `take_region` (or of a part of one that starts and ends at an
         event boundary), read by the line parser in order with what came before; the partial line
         kept after the region stays buffered."""
-        kept, self._buf = self._buf, b""
+        kept, more, self._buf, self._more = self._buf, self._more, b"", []
         try:
             return self._feed(region)
         finally:
-            self._buf = kept
+            self._buf, self._more = kept, more
 
     def _feed(self, chunk: bytes) -> list[SSEEvent]:
         if self._skip_lf and chunk:
             self._skip_lf = False
             if chunk[0] == 0x0A:
                 chunk = chunk[1:]
-        buf = self._buf + chunk if self._buf else chunk
+        if self._bom_checked and b"\n" not in chunk and b"\r" not in chunk:
+            return self._grow(chunk)
+        if self._more:
+            buf = self._joined(chunk)
+        elif self._buf:
+            self.rescanned += len(self._buf)
+            buf = self._buf + chunk
+        else:
+            buf = chunk
         if not self._bom_checked:
             if len(buf) < 3 and BOM.startswith(buf):
                 self._buf = buf  # could still be a BOM split across reads
@@ -144,9 +204,20 @@ class SSEDecoder:
                 self._event = None
         return events
 
+    def _grow(self, chunk: bytes) -> list[SSEEvent]:
+        """A read that ends no line: kept as a piece of the line, to be joined once when it ends."""
+        if len(self._buf) + self._more_len + len(chunk) > self._limit:
+            raise SSEError("an upstream event exceeds the size limit")
+        if chunk:
+            self._more.append(chunk)
+            self._more_len += len(chunk)
+        return []
+
     def finish(self) -> list[SSEEvent]:
         """End of stream. A final line without line end still counts as a line; an event that was never
         terminated by a blank line is discarded, as the spec says."""
+        if self._more:
+            self._buf = self._joined(b"")
         for line in self._buf.split(b"\n") if self._buf else ():
             if line:
                 self._field(line)
@@ -202,20 +273,32 @@ def data_lines(region: bytes) -> list[bytes] | None:
 
 
 def encode_data(data: bytes) -> bytes:
-    """One `data:` event. `data` must hold no line breaks (compact JSON never does)."""
+    """One `data:` event for any payload. Compact JSON has no line break and goes out as one line;
+    an upstream's multi-line event (its `data` lines joined with LF) goes out a `data:` line per line,
+    which the client's parser joins back into the same value (`encode_multiline`)."""
+    if b"\n" in data or b"\r" in data:
+        return encode_multiline(data)
     return b"data: " + data + b"\n\n"
 
 
 def encode_event(event: str, data: bytes) -> bytes:
-    """A named event, as the Responses API sends them."""
-    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+    """A named event, as the Responses and Messages APIs send them; any payload (see `encode_data`)."""
+    name = event.encode()
+    if b"\n" in data or b"\r" in data or b"\n" in name or b"\r" in name:
+        return encode_multiline(data, event)
+    return b"event: " + name + b"\ndata: " + data + b"\n\n"
 
 
 def encode_multiline(data: bytes, event: str | None = None) -> bytes:
-    """Any payload: each line becomes its own `data:` line, so the receiver rejoins them with LF."""
-    head = b"event: " + event.encode() + b"\n" if event else b""
-    body = b"".join(b"data: " + line + b"\n" for line in data.replace(b"\r\n", b"\n").split(b"\n"))
-    return head + body + b"\n"
+    """Any payload: each line becomes its own `data:` line, so the receiver rejoins them with LF (a CR
+    can't be carried by an event stream: CRLF and CR become LF, as any receiver would read them). An
+    event name can't hold a line break: one in it (an upstream's `type` value) becomes a space."""
+    head = b""
+    if event:
+        name = event.encode().replace(b"\r", b" ").replace(b"\n", b" ")
+        head = b"event: " + name + b"\n"
+    lines = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    return head + b"".join(b"data: " + line + b"\n" for line in lines) + b"\n"
 
 
 DONE_EVENT = b"data: [DONE]\n\n"

@@ -15,7 +15,6 @@ from typing import Any
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
 from gateway.core.messages.wire import MessagesEvent
-from gateway.core.sse import encode_event
 from gateway.errors import UpstreamFailed
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
@@ -25,8 +24,6 @@ from gateway.pipeline.relay import StreamEnded
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 
-MESSAGE_STOP = encode_event("message_stop", b'{"type":"message_stop"}')
-
 
 class _Relay(HeldEndRelay[MessagesStream, MessagesOutputFilter]):
     what = "message"
@@ -35,11 +32,8 @@ class _Relay(HeldEndRelay[MessagesStream, MessagesOutputFilter]):
         await self.sink.emit(self.stream.flushed, time.perf_counter(), self.filt.output_released)
 
     def end_bytes(self) -> bytes:
-        terminal = self.stream.terminal
-        end = b"".join([self.filt.apply(ev) for ev in terminal])
-        if terminal[-1].type != "message_stop":  # the protocol's end, even if the upstream's was lost
-            end += MESSAGE_STOP
-        return end
+        stream: MessagesStream = self.stream
+        return stream.end_bytes(self.filt)
 
     def failed(self, ev: MessagesEvent) -> StreamEnded:
         """An upstream `error` after the first token (scrubbed by the caller): forwarded, re-encoded from

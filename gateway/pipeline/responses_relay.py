@@ -27,7 +27,8 @@ class _Relay(HeldEndRelay[ResponsesStream, ResponsesOutputFilter]):
     what = "response"
 
     def end_bytes(self) -> bytes:
-        return self.filt.apply(self.stream.terminal)
+        stream: ResponsesStream = self.stream
+        return stream.end_bytes(self.filt)
 
     def failed(self, ev: ResponsesEvent) -> StreamEnded:
         """An upstream failure after the first token (scrubbed by the caller): forwarded, renumbered, and

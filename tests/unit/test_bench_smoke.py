@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from bench.bench_sse_reads import READS, cases_for, chat_body, decoder_feed
 from bench.loadgen import LoadSpec, _MessagesText, _SSEText, run_load
 from bench.procstat import usage
 from bench.textgen import expected_text, messages_events, stream_events
@@ -65,3 +66,13 @@ def test_messages_events_assemble_to_the_expected_text_at_any_split() -> None:
         parser.feed(data[cut:])
         assert parser.done and not parser.error
         assert "".join(parser.parts) == expected_text(3, 9, 6)
+
+
+def test_the_big_event_bench_feeds_every_core_to_the_end() -> None:
+    """`bench.bench_sse_reads` runs (no timing here: it asserts each core wrote the big event out)."""
+    size = 20_000
+    big = chat_body(size)[1]
+    assert decoder_feed(big, 1024) == 1
+    for name, run in cases_for(size).items():
+        for read in READS:
+            assert run(big, read) > 0, name

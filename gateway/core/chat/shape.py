@@ -85,6 +85,8 @@ class ContentShape:
         if self._unmatched >= MAX_UNMATCHED_LEARNS:
             return
         self._unmatched += 1
+        if b"\n" in raw:
+            return  # a multi-line event's data: its envelope is no one-line `data:` to forward by bytes
         token = orjson.dumps(text)
         start = raw.find(token)
         if start < 0 or raw.find(token, start + 1) >= 0 or plain_string(token) is None:

@@ -27,7 +27,9 @@ from gateway.core.messages.assemble import MessagesAssembler
 from gateway.core.messages.fast import encode_text_delta, text_delta
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.wire import MessagesEvent, message_stream_events, parse_event
-from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
+from gateway.core.sse import SSEDecoder, SSEError, SSEEvent, encode_event
+
+MESSAGE_STOP = encode_event("message_stop", b'{"type":"message_stop"}')
 
 
 class MessagesStreamParser(Protocol):
@@ -204,6 +206,15 @@ class MessagesStream:
         if frames:
             out.append(self._relay_frames(filt, frames))
         return b"".join(out)
+
+    def end_bytes(self, filt: MessagesOutputFilter) -> bytes:
+        """The kept end of a whole answer (`terminal`), through the filter, for the client: the protocol's
+        end even if the upstream's `message_stop` was lost."""
+        terminal = self.terminal
+        end = b"".join([filt.apply(ev) for ev in terminal])
+        if terminal[-1].type != "message_stop":
+            end += MESSAGE_STOP
+        return end
 
     def _relay_frames(self, filt: MessagesOutputFilter, frames: list[bytes]) -> bytes:
         """The events of a read of whole events (`SSEDecoder.take_region`), as frames: runs of

@@ -126,6 +126,11 @@ class ResponsesStream:
             out.append(self._relay(filt, unread))
         return b"".join(out)
 
+    def end_bytes(self, filt: ResponsesOutputFilter) -> bytes:
+        """The kept terminal event of a whole answer, through the filter, for the client."""
+        assert self.terminal is not None
+        return filt.apply(self.terminal)
+
     def _relay(self, filt: ResponsesOutputFilter, events: list[SSEEvent]) -> bytes:
         """The events of one upstream read -> the client's bytes, up to the terminal event or a failure
         (both kept unsent; nothing after them is read)."""
