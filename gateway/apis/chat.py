@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway.apis.chat_attempt import OpenedChat, open_stream
 from gateway.apis.chat_body import complete_chat, redact_body
 from gateway.config.types import Deployment
+from gateway.core.chat.assemble import completion_to_chunks
+from gateway.core.sse import DONE_EVENT, encode_data
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
@@ -65,11 +69,17 @@ async def chat_completions(request: Request) -> Response | StreamResponse:
     if cache.wanted(rt, request, ctx):
         hit = await cache.lookup(state, ctx)
         if hit is not None:
-            return await cache.serve_hit(request, ctx, hit)
+            return await cache.serve_hit(request, ctx, hit, hit_stream)
         ctx.cache_store = True
     if ctx.stream:
         return await stream_chat(request, rt, ctx)
     return await complete_chat(rt, ctx, state)
+
+
+def hit_stream(body: dict[str, Any], ctx: RequestContext) -> bytes:
+    """A cached completion as a stream: one content delta (plus usage if the client asked), `[DONE]`."""
+    chunks = [c for c in completion_to_chunks(body) if c["choices"] or ctx.forward_usage]
+    return b"".join(encode_data(orjson.dumps(c)) for c in chunks) + DONE_EVENT
 
 
 async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> StreamResponse:

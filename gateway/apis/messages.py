@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.apis.messages_attempt import OpenedMessages, open_messages
-from gateway.apis.messages_body import complete_messages, serve_hit, store_stream
+from gateway.apis.messages_body import complete_messages, hit_stream, store_stream
 from gateway.config.types import Deployment
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.inbound import Request, Response, StreamResponse
@@ -41,7 +41,7 @@ async def messages(request: Request) -> Response | StreamResponse:
     if cache.wanted(rt, request, ctx):
         hit = await cache.lookup(state, ctx)
         if hit is not None:
-            return await serve_hit(request, ctx, hit)
+            return await cache.serve_hit(request, ctx, hit, hit_stream)
         ctx.cache_store = True
     if ctx.stream:
         return await stream_messages(request, rt, ctx)

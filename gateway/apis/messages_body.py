@@ -18,7 +18,7 @@ from gateway.core.messages.assemble import MessagesAssembler
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
 from gateway.core.messages.wire import map_message_texts, message_stream_events, parse_event
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.inbound import Request, Response
 from gateway.observe.context import RequestContext
 from gateway.observe.metrics import record_redactions, record_usage
 from gateway.pipeline import cache
@@ -82,20 +82,12 @@ async def store_stream(rt: Runtime, request: Request, ctx: RequestContext, opene
     await cache.store(rt, request.app.state, ctx, obj)
 
 
-async def serve_hit(request: Request, ctx: RequestContext, obj: dict[str, Any]) -> Response | StreamResponse:
-    """A cached Message: at once, as a body or as the stream it would have been (CONTRACT §4.8)."""
-    ctx.cache_hit = True
-    if not ctx.stream:
-        return Response(body=orjson.dumps(obj), content_type="application/json", headers=cache.hit_headers(ctx))
-    headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-               **cache.hit_headers(ctx)}
-    resp = StreamResponse(status=200, headers=headers)
-    await resp.prepare(request)
+def hit_stream(obj: dict[str, Any], ctx: RequestContext) -> bytes:
+    """A cached Message as the stream it would have been (CONTRACT §4.8)."""
     stream = MessagesStream(_NoParser(), "cache")
     stream.hold_message(obj)
     filt = MessagesOutputFilter(None)
-    await resp.write(stream.commit(filt) + b"".join([filt.apply(ev) for ev in stream.terminal]))
-    return resp
+    return stream.commit(filt) + b"".join([filt.apply(ev) for ev in stream.terminal])
 
 
 class _NoParser:

@@ -169,10 +169,7 @@ def preinitialise(m: Metrics, config: Config) -> None:
     for model in config.models.values():
         providers = {d.provider for d in model.deployments}
         keys = [k.name for k in config.auth.keys if k.models is None or model.name in k.models] or ["none"]
-        for api in APIS:
-            m.inflight.labels(api)
-            for provider in providers if api != "count_tokens" else ():  # counting has no first token
-                m.ttft.labels(api, model.name, provider)
+        _preinitialise_apis(m, model.name, providers, cached=model.cache or config.cache.enabled)
         for d in model.deployments:
             m.upstream_ttft.labels(model.name, d.provider, d.label)
             for outcome in ("ok", "inband_error"):
@@ -190,6 +187,26 @@ def preinitialise(m: Metrics, config: Config) -> None:
                     m.requests.labels(api, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):
             m.hedges.labels(model.name, winner)
+
+
+STREAMED_APIS = tuple(api for api, streams in API_STREAMS.items() if "true" in streams)
+
+
+def _preinitialise_apis(m: Metrics, model: str, providers: set[str], *, cached: bool) -> None:
+    """Every API's own series: in flight, duration, and for a streamed one TTFT (a cache hit's too, when
+    the model caches), time per output token and text delay."""
+    for api, streams in API_STREAMS.items():
+        m.inflight.labels(api)
+        for stream in streams:
+            m.duration.labels(api, model, stream, "ok")
+        for provider in providers if api != "count_tokens" else ():  # counting has no first token
+            m.ttft.labels(api, model, provider)
+    for api in STREAMED_APIS:
+        m.text_delay.labels(api)
+        for provider in providers:
+            m.tpot.labels(api, model, provider)
+        if cached:
+            m.ttft.labels(api, model, "cache")
 
 
 def _preinitialise_safety(m: Metrics, config: Config) -> None:
