@@ -18,6 +18,7 @@ from gateway.inbound import Handler, Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.observe.logs import info_enabled
 from gateway.pipeline.cors import cors_headers, preflight
+from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.limits import needs_settle, settle
 
 log = structlog.get_logger("gateway")
@@ -25,6 +26,7 @@ _API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embed
         "/v1/messages": "messages"}
 _ANTHROPIC_SHAPE = frozenset({"/v1/messages", "/v1/messages/count_tokens"})  # errors in Anthropic's shape
 UNRESOLVED = "(unresolved)"
+ADMIN_PREFIX = "/admin/v1/"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", "total_timeout": "timeout",
                    "first_token_timeout": "timeout", "upstream_timeout": "timeout"}
@@ -61,6 +63,8 @@ def error_response(err: GatewayError, request_id: str, path: str = "") -> Respon
 
 async def _route(request: Request) -> Response | StreamResponse:
     routes: Mapping[str, Mapping[str, Handler]] = request.app.routes
+    if request.path.startswith(ADMIN_PREFIX):  # the control plane routes its own paths (CONTRACT §11)
+        return await routes[ADMIN_PREFIX]["*"](request)
     methods = routes.get(request.path)
     if methods is None:
         parent, _, leaf = request.path.rpartition("/")
@@ -129,9 +133,9 @@ async def _finish(request: Request, api: str, status: int, outcome: str, unresol
     metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
     request.trace.finish(ctx, status, outcome)
     cancelled = False
-    if ctx is not None and needs_settle(ctx):
+    if ctx is not None and (needs_settle(ctx) or not ctx.spend_recorded):
         try:
-            await asyncio.shield(settle(request.app.state, ctx))
+            await asyncio.shield(_account(request, ctx, outcome))
         except asyncio.CancelledError:
             # the client hung up while the (shielded) settlement ran, typically right after reading the
             # whole answer: the request still gets its one log line, then the cancellation goes on
@@ -140,6 +144,13 @@ async def _finish(request: Request, api: str, status: int, outcome: str, unresol
         _log_line(request, ctx, api, model, stream, status, outcome, duration, unresolved)
     if cancelled:
         raise asyncio.CancelledError
+
+
+async def _account(request: Request, ctx: RequestContext, outcome: str) -> None:
+    """The spend ledger's row (a whole response's, before its body leaves) and the state's counters."""
+    await commit_spend(request.app.runtime, ctx, outcome)
+    if needs_settle(ctx):
+        await settle(request.app.state, ctx)
 
 
 def _log_line(request: Request, ctx: RequestContext | None, api: str, model: str, stream: str, status: int,

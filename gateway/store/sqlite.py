@@ -1,0 +1,83 @@
+"""SQLite through aiosqlite (the stdlib driver on a thread of its own): one file, WAL, one writer at a
+time across processes (`BEGIN IMMEDIATE` waits up to the busy timeout)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from gateway.store.db import Params, unavailable
+from gateway.store.types import Conflict
+
+T = TypeVar("T")
+
+
+class _Tx:
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: aiosqlite.Connection):
+        self._conn = conn
+
+    async def exec(self, sql: str, params: Params = ()) -> int:
+        cur = await self._conn.execute(sql, tuple(params))
+        return cur.rowcount
+
+    async def many(self, sql: str, rows: Sequence[Params]) -> None:
+        await self._conn.executemany(sql, [tuple(r) for r in rows])
+
+    async def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        cur = await self._conn.execute(sql, tuple(params))
+        return [tuple(r) for r in await cur.fetchall()]
+
+
+class SqliteDatabase:
+    dialect = "sqlite"
+
+    def __init__(self, path: str, busy_timeout_s: float):
+        self._path, self._timeout = path, busy_timeout_s
+        self._conn: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connect(self) -> aiosqlite.Connection:
+        if self._conn is None:
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            conn = await aiosqlite.connect(self._path, timeout=self._timeout, isolation_level=None)
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a process crash loses no commit
+            self._conn = conn
+        return self._conn
+
+    async def transact(self, fn: Callable[[_Tx], Awaitable[T]], *, write: bool = True) -> T:
+        async with self._lock:
+            try:
+                conn = await self._connect()
+                await conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    result = await fn(_Tx(conn))
+                except BaseException:
+                    await conn.execute("ROLLBACK")
+                    raise
+                await conn.execute("COMMIT")
+                return result
+            except sqlite3.IntegrityError:
+                raise Conflict("the name is taken") from None
+            except (sqlite3.Error, OSError) as exc:
+                await self._drop()
+                raise unavailable(exc) from None
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except (sqlite3.Error, OSError):
+                pass
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._drop()
