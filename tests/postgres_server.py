@@ -34,8 +34,9 @@ def _bin(name: str) -> str:
     return path
 
 
-def _as_postgres(args: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+def _user() -> dict[str, str]:
+    """Popen's `user`/`group`: the server itself (not a wrapper) runs as `postgres`, so signals reach it."""
+    return {"user": "postgres", "group": "postgres"} if os.geteuid() == 0 else {}
 
 
 class PostgresServer:
@@ -46,8 +47,8 @@ class PostgresServer:
         self._proc: subprocess.Popen[bytes] | None = None
         if os.geteuid() == 0:
             shutil.chown(self._dir, "postgres", "postgres")
-        subprocess.run(_as_postgres([_bin("initdb"), "-D", str(self._data), "-U", "gateway", "--auth=trust",
-                                     "--no-sync", "-E", "UTF8"]), check=True, capture_output=True)
+        subprocess.run([_bin("initdb"), "-D", str(self._data), "-U", "gateway", "--auth=trust", "--no-sync",
+                        "-E", "UTF8"], check=True, capture_output=True, cwd=self._dir, **_user())
 
     @property
     def url(self) -> str:
@@ -58,8 +59,9 @@ class PostgresServer:
             return
         args = [_bin("postgres"), "-D", str(self._data), "-p", str(self.port), "-h", "127.0.0.1",
                 "-k", str(self._dir), "-c", "fsync=off", "-c", "max_connections=200"]
-        self._proc = subprocess.Popen(_as_postgres(args), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=open(self._dir / "pg.log", "ab"))  # noqa: SIM115 - the child keeps it
+        with open(self._dir / "pg.log", "ab") as log:
+            self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                          cwd=self._dir, **_user())
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
