@@ -133,7 +133,8 @@ async def _finish(request: Request, api: str, status: int, outcome: str, unresol
     metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
     request.trace.finish(ctx, status, outcome)
     cancelled = False
-    if ctx is not None and (needs_settle(ctx) or not ctx.spend_recorded):
+    unrecorded = ctx is not None and not ctx.spend_recorded and request.app.runtime.control is not None
+    if ctx is not None and (needs_settle(ctx) or unrecorded):
         try:
             await asyncio.shield(_account(request, ctx, outcome))
         except asyncio.CancelledError:
