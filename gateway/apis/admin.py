@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 import orjson
+import structlog
 
 from gateway.apis import admin_fields as f
 from gateway.config.types import Config
@@ -26,6 +27,7 @@ from gateway.inbound import Request, Response, json_response
 from gateway.store import ControlPlane
 from gateway.store.types import Actor, Conflict, Invalid, Limits, Missing, StoredKey, StoreUnavailable, Team
 
+log = structlog.get_logger("gateway")
 PREFIX = "/admin/v1/"
 Handler = Callable[[Request, ControlPlane, Actor, list[str]], Awaitable[Response]]
 
@@ -46,17 +48,34 @@ async def admin(request: Request) -> Response:
     actor = Actor(admin=_admin_name(rt.config, request.headers), now=time.time())
     parts = [unquote(p) for p in request.path[len(PREFIX):].split("/")]
     handler = _handler(request.method, parts)
+    status = 500
     try:
-        return await handler(request, control, actor, parts)
-    except Conflict as exc:
-        raise NameTaken(str(exc)) from None
-    except Missing as exc:
-        raise NotFound(str(exc)) from None
-    except Invalid as exc:
-        raise InvalidRequest(str(exc), param=exc.param) from None
-    except StoreUnavailable as exc:
-        control.hooks.error("admin")
-        raise StoreDown(str(exc)) from None
+        response = await handler(request, control, actor, parts)
+        status = response.status
+        return response
+    except GatewayError as exc:
+        status = exc.status
+        raise
+    except (Conflict, Missing, Invalid, StoreUnavailable) as exc:
+        status = _STATUS[type(exc)]
+        raise _error(control, exc) from None
+    finally:  # one line per admin request: who, what, the answer (never a body: it may hold a secret)
+        log.info("admin_request", request_id=request.request_id, admin=actor.admin, method=request.method,
+                 route=handler.__name__, name=parts[1][:128] if len(parts) > 1 else None, status=status)
+
+
+_STATUS: dict[type[Exception], int] = {Conflict: 409, Missing: 404, Invalid: 400, StoreUnavailable: 503}
+
+
+def _error(control: ControlPlane, exc: Exception) -> GatewayError:
+    if isinstance(exc, Conflict):
+        return NameTaken(str(exc))
+    if isinstance(exc, Missing):
+        return NotFound(str(exc))
+    if isinstance(exc, Invalid):
+        return InvalidRequest(str(exc), param=exc.param)
+    control.hooks.error("admin")
+    return StoreDown(str(exc))
 
 
 def _admin_name(config: Config, headers: dict[str, str]) -> str:

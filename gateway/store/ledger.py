@@ -63,11 +63,15 @@ class SpendLedger:
         if self.failing:
             self._queue.append((row, None))
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         self._queue.append((row, fut))
         self._wake.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(fut), self._wait_s)
+        timer = loop.call_later(self._wait_s, _resolve, fut)  # a slow store: stop waiting
+        try:
+            await fut
+        finally:
+            timer.cancel()
 
     async def _run(self) -> None:
         while True:
@@ -113,6 +117,11 @@ class SpendLedger:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.flush()  # a drained shutdown loses nothing the store can take
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _release(batch: list[tuple[SpendRow, asyncio.Future[None] | None]]) -> None:
