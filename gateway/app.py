@@ -12,6 +12,7 @@ import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -38,6 +39,8 @@ from gateway.upstream import Upstream
 
 if TYPE_CHECKING:
     from gateway.observe.tracing import Tracing
+
+log = structlog.get_logger("gateway")
 
 
 class App:
@@ -105,6 +108,8 @@ class App:
             load_certificate(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), tls)  # all or nothing: check first
             load_certificate(self.tls, tls)
         old = self.runtime
+        if config.store != self.config.store:
+            log.warning("store_change_needs_restart", message="store.* is read at start; a reload keeps it")
         self.runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
         preinitialise(old.metrics, config)
 

@@ -132,6 +132,13 @@ def test_team_limits_apply_on_top_of_the_keys_own(gateway: GatewayServer) -> Non
     assert _chat(gateway, keys[0]) and _chat(gateway, keys[1])
     with pytest.raises(openai.RateLimitError):  # each key is unlimited; the team's rpm counts both
         _chat(gateway, keys[0])
+    admin_call(port, "POST", "teams", {"name": "thrifty", "budget_usd": 0.00001})
+    own = admin_call(port, "POST", "keys", {"name": "spender", "team": "thrifty", "budget_usd": 100})[1]["key"]
+    other = admin_call(port, "POST", "keys", {"name": "sibling", "team": "thrifty"})[1]["key"]
+    assert _chat(gateway, own)  # spends more than the team's whole budget
+    with pytest.raises(openai.RateLimitError) as refused:  # the sibling's own budget is unlimited
+        _chat(gateway, other)
+    assert refused.value.code == "budget_exceeded"
 
 
 def test_admin_errors_are_openai_shaped(gateway: GatewayServer) -> None:
