@@ -6,7 +6,7 @@ OpenAI shape."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import openai
@@ -161,3 +161,33 @@ def test_admin_errors_are_openai_shaped(gateway: GatewayServer) -> None:
     assert admin_call(port, "GET", "spend?group_by=colour")[0] == 400
     assert admin_call(port, "GET", "spend?from=2024-13-01")[0] == 400
     assert admin_call(port, "DELETE", "teams/none")[0] == 404
+
+
+def test_two_gateways_on_one_sqlite_file_follow_each_others_changes_by_the_version_poll(
+        servers: LoopThread, tmp_path: Path) -> None:
+    config = store_config(f"sqlite:///{tmp_path}/shared.db", poll_s=0.2)
+    a, b = GatewayServer(config), GatewayServer(config)
+    servers.run(a.start())
+    servers.run(b.start())
+    try:
+        _, created = admin_call(a.port, "POST", "keys", {"name": "shared"})
+        _until(lambda: _works(b, created["key"]))
+        admin_call(a.port, "DELETE", "keys/shared")
+        _until(lambda: not _works(b, created["key"]))
+    finally:
+        servers.run(a.stop())
+        servers.run(b.stop())
+
+
+def _works(gw: GatewayServer, key: str) -> bool:
+    try:
+        return bool(_chat(gw, key))
+    except openai.AuthenticationError:
+        return False
+
+
+def _until(cond: Callable[[], bool], deadline_s: float = 2.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not cond():
+        assert time.monotonic() < end, f"not within {deadline_s} s"
+        time.sleep(0.01)  # polling another replica's state against a deadline
