@@ -17,6 +17,7 @@ import openai
 import psycopg
 import pytest
 
+from gateway.store import Store
 from tests.control_plane import ADMIN_KEY, GatewayProcess, admin_call, raw_config, store_config
 from tests.harness import GatewayServer, LoopThread
 from tests.postgres_server import PostgresServer
@@ -173,3 +174,17 @@ def test_postgres_stopped_under_load(servers: LoopThread, postgres: PostgresServ
     finally:
         servers.run(gw.stop())
     assert ADMIN_KEY  # the admin key was used throughout
+
+
+def test_replicas_starting_together_apply_each_migration_once(postgres: PostgresServer) -> None:
+    url = _database(postgres)
+
+    async def both() -> list[list[int]]:
+        stores = [await Store.open(url) for _ in range(3)]
+        try:
+            return list(await asyncio.gather(*(s.migrate() for s in stores)))
+        finally:
+            for s in stores:
+                await s.close()
+
+    assert sorted(asyncio.run(both())) == [[], [], [1]]
