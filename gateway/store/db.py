@@ -33,6 +33,10 @@ class Database(Protocol):
         """Run `fn` in one transaction on this connection (one at a time), committed when it returns."""
         ...
 
+    async def batch(self, sql: str, rows: Sequence[Params]) -> None:
+        """One statement for many rows, in one transaction (the ledger's group commit)."""
+        ...
+
     async def close(self) -> None: ...
 
 

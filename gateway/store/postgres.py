@@ -66,6 +66,12 @@ class PgDatabase:
                 await self._drop()
                 raise unavailable(exc) from None
 
+    async def batch(self, sql: str, rows: Sequence[Params]) -> None:
+        async def run(tx: _Tx) -> None:
+            await tx.many(sql, rows)
+
+        await self.transact(run)
+
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None and not conn.closed:

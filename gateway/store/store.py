@@ -194,12 +194,9 @@ class Store:
     async def record_spend(self, rows: list[SpendRow]) -> None:
         """One transaction for the batch; a row already there (same `row_id`) is left as it is."""
 
-        async def run(tx: Tx) -> None:
-            marks = ", ".join("?" * 16)
-            await tx.many(f"INSERT INTO gw_spend ({_SPEND_COLS}) VALUES ({marks}) ON CONFLICT (row_id) DO NOTHING",
-                          [_spend_row(r) for r in rows])
-
-        await self._ledger.transact(run)
+        marks = ", ".join("?" * 16)
+        sql = f"INSERT INTO gw_spend ({_SPEND_COLS}) VALUES ({marks}) ON CONFLICT (row_id) DO NOTHING"
+        await self._ledger.batch(sql, [_spend_row(r) for r in rows])
 
     async def spend(self, q: SpendQuery) -> list[SpendTotal]:
         cols = [_GROUP_COL[g] for g in q.group_by]  # names from a fixed table, never from the request
