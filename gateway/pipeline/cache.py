@@ -19,6 +19,7 @@ from gateway.core.chat.assemble import completion_to_chunks
 from gateway.core.sse import DONE_EVENT, encode_data
 from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
+from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.runtime import Runtime
 from gateway.state.base import StateBackend
 from gateway.state.cache_key import cache_key
@@ -73,6 +74,7 @@ async def serve_hit(request: Request, ctx: RequestContext, body: dict[str, Any])
     resp = StreamResponse(status=200, headers=headers)
     await resp.prepare(request)
     chunks = [c for c in completion_to_chunks(body) if c["choices"] or ctx.forward_usage]
+    await commit_spend(request.app.runtime, ctx)
     await resp.write(b"".join(encode_data(orjson.dumps(c)) for c in chunks) + DONE_EVENT)
     # TTFT of a hit, under provider "cache" so dashboards can tell it from the providers' (CONTRACT §6)
     ctx.ttft_s = time.perf_counter() - ctx.t_start
