@@ -43,7 +43,8 @@ def raise_nofile() -> int:
 class Pool:
     """The servers of a run, started on first use; `fresh` restarts one for a memory measurement."""
 
-    def __init__(self, workdir: Path, baseline: Path | None = None, tracing: bool = False) -> None:
+    def __init__(self, workdir: Path, baseline: Path | None = None, tracing: bool = False,
+                 store_url: str | None = None) -> None:
         self.workdir, self.baseline = workdir, baseline
         self.nginx_bin = servers.ensure_nginx()
         self.upstream = servers.start_upstream(workdir)
@@ -69,6 +70,10 @@ class Pool:
                 path = workdir / f"{target}.yaml"
                 path.write_text(servers.gateway_config(self.upstream.port, redact != plain, endpoint))
                 self.traced[target] = path
+        if store_url is not None:  # the control plane on: a spend row per request, group-committed
+            path = workdir / "gateway-store.yaml"
+            path.write_text(servers.gateway_config(self.upstream.port, redact != plain, store_url=store_url))
+            self.traced["gateway-store"] = path
 
     def _write_config(self, redaction: bool) -> Path:
         path = self.workdir / ("gateway-redact.yaml" if redaction else "gateway-plain.yaml")
@@ -186,6 +191,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    "as target gateway-base beside gateway in every scenario, redaction on, for an A/B")
     p.add_argument("--tracing", action="store_true", help="also measure gateway-traced (every request "
                    "traced, spans exported to a sink) and gateway-traced-down (its collector down) in S1 and S2")
+    p.add_argument("--store", nargs="?", const="sqlite", help="also measure gateway-store in S1 and S2: the "
+                   "control plane's store on (a spend row per request); a postgresql:// URL, or a SQLite file "
+                   "in the run's temp dir when given without one")
     return p.parse_args(argv)
 
 
@@ -206,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         traced = ("gateway-traced", "gateway-traced-down")
         scenarios = [replace(sc, targets=(*sc.targets[:-1], *traced, sc.targets[-1])) if sc.key in ("S1", "S2")
                      else sc for sc in scenarios]
-    pool = Pool(workdir, baseline, tracing=args.tracing)
+    store_url = None
+    if args.store:
+        store_url = f"sqlite:///{workdir}/store.db" if args.store == "sqlite" else args.store
+        scenarios = [replace(sc, targets=(*sc.targets[:-1], "gateway-store", sc.targets[-1]))
+                     if sc.key in ("S1", "S2") else sc for sc in scenarios]
+    pool = Pool(workdir, baseline, tracing=args.tracing, store_url=store_url)
     print(f"servers' logs: {workdir}", flush=True)
     try:
         info = machine(pool.redaction_off_because, nofile, pool.nginx_bin)

@@ -112,11 +112,13 @@ def start_otlp_sink(workdir: Path) -> Server:
     return server
 
 
-def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | None = None) -> str:
+def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | None = None,
+                   store_url: str | None = None) -> str:
     """The brief's minimal config: one OpenAI-compatible upstream, no auth, warnings-only logging (the
     per-request info line stays out of the measurement); and the same fake upstream as an `anthropic`
     provider behind model `ma`, for the Messages API scenarios. With `otlp_endpoint`, every request is
-    traced (sampling 1.0) and its spans exported there."""
+    traced (sampling 1.0) and its spans exported there. With `store_url`, the control plane's store is on:
+    every request's spend row is committed (group commit) before its last byte."""
     timeouts = "timeouts: {connect_s: 5, first_token_s: 60, idle_s: 60, total_s: 600}"
     mode = "default" if redaction else "'off'"
     base = f"http://127.0.0.1:{upstream_port}"
@@ -133,6 +135,8 @@ def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | Non
         lines.append("redaction: {profiles: {default: {rules: [secrets, pii]}}}")
     if otlp_endpoint:
         lines.append(f'telemetry: {{otlp_endpoint: "{otlp_endpoint}", sampling_ratio: 1.0}}')
+    if store_url:
+        lines.append(f'store: {{url: "{store_url}"}}')
     return "\n".join(lines) + "\n"
 
 

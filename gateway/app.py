@@ -13,10 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from gateway.apis.admin import PREFIX as ADMIN_PREFIX
+from gateway.apis.admin import admin
 from gateway.apis.chat import chat_completions
 from gateway.apis.embeddings import embeddings_handler
 from gateway.apis.messages import messages
@@ -25,16 +28,20 @@ from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.apis.spend import key_spend
 from gateway.config.types import Config, ServerConfig, TlsConfig
+from gateway.errors import StartupError
 from gateway.inbound import Handler, HttpServer, Request, ServerLimits
 from gateway.observe.metrics import Metrics, add_process_collectors, create_metrics, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.state.base import StateBackend, create_backend
+from gateway.store import ControlPlane, StoreHooks, StoreUnavailable
 from gateway.upstream import Upstream
 
 if TYPE_CHECKING:
     from gateway.observe.tracing import Tracing
+
+log = structlog.get_logger("gateway")
 
 
 class App:
@@ -46,7 +53,8 @@ class App:
         self.metrics = metrics or create_metrics()
         preinitialise(self.metrics, config)
         self.upstream = Upstream(config.egress)
-        self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics)
+        self.control = _control_plane(config, self.metrics)
+        self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics, control=self.control)
         self._state: StateBackend | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
@@ -67,6 +75,11 @@ class App:
         metrics = self.metrics
         self._state = create_backend(self.config.state, self.config.cache,
                                     on_degraded=lambda reason: metrics.state_degraded.inc())
+        if self.control is not None:
+            try:
+                await self.control.start()
+            except StoreUnavailable as exc:  # start needs the schema; later outages are served from cache
+                raise StartupError(f"store.url: cannot open the store: {exc}") from None
 
     async def close(self) -> None:
         self.upstream.close()
@@ -74,6 +87,8 @@ class App:
             await asyncio.to_thread(self.tracing.shutdown)
         if self._state is not None:
             await self._state.close()
+        if self.control is not None:
+            await self.control.close()
 
     @property
     def state(self) -> StateBackend:
@@ -90,6 +105,8 @@ class App:
             raise ValueError("server.tls: turning TLS on or off needs a restart")
         context = tls_context(tls) if tls is not None else None
         old = self.runtime
+        if config.store != self.config.store:
+            log.warning("store_change_needs_restart", message="store.* is read at start; a reload keeps it")
         runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
         preinitialise(old.metrics, config)
         return Reload(runtime, context)
@@ -108,6 +125,15 @@ class App:
 class Reload:
     runtime: Runtime
     tls: ssl.SSLContext | None
+
+
+def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:
+    """The store's client side, when `store.url` is set (started by `App.start`)."""
+    if config.store.url is None:
+        return None
+    up = metrics.store_up.labels()
+    return ControlPlane(config.store, StoreHooks(health=lambda ok: up.set(1 if ok else 0),
+                                                 error=lambda op: metrics.child(metrics.store_errors, op).inc()))
 
 
 def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
@@ -156,6 +182,7 @@ def _routes() -> dict[str, dict[str, Handler]]:
         "/v1/models/{id}": {"GET": retrieve_model},
         "/healthz": {"GET": healthz},
         "/readyz": {"GET": readyz},
+        ADMIN_PREFIX: {"*": admin},  # every method of every path under it
     }
 
 

@@ -31,6 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-config", help="validate a config file")
     c.add_argument("path")
     sub.add_parser("version", help="print the version")
+    m = sub.add_parser("migrate", help="apply the store's schema migrations (store.url) and exit")
+    m.add_argument("--config", help="config file (default: $GATEWAY_CONFIG)")
+    from gateway.admin_cli import add_parser
+
+    add_parser(sub)
     return p
 
 
@@ -116,7 +121,46 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "check-config":
         return check_config(args.path)
+    if args.command == "migrate":
+        return migrate(args.config)
+    if args.command == "admin":
+        from gateway.admin_cli import run
+
+        return run(args)
     return serve(args)
+
+
+def migrate(config_path: str | None) -> int:
+    """`gateway migrate`: for operators who run migrations as a job before the gateways start."""
+    path = config_path_from_env(config_path)
+    if path is None:
+        print("gateway migrate: give --config (or GATEWAY_CONFIG)", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        return _invalid(exc.errors)
+    url = config.store.url
+    if url is None:
+        print(f"gateway migrate: {path} sets no store.url", file=sys.stderr)
+        return 2
+    from gateway.store import Store, StoreUnavailable
+    from gateway.store.migrations import LATEST
+
+    async def run() -> list[int]:
+        store = await Store.open(url, config.store.connect_timeout_s)
+        try:
+            return await store.migrate()
+        finally:
+            await store.close()
+
+    try:
+        applied = asyncio.run(run())
+    except StoreUnavailable as exc:
+        print(f"gateway migrate: {exc}", file=sys.stderr)
+        return 1
+    print(f"applied {', '.join(map(str, applied))}" if applied else "nothing to apply", f"(schema version {LATEST})")
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

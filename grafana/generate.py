@@ -294,6 +294,38 @@ def overview_keys() -> list[Panel | Row]:
     ]
 
 
+def overview_teams() -> list[Panel | Row]:
+    """The control plane's teams (stored keys, docs/keys-teams-spend.md): requests and spend by team."""
+    rng = "$__range"
+    team = "llm_gateway_team_cost_usd_total"
+    return [
+        Row("Per team (control plane)"),
+        timeseries("Requests per second by team",
+                   "Answered requests per second of stored keys, by their team (control plane; empty "
+                   "without store.url). The spend ledger holds the same per request.",
+                   [Query(f"sum by (team) (rate(llm_gateway_team_requests_total{{{M}}}[{RI}]))", "{{team}}")],
+                   unit="reqps", width=8),
+        timeseries("Cost per hour by team",
+                   "Spend rate in USD per hour by team, from the serving deployments' prices. The monthly "
+                   "report: GET /admin/v1/spend?group_by=team,model.",
+                   [Query(f"sum by (team) (rate({team}{{{M}}}[{RI}])) * 3600", "{{team}}")],
+                   unit="currencyUSD", width=8),
+        stat("Store up",
+             "1 while every selected gateway reaches the control plane's store; 0: stored keys are served "
+             "from each replica's cache and admin writes answer 503.",
+             f"min(llm_gateway_store_up{{{J}}})", unit="none", width=4, height=8),
+        timeseries("Store errors per second",
+                   "Failed store operations by kind: refresh (the key cache's poll), ledger (spend rows, kept "
+                   "and retried), admin (answered 503).",
+                   [Query(f"sum by (op) (rate(llm_gateway_store_errors_total{{{J}}}[{RI}]))", "{{op}}")],
+                   unit="ops", width=4),
+        stat("Spend by team over the selected range",
+             "USD spent by each team's stored keys over the selected time range, by team.",
+             f"sum by (team) (increase({team}{{{M}}}[{rng}]))", unit="currencyUSD",
+             legend="{{team}}", decimals=2, width=24),
+    ]
+
+
 def overview_safety() -> list[Panel | Row]:
     ver = "llm_gateway_guardrail_verdicts_total"
     blocks = f"sum by (guardrail, stage) (rate({ver}{{{J}, verdict=\"block\"}}[{RI}]))"
@@ -336,7 +368,7 @@ def build() -> dict[str, dict[str, object]]:
             "llm-gateway-overview", "LLM gateway / Overview",
             "Traffic, errors, upstream attempts, tokens, cost and safety of the LLM gateway.",
             [*overview_summary(), *overview_traffic(), *overview_upstream(), *overview_tokens(),
-             *overview_keys(), *overview_safety()]),
+             *overview_keys(), *overview_teams(), *overview_safety()]),
     }
 
 

@@ -4,11 +4,13 @@ set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v promtool >/dev/null || need+=(prometheus)
+# the control plane's tests run a real PostgreSQL server (tests/postgres_server.py finds its binaries here)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   # The Debian packages start their services; tests start their own on free ports.
-  for svc in redis-server prometheus; do $SUDO systemctl stop "$svc" 2>/dev/null || $SUDO service "$svc" stop 2>/dev/null || true; done
+  for svc in redis-server prometheus postgresql; do $SUDO systemctl stop "$svc" 2>/dev/null || $SUDO service "$svc" stop 2>/dev/null || true; done
 fi

@@ -83,7 +83,15 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in (
     _spec("llm_gateway_build_info", "gauge", "version"),
 )})
 
+# The control plane's (CONTRACT §11), present only with `store.url`: dashboards may use them too.
+CONTROL_PLANE_METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in (
+    _spec("llm_gateway_store_up", "gauge", ""),
+    _spec("llm_gateway_store_errors_total", "counter", "op", op=("refresh", "ledger", "admin")),
+    _spec("llm_gateway_team_requests_total", "counter", "team model"),
+    _spec("llm_gateway_team_cost_usd_total", "counter", "team model"),
+)})
+
 # Every name a PromQL query may use for a contract metric, mapped to its spec.
 SERIES: Mapping[str, MetricSpec] = MappingProxyType(
-    {series: spec for spec in METRICS.values() for series in spec.series_names}
+    {series: spec for spec in (*METRICS.values(), *CONTROL_PLANE_METRICS.values()) for series in spec.series_names}
 )

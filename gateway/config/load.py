@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from gateway.config import edges
+from gateway.config.control import STORE_KEYS, admin_config, store_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
 from gateway.config.safety_config import guardrail, profile, rule_validator
@@ -224,7 +225,7 @@ class _Ctx:
 
 
 _TOP = ("server", "auth", "state", "providers", "models", "guardrails", "redaction", "cache", "logging",
-        "telemetry")
+        "telemetry", "admin", "store")
 
 
 def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> Config:
@@ -268,6 +269,8 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
     st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url"))
     c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
     lg = Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
+    admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ("keys",)), auth)
+    store = store_config(Section(top.raw.get("store"), "store", errs, STORE_KEYS), admin)
     config = Config(
         server=_server(Section(top.raw.get("server"), "server", errs,
                                 ("host", "port", "metrics_port", "max_body_bytes", "drain_s",
@@ -284,10 +287,11 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
                               format=lg.choice("format", ("json", "console"), "json")),  # type: ignore[arg-type]
         telemetry=telemetry_config(Section(top.raw.get("telemetry"), "telemetry", errs, TELEMETRY_KEYS), env),
         egress=edges.egress_from_env(env, errs),
+        admin=admin, store=store,
     )
     if not models:
         errs.add("models", "at least one model is required")
-    if not config.auth.keys and not config.auth.allow_unauthenticated:
+    if not config.auth.keys and not config.auth.allow_unauthenticated and store.url is None:
         errs.add("auth", "no keys configured: add auth.keys or set auth.allow_unauthenticated: true")
     return config
 
@@ -313,6 +317,7 @@ _EVERY_SECTION: dict[str, Any] = {
     "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}]}],
     "guardrails": [{"name": "g", "terms": ["x"]}],
     "redaction": {"profiles": {"r": {"custom": [{"name": "c", "pattern": "x"}]}}},
+    "admin": {"keys": [{"name": "a", "key": "y"}]},
 }
 _NAMED = (("providers.p.", "providers.<name>."), ("redaction.profiles.r.", "redaction.profiles.<name>."))
 

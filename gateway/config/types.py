@@ -64,6 +64,22 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TeamLimits:
+    """A stored key's team (CONTRACT §11): limits and a budget counted for all its keys together, on top
+    of each key's own. Counted in the state backend under `team/<name>` (`/` is in no key name)."""
+
+    name: str
+    rpm: int | None = None
+    tpm: int | None = None
+    budget_usd: float | None = None
+    budget_period: Literal["day", "month"] = "day"
+
+    @property
+    def counter(self) -> str:
+        return f"team/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class ApiKey:
     name: str
     key: str | None = field(default=None, repr=False)
@@ -73,6 +89,8 @@ class ApiKey:
     tpm: int | None = None
     budget_usd: float | None = None
     budget_period: Literal["day", "month"] = "day"
+    team: TeamLimits | None = None  # stored keys only; `models` is then already the two lists' intersection
+    expires_at: float | None = None  # epoch seconds (stored keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +103,33 @@ class AuthConfig:
 class StateConfig:
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminKey:
+    """A control-plane key (`admin.keys`): valid on /admin/v1 only, never as a gateway key."""
+
+    name: str
+    key_sha256: str = field(repr=False)  # hex digest: a plain `key` is digested at load
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    keys: tuple[AdminKey, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Where keys, teams, the spend ledger and the audit log live (CONTRACT §11); no `url`: no store."""
+
+    url: str | None = field(default=None, repr=False)  # sqlite:///path or postgresql://...
+    poll_s: float = 0.5  # the version poll every replica runs (a backstop for PostgreSQL's NOTIFY)
+    ledger_wait_s: float = 2.0  # longest a response waits for its ledger commit while the store is down
+    connect_timeout_s: float = 5.0
+
+    @property
+    def dialect(self) -> str:
+        return "" if self.url is None else self.url.partition(":")[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,11 +240,15 @@ class Config:
     logging: LoggingConfig
     telemetry: TelemetryConfig = TelemetryConfig()
     egress: Egress = Egress()
+    admin: AdminConfig = AdminConfig()
+    store: StoreConfig = StoreConfig()
     is_demo: bool = False
 
     def secret_values(self) -> tuple[str, ...]:
         """Every configured secret, so output paths can prove none of them leaks."""
         out: list[str] = [p.api_key for p in self.providers.values() if p.api_key]
         out += [k.key for k in self.auth.keys if k.key]
+        if self.store.url and "@" in self.store.url:
+            out.append(self.store.url)
         return tuple(out)
 

@@ -56,6 +56,8 @@ class RequestContext:
     verdicts: dict[str, str] = field(default_factory=dict)
     stream_error: str | None = None  # reason, when a committed stream ended with an error event
     reservation: Any = None  # state.base.Reservation of tokens reserved against the key's tpm
+    team_reservation: Any = None  # the same against the key's team's tpm (stored keys in a team)
+    spend_recorded: bool = False  # its row is in the spend ledger (`pipeline.spend`): once per request
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
     trace: RequestTrace = NO_TRACE  # the request's spans (`observe.tracing`), when traced

@@ -69,6 +69,10 @@ class Metrics:
     spans_dropped: Any
     learned_fallbacks: Any
     local_limit_workers: Any
+    store_up: Any
+    store_errors: Any
+    team_requests: Any
+    team_cost: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -136,6 +140,11 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         local_limit_workers=Gauge("local_limit_workers", "Worker processes that each enforce every rate limit "
                                   "and budget on their own (--workers > 1 with state.backend memory)", [],
                                   multiprocess_mode="max", **kw),
+        store_up=Gauge("store_up", "1 while the control plane's store (store.url) answers, 0 while it does not "
+                       "(stored keys are then served from each replica's cache)", [], multiprocess_mode="min", **kw),
+        store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
+        team_requests=Counter("team_requests", "Answered requests of stored keys, by team", ["team", "model"], **kw),
+        team_cost=Counter("team_cost_usd", "Spend of stored keys, by team", ["team", "model"], **kw),
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:
@@ -150,6 +159,7 @@ def add_process_collectors(registry: CollectorRegistry) -> None:
     GCCollector(registry=registry)
 
 
+STORE_OPS = ("refresh", "ledger", "admin")
 HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "send_stall", "bad_request", "too_large", "upgrade",
                         "tls_handshake")
 STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_timeout", "malformed",
@@ -161,6 +171,9 @@ def preinitialise(m: Metrics, config: Config) -> None:
     `instance`), not gaps and not `or vector(0)`'s label-less phantom series."""
     for reason in HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
+    if config.store.url is not None:
+        for op in STORE_OPS:
+            m.store_errors.labels(op)
     _preinitialise_safety(m, config)
     for api_key in config.auth.keys:
         for limit, value in (("rpm", api_key.rpm), ("tpm", api_key.tpm)):
@@ -263,3 +276,10 @@ def record_redactions(m: Metrics, counts: Iterable[tuple[str, int]]) -> int:
             m.child(m.redactions, rule).inc(n)
             total += n
     return total
+
+
+def record_team(m: Metrics, team: str, model: str, cost: float) -> None:
+    """One answered request of a stored key in `team` (a store name, bounded by the teams there are)."""
+    m.child(m.team_requests, team, model).inc()
+    if cost:
+        m.child(m.team_cost, team, model).inc(cost)

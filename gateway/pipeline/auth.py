@@ -11,14 +11,22 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
+from typing import Protocol
 
 from gateway.config.types import ApiKey, AuthConfig
 from gateway.errors import InvalidApiKey, ModelNotAllowed
 
 
+class KeySource(Protocol):
+    """More keys beside the config's: the store's, cached in this replica (`gateway.store.KeyCache`)."""
+
+    def find(self, digest: bytes) -> ApiKey | None: ...
+
+
 class KeyRing:
-    def __init__(self, auth: AuthConfig):
-        self._open = auth.allow_unauthenticated and not auth.keys
+    def __init__(self, auth: AuthConfig, stored: KeySource | None = None):
+        self._stored = stored
+        self._open = auth.allow_unauthenticated and not auth.keys and stored is None
         self._by_digest: dict[bytes, ApiKey] = {}
         for k in auth.keys:
             digest = bytes.fromhex(k.key_sha256) if k.key_sha256 else _digest(k.key or "")
@@ -42,6 +50,9 @@ class KeyRing:
         for known, key in self._by_digest.items():
             if hmac.compare_digest(known, digest):
                 return key
+        stored = self._stored.find(digest) if self._stored is not None else None
+        if stored is not None:
+            return stored
         if self._allow_anonymous:
             return None
         raise InvalidApiKey("invalid gateway key")

@@ -18,6 +18,7 @@ import structlog
 
 from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
+from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.runtime import Runtime
 from gateway.state.base import StateBackend
 from gateway.state.cache_key import cache_key
@@ -77,7 +78,9 @@ async def serve_hit(request: Request, ctx: RequestContext, body: dict[str, Any],
     headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", **hit_headers(ctx)}
     resp = StreamResponse(status=200, headers=headers)
     await resp.prepare(request)
-    await resp.write(render(body, ctx))
+    data = render(body, ctx)
+    await commit_spend(request.app.runtime, ctx)
+    await resp.write(data)
     # TTFT of a hit, under provider "cache" so dashboards can tell it from the providers' (CONTRACT §6)
     ctx.ttft_s = time.perf_counter() - ctx.t_start
     m = request.app.metrics

@@ -17,6 +17,7 @@ from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.guardrails import record
 from gateway.pipeline.held_line import judge_keeping_alive
+from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.relay import OutputFilter, StreamEnded, check_refusal, malformed_skipped, pump, stream_ended
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
@@ -84,6 +85,7 @@ class HeldEndRelay(Generic[S, F]):
         end = self.end_bytes()
         check_refusal(filt)
         self.account(passed=True)  # before the client can see the end
+        await commit_spend(self.rt, self.ctx)
         if self.sink.hold is not None:
             await self.sink.release_held(tail + end)
         else:
@@ -102,6 +104,7 @@ class HeldEndRelay(Generic[S, F]):
         if end.reason != "guardrail":  # counted before the client can see the event
             self.rt.metrics.stream_failures.labels(self.ctx.model.name, d.label, end.reason).inc()
         self.account(passed=False)
+        await commit_spend(self.rt, self.ctx)
         await self.sink.quiet()
         await self.client.write(payload)
 

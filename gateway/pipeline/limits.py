@@ -11,6 +11,7 @@ import time
 
 import structlog
 
+from gateway.config.types import TeamLimits
 from gateway.errors import BudgetExceeded, RateLimited
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
@@ -37,6 +38,8 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens
     if key is None:
         return
     now = rt.clock()
+    if key.team is not None:  # a stored key in a team: the team's limits first, then the key's own
+        await admit_team(rt, state, ctx, key.team, now)
     if key.budget_usd is not None:
         spent = await state.spend(key.name, key.budget_period, now)
         if spent >= key.budget_usd:
@@ -53,6 +56,23 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens
         retry = max(1, int(decision.retry_after_s + 0.999))
         raise RateLimited(f"key {key.name} is over its {limit} limit", headers={"Retry-After": str(retry)})
     ctx.reservation = reservation
+
+
+async def admit_team(rt: Runtime, state: StateBackend, ctx: RequestContext, team: TeamLimits, now: float) -> None:
+    """The team's budget, rpm and tpm, counted for all its keys together (CONTRACT §11)."""
+    if team.budget_usd is not None:
+        spent = await state.spend(team.counter, team.budget_period, now)
+        if spent >= team.budget_usd:
+            raise BudgetExceeded(f"the budget of team {team.name} for this {team.budget_period} is used up")
+    if team.rpm is None and team.tpm is None:
+        return
+    reserve = estimate_tokens(ctx) if team.tpm is not None else 0
+    decision, reservation = await state.check_request(team.counter, team.rpm, team.tpm, reserve, now)
+    if not decision.allowed:
+        limit = decision.limit or "rpm"
+        retry = max(1, int(decision.retry_after_s + 0.999))
+        raise RateLimited(f"team {team.name} is over its {limit} limit", headers={"Retry-After": str(retry)})
+    ctx.team_reservation = reservation
 
 
 def ratelimit_headers(rpm: int | None, tpm: int | None, decision: LimitDecision, now: float) -> dict[str, str]:
@@ -86,7 +106,8 @@ def needs_settle(ctx: RequestContext) -> bool:
     """Whether `settle` has anything to charge (most requests of an unlimited key have not). Every key's
     spend is kept, budget or not, so `GET /v1/gateway/spend` can tell any team what it spent."""
     key = ctx.key
-    return key is not None and (ctx.reservation is not None or ctx.cost_usd > 0)
+    return key is not None and (ctx.reservation is not None or ctx.team_reservation is not None
+                                or ctx.cost_usd > 0)
 
 
 async def settle(state: StateBackend, ctx: RequestContext) -> None:
@@ -95,10 +116,14 @@ async def settle(state: StateBackend, ctx: RequestContext) -> None:
     if key is None:
         return
     try:
+        actual = ctx.usage.input + ctx.usage.output if ctx.usage is not None else 0
         if ctx.reservation is not None:
-            actual = ctx.usage.input + ctx.usage.output if ctx.usage is not None else 0
             await state.settle_tokens(ctx.reservation, actual)
+        if ctx.team_reservation is not None:
+            await state.settle_tokens(ctx.team_reservation, actual)
         if ctx.cost_usd > 0:
             await state.add_spend(key.name, key.budget_period, ctx.cost_usd, time.time())
+            if key.team is not None:
+                await state.add_spend(key.team.counter, key.team.budget_period, ctx.cost_usd, time.time())
     except Exception as exc:  # state failures degrade inside the backend; this is a last resort
         log.warning("settle_failed", key=key.name, error=type(exc).__name__)

@@ -19,6 +19,7 @@ from gateway.inbound import Handler, Request, Response, StreamResponse
 from gateway.observe.context import Admission, RequestContext
 from gateway.observe.logs import info_enabled
 from gateway.pipeline.cors import cors_headers, preflight
+from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.limits import needs_settle, settle
 from gateway.pipeline.request import is_anthropic
 
@@ -28,6 +29,7 @@ _API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embed
 _ANTHROPIC_SHAPE = frozenset({"/v1/messages", "/v1/messages/count_tokens"})  # errors in Anthropic's shape
 UNRESOLVED = "(unresolved)"
 _NO_ADMISSION = Admission()
+ADMIN_PREFIX = "/admin/v1/"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", "total_timeout": "timeout",
                    "first_token_timeout": "timeout", "upstream_timeout": "timeout"}
@@ -65,6 +67,8 @@ def error_response(err: GatewayError, request_id: str, path: str = "", anthropic
 
 async def _route(request: Request) -> Response | StreamResponse:
     routes: Mapping[str, Mapping[str, Handler]] = request.app.routes
+    if request.path.startswith(ADMIN_PREFIX):  # the control plane routes its own paths (CONTRACT §11)
+        return await routes[ADMIN_PREFIX]["*"](request)
     methods = routes.get(request.path)
     if methods is None:
         parent, _, leaf = request.path.rpartition("/")
@@ -143,9 +147,10 @@ async def _finish(request: Request, api: str, end: _End) -> None:
     metrics.child(metrics.duration, api, model, stream, outcome).observe(duration)
     request.trace.finish(ctx, end.status, outcome)
     cancelled = False
-    if ctx is not None and needs_settle(ctx):
+    unrecorded = ctx is not None and not ctx.spend_recorded and request.app.runtime.control is not None
+    if ctx is not None and (needs_settle(ctx) or unrecorded):
         try:
-            await asyncio.shield(settle(request.app.state, ctx))
+            await asyncio.shield(_account(request, ctx, outcome))
         except asyncio.CancelledError:
             # the client hung up while the (shielded) settlement ran, typically right after reading the
             # whole answer: the request still gets its one log line, then the cancellation goes on
@@ -154,6 +159,13 @@ async def _finish(request: Request, api: str, end: _End) -> None:
         _log_line(request, ctx, adm, api, stream, end, duration)
     if cancelled:
         raise asyncio.CancelledError
+
+
+async def _account(request: Request, ctx: RequestContext, outcome: str) -> None:
+    """The spend ledger's row (a whole response's, before its body leaves) and the state's counters."""
+    await commit_spend(request.app.runtime, ctx, outcome)
+    if needs_settle(ctx):
+        await settle(request.app.state, ctx)
 
 
 def _deployment(ctx: RequestContext | None, end: _End) -> str | None:

@@ -29,6 +29,7 @@ from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.first_token import StreamCore
 from gateway.pipeline.guardrails import record
 from gateway.pipeline.held_line import judge_keeping_alive
+from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import SafetyRun
 from gateway.pipeline.sink import ClientSink
@@ -119,6 +120,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
             raise StreamEnded("guardrail", verdict_error)
         _record_stream_guards(rt, ctx, None)
         stream_ended(rt, ctx, opened)
+        await commit_spend(rt, ctx)  # in the ledger before the client can see the end
         await client.write_eof(tail + DONE_EVENT)  # the last data and the chunked terminator in one write
         if opened.response is not None:
             opened.response.finish()  # keep the upstream connection for the next request
@@ -169,6 +171,7 @@ async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamRespon
     if end.reason != "guardrail":  # counted before the client can see the event
         rt.metrics.stream_failures.labels(ctx.model.name, d.label, end.reason).inc()
     assert end.error is not None
+    await commit_spend(rt, ctx)
     await client.write(tail + end.error.sse_bytes())
 
 

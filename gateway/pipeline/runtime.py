@@ -21,6 +21,7 @@ from gateway.providers.base import ChatTranslator
 from gateway.providers.messages_anthropic import MessagesTranslator
 from gateway.providers.registry import Translators, build_translators
 from gateway.providers.responses_openai import ResponsesTranslator
+from gateway.store import ControlPlane
 from gateway.upstream import Upstream
 
 
@@ -38,6 +39,7 @@ class Runtime:
     inputs: InputRedaction = field(default_factory=InputRedaction)  # prompt masking, off the loop's path
     rand: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time  # epoch seconds for the rate limits (tests drive their own)
+    control: ControlPlane | None = None  # the store's keys, teams and ledger (`store.url`), kept on reload
 
     def provider(self, d: Deployment) -> ProviderConfig:
         return self.config.providers[d.provider]
@@ -69,18 +71,20 @@ class Runtime:
 
 
 def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
-                  previous: Runtime | None = None) -> Runtime:
+                  previous: Runtime | None = None, control: ControlPlane | None = None) -> Runtime:
     """Compile a config. Raises ValueError with a key path when something cannot be compiled."""
+    control = control or (previous.control if previous else None)
     return Runtime(
         config=config,
         translators=build_translators(config.providers),
         upstream=upstream,
         metrics=metrics,
         safety=compile_safety(config),
-        keyring=KeyRing(config.auth),
+        keyring=KeyRing(config.auth, control.cache if control is not None else None),
         learned=previous.learned if previous else Learned(metrics),
         breakers=previous.breakers if previous else {},
         inflight=previous.inflight if previous else {},
         inputs=previous.inputs if previous else InputRedaction(),
         clock=previous.clock if previous else time.time,
+        control=control,
     )

@@ -38,6 +38,7 @@ FULLNAME = "rel-llm-gateway"
 ALL_ON: dict[str, Any] = {
     "workers": 2,
     "redis": {"url": "redis://:s3cret-redis-pw@redis-master:6379/0"},
+    "store": {"url": "postgresql://gw:s3cret-db-pw@db:5432/gw"},
     "secret": {"env": {"OPENAI_API_KEY": "sk-test-not-a-real-key"}, "generateGatewayKey": True},
     "extraEnv": [{"name": "EXTRA", "value": "1"}],
     "ingress": {"enabled": True, "annotations": {"nginx.ingress.kubernetes.io/proxy-read-timeout": "600"},
@@ -143,7 +144,7 @@ def test_manifests_validate_against_kubernetes_schemas(
 
 def test_all_on_renders_every_optional_resource(chart: helm.Chart) -> None:
     kinds = sorted({d["kind"] for d in render(chart, ALL_ON)})
-    assert kinds == sorted({"ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy",
+    assert kinds == sorted({"ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Ingress", "Job", "NetworkPolicy",
                             "PodDisruptionBudget", "PrometheusRule", "Secret", "Service", "ServiceAccount",
                             "ServiceMonitor"})
 
@@ -537,3 +538,34 @@ def test_readme_documents_every_value() -> None:
 
     missing = [key for key in leaves(values, "") if f"`{key}`" not in readme]
     assert missing == []
+
+
+def test_store_url_from_an_existing_secret_with_a_migrations_job(chart: helm.Chart, tmp_path: Path) -> None:
+    values = {"store": {"existingSecret": "gateway-db"}, "admin": {"existingSecret": "gateway-admin"}}
+    docs = render(chart, values)
+    config = gateway_config(docs)
+    assert config["store"] == {"url": "${GATEWAY_STORE_URL}"}
+    assert config["admin"] == {"keys": [{"name": "platform", "key": "${GATEWAY_ADMIN_KEY}"}]}
+    env = {e["name"]: e for e in container(docs)["env"]}
+    assert env["GATEWAY_STORE_URL"]["valueFrom"] == {"secretKeyRef": {"name": "gateway-db", "key": "url"}}
+    assert env["GATEWAY_ADMIN_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "gateway-admin",
+                                                                      "key": "admin-key"}}
+    job = only(docs, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,pre-upgrade"
+    migrate = job["spec"]["template"]["spec"]["containers"][0]
+    assert migrate["args"] == ["migrate", "--config", "/etc/gateway/config.yaml"]
+    assert {e["name"] for e in migrate["env"]} >= {"GATEWAY_STORE_URL", "GATEWAY_ADMIN_KEY"}
+    hook_config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-migrate"))
+    assert yaml.safe_load(hook_config["data"]["config.yaml"]) == config
+    result = check_config(config, {**secret_env(docs), "GATEWAY_STORE_URL": "postgresql://u:p@db:5432/g",
+                                   "GATEWAY_ADMIN_KEY": "an-admin-key"}, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Job" not in {d["kind"] for d in render(chart, {"store": {"existingSecret": "x", "migrationsJob": False}})}
+    assert "Job" not in {d["kind"] for d in render(chart)}
+
+
+def test_store_url_stays_out_of_the_configmap(chart: helm.Chart) -> None:
+    docs = render(chart, ALL_ON)
+    configmaps = yaml.safe_dump([d for d in docs if d["kind"] == "ConfigMap"])
+    assert "s3cret-db-pw" not in configmaps
+    assert secret_env(docs)["GATEWAY_STORE_URL"] == "postgresql://gw:s3cret-db-pw@db:5432/gw"

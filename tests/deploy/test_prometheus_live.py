@@ -29,6 +29,7 @@ from tests.deploy.promql_lint import substitute
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-gw-live-team-a"
+ADMIN_KEY = "adm-live-" + "a" * 32
 # A key with (generous) limits, priced tokens, a guardrail and redaction: every dashboard series has a
 # real value or a real zero, with the scrape's own job and instance.
 GATEWAY_CONFIG = f"""\
@@ -39,7 +40,10 @@ models: [{{name: demo, guardrails: [never-said], redaction: default,
           deployments: [{{provider: demo, model: demo-1, price: {{input: 1, output: 2}}}}]}}]
 guardrails: [{{name: never-said, type: terms, terms: ["no model says this"], stage: both}}]
 redaction: {{profiles: {{default: {{rules: [secrets]}}}}}}
+admin: {{keys: [{{name: ops, key: {ADMIN_KEY}}}]}}
 """
+# and the control plane's store (a SQLite file in the test's temp dir), with a stored key in a team:
+# the per-team panels get real series too
 DEADLINE_S = 20.0
 
 
@@ -89,7 +93,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
     tmp = tmp_path_factory.mktemp("gateway")
-    (tmp / "config.yaml").write_text(GATEWAY_CONFIG)
+    (tmp / "config.yaml").write_text(GATEWAY_CONFIG + f"store: {{url: 'sqlite:///{tmp}/store.db'}}\n")
     port, metrics_port = _free_port(), _free_port()
     proc = _start([sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "config.yaml"),
                    "--port", str(port), "--metrics-port", str(metrics_port)], tmp / "gateway.log")
@@ -141,6 +145,9 @@ class Traffic(threading.Thread):
         super().__init__(daemon=True)
         self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY,
                                     max_retries=0, timeout=10)
+        stored = _admin(port, "teams", {"name": "search"}) and _admin(port, "keys", {"name": "dev-1", "team": "search"})
+        self.team_client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=stored["key"],
+                                         max_retries=0, timeout=10)
         self.stopping = threading.Event()
         self.sent = 0
         self.error: BaseException | None = None
@@ -153,9 +160,18 @@ class Traffic(threading.Thread):
                 text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
                 reply = self.client.chat.completions.create(model="demo", messages=messages)
                 assert text and reply.choices[0].message.content == text
-                self.sent += 2
+                self.team_client.chat.completions.create(model="demo", messages=messages)
+                self.sent += 3
         except BaseException as exc:  # reported by the test, not swallowed
             self.error = exc
+
+
+def _admin(port: int, what: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/admin/v1/{what}", data=json.dumps(body).encode(),
+                                 method="POST", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        answer: dict[str, Any] = json.loads(resp.read())
+        return answer
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,13 @@ redis is configured, so the URL (which may hold a password) lives in a Secret, n
 {{- if include "llm-gateway.redisEnabled" . }}
 {{- $_ := set $cfg "state" (dict "backend" "redis" "redis_url" "${REDIS_URL}") }}
 {{- end }}
+{{- if include "llm-gateway.storeEnabled" . }}
+{{- $_ := set $cfg "store" (merge (dict "url" "${GATEWAY_STORE_URL}") (default dict $cfg.store)) }}
+{{- $_ := set $cfg.store "url" "${GATEWAY_STORE_URL}" }}
+{{- end }}
+{{- if .Values.admin.existingSecret }}
+{{- $_ := set $cfg "admin" (dict "keys" (list (dict "name" .Values.admin.name "key" "${GATEWAY_ADMIN_KEY}"))) }}
+{{- end }}
 {{- $server := default dict $cfg.server }}
 {{- if has (toString (default "127.0.0.1" $server.host)) (list "127.0.0.1" "localhost" "::1") }}
 {{- fail "config.server.host must not be a loopback address inside a pod: use 0.0.0.0 (or ::)" }}
@@ -107,7 +114,42 @@ redis is configured, so the URL (which may hold a password) lives in a Secret, n
 
 {{/* True when the chart renders its own Secret (provider/gateway keys and/or REDIS_URL). */}}
 {{- define "llm-gateway.createSecret" -}}
-{{- if or (and .Values.secret.create (not .Values.existingSecret)) .Values.redis.url }}true{{ end }}
+{{- if or (and .Values.secret.create (not .Values.existingSecret)) .Values.redis.url .Values.store.url }}true{{ end }}
+{{- end }}
+
+{{/* True ("true") when the release keeps the control plane's store in PostgreSQL. */}}
+{{- define "llm-gateway.storeEnabled" -}}
+{{- if or .Values.store.url .Values.store.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* The environment the gateway's config refers to (the pods' and the migrations Job's). */}}
+{{- define "llm-gateway.env" -}}
+- name: TMPDIR
+  value: /tmp
+{{- if .Values.redis.existingSecret }}
+- name: REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.existingSecret }}
+      key: {{ .Values.redis.existingSecretKey }}
+{{- end }}
+{{- if .Values.store.existingSecret }}
+- name: GATEWAY_STORE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.store.existingSecret }}
+      key: {{ .Values.store.existingSecretKey }}
+{{- end }}
+{{- if .Values.admin.existingSecret }}
+- name: GATEWAY_ADMIN_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.admin.existingSecret }}
+      key: {{ .Values.admin.existingSecretKey }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* True when the chart generates GATEWAY_API_KEY: the config uses it and nobody provides it. */}}

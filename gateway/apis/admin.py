@@ -1,0 +1,241 @@
+"""`/admin/v1`: the control plane (CONTRACT §11), admin keys only.
+
+Keys and teams are written to the store (each write with its audit row); this replica's cache follows at
+once, the others within `store.poll_s` (or at once on PostgreSQL's NOTIFY). A created or rotated key's
+secret is in the answer once and stored only as its SHA-256. The store down: 503, and the request path
+goes on serving from the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+import orjson
+import structlog
+
+from gateway.apis import admin_fields as f
+from gateway.config.types import Config
+from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, MethodNotAllowed, NotFound
+from gateway.inbound import Request, Response, json_response
+from gateway.store import ControlPlane
+from gateway.store.types import Actor, Conflict, Invalid, Limits, Missing, StoredKey, StoreUnavailable, Team
+
+log = structlog.get_logger("gateway")
+PREFIX = "/admin/v1/"
+Handler = Callable[[Request, ControlPlane, Actor, list[str]], Awaitable[Response]]
+
+
+class NameTaken(GatewayError):
+    status, type, code, outcome = 409, "invalid_request_error", "conflict", "client_error"
+
+
+class StoreDown(GatewayError):
+    status, type, code, outcome = 503, "api_error", "store_unavailable", "upstream_error"
+
+
+async def admin(request: Request) -> Response:
+    rt = request.app.runtime
+    control: ControlPlane | None = rt.control
+    if control is None or not rt.config.admin.keys:
+        raise NotFound("the control plane is off: configure admin.keys and store.url")
+    actor = Actor(admin=_admin_name(rt.config, request.headers), now=time.time())
+    parts = [unquote(p) for p in request.path[len(PREFIX):].split("/")]
+    handler = _handler(request.method, parts)
+    status = 500
+    try:
+        response = await handler(request, control, actor, parts)
+        status = response.status
+        return response
+    except GatewayError as exc:
+        status = exc.status
+        raise
+    except (Conflict, Missing, Invalid, StoreUnavailable) as exc:
+        status = _STATUS[type(exc)]
+        raise _error(control, exc) from None
+    finally:  # one line per admin request: who, what, the answer (never a body: it may hold a secret)
+        log.info("admin_request", request_id=request.request_id, admin=actor.admin, method=request.method,
+                 route=handler.__name__, name=parts[1][:128] if len(parts) > 1 else None, status=status)
+
+
+_STATUS: dict[type[Exception], int] = {Conflict: 409, Missing: 404, Invalid: 400, StoreUnavailable: 503}
+
+
+def _error(control: ControlPlane, exc: Exception) -> GatewayError:
+    if isinstance(exc, Conflict):
+        return NameTaken(str(exc))
+    if isinstance(exc, Missing):
+        return NotFound(str(exc))
+    if isinstance(exc, Invalid):
+        return InvalidRequest(str(exc), param=exc.param)
+    control.hooks.error("admin")
+    return StoreDown(str(exc))
+
+
+def _admin_name(config: Config, headers: dict[str, str]) -> str:
+    scheme, _, value = (headers.get("authorization") or "").partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise InvalidApiKey("missing admin key: send Authorization: Bearer <admin key>")
+    digest = hashlib.sha256(value.strip().encode()).digest()
+    for k in config.admin.keys:
+        if hmac.compare_digest(bytes.fromhex(k.key_sha256), digest):
+            return k.name
+    raise InvalidApiKey("invalid admin key")
+
+
+def _handler(method: str, parts: list[str]) -> Handler:
+    route = {1: parts[0], 2: parts[0] + "/{name}", 3: parts[0] + "/{name}/" + parts[-1]}.get(len(parts), "")
+    methods = _ROUTES.get(route)
+    if methods is None or (len(parts) > 1 and not parts[1]):
+        raise NotFound("no such admin route")
+    handler = methods.get(method)
+    if handler is None:
+        raise MethodNotAllowed("method not allowed on this route", headers={"Allow": ", ".join(methods)})
+    return handler
+
+
+# -- keys -----------------------------------------------------------------------------------------
+
+def key_view(k: StoredKey) -> dict[str, Any]:
+    return {"object": "gateway.key", "name": k.name, "team": k.team, **_limits_view(k.limits),
+            "expires_at": f.iso(k.expires_at), "metadata": orjson.loads(k.metadata), "created_at": f.iso(k.created_at)}
+
+
+def _limits_view(lim: Limits) -> dict[str, Any]:
+    return {"models": None if lim.models is None else list(lim.models), "rpm": lim.rpm, "tpm": lim.tpm,
+            "budget_usd": lim.budget_usd, "budget_period": lim.budget_period}
+
+
+def _new_secret() -> tuple[str, str]:
+    secret = "sk-gw-" + secrets.token_urlsafe(32)
+    return secret, hashlib.sha256(secret.encode()).hexdigest()
+
+
+async def create_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    config: Config = request.app.runtime.config
+    data = f.json_object(request.body, f.KEY_FIELDS)
+    name = f.name_of(data)
+    if any(k.name == name for k in config.auth.keys):
+        raise NameTaken(f"a key named {name} exists (in the config file)")
+    key = StoredKey(name=name, limits=f.limits(data, Limits(), frozenset(config.models)),
+                    team=f.team_of(data, None), expires_at=f.expires_at(data, None),
+                    metadata=f.metadata(data, "{}"), created_at=actor.now)
+    secret, digest = _new_secret()
+    await cp.store.create_key(actor, key, digest)
+    await cp.changed()
+    return json_response({**key_view(key), "key": secret}, status=201)
+
+
+async def list_keys(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    return json_response({"object": "list", "data": [key_view(k) for k in await cp.store.list_keys()]})
+
+
+async def read_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    return json_response(key_view(await cp.store.get_key(parts[1])))
+
+
+async def patch_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    data = f.json_object(request.body, tuple(x for x in f.KEY_FIELDS if x != "name"))
+    old = await cp.store.get_key(parts[1])
+    models = frozenset(request.app.runtime.config.models)
+    new = replace(old, limits=f.limits(data, old.limits, models), team=f.team_of(data, old.team),
+                  expires_at=f.expires_at(data, old.expires_at), metadata=f.metadata(data, old.metadata))
+    await cp.store.update_key(actor, new, data)
+    await cp.changed()
+    return json_response(key_view(new))
+
+
+async def delete_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    await cp.store.delete_key(actor, parts[1])
+    await cp.changed()
+    return json_response({"object": "gateway.key.deleted", "name": parts[1], "deleted": True})
+
+
+async def rotate_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    grace_s = f.grace(f.json_object(request.body, ("grace_s",)))
+    secret, digest = _new_secret()
+    await cp.store.rotate_key(actor, parts[1], digest, grace_s)
+    await cp.changed()
+    key = await cp.store.get_key(parts[1])
+    return json_response({**key_view(key), "key": secret, "previous_key_expires_at": f.iso(actor.now + grace_s)})
+
+
+# -- teams ----------------------------------------------------------------------------------------
+
+def team_view(t: Team) -> dict[str, Any]:
+    return {"object": "gateway.team", "name": t.name, **_limits_view(t.limits), "created_at": f.iso(t.created_at)}
+
+
+async def create_team(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    data = f.json_object(request.body, f.TEAM_FIELDS)
+    team = Team(name=f.name_of(data), limits=f.limits(data, Limits(), frozenset(request.app.runtime.config.models)),
+                created_at=actor.now)
+    await cp.store.create_team(actor, team)
+    await cp.changed()
+    return json_response(team_view(team), status=201)
+
+
+async def list_teams(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    return json_response({"object": "list", "data": [team_view(t) for t in await cp.store.list_teams()]})
+
+
+async def read_team(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    return json_response(team_view(await cp.store.get_team(parts[1])))
+
+
+async def patch_team(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    data = f.json_object(request.body, f.LIMIT_FIELDS)
+    old = await cp.store.get_team(parts[1])
+    new = replace(old, limits=f.limits(data, old.limits, frozenset(request.app.runtime.config.models)))
+    await cp.store.update_team(actor, new, data)
+    await cp.changed()
+    return json_response(team_view(new))
+
+
+async def delete_team(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    await cp.store.delete_team(actor, parts[1])
+    await cp.changed()
+    return json_response({"object": "gateway.team.deleted", "name": parts[1], "deleted": True})
+
+
+# -- spend and audit ------------------------------------------------------------------------------
+
+async def spend(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    q = f.spend_query(dict(parse_qsl(request.head.query)))
+    rows = await cp.store.spend(q)
+    data = [{**dict(r.group), "requests": r.requests, "input_tokens": r.input_tokens,
+             "output_tokens": r.output_tokens, "cached_input_tokens": r.cached_input_tokens,
+             "reasoning_tokens": r.reasoning_tokens, "cost_usd": round(r.cost_usd, 8)} for r in rows]
+    return json_response({"object": "list", "group_by": list(q.group_by), "from": q.day_from, "to": q.day_to,
+                          "data": data})
+
+
+async def audit(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    params = dict(parse_qsl(request.head.query))
+    try:
+        limit = int(params.get("limit", "100"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 1000:
+        raise InvalidRequest("limit must be an integer from 1 to 1000", param="limit")
+    entries = await cp.store.audit(limit)
+    data = [{"at": f.iso(e.ts), "admin": e.admin, "action": e.action, "name": e.target,
+             "detail": orjson.loads(e.detail)} for e in entries]
+    return json_response({"object": "list", "data": data})
+
+
+_ROUTES: dict[str, dict[str, Handler]] = {
+    "keys": {"POST": create_key, "GET": list_keys},
+    "keys/{name}": {"GET": read_key, "PATCH": patch_key, "DELETE": delete_key},
+    "keys/{name}/rotate": {"POST": rotate_key},
+    "teams": {"POST": create_team, "GET": list_teams},
+    "teams/{name}": {"GET": read_team, "PATCH": patch_team, "DELETE": delete_team},
+    "spend": {"GET": spend},
+    "audit": {"GET": audit},
+}

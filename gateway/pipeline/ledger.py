@@ -1,0 +1,51 @@
+"""The request's row in the spend ledger (CONTRACT §11), committed before its last byte is written.
+
+Called once per request, where the answer's end is known and the last write is next: a stream's end
+(before its terminator), a cache hit, and for whole responses by the middleware before the body leaves.
+Without a store it does nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from gateway.observe.context import RequestContext
+from gateway.observe.metrics import record_team
+from gateway.pipeline.runtime import Runtime
+from gateway.store.ledger import IDS
+from gateway.store.types import SpendRow
+
+_STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", "total_timeout": "timeout",
+                   "first_token_timeout": "timeout", "upstream_timeout": "timeout"}
+
+
+async def commit_spend(rt: Runtime, ctx: RequestContext, outcome: str | None = None) -> None:
+    """`outcome` None: a stream's, from how it ended (`ctx.stream_error`)."""
+    control = rt.control
+    if control is None or ctx.spend_recorded:
+        return
+    ctx.spend_recorded = True
+    if outcome is None:
+        outcome = "ok" if ctx.stream_error is None else _STREAM_OUTCOME.get(ctx.stream_error, "upstream_error")
+    row = spend_row(ctx, outcome, time.time())
+    if row.team is not None:
+        record_team(rt.metrics, row.team, row.model, row.cost_usd)
+    await control.ledger.record(row)
+
+
+def spend_row(ctx: RequestContext, outcome: str, now: float) -> SpendRow:
+    u = ctx.usage
+    key = ctx.key
+    return SpendRow(
+        row_id=IDS.new(), request_id=ctx.request_id, ts=now,
+        day=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d"),
+        key=key.name if key is not None else None,
+        team=key.team.name if key is not None and key.team is not None else None,
+        model=ctx.model.name, deployment=ctx.deployment.label if ctx.deployment is not None else None,
+        api=ctx.api, outcome=outcome,
+        input_tokens=u.input if u else 0, output_tokens=u.output if u else 0,
+        cached_input_tokens=u.cached_input if u else 0,
+        cache_creation_input_tokens=u.cache_creation_input if u else 0,
+        reasoning_tokens=u.reasoning if u else 0, cost_usd=ctx.cost_usd,
+    )

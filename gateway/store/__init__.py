@@ -1,0 +1,89 @@
+"""Keys, teams, the spend ledger and the audit log in a database (CONTRACT §11): SQLite (the embedded
+default) and PostgreSQL behind one `Store`, versioned migrations, each replica's `KeyCache` kept in step
+by `StoreSync`, and the `SpendLedger`'s group commit. The request path reads the cache and awaits only
+its own ledger row's commit; nothing else of it waits on the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from gateway.config.types import StoreConfig
+from gateway.store.cache import KeyCache
+from gateway.store.ledger import SpendLedger
+from gateway.store.store import Store
+from gateway.store.sync import StoreSync
+from gateway.store.types import StoreUnavailable
+
+__all__ = ["ControlPlane", "KeyCache", "SpendLedger", "Store", "StoreHooks", "StoreUnavailable"]
+log = structlog.get_logger("gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHooks:
+    """What the store reports (the metrics are observe/'s): its health, and each failed operation."""
+
+    health: Callable[[bool], None]
+    error: Callable[[str], None]  # the operation: refresh, ledger, admin
+
+
+class ControlPlane:
+    """The store and what each replica runs beside it; `start` migrates, loads the cache, and starts the
+    poll (and LISTEN) and the ledger's writer."""
+
+    def __init__(self, config: StoreConfig, hooks: StoreHooks):
+        assert config.url is not None
+        self.config, self.hooks = config, hooks
+        self.cache = KeyCache()
+        self._store: Store | None = None
+        self._sync: StoreSync | None = None
+        self._ledger: SpendLedger | None = None
+
+    async def start(self) -> None:
+        """Raises StoreUnavailable when the store cannot be reached or migrated."""
+        cfg = self.config
+        assert cfg.url is not None
+        store = self._store = await Store.open(cfg.url, cfg.connect_timeout_s)
+        applied = await store.migrate()
+        if applied:
+            log.info("store_migrated", versions=applied, dialect=store.dialect)
+        hooks = self.hooks
+
+        def health(up: bool) -> None:
+            if not up:
+                hooks.error("refresh")
+            hooks.health(up)
+
+        listen = cfg.url if store.dialect == "postgresql" else None
+        self._sync = StoreSync(store, self.cache, cfg.poll_s, health, listen, cfg.connect_timeout_s)
+        await self._sync.start()
+        self._ledger = SpendLedger(store, cfg.ledger_wait_s, lambda: hooks.error("ledger"))
+        self._ledger.start()
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("the control plane has not started")
+        return self._store
+
+    @property
+    def ledger(self) -> SpendLedger:
+        if self._ledger is None:
+            raise RuntimeError("the control plane has not started")
+        return self._ledger
+
+    async def changed(self) -> None:
+        """After this replica's own admin write: its cache follows at once (others within `poll_s`)."""
+        if self._sync is not None:
+            await self._sync.refresh()
+
+    async def close(self) -> None:
+        if self._sync is not None:
+            await self._sync.close()
+        if self._ledger is not None:
+            await self._ledger.close()
+        if self._store is not None:
+            await self._store.close()

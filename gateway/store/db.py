@@ -1,0 +1,55 @@
+"""The one seam between the store's SQL and a driver: a transaction runner per connection.
+
+SQL is written once, with `?` placeholders; each driver adapts it. A driver error never leaves this
+package as itself: a taken name is `Conflict`, anything else `StoreUnavailable` (its message names the
+error class only, never a URL, a statement or a value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from gateway.store.types import StoreUnavailable
+
+T = TypeVar("T")
+Params = Sequence[Any]
+
+
+class Tx(Protocol):
+    async def exec(self, sql: str, params: Params = ()) -> int:
+        """Run one statement; the number of rows it changed."""
+        ...
+
+    async def many(self, sql: str, rows: Sequence[Params]) -> None: ...
+
+    async def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]: ...
+
+
+class Database(Protocol):
+    dialect: str
+
+    async def transact(self, fn: Callable[[Tx], Awaitable[T]], *, write: bool = True) -> T:
+        """Run `fn` in one transaction on this connection (one at a time), committed when it returns."""
+        ...
+
+    async def batch(self, sql: str, rows: Sequence[Params]) -> None:
+        """One statement for many rows, in one transaction (the ledger's group commit)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def unavailable(exc: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(f"the store is unavailable ({type(exc).__name__})")
+
+
+async def open_database(url: str, connect_timeout_s: float) -> Database:
+    """A connection to `url` (connected lazily, reconnected after a failure)."""
+    if url.startswith("sqlite:///"):
+        from gateway.store.sqlite import SqliteDatabase
+
+        return SqliteDatabase(url.removeprefix("sqlite://"), connect_timeout_s)
+    from gateway.store.postgres import PgDatabase
+
+    return PgDatabase(url, connect_timeout_s)

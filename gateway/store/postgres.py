@@ -1,0 +1,105 @@
+"""PostgreSQL through psycopg 3 (async): one connection per role, reconnected after a failure, every
+transaction bounded in time so a hung server cannot hold a caller; `listen` follows a NOTIFY channel."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+
+from gateway.store.db import Params, unavailable
+from gateway.store.types import Conflict
+
+T = TypeVar("T")
+OP_TIMEOUT_S = 5.0
+
+
+def _pg(sql: str) -> str:
+    return sql.replace("?", "%s")
+
+
+class _Tx:
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]):
+        self._conn = conn
+
+    async def exec(self, sql: str, params: Params = ()) -> int:
+        cur = await self._conn.execute(_pg(sql), tuple(params))
+        return cur.rowcount
+
+    async def many(self, sql: str, rows: Sequence[Params]) -> None:
+        async with self._conn.cursor() as cur:
+            await cur.executemany(_pg(sql), [tuple(r) for r in rows])
+
+    async def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        cur = await self._conn.execute(_pg(sql), tuple(params))
+        return [tuple(r) for r in await cur.fetchall()]
+
+
+class PgDatabase:
+    dialect = "postgresql"
+
+    def __init__(self, url: str, connect_timeout_s: float, op_timeout_s: float = OP_TIMEOUT_S):
+        self._url, self._connect_timeout, self._op_timeout = url, connect_timeout_s, op_timeout_s
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+
+    async def connect(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)))
+        return self._conn
+
+    async def transact(self, fn: Callable[[_Tx], Awaitable[T]], *, write: bool = True) -> T:
+        async with self._lock:
+            try:
+                async with asyncio.timeout(self._op_timeout):
+                    conn = await self.connect()
+                    async with conn.transaction():
+                        return await fn(_Tx(conn))
+            except psycopg.errors.UniqueViolation:
+                raise Conflict("the name is taken") from None
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                await self._drop()
+                raise unavailable(exc) from None
+
+    async def batch(self, sql: str, rows: Sequence[Params]) -> None:
+        async def run(tx: _Tx) -> None:
+            await tx.many(sql, rows)
+
+        await self.transact(run)
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            try:
+                async with asyncio.timeout(1.0):
+                    await conn.close()
+            except (psycopg.Error, OSError, TimeoutError):
+                pass
+
+    async def close(self) -> None:
+        await self._drop()
+
+    async def listen(self, channel: str, on_notify: Callable[[], None]) -> None:
+        """Follow `channel` until cancelled: `on_notify` on every notification (and on each reconnect,
+        since notifications sent while disconnected are lost)."""
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self._url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)))
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(1.0)  # reconnect backoff; the version poll covers the gap
+                continue
+            try:
+                await conn.execute(f"LISTEN {channel}")
+                on_notify()
+                async for _ in conn.notifies():
+                    on_notify()
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(1.0)
+            finally:
+                await conn.close()

@@ -1,0 +1,289 @@
+"""The store: keys, teams, the spend ledger and the audit log, on SQLite or PostgreSQL (CONTRACT §11).
+
+One class over the `Database` seam; every admin write runs in one transaction with its audit row and a
+bump of the version row that every replica polls (and, on PostgreSQL, a NOTIFY), so caches follow.
+Connections by role: admin writes and snapshots on one, the ledger's group commits on another, so a
+slow admin query never delays a response's last byte.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.store.db import Database, Tx, open_database
+from gateway.store.migrations import migrate
+from gateway.store.types import (
+    Actor,
+    AuditEntry,
+    Conflict,
+    Invalid,
+    Limits,
+    Missing,
+    Secret,
+    Snapshot,
+    SpendQuery,
+    SpendRow,
+    SpendTotal,
+    StoredKey,
+    Team,
+)
+
+CHANNEL = "gw_changes"
+_KEY_COLS = "name, team, models, rpm, tpm, budget_usd, budget_period, expires_at, metadata, created_at"
+_TEAM_COLS = "name, models, rpm, tpm, budget_usd, budget_period, created_at"
+_SPEND_COLS = ("row_id, request_id, ts, day, key_name, team, model, deployment, api, outcome, input_tokens, "
+               "output_tokens, cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, cost_usd")
+_GROUP_COL = {"key": "key_name", "team": "team", "model": "model", "deployment": "deployment", "day": "day"}
+
+
+class Store:
+    def __init__(self, main: Database, ledger: Database):
+        self._db, self._ledger = main, ledger
+        self.dialect = main.dialect
+
+    @classmethod
+    async def open(cls, url: str, connect_timeout_s: float = 5.0) -> Store:
+        return cls(await open_database(url, connect_timeout_s), await open_database(url, connect_timeout_s))
+
+    async def migrate(self) -> list[int]:
+        return await migrate(self._db)
+
+    async def close(self) -> None:
+        await self._db.close()
+        await self._ledger.close()
+
+    # -- what replicas cache ----------------------------------------------------------------------
+
+    async def version(self) -> int:
+        async def run(tx: Tx) -> int:
+            return int((await tx.rows("SELECT version FROM gw_meta WHERE id = 1"))[0][0])
+
+        return await self._db.transact(run, write=False)
+
+    async def snapshot(self) -> Snapshot:
+        async def run(tx: Tx) -> Snapshot:
+            version = int((await tx.rows("SELECT version FROM gw_meta WHERE id = 1"))[0][0])
+            keys = tuple(_key(r) for r in await tx.rows(f"SELECT {_KEY_COLS} FROM gw_keys"))
+            secrets = tuple(Secret(r[0], r[1], r[2]) for r in
+                            await tx.rows("SELECT digest, key_name, expires_at FROM gw_key_secrets"))
+            teams = tuple(_team(r) for r in await tx.rows(f"SELECT {_TEAM_COLS} FROM gw_teams"))
+            return Snapshot(version, keys, secrets, teams)
+
+        return await self._db.transact(run, write=False)
+
+    # -- keys -------------------------------------------------------------------------------------
+
+    async def create_key(self, actor: Actor, key: StoredKey, digest: str) -> None:
+        async def run(tx: Tx) -> None:
+            if await tx.rows("SELECT 1 FROM gw_keys WHERE name = ?", (key.name,)):
+                raise Conflict(f"a key named {key.name} exists")
+            await _check_team(tx, key.team)
+            await tx.exec(f"INSERT INTO gw_keys ({_KEY_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _key_row(key))
+            await tx.exec("INSERT INTO gw_key_secrets (digest, key_name, created_at, expires_at) "
+                          "VALUES (?, ?, ?, NULL)", (digest, key.name, actor.now))
+            await self._changed(tx, actor, "key.create", key.name, _limits_detail(key.limits, team=key.team))
+
+        await self._db.transact(run)
+
+    async def list_keys(self) -> list[StoredKey]:
+        async def run(tx: Tx) -> list[StoredKey]:
+            return [_key(r) for r in await tx.rows(f"SELECT {_KEY_COLS} FROM gw_keys ORDER BY name")]
+
+        return await self._db.transact(run, write=False)
+
+    async def get_key(self, name: str) -> StoredKey:
+        async def run(tx: Tx) -> StoredKey:
+            rows = await tx.rows(f"SELECT {_KEY_COLS} FROM gw_keys WHERE name = ?", (name,))
+            if not rows:
+                raise Missing(f"no key named {name}")
+            return _key(rows[0])
+
+        return await self._db.transact(run, write=False)
+
+    async def update_key(self, actor: Actor, key: StoredKey, changed: dict[str, Any]) -> None:
+        async def run(tx: Tx) -> None:
+            await _check_team(tx, key.team)
+            row = _key_row(key)
+            n = await tx.exec("UPDATE gw_keys SET team = ?, models = ?, rpm = ?, tpm = ?, budget_usd = ?, "
+                              "budget_period = ?, expires_at = ?, metadata = ? WHERE name = ?", (*row[1:9], key.name))
+            if n == 0:
+                raise Missing(f"no key named {key.name}")
+            await self._changed(tx, actor, "key.update", key.name, changed)
+
+        await self._db.transact(run)
+
+    async def delete_key(self, actor: Actor, name: str) -> None:
+        async def run(tx: Tx) -> None:
+            if await tx.exec("DELETE FROM gw_keys WHERE name = ?", (name,)) == 0:
+                raise Missing(f"no key named {name}")
+            await tx.exec("DELETE FROM gw_key_secrets WHERE key_name = ?", (name,))
+            await self._changed(tx, actor, "key.revoke", name, {})
+
+        await self._db.transact(run)
+
+    async def rotate_key(self, actor: Actor, name: str, digest: str, grace_s: float) -> None:
+        """A new secret; the key's others stay valid `grace_s` longer (0: end now)."""
+
+        async def run(tx: Tx) -> None:
+            if not await tx.rows("SELECT 1 FROM gw_keys WHERE name = ?", (name,)):
+                raise Missing(f"no key named {name}")
+            if grace_s <= 0:
+                await tx.exec("DELETE FROM gw_key_secrets WHERE key_name = ?", (name,))
+            else:
+                until = actor.now + grace_s
+                await tx.exec("UPDATE gw_key_secrets SET expires_at = ? WHERE key_name = ? AND "
+                              "(expires_at IS NULL OR expires_at > ?)", (until, name, until))
+                await tx.exec("DELETE FROM gw_key_secrets WHERE key_name = ? AND expires_at <= ?", (name, actor.now))
+            await tx.exec("INSERT INTO gw_key_secrets (digest, key_name, created_at, expires_at) "
+                          "VALUES (?, ?, ?, NULL)", (digest, name, actor.now))
+            await self._changed(tx, actor, "key.rotate", name, {"grace_s": grace_s})
+
+        await self._db.transact(run)
+
+    # -- teams ------------------------------------------------------------------------------------
+
+    async def create_team(self, actor: Actor, team: Team) -> None:
+        async def run(tx: Tx) -> None:
+            if await tx.rows("SELECT 1 FROM gw_teams WHERE name = ?", (team.name,)):
+                raise Conflict(f"a team named {team.name} exists")
+            await tx.exec(f"INSERT INTO gw_teams ({_TEAM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)", _team_row(team))
+            await self._changed(tx, actor, "team.create", team.name, _limits_detail(team.limits))
+
+        await self._db.transact(run)
+
+    async def list_teams(self) -> list[Team]:
+        async def run(tx: Tx) -> list[Team]:
+            return [_team(r) for r in await tx.rows(f"SELECT {_TEAM_COLS} FROM gw_teams ORDER BY name")]
+
+        return await self._db.transact(run, write=False)
+
+    async def get_team(self, name: str) -> Team:
+        async def run(tx: Tx) -> Team:
+            rows = await tx.rows(f"SELECT {_TEAM_COLS} FROM gw_teams WHERE name = ?", (name,))
+            if not rows:
+                raise Missing(f"no team named {name}")
+            return _team(rows[0])
+
+        return await self._db.transact(run, write=False)
+
+    async def update_team(self, actor: Actor, team: Team, changed: dict[str, Any]) -> None:
+        async def run(tx: Tx) -> None:
+            row = _team_row(team)
+            n = await tx.exec("UPDATE gw_teams SET models = ?, rpm = ?, tpm = ?, budget_usd = ?, budget_period = ? "
+                              "WHERE name = ?", (*row[1:6], team.name))
+            if n == 0:
+                raise Missing(f"no team named {team.name}")
+            await self._changed(tx, actor, "team.update", team.name, changed)
+
+        await self._db.transact(run)
+
+    async def delete_team(self, actor: Actor, name: str) -> None:
+        async def run(tx: Tx) -> None:
+            if await tx.rows("SELECT 1 FROM gw_keys WHERE team = ?", (name,)):
+                raise Conflict(f"team {name} still has keys: move or revoke them first")
+            if await tx.exec("DELETE FROM gw_teams WHERE name = ?", (name,)) == 0:
+                raise Missing(f"no team named {name}")
+            await self._changed(tx, actor, "team.delete", name, {})
+
+        await self._db.transact(run)
+
+    # -- ledger and audit -------------------------------------------------------------------------
+
+    async def record_spend(self, rows: list[SpendRow]) -> None:
+        """One transaction for the batch; a row already there (same `row_id`) is left as it is."""
+
+        marks = ", ".join("?" * 16)
+        sql = f"INSERT INTO gw_spend ({_SPEND_COLS}) VALUES ({marks}) ON CONFLICT (row_id) DO NOTHING"
+        await self._ledger.batch(sql, [_spend_row(r) for r in rows])
+
+    async def spend(self, q: SpendQuery) -> list[SpendTotal]:
+        cols = [_GROUP_COL[g] for g in q.group_by]  # names from a fixed table, never from the request
+        where, params = [], []
+        if q.day_from:
+            where.append("day >= ?")
+            params.append(q.day_from)
+        if q.day_to:
+            where.append("day <= ?")
+            params.append(q.day_to)
+        sql = ("SELECT " + "".join(c + ", " for c in cols) + "COUNT(*), SUM(input_tokens), SUM(output_tokens), "
+               "SUM(cached_input_tokens), SUM(reasoning_tokens), SUM(cost_usd) FROM gw_spend"
+               + (" WHERE " + " AND ".join(where) if where else "")
+               + (" GROUP BY " + ", ".join(cols) + " ORDER BY " + ", ".join(cols) if cols else ""))
+
+        async def run(tx: Tx) -> list[SpendTotal]:
+            return [_total(q.group_by, r) for r in await tx.rows(sql, params)]
+
+        return await self._db.transact(run, write=False)
+
+    async def audit(self, limit: int = 100) -> list[AuditEntry]:
+        async def run(tx: Tx) -> list[AuditEntry]:
+            rows = await tx.rows("SELECT ts, admin, action, target, detail FROM gw_audit ORDER BY id DESC LIMIT ?",
+                                 (limit,))
+            return [AuditEntry(float(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+
+        return await self._db.transact(run, write=False)
+
+    async def _changed(self, tx: Tx, actor: Actor, action: str, target: str, detail: dict[str, Any]) -> None:
+        await tx.exec("INSERT INTO gw_audit (ts, admin, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+                      (actor.now, actor.admin, action, target, orjson.dumps(detail).decode()))
+        await tx.exec("UPDATE gw_meta SET version = version + 1 WHERE id = 1")
+        if self.dialect == "postgresql":
+            await tx.rows(f"SELECT pg_notify('{CHANNEL}', '')")
+
+
+async def _check_team(tx: Tx, team: str | None) -> None:
+    if team is not None and not await tx.rows("SELECT 1 FROM gw_teams WHERE name = ?", (team,)):
+        raise Invalid(f"no team named {team}", param="team")
+
+
+def _models_json(models: tuple[str, ...] | None) -> str | None:
+    return None if models is None else orjson.dumps(list(models)).decode()
+
+
+def _limits(models: str | None, rpm: Any, tpm: Any, budget: Any, period: str) -> Limits:
+    return Limits(models=None if models is None else tuple(orjson.loads(models)),
+                  rpm=None if rpm is None else int(rpm), tpm=None if tpm is None else int(tpm),
+                  budget_usd=None if budget is None else float(budget),
+                  budget_period="month" if period == "month" else "day")
+
+
+def _key(r: tuple[Any, ...]) -> StoredKey:
+    return StoredKey(name=r[0], team=r[1], limits=_limits(r[2], r[3], r[4], r[5], r[6]),
+                     expires_at=None if r[7] is None else float(r[7]), metadata=r[8], created_at=float(r[9]))
+
+
+def _key_row(k: StoredKey) -> tuple[Any, ...]:
+    lim = k.limits
+    return (k.name, k.team, _models_json(lim.models), lim.rpm, lim.tpm, lim.budget_usd, lim.budget_period,
+            k.expires_at, k.metadata, k.created_at)
+
+
+def _team(r: tuple[Any, ...]) -> Team:
+    return Team(name=r[0], limits=_limits(r[1], r[2], r[3], r[4], r[5]), created_at=float(r[6]))
+
+
+def _team_row(t: Team) -> tuple[Any, ...]:
+    lim = t.limits
+    return (t.name, _models_json(lim.models), lim.rpm, lim.tpm, lim.budget_usd, lim.budget_period, t.created_at)
+
+
+def _limits_detail(lim: Limits, **extra: Any) -> dict[str, Any]:
+    out = {"models": lim.models, "rpm": lim.rpm, "tpm": lim.tpm, "budget_usd": lim.budget_usd,
+           "budget_period": lim.budget_period, **extra}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _spend_row(r: SpendRow) -> tuple[Any, ...]:
+    return (r.row_id, r.request_id, r.ts, r.day, r.key, r.team, r.model, r.deployment, r.api, r.outcome,
+            r.input_tokens, r.output_tokens, r.cached_input_tokens, r.cache_creation_input_tokens,
+            r.reasoning_tokens, r.cost_usd)
+
+
+def _total(groups: tuple[str, ...], r: tuple[Any, ...]) -> SpendTotal:
+    n = len(groups)
+    return SpendTotal(group=tuple(zip(groups, r[:n], strict=True)), requests=int(r[n]),
+                      input_tokens=int(r[n + 1] or 0), output_tokens=int(r[n + 2] or 0),
+                      cached_input_tokens=int(r[n + 3] or 0), reasoning_tokens=int(r[n + 4] or 0),
+                      cost_usd=float(r[n + 5] or 0.0))

@@ -1,0 +1,138 @@
+"""What crosses the store's boundary: frozen values, never driver rows or dicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Period = Literal["day", "month"]
+GROUPS = ("key", "team", "model", "deployment", "day")
+
+
+class StoreError(Exception):
+    """Base of what the store raises; the message is safe for a client (no URL, no SQL, no value)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached or failed: admin writes answer 503, the request path serves from cache."""
+
+
+class Conflict(StoreError):
+    """A name that is taken (409)."""
+
+
+class Missing(StoreError):
+    """No such key or team (404)."""
+
+
+class Invalid(StoreError):
+    """A field the store refuses (400), e.g. a team that does not exist; `param` names the field."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A key's or a team's own limits; None: no limit of that kind."""
+
+    models: tuple[str, ...] | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    budget_usd: float | None = None
+    budget_period: Period = "day"
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+    limits: Limits = Limits()
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    name: str
+    limits: Limits = Limits()
+    team: str | None = None
+    expires_at: float | None = None
+    metadata: str = "{}"  # JSON object, as given
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Secret:
+    """One valid secret of a key, as its SHA-256 hex digest; `expires_at` is set on a rotated-out one."""
+
+    digest: str = field(repr=False)
+    key_name: str
+    expires_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything a replica caches: read whole whenever the store's version moves."""
+
+    version: int
+    keys: tuple[StoredKey, ...] = ()
+    secrets: tuple[Secret, ...] = ()
+    teams: tuple[Team, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SpendRow:
+    """One answered request in the ledger. `row_id` is the gateway's own unique id (idempotence);
+    `request_id` is the one the client saw (x-request-id)."""
+
+    row_id: str
+    request_id: str
+    ts: float
+    day: str  # YYYY-MM-DD, UTC
+    key: str | None
+    team: str | None
+    model: str
+    deployment: str | None
+    api: str
+    outcome: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpendQuery:
+    group_by: tuple[str, ...]  # a subset of GROUPS, in the order asked
+    day_from: str | None = None  # YYYY-MM-DD inclusive
+    day_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpendTotal:
+    group: tuple[tuple[str, str | None], ...]  # (group_by field, value)
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    reasoning_tokens: int
+    cost_usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    ts: float
+    admin: str
+    action: str  # key.create, key.update, key.revoke, key.rotate, team.create, team.update, team.delete
+    target: str
+    detail: str = "{}"  # JSON: the fields changed (never a secret)
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who does an admin write, for the audit log."""
+
+    admin: str
+    now: float

@@ -1,0 +1,102 @@
+"""A real PostgreSQL server for tests, as `redis_server.py` runs redis-server: a private data directory
+initdb'd under a temp dir, a free port on 127.0.0.1, trust auth for one user; run as the `postgres` user
+when the tests run as root (postgres refuses root).
+
+    with PostgresServer() as pg:
+        url = pg.url            # postgresql://gateway@127.0.0.1:<port>/postgres
+        pg.stop(); pg.start()   # down and back on the same port, the data kept
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import psycopg
+
+from tests.redis_server import free_port
+
+START_TIMEOUT_S = 30.0
+
+
+def _bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    path = found[-1] if found else shutil.which(name)
+    if path is None:
+        raise RuntimeError(f"{name} is not installed: run scripts/ensure-tools.sh")
+    return path
+
+
+def _user() -> dict[str, str]:
+    """Popen's `user`/`group`: the server itself (not a wrapper) runs as `postgres`, so signals reach it."""
+    return {"user": "postgres", "group": "postgres"} if os.geteuid() == 0 else {}
+
+
+class PostgresServer:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._dir = Path(tempfile.mkdtemp(prefix="gateway-pg-"))
+        self._data = self._dir / "data"
+        self._proc: subprocess.Popen[bytes] | None = None
+        if os.geteuid() == 0:
+            shutil.chown(self._dir, "postgres", "postgres")
+        subprocess.run([_bin("initdb"), "-D", str(self._data), "-U", "gateway", "--auth=trust", "--no-sync",
+                        "-E", "UTF8"], check=True, capture_output=True, cwd=self._dir, **_user())
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://gateway@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        args = [_bin("postgres"), "-D", str(self._data), "-p", str(self.port), "-h", "127.0.0.1",
+                "-k", str(self._dir), "-c", "fsync=off", "-c", "max_connections=200"]
+        with open(self._dir / "pg.log", "ab") as log:
+            self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                          cwd=self._dir, **_user())
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"postgres exited: {self._log_tail()}")
+            try:
+                with psycopg.connect(self.url, connect_timeout=1):
+                    return
+            except psycopg.OperationalError:
+                time.sleep(0.02)  # polling a child process for readiness, bounded by the deadline
+        raise RuntimeError(f"postgres did not start: {self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        log = self._dir / "pg.log"
+        return log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT): clients are disconnected, the data stays for `start`."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> PostgresServer:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
