@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.apis.admin import PREFIX as ADMIN_PREFIX
 from gateway.apis.admin import admin
@@ -30,7 +28,7 @@ from gateway.apis.spend import key_spend
 from gateway.config.types import Config, ServerConfig, TlsConfig
 from gateway.errors import StartupError
 from gateway.inbound import Handler, HttpServer, Request, ServerLimits
-from gateway.observe.metrics import Metrics, add_process_collectors, create_metrics, preinitialise
+from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
@@ -74,7 +72,7 @@ class App:
     async def start(self) -> None:
         metrics = self.metrics
         self._state = create_backend(self.config.state, self.config.cache,
-                                    on_degraded=lambda reason: metrics.state_degraded.inc())
+                                    on_degraded=lambda reason: metrics.state_degraded_op())
         if self.control is not None:
             try:
                 await self.control.start()
@@ -131,9 +129,7 @@ def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:
     """The store's client side, when `store.url` is set (started by `App.start`)."""
     if config.store.url is None:
         return None
-    up = metrics.store_up.labels()
-    return ControlPlane(config.store, StoreHooks(health=lambda ok: up.set(1 if ok else 0),
-                                                 error=lambda op: metrics.child(metrics.store_errors, op).inc()))
+    return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error))
 
 
 def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
@@ -143,7 +139,7 @@ def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
         return None
     from gateway.observe.tracing import Tracing
 
-    return Tracing(config.telemetry, metrics.spans_dropped.inc)
+    return Tracing(config.telemetry, metrics.span_dropped)
 class _KeyEncrypted(Exception):
     """Raised by the password callback when the key is encrypted and no passphrase is configured."""
 
@@ -193,7 +189,7 @@ class _RefusalCounter:
         self._metrics = metrics
 
     def refused(self, reason: str) -> None:
-        self._metrics.child(self._metrics.http_refused, reason).inc()
+        self._metrics.refused(reason)
 
 
 def server_limits(s: ServerConfig, max_connections: int | None = None) -> ServerLimits:
@@ -214,13 +210,8 @@ async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
 
 def create_metrics_app(metrics: Metrics) -> web.Application:
     async def serve_metrics(request: web.Request) -> web.Response:
-        registry = metrics.registry
-        if registry is None:  # multiprocess mode: aggregate every worker's files
-            registry = CollectorRegistry()
-            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-            add_process_collectors(registry)
-        body = generate_latest(registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body, content_type = exposition(metrics)
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     app = web.Application()
     app.router.add_get("/metrics", serve_metrics)

@@ -42,7 +42,7 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
         log.warning("workers_with_local_limits", workers=count, message=f"--workers {count} with state.backend "
                     f"memory: every worker enforces rate limits and budgets on its own, so a key may use up "
                     f"to {count}x its limits; set state.backend: redis to share them")
-        metrics.local_limit_workers.set(count)
+        metrics.local_limits(count)
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_worker, args=(config, path), daemon=False) for _ in range(count)]
     for p in procs:

@@ -18,7 +18,6 @@ from gateway.core.events import Usage
 from gateway.core.policy.learned import Fact
 from gateway.inbound import Response
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions, record_usage
 from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
@@ -56,7 +55,7 @@ async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -
     refusal = await judge_output(rt, ctx, assembler,
                                  safety.stream_guards + safety.hold_guards + safety.audit_guards)
     ctx.usage = assembler.usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage, ctx.key_name)
+    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, assembler.usage, ctx.key_name)
     if refusal is not None:
         raise refusal
     if ctx.cache_store:
@@ -88,4 +87,4 @@ def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
                 result = safety.redactor.redact(text)
                 msg[field] = result.text
                 counts.extend(result.counts.items())
-    return record_redactions(rt.metrics, counts)
+    return ctx.rec.redactions(counts)

@@ -9,7 +9,6 @@ from gateway.core.events import Usage
 from gateway.errors import InvalidRequest
 from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_usage
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.limits import admit
@@ -31,7 +30,7 @@ async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
     usage = parsed.obj.get("usage")
     if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
         ctx.usage = Usage(input=usage["prompt_tokens"])
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, ctx.usage, ctx.key_name)
+    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, ctx.usage, ctx.key_name)
     return Response(body=orjson.dumps(parsed.obj), content_type="application/json",
                     headers=answer_headers(ctx, won))
 

@@ -20,7 +20,6 @@ from gateway.core.messages.stream import MessagesStream
 from gateway.core.messages.wire import map_message_texts, message_stream_events, parse_event
 from gateway.inbound import Request, Response
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions, record_usage
 from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, forwardable, raise_inband
 from gateway.pipeline.attempts import run_attempts
@@ -57,7 +56,7 @@ async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) 
     refusal = await judge_output(rt, ctx, asm.as_chat(), safety.stream_guards + safety.hold_guards
                                  + safety.audit_guards)
     ctx.usage = asm.usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, asm.usage, ctx.key_name)
+    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, asm.usage, ctx.key_name)
     if refusal is not None:
         raise refusal
     if ctx.cache_store:
@@ -71,7 +70,7 @@ def redact_message(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int
         return 0
     masker = safety.masker()
     map_message_texts(obj, lambda _index, kind, text: masker.mask(kind, text))
-    return record_redactions(rt.metrics, masker.counts.items())
+    return ctx.rec.redactions(masker.counts.items())
 
 
 async def store_stream(rt: Runtime, request: Request, ctx: RequestContext, opened: Any) -> None:

@@ -22,7 +22,6 @@ from gateway.core.sse import SSEEvent
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions, record_usage
 from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
@@ -145,7 +144,7 @@ async def complete_responses(rt: Runtime, ctx: RequestContext, state: StateBacke
     refusal = await judge_output(rt, ctx, assembler.as_chat(),
                                  safety.stream_guards + safety.hold_guards + safety.audit_guards)
     ctx.usage = assembler.usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage, ctx.key_name)
+    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, assembler.usage, ctx.key_name)
     if refusal is not None:
         raise refusal
     if ctx.cache_store and obj.get("status") == "completed":
@@ -159,5 +158,5 @@ def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
         return 0
     masker = safety.masker()
     map_response_texts(obj, lambda _key, kind, text: masker.mask(kind, text))
-    return record_redactions(rt.metrics, masker.counts.items())
+    return ctx.rec.redactions(masker.counts.items())
 

@@ -9,17 +9,17 @@ multiprocess mode first.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, GCCollector, ProcessCollector, generate_latest
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway import __version__
-from gateway.config.types import Config, Deployment, Price
+from gateway.config.types import Config, Price
 from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
 from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram, ThreadSafeCounter
@@ -86,6 +86,33 @@ class Metrics:
             labelled = self._children[key] = metric.labels(*values)
             return labelled
 
+    # -- the process's own points (the per-request ones are `observe.record.RequestRecorder`'s) ------
+
+    def learned(self, deployment: str, api: str, fact: str, in_force: bool) -> None:
+        """A learn-once fact came into force (or expired)."""
+        self.child(self.learned_fallbacks, deployment, api, fact).set(1 if in_force else 0)
+
+    def state_degraded_op(self) -> None:
+        """A state operation served locally: the shared backend was unavailable."""
+        self.state_degraded.inc()
+
+    def refused(self, reason: str) -> None:
+        """The HTTP server refused or cut a client before a handler ran."""
+        self.child(self.http_refused, reason).inc()
+
+    def span_dropped(self, n: int = 1) -> None:
+        self.spans_dropped.inc(n)
+
+    def store_health(self, ok: bool) -> None:
+        self.child(self.store_up).set(1 if ok else 0)
+
+    def store_error(self, op: str) -> None:
+        self.child(self.store_errors, op).inc()
+
+    def local_limits(self, workers: int) -> None:
+        """Worker processes that each enforce every limit on their own."""
+        self.local_limit_workers.set(workers)
+
 
 def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
     """Declare every metric. With `registry=None` and PROMETHEUS_MULTIPROC_DIR set, values go to the
@@ -150,6 +177,17 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
     if reg is not None:
         add_process_collectors(reg)
     return m
+
+
+def exposition(m: Metrics) -> tuple[bytes, str]:
+    """The text a scrape of /metrics gets, and its content type. With `--workers` (no registry of our
+    own) every worker's files are aggregated, with this process's collectors."""
+    registry = m.registry
+    if registry is None:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        add_process_collectors(registry)
+    return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
 def add_process_collectors(registry: CollectorRegistry) -> None:
@@ -242,44 +280,3 @@ def usage_cost(usage: Usage, price: Price) -> float:
     uncached = max(0, usage.input - usage.cached_input - usage.cache_creation_input)
     return (uncached * price.input + usage.cached_input * cached_price
             + usage.cache_creation_input * creation_price + usage.output * price.output) / 1_000_000
-
-
-def record_usage(m: Metrics, model: str, d: Deployment, usage: Usage | None, key: str) -> float:
-    """Tokens and cost of one answer, attributed to the caller's key name (`none` without auth)."""
-    if usage is None:
-        m.child(m.usage_missing, model, d.provider).inc()
-        return 0.0
-    for t, v in (("input", usage.input), ("output", usage.output), ("cached_input", usage.cached_input),
-                 ("cache_creation_input", usage.cache_creation_input), ("reasoning", usage.reasoning)):
-        if v:
-            m.child(m.tokens, model, d.provider, key, t).inc(v)
-    cost = usage_cost(usage, d.price)
-    if cost:
-        m.child(m.cost, model, d.provider, key).inc(cost)
-    return cost
-
-
-def record_stream_end(m: Metrics, api: str, model: str, d: Deployment, usage: Usage | None,
-                      first_token_at: float | None, now: float, key: str) -> float:
-    """A streamed answer's usage and cost, and its time per output token (after the first); returns
-    the cost."""
-    cost = record_usage(m, model, d, usage, key)
-    if usage is not None and usage.output > 1 and first_token_at is not None:
-        m.child(m.tpot, api, model, d.provider).observe((now - first_token_at) / (usage.output - 1))
-    return cost
-
-
-def record_redactions(m: Metrics, counts: Iterable[tuple[str, int]]) -> int:
-    total = 0
-    for rule, n in counts:
-        if n:
-            m.child(m.redactions, rule).inc(n)
-            total += n
-    return total
-
-
-def record_team(m: Metrics, team: str, model: str, cost: float) -> None:
-    """One answered request of a stored key in `team` (a store name, bounded by the teams there are)."""
-    m.child(m.team_requests, team, model).inc()
-    if cost:
-        m.child(m.team_cost, team, model).inc(cost)

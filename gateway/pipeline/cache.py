@@ -18,6 +18,7 @@ import structlog
 
 from gateway.inbound import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
+from gateway.observe.record import CACHE_PROVIDER
 from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.runtime import Runtime
 from gateway.state.base import StateBackend
@@ -58,7 +59,6 @@ async def store(rt: Runtime, state: StateBackend, ctx: RequestContext, body: dic
         log.warning("cache_set_failed", error=type(exc).__name__)
 
 
-CACHE_PROVIDER = "cache"  # the `provider` label of a cache hit's TTFT
 
 
 def hit_headers(ctx: RequestContext) -> dict[str, str]:
@@ -83,6 +83,5 @@ async def serve_hit(request: Request, ctx: RequestContext, body: dict[str, Any],
     await resp.write(data)
     # TTFT of a hit, under provider "cache" so dashboards can tell it from the providers' (CONTRACT §6)
     ctx.ttft_s = time.perf_counter() - ctx.t_start
-    m = request.app.metrics
-    m.child(m.ttft, ctx.api, ctx.model.name, CACHE_PROVIDER).observe(ctx.ttft_s)
+    ctx.rec.first_token(ctx.model.name, CACHE_PROVIDER, ctx.ttft_s)
     return resp

@@ -204,7 +204,7 @@ async def serve_stream(request: Request, rt: Runtime, ctx: RequestContext,
             ctx.deployment = won.deployment
             record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
             client = await ka.commit(won)
-            ctx.trace.committed(opened.t_first)
+            ctx.rec.committed(opened.t_first)
             await relay(opened, client)
             return client
         finally:
@@ -219,4 +219,4 @@ def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token
     """The winning attempt: request sent to first output token received."""
     if first_token:
         d = won.deployment
-        rt.metrics.child(rt.metrics.upstream_ttft, ctx.model.name, d.provider, d.label).observe(seconds)
+        ctx.rec.upstream_first_token(ctx.model.name, d, seconds)

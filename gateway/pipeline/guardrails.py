@@ -33,7 +33,7 @@ async def verdict(rt: Runtime, ctx: RequestContext, g: Guardrail, stage: str, te
 
 def record(rt: Runtime, ctx: RequestContext, name: str, stage: str, allowed: bool) -> None:
     outcome = "pass" if allowed else "block"
-    rt.metrics.guardrail_verdicts.labels(name, stage, outcome).inc()
+    ctx.rec.verdict(name, stage, outcome)
     ctx.verdicts[f"{name}:{stage}"] = outcome
 
 

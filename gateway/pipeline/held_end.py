@@ -13,7 +13,6 @@ from typing import Any, Generic, Protocol, TypeVar
 from gateway.errors import UpstreamFailed
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.guardrails import record
 from gateway.pipeline.held_line import judge_keeping_alive
@@ -102,7 +101,7 @@ class HeldEndRelay(Generic[S, F]):
         d = self.ctx.deployment
         assert d is not None
         if end.reason != "guardrail":  # counted before the client can see the event
-            self.rt.metrics.stream_failures.labels(self.ctx.model.name, d.label, end.reason).inc()
+            self.ctx.rec.stream_failed(self.ctx.model.name, d, end.reason)
         self.account(passed=False)
         await commit_spend(self.rt, self.ctx)
         await self.sink.quiet()
@@ -120,7 +119,7 @@ class HeldEndRelay(Generic[S, F]):
             for g in rt.safety.models[ctx.model.name].stream_guards:
                 record(rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
         if self.run_safety is not None:
-            ctx.redactions += record_redactions(rt.metrics, self.run_safety.redaction_counts().items())
+            ctx.redactions += ctx.rec.redactions(self.run_safety.redaction_counts().items())
         if usage:
             stream_ended(rt, ctx, self.opened)  # type: ignore[arg-type]  # S is one of the streams
 

@@ -24,7 +24,6 @@ from gateway.core.sse import DONE_EVENT
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.first_token import StreamCore
 from gateway.pipeline.guardrails import record
@@ -135,7 +134,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         opened.close()
         malformed_skipped(rt, ctx, opened)
         if run is not None:
-            ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())
+            ctx.redactions += ctx.rec.redactions(run.redaction_counts().items())
 
 
 def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]
@@ -143,7 +142,7 @@ def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | 
     """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
     and the unreadable events it skipped."""
     asm = opened.stream.assembler
-    ctx.stream_ended(rt.metrics, asm.usage, opened.t_first if asm.first_token else None)
+    ctx.stream_ended(asm.usage, opened.t_first if asm.first_token else None)
     if asm.usage is None:
         ctx.estimate_unreported_usage(asm.output_bytes())
     malformed_skipped(rt, ctx, opened)
@@ -156,7 +155,7 @@ def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStrea
     stream's end, before its last write (`stream_ended`), and once more when the client went away first."""
     n, opened.stream.skipped_malformed = opened.stream.skipped_malformed, 0
     if n:
-        rt.metrics.child(rt.metrics.malformed_events, ctx.model.name, opened.deployment.label).inc(n)
+        ctx.rec.malformed_skipped(ctx.model.name, opened.deployment, n)
         log.warning("malformed_events_skipped", count=n, model=ctx.model.name, deployment=opened.deployment.label)
 
 
@@ -169,7 +168,7 @@ async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamRespon
     d = ctx.deployment
     assert d is not None
     if end.reason != "guardrail":  # counted before the client can see the event
-        rt.metrics.stream_failures.labels(ctx.model.name, d.label, end.reason).inc()
+        ctx.rec.stream_failed(ctx.model.name, d, end.reason)
     assert end.error is not None
     await commit_spend(rt, ctx)
     await client.write(tail + end.error.sse_bytes())

@@ -11,7 +11,6 @@ from gateway.core.json_body import BodyError, parse_object
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.inbound import Request
 from gateway.observe.context import REQUESTED_MODEL_CHARS, Admission, RequestContext
-from gateway.observe.recorder import NO_TRACE
 from gateway.pipeline.attempts import Won
 from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.input_redaction import TextSlot
@@ -57,8 +56,8 @@ async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:
     opts = body.get("stream_options")
     forward_usage = isinstance(opts, dict) and opts.get("include_usage") is True
     ctx = RequestContext(request_id=request.request_id, api=api, model=model, body=body,
-                         stream=bool(stream), key=key, forward_usage=forward_usage, t_start=request.t0,
-                         trace=request.trace or NO_TRACE,
+                         stream=bool(stream), rec=request.rec, key=key, forward_usage=forward_usage,
+                         t_start=request.t0,
                          client_headers={**request.headers, "x-request-id": request.request_id},
                          response_headers=request.extra_headers)
     request.ctx = ctx

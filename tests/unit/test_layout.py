@@ -129,3 +129,38 @@ def test_the_docs_stand_alone() -> None:
     cited = [f"{p.relative_to(root)}:{n}" for p in files if p.is_file()
              for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if "CONTRACT" in line]
     assert cited == []
+
+
+# what code outside observe/ may call on the process's `Metrics`: its process-level points (the
+# per-request ones are `observe.record.RequestRecorder`'s methods) and the registry a scrape reads
+PROCESS_POINTS = frozenset({"learned", "state_degraded_op", "refused", "span_dropped", "store_health", "store_error",
+                            "local_limits", "registry"})
+
+
+def metric_touches(tree: ast.AST) -> list[int]:
+    """Lines that reach into a metrics object: `<...>metrics.<field>` other than a process-level point,
+    or a labelled child's `.labels(`."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        name = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
+        if node.attr == "labels" or (name.lstrip("_") == "metrics" and node.attr not in PROCESS_POINTS):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_metric_finder_finds_a_touch() -> None:
+    assert metric_touches(ast.parse("rt.metrics.ttft.labels('a').observe(1)")) != []
+    assert metric_touches(ast.parse("self._metrics.child(x)")) == [1]
+    assert metric_touches(ast.parse("family.labels('a')")) == [1]
+    assert metric_touches(ast.parse("app.metrics.refused('x'); ctx.rec.first_token('m', 'p', 1.0)")) == []
+
+
+def test_only_observe_touches_metric_objects() -> None:
+    """Outside observe/ metrics are written through the request's recorder (or a process-level point of
+    `Metrics`), never by reaching into a metric object."""
+    touches = [f"{p.relative_to(GATEWAY)}:{n}" for p in GATEWAY.rglob("*.py") if p.parent.name != "observe"
+               for n in metric_touches(ast.parse(p.read_text()))]
+    assert touches == []
