@@ -86,7 +86,7 @@ def hit_stream(obj: dict[str, Any], ctx: RequestContext) -> bytes:
     stream = MessagesStream(_NoParser(), "cache")
     stream.hold_message(obj)
     filt = MessagesOutputFilter(None)
-    return stream.commit(filt) + b"".join([filt.apply(ev) for ev in stream.terminal])
+    return stream.commit(filt) + stream.finish()
 
 
 class _NoParser:

@@ -64,7 +64,7 @@ def hit_stream(obj: dict[str, Any], ctx: RequestContext) -> bytes:
     stream = ResponsesStream(_NoParser(), "cache")
     stream.hold_response(obj)
     filt = ResponsesOutputFilter(None)
-    return stream.commit(filt) + stream.end_bytes(filt)
+    return stream.commit(filt) + stream.finish()
 
 
 def _input_texts(body: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:

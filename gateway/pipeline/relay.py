@@ -20,12 +20,11 @@ from gateway.core.chat.stream import ChatStream
 from gateway.core.events import Failure, StreamFailed
 from gateway.core.messages.stream import MessagesStream
 from gateway.core.responses.stream import ResponsesStream
-from gateway.core.sse import DONE_EVENT
+from gateway.core.stream import StreamCore
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import Opened
-from gateway.pipeline.first_token import StreamCore
 from gateway.pipeline.guardrails import record
 from gateway.pipeline.held_line import judge_keeping_alive
 from gateway.pipeline.ledger import commit_spend
@@ -102,7 +101,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         await pump(opened.response, stream, filt, sink, opened.deployment)
         if stream.error is not None:
             raise after_token_error(opened.deployment, stream.error)
-        tail = filt.flush_all()
+        tail = stream.tail()
         check_refusal(filt)
         if stream.ended_early:
             label = opened.deployment.label
@@ -120,7 +119,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         _record_stream_guards(rt, ctx, None)
         stream_ended(rt, ctx, opened)
         await commit_spend(rt, ctx)  # in the ledger before the client can see the end
-        await client.write_eof(tail + DONE_EVENT)  # the last data and the chunked terminator in one write
+        await client.write_eof(tail + stream.finish())  # the last data and the chunked terminator in one write
         if opened.response is not None:
             opened.response.finish()  # keep the upstream connection for the next request
     except StreamEnded as end:
@@ -128,7 +127,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
             _record_stream_guards(rt, ctx, filt.refusal.guardrail)
         stream_ended(rt, ctx, opened)
         await sink.quiet()
-        await _end_with_error(rt, ctx, client, filt, sink.hold is not None, end)
+        await _end_with_error(rt, ctx, client, stream, sink.hold is not None, end)
     finally:
         sink.close()
         opened.close()
@@ -159,11 +158,10 @@ def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStrea
         log.warning("malformed_events_skipped", count=n, model=ctx.model.name, deployment=opened.deployment.label)
 
 
-async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse,
-                          filt: ChatOutputFilter, holding: bool, end: StreamEnded) -> None:
+async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse, stream: ChatStream,
+                          holding: bool, end: StreamEnded) -> None:
     """One error event, no [DONE]; text already sent stands. Held text that redaction masked is
     released first (it is safe); after a guardrail refusal nothing more is released."""
-    tail = b"" if end.reason == "guardrail" or holding else filt.flush_all()
     ctx.stream_error = end.reason
     d = ctx.deployment
     assert d is not None
@@ -171,7 +169,7 @@ async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamRespon
         ctx.rec.stream_failed(ctx.model.name, d, end.reason)
     assert end.error is not None
     await commit_spend(rt, ctx)
-    await client.write(tail + end.error.sse_bytes())
+    await client.write(stream.fail(end.error.client_error(), held=holding, refused=end.reason == "guardrail"))
 
 
 def _record_stream_guards(rt: Runtime, ctx: RequestContext, blocked_by: str | None) -> None:
