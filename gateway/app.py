@@ -32,6 +32,7 @@ from gateway.observe.metrics import Metrics, create_metrics, exposition, preinit
 from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
+from gateway.providers.registry import in_process
 from gateway.state.base import StateBackend, create_backend
 from gateway.store import ControlPlane, StoreHooks, StoreUnavailable
 from gateway.upstream import Upstream
@@ -50,7 +51,7 @@ class App:
         self.config = config
         self.metrics = metrics or create_metrics()
         preinitialise(self.metrics, config)
-        self.upstream = Upstream(config.egress)
+        self.upstream = Upstream(config.egress, in_process)
         self.control = _control_plane(config, self.metrics)
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics, control=self.control)
         self._state: StateBackend | None = None

@@ -31,9 +31,7 @@ def _worker(config: Config, path: str | None) -> None:
 
 def run_workers(config: Config, path: str | None, count: int) -> int:
     fresh_multiproc_dir()  # before any metric exists, in this process and (inherited) in the workers
-    from prometheus_client import multiprocess
-
-    from gateway.observe.metrics import create_metrics
+    from gateway.observe.metrics import create_metrics, worker_gone
     from gateway.server import run_server
 
     metrics = create_metrics()
@@ -58,7 +56,7 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
     for p in procs:
         p.join()
         if p.pid is not None:
-            multiprocess.mark_process_dead(p.pid)  # type: ignore[no-untyped-call]
+            worker_gone(p.pid)
     return code
 
 

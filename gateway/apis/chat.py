@@ -16,6 +16,7 @@ from gateway.apis.chat_attempt import OpenedChat, open_stream
 from gateway.apis.chat_body import complete_chat, redact_body
 from gateway.config.types import Deployment
 from gateway.core.chat.assemble import completion_to_chunks
+from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.sse import DONE_EVENT, encode_data
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.inbound import Request, Response, StreamResponse
@@ -88,7 +89,9 @@ async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> Str
 
     async def relay_and_cache(opened: OpenedChat, client: StreamResponse) -> None:
         meta = next((ch.obj for ch in opened.stream.preamble if ch.obj), {})
-        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
+        run = rt.safety.models[ctx.model.name].start()
+        filt = ChatOutputFilter(run.factory if run is not None else None, ctx.forward_usage)
+        await relay(rt, ctx, opened, client, run, filt)
         if ctx.cache_store and ctx.stream_error is None:
             await _store(rt, request, ctx, opened, meta)
 

@@ -26,7 +26,7 @@ from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.guardrails import judge_output
 from gateway.pipeline.request import answer_headers
 from gateway.pipeline.runtime import Runtime
-from gateway.providers.messages_anthropic import MessagesBody
+from gateway.providers.base import MessagesBody
 
 
 def assembled(msg: dict[str, Any]) -> MessagesAssembler:
@@ -53,7 +53,7 @@ async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) 
     ctx.redactions += redact_message(rt, ctx, obj)
     asm = assembled(obj)  # after masking: guardrails judge what the client would read
     safety = rt.safety.models[ctx.model.name]
-    refusal = await judge_output(rt, ctx, asm.as_chat(), safety.stream_guards + safety.hold_guards
+    refusal = await judge_output(rt, ctx, asm, safety.stream_guards + safety.hold_guards
                                  + safety.audit_guards)
     ctx.usage = asm.usage
     ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, asm.usage, ctx.key_name)

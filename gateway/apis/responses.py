@@ -3,7 +3,7 @@
 Parse and authorise as chat does, run input guardrails on `instructions` and `input`, then the same
 attempt loop (`run_attempts`) over the model's deployments that serve the Responses API. A stream is
 held until its first output token, with keep-alive comments while waiting (CONTRACT §4.2), then relayed
-by `responses_relay`. A body is masked with the one-shot redactor and judged whole, like a chat body.
+by `pipeline.held_end`. A body is masked with the one-shot redactor and judged whole, like a chat body.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.first_token import serve_stream
 from gateway.pipeline.guardrails import check_input, judge_output
+from gateway.pipeline.held_end import HeldEndRelay, relay_held_end
 from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, keep_serving, redact_input_slots, resolve
-from gateway.pipeline.responses_relay import relay
 from gateway.pipeline.runtime import Runtime
-from gateway.providers.responses_openai import ResponsesBody
+from gateway.providers.base import ResponsesBody
 from gateway.state.base import StateBackend
 
 
@@ -111,7 +111,9 @@ async def stream_responses(request: Request, rt: Runtime, ctx: RequestContext) -
         return await open_responses(rt, ctx, d)
 
     async def relay_to(opened: OpenedResponses, client: StreamResponse) -> None:
-        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
+        run = rt.safety.models[ctx.model.name].start()
+        filt = ResponsesOutputFilter(run.factory if run else None)
+        await relay_held_end(HeldEndRelay(rt, ctx, opened, client, run, filt, "response"))
         end = opened.stream.terminal
         if ctx.cache_store and ctx.stream_error is None and end is not None and end.obj is not None \
                 and end.type == "response.completed":
@@ -141,7 +143,7 @@ async def complete_responses(rt: Runtime, ctx: RequestContext, state: StateBacke
     assembler = ResponsesAssembler()
     assembler.feed_response(obj)  # after masking: guardrails judge what the client would read
     safety = rt.safety.models[ctx.model.name]
-    refusal = await judge_output(rt, ctx, assembler.as_chat(),
+    refusal = await judge_output(rt, ctx, assembler,
                                  safety.stream_guards + safety.hold_guards + safety.audit_guards)
     ctx.usage = assembler.usage
     ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, assembler.usage, ctx.key_name)

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sized
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from gateway.core.events import Usage
-
-if TYPE_CHECKING:
-    from gateway.core.chat.assemble import ChatAssembler
+from gateway.core.events import DeltaKind, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +42,8 @@ class Answer(Protocol):
 
     def output_bytes(self) -> int: ...
 
-    def as_chat(self) -> ChatAssembler:
-        """The answer's texts as the whole-answer guardrails judge them."""
+    def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:
+        """The answer's text of one kind, as the whole-answer guardrails judge it."""
 
 
 class StreamCore(Protocol):

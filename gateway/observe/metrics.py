@@ -190,6 +190,13 @@ def exposition(m: Metrics) -> tuple[bytes, str]:
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
+def worker_gone(pid: int) -> None:
+    """A worker process has exited: its live gauges leave the multiprocess aggregate."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
 def add_process_collectors(registry: CollectorRegistry) -> None:
     """`process_*` (CPU, memory, open fds) and `python_gc_*`, as prometheus_client's default registry has
     them. With `--workers` the exporter's registry is built per scrape and these are its own process's."""

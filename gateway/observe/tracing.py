@@ -1,7 +1,7 @@
 """OpenTelemetry traces (CONTRACT §8): one SERVER span per API request, a CLIENT span per upstream attempt.
 
 The client's W3C `traceparent`/`tracestate` is continued; each attempt's span is announced to its
-upstream (`observe.propagation`). Attributes follow the GenAI semantic conventions
+upstream (`core.propagation`). Attributes follow the GenAI semantic conventions
 (https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/): span names `{operation} {model}`,
 `gen_ai.operation.name`, `gen_ai.request.model`, `gen_ai.response.model`, `gen_ai.provider.name`,
 `gen_ai.usage.*`, `error.type`; the gateway's own under `gateway.*`. Values come from config (model, key,
@@ -38,7 +38,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from gateway import __version__
 from gateway.config.types import Deployment, ProviderConfig, TelemetryConfig
 from gateway.core.events import Failure
-from gateway.observe.propagation import TRACE_HEADERS
+from gateway.core.propagation import TRACE_HEADERS
 from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.observe.span_export import BoundedBatchProcessor
 

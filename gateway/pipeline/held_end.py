@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Generic, Protocol, TypeVar
 
+from gateway.core.stream import StreamCore
 from gateway.errors import UpstreamFailed
 from gateway.inbound import StreamResponse
 from gateway.observe.context import RequestContext
@@ -28,14 +29,13 @@ class HeldEndFilter(OutputFilter, Protocol):
 
 
 F = TypeVar("F", bound=HeldEndFilter)
-S = TypeVar("S")
+S = TypeVar("S", bound=StreamCore)
 
 
 class HeldEndRelay(Generic[S, F]):
-    what = "answer"  # for the early-end message: "response", "message"
-
     def __init__(self, rt: Runtime, ctx: RequestContext, opened: Opened[S], client: StreamResponse,
-                 run: SafetyRun | None, filt: F):
+                 run: SafetyRun | None, filt: F, what: str = "answer"):
+        self.what = what  # for the early-end message: "response", "message"
         safety = rt.safety.models[ctx.model.name]
         self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
         self.stream: Any = opened.stream
@@ -73,7 +73,7 @@ class HeldEndRelay(Generic[S, F]):
                 f"{d.label}: upstream ended the stream before the {self.what} was complete"))
         tail = stream.tail()
         check_refusal(filt)
-        verdict = await judge_keeping_alive(self.rt, self.ctx, self.sink.keeper, stream.assembler.as_chat(),
+        verdict = await judge_keeping_alive(self.rt, self.ctx, self.sink.keeper, stream.assembler,
                                             self.judges)
         if verdict is not None:
             if self.sink.hold is None:  # audit: the text was out already
@@ -117,7 +117,7 @@ class HeldEndRelay(Generic[S, F]):
         if self.run_safety is not None:
             ctx.redactions += ctx.rec.redactions(self.run_safety.redaction_counts().items())
         if usage:
-            stream_ended(rt, ctx, self.opened)  # type: ignore[arg-type]  # S is one of the streams
+            stream_ended(rt, ctx, self.opened)
 
 
 async def relay_held_end(r: HeldEndRelay[Any, Any]) -> None:

@@ -3,23 +3,21 @@
 `pump` is the one relay loop of every API: read upstream, feed the API's stream core, write what it
 returns, stop at the core's end or on a failure. The per-chunk work (bytes -> SSE decoder -> provider
 parser -> assembler -> text windows (redaction, stream guardrails) -> client bytes, unchanged chunks as
-the upstream's own bytes) is the core's (`core.chat.stream`, `core.responses.stream`). `relay` is the
-chat stream's whole life after the commit: the held preamble, the pump, then `[DONE]` or one error event.
+the upstream's own bytes) is the core's (`core.stream.StreamCore`). `relay` is the whole life after the
+commit of a stream that ends in band (chat's): the held preamble, the pump, then the core's end or its
+error event.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import structlog
 
 from gateway.config.types import Deployment
-from gateway.core.chat.filter import ChatOutputFilter, Refusal
-from gateway.core.chat.stream import ChatStream
 from gateway.core.events import Failure, StreamFailed
-from gateway.core.messages.stream import MessagesStream
-from gateway.core.responses.stream import ResponsesStream
+from gateway.core.stages import Refusal
 from gateway.core.stream import StreamCore
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.inbound import StreamResponse
@@ -85,12 +83,25 @@ def check_refusal(filt: OutputFilter) -> None:
                                                         param=r.guardrail))
 
 
-async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], client: StreamResponse,
-                run: SafetyRun | None) -> None:
-    """Write the held chunks, then the rest of the stream, then `[DONE]` or one error event."""
+class InbandEnded(StreamCore, Protocol):
+    """A core whose stream ends in band (chat's: `[DONE]`, or the upstream's bytes): an in-band error
+    after the first token is kept in `error`, an end without `[DONE]` is `ended_early`."""
+
+    error: Failure | None
+
+    @property
+    def ended_early(self) -> bool: ...
+
+
+IE = TypeVar("IE", bound=InbandEnded)
+S = TypeVar("S", bound=StreamCore)
+
+
+async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[IE], client: StreamResponse,
+                run: SafetyRun | None, filt: OutputFilter) -> None:
+    """Write the held chunks, then the rest of the stream, then the core's end or one error event."""
     safety = rt.safety.models[ctx.model.name]
     stream = opened.stream
-    filt = ChatOutputFilter(run.factory if run is not None else None, ctx.forward_usage)
     sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
     try:
         first = stream.commit(filt)
@@ -136,8 +147,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
             ctx.redactions += ctx.rec.redactions(run.redaction_counts().items())
 
 
-def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]
-                 | Opened[MessagesStream]) -> None:
+def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[S]) -> None:
     """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
     and the unreadable events it skipped."""
     asm = opened.stream.assembler
@@ -147,8 +157,7 @@ def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | 
     malformed_skipped(rt, ctx, opened)
 
 
-def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]
-                      | Opened[MessagesStream]) -> None:
+def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[S]) -> None:
     """The unreadable events the stream core skipped after the first token, taken from it: counted and
     logged (the count, never the event: its text is the upstream's, maybe the model's output). At the
     stream's end, before its last write (`stream_ended`), and once more when the client went away first."""
@@ -158,7 +167,7 @@ def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStrea
         log.warning("malformed_events_skipped", count=n, model=ctx.model.name, deployment=opened.deployment.label)
 
 
-async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse, stream: ChatStream,
+async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse, stream: StreamCore,
                           holding: bool, end: StreamEnded) -> None:
     """One error event, no [DONE]; text already sent stands. Held text that redaction masked is
     released first (it is safe); after a guardrail refusal nothing more is released."""

@@ -12,10 +12,9 @@ from typing import Any
 from gateway.core.events import InbandError, Usage
 from gateway.core.messages.stream import MessagesStreamParser
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import ParsedBody, StreamParser, UpstreamRequest
+from gateway.providers.base import MessagesBody, ParsedBody, StreamParser, UpstreamRequest
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.messages_anthropic import MessagesBody
 from gateway.providers.messages_openai_request import chat_body
 from gateway.providers.messages_openai_stream import MessagesFromChat, message_from_completion
 from gateway.providers.mock import MockChat

@@ -10,18 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gateway.providers.base import ChatTranslator, UpstreamRequest
+from gateway.providers.base import ChatTranslator, MessagesTranslator, ResponsesTranslator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.messages_anthropic import AnthropicMessages, MessagesTranslator
+from gateway.providers.messages_anthropic import AnthropicMessages
 from gateway.providers.messages_openai import AzureMessages, MockMessages, OpenAIMessages
 from gateway.providers.mock import MockChat, MockScript, mock_script
 from gateway.providers.responses_openai import (
     AzureResponses,
     MockResponses,
     OpenAIResponses,
-    ResponsesTranslator,
 )
 from gateway.providers.settings import ProviderConfig
 

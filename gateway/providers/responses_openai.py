@@ -9,40 +9,18 @@ Nothing is translated: the request passes through with `model` rewritten to the 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
 import orjson
 
-from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
-from gateway.core.responses.stream import ResponsesStreamParser
+from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, response_events
 from gateway.core.sse import DONE, SSEEvent
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import ResponsesBody, UpstreamRequest
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
 from gateway.providers.mock import MockChat
-
-
-@dataclass(frozen=True, slots=True)
-class ResponsesBody:
-    """A non-stream answer (a `response` object) and its typed events: output, usage, end or failure."""
-
-    obj: dict[str, Any]
-    events: list[StreamEvent]
-
-
-class ResponsesTranslator(Protocol):
-    """A per-provider translator for the Responses client schema."""
-
-    def responses_request(self, body: Mapping[str, Any], model: str, *, stream: bool) -> UpstreamRequest: ...
-
-    def responses_stream_parser(self) -> ResponsesStreamParser: ...
-
-    def parse_responses_body(self, body: bytes) -> ResponsesBody: ...
-
-    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
 
 
 class OpenAIResponsesStreamParser:

@@ -18,8 +18,9 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.chat.filter import ChatOutputFilter, StageFactory
+from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.stream import ChatStream, StreamParser
+from gateway.core.stages import StageFactory
 from gateway.providers.chat_anthropic import AnthropicChat, parse_anthropic_body
 from gateway.providers.chat_openai import OpenAIStreamParser, parse_openai_body
 from gateway.providers.settings import ProviderConfig

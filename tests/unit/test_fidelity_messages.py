@@ -19,9 +19,9 @@ from anthropic.types import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.chat.filter import StageFactory
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream, MessagesStreamParser
+from gateway.core.stages import StageFactory
 from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
 from gateway.providers.messages_openai import OpenAIMessages
 from gateway.providers.settings import ProviderConfig

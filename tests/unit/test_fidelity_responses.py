@@ -15,9 +15,9 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.chat.filter import StageFactory
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
+from gateway.core.stages import StageFactory
 from gateway.providers.responses_openai import OpenAIResponsesStreamParser, parse_responses_body
 from tests.unit.fidelity import drive, fidelity
 from tests.unit.model_safety import safety

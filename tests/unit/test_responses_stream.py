@@ -197,7 +197,6 @@ def test_a_whole_body_is_replayed_as_the_stream_it_would_have_been() -> None:
     run = safety(False).start()
     assert run is not None and stream.committable and stream.done
     filt = ResponsesOutputFilter(run.factory)
-    out = stream.commit(filt) + filt.flush_open()
-    assert stream.terminal is not None
-    texts, _ = reading(out + filt.apply(stream.terminal))
+    out = stream.commit(filt) + stream.tail() + stream.finish()
+    texts, _ = reading(out)
     assert texts == {(0, "response.output_text.delta"): MASKED}

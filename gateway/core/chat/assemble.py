@@ -127,10 +127,6 @@ class ChatAssembler:
     def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:
         return "".join("".join(c.text.get(kind, ())) for _, c in sorted(self._choices.items()))
 
-    def as_chat(self) -> ChatAssembler:
-        """The answer as the whole-answer guardrails judge it: itself (`core.stream.Answer`)."""
-        return self
-
     def output_bytes(self) -> int:
         """UTF-8 size of everything the answer said (every text kind, tool names and arguments): what a
         usage estimate counts when the provider reported none."""
