@@ -14,8 +14,8 @@ from gateway.observe.context import RequestContext
 from gateway.observe.recorder import NO_TRACE
 from gateway.pipeline.attempts import Won
 from gateway.pipeline.auth import KeyRing
-from gateway.pipeline.input_redaction import TextSlot
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.slicer import TextSlot
 
 
 def read_json(request: Request) -> dict[str, Any]:
@@ -60,10 +60,10 @@ def answer_headers(ctx: RequestContext, won: Won) -> dict[str, str]:
 
 async def redact_input_slots(rt: Runtime, ctx: RequestContext, slots: list[TextSlot]) -> None:
     """`redaction.inputs: true`: mask secrets in the prompt's texts before it leaves for the provider,
-    a slice at a time between the loop's other work (`pipeline.input_redaction`)."""
+    a slice at a time between the loop's other work (`pipeline.slicer`)."""
     safety = rt.safety.models[ctx.model.name]
     if safety.redact_inputs and safety.redactor is not None and slots:
-        await rt.inputs.redact(safety.redactor, slots)
+        await rt.slicer.redact(safety.redactor, slots)
 
 
 def keep_serving(ctx: RequestContext, serves: Callable[[Deployment], bool], api_name: str) -> None:

@@ -1,4 +1,4 @@
-"""pipeline.input_redaction: prompts masked a slice at a time, in turn, exactly as one-shot redaction."""
+"""pipeline.slicer: prompts masked a slice at a time, in turn, exactly as one-shot redaction."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core.redact.window import Redactor
-from gateway.pipeline.input_redaction import INLINE_CHARS, SLICE_CHARS, InputRedaction
+from gateway.pipeline.slicer import INLINE_CHARS, SLICE_CHARS, Slicer
 
 REDACTOR = Redactor.compile(["secrets", "pii"], [])
 WORDS = ["sk-proj-AbCdEf0123456789GhIjKlMnOpQrStUv", "DE89", "3704", "0044", "0532", "0130", "00", "Bearer",
@@ -19,7 +19,7 @@ WORDS = ["sk-proj-AbCdEf0123456789GhIjKlMnOpQrStUv", "DE89", "3704", "0044", "05
 
 def run(slots: list[tuple[dict[str, Any], str]]) -> None:
     async def go() -> None:
-        await InputRedaction().redact(REDACTOR, slots)
+        await Slicer().redact(REDACTOR, slots)
 
     asyncio.run(go())
 
@@ -46,7 +46,7 @@ def test_a_small_prompt_is_not_queued_behind_a_big_one() -> None:
     order: list[str] = []
 
     async def go() -> None:
-        sched = InputRedaction()
+        sched = Slicer()
 
         async def one(name: str, text: str) -> None:
             await sched.redact(REDACTOR, [({"t": text}, "t")])
@@ -63,7 +63,7 @@ def test_a_small_prompt_is_not_queued_behind_a_big_one() -> None:
 
 def test_a_request_that_goes_away_leaves_the_queue() -> None:
     async def go() -> int:
-        sched = InputRedaction()
+        sched = Slicer()
         slot = ({"t": "DE89 " * (20 * SLICE_CHARS)}, "t")
         task = asyncio.ensure_future(sched.redact(REDACTOR, [slot]))
         await asyncio.sleep(0)
