@@ -11,9 +11,10 @@ queued behind a big one. A work of at most `INLINE_CHARS` characters is done at 
 
 Served here: input redaction (`redaction.inputs: true`), the one-shot masking of whole answers
 (non-stream bodies of every API, the Message cached after a stream), and the whole-text verdicts of
-`terms` and `regex` guardrails (input stage, hold and audit modes, non-stream answers). Each gives
-exactly its one-shot result: the windows decide on the text alone, never on how it was split. A request
-that goes away (client disconnect) leaves the queue at the scheduler's next turn.
+`terms` and `regex` guardrails (input stage, hold and audit modes, non-stream answers), and the depth
+check of a big request body (`core.json_body.DepthCheck`, through `run`). Each gives exactly its
+one-shot result: the windows decide on the text alone, never on how it was split. A request that goes
+away (client disconnect) leaves the queue at the scheduler's next turn.
 """
 
 from __future__ import annotations
