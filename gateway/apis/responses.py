@@ -29,6 +29,7 @@ from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, keep_serving, redact_input_slots, resolve
 from gateway.pipeline.responses_relay import relay
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.safety import TextMap
 from gateway.providers.responses_openai import ResponsesBody
 
 
@@ -102,7 +103,7 @@ async def complete_responses(rt: Runtime, ctx: RequestContext) -> Response:
     won, parsed = await run_attempts(rt, ctx, attempt)
     ctx.deployment = won.deployment
     obj = parsed.obj
-    ctx.redactions += _redact_body(rt, ctx, obj)
+    ctx.redactions += await _redact_body(rt, ctx, obj)
     assembler = ResponsesAssembler()
     assembler.feed_response(obj)  # after masking: guardrails judge what the client would read
     safety = rt.safety.models[ctx.model.name]
@@ -115,11 +116,10 @@ async def complete_responses(rt: Runtime, ctx: RequestContext) -> Response:
     return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
 
 
-def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
-    safety = rt.safety.models[ctx.model.name]
-    if safety.redactor is None:
-        return 0
-    masker = safety.masker()
-    map_response_texts(obj, lambda _key, kind, text: masker.mask(kind, text))
-    return record_redactions(rt.metrics, masker.counts.items())
+async def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
+    def walk(fn: TextMap) -> None:
+        map_response_texts(obj, lambda _key, kind, text: fn(kind, text))
+
+    counts = await rt.safety.models[ctx.model.name].mask_texts(rt.slicer, walk)
+    return record_redactions(rt.metrics, counts.items())
 
