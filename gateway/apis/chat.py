@@ -24,11 +24,11 @@ from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.first_token import serve_stream
 from gateway.pipeline.guardrails import check_input
-from gateway.pipeline.input_redaction import TextSlot
 from gateway.pipeline.limits import admit
 from gateway.pipeline.relay import relay
 from gateway.pipeline.request import redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.slicer import TextSlot
 
 
 def _messages_text(body: dict[str, Any]) -> str:
@@ -103,6 +103,6 @@ async def _store(rt: Runtime, request: Request, ctx: RequestContext, opened: Ope
     """Cache what the client read: the assembled answer, masked one-shot (equal to the streamed text)."""
     body = opened.stream.assembler.completion(id=str(meta.get("id", "")), model=str(meta.get("model", "")),
                                        created=int(meta.get("created", 0) or 0))
-    redact_body(rt, ctx, body)
+    await redact_body(rt, ctx, body)
     await cache.store(rt, request.app.state, ctx, body)
 

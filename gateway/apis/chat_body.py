@@ -25,6 +25,7 @@ from gateway.pipeline.guardrails import judge_output
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.request import answer_headers
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.safety import TextMap
 from gateway.providers.base import ParsedBody
 from gateway.state.base import StateBackend
 
@@ -48,7 +49,7 @@ async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -
     won, parsed = await run_attempts(rt, ctx, attempt)
     ctx.deployment = won.deployment
     obj = parsed.obj
-    ctx.redactions += redact_body(rt, ctx, obj)
+    ctx.redactions += await redact_body(rt, ctx, obj)
     assembler = ChatAssembler()
     assembler.feed(_events_after_redaction(obj, parsed))
     safety = rt.safety.models[ctx.model.name]
@@ -72,19 +73,16 @@ def _events_after_redaction(obj: dict[str, Any], parsed: ParsedBody) -> list[Any
     return text + usage[-1:]
 
 
-def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
-    safety = rt.safety.models[ctx.model.name]
-    if safety.redactor is None:
-        return 0
-    counts: list[tuple[str, int]] = []
-    for choice in obj.get("choices") or ():
-        msg = choice.get("message") if isinstance(choice, dict) else None
-        if not isinstance(msg, dict):
-            continue
-        for field, kind in TEXT_FIELDS:
-            text = msg.get(field)
-            if kind in safety.scope and isinstance(text, str) and text:
-                result = safety.redactor.redact(text)
-                msg[field] = result.text
-                counts.extend(result.counts.items())
-    return ctx.rec.redactions(counts)
+async def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
+    def walk(fn: TextMap) -> None:
+        for choice in obj.get("choices") or ():
+            msg = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(msg, dict):
+                continue
+            for field, kind in TEXT_FIELDS:
+                text = msg.get(field)
+                if isinstance(text, str) and text:
+                    msg[field] = fn(kind, text)
+
+    counts = await rt.safety.models[ctx.model.name].mask_texts(rt.slicer, walk)
+    return ctx.rec.redactions(counts.items())

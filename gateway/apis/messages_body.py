@@ -26,6 +26,7 @@ from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.guardrails import judge_output
 from gateway.pipeline.request import answer_headers
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.safety import TextMap
 from gateway.providers.base import MessagesBody
 
 
@@ -50,7 +51,7 @@ async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) 
     won, parsed = await run_attempts(rt, ctx, attempt)
     ctx.deployment = won.deployment
     obj = parsed.obj
-    ctx.redactions += redact_message(rt, ctx, obj)
+    ctx.redactions += await redact_message(rt, ctx, obj)
     asm = assembled(obj)  # after masking: guardrails judge what the client would read
     safety = rt.safety.models[ctx.model.name]
     refusal = await judge_output(rt, ctx, asm, safety.stream_guards + safety.hold_guards
@@ -64,20 +65,19 @@ async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) 
     return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
 
 
-def redact_message(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
-    safety = rt.safety.models[ctx.model.name]
-    if safety.redactor is None:
-        return 0
-    masker = safety.masker()
-    map_message_texts(obj, lambda _index, kind, text: masker.mask(kind, text))
-    return ctx.rec.redactions(masker.counts.items())
+async def redact_message(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
+    def walk(fn: TextMap) -> None:
+        map_message_texts(obj, lambda _index, kind, text: fn(kind, text))
+
+    counts = await rt.safety.models[ctx.model.name].mask_texts(rt.slicer, walk)
+    return ctx.rec.redactions(counts.items())
 
 
 async def store_stream(rt: Runtime, request: Request, ctx: RequestContext, opened: Any) -> None:
     """Cache what the client read: the assembled message, masked one-shot (equal to the streamed text)."""
     stream: MessagesStream = opened.stream
     obj = stream.assembler.message()
-    redact_message(rt, ctx, obj)
+    await redact_message(rt, ctx, obj)
     await cache.store(rt, request.app.state, ctx, obj)
 
 

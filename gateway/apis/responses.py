@@ -31,6 +31,7 @@ from gateway.pipeline.held_end import HeldEndRelay, relay_held_end
 from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, keep_serving, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.safety import TextMap
 from gateway.providers.base import ResponsesBody
 from gateway.state.base import StateBackend
 
@@ -139,7 +140,7 @@ async def complete_responses(rt: Runtime, ctx: RequestContext, state: StateBacke
     won, parsed = await run_attempts(rt, ctx, attempt)
     ctx.deployment = won.deployment
     obj = parsed.obj
-    ctx.redactions += _redact_body(rt, ctx, obj)
+    ctx.redactions += await _redact_body(rt, ctx, obj)
     assembler = ResponsesAssembler()
     assembler.feed_response(obj)  # after masking: guardrails judge what the client would read
     safety = rt.safety.models[ctx.model.name]
@@ -154,11 +155,10 @@ async def complete_responses(rt: Runtime, ctx: RequestContext, state: StateBacke
     return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
 
 
-def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
-    safety = rt.safety.models[ctx.model.name]
-    if safety.redactor is None:
-        return 0
-    masker = safety.masker()
-    map_response_texts(obj, lambda _key, kind, text: masker.mask(kind, text))
-    return ctx.rec.redactions(masker.counts.items())
+async def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
+    def walk(fn: TextMap) -> None:
+        map_response_texts(obj, lambda _key, kind, text: fn(kind, text))
+
+    counts = await rt.safety.models[ctx.model.name].mask_texts(rt.slicer, walk)
+    return ctx.rec.redactions(counts.items())
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 async def verdict(rt: Runtime, ctx: RequestContext, g: Guardrail, stage: str, text: str) -> Verdict:
     if g.text is not None:
-        v = g.text.check(text)
+        v = await rt.slicer.check(g.text, text)  # a slice at a time: a long text must not stall the loop
     else:
         v = await _webhook(rt, ctx, g, stage, text)
     record(rt, ctx, g.name, stage, v.allowed)

@@ -14,9 +14,9 @@ from gateway.config.types import Config, Deployment, ModelConfig, ProviderConfig
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
 from gateway.observe.metrics import Metrics
 from gateway.pipeline.auth import KeyRing
-from gateway.pipeline.input_redaction import InputRedaction
 from gateway.pipeline.learned import Learned
 from gateway.pipeline.safety import Safety, compile_safety
+from gateway.pipeline.slicer import Slicer
 from gateway.providers.base import ChatTranslator, MessagesTranslator, ResponsesTranslator
 from gateway.providers.registry import Translators, build_translators
 from gateway.store import ControlPlane
@@ -34,7 +34,7 @@ class Runtime:
     learned: Learned
     breakers: dict[str, CircuitBreaker]
     inflight: dict[str, int]  # deployment label -> attempts open now (balanced routing)
-    inputs: InputRedaction = field(default_factory=InputRedaction)  # prompt masking, off the loop's path
+    slicer: Slicer = field(default_factory=Slicer)  # masking and guardrail checks, a slice at a time
     rand: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time  # epoch seconds for the rate limits (tests drive their own)
     control: ControlPlane | None = None  # the store's keys, teams and ledger (`store.url`), kept on reload
@@ -82,7 +82,7 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         learned=previous.learned if previous else Learned(metrics),
         breakers=previous.breakers if previous else {},
         inflight=previous.inflight if previous else {},
-        inputs=previous.inputs if previous else InputRedaction(),
+        slicer=previous.slicer if previous else Slicer(),
         clock=previous.clock if previous else time.time,
         control=control,
     )

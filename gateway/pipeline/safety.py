@@ -21,6 +21,9 @@ from gateway.core.scrub import Scrubber
 if TYPE_CHECKING:
     from gateway.core.policy.guard import GuardWindow, TextGuard, Verdict
     from gateway.core.redact.window import RedactionWindow, Redactor
+    from gateway.pipeline.slicer import Slicer
+
+TextMap = Callable[[DeltaKind, str], str]  # one text of a body -> what the body carries instead
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,27 +120,34 @@ class ModelSafety:
     def start(self) -> SafetyRun | None:
         return SafetyRun(self) if self.filters_stream else None
 
-    def masker(self) -> OneShotMasker:
-        """For a whole body (non-stream answers, cached answers): mask each text in scope one-shot."""
-        return OneShotMasker(self.redactor, self.scope)
+    async def mask_texts(self, slicer: Slicer, walk: Callable[[TextMap], object]) -> dict[str, int]:
+        """Mask one-shot every text in scope of a whole body (non-stream answers, cached answers), a
+        slice at a time between the loop's other work (`pipeline.slicer`); the masks made, per rule.
 
+        `walk(fn)` calls `fn(kind, text)` for each text of the body and stores what it returns. It is
+        called twice, to find the texts and to write them back, so it visits the same texts in the
+        same order both times (the body does not change in between: nothing else holds it)."""
+        scope = self.scope
+        if self.redactor is None or not scope:
+            return {}
+        found: list[dict[str, str]] = []
 
-class OneShotMasker:
-    """`mask(kind, text)` for the `map_*_texts` walkers of a body; `counts` are the matches per rule."""
-
-    __slots__ = ("counts", "redactor", "scope")
-
-    def __init__(self, redactor: Redactor | None, scope: frozenset[DeltaKind]) -> None:
-        self.redactor, self.scope = redactor, scope
-        self.counts: dict[str, int] = {}
-
-    def mask(self, kind: DeltaKind, text: str) -> str:
-        if self.redactor is None or kind not in self.scope or not text:
+        def find(kind: DeltaKind, text: str) -> str:
+            if kind in scope and text:
+                found.append({"t": text})
             return text
-        result = self.redactor.redact(text)
-        for rule, n in result.counts.items():
-            self.counts[rule] = self.counts.get(rule, 0) + n
-        return result.text
+
+        walk(find)
+        if not found:
+            return {}
+        counts = await slicer.redact(self.redactor, [(h, "t") for h in found])
+        masked = iter([h["t"] for h in found])
+
+        def put(kind: DeltaKind, text: str) -> str:
+            return next(masked) if kind in scope and text else text
+
+        walk(put)
+        return counts
 
 
 @dataclass(frozen=True, slots=True)

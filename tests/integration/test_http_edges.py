@@ -103,9 +103,12 @@ def test_an_http_1_1_request_without_exactly_one_host_gets_400(gateway: GatewayS
         assert statuses(read_to_close(sock)) == [b"HTTP/1.1 400 Bad Request"]
 
 
+@pytest.mark.parametrize("pad", [0, 40_000], ids=["small", "walked-in-slices"])
 @pytest.mark.parametrize("depth", [200, 300, 1000])
-def test_json_nested_deeper_than_the_limit_is_a_400(gateway: GatewayServer, depth: int) -> None:
-    body = b'{"model": "m", "messages": [], "x": ' + b"[" * depth + b"]" * depth + b"}"
+def test_json_nested_deeper_than_the_limit_is_a_400(gateway: GatewayServer, depth: int, pad: int) -> None:
+    """A body over 64 KiB has its depth walked a slice at a time (`pipeline/request.py`): same answer."""
+    padding = b'"pad": [' + b",".join([b"{}"] * pad) + b"], " if pad else b""
+    body = b'{"model": "m", "messages": [], ' + padding + b'"x": ' + b"[" * depth + b"]" * depth + b"}"
     conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=5)
     conn.request("POST", PATH, body, {"Content-Type": "application/json"})
     resp = conn.getresponse()

@@ -81,6 +81,10 @@ class TextGuard:
     def window(self) -> GuardWindow:
         return GuardWindow(self)
 
+    def steps(self, text: str, slice_chars: int) -> GuardSteps:
+        """`check(text)` cut into steps of `slice_chars` characters (the loop's scheduler runs them)."""
+        return GuardSteps(self, text, slice_chars)
+
     def passed(self) -> Verdict:
         return Verdict(True, self.name, "")
 
@@ -104,6 +108,36 @@ class TextGuard:
                     break
                 pos = m.start() + 1  # an empty or marker match: look again one further on
         return first
+
+
+class GuardSteps:
+    """`TextGuard.check` a slice per `step()`: the window decides on the text alone, never on how it
+    was split, so `verdict`, once `step()` has returned True, is exactly the one-shot verdict. It stops
+    at the first violation, as `check` does."""
+
+    __slots__ = ("_guard", "_pos", "_slice", "_text", "_window", "verdict")
+
+    def __init__(self, guard: TextGuard, text: str, slice_chars: int) -> None:
+        if slice_chars < 1:
+            raise ValueError("slice_chars must be positive")
+        self._guard, self._text, self._slice = guard, text, slice_chars
+        self._pos = 0
+        self._window = guard.window()
+        self.verdict: Verdict | None = None  # set once the work is over
+
+    def step(self) -> bool:
+        if self.verdict is not None:
+            return True
+        end = min(self._pos + self._slice, len(self._text))
+        verdict: Verdict | None = None
+        if end > self._pos:
+            _released, verdict = self._window.push(self._text[self._pos:end])
+        self._pos = end
+        if verdict is None and end == len(self._text):
+            _released, verdict = self._window.flush()
+            verdict = verdict or self._guard.passed()
+        self.verdict = verdict
+        return verdict is not None
 
 
 class GuardWindow(SegmentWindow):
