@@ -18,6 +18,7 @@ from aiohttp import web
 
 from gateway.apis.admin import PREFIX as ADMIN_PREFIX
 from gateway.apis.admin import admin
+from gateway.apis.catalog import CHAT, CLIENT_APIS, COUNT_TOKENS, EMBEDDINGS, MESSAGES, RESPONSES
 from gateway.apis.chat import chat_completions
 from gateway.apis.embeddings import embeddings_handler
 from gateway.apis.messages import messages
@@ -26,6 +27,7 @@ from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.apis.spend import key_spend
 from gateway.config.types import Config, ServerConfig, TlsConfig
+from gateway.core.api import ClientApi
 from gateway.errors import StartupError
 from gateway.inbound import Handler, HttpServer, Request, ServerLimits
 from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
@@ -50,12 +52,13 @@ class App:
     def __init__(self, config: Config, metrics: Metrics | None = None):
         self.config = config
         self.metrics = metrics or create_metrics()
-        preinitialise(self.metrics, config)
+        preinitialise(self.metrics, config, CLIENT_APIS)
         self.upstream = Upstream(config.egress, in_process)
         self.control = _control_plane(config, self.metrics)
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics, control=self.control)
         self._state: StateBackend | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
+        self.apis: Mapping[str, ClientApi] = {api.path: api for api in CLIENT_APIS}  # by route
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
         # TLS on the listener: a reload swaps in a new context, so new handshakes present the new
@@ -64,7 +67,7 @@ class App:
         if config.server.tls is not None:
             self.tls = tls_context(config.server.tls)
 
-    def start_trace(self, request: Request, api: str) -> RequestTrace:
+    def start_trace(self, request: Request, api: ClientApi) -> RequestTrace:
         """The per-request trace recorder: the shared no-op one when tracing is off."""
         if self.tracing is None:
             return NO_TRACE
@@ -107,7 +110,7 @@ class App:
         if config.store != self.config.store:
             log.warning("store_change_needs_restart", message="store.* is read at start; a reload keeps it")
         runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
-        preinitialise(old.metrics, config)
+        preinitialise(old.metrics, config, CLIENT_APIS)
         return Reload(runtime, context)
 
     def apply_reload(self, reload: Reload) -> None:
@@ -169,11 +172,11 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
 
 def _routes() -> dict[str, dict[str, Handler]]:
     return {
-        "/v1/chat/completions": {"POST": chat_completions},
-        "/v1/responses": {"POST": responses},
-        "/v1/embeddings": {"POST": embeddings_handler},
-        "/v1/messages": {"POST": messages},
-        "/v1/messages/count_tokens": {"POST": count_tokens},
+        CHAT.path: {"POST": chat_completions},
+        RESPONSES.path: {"POST": responses},
+        EMBEDDINGS.path: {"POST": embeddings_handler},
+        MESSAGES.path: {"POST": messages},
+        COUNT_TOKENS.path: {"POST": count_tokens},
         "/v1/models": {"GET": list_models},
         "/v1/gateway/spend": {"GET": key_spend},
         "/v1/models/{id}": {"GET": retrieve_model},

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from gateway.apis.catalog import CHAT
 from gateway.apis.chat_attempt import OpenedChat, open_stream
 from gateway.apis.chat_body import complete_chat, redact_body
 from gateway.config.types import Deployment
@@ -61,7 +62,7 @@ def _input_slots(body: dict[str, Any]) -> list[TextSlot]:
 
 
 async def chat_completions(request: Request) -> Response | StreamResponse:
-    rt, ctx = await resolve(request, "chat")
+    rt, ctx = await resolve(request, CHAT)
     text = _messages_text(ctx.body)
     await redact_input_slots(rt, ctx, _input_slots(ctx.body))
     state = request.app.state

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from gateway.apis.catalog import EMBEDDINGS
 from gateway.config.types import Deployment
 from gateway.core.events import Usage
 from gateway.errors import InvalidRequest
@@ -36,7 +37,7 @@ async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
 
 
 async def embeddings_handler(request: Request) -> Response | StreamResponse:
-    rt, ctx = await resolve(request, "embeddings")
+    rt, ctx = await resolve(request, EMBEDDINGS)
     if "input" not in ctx.body:
         raise InvalidRequest("you must provide an input parameter", param="input")
     await admit(rt, request.app.state, ctx)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.apis.catalog import MESSAGES
 from gateway.apis.messages_attempt import OpenedMessages, open_messages
 from gateway.apis.messages_body import complete_messages, hit_stream, store_stream
 from gateway.config.types import Deployment
@@ -32,7 +33,7 @@ _TEXT_PARTS = frozenset({"text"})
 
 
 async def messages(request: Request) -> Response | StreamResponse:
-    rt, ctx = await resolve(request, "messages")
+    rt, ctx = await resolve(request, MESSAGES)
     text = input_text(ctx.body)
     await redact_input_slots(rt, ctx, input_slots(ctx.body))
     serving_deployments(rt, ctx)

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from gateway.apis.catalog import COUNT_TOKENS
 from gateway.apis.messages import input_slots, serving_deployments
 from gateway.config.types import Deployment
 from gateway.inbound import Request, Response
@@ -33,7 +34,7 @@ BYTES_PER_TOKEN = 4
 
 
 async def count_tokens(request: Request) -> Response:
-    rt, ctx = await resolve(request, "count_tokens")
+    rt, ctx = await resolve(request, COUNT_TOKENS)
     input_slots(ctx.body)  # the same validation as a Messages request
     serving_deployments(rt, ctx)
     await admit(rt, request.app.state, ctx, tokens=False)

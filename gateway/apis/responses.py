@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from gateway.apis.catalog import RESPONSES
 from gateway.apis.responses_attempt import OpenedResponses, open_responses
 from gateway.config.types import Deployment
 from gateway.core.responses.assemble import ResponsesAssembler
@@ -37,7 +38,7 @@ from gateway.state.base import StateBackend
 
 
 async def responses(request: Request) -> Response | StreamResponse:
-    rt, ctx = await resolve(request, "responses")
+    rt, ctx = await resolve(request, RESPONSES)
     text = input_text(ctx.body)
     await redact_input_slots(rt, ctx, _input_texts(ctx.body))
     keep_serving(ctx, lambda d: rt.responses_translator(d) is not None, "Responses")

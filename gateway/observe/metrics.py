@@ -9,6 +9,7 @@ multiprocess mode first.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway import __version__
 from gateway.config.types import Config, Price
+from gateway.core.api import ClientApi
 from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
 from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram, ThreadSafeCounter
@@ -30,10 +32,6 @@ DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
 DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                  0.25, 0.5, 1.0)
-APIS = ("chat", "responses", "embeddings", "messages", "count_tokens")
-# the `stream` values each API's requests take: count_tokens and embeddings answer with a body only
-API_STREAMS = {"chat": ("true", "false"), "responses": ("true", "false"), "messages": ("true", "false"),
-               "embeddings": ("false",), "count_tokens": ("false",)}
 ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
                     "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
@@ -211,9 +209,11 @@ STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_ti
                           "connect_error")
 
 
-def preinitialise(m: Metrics, config: Config) -> None:
+def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None:
     """Create the known label sets at zero so dashboards show real zeros (with the target's `job` and
-    `instance`), not gaps and not `or vector(0)`'s label-less phantom series."""
+    `instance`), not gaps and not `or vector(0)`'s label-less phantom series; `apis`: the client APIs
+    served (`apis/catalog.py`)."""
+    apis = tuple(apis)
     for reason in HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
     if config.store.url is not None:
@@ -227,7 +227,7 @@ def preinitialise(m: Metrics, config: Config) -> None:
     for model in config.models.values():
         providers = {d.provider for d in model.deployments}
         keys = [k.name for k in config.auth.keys if k.models is None or model.name in k.models] or ["none"]
-        _preinitialise_apis(m, model.name, providers, cached=model.cache or config.cache.enabled)
+        _preinitialise_apis(m, apis, model.name, providers, cached=model.cache or config.cache.enabled)
         for d in model.deployments:
             m.upstream_ttft.labels(model.name, d.provider, d.label)
             for outcome in ("ok", "inband_error"):
@@ -239,32 +239,31 @@ def preinitialise(m: Metrics, config: Config) -> None:
                     m.tokens.labels(model.name, d.provider, key, t)
                 m.cost.labels(model.name, d.provider, key)
             m.usage_missing.labels(model.name, d.provider)
-        for api, streams in API_STREAMS.items():
-            for stream in streams:
+        for api in apis:
+            for stream in api.streams:
                 for key in keys:
-                    m.requests.labels(api, model.name, stream, "ok", key)
+                    m.requests.labels(api.name, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):
             m.hedges.labels(model.name, winner)
 
 
-STREAMED_APIS = tuple(api for api, streams in API_STREAMS.items() if "true" in streams)
-
-
-def _preinitialise_apis(m: Metrics, model: str, providers: set[str], *, cached: bool) -> None:
-    """Every API's own series: in flight, duration, and for a streamed one TTFT (a cache hit's too, when
+def _preinitialise_apis(m: Metrics, apis: tuple[ClientApi, ...], model: str, providers: set[str], *,
+                        cached: bool) -> None:
+    """Every API's own series: in flight, duration, TTFT, and for a streamed one TTFT of a cache hit (when
     the model caches), time per output token and text delay."""
-    for api, streams in API_STREAMS.items():
-        m.inflight.labels(api)
-        for stream in streams:
-            m.duration.labels(api, model, stream, "ok")
-        for provider in providers if api != "count_tokens" else ():  # counting has no first token
-            m.ttft.labels(api, model, provider)
-    for api in STREAMED_APIS:
-        m.text_delay.labels(api)
+    for api in apis:
+        m.inflight.labels(api.name)
+        for stream in api.streams:
+            m.duration.labels(api.name, model, stream, "ok")
+        for provider in providers if api.ttft_series else ():
+            m.ttft.labels(api.name, model, provider)
+        if not api.streamed:
+            continue
+        m.text_delay.labels(api.name)
         for provider in providers:
-            m.tpot.labels(api, model, provider)
+            m.tpot.labels(api.name, model, provider)
         if cached:
-            m.ttft.labels(api, model, "cache")
+            m.ttft.labels(api.name, model, "cache")
 
 
 def _preinitialise_safety(m: Metrics, config: Config) -> None:

@@ -37,6 +37,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from gateway import __version__
 from gateway.config.types import Deployment, ProviderConfig, TelemetryConfig
+from gateway.core.api import ClientApi
 from gateway.core.events import Failure
 from gateway.core.propagation import TRACE_HEADERS
 from gateway.observe.recorder import NO_TRACE, RequestTrace
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = structlog.get_logger("gateway")
-# the GenAI operation of each API (the Responses and Messages APIs are chat operations)
-OPERATION = {"chat": "chat", "responses": "chat", "messages": "chat", "embeddings": "embeddings"}
 _ERROR_OUTCOMES = frozenset({"upstream_error", "timeout"})
 
 
@@ -96,14 +95,14 @@ class Tracing:
         self.tracer = self.provider.get_tracer("llm-gateway", __version__)
         self.propagator = TraceContextTextMapPropagator()
 
-    def start(self, headers: Mapping[str, str], api: str, path: str,
+    def start(self, headers: Mapping[str, str], api: ClientApi, path: str,
               providers: Mapping[str, ProviderConfig]) -> RequestTrace:
         """The server span of one API request, child of the client's `traceparent` when it sent one. A
         request the sampler drops is not recorded at all (NO_TRACE), nor announced upstream."""
-        op = OPERATION.get(api, "chat")
+        op = api.operation
         parent = self.propagator.extract(headers)
         span = self.tracer.start_span(op, context=parent, kind=SpanKind.SERVER, attributes={
-            "gen_ai.operation.name": op, "gateway.api": api, "http.route": path})
+            "gen_ai.operation.name": op, "gateway.api": api.name, "http.route": path})
         if not span.is_recording():
             return NO_TRACE
         return SpanTrace(self, span, op, providers)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import orjson
 import structlog
 
+from gateway.core.api import ClientApi
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.inbound import Handler, Request, Response, StreamResponse
 from gateway.observe.context import Admission, RequestContext
@@ -24,9 +25,6 @@ from gateway.pipeline.limits import needs_settle, settle
 from gateway.pipeline.request import is_anthropic
 
 log = structlog.get_logger("gateway")
-_API = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/embeddings": "embeddings",
-        "/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens"}
-_ANTHROPIC_SHAPE = frozenset({"/v1/messages", "/v1/messages/count_tokens"})  # errors in Anthropic's shape
 _NO_ADMISSION = Admission()
 ADMIN_PREFIX = "/admin/v1/"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -57,10 +55,11 @@ def _request_id(request: Request) -> str:
     return given if _SAFE_ID.match(given) else _IDS.new()
 
 
-def error_response(err: GatewayError, request_id: str, path: str = "", anthropic: bool = False) -> Response:
-    """`anthropic`: in Anthropic's shape whatever the path (a models request from an Anthropic client)."""
+def error_response(err: GatewayError, request_id: str, anthropic: bool = False) -> Response:
+    """`anthropic`: in Anthropic's shape (an API whose errors are, or a models request from an Anthropic
+    client); else OpenAI's."""
     headers = {"x-request-id": request_id, **err.headers}
-    body = orjson.dumps(err.anthropic_body()) if anthropic or path in _ANTHROPIC_SHAPE else err.json_bytes()
+    body = orjson.dumps(err.anthropic_body()) if anthropic else err.json_bytes()
     return Response(status=err.status, body=body, content_type="application/json", headers=headers)
 
 
@@ -92,14 +91,14 @@ async def handle(request: Request) -> Response | StreamResponse:
         if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return preflight(cors, request.headers)
         extra.update(cors_headers(cors, request.headers))
-    api = _API.get(request.path)
+    api: ClientApi | None = request.app.apis.get(request.path)
     if api is None:
         try:
             return await _route(request)
         except GatewayError as err:
             models = request.path.startswith("/v1/models") and is_anthropic(request)
-            return error_response(err, rid, request.path, anthropic=models)
-    rec = request.rec = RequestRecorder(request.app.metrics, api, rid, request.t0,
+            return error_response(err, rid, anthropic=models)
+    rec = request.rec = RequestRecorder(request.app.metrics, api.name, rid, request.t0,
                                         request.app.start_trace(request, api))
     rec.started()
     structlog.contextvars.bind_contextvars(request_id=rid)
@@ -112,13 +111,13 @@ async def handle(request: Request) -> Response | StreamResponse:
         return resp
     except GatewayError as err:
         end = End(err.status, err.outcome, err.log_reason)
-        return error_response(err, rid, request.path)
+        return error_response(err, rid, anthropic=api.anthropic_errors)
     except (asyncio.CancelledError, ConnectionResetError):
         end = End(499, "cancelled", "client_gone")  # the client went away (CONTRACT §4.7)
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)
-        return error_response(GatewayError("internal gateway error"), rid, request.path)
+        return error_response(GatewayError("internal gateway error"), rid, anthropic=api.anthropic_errors)
     finally:
         await _finish(request, rec, end)
         structlog.contextvars.unbind_contextvars("request_id")
