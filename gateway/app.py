@@ -1,7 +1,7 @@
 """The API application (routes, shared state, start and stop) and the metrics application.
 
 The API and /metrics are two servers on two ports: /metrics is never served on the API port. The API
-runs on the gateway's own HTTP/1.1 server (`gateway.inbound`); /metrics, a scrape every few seconds,
+runs on the gateway's own HTTP/1.1 server (`gateway.http`); /metrics, a scrape every few seconds,
 on aiohttp.
 """
 
@@ -29,7 +29,7 @@ from gateway.apis.spend import key_spend
 from gateway.config.types import Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
 from gateway.errors import StartupError
-from gateway.inbound import Handler, HttpServer, Request, ServerLimits
+from gateway.http import Handler, HttpServer, Request, ServerLimits
 from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.pipeline.middleware import handle

@@ -20,7 +20,7 @@ from gateway.core.chat.assemble import completion_to_chunks
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.sse import DONE_EVENT, encode_data
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.first_token import serve_stream

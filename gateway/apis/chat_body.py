@@ -16,7 +16,7 @@ from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.chat.wire import TEXT_FIELDS, chunk_events
 from gateway.core.events import Usage
 from gateway.core.policy.learned import Fact
-from gateway.inbound import Response
+from gateway.http import Response
 from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, raise_inband

@@ -8,7 +8,7 @@ from gateway.apis.catalog import EMBEDDINGS
 from gateway.config.types import Deployment
 from gateway.core.events import Usage
 from gateway.errors import InvalidRequest
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts

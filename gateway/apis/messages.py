@@ -19,7 +19,7 @@ from gateway.apis.messages_body import complete_messages, hit_stream, store_stre
 from gateway.config.types import Deployment
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.first_token import serve_stream

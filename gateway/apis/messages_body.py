@@ -18,7 +18,7 @@ from gateway.core.messages.assemble import MessagesAssembler
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
 from gateway.core.messages.wire import map_message_texts, message_stream_events, parse_event
-from gateway.inbound import Request, Response
+from gateway.http import Request, Response
 from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, forwardable, raise_inband

@@ -22,7 +22,7 @@ import orjson
 from gateway.apis.catalog import COUNT_TOKENS
 from gateway.apis.messages import input_slots, serving_deployments
 from gateway.config.types import Deployment
-from gateway.inbound import Request, Response
+from gateway.http import Request, Response
 from gateway.pipeline.attempt_io import fetch_body, forwardable
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.limits import admit

@@ -21,7 +21,7 @@ from gateway.core.responses.stream import ResponsesStream
 from gateway.core.responses.wire import ResponsesEvent, map_response_texts
 from gateway.core.sse import SSEEvent
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, raise_inband

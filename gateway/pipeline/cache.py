@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import structlog
 
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.observe.record import CACHE_PROVIDER
 from gateway.pipeline.ledger import commit_spend

@@ -20,7 +20,7 @@ from gateway.core.events import Failure, FailureKind, StreamFailed
 from gateway.core.sse import KEEPALIVE
 from gateway.core.stream import StreamCore
 from gateway.errors import GatewayError
-from gateway.inbound import Request, StreamResponse
+from gateway.http import Request, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import Opened, with_response_wait
 from gateway.pipeline.attempts import Won, run_attempts

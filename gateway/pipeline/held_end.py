@@ -12,7 +12,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from gateway.core.stream import StreamCore
 from gateway.errors import UpstreamFailed
-from gateway.inbound import StreamResponse
+from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.guardrails import record

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from gateway.core.sse import KEEPALIVE
 from gateway.core.stream import Answer
 from gateway.errors import GatewayError
-from gateway.inbound import StreamResponse
+from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.first_token import KEEPALIVE_EVERY_S
 from gateway.pipeline.guardrails import judge_output

@@ -15,7 +15,7 @@ import structlog
 
 from gateway.core.api import ClientApi
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
-from gateway.inbound import Handler, Request, Response, StreamResponse
+from gateway.http import Handler, Request, Response, StreamResponse
 from gateway.observe.context import Admission, RequestContext
 from gateway.observe.logs import info_enabled
 from gateway.observe.record import End, RequestRecorder

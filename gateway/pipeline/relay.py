@@ -20,7 +20,7 @@ from gateway.core.events import Failure, StreamFailed
 from gateway.core.stages import Refusal
 from gateway.core.stream import StreamCore
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
-from gateway.inbound import StreamResponse
+from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.guardrails import record

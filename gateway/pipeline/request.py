@@ -18,7 +18,7 @@ from gateway.core.json_body import (
     parse_shallow,
 )
 from gateway.errors import InvalidRequest, ModelNotFound
-from gateway.inbound import Request
+from gateway.http import Request
 from gateway.observe.context import REQUESTED_MODEL_CHARS, Admission, RequestContext
 from gateway.pipeline.attempts import Won
 from gateway.pipeline.auth import KeyRing

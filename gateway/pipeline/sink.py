@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.inbound import StreamResponse
+from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.held_line import LineKeeper
 from gateway.pipeline.runtime import Runtime

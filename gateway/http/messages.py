@@ -11,7 +11,7 @@ from gateway.core.http1_request import LAST_CHUNK, RequestHead, chunk, response_
 
 
 class Channel(Protocol):
-    """The connection a response is written to (`gateway.inbound.connection.HttpConnection`)."""
+    """The connection a response is written to (`gateway.http.connection.HttpConnection`)."""
 
     closing: bool
 
