@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 
@@ -18,9 +17,7 @@ from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, response_events
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import ResponsesBody, UpstreamRequest
-from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.mock import MockChat
 
 
 class OpenAIResponsesStreamParser:
@@ -51,7 +48,7 @@ def parse_responses_body(body: bytes) -> ResponsesBody:
     return ResponsesBody(obj, response_events(obj, with_output=True))
 
 
-class _ResponsesRequests:
+class ResponsesRequests:
     """The Responses methods, on top of a chat translator's URL and headers (listed first in the bases)."""
 
     def _url(self, path: str, model: str) -> str:
@@ -78,17 +75,5 @@ class _ResponsesRequests:
         return parse_responses_body(body)
 
 
-class OpenAIResponses(OpenAIChat, _ResponsesRequests):
+class OpenAIResponses(OpenAIChat, ResponsesRequests):
     """Provider type `openai`: the chat translator's headers and errors, `{base_url}/responses`."""
-
-
-class AzureResponses(AzureChat, _ResponsesRequests):
-    """Provider type `azure`: Azure's `api-key` header; the deployment goes in `model`, not the path."""
-
-    def _url(self, path: str, model: str) -> str:
-        return f"{self.provider.base_url}/openai{path}?api-version={quote(self.provider.api_version or '', safe='')}"
-
-
-class MockResponses(MockChat, _ResponsesRequests):
-    """Provider type `mock`: the built-in demo answer, in the Responses API's shape."""
-

@@ -26,7 +26,7 @@ from gateway.core.http1 import HTTPError, request_bytes
 from gateway.core.propagation import TRACE_HEADERS
 from gateway.core.proxy import Proxy, ProxyError
 from gateway.providers.base import UpstreamRequest
-from gateway.providers.mock import MockScript
+from gateway.providers.demo import MockScript
 from gateway.upstream.connection import _FINISHING, HttpResponse, PoolKey, _Conn, _Pool
 from gateway.upstream.errors import UpstreamError, UpstreamResponse
 from gateway.upstream.mock import MockResponse

@@ -10,8 +10,8 @@ import orjson
 
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
+from gateway.providers.convert.messages_chat_request import chat_body
 from gateway.providers.messages_openai import OpenAIMessages
-from gateway.providers.messages_openai_request import chat_body
 from gateway.providers.settings import ProviderConfig
 from tests.chat_scripts import chunk, usage_chunk
 from tests.unit.model_safety import safety

@@ -8,7 +8,7 @@ forwarded untouched (the docs: "handle unknown event types gracefully").
 Output tokens (CONTRACT §4.1): a non-empty `text_delta`, `thinking_delta` or `input_json_delta`.
 `message_start`, `ping` and `content_block_start` are the preamble; `signature_delta` and
 `citations_delta` are carried but are not tokens. Also here, shared with the chat->Anthropic translator
-(`providers.chat_anthropic_stream`): the error classification and the usage counts.
+(`providers.convert.anthropic_stream`): the error classification and the usage counts.
 """
 
 from __future__ import annotations
