@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from gateway.config.types import Deployment
 from gateway.core.messages.assemble import MessagesAssembler
 from gateway.core.messages.filter import MessagesOutputFilter
@@ -23,8 +21,7 @@ from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, forwardable, raise_inband
 from gateway.pipeline.attempts import run_attempts
-from gateway.pipeline.guardrails import judge_output
-from gateway.pipeline.request import answer_headers
+from gateway.pipeline.body import answer_body
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import TextMap
 from gateway.providers.base import MessagesBody
@@ -48,21 +45,11 @@ async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) 
         raise_inband(parsed.events)
         return parsed
 
+    async def mask(obj: dict[str, Any]) -> int:
+        return await redact_message(rt, ctx, obj)
+
     won, parsed = await run_attempts(rt, ctx, attempt)
-    ctx.deployment = won.deployment
-    obj = parsed.obj
-    ctx.redactions += await redact_message(rt, ctx, obj)
-    asm = assembled(obj)  # after masking: guardrails judge what the client would read
-    safety = rt.safety.models[ctx.model.name]
-    refusal = await judge_output(rt, ctx, asm, safety.stream_guards + safety.hold_guards
-                                 + safety.audit_guards)
-    ctx.usage = asm.usage
-    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, asm.usage, ctx.key_name)
-    if refusal is not None:
-        raise refusal
-    if ctx.cache_store:
-        await cache.store(rt, request.app.state, ctx, obj)
-    return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
+    return await answer_body(rt, ctx, request.app.state, won, parsed.obj, mask, assembled)
 
 
 async def redact_message(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:

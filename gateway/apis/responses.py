@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from gateway.apis.catalog import RESPONSES
 from gateway.apis.responses_attempt import OpenedResponses, open_responses
 from gateway.config.types import Deployment
@@ -26,11 +24,12 @@ from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
+from gateway.pipeline.body import answer_body
 from gateway.pipeline.first_token import serve_stream
-from gateway.pipeline.guardrails import check_input, judge_output
+from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.held_end import HeldEndRelay, relay_held_end
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import answer_headers, keep_serving, redact_input_slots, resolve
+from gateway.pipeline.request import keep_serving, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import TextMap
 from gateway.providers.base import ResponsesBody
@@ -138,22 +137,18 @@ async def complete_responses(rt: Runtime, ctx: RequestContext, state: StateBacke
     async def attempt(d: Deployment) -> ResponsesBody:
         return await _fetch(rt, ctx, d)
 
+    async def mask(obj: dict[str, Any]) -> int:
+        return await _redact_body(rt, ctx, obj)
+
     won, parsed = await run_attempts(rt, ctx, attempt)
-    ctx.deployment = won.deployment
-    obj = parsed.obj
-    ctx.redactions += await _redact_body(rt, ctx, obj)
+    return await answer_body(rt, ctx, state, won, parsed.obj, mask, _read,
+                             cacheable=parsed.obj.get("status") == "completed")
+
+
+def _read(obj: dict[str, Any]) -> ResponsesAssembler:
     assembler = ResponsesAssembler()
-    assembler.feed_response(obj)  # after masking: guardrails judge what the client would read
-    safety = rt.safety.models[ctx.model.name]
-    refusal = await judge_output(rt, ctx, assembler,
-                                 safety.stream_guards + safety.hold_guards + safety.audit_guards)
-    ctx.usage = assembler.usage
-    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, assembler.usage, ctx.key_name)
-    if refusal is not None:
-        raise refusal
-    if ctx.cache_store and obj.get("status") == "completed":
-        await cache.store(rt, state, ctx, obj)
-    return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
+    assembler.feed_response(obj)
+    return assembler
 
 
 async def _redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
