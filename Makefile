@@ -38,6 +38,7 @@ e2e-deps: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check gateway tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: $(STAMP) tools lint e2e-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

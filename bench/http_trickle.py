@@ -23,7 +23,7 @@ HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: ch
 
 def measure(count: int) -> float:
     try:
-        from gateway.inbound.reader import RequestReader
+        from gateway.http.reader import RequestReader
     except ImportError:  # a checkout from before the llhttp reader
         from gateway.core.http1_request import RequestReader  # type: ignore[attr-defined,no-redef]
     reader = RequestReader(count + 1)

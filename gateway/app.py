@@ -1,7 +1,7 @@
 """The API application (routes, shared state, start and stop) and the metrics application.
 
 The API and /metrics are two servers on two ports: /metrics is never served on the API port. The API
-runs on the gateway's own HTTP/1.1 server (`gateway.inbound`); /metrics, a scrape every few seconds,
+runs on the gateway's own HTTP/1.1 server (`gateway.http`); /metrics, a scrape every few seconds,
 on aiohttp.
 """
 
@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.apis.admin import PREFIX as ADMIN_PREFIX
 from gateway.apis.admin import admin
+from gateway.apis.catalog import CHAT, CLIENT_APIS, COUNT_TOKENS, EMBEDDINGS, MESSAGES, RESPONSES
 from gateway.apis.chat import chat_completions
 from gateway.apis.embeddings import embeddings_handler
 from gateway.apis.messages import messages
@@ -28,12 +27,14 @@ from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.apis.spend import key_spend
 from gateway.config.types import Config, ServerConfig, TlsConfig
+from gateway.core.api import ClientApi
 from gateway.errors import StartupError
-from gateway.inbound import Handler, HttpServer, Request, ServerLimits
-from gateway.observe.metrics import Metrics, add_process_collectors, create_metrics, preinitialise
+from gateway.http import Handler, HttpServer, Request, ServerLimits
+from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
+from gateway.providers.registry import in_process
 from gateway.state.base import StateBackend, create_backend
 from gateway.store import ControlPlane, StoreHooks, StoreUnavailable
 from gateway.upstream import Upstream
@@ -51,12 +52,13 @@ class App:
     def __init__(self, config: Config, metrics: Metrics | None = None):
         self.config = config
         self.metrics = metrics or create_metrics()
-        preinitialise(self.metrics, config)
-        self.upstream = Upstream(config.egress)
+        preinitialise(self.metrics, config, CLIENT_APIS)
+        self.upstream = Upstream(config.egress, in_process)
         self.control = _control_plane(config, self.metrics)
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics, control=self.control)
         self._state: StateBackend | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
+        self.apis: Mapping[str, ClientApi] = {api.path: api for api in CLIENT_APIS}  # by route
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
         # TLS on the listener: a reload swaps in a new context, so new handshakes present the new
@@ -65,7 +67,7 @@ class App:
         if config.server.tls is not None:
             self.tls = tls_context(config.server.tls)
 
-    def start_trace(self, request: Request, api: str) -> RequestTrace:
+    def start_trace(self, request: Request, api: ClientApi) -> RequestTrace:
         """The per-request trace recorder: the shared no-op one when tracing is off."""
         if self.tracing is None:
             return NO_TRACE
@@ -74,7 +76,7 @@ class App:
     async def start(self) -> None:
         metrics = self.metrics
         self._state = create_backend(self.config.state, self.config.cache,
-                                    on_degraded=lambda reason: metrics.state_degraded.inc())
+                                    on_degraded=lambda reason: metrics.state_degraded_op())
         if self.control is not None:
             try:
                 await self.control.start()
@@ -108,7 +110,7 @@ class App:
         if config.store != self.config.store:
             log.warning("store_change_needs_restart", message="store.* is read at start; a reload keeps it")
         runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
-        preinitialise(old.metrics, config)
+        preinitialise(old.metrics, config, CLIENT_APIS)
         return Reload(runtime, context)
 
     def apply_reload(self, reload: Reload) -> None:
@@ -131,9 +133,7 @@ def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:
     """The store's client side, when `store.url` is set (started by `App.start`)."""
     if config.store.url is None:
         return None
-    up = metrics.store_up.labels()
-    return ControlPlane(config.store, StoreHooks(health=lambda ok: up.set(1 if ok else 0),
-                                                 error=lambda op: metrics.child(metrics.store_errors, op).inc()))
+    return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error))
 
 
 def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
@@ -143,7 +143,7 @@ def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
         return None
     from gateway.observe.tracing import Tracing
 
-    return Tracing(config.telemetry, metrics.spans_dropped.inc)
+    return Tracing(config.telemetry, metrics.span_dropped)
 class _KeyEncrypted(Exception):
     """Raised by the password callback when the key is encrypted and no passphrase is configured."""
 
@@ -172,11 +172,11 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
 
 def _routes() -> dict[str, dict[str, Handler]]:
     return {
-        "/v1/chat/completions": {"POST": chat_completions},
-        "/v1/responses": {"POST": responses},
-        "/v1/embeddings": {"POST": embeddings_handler},
-        "/v1/messages": {"POST": messages},
-        "/v1/messages/count_tokens": {"POST": count_tokens},
+        CHAT.path: {"POST": chat_completions},
+        RESPONSES.path: {"POST": responses},
+        EMBEDDINGS.path: {"POST": embeddings_handler},
+        MESSAGES.path: {"POST": messages},
+        COUNT_TOKENS.path: {"POST": count_tokens},
         "/v1/models": {"GET": list_models},
         "/v1/gateway/spend": {"GET": key_spend},
         "/v1/models/{id}": {"GET": retrieve_model},
@@ -193,7 +193,7 @@ class _RefusalCounter:
         self._metrics = metrics
 
     def refused(self, reason: str) -> None:
-        self._metrics.child(self._metrics.http_refused, reason).inc()
+        self._metrics.refused(reason)
 
 
 def server_limits(s: ServerConfig, max_connections: int | None = None) -> ServerLimits:
@@ -214,13 +214,8 @@ async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
 
 def create_metrics_app(metrics: Metrics) -> web.Application:
     async def serve_metrics(request: web.Request) -> web.Response:
-        registry = metrics.registry
-        if registry is None:  # multiprocess mode: aggregate every worker's files
-            registry = CollectorRegistry()
-            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-            add_process_collectors(registry)
-        body = generate_latest(registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body, content_type = exposition(metrics)
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     app = web.Application()
     app.router.add_get("/metrics", serve_metrics)

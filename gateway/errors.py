@@ -11,9 +11,8 @@ from typing import Any
 import orjson
 
 from gateway.core.events import Failure
-from gateway.core.messages.wire import ANTHROPIC_TYPE_BY_STATUS
-
-ANTHROPIC_TYPES = frozenset(ANTHROPIC_TYPE_BY_STATUS.values()) | {"timeout_error"}
+from gateway.core.messages.wire import anthropic_error_type
+from gateway.core.stream import ClientError
 
 
 class StartupError(Exception):
@@ -61,9 +60,12 @@ class GatewayError(Exception):
     def anthropic_type(self) -> str:
         """The Messages API's error type: an upstream's own when it is one of Anthropic's (passed
         through), else the one Anthropic uses for the status."""
-        if isinstance(self, UpstreamClientError) and self.type in ANTHROPIC_TYPES:
-            return self.type
-        return ANTHROPIC_TYPE_BY_STATUS.get(self.status, "invalid_request_error" if self.status < 500 else "api_error")
+        return anthropic_error_type(self.status, self.type, isinstance(self, UpstreamClientError))
+
+    def client_error(self) -> ClientError:
+        """This error as a stream core writes it into its API's error event (`core.stream`)."""
+        return ClientError(self.status, self.message, self.type, self.param, self.code,
+                           isinstance(self, UpstreamClientError))
 
     def anthropic_body(self) -> dict[str, Any]:
         """`{"type": "error", "error": {"type", "message"}}`, the Messages API's shape (CONTRACT §3)."""

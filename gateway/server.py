@@ -18,7 +18,7 @@ from gateway.app import serve_api as start_api
 from gateway.config import ConfigError, load_config
 from gateway.config.types import Config
 from gateway.errors import StartupError
-from gateway.inbound import HttpServer
+from gateway.http import HttpServer
 from gateway.observe.metrics import Metrics, create_metrics
 
 T = TypeVar("T")

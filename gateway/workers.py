@@ -31,9 +31,7 @@ def _worker(config: Config, path: str | None) -> None:
 
 def run_workers(config: Config, path: str | None, count: int) -> int:
     fresh_multiproc_dir()  # before any metric exists, in this process and (inherited) in the workers
-    from prometheus_client import multiprocess
-
-    from gateway.observe.metrics import create_metrics
+    from gateway.observe.metrics import create_metrics, worker_gone
     from gateway.server import run_server
 
     metrics = create_metrics()
@@ -42,7 +40,7 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
         log.warning("workers_with_local_limits", workers=count, message=f"--workers {count} with state.backend "
                     f"memory: every worker enforces rate limits and budgets on its own, so a key may use up "
                     f"to {count}x its limits; set state.backend: redis to share them")
-        metrics.local_limit_workers.set(count)
+        metrics.local_limits(count)
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_worker, args=(config, path), daemon=False) for _ in range(count)]
     for p in procs:
@@ -58,7 +56,7 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
     for p in procs:
         p.join()
         if p.pid is not None:
-            multiprocess.mark_process_dead(p.pid)  # type: ignore[no-untyped-call]
+            worker_gone(p.pid)
     return code
 
 

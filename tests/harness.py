@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gateway.app import App, create_metrics_app, serve_api
 from gateway.config import parse_config
 from gateway.config.types import Config
-from gateway.inbound import HttpServer
+from gateway.http import HttpServer
 from gateway.observe.metrics import Metrics, create_metrics
 
 T = TypeVar("T")

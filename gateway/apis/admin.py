@@ -23,7 +23,7 @@ import structlog
 from gateway.apis import admin_fields as f
 from gateway.config.types import Config
 from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, MethodNotAllowed, NotFound
-from gateway.inbound import Request, Response, json_response
+from gateway.http import Request, Response, json_response
 from gateway.store import ControlPlane
 from gateway.store.types import Actor, Conflict, Invalid, Limits, Missing, StoredKey, StoreUnavailable, Team
 

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+from gateway.apis.catalog import CHAT
 from gateway.apis.chat_attempt import OpenedChat, open_stream
 from gateway.apis.chat_body import complete_chat, redact_body
 from gateway.config.types import Deployment
+from gateway.core.chat.assemble import completion_to_chunks
+from gateway.core.chat.filter import ChatOutputFilter
+from gateway.core.sse import DONE_EVENT, encode_data
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.first_token import serve_stream
@@ -56,7 +62,7 @@ def _input_slots(body: dict[str, Any]) -> list[TextSlot]:
 
 
 async def chat_completions(request: Request) -> Response | StreamResponse:
-    rt, ctx = await resolve(request, "chat")
+    rt, ctx = await resolve(request, CHAT)
     text = _messages_text(ctx.body)
     await redact_input_slots(rt, ctx, _input_slots(ctx.body))
     state = request.app.state
@@ -65,11 +71,17 @@ async def chat_completions(request: Request) -> Response | StreamResponse:
     if cache.wanted(rt, request, ctx):
         hit = await cache.lookup(state, ctx)
         if hit is not None:
-            return await cache.serve_hit(request, ctx, hit)
+            return await cache.serve_hit(request, ctx, hit, hit_stream)
         ctx.cache_store = True
     if ctx.stream:
         return await stream_chat(request, rt, ctx)
     return await complete_chat(rt, ctx, state)
+
+
+def hit_stream(body: dict[str, Any], ctx: RequestContext) -> bytes:
+    """A cached completion as a stream: one content delta (plus usage if the client asked), `[DONE]`."""
+    chunks = [c for c in completion_to_chunks(body) if c["choices"] or ctx.forward_usage]
+    return b"".join(encode_data(orjson.dumps(c)) for c in chunks) + DONE_EVENT
 
 
 async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> StreamResponse:
@@ -78,7 +90,9 @@ async def stream_chat(request: Request, rt: Runtime, ctx: RequestContext) -> Str
 
     async def relay_and_cache(opened: OpenedChat, client: StreamResponse) -> None:
         meta = next((ch.obj for ch in opened.stream.preamble if ch.obj), {})
-        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
+        run = rt.safety.models[ctx.model.name].start()
+        filt = ChatOutputFilter(run.factory if run is not None else None, ctx.forward_usage)
+        await relay(rt, ctx, opened, client, run, filt)
         if ctx.cache_store and ctx.stream_error is None:
             await _store(rt, request, ctx, opened, meta)
 

@@ -8,23 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from gateway.apis.chat_streamed import fetch_streamed
 from gateway.config.types import Deployment
 from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.chat.wire import TEXT_FIELDS, chunk_events
 from gateway.core.events import Usage
 from gateway.core.policy.learned import Fact
-from gateway.inbound import Response
+from gateway.http import Response
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions, record_usage
-from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
-from gateway.pipeline.guardrails import judge_output
+from gateway.pipeline.body import answer_body
 from gateway.pipeline.learned import confirm, wants
-from gateway.pipeline.request import answer_headers
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import TextMap
 from gateway.providers.base import ParsedBody
@@ -47,23 +42,16 @@ async def complete_chat(rt: Runtime, ctx: RequestContext, state: StateBackend) -
     async def attempt(d: Deployment) -> ParsedBody:
         return await _fetch(rt, ctx, d)
 
+    async def mask(obj: dict[str, Any]) -> int:
+        return await redact_body(rt, ctx, obj)
+
+    def read(obj: dict[str, Any]) -> ChatAssembler:
+        assembler = ChatAssembler()
+        assembler.feed(_events_after_redaction(obj, parsed))
+        return assembler
+
     won, parsed = await run_attempts(rt, ctx, attempt)
-    ctx.deployment = won.deployment
-    obj = parsed.obj
-    ctx.redactions += await redact_body(rt, ctx, obj)
-    assembler = ChatAssembler()
-    assembler.feed(_events_after_redaction(obj, parsed))
-    safety = rt.safety.models[ctx.model.name]
-    refusal = await judge_output(rt, ctx, assembler,
-                                 safety.stream_guards + safety.hold_guards + safety.audit_guards)
-    ctx.usage = assembler.usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, assembler.usage, ctx.key_name)
-    if refusal is not None:
-        raise refusal
-    if ctx.cache_store:
-        await cache.store(rt, state, ctx, obj)
-    return Response(body=orjson.dumps(obj), content_type="application/json",
-                    headers=answer_headers(ctx, won))
+    return await answer_body(rt, ctx, state, won, parsed.obj, mask, read)
 
 
 def _events_after_redaction(obj: dict[str, Any], parsed: ParsedBody) -> list[Any]:
@@ -86,4 +74,4 @@ async def redact_body(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> 
                     msg[field] = fn(kind, text)
 
     counts = await rt.safety.models[ctx.model.name].mask_texts(rt.slicer, walk)
-    return record_redactions(rt.metrics, counts.items())
+    return ctx.rec.redactions(counts.items())

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import orjson
 
+from gateway.apis.catalog import EMBEDDINGS
 from gateway.config.types import Deployment
 from gateway.core.events import Usage
 from gateway.errors import InvalidRequest
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_usage
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.limits import admit
@@ -31,13 +31,13 @@ async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
     usage = parsed.obj.get("usage")
     if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
         ctx.usage = Usage(input=usage["prompt_tokens"])
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, ctx.usage, ctx.key_name)
+    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, ctx.usage, ctx.key_name)
     return Response(body=orjson.dumps(parsed.obj), content_type="application/json",
                     headers=answer_headers(ctx, won))
 
 
 async def embeddings_handler(request: Request) -> Response | StreamResponse:
-    rt, ctx = await resolve(request, "embeddings")
+    rt, ctx = await resolve(request, EMBEDDINGS)
     if "input" not in ctx.body:
         raise InvalidRequest("you must provide an input parameter", param="input")
     await admit(rt, request.app.state, ctx)

@@ -4,7 +4,7 @@ Parse and authorise as chat does (the gateway key may come in `x-api-key`), run 
 `system` and the messages' text, then the same attempt loop over the model's deployments that serve the
 Messages API: `anthropic` natively, the OpenAI-compatible ones through a translator. A stream is held
 until its first output token, with keep-alive comments while waiting (CONTRACT §4.2), then relayed by
-`pipeline.messages_relay`; errors are Anthropic's shape (`{"type":"error","error":{...}}`, in a stream
+`pipeline.held_end`; errors are Anthropic's shape (`{"type":"error","error":{...}}`, in a stream
 `event: error`). `?beta=true` (Claude Code's) is accepted and not forwarded: the betas travel in the
 `anthropic-beta` header, which is.
 """
@@ -13,17 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.apis.catalog import MESSAGES
 from gateway.apis.messages_attempt import OpenedMessages, open_messages
-from gateway.apis.messages_body import complete_messages, serve_hit, store_stream
+from gateway.apis.messages_body import complete_messages, hit_stream, store_stream
 from gateway.config.types import Deployment
+from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
 from gateway.pipeline.first_token import serve_stream
 from gateway.pipeline.guardrails import check_input
+from gateway.pipeline.held_end import HeldEndRelay, relay_held_end
 from gateway.pipeline.limits import admit
-from gateway.pipeline.messages_relay import relay
 from gateway.pipeline.request import keep_serving, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 
@@ -31,7 +33,7 @@ _TEXT_PARTS = frozenset({"text"})
 
 
 async def messages(request: Request) -> Response | StreamResponse:
-    rt, ctx = await resolve(request, "messages")
+    rt, ctx = await resolve(request, MESSAGES)
     text = input_text(ctx.body)
     await redact_input_slots(rt, ctx, input_slots(ctx.body))
     serving_deployments(rt, ctx)
@@ -41,7 +43,7 @@ async def messages(request: Request) -> Response | StreamResponse:
     if cache.wanted(rt, request, ctx):
         hit = await cache.lookup(state, ctx)
         if hit is not None:
-            return await serve_hit(request, ctx, hit)
+            return await cache.serve_hit(request, ctx, hit, hit_stream)
         ctx.cache_store = True
     if ctx.stream:
         return await stream_messages(request, rt, ctx)
@@ -97,7 +99,9 @@ async def stream_messages(request: Request, rt: Runtime, ctx: RequestContext) ->
         return await open_messages(rt, ctx, d)
 
     async def relay_to(opened: OpenedMessages, client: StreamResponse) -> None:
-        await relay(rt, ctx, opened, client, rt.safety.models[ctx.model.name].start())
+        run = rt.safety.models[ctx.model.name].start()
+        filt = MessagesOutputFilter(run.factory if run else None)
+        await relay_held_end(HeldEndRelay(rt, ctx, opened, client, run, filt, "message"))
         if ctx.cache_store and ctx.stream_error is None:
             await store_stream(rt, request, ctx, opened)
 

@@ -4,7 +4,7 @@ Everything before the first token — `message_start`, `ping`, `content_block_st
 the preamble, held by the stream core (`core.messages.stream.MessagesStream`) and thrown away with the
 attempt if it fails, so a 529, a 5xx or an in-band `overloaded_error` before any text is retried or falls
 back invisibly and the client sees one lifecycle (CONTRACT §4.1-§4.2). After it, the relay
-(`pipeline.messages_relay`) ends the stream with one `event: error` on a failure (§4.3).
+(`pipeline.held_end`) ends the stream with one `event: error` on a failure (§4.3).
 
 The learn-once fallbacks are chat's (§4.6), per deployment and this API: a deployment that answers a
 stream request with a body is asked for a body from then on (re-emitted as the stream it would have
@@ -27,8 +27,7 @@ from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
-from gateway.providers.base import MAX_BODY_BYTES
-from gateway.providers.messages_anthropic import MessagesTranslator
+from gateway.providers.base import MAX_BODY_BYTES, MessagesTranslator
 
 OpenedMessages = Opened[MessagesStream]
 

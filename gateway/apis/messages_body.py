@@ -11,24 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from gateway.config.types import Deployment
 from gateway.core.messages.assemble import MessagesAssembler
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
 from gateway.core.messages.wire import map_message_texts, message_stream_events, parse_event
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions, record_usage
 from gateway.pipeline import cache
 from gateway.pipeline.attempt_io import fetch_body, forwardable, raise_inband
 from gateway.pipeline.attempts import run_attempts
-from gateway.pipeline.guardrails import judge_output
-from gateway.pipeline.request import answer_headers
+from gateway.pipeline.body import answer_body
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import TextMap
-from gateway.providers.messages_anthropic import MessagesBody
+from gateway.providers.base import MessagesBody
 
 
 def assembled(msg: dict[str, Any]) -> MessagesAssembler:
@@ -49,21 +45,11 @@ async def complete_messages(request: Request, rt: Runtime, ctx: RequestContext) 
         raise_inband(parsed.events)
         return parsed
 
+    async def mask(obj: dict[str, Any]) -> int:
+        return await redact_message(rt, ctx, obj)
+
     won, parsed = await run_attempts(rt, ctx, attempt)
-    ctx.deployment = won.deployment
-    obj = parsed.obj
-    ctx.redactions += await redact_message(rt, ctx, obj)
-    asm = assembled(obj)  # after masking: guardrails judge what the client would read
-    safety = rt.safety.models[ctx.model.name]
-    refusal = await judge_output(rt, ctx, asm.as_chat(), safety.stream_guards + safety.hold_guards
-                                 + safety.audit_guards)
-    ctx.usage = asm.usage
-    ctx.cost_usd = record_usage(rt.metrics, ctx.model.name, won.deployment, asm.usage, ctx.key_name)
-    if refusal is not None:
-        raise refusal
-    if ctx.cache_store:
-        await cache.store(rt, request.app.state, ctx, obj)
-    return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
+    return await answer_body(rt, ctx, request.app.state, won, parsed.obj, mask, assembled)
 
 
 async def redact_message(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) -> int:
@@ -71,7 +57,7 @@ async def redact_message(rt: Runtime, ctx: RequestContext, obj: dict[str, Any]) 
         map_message_texts(obj, lambda _index, kind, text: fn(kind, text))
 
     counts = await rt.safety.models[ctx.model.name].mask_texts(rt.slicer, walk)
-    return record_redactions(rt.metrics, counts.items())
+    return ctx.rec.redactions(counts.items())
 
 
 async def store_stream(rt: Runtime, request: Request, ctx: RequestContext, opened: Any) -> None:
@@ -82,20 +68,12 @@ async def store_stream(rt: Runtime, request: Request, ctx: RequestContext, opene
     await cache.store(rt, request.app.state, ctx, obj)
 
 
-async def serve_hit(request: Request, ctx: RequestContext, obj: dict[str, Any]) -> Response | StreamResponse:
-    """A cached Message: at once, as a body or as the stream it would have been (CONTRACT §4.8)."""
-    ctx.cache_hit = True
-    if not ctx.stream:
-        return Response(body=orjson.dumps(obj), content_type="application/json", headers=cache.hit_headers(ctx))
-    headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-               **cache.hit_headers(ctx)}
-    resp = StreamResponse(status=200, headers=headers)
-    await resp.prepare(request)
+def hit_stream(obj: dict[str, Any], ctx: RequestContext) -> bytes:
+    """A cached Message as the stream it would have been (CONTRACT §4.8)."""
     stream = MessagesStream(_NoParser(), "cache")
     stream.hold_message(obj)
     filt = MessagesOutputFilter(None)
-    await resp.write(stream.commit(filt) + b"".join([filt.apply(ev) for ev in stream.terminal]))
-    return resp
+    return stream.commit(filt) + stream.finish()
 
 
 class _NoParser:

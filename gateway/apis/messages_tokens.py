@@ -19,9 +19,10 @@ from typing import Any
 
 import orjson
 
+from gateway.apis.catalog import COUNT_TOKENS
 from gateway.apis.messages import input_slots, serving_deployments
 from gateway.config.types import Deployment
-from gateway.inbound import Request, Response
+from gateway.http import Request, Response
 from gateway.pipeline.attempt_io import fetch_body, forwardable
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.limits import admit
@@ -33,7 +34,7 @@ BYTES_PER_TOKEN = 4
 
 
 async def count_tokens(request: Request) -> Response:
-    rt, ctx = await resolve(request, "count_tokens")
+    rt, ctx = await resolve(request, COUNT_TOKENS)
     input_slots(ctx.body)  # the same validation as a Messages request
     serving_deployments(rt, ctx)
     await admit(rt, request.app.state, ctx, tokens=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from gateway.errors import ModelNotFound, Unavailable
-from gateway.inbound import Request, Response, json_response
+from gateway.http import Request, Response, json_response
 from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.request import is_anthropic
 

@@ -25,8 +25,7 @@ from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
-from gateway.providers.base import MAX_BODY_BYTES
-from gateway.providers.responses_openai import ResponsesTranslator
+from gateway.providers.base import MAX_BODY_BYTES, ResponsesTranslator
 
 OpenedResponses = Opened[ResponsesStream]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from gateway.errors import InvalidApiKey
-from gateway.inbound import Request, Response, json_response
+from gateway.http import Request, Response, json_response
 from gateway.state.base import period_id
 
 

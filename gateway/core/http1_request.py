@@ -1,6 +1,6 @@
 """HTTP/1.1 server side, sans I/O: our policy on top of the parsed request, and response heads.
 
-The bytes are framed by llhttp (`gateway/inbound/reader.py`); what llhttp accepts is then held to
+The bytes are framed by llhttp (`gateway/http/reader.py`); what llhttp accepts is then held to
 this server's stricter policy, field by field (RFC 9112, RFC 9110):
 - the request target is origin-form only (RFC 9112 §3.2.1): no absolute-form, no CONNECT;
 - exactly one `Host` in an HTTP/1.1 request (RFC 9112 §3.2: a server MUST answer 400 otherwise);

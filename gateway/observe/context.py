@@ -14,8 +14,8 @@ from gateway.config.types import ApiKey, Deployment, ModelConfig
 from gateway.core.events import Usage
 from gateway.core.policy.learned import Fact
 from gateway.core.usage_estimate import estimate_usage
-from gateway.observe.metrics import Metrics, record_stream_end, usage_cost
-from gateway.observe.recorder import NO_TRACE, RequestTrace
+from gateway.observe.metrics import usage_cost
+from gateway.observe.record import RequestRecorder
 
 _PROMPT_FIELDS = ("messages", "input", "instructions", "system", "tools")
 
@@ -44,6 +44,7 @@ class RequestContext:
     model: ModelConfig
     body: dict[str, Any]
     stream: bool
+    rec: RequestRecorder  # the one writer of this request's metrics, spans and log line
     key: ApiKey | None = None
     forward_usage: bool = False
     t_start: float = field(default_factory=time.perf_counter)
@@ -60,7 +61,6 @@ class RequestContext:
     spend_recorded: bool = False  # its row is in the spend ledger (`pipeline.spend`): once per request
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
-    trace: RequestTrace = NO_TRACE  # the request's spans (`observe.tracing`), when traced
     # learn-once fallbacks this request is trying, per deployment label (CONTRACT §4.6): learned for
     # the deployment only when the attempt that used one succeeds
     fallbacks: set[tuple[str, Fact]] = field(default_factory=set)
@@ -76,15 +76,14 @@ class RequestContext:
     failed_deployment: Deployment | None = None
     failure_reason: str | None = None
 
-    def stream_ended(self, m: Metrics, usage: Usage | None, first_token_at: float | None) -> None:
+    def stream_ended(self, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,
         cost and time per output token, on this record and the metrics. Called before the last write, so
         a client that reads the metrics right after the stream sees them."""
         assert self.deployment is not None
         self.usage = usage
-        self.cost_usd = record_stream_end(m, self.api, self.model.name, self.deployment, usage, first_token_at,
-                                          time.perf_counter(), self.key_name)
-        self.trace.stream_ended()
+        self.cost_usd = self.rec.stream_ended(self.model.name, self.deployment, usage, first_token_at,
+                                              self.key_name)
 
     @property
     def key_name(self) -> str:

@@ -13,13 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, GCCollector, ProcessCollector, generate_latest
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway import __version__
-from gateway.config.types import Config, Deployment, Price
+from gateway.config.types import Config, Price
+from gateway.core.api import ClientApi
 from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
 from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram, ThreadSafeCounter
@@ -30,10 +32,6 @@ DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
 DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                  0.25, 0.5, 1.0)
-APIS = ("chat", "responses", "embeddings", "messages", "count_tokens")
-# the `stream` values each API's requests take: count_tokens and embeddings answer with a body only
-API_STREAMS = {"chat": ("true", "false"), "responses": ("true", "false"), "messages": ("true", "false"),
-               "embeddings": ("false",), "count_tokens": ("false",)}
 ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
                     "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
@@ -85,6 +83,33 @@ class Metrics:
         except KeyError:
             labelled = self._children[key] = metric.labels(*values)
             return labelled
+
+    # -- the process's own points (the per-request ones are `observe.record.RequestRecorder`'s) ------
+
+    def learned(self, deployment: str, api: str, fact: str, in_force: bool) -> None:
+        """A learn-once fact came into force (or expired)."""
+        self.child(self.learned_fallbacks, deployment, api, fact).set(1 if in_force else 0)
+
+    def state_degraded_op(self) -> None:
+        """A state operation served locally: the shared backend was unavailable."""
+        self.state_degraded.inc()
+
+    def refused(self, reason: str) -> None:
+        """The HTTP server refused or cut a client before a handler ran."""
+        self.child(self.http_refused, reason).inc()
+
+    def span_dropped(self, n: int = 1) -> None:
+        self.spans_dropped.inc(n)
+
+    def store_health(self, ok: bool) -> None:
+        self.child(self.store_up).set(1 if ok else 0)
+
+    def store_error(self, op: str) -> None:
+        self.child(self.store_errors, op).inc()
+
+    def local_limits(self, workers: int) -> None:
+        """Worker processes that each enforce every limit on their own."""
+        self.local_limit_workers.set(workers)
 
 
 def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
@@ -152,6 +177,24 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
     return m
 
 
+def exposition(m: Metrics) -> tuple[bytes, str]:
+    """The text a scrape of /metrics gets, and its content type. With `--workers` (no registry of our
+    own) every worker's files are aggregated, with this process's collectors."""
+    registry = m.registry
+    if registry is None:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        add_process_collectors(registry)
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def worker_gone(pid: int) -> None:
+    """A worker process has exited: its live gauges leave the multiprocess aggregate."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
 def add_process_collectors(registry: CollectorRegistry) -> None:
     """`process_*` (CPU, memory, open fds) and `python_gc_*`, as prometheus_client's default registry has
     them. With `--workers` the exporter's registry is built per scrape and these are its own process's."""
@@ -166,9 +209,11 @@ STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_ti
                           "connect_error")
 
 
-def preinitialise(m: Metrics, config: Config) -> None:
+def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None:
     """Create the known label sets at zero so dashboards show real zeros (with the target's `job` and
-    `instance`), not gaps and not `or vector(0)`'s label-less phantom series."""
+    `instance`), not gaps and not `or vector(0)`'s label-less phantom series; `apis`: the client APIs
+    served (`apis/catalog.py`)."""
+    apis = tuple(apis)
     for reason in HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
     if config.store.url is not None:
@@ -182,10 +227,7 @@ def preinitialise(m: Metrics, config: Config) -> None:
     for model in config.models.values():
         providers = {d.provider for d in model.deployments}
         keys = [k.name for k in config.auth.keys if k.models is None or model.name in k.models] or ["none"]
-        for api in APIS:
-            m.inflight.labels(api)
-            for provider in providers if api != "count_tokens" else ():  # counting has no first token
-                m.ttft.labels(api, model.name, provider)
+        _preinitialise_apis(m, apis, model.name, providers, cached=model.cache or config.cache.enabled)
         for d in model.deployments:
             m.upstream_ttft.labels(model.name, d.provider, d.label)
             for outcome in ("ok", "inband_error"):
@@ -197,12 +239,31 @@ def preinitialise(m: Metrics, config: Config) -> None:
                     m.tokens.labels(model.name, d.provider, key, t)
                 m.cost.labels(model.name, d.provider, key)
             m.usage_missing.labels(model.name, d.provider)
-        for api, streams in API_STREAMS.items():
-            for stream in streams:
+        for api in apis:
+            for stream in api.streams:
                 for key in keys:
-                    m.requests.labels(api, model.name, stream, "ok", key)
+                    m.requests.labels(api.name, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):
             m.hedges.labels(model.name, winner)
+
+
+def _preinitialise_apis(m: Metrics, apis: tuple[ClientApi, ...], model: str, providers: set[str], *,
+                        cached: bool) -> None:
+    """Every API's own series: in flight, duration, TTFT, and for a streamed one TTFT of a cache hit (when
+    the model caches), time per output token and text delay."""
+    for api in apis:
+        m.inflight.labels(api.name)
+        for stream in api.streams:
+            m.duration.labels(api.name, model, stream, "ok")
+        for provider in providers if api.ttft_series else ():
+            m.ttft.labels(api.name, model, provider)
+        if not api.streamed:
+            continue
+        m.text_delay.labels(api.name)
+        for provider in providers:
+            m.tpot.labels(api.name, model, provider)
+        if cached:
+            m.ttft.labels(api.name, model, "cache")
 
 
 def _preinitialise_safety(m: Metrics, config: Config) -> None:
@@ -225,44 +286,3 @@ def usage_cost(usage: Usage, price: Price) -> float:
     uncached = max(0, usage.input - usage.cached_input - usage.cache_creation_input)
     return (uncached * price.input + usage.cached_input * cached_price
             + usage.cache_creation_input * creation_price + usage.output * price.output) / 1_000_000
-
-
-def record_usage(m: Metrics, model: str, d: Deployment, usage: Usage | None, key: str) -> float:
-    """Tokens and cost of one answer, attributed to the caller's key name (`none` without auth)."""
-    if usage is None:
-        m.child(m.usage_missing, model, d.provider).inc()
-        return 0.0
-    for t, v in (("input", usage.input), ("output", usage.output), ("cached_input", usage.cached_input),
-                 ("cache_creation_input", usage.cache_creation_input), ("reasoning", usage.reasoning)):
-        if v:
-            m.child(m.tokens, model, d.provider, key, t).inc(v)
-    cost = usage_cost(usage, d.price)
-    if cost:
-        m.child(m.cost, model, d.provider, key).inc(cost)
-    return cost
-
-
-def record_stream_end(m: Metrics, api: str, model: str, d: Deployment, usage: Usage | None,
-                      first_token_at: float | None, now: float, key: str) -> float:
-    """A streamed answer's usage and cost, and its time per output token (after the first); returns
-    the cost."""
-    cost = record_usage(m, model, d, usage, key)
-    if usage is not None and usage.output > 1 and first_token_at is not None:
-        m.child(m.tpot, api, model, d.provider).observe((now - first_token_at) / (usage.output - 1))
-    return cost
-
-
-def record_redactions(m: Metrics, counts: Iterable[tuple[str, int]]) -> int:
-    total = 0
-    for rule, n in counts:
-        if n:
-            m.child(m.redactions, rule).inc(n)
-            total += n
-    return total
-
-
-def record_team(m: Metrics, team: str, model: str, cost: float) -> None:
-    """One answered request of a stored key in `team` (a store name, bounded by the teams there are)."""
-    m.child(m.team_requests, team, model).inc()
-    if cost:
-        m.child(m.team_cost, team, model).inc(cost)

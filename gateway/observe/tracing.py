@@ -1,7 +1,7 @@
 """OpenTelemetry traces (CONTRACT §8): one SERVER span per API request, a CLIENT span per upstream attempt.
 
 The client's W3C `traceparent`/`tracestate` is continued; each attempt's span is announced to its
-upstream (`observe.propagation`). Attributes follow the GenAI semantic conventions
+upstream (`core.propagation`). Attributes follow the GenAI semantic conventions
 (https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/): span names `{operation} {model}`,
 `gen_ai.operation.name`, `gen_ai.request.model`, `gen_ai.response.model`, `gen_ai.provider.name`,
 `gen_ai.usage.*`, `error.type`; the gateway's own under `gateway.*`. Values come from config (model, key,
@@ -37,8 +37,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from gateway import __version__
 from gateway.config.types import Deployment, ProviderConfig, TelemetryConfig
+from gateway.core.api import ClientApi
 from gateway.core.events import Failure
-from gateway.observe.propagation import TRACE_HEADERS
+from gateway.core.propagation import TRACE_HEADERS
 from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.observe.span_export import BoundedBatchProcessor
 
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = structlog.get_logger("gateway")
-# the GenAI operation of each API (the Responses and Messages APIs are chat operations)
-OPERATION = {"chat": "chat", "responses": "chat", "messages": "chat", "embeddings": "embeddings"}
 _ERROR_OUTCOMES = frozenset({"upstream_error", "timeout"})
 
 
@@ -96,14 +95,14 @@ class Tracing:
         self.tracer = self.provider.get_tracer("llm-gateway", __version__)
         self.propagator = TraceContextTextMapPropagator()
 
-    def start(self, headers: Mapping[str, str], api: str, path: str,
+    def start(self, headers: Mapping[str, str], api: ClientApi, path: str,
               providers: Mapping[str, ProviderConfig]) -> RequestTrace:
         """The server span of one API request, child of the client's `traceparent` when it sent one. A
         request the sampler drops is not recorded at all (NO_TRACE), nor announced upstream."""
-        op = OPERATION.get(api, "chat")
+        op = api.operation
         parent = self.propagator.extract(headers)
         span = self.tracer.start_span(op, context=parent, kind=SpanKind.SERVER, attributes={
-            "gen_ai.operation.name": op, "gateway.api": api, "http.route": path})
+            "gen_ai.operation.name": op, "gateway.api": api.name, "http.route": path})
         if not span.is_recording():
             return NO_TRACE
         return SpanTrace(self, span, op, providers)

@@ -180,13 +180,13 @@ class _Hedge(Generic[T]):
 
     def _settle(self, racers: dict[asyncio.Future[T], Deployment], winner: asyncio.Future[T],
                 first: asyncio.Future[T]) -> None:
-        m = self.rt.metrics
-        m.hedges.labels(self.ctx.model.name, "primary" if winner is first else "hedge").inc()
+        rec, model = self.ctx.rec, self.ctx.model.name
+        rec.hedge_won(model, "primary" if winner is first else "hedge")
         for task, d in racers.items():
             if task is winner:
                 continue
             if not task.done():
-                m.attempts.labels(self.ctx.model.name, d.label, "hedge_cancelled").inc()
+                rec.attempt_ended(model, d, "hedge_cancelled")
             elif task.exception() is None:
                 self.discard(task.result())  # both won at once: release the loser's connection
 
@@ -207,7 +207,7 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
     label = d.label
     rt.inflight[label] = rt.inflight.get(label, 0) + 1
     try:
-        result = await ctx.trace.attempt(d, attempt)
+        result = await ctx.rec.attempt(d, attempt)
     except UpstreamError as exc:
         clean = rt.safety.scrubber.failure(exc.failure)
         if clean is exc.failure:
@@ -216,12 +216,12 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
     finally:
         rt.inflight[label] -= 1
     rt.breaker(d).record_success(time.monotonic())
-    rt.metrics.child(rt.metrics.attempts, ctx.model.name, label, "ok").inc()
+    ctx.rec.attempt_ended(ctx.model.name, d, "ok")
     return result
 
 
 def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Failure) -> None:
-    rt.metrics.child(rt.metrics.attempts, ctx.model.name, d.label, ATTEMPT_OUTCOME[failure.kind]).inc()
+    ctx.rec.attempt_ended(ctx.model.name, d, ATTEMPT_OUTCOME[failure.kind])
     ctx.failed_deployment, ctx.failure_reason = d, failure.kind.value
     if counts_against_deployment(failure.kind):
         rt.breaker(d).record_failure(time.monotonic())

@@ -10,15 +10,15 @@ content delta (plus usage if the client asked).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import structlog
 
-from gateway.core.chat.assemble import completion_to_chunks
-from gateway.core.sse import DONE_EVENT, encode_data
-from gateway.inbound import Request, Response, StreamResponse
+from gateway.http import Request, Response, StreamResponse
 from gateway.observe.context import RequestContext
+from gateway.observe.record import CACHE_PROVIDER
 from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.runtime import Runtime
 from gateway.state.base import StateBackend
@@ -59,25 +59,29 @@ async def store(rt: Runtime, state: StateBackend, ctx: RequestContext, body: dic
         log.warning("cache_set_failed", error=type(exc).__name__)
 
 
-CACHE_PROVIDER = "cache"  # the `provider` label of a cache hit's TTFT
 
 
 def hit_headers(ctx: RequestContext) -> dict[str, str]:
     return {"x-request-id": ctx.request_id, HEADER: "hit", "x-gateway-attempts": "0"}
 
 
-async def serve_hit(request: Request, ctx: RequestContext, body: dict[str, Any]) -> Response | StreamResponse:
+# a cached answer as the stream it would have been: the API's own events, its end included
+HitRenderer = Callable[[dict[str, Any], RequestContext], bytes]
+
+
+async def serve_hit(request: Request, ctx: RequestContext, body: dict[str, Any],
+                    render: HitRenderer) -> Response | StreamResponse:
+    """A cached answer, at once: as a body, or as the stream `render` makes of it (every API the same)."""
     ctx.cache_hit = True
     if not ctx.stream:
         return Response(body=orjson.dumps(body), content_type="application/json", headers=hit_headers(ctx))
     headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", **hit_headers(ctx)}
     resp = StreamResponse(status=200, headers=headers)
     await resp.prepare(request)
-    chunks = [c for c in completion_to_chunks(body) if c["choices"] or ctx.forward_usage]
+    data = render(body, ctx)
     await commit_spend(request.app.runtime, ctx)
-    await resp.write(b"".join(encode_data(orjson.dumps(c)) for c in chunks) + DONE_EVENT)
+    await resp.write(data)
     # TTFT of a hit, under provider "cache" so dashboards can tell it from the providers' (CONTRACT §6)
     ctx.ttft_s = time.perf_counter() - ctx.t_start
-    m = request.app.metrics
-    m.child(m.ttft, ctx.api, ctx.model.name, CACHE_PROVIDER).observe(ctx.ttft_s)
+    ctx.rec.first_token(ctx.model.name, CACHE_PROVIDER, ctx.ttft_s)
     return resp

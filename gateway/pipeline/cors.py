@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.config.types import CorsConfig
-from gateway.inbound import Response
+from gateway.http import Response
 
 # what a browser client may read from our answers (request id, pacing, routing)
 EXPOSED = ("x-request-id, retry-after, x-gateway-deployment, x-gateway-attempts, x-gateway-cache, "

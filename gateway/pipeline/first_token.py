@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine, Sized
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, StreamFailed
 from gateway.core.sse import KEEPALIVE
+from gateway.core.stream import StreamCore
 from gateway.errors import GatewayError
-from gateway.inbound import Request, StreamResponse
+from gateway.http import Request, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import Opened, with_response_wait
 from gateway.pipeline.attempts import Won, run_attempts
@@ -34,34 +35,6 @@ KEEPALIVE_EVERY_S = 5.0
 # preamble is a handful (role chunk, filter results, lifecycle events, a ping every few seconds).
 PREAMBLE_MAX_BYTES = 4 * 1024 * 1024
 PREAMBLE_MAX_EVENTS = 1000
-
-
-class _Assembled(Protocol):
-    first_token: bool
-
-
-class StreamCore(Protocol):
-    """What the pipeline reads of an API's stream core (`core.chat.stream`, `core.responses.stream`)."""
-
-    done: bool
-
-    @property
-    def preamble(self) -> Sized:
-        """The events held until the commit."""
-
-    @property
-    def committable(self) -> bool: ...
-
-    def feed(self, data: bytes) -> bytes: ...
-
-    def end_of_input(self) -> None: ...
-
-    @property
-    def assembler(self) -> _Assembled: ...
-
-    @property
-    def empty_answer(self) -> bool:
-        """The upstream ended cleanly without any output: another deployment may have an answer."""
 
 
 S = TypeVar("S", bound=StreamCore)
@@ -204,7 +177,7 @@ async def serve_stream(request: Request, rt: Runtime, ctx: RequestContext,
             ctx.deployment = won.deployment
             record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
             client = await ka.commit(won)
-            ctx.trace.committed(opened.t_first)
+            ctx.rec.committed(opened.t_first)
             await relay(opened, client)
             return client
         finally:
@@ -219,4 +192,4 @@ def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token
     """The winning attempt: request sent to first output token received."""
     if first_token:
         d = won.deployment
-        rt.metrics.child(rt.metrics.upstream_ttft, ctx.model.name, d.provider, d.label).observe(seconds)
+        ctx.rec.upstream_first_token(ctx.model.name, d, seconds)

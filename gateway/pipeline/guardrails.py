@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.events import DeltaKind
+from gateway.core.stream import Answer
 from gateway.errors import GatewayError, GuardrailBlocked
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
@@ -33,7 +33,7 @@ async def verdict(rt: Runtime, ctx: RequestContext, g: Guardrail, stage: str, te
 
 def record(rt: Runtime, ctx: RequestContext, name: str, stage: str, allowed: bool) -> None:
     outcome = "pass" if allowed else "block"
-    rt.metrics.guardrail_verdicts.labels(name, stage, outcome).inc()
+    ctx.rec.verdict(name, stage, outcome)
     ctx.verdicts[f"{name}:{stage}"] = outcome
 
 
@@ -64,12 +64,12 @@ async def check_input(rt: Runtime, ctx: RequestContext, text: str) -> None:
             raise GuardrailBlocked(_message(v), param=g.name)
 
 
-def output_text(assembler: ChatAssembler) -> str:
+def output_text(assembler: Answer) -> str:
     parts = [assembler.text(k) for k in (DeltaKind.CONTENT, DeltaKind.REFUSAL, DeltaKind.REASONING)]
     return "\n".join(p for p in parts if p)
 
 
-async def judge_output(rt: Runtime, ctx: RequestContext, assembler: ChatAssembler,
+async def judge_output(rt: Runtime, ctx: RequestContext, assembler: Answer,
                        guards: Sequence[Guardrail]) -> GatewayError | None:
     """Whole-answer guardrails (hold, audit, and webhooks in stream mode): the first refusal, if any."""
     if not guards:

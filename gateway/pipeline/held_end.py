@@ -1,8 +1,8 @@
 """The relay of a stream whose end waits for the whole-answer guardrails: Responses (its terminal event)
 and Messages (`message_delta` + `message_stop`). The stream core keeps that end unsent; this runs the
 pump, judges the whole answer (keeping the line alive while a verdict is awaited, `held_line`), then
-writes the end, or ends with one error event. What differs per API (the end's bytes, how an upstream
-failure after the first token is forwarded, the API's error event) is a subclass's three methods.
+writes the end, or ends with one error event. The bytes of every end (the kept end, an upstream failure
+forwarded, the API's error event) are the stream core's (`core.stream.StreamCore`).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any, Generic, Protocol, TypeVar
 
+from gateway.core.stream import StreamCore
 from gateway.errors import UpstreamFailed
-from gateway.inbound import StreamResponse
+from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.guardrails import record
 from gateway.pipeline.held_line import judge_keeping_alive
@@ -29,14 +29,13 @@ class HeldEndFilter(OutputFilter, Protocol):
 
 
 F = TypeVar("F", bound=HeldEndFilter)
-S = TypeVar("S")
+S = TypeVar("S", bound=StreamCore)
 
 
 class HeldEndRelay(Generic[S, F]):
-    what = "answer"  # for the early-end message: "response", "message"
-
     def __init__(self, rt: Runtime, ctx: RequestContext, opened: Opened[S], client: StreamResponse,
-                 run: SafetyRun | None, filt: F):
+                 run: SafetyRun | None, filt: F, what: str = "answer"):
+        self.what = what  # for the early-end message: "response", "message"
         safety = rt.safety.models[ctx.model.name]
         self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
         self.stream: Any = opened.stream
@@ -46,20 +45,18 @@ class HeldEndRelay(Generic[S, F]):
         self.sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
         self.judges = safety.hold_guards + safety.audit_guards
 
-    # -- what differs per API --------------------------------------------------------------------
-
-    def end_bytes(self) -> bytes:
-        """The kept end of a whole answer, through the filter."""
-        raise NotImplementedError
-
     def failed(self, ev: Any) -> StreamEnded:
         """An upstream failure after the first token (an event the core kept unsent), already scrubbed
-        of our credentials, its `raw` dropped: forward it re-encoded from its object."""
-        raise NotImplementedError
-
-    def error_payload(self, end: StreamEnded) -> bytes:
-        """The API's error event for one of our errors (`end.error`), after what may still be released."""
-        raise NotImplementedError
+        of our credentials, its `raw` dropped: forwarded by the core, re-encoded from its object; an
+        unreadable one, or one while a hold guardrail kept the answer back, is one error of ours."""
+        d = self.opened.deployment
+        if ev.obj is None:
+            return StreamEnded("malformed", UpstreamFailed(f"{d.label}: malformed event after the first token"))
+        if self.sink.hold is not None:  # the client has seen nothing of this answer: only our error
+            f = ev.failure
+            return StreamEnded("inband_error", UpstreamFailed(
+                f"{d.label}: upstream failed after the first token ({(f.code or f.kind.value) if f else 'error'})"))
+        return StreamEnded("inband_error", payload=self.stream.forward_failure(ev))
 
     # -- the shared life after the commit ---------------------------------------------------------
 
@@ -68,21 +65,21 @@ class HeldEndRelay(Generic[S, F]):
         await self.sink.emit(stream.commit(filt), self.opened.t_first, filt.output_released)
         check_refusal(filt)
         await pump(self.opened.response, stream, filt, self.sink, d)
-        await self.after_pump()
+        await self.sink.emit(stream.drain(), time.perf_counter(), filt.output_released)
         if stream.failed is not None:  # scrubbed before any field of it is read (CONTRACT §5.3)
             raise self.failed(self.rt.safety.scrubber.event(stream.failed))
         if not stream.terminal:
             raise StreamEnded("early_eof", UpstreamFailed(
                 f"{d.label}: upstream ended the stream before the {self.what} was complete"))
-        tail = filt.flush_open()
+        tail = stream.tail()
         check_refusal(filt)
-        verdict = await judge_keeping_alive(self.rt, self.ctx, self.sink.keeper, stream.assembler.as_chat(),
+        verdict = await judge_keeping_alive(self.rt, self.ctx, self.sink.keeper, stream.assembler,
                                             self.judges)
         if verdict is not None:
             if self.sink.hold is None:  # audit: the text was out already
                 await self.sink.emit(tail, time.perf_counter(), filt.output_released)
             raise StreamEnded("guardrail", verdict)
-        end = self.end_bytes()
+        end = stream.finish()
         check_refusal(filt)
         self.account(passed=True)  # before the client can see the end
         await commit_spend(self.rt, self.ctx)
@@ -91,18 +88,16 @@ class HeldEndRelay(Generic[S, F]):
         else:
             await self.sink.emit(tail + end, time.perf_counter(), filt.output_released)
 
-    async def after_pump(self) -> None:
-        """What the core still holds once the upstream's bytes have ended (none by default)."""
-
     async def end_with_error(self, end: StreamEnded) -> None:
         """One closing event; text already sent stands. Held text that redaction masked is released
         first (it is safe); after a guardrail refusal, or with a hold guardrail, nothing more is."""
-        payload = end.payload if end.error is None else self.error_payload(end)
+        payload = end.payload if end.error is None else self.stream.fail(
+            end.error.client_error(), held=self.sink.hold is not None, refused=end.reason == "guardrail")
         self.ctx.stream_error = end.reason
         d = self.ctx.deployment
         assert d is not None
         if end.reason != "guardrail":  # counted before the client can see the event
-            self.rt.metrics.stream_failures.labels(self.ctx.model.name, d.label, end.reason).inc()
+            self.ctx.rec.stream_failed(self.ctx.model.name, d, end.reason)
         self.account(passed=False)
         await commit_spend(self.rt, self.ctx)
         await self.sink.quiet()
@@ -120,9 +115,9 @@ class HeldEndRelay(Generic[S, F]):
             for g in rt.safety.models[ctx.model.name].stream_guards:
                 record(rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
         if self.run_safety is not None:
-            ctx.redactions += record_redactions(rt.metrics, self.run_safety.redaction_counts().items())
+            ctx.redactions += ctx.rec.redactions(self.run_safety.redaction_counts().items())
         if usage:
-            stream_ended(rt, ctx, self.opened)  # type: ignore[arg-type]  # S is one of the streams
+            stream_ended(rt, ctx, self.opened)
 
 
 async def relay_held_end(r: HeldEndRelay[Any, Any]) -> None:

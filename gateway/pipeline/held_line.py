@@ -20,10 +20,10 @@ import contextlib
 import time
 from collections.abc import Sequence
 
-from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.sse import KEEPALIVE
+from gateway.core.stream import Answer
 from gateway.errors import GatewayError
-from gateway.inbound import StreamResponse
+from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.first_token import KEEPALIVE_EVERY_S
 from gateway.pipeline.guardrails import judge_output
@@ -85,7 +85,7 @@ class LineKeeper:
             self._writer = None
 
 
-async def judge_keeping_alive(rt: Runtime, ctx: RequestContext, keeper: LineKeeper, assembler: ChatAssembler,
+async def judge_keeping_alive(rt: Runtime, ctx: RequestContext, keeper: LineKeeper, assembler: Answer,
                               guards: Sequence[Guardrail]) -> GatewayError | None:
     """`judge_output` with the line kept alive while the verdict is awaited; stopped after it."""
     if not guards:

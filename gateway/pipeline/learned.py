@@ -37,13 +37,13 @@ class Learned:
         self._expire(now)
         key = FactKey(d.label, api, fact)
         if self.facts.learn(key, now, ttl_s):
-            self.metrics.child(self.metrics.learned_fallbacks, key.deployment, api, fact.value).set(1)
+            self.metrics.learned(key.deployment, api, fact.value, True)
             log.warning("learned_upstream_fact", deployment=key.deployment, api=api, fact=fact.value,
                         ttl_s=ttl_s)
 
     def _expire(self, now: float) -> None:
         for key in self.facts.expire(now):
-            self.metrics.child(self.metrics.learned_fallbacks, key.deployment, key.api, key.fact.value).set(0)
+            self.metrics.learned(key.deployment, key.api, key.fact.value, False)
             log.info("learned_upstream_fact_expired", deployment=key.deployment, api=key.api,
                      fact=key.fact.value)
 

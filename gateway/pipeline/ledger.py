@@ -11,7 +11,6 @@ import time
 from datetime import UTC, datetime
 
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_team
 from gateway.pipeline.runtime import Runtime
 from gateway.store.ledger import IDS
 from gateway.store.types import SpendRow
@@ -30,7 +29,7 @@ async def commit_spend(rt: Runtime, ctx: RequestContext, outcome: str | None = N
         outcome = "ok" if ctx.stream_error is None else _STREAM_OUTCOME.get(ctx.stream_error, "upstream_error")
     row = spend_row(ctx, outcome, time.time())
     if row.team is not None:
-        record_team(rt.metrics, row.team, row.model, row.cost_usd)
+        ctx.rec.team_spend(row.team, row.model, row.cost_usd)
     await control.ledger.record(row)
 
 

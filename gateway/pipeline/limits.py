@@ -52,7 +52,7 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens
     ctx.response_headers.update(ratelimit_headers(key.rpm, tpm, decision, now))  # on the answer, 429 or not
     if not decision.allowed:
         limit = decision.limit or "rpm"
-        rt.metrics.rate_limited.labels(key.name, limit).inc()
+        ctx.rec.rate_limited(key.name, limit)
         retry = max(1, int(decision.retry_after_s + 0.999))
         raise RateLimited(f"key {key.name} is over its {limit} limit", headers={"Retry-After": str(retry)})
     ctx.reservation = reservation

@@ -3,30 +3,26 @@
 `pump` is the one relay loop of every API: read upstream, feed the API's stream core, write what it
 returns, stop at the core's end or on a failure. The per-chunk work (bytes -> SSE decoder -> provider
 parser -> assembler -> text windows (redaction, stream guardrails) -> client bytes, unchanged chunks as
-the upstream's own bytes) is the core's (`core.chat.stream`, `core.responses.stream`). `relay` is the
-chat stream's whole life after the commit: the held preamble, the pump, then `[DONE]` or one error event.
+the upstream's own bytes) is the core's (`core.stream.StreamCore`). `relay` is the whole life after the
+commit of a stream that ends in band (chat's): the held preamble, the pump, then the core's end or its
+error event.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import structlog
 
 from gateway.config.types import Deployment
-from gateway.core.chat.filter import ChatOutputFilter, Refusal
-from gateway.core.chat.stream import ChatStream
 from gateway.core.events import Failure, StreamFailed
-from gateway.core.messages.stream import MessagesStream
-from gateway.core.responses.stream import ResponsesStream
-from gateway.core.sse import DONE_EVENT
+from gateway.core.stages import Refusal
+from gateway.core.stream import StreamCore
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
-from gateway.inbound import StreamResponse
+from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.observe.metrics import record_redactions
 from gateway.pipeline.attempt_io import Opened
-from gateway.pipeline.first_token import StreamCore
 from gateway.pipeline.guardrails import record
 from gateway.pipeline.held_line import judge_keeping_alive
 from gateway.pipeline.ledger import commit_spend
@@ -87,12 +83,25 @@ def check_refusal(filt: OutputFilter) -> None:
                                                         param=r.guardrail))
 
 
-async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], client: StreamResponse,
-                run: SafetyRun | None) -> None:
-    """Write the held chunks, then the rest of the stream, then `[DONE]` or one error event."""
+class InbandEnded(StreamCore, Protocol):
+    """A core whose stream ends in band (chat's: `[DONE]`, or the upstream's bytes): an in-band error
+    after the first token is kept in `error`, an end without `[DONE]` is `ended_early`."""
+
+    error: Failure | None
+
+    @property
+    def ended_early(self) -> bool: ...
+
+
+IE = TypeVar("IE", bound=InbandEnded)
+S = TypeVar("S", bound=StreamCore)
+
+
+async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[IE], client: StreamResponse,
+                run: SafetyRun | None, filt: OutputFilter) -> None:
+    """Write the held chunks, then the rest of the stream, then the core's end or one error event."""
     safety = rt.safety.models[ctx.model.name]
     stream = opened.stream
-    filt = ChatOutputFilter(run.factory if run is not None else None, ctx.forward_usage)
     sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
     try:
         first = stream.commit(filt)
@@ -103,7 +112,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         await pump(opened.response, stream, filt, sink, opened.deployment)
         if stream.error is not None:
             raise after_token_error(opened.deployment, stream.error)
-        tail = filt.flush_all()
+        tail = stream.tail()
         check_refusal(filt)
         if stream.ended_early:
             label = opened.deployment.label
@@ -121,7 +130,7 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
         _record_stream_guards(rt, ctx, None)
         stream_ended(rt, ctx, opened)
         await commit_spend(rt, ctx)  # in the ledger before the client can see the end
-        await client.write_eof(tail + DONE_EVENT)  # the last data and the chunked terminator in one write
+        await client.write_eof(tail + stream.finish())  # the last data and the chunked terminator in one write
         if opened.response is not None:
             opened.response.finish()  # keep the upstream connection for the next request
     except StreamEnded as end:
@@ -129,50 +138,47 @@ async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream], cl
             _record_stream_guards(rt, ctx, filt.refusal.guardrail)
         stream_ended(rt, ctx, opened)
         await sink.quiet()
-        await _end_with_error(rt, ctx, client, filt, sink.hold is not None, end)
+        await _end_with_error(rt, ctx, client, stream, sink.hold is not None, end)
     finally:
         sink.close()
         opened.close()
         malformed_skipped(rt, ctx, opened)
         if run is not None:
-            ctx.redactions += record_redactions(rt.metrics, run.redaction_counts().items())
+            ctx.redactions += ctx.rec.redactions(run.redaction_counts().items())
 
 
-def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]
-                 | Opened[MessagesStream]) -> None:
+def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[S]) -> None:
     """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
     and the unreadable events it skipped."""
     asm = opened.stream.assembler
-    ctx.stream_ended(rt.metrics, asm.usage, opened.t_first if asm.first_token else None)
+    ctx.stream_ended(asm.usage, opened.t_first if asm.first_token else None)
     if asm.usage is None:
         ctx.estimate_unreported_usage(asm.output_bytes())
     malformed_skipped(rt, ctx, opened)
 
 
-def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[ChatStream] | Opened[ResponsesStream]
-                      | Opened[MessagesStream]) -> None:
+def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[S]) -> None:
     """The unreadable events the stream core skipped after the first token, taken from it: counted and
     logged (the count, never the event: its text is the upstream's, maybe the model's output). At the
     stream's end, before its last write (`stream_ended`), and once more when the client went away first."""
     n, opened.stream.skipped_malformed = opened.stream.skipped_malformed, 0
     if n:
-        rt.metrics.child(rt.metrics.malformed_events, ctx.model.name, opened.deployment.label).inc(n)
+        ctx.rec.malformed_skipped(ctx.model.name, opened.deployment, n)
         log.warning("malformed_events_skipped", count=n, model=ctx.model.name, deployment=opened.deployment.label)
 
 
-async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse,
-                          filt: ChatOutputFilter, holding: bool, end: StreamEnded) -> None:
+async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse, stream: StreamCore,
+                          holding: bool, end: StreamEnded) -> None:
     """One error event, no [DONE]; text already sent stands. Held text that redaction masked is
     released first (it is safe); after a guardrail refusal nothing more is released."""
-    tail = b"" if end.reason == "guardrail" or holding else filt.flush_all()
     ctx.stream_error = end.reason
     d = ctx.deployment
     assert d is not None
     if end.reason != "guardrail":  # counted before the client can see the event
-        rt.metrics.stream_failures.labels(ctx.model.name, d.label, end.reason).inc()
+        ctx.rec.stream_failed(ctx.model.name, d, end.reason)
     assert end.error is not None
     await commit_spend(rt, ctx)
-    await client.write(tail + end.error.sse_bytes())
+    await client.write(stream.fail(end.error.client_error(), held=holding, refused=end.reason == "guardrail"))
 
 
 def _record_stream_guards(rt: Runtime, ctx: RequestContext, blocked_by: str | None) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.types import Deployment
+from gateway.core.api import ClientApi
 from gateway.core.json_body import (
     DEPTH_MESSAGE,
     MAX_DEPTH,
@@ -17,9 +18,8 @@ from gateway.core.json_body import (
     parse_shallow,
 )
 from gateway.errors import InvalidRequest, ModelNotFound
-from gateway.inbound import Request
+from gateway.http import Request
 from gateway.observe.context import REQUESTED_MODEL_CHARS, Admission, RequestContext
-from gateway.observe.recorder import NO_TRACE
 from gateway.pipeline.attempts import Won
 from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.runtime import Runtime
@@ -48,20 +48,17 @@ async def read_json(rt: Runtime, request: Request) -> dict[str, Any]:
     return body
 
 
-ANTHROPIC_APIS = frozenset({"messages", "count_tokens"})  # the gateway key may come in `x-api-key`
-
-
 def is_anthropic(request: Request) -> bool:
     """A request from an Anthropic client (SDK, Claude Code): it names the Messages API's version. On
     `/v1/models` it gets Anthropic's shapes and may carry the key in `x-api-key`."""
     return "anthropic-version" in request.headers
 
 
-async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:
+async def resolve(request: Request, api: ClientApi) -> tuple[Runtime, RequestContext]:
     """Authenticate, parse, resolve and authorise. What is known on the way (the key, the name asked
     for) is kept on `request.admission` at once, so a refusal's log line still says who asked what."""
     rt = request.app.runtime
-    key = rt.keyring.authenticate(request.headers, x_api_key=api in ANTHROPIC_APIS)
+    key = rt.keyring.authenticate(request.headers, x_api_key=api.x_api_key)
     request.admission = Admission(key)
     body = await read_json(rt, request)
     name = body.get("model")
@@ -77,9 +74,9 @@ async def resolve(request: Request, api: str) -> tuple[Runtime, RequestContext]:
         raise InvalidRequest("stream must be a boolean", param="stream")
     opts = body.get("stream_options")
     forward_usage = isinstance(opts, dict) and opts.get("include_usage") is True
-    ctx = RequestContext(request_id=request.request_id, api=api, model=model, body=body,
-                         stream=bool(stream), key=key, forward_usage=forward_usage, t_start=request.t0,
-                         trace=request.trace or NO_TRACE,
+    ctx = RequestContext(request_id=request.request_id, api=api.name, model=model, body=body,
+                         stream=bool(stream), rec=request.rec, key=key, forward_usage=forward_usage,
+                         t_start=request.t0,
                          client_headers={**request.headers, "x-request-id": request.request_id},
                          response_headers=request.extra_headers)
     request.ctx = ctx

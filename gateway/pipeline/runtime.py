@@ -17,10 +17,8 @@ from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.learned import Learned
 from gateway.pipeline.safety import Safety, compile_safety
 from gateway.pipeline.slicer import Slicer
-from gateway.providers.base import ChatTranslator
-from gateway.providers.messages_anthropic import MessagesTranslator
+from gateway.providers.base import ChatTranslator, MessagesTranslator, ResponsesTranslator
 from gateway.providers.registry import Translators, build_translators
-from gateway.providers.responses_openai import ResponsesTranslator
 from gateway.store import ControlPlane
 from gateway.upstream import Upstream
 

@@ -2,26 +2,26 @@
 the line kept alive meanwhile, see `held_line`).
 
 Records TTFT at the first written output token and the text delay of every write (CONTRACT §6), with
-the labelled metric children looked up once per request.
+through the request's recorder (its labelled children looked up once per request).
 """
 
 from __future__ import annotations
 
 import time
 
-from gateway.inbound import StreamResponse
+from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.held_line import LineKeeper
 from gateway.pipeline.runtime import Runtime
 
 
 class ClientSink:
-    __slots__ = ("_keeper", "client", "ctx", "delay", "hold", "rt")
+    __slots__ = ("_keeper", "client", "ctx", "hold", "rec", "rt")
 
     def __init__(self, rt: Runtime, ctx: RequestContext, client: StreamResponse, hold: bool):
         self.rt, self.ctx, self.client = rt, ctx, client
         self.hold: list[bytes] | None = [] if hold else None
-        self.delay = rt.metrics.child(rt.metrics.text_delay, ctx.api)
+        self.rec = ctx.rec
         self._keeper: LineKeeper | None = None
         if hold:
             self.keeper.start()
@@ -54,9 +54,8 @@ class ClientSink:
         if ctx.ttft_s is None and token_out:
             ctx.ttft_s = now - ctx.t_start
             assert ctx.deployment is not None
-            m = self.rt.metrics
-            m.child(m.ttft, ctx.api, ctx.model.name, ctx.deployment.provider).observe(ctx.ttft_s)
-        self.delay.observe(now - t_read)
+            self.rec.first_token(ctx.model.name, ctx.deployment.provider, ctx.ttft_s)
+        self.rec.text_delay(now - t_read)
 
     async def release_held(self, tail: bytes) -> None:
         await self.quiet()

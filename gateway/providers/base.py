@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 from gateway.core.chat.stream import ChatChunk, StreamParser
 from gateway.core.events import Failure, StreamEvent
+from gateway.core.messages.stream import MessagesStreamParser
+from gateway.core.responses.stream import ResponsesStreamParser
 
 __all__ = ["ChatChunk", "ParsedBody", "StreamParser", "UpstreamRequest"]  # the chunk types are the core's
 
@@ -78,3 +80,53 @@ def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float
     except (TypeError, ValueError):
         return None
     return max(0.0, when - (time.time() if now is None else now))
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesBody:
+    """A non-stream answer (a Message object) and its failure, if it is an error."""
+
+    obj: dict[str, Any]
+    events: list[StreamEvent]
+
+
+class MessagesTranslator(Protocol):
+    """A per-provider translator for the Messages client schema."""
+
+    def messages_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
+                         client_headers: Mapping[str, str], send_stream_options: bool = True) -> UpstreamRequest:
+        """`send_stream_options`: a translator to a chat server asks it for usage (CONTRACT §4.5-§4.6)."""
+
+    def messages_stream_parser(self) -> MessagesStreamParser: ...
+
+    def parse_messages_body(self, body: bytes) -> MessagesBody: ...
+
+    @property
+    def sends_stream_options(self) -> bool:
+        """Whether a stream request carries the `stream_options` the gateway adds (a chat backend)."""
+
+    def count_tokens_request(self, body: Mapping[str, Any], model: str,
+                             client_headers: Mapping[str, str]) -> UpstreamRequest | None:
+        """None: this backend cannot count tokens (the route answers with a clear error)."""
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesBody:
+    """A non-stream answer (a `response` object) and its typed events: output, usage, end or failure."""
+
+    obj: dict[str, Any]
+    events: list[StreamEvent]
+
+
+class ResponsesTranslator(Protocol):
+    """A per-provider translator for the Responses client schema."""
+
+    def responses_request(self, body: Mapping[str, Any], model: str, *, stream: bool) -> UpstreamRequest: ...
+
+    def responses_stream_parser(self) -> ResponsesStreamParser: ...
+
+    def parse_responses_body(self, body: bytes) -> ResponsesBody: ...
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...

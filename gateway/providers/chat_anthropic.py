@@ -17,14 +17,14 @@ import orjson
 from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
 from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
 from gateway.providers.base import ParsedBody, UpstreamRequest, retry_after_s
-from gateway.providers.chat_anthropic_request import anthropic_body
-from gateway.providers.chat_anthropic_stream import (
+from gateway.providers.chat_openai import parse_openai_body
+from gateway.providers.convert.anthropic_request import anthropic_body
+from gateway.providers.convert.anthropic_stream import (
     AnthropicStreamParser,
     finish_reason,
     message_events,
     openai_usage,
 )
-from gateway.providers.chat_openai import parse_openai_body
 from gateway.providers.settings import ProviderConfig
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 
 from gateway.core.chat.shape import ContentShape
-from gateway.core.chat.wire import chunk_events, classify_error_object, content_only, other_chunk_events
+from gateway.core.chat.wire import chunk_events, content_only, other_chunk_events
+from gateway.core.error_object import classify_error_object
 from gateway.core.events import DeltaKind, Failure, FailureKind, OutputDelta
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import ChatChunk, ParsedBody, UpstreamRequest, retry_after_s

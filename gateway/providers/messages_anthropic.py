@@ -11,49 +11,17 @@ preamble, redacts, judges, counts) and an unchanged event leaves as Anthropic's 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
-from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
-from gateway.core.messages.stream import MessagesStreamParser
+from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.messages.wire import MessagesEvent, classify_anthropic_error, malformed, parse_event
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import MessagesBody, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 
 PASSTHROUGH_HEADERS = ("anthropic-version", "anthropic-beta")
-
-
-@dataclass(frozen=True, slots=True)
-class MessagesBody:
-    """A non-stream answer (a Message object) and its failure, if it is an error."""
-
-    obj: dict[str, Any]
-    events: list[StreamEvent]
-
-
-class MessagesTranslator(Protocol):
-    """A per-provider translator for the Messages client schema."""
-
-    def messages_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                         client_headers: Mapping[str, str], send_stream_options: bool = True) -> UpstreamRequest:
-        """`send_stream_options`: a translator to a chat server asks it for usage (CONTRACT §4.5-§4.6)."""
-
-    def messages_stream_parser(self) -> MessagesStreamParser: ...
-
-    def parse_messages_body(self, body: bytes) -> MessagesBody: ...
-
-    @property
-    def sends_stream_options(self) -> bool:
-        """Whether a stream request carries the `stream_options` the gateway adds (a chat backend)."""
-
-    def count_tokens_request(self, body: Mapping[str, Any], model: str,
-                             client_headers: Mapping[str, str]) -> UpstreamRequest | None:
-        """None: this backend cannot count tokens (the route answers with a clear error)."""
-
-    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
 
 
 class AnthropicMessagesStreamParser:

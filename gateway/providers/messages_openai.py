@@ -12,16 +12,13 @@ from typing import Any
 from gateway.core.events import InbandError, Usage
 from gateway.core.messages.stream import MessagesStreamParser
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import ParsedBody, StreamParser, UpstreamRequest
-from gateway.providers.chat_azure import AzureChat
+from gateway.providers.base import MessagesBody, ParsedBody, StreamParser, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.messages_anthropic import MessagesBody
-from gateway.providers.messages_openai_request import chat_body
-from gateway.providers.messages_openai_stream import MessagesFromChat, message_from_completion
-from gateway.providers.mock import MockChat
+from gateway.providers.convert.messages_chat_request import chat_body
+from gateway.providers.convert.messages_chat_stream import MessagesFromChat, message_from_completion
 
 
-class _ChatMessages:
+class ChatMessages:
     """The Messages methods, on top of a chat translator (listed first in the bases)."""
 
     def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
@@ -71,13 +68,5 @@ class _WholeChunks:
         return None
 
 
-class OpenAIMessages(OpenAIChat, _ChatMessages):
+class OpenAIMessages(OpenAIChat, ChatMessages):
     """Provider type `openai`."""
-
-
-class AzureMessages(AzureChat, _ChatMessages):
-    """Provider type `azure`: Azure's deployment path, api-version and `api-key` header."""
-
-
-class MockMessages(MockChat, _ChatMessages):
-    """Provider type `mock`: the built-in demo answer, translated like any chat stream."""

@@ -10,19 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gateway.providers.base import ChatTranslator, UpstreamRequest
+from gateway.providers.base import ChatTranslator, MessagesTranslator, ResponsesTranslator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
+from gateway.providers.chat_mock import MockChat
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.messages_anthropic import AnthropicMessages, MessagesTranslator
-from gateway.providers.messages_openai import AzureMessages, MockMessages, OpenAIMessages
-from gateway.providers.mock import MockChat, MockScript, mock_script
-from gateway.providers.responses_openai import (
-    AzureResponses,
-    MockResponses,
-    OpenAIResponses,
-    ResponsesTranslator,
-)
+from gateway.providers.demo import MockScript, mock_script
+from gateway.providers.messages_anthropic import AnthropicMessages
+from gateway.providers.messages_azure import AzureMessages
+from gateway.providers.messages_mock import MockMessages
+from gateway.providers.messages_openai import OpenAIMessages
+from gateway.providers.responses_azure import AzureResponses
+from gateway.providers.responses_mock import MockResponses
+from gateway.providers.responses_openai import OpenAIResponses
 from gateway.providers.settings import ProviderConfig
 
 InProcess = Callable[[ProviderConfig, str, bytes], MockScript]

@@ -9,40 +9,15 @@ Nothing is translated: the request passes through with `model` rewritten to the 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
-from urllib.parse import quote
+from typing import Any
 
 import orjson
 
-from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
-from gateway.core.responses.stream import ResponsesStreamParser
+from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, response_events
 from gateway.core.sse import DONE, SSEEvent
-from gateway.providers.base import UpstreamRequest
-from gateway.providers.chat_azure import AzureChat
+from gateway.providers.base import ResponsesBody, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.mock import MockChat
-
-
-@dataclass(frozen=True, slots=True)
-class ResponsesBody:
-    """A non-stream answer (a `response` object) and its typed events: output, usage, end or failure."""
-
-    obj: dict[str, Any]
-    events: list[StreamEvent]
-
-
-class ResponsesTranslator(Protocol):
-    """A per-provider translator for the Responses client schema."""
-
-    def responses_request(self, body: Mapping[str, Any], model: str, *, stream: bool) -> UpstreamRequest: ...
-
-    def responses_stream_parser(self) -> ResponsesStreamParser: ...
-
-    def parse_responses_body(self, body: bytes) -> ResponsesBody: ...
-
-    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
 
 
 class OpenAIResponsesStreamParser:
@@ -73,7 +48,7 @@ def parse_responses_body(body: bytes) -> ResponsesBody:
     return ResponsesBody(obj, response_events(obj, with_output=True))
 
 
-class _ResponsesRequests:
+class ResponsesRequests:
     """The Responses methods, on top of a chat translator's URL and headers (listed first in the bases)."""
 
     def _url(self, path: str, model: str) -> str:
@@ -100,17 +75,5 @@ class _ResponsesRequests:
         return parse_responses_body(body)
 
 
-class OpenAIResponses(OpenAIChat, _ResponsesRequests):
+class OpenAIResponses(OpenAIChat, ResponsesRequests):
     """Provider type `openai`: the chat translator's headers and errors, `{base_url}/responses`."""
-
-
-class AzureResponses(AzureChat, _ResponsesRequests):
-    """Provider type `azure`: Azure's `api-key` header; the deployment goes in `model`, not the path."""
-
-    def _url(self, path: str, model: str) -> str:
-        return f"{self.provider.base_url}/openai{path}?api-version={quote(self.provider.api_version or '', safe='')}"
-
-
-class MockResponses(MockChat, _ResponsesRequests):
-    """Provider type `mock`: the built-in demo answer, in the Responses API's shape."""
-

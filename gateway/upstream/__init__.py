@@ -13,7 +13,7 @@ import asyncio
 import functools
 import ssl
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -23,10 +23,10 @@ import orjson
 from gateway.config.types import Egress, ProviderConfig
 from gateway.core.events import Failure, FailureKind
 from gateway.core.http1 import HTTPError, request_bytes
+from gateway.core.propagation import TRACE_HEADERS
 from gateway.core.proxy import Proxy, ProxyError
-from gateway.observe.propagation import TRACE_HEADERS
 from gateway.providers.base import UpstreamRequest
-from gateway.providers.registry import in_process
+from gateway.providers.demo import MockScript
 from gateway.upstream.connection import _FINISHING, HttpResponse, PoolKey, _Conn, _Pool
 from gateway.upstream.errors import UpstreamError, UpstreamResponse
 from gateway.upstream.mock import MockResponse
@@ -37,13 +37,22 @@ _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 __all__ = ["_FINISHING", "HttpResponse", "MockResponse", "Upstream", "UpstreamError", "UpstreamResponse"]
 
 
+# the answer of a provider played in process (the built-in demo), or None for a network one
+InProcess = Callable[[ProviderConfig, UpstreamRequest], MockScript | None]
+
+
+def _network(provider: ProviderConfig, req: UpstreamRequest) -> MockScript | None:
+    return None
+
+
 class Upstream:
     """Provider and webhook requests over our own HTTP/1.1 connections (`_Conn`, pooled with keep-alive):
     a general-purpose client's per-request and per-read costs were the largest part of the gateway's
     own time on the first-token path (bench/README.md)."""
 
-    def __init__(self, egress: Egress | None = None) -> None:
+    def __init__(self, egress: Egress | None = None, in_process: InProcess = _network) -> None:
         self.egress = egress or Egress()  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY, as read at start
+        self.in_process = in_process  # a provider played in process (the demo's), given by the wiring
         self._pool = _Pool()
         self._tls: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -70,7 +79,7 @@ class Upstream:
                    client_headers: Mapping[str, str] = _NO_HEADERS) -> UpstreamResponse:
         """`client_headers` (lower-case names): what the client sent; the provider's `forward_headers`
         pass through, never a field the translator set itself."""
-        if (script := in_process(provider, req)) is not None:
+        if (script := self.in_process(provider, req)) is not None:
             return MockResponse(script)
         t = provider.timeouts
         target = _target(req.url, label)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.providers.base import MAX_BODY_BYTES
-from gateway.providers.mock import MockScript
+from gateway.providers.demo import MockScript
 
 
 class MockResponse:

@@ -16,7 +16,7 @@ import openai
 import orjson
 import pytest
 
-from gateway.providers.mock import ANSWER
+from gateway.providers.demo import ANSWER
 from tests import anthropic_scripts as a
 from tests.chat_scripts import MODEL, chunk, usage_chunk
 from tests.fake_upstream import FakeUpstream, Script, json_script, sse

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from typing import Any, Protocol
 
+from gateway.core.stream import ClientError
+
 
 def splits(body: bytes) -> list[list[bytes]]:
     return [[body[:i], body[i:]] for i in range(1, len(body))]
@@ -55,3 +57,30 @@ def pump_reads(stream: _Core, filt: _Filter, reads: list[bytes], *, must_commit:
             assert stream.committable
         out.append(stream.commit(filt))
     return out
+
+
+# the errors the pipeline hands a core's `fail` (`errors.GuardrailBlocked`, `UpstreamFailed`), as values
+REFUSED = ClientError(400, "output refused by guardrail", "invalid_request_error", code="guardrail_blocked")
+EARLY_END = ClientError(502, "upstream ended the stream early", "upstream_error", code="upstream_error")
+
+
+def the_end(stream: Any, filt: _Filter) -> bytes:
+    """The bytes the gateway writes at a stream's end when no whole-answer guardrail is waited for
+    (`pipeline.relay.relay`, `pipeline.held_end.HeldEndRelay.run`), from the core's own methods: what its
+    parser still owed, then the kept end after the windows' tail; an upstream failure the core kept,
+    forwarded by the core (or, the chat core's, one error of ours); a refusal or an early end, the core's
+    error event."""
+    out = stream.drain()
+    if filt.refusal is not None:
+        return out + stream.fail(REFUSED, held=False, refused=True)
+    if getattr(stream, "error", None) is not None:  # chat: an in-band error after the first token
+        return out + stream.fail(EARLY_END, held=False, refused=False)
+    if getattr(stream, "failed", None) is not None:
+        return out + stream.forward_failure(stream.failed)
+    tail = stream.tail()
+    if filt.refusal is not None:
+        return out + stream.fail(REFUSED, held=False, refused=True)
+    ended_early = stream.ended_early if hasattr(stream, "ended_early") else not stream.terminal
+    if ended_early:
+        return out + stream.fail(EARLY_END, held=False, refused=False)
+    return out + tail + stream.finish()

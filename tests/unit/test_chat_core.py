@@ -8,7 +8,8 @@ import orjson
 import pytest
 
 from gateway.core.chat.assemble import ChatAssembler, completion_to_chunks
-from gateway.core.chat.wire import UNNUMBERED, chunk_events, classify_error_object, has_output_token, parse_usage
+from gateway.core.chat.wire import UNNUMBERED, chunk_events, has_output_token, parse_usage
+from gateway.core.error_object import classify_error_object
 from gateway.core.events import (
     DeltaKind,
     FailureKind,

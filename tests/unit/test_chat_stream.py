@@ -13,10 +13,10 @@ import pytest
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.stream import ChatStream, StreamParser
 from gateway.core.events import StreamFailed
-from gateway.providers.chat_anthropic_stream import AnthropicStreamParser
 from gateway.providers.chat_openai import OpenAIStreamParser
+from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
 from tests.unit.model_safety import safety
-from tests.unit.reads import pump_reads, random_reads, splits
+from tests.unit.reads import pump_reads, random_reads, splits, the_end
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -51,8 +51,7 @@ def relay(reads: list[bytes], parser: Callable[[], StreamParser], guard: bool) -
     stream = ChatStream(parser(), "p/x")
     filt = ChatOutputFilter(run.factory, forward_usage=True)
     out = pump_reads(stream, filt, reads)
-    if filt.refusal is None:
-        out.append(filt.flush_all())
+    out.append(the_end(stream, filt))
     return b"".join(out)
 
 
@@ -69,6 +68,9 @@ def reading(client: bytes) -> tuple[dict[tuple[int, str], str], list[object]]:
     others: list[object] = []
     for frame in client.split(b"\n\n"):
         if not frame:
+            continue
+        if frame == b"data: [DONE]":  # the end the core writes (`ChatStream.finish`): it must be there
+            others.append("[DONE]")
             continue
         obj = orjson.loads(frame.removeprefix(b"data: "))
         for choice in obj.get("choices") or ():

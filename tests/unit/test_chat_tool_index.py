@@ -15,7 +15,7 @@ from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.stream import ChatStream
 from gateway.providers.chat_openai import OpenAIStreamParser
 from tests.unit.model_safety import safety
-from tests.unit.reads import pump_reads, random_reads, splits
+from tests.unit.reads import pump_reads, random_reads, splits, the_end
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BASE = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gemini-x"}
@@ -66,7 +66,7 @@ def relay(reads: list[bytes], guard: bool = True) -> tuple[bytes, ChatStream]:
     stream = ChatStream(OpenAIStreamParser(), "p/x")
     filt = ChatOutputFilter(run.factory, forward_usage=True)
     out = pump_reads(stream, filt, reads)
-    out.append(filt.flush_all())
+    out.append(the_end(stream, filt))
     return b"".join(out), stream
 
 
@@ -74,8 +74,9 @@ def client_calls(client: bytes, choice: int = 0) -> dict[int, tuple[str, str, st
     """The tool calls as the openai SDK's stream helper puts them together: by `index`, which every
     tool-call delta must carry as an int (the SDK raises TypeError otherwise)."""
     calls: dict[int, list[str]] = {}
+    assert client.endswith(b"data: [DONE]\n\n"), "the core's end (`ChatStream.finish`)"
     for frame in client.split(b"\n\n"):
-        if not frame:
+        if not frame or frame == b"data: [DONE]":
             continue
         for c in orjson.loads(frame.removeprefix(b"data: ")).get("choices") or ():
             for tc in (c.get("delta") or {}).get("tool_calls") or ():
@@ -148,6 +149,6 @@ def test_chunks_with_their_index_leave_as_the_upstream_s_own_bytes() -> None:
     """The fast path stays: nothing is re-encoded when every delta has its index (OpenAI's streams)."""
     data = (FIXTURES / "sse" / "chat_tools.sse").read_bytes()
     out, _ = relay([data], guard=False)
-    assert out == data.removesuffix(b"data: [DONE]\n\n")
+    assert out == data and data.endswith(b"data: [DONE]\n\n"), "the upstream's bytes, its end the core's"
     gemini, _ = relay([GEMINI], guard=False)
     assert b'"index":0' in gemini.split(b"\n\n")[1]  # the numbered chunk: re-encoded with its index

@@ -18,9 +18,9 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.chat.filter import ChatOutputFilter, StageFactory
+from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.stream import ChatStream, StreamParser
-from gateway.core.sse import DONE_EVENT
+from gateway.core.stages import StageFactory
 from gateway.providers.chat_anthropic import AnthropicChat, parse_anthropic_body
 from gateway.providers.chat_openai import OpenAIStreamParser, parse_openai_body
 from gateway.providers.settings import ProviderConfig
@@ -39,7 +39,7 @@ def through_gateway(parser: StreamParser, pieces: list[bytes], factory: StageFac
     filt = ChatOutputFilter(factory, True)
     out = drive(stream, filt, pieces)
     assert stream.error is None and not stream.ended_early
-    return [*out, filt.flush_all(), DONE_EVENT]
+    return [*out, stream.drain(), stream.tail(), stream.finish()]  # the relay's end: the core's bytes
 
 
 def assert_same(got: ParsedChatCompletionSnapshot, want: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ order). A translated answer is compared block kind by block kind: its text and t
 more blocks than the body's (a Messages stream has one block open at a time), their concatenations and the
 tool calls (id, name, input, in order) must be the same. The core is driven as the pipeline drives it (hold
 until the first token, commit, one feed per read, then the relay's end: what the parser still owed, the
-windows' flush and the kept end, `MessagesStream.end_bytes`)."""
+the core's `drain`, `tail` and `finish`)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from anthropic.types import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.chat.filter import StageFactory
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream, MessagesStreamParser
+from gateway.core.stages import StageFactory
 from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
 from gateway.providers.messages_openai import OpenAIMessages
 from gateway.providers.settings import ProviderConfig
@@ -40,7 +40,7 @@ def through_gateway(parser: MessagesStreamParser, pieces: list[bytes],
     filt = MessagesOutputFilter(factory)
     out = drive(stream, filt, pieces)
     assert stream.failed is None and stream.terminal, "the answer ended whole"
-    return [*out, stream.flushed, filt.flush_open(), stream.end_bytes(filt)]
+    return [*out, stream.drain(), stream.tail(), stream.finish()]  # the relay's end: the core's bytes
 
 
 def by_kind(content: list[dict[str, Any]]) -> tuple[str, str, list[tuple[str, str, Any]]]:

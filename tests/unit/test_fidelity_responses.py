@@ -5,7 +5,7 @@ accumulates from the deltas, item by item, and the final response it returns.
 
 The events of the output items may interleave (each refers to its item by `output_index`); the streams
 are framed in every legal way (`upstream_gen.framed`). The core is driven as the pipeline drives it, and
-ends as the relay ends it (`ResponsesStream.end_bytes`)."""
+ends as the relay ends it (the core's `drain`, `tail` and `finish`)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.chat.filter import StageFactory
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
+from gateway.core.stages import StageFactory
 from gateway.providers.responses_openai import OpenAIResponsesStreamParser, parse_responses_body
 from tests.unit.fidelity import drive, fidelity
 from tests.unit.model_safety import safety
@@ -30,7 +30,7 @@ def through_gateway(pieces: list[bytes], factory: StageFactory | None = None) ->
     filt = ResponsesOutputFilter(factory)
     out = drive(stream, filt, pieces)
     assert stream.failed is None and stream.terminal is not None, "the answer ended whole"
-    return [*out, filt.flush_open(), stream.end_bytes(filt)]
+    return [*out, stream.drain(), stream.tail(), stream.finish()]  # the relay's end: the core's bytes
 
 
 def item_texts(output: list[dict[str, Any]], refusals: bool = True) -> list[tuple[str, str]]:

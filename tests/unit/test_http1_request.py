@@ -18,7 +18,7 @@ from gateway.core.http1_request import (
     chunk,
     response_head,
 )
-from gateway.inbound.reader import RequestReader
+from gateway.http.reader import RequestReader
 
 POST = (b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
         b"Authorization: Bearer k\r\nContent-Length: 11\r\n\r\n{\"a\": true}")

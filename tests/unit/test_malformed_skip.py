@@ -17,11 +17,11 @@ from gateway.core.events import FailureKind, StreamFailed
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.sse import SSEDecoder
-from gateway.providers.chat_anthropic_stream import AnthropicStreamParser
 from gateway.providers.chat_openai import OpenAIStreamParser
+from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
 from gateway.providers.responses_openai import OpenAIResponsesStreamParser
 from tests.unit.model_safety import safety
-from tests.unit.reads import pump_reads, random_reads, splits
+from tests.unit.reads import pump_reads, random_reads, splits, the_end
 from tests.unit.test_chat_stream import chat_body, reading
 from tests.unit.test_responses_stream import message_events, sse
 from tests.unit.test_responses_stream import reading as responses_reading
@@ -44,7 +44,7 @@ def chat_relay(reads: list[bytes], parser: Callable[[], StreamParser] = OpenAISt
     stream = ChatStream(parser(), "p/x")
     filt = ChatOutputFilter(run.factory, forward_usage=True)
     out = pump_reads(stream, filt, reads)
-    out.append(filt.flush_all())
+    out.append(the_end(stream, filt))
     return b"".join(out), stream
 
 
@@ -124,9 +124,7 @@ def responses_relay(reads: list[bytes]) -> tuple[bytes, ResponsesStream]:
     stream = ResponsesStream(OpenAIResponsesStreamParser(), "p/x")
     filt = ResponsesOutputFilter(run.factory)
     out = pump_reads(stream, filt, reads, must_commit=True)
-    out.append(filt.flush_open())
-    if stream.terminal is not None:
-        out.append(filt.apply(stream.terminal))
+    out.append(the_end(stream, filt))
     return b"".join(out), stream
 
 

@@ -10,12 +10,12 @@ import orjson
 
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
+from gateway.providers.convert.messages_chat_request import chat_body
 from gateway.providers.messages_openai import OpenAIMessages
-from gateway.providers.messages_openai_request import chat_body
 from gateway.providers.settings import ProviderConfig
 from tests.chat_scripts import chunk, usage_chunk
 from tests.unit.model_safety import safety
-from tests.unit.reads import pump_reads, splits
+from tests.unit.reads import pump_reads, splits, the_end
 from tests.unit.test_messages_stream import SECRET, events_of, reading, texts
 
 TR = OpenAIMessages(ProviderConfig("oai", "openai", "http://up/v1", "sk-x"))
@@ -38,7 +38,7 @@ def relay(reads: list[bytes]) -> bytes:
     stream = MessagesStream(TR.messages_stream_parser(), "oai/x")
     filt = MessagesOutputFilter(run.factory)
     out = pump_reads(stream, filt, reads, must_commit=True)
-    out += [stream.flushed, filt.flush_open(), *(filt.apply(ev) for ev in stream.terminal)]
+    out.append(the_end(stream, filt))
     return b"".join(out)
 
 

@@ -18,7 +18,7 @@ from gateway.core.sse import SSEDecoder
 from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser
 from tests import anthropic_scripts as a
 from tests.unit.model_safety import safety
-from tests.unit.reads import pump_reads, random_reads, splits
+from tests.unit.reads import pump_reads, random_reads, splits, the_end
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic"
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -69,11 +69,7 @@ def relay(reads: list[bytes], guard: bool, redaction: bool = True) -> tuple[byte
     stream = MessagesStream(AnthropicMessagesStreamParser(), "p/x")
     filt = MessagesOutputFilter(run.factory if run is not None else None)
     out = pump_reads(stream, filt, reads, must_commit=True)
-    out.append(stream.flushed)
-    if filt.refusal is None:
-        out.append(filt.flush_open())
-        for ev in stream.terminal or ([stream.failed] if stream.failed else []):
-            out.append(filt.apply(ev))
+    out.append(the_end(stream, filt))
     return b"".join(out), stream
 
 

@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions request -> Anthropic Messages request (gateway.providers.chat_anthropic_request)."""
+"""OpenAI Chat Completions request -> Anthropic Messages request (gateway.providers.convert.anthropic_request)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from gateway.config.types import ProviderConfig
 from gateway.providers.chat_anthropic import AnthropicChat
-from gateway.providers.chat_anthropic_request import DEFAULT_MAX_TOKENS, THINKING_BUDGETS, anthropic_body
+from gateway.providers.convert.anthropic_request import DEFAULT_MAX_TOKENS, THINKING_BUDGETS, anthropic_body
 
 ANTHROPIC_FIELDS = {"model", "messages", "system", "max_tokens", "stop_sequences", "temperature", "top_p", "top_k",
                     "tools", "tool_choice", "thinking", "metadata", "stream"}

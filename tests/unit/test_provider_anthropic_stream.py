@@ -1,5 +1,5 @@
 """Anthropic Messages stream, body and errors -> OpenAI shapes and typed events
-(gateway.providers.chat_anthropic_stream, gateway.providers.chat_anthropic)."""
+(gateway.providers.convert.anthropic_stream, gateway.providers.chat_anthropic)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from gateway.core.events import (
 from gateway.core.sse import SSEDecoder, SSEEvent
 from gateway.providers.base import ChatChunk
 from gateway.providers.chat_anthropic import AnthropicChat, classify_anthropic_http_error, parse_anthropic_body
-from gateway.providers.chat_anthropic_stream import AnthropicStreamParser
+from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
 from tests import anthropic_scripts as a
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "anthropic"

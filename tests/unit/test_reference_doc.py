@@ -9,6 +9,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from gateway.apis.catalog import CLIENT_APIS
 from gateway.app import _routes
 from gateway.config.load import config_keys, embedded_default
 from gateway.errors import GatewayError
@@ -21,7 +22,7 @@ REFERENCE = ROOT / "docs" / "reference.md"
 def metric_names() -> set[str]:
     """The exported names (`llm_gateway_requests_total`), as a scrape shows them."""
     metrics = create_metrics(CollectorRegistry())
-    preinitialise(metrics, embedded_default())
+    preinitialise(metrics, embedded_default(), CLIENT_APIS)
     assert metrics.registry is not None
     text = generate_latest(metrics.registry).decode()
     return set(re.findall(r"^# TYPE (\S+) ", text, re.M))

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.http1_request import RequestError
-from gateway.inbound.reader import RequestReader
+from gateway.http.reader import RequestReader
 from tests.unit.http_vectors import ALL, SMUGGLED, UPGRADE
 
 Framed = tuple[str, str, bytes]  # method, target, body

@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 from gateway.config import parse_config
-from gateway.core.chat.filter import StageFactory
 from gateway.core.redact.window import Redactor
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.wire import ResponsesParser
 from gateway.core.sse import SSEDecoder
+from gateway.core.stages import StageFactory
 from gateway.pipeline.safety import SafetyRun, compile_safety
 from tests.responses_scripts import Answer, frame, number
 

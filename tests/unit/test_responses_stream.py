@@ -16,7 +16,7 @@ from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
 from gateway.providers.responses_openai import OpenAIResponsesStreamParser
 from tests.unit.model_safety import safety
-from tests.unit.reads import pump_reads, random_reads, splits
+from tests.unit.reads import pump_reads, random_reads, splits, the_end
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "responses"
 SECRET = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -74,11 +74,7 @@ def relay(reads: list[bytes], guard: bool) -> tuple[bytes, ResponsesStream]:
     stream = ResponsesStream(OpenAIResponsesStreamParser(), "p/x")
     filt = ResponsesOutputFilter(run.factory)
     out = pump_reads(stream, filt, reads, must_commit=True)
-    if filt.refusal is None:
-        out.append(filt.flush_open())
-        end = stream.terminal or stream.failed
-        if end is not None:
-            out.append(filt.apply(end))
+    out.append(the_end(stream, filt))
     return b"".join(out), stream
 
 
@@ -201,7 +197,6 @@ def test_a_whole_body_is_replayed_as_the_stream_it_would_have_been() -> None:
     run = safety(False).start()
     assert run is not None and stream.committable and stream.done
     filt = ResponsesOutputFilter(run.factory)
-    out = stream.commit(filt) + filt.flush_open()
-    assert stream.terminal is not None
-    texts, _ = reading(out + filt.apply(stream.terminal))
+    out = stream.commit(filt) + stream.tail() + stream.finish()
+    texts, _ = reading(out)
     assert texts == {(0, "response.output_text.delta"): MASKED}

@@ -9,37 +9,15 @@ as the upstream's own bytes (no re-serialisation on the hot path).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from gateway.core.chat.wire import TEXT_FIELDS, content_only
 from gateway.core.events import DeltaKind
 from gateway.core.sse import encode_data
+from gateway.core.stages import Refusal, StageFactory, TextStage
 
-
-class Refusal(Protocol):
-    """A stream-ending verdict (a guardrail's); rendered by the caller."""
-
-    @property
-    def guardrail(self) -> str: ...
-
-    @property
-    def reason(self) -> str: ...
-
-
-class TextStage(Protocol):
-    def push(self, text: str) -> tuple[str, Refusal | None]: ...
-
-    def flush(self) -> tuple[str, Refusal | None]: ...
-
-    @property
-    def push_together(self) -> Callable[[list[str]], list[str]] | None:
-        """For a stage that can never refuse (a redaction window alone): deltas that arrived together
-        -> each one's release (`SegmentWindow.push_together`); else None."""
-
-
-StageFactory = Callable[[DeltaKind], TextStage | None]
 _KIND_OF = dict(TEXT_FIELDS)
 _CONTENT = DeltaKind.CONTENT
 _DEFAULT_FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_content",

@@ -23,12 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.shape import ContentShape, Run
 from gateway.core.chat.wire import chunk_events, has_output_token, number_tool_calls
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, StreamFailed, ToolCallDelta
-from gateway.core.sse import SSEDecoder, SSEError, SSEEvent, data_lines
+from gateway.core.sse import DONE_EVENT, SSEDecoder, SSEError, SSEEvent, data_lines
+from gateway.core.stream import ClientError
 
 
 @dataclass(slots=True)
@@ -186,6 +189,23 @@ class ChatStream:
             first += self._relay_datas(filt, self.unread_datas)
         self.preamble, self.unread, self.unread_datas = [], [], []
         return first
+
+    # -- the end (`core.stream.StreamCore`) -------------------------------------------------------
+
+    def drain(self) -> bytes:
+        return b""  # a chat parser owes nothing at the end of the bytes
+
+    def tail(self) -> bytes:
+        return self.filt.flush_all() if self.filt is not None else b""
+
+    def finish(self) -> bytes:
+        return DONE_EVENT
+
+    def fail(self, error: ClientError, *, held: bool, refused: bool) -> bytes:
+        """One error event, no `[DONE]`: `data: {"error": {...}}`, which the SDKs raise on."""
+        tail = b"" if refused or held else self.tail()
+        body = {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+        return tail + b"data: " + orjson.dumps(body) + b"\n\n"
 
     def _relay_read(self, filt: ChatOutputFilter, data: bytes) -> bytes:
         if self.parser is not None and self.parser.shape is not None:

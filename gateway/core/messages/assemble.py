@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 
-from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.events import DeltaKind, OutputDelta, ToolCallDelta, Usage
 from gateway.core.messages.wire import BLOCK_TEXT, MessagesEvent, UsageCounts
 
@@ -114,12 +113,6 @@ class MessagesAssembler:
         """UTF-8 size of the answer's texts and tool inputs (see `ChatAssembler.output_bytes`)."""
         texts = sum(len(t.encode()) for parts in self._texts.values() for t in parts)
         return texts + sum(len(p.encode()) for parts in self._json.values() for p in parts)
-
-    def as_chat(self) -> ChatAssembler:
-        """The same text as a chat assembler, for the guardrail judges that read one."""
-        chat = ChatAssembler()
-        chat.feed([OutputDelta(0, k, t) for k in DeltaKind if (t := self.text(k))])
-        return chat
 
     def message(self) -> dict[str, Any]:
         """The whole Message object, as a non-stream answer would carry it."""

@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
-from gateway.core.chat.filter import Refusal, StageFactory, TextStage
 from gateway.core.events import DeltaKind, InbandError
 from gateway.core.messages.wire import BLOCK_TEXT, DELTA_OF, TEXT_DELTAS, MessagesEvent
 from gateway.core.sse import encode_event
+from gateway.core.stages import Refusal, StageFactory, TextStage
 
 _ENDS = frozenset({"message_delta", "message_stop"})
 

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import orjson
+
 from gateway.core.events import DeltaKind, Failure, FailureKind, InbandError, StreamFailed
 from gateway.core.messages.assemble import MessagesAssembler
 from gateway.core.messages.fast import encode_text_delta, text_delta
 from gateway.core.messages.filter import MessagesOutputFilter
-from gateway.core.messages.wire import MessagesEvent, message_stream_events, parse_event
+from gateway.core.messages.wire import MessagesEvent, anthropic_error_type, message_stream_events, parse_event
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent, encode_event
+from gateway.core.stream import ClientError
 
 MESSAGE_STOP = encode_event("message_stop", b'{"type":"message_stop"}')
 
@@ -52,17 +55,17 @@ class MessagesStream:
         self.decoder = SSEDecoder()
         self.parser = parser
         self.label = label  # the deployment, for failure messages
-        self.assembler = MessagesAssembler()
+        self.assembler: MessagesAssembler = MessagesAssembler()
         self.preamble: list[MessagesEvent] = []  # held until the commit, the first token last
         self.unread: list[MessagesEvent] = []  # the committing read's events after the first token
         self.unread_frames: list[bytes] = []  # or its whole events, as bytes, for the fast path
-        self.done = False  # nothing more to read: `message_stop`, the upstream's end, a failure
+        self.done: bool = False  # nothing more to read: `message_stop`, the upstream's end, a failure
         self.terminal: list[MessagesEvent] = []  # from the stop_reason's message_delta on, not sent yet
         self.failed: MessagesEvent | None = None  # an upstream failure after the first token, not sent yet
         self.filt: MessagesOutputFilter | None = None  # set by `commit`
         self.started = False  # a message_start has been read
         self.flushed = b""  # client bytes of events a parser still owed at the end of the bytes
-        self.skipped_malformed = 0  # unreadable events after the first token, skipped (the relay reports them)
+        self.skipped_malformed: int = 0  # unreadable events after the first token, skipped (the relay reports them)
 
     @property
     def committable(self) -> bool:
@@ -215,6 +218,38 @@ class MessagesStream:
         if terminal[-1].type != "message_stop":
             end += MESSAGE_STOP
         return end
+
+    # -- the end (`core.stream.StreamCore`) -------------------------------------------------------
+
+    def drain(self) -> bytes:
+        """What the parser still owed at the end of the bytes (a translator's closing events)."""
+        flushed, self.flushed = self.flushed, b""
+        return flushed
+
+    def tail(self) -> bytes:
+        return self.filt.flush_open() if self.filt is not None else b""
+
+    def finish(self) -> bytes:
+        assert self.filt is not None
+        return self.end_bytes(self.filt)
+
+    def fail(self, error: ClientError, *, held: bool, refused: bool) -> bytes:
+        """Anthropic's in-stream `error` event, its type Anthropic's for the status (or the upstream's own)."""
+        tail = b"" if refused or held else self.tail()
+        etype = anthropic_error_type(error.status, error.type, error.upstream_type)
+        return tail + encode_event("error", orjson.dumps({"type": "error",
+                                                          "error": {"type": etype, "message": error.message}}))
+
+    def forward_failure(self, ev: MessagesEvent) -> bytes:
+        """An upstream `error` after the first token (a readable one, scrubbed by the caller), forwarded
+        re-encoded from the parsed object (what was checked is exactly what the client gets), after what
+        the windows still hold."""
+        assert self.filt is not None and ev.obj is not None
+        found = ev.obj.get("error")
+        err: dict[str, Any] = found if isinstance(found, dict) else {}
+        body = {"type": "error", "error": {"type": err.get("type") or "api_error",
+                                           "message": err.get("message") or "upstream error"}}
+        return self.filt.flush_open() + self.filt.apply(MessagesEvent("error", body, None))
 
     def _relay_frames(self, filt: MessagesOutputFilter, frames: list[bytes]) -> bytes:
         """The events of a read of whole events (`SSEDecoder.take_region`), as frames: runs of

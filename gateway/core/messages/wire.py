@@ -8,7 +8,7 @@ forwarded untouched (the docs: "handle unknown event types gracefully").
 Output tokens (CONTRACT §4.1): a non-empty `text_delta`, `thinking_delta` or `input_json_delta`.
 `message_start`, `ping` and `content_block_start` are the preamble; `signature_delta` and
 `citations_delta` are carried but are not tokens. Also here, shared with the chat->Anthropic translator
-(`providers.chat_anthropic_stream`): the error classification and the usage counts.
+(`providers.convert.anthropic_stream`): the error classification and the usage counts.
 """
 
 from __future__ import annotations
@@ -42,6 +42,17 @@ ANTHROPIC_TYPE_BY_STATUS = {400: "invalid_request_error", 401: "authentication_e
                             413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
                             502: "api_error", 503: "overloaded_error", 504: "timeout_error",
                             529: "overloaded_error"}
+ANTHROPIC_TYPES = frozenset(ANTHROPIC_TYPE_BY_STATUS.values()) | {"timeout_error"}
+
+
+def anthropic_error_type(status: int, etype: str, upstream_type: bool) -> str:
+    """The Messages API's error type: an upstream's own when it is one of Anthropic's (passed through),
+    else the one Anthropic uses for the status."""
+    if upstream_type and etype in ANTHROPIC_TYPES:
+        return etype
+    return ANTHROPIC_TYPE_BY_STATUS.get(status, "invalid_request_error" if status < 500 else "api_error")
+
+
 _TRANSIENT = frozenset({"overloaded_error", "api_error", "timeout_error", "rate_limit_error"})
 _CLIENT = frozenset({"invalid_request_error", "not_found_error", "request_too_large"})
 _AUTH = frozenset({"authentication_error", "permission_error"})

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.events import (
     DeltaKind,
     Failure,
@@ -129,12 +128,6 @@ class ResponsesAssembler:
         texts = sum(len(t.encode()) for parts in self._texts.values() for t in parts)
         return texts + sum(len((t.name or "").encode()) + sum(len(a.encode()) for a in t.arguments)
                      for t in self.tools.values())
-
-    def as_chat(self) -> ChatAssembler:
-        """The same text as a chat assembler, for the guardrail judges that read one."""
-        chat = ChatAssembler()
-        chat.feed([OutputDelta(0, k, t) for k in DeltaKind if (t := self.text(k))])
-        return chat
 
 
 def _str(v: Any) -> str | None:

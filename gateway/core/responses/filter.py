@@ -19,7 +19,6 @@ from typing import Any
 
 import orjson
 
-from gateway.core.chat.filter import Refusal, StageFactory, TextStage
 from gateway.core.events import DeltaKind
 from gateway.core.responses.wire import (
     ERROR_TYPES,
@@ -33,6 +32,7 @@ from gateway.core.responses.wire import (
     map_response_texts,
 )
 from gateway.core.sse import encode_event
+from gateway.core.stages import Refusal, StageFactory, TextStage
 
 _PART_EVENTS = {"response.content_part.added": ("content", "content_index"),
                 "response.content_part.done": ("content", "content_index"),

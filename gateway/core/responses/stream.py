@@ -25,8 +25,9 @@ from gateway.core.events import Failure, FailureKind, InbandError, StreamFailed
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.replay import replay_events
-from gateway.core.responses.wire import TERMINAL_OK, ResponsesEvent, ResponsesParser
+from gateway.core.responses.wire import ERROR_TYPES, TERMINAL_OK, ResponsesEvent, ResponsesParser
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
+from gateway.core.stream import ClientError
 
 
 class ResponsesStreamParser(Protocol):
@@ -130,6 +131,39 @@ class ResponsesStream:
         """The kept terminal event of a whole answer, through the filter, for the client."""
         assert self.terminal is not None
         return filt.apply(self.terminal)
+
+    # -- the end (`core.stream.StreamCore`) -------------------------------------------------------
+
+    def drain(self) -> bytes:
+        return b""  # a Responses parser owes nothing at the end of the bytes
+
+    def tail(self) -> bytes:
+        return self.filt.flush_open() if self.filt is not None else b""
+
+    def finish(self) -> bytes:
+        assert self.filt is not None
+        return self.end_bytes(self.filt)
+
+    def fail(self, error: ClientError, *, held: bool, refused: bool) -> bytes:
+        """Our closing `error` event, numbered after what was sent (from 0 when the client has seen
+        nothing of this lifecycle)."""
+        body = {"message": error.message, "type": error.type, "param": error.param, "code": error.code}
+        if held or self.filt is None:
+            return ResponsesOutputFilter(None).error_event(body)
+        tail = b"" if refused else self.filt.flush_open()
+        return tail + self.filt.error_event(body)
+
+    def forward_failure(self, ev: ResponsesEvent) -> bytes:
+        """An upstream failure after the first token (a readable one, scrubbed by the caller), forwarded
+        renumbered after what the windows still hold; a `response.failed` is followed by our error event
+        (the SDKs raise on it)."""
+        assert self.filt is not None and ev.failure is not None
+        filt, f = self.filt, ev.failure
+        payload = filt.flush_open() + filt.apply(ev)
+        if ev.type not in ERROR_TYPES:
+            payload += filt.error_event({"message": f.message, "type": f.type or "api_error", "param": f.param,
+                                         "code": f.code})
+        return payload
 
     def _relay(self, filt: ResponsesOutputFilter, events: list[SSEEvent]) -> bytes:
         """The events of one upstream read -> the client's bytes, up to the terminal event or a failure

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core.chat.wire import classify_error_object
+from gateway.core.error_object import classify_error_object
 from gateway.core.events import (
     DeltaKind,
     Failure,

@@ -11,7 +11,7 @@ from gateway.core.http1_request import LAST_CHUNK, RequestHead, chunk, response_
 
 
 class Channel(Protocol):
-    """The connection a response is written to (`gateway.inbound.connection.HttpConnection`)."""
+    """The connection a response is written to (`gateway.http.connection.HttpConnection`)."""
 
     closing: bool
 
@@ -23,8 +23,18 @@ class Channel(Protocol):
 
 
 class Request:
-    __slots__ = ("admission", "app", "body", "channel", "ctx", "extra_headers", "head", "request_id", "t0",
-                 "trace")
+    __slots__ = (
+        "admission",
+        "app",
+        "body",
+        "channel",
+        "ctx",
+        "extra_headers",
+        "head",
+        "rec",
+        "request_id",
+        "t0",
+    )
 
     def __init__(self, app: Any, head: RequestHead, body: bytes, channel: Channel):
         self.app, self.head, self.body, self.channel = app, head, body, channel
@@ -32,7 +42,7 @@ class Request:
         self.admission: Any = None  # who asked for which model, known before the model resolves
         self.request_id = ""
         self.t0 = 0.0
-        self.trace: Any = None  # the handler's per-request trace recorder, for API routes
+        self.rec: Any = None  # the handler's per-request recorder (`observe.record`), for API routes
         # fields every response to this request carries (request id, rate-limit state, CORS); a
         # response's own fields of the same name win
         self.extra_headers: dict[str, str] = {}

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.inbound import HttpServer
+    from gateway.http import HttpServer
 
 ACCEPTS_PER_WAKE = 64  # a burst of connections is accepted in slices, so requests keep being served
 

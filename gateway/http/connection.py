@@ -18,11 +18,11 @@ import structlog
 
 from gateway.core.http1_request import RequestError, RequestHead, response_head
 from gateway.errors import GatewayError
-from gateway.inbound.messages import Request, Response, StreamResponse
-from gateway.inbound.reader import RequestReader
+from gateway.http.messages import Request, Response, StreamResponse
+from gateway.http.reader import RequestReader
 
 if TYPE_CHECKING:
-    from gateway.inbound import HttpServer
+    from gateway.http import HttpServer
 
 log = structlog.get_logger("gateway")
 Handler = Callable[[Request], Awaitable[Response | StreamResponse]]
@@ -61,7 +61,7 @@ class HttpConnection(asyncio.Protocol):
         if server.closing:
             transport.close()
             return
-        # over TLS the connection was counted, and held to the limit, at its accept (inbound/tls.py)
+        # over TLS the connection was counted, and held to the limit, at its accept (http/tls.py)
         if server.tls is None and server.open_count() >= server.limits.max_connections:
             self._refuse_connection()
             return

@@ -1,4 +1,5 @@
-"""The built-in `mock` provider: a deterministic OpenAI-compatible answer with realistic pacing.
+"""The built-in `mock` provider's answers (its translators: `chat_mock`, `responses_mock`,
+`messages_mock`): a deterministic OpenAI-compatible answer with realistic pacing.
 
 It speaks the OpenAI wire format, so the demo exercises the same parser, windows and metrics as a real
 upstream. This module only *describes* the answer (bytes and the pause before each); the transport in
@@ -15,7 +16,6 @@ from typing import Any
 import orjson
 
 from gateway.core.sse import DONE_EVENT, encode_data, encode_event
-from gateway.providers.chat_openai import OpenAIChat
 from gateway.providers.settings import ProviderConfig
 
 ANSWER = (
@@ -137,10 +137,3 @@ def _responses(provider: ProviderConfig, body: dict[str, Any]) -> MockScript:
     parts = tuple((delay, encode_event(e["type"], orjson.dumps({**e, "sequence_number": n})))
                   for n, (delay, e) in enumerate(events))
     return MockScript(200, "text/event-stream", parts)
-
-
-class MockChat(OpenAIChat):
-    """The mock speaks OpenAI; requests go to the in-process transport instead of a socket."""
-
-    def _url(self, path: str, model: str) -> str:
-        return f"mock://{self.provider.name}{path}"

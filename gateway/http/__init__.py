@@ -28,9 +28,9 @@ from typing import Protocol
 
 import structlog
 
-from gateway.inbound.connection import Handler, HttpConnection
-from gateway.inbound.messages import Request, Response, StreamResponse, json_response
-from gateway.inbound.tls import TlsListener, listening_sockets
+from gateway.http.connection import Handler, HttpConnection
+from gateway.http.messages import Request, Response, StreamResponse, json_response
+from gateway.http.tls import TlsListener, listening_sockets
 
 __all__ = ["Handler", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
            "json_response"]

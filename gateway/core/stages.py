@@ -1,0 +1,34 @@
+"""The text stages every API's output filter pushes its texts through (a redaction window, stream
+guardrails: `core.redact`, `pipeline.safety`), as the filters see them: text in, released text and maybe
+a refusal out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from gateway.core.events import DeltaKind
+
+
+class Refusal(Protocol):
+    """A stream-ending verdict (a guardrail's); rendered by the caller."""
+
+    @property
+    def guardrail(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+class TextStage(Protocol):
+    def push(self, text: str) -> tuple[str, Refusal | None]: ...
+
+    def flush(self) -> tuple[str, Refusal | None]: ...
+
+    @property
+    def push_together(self) -> Callable[[list[str]], list[str]] | None:
+        """For a stage that can never refuse (a redaction window alone): deltas that arrived together
+        -> each one's release (`SegmentWindow.push_together`); else None."""
+
+
+StageFactory = Callable[[DeltaKind], TextStage | None]

@@ -1,0 +1,88 @@
+"""The stream-core interface every client API's core implements (`core.chat.stream.ChatStream`,
+`core.responses.stream.ResponsesStream`, `core.messages.stream.MessagesStream`), sans I/O.
+
+One attempt's upstream bytes go in through `feed`; before `commit` they are held (the preamble) until
+the stream is `committable` (its first output token, or the end of an empty answer); after it `feed`
+returns the client's bytes. At the upstream's end the pipeline asks the core, in this order, for what
+its parser still owed (`drain`), what its text windows still hold (`tail`, once the answer is whole),
+and its kept end (`finish`: `[DONE]`, the terminal event, `message_delta` + `message_stop`); or, for
+one of the gateway's own errors, the API's error event (`fail`). The bytes of every end are the core's:
+the pipeline writes them and knows no API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sized
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.core.events import DeltaKind, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class ClientError:
+    """One of the gateway's own errors, as a stream core writes it into its API's error event."""
+
+    status: int
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+    upstream_type: bool = False  # `type` is the upstream's own (a 4xx passed through), not ours
+
+
+class Answer(Protocol):
+    """What guardrails and accounting read of the answer so far."""
+
+    @property
+    def first_token(self) -> bool: ...
+
+    @property
+    def usage(self) -> Usage | None: ...
+
+    def output_bytes(self) -> int: ...
+
+    def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:
+        """The answer's text of one kind, as the whole-answer guardrails judge it."""
+
+
+class StreamCore(Protocol):
+    done: bool  # nothing more to read: the protocol's end, the upstream's end, or a failure
+    skipped_malformed: int  # unreadable events after the first token, skipped (the pipeline counts them)
+
+    @property
+    def preamble(self) -> Sized:
+        """The events held until the commit."""
+
+    @property
+    def committable(self) -> bool: ...
+
+    @property
+    def empty_answer(self) -> bool:
+        """The upstream ended cleanly without any output: another deployment may have an answer."""
+
+    @property
+    def assembler(self) -> Answer: ...
+
+    def feed(self, data: bytes) -> bytes:
+        """Upstream bytes -> client bytes (b"" before the commit: they are held)."""
+
+    def end_of_input(self) -> None:
+        """The upstream's bytes have ended."""
+
+    def commit(self, filt: Any) -> bytes:
+        """The held preamble and the first token through the API's output filter, for the client."""
+
+    def drain(self) -> bytes:
+        """After the input's end: the client bytes of events the parser still owed."""
+
+    def tail(self) -> bytes:
+        """The answer is whole: what the text windows still hold, released."""
+
+    def finish(self) -> bytes:
+        """The kept end of a whole answer, for the client (after `tail`)."""
+
+    def fail(self, error: ClientError, *, held: bool, refused: bool) -> bytes:
+        """The API's closing error event for one of our errors, after what may still be released:
+        nothing when `refused` (a guardrail stopped the text) or `held` (a hold guardrail kept it all
+        back: the client has seen nothing of this answer)."""

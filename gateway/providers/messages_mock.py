@@ -1,0 +1,10 @@
+"""The Messages API to the built-in `mock` provider: its chat answer, translated."""
+
+from __future__ import annotations
+
+from gateway.providers.chat_mock import MockChat
+from gateway.providers.messages_openai import ChatMessages
+
+
+class MockMessages(MockChat, ChatMessages):
+    """Provider type `mock`: the built-in demo answer, translated like any chat stream."""
