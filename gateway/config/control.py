@@ -22,16 +22,22 @@ def digest_hex(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def _admin_key(path: str, raw: Any, errs: Errors) -> AdminKey:
-    s = Section(raw, path, errs, ("name", "key", "key_sha256"))
+def key_identity(s: Section, path: str) -> tuple[str, str, str]:
+    """A key entry's `name` and its secret, given as exactly one of `key` or `key_sha256`:
+    (name, key, digest), the one not given empty. A gateway key and an admin key read alike."""
     name = s.get("name", str, "")
     if not NAME.match(name):
-        errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
+        s.errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
     key, digest = s.get("key", str, ""), s.get("key_sha256", str, "").lower()
     if bool(key) == bool(digest):
-        errs.add(path, "exactly one of key or key_sha256 is required")
+        s.errs.add(path, "exactly one of key or key_sha256 is required")
     if digest and not re.fullmatch(r"[0-9a-f]{64}", digest):
-        errs.add(s.at("key_sha256"), "must be 64 hex characters")
+        s.errs.add(s.at("key_sha256"), "must be 64 hex characters")
+    return name, key, digest
+
+
+def _admin_key(path: str, raw: Any, errs: Errors) -> AdminKey:
+    name, key, digest = key_identity(Section(raw, path, errs, ("name", "key", "key_sha256")), path)
     return AdminKey(name=name, key_sha256=digest or digest_hex(key))
 
 

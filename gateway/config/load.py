@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from gateway.config import edges
-from gateway.config.control import STORE_KEYS, admin_config, store_config
+from gateway.config.control import STORE_KEYS, admin_config, key_identity, store_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
 from gateway.config.safety_config import guardrail, profile, rule_validator
@@ -67,14 +67,7 @@ def _server(s: Section) -> ServerConfig:
 def _api_key(path: str, raw: Any, errs: Errors) -> ApiKey:
     s = Section(raw, path, errs, ("name", "key", "key_sha256", "models", "rpm", "tpm", "budget_usd",
                                    "budget_period"))
-    name = s.get("name", str, "")
-    if not _NAME.match(name):
-        errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
-    key, digest = s.get("key", str, ""), s.get("key_sha256", str, "").lower()
-    if bool(key) == bool(digest):
-        errs.add(path, "exactly one of key or key_sha256 is required")
-    if digest and not re.fullmatch(r"[0-9a-f]{64}", digest):
-        errs.add(s.at("key_sha256"), "must be 64 hex characters")
+    name, key, digest = key_identity(s, path)
     budget = s.number("budget_usd", 0.0) if s.has("budget_usd") else None
     return ApiKey(
         name=name, key=key or None, key_sha256=digest or None,

@@ -30,6 +30,15 @@ UNRESOLVED = "(unresolved)"
 _TOKEN_FIELDS = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
 
 
+_STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", "total_timeout": "timeout",
+                   "first_token_timeout": "timeout", "upstream_timeout": "timeout"}
+
+
+def stream_outcome(stream_error: str | None) -> str:
+    """The `outcome` label of a committed stream from how it ended (None: it ended well)."""
+    return "ok" if stream_error is None else _STREAM_OUTCOME.get(stream_error, "upstream_error")
+
+
 @dataclass(frozen=True, slots=True)
 class End:
     """How a request ended: its status, `outcome` label, and why when it did not succeed."""

@@ -11,12 +11,10 @@ import time
 from datetime import UTC, datetime
 
 from gateway.observe.context import RequestContext
+from gateway.observe.record import stream_outcome
+from gateway.pipeline.ids import SPEND_ROW_IDS
 from gateway.pipeline.runtime import Runtime
-from gateway.store.ledger import IDS
 from gateway.store.types import SpendRow
-
-_STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", "total_timeout": "timeout",
-                   "first_token_timeout": "timeout", "upstream_timeout": "timeout"}
 
 
 async def commit_spend(rt: Runtime, ctx: RequestContext, outcome: str | None = None) -> None:
@@ -26,7 +24,7 @@ async def commit_spend(rt: Runtime, ctx: RequestContext, outcome: str | None = N
         return
     ctx.spend_recorded = True
     if outcome is None:
-        outcome = "ok" if ctx.stream_error is None else _STREAM_OUTCOME.get(ctx.stream_error, "upstream_error")
+        outcome = stream_outcome(ctx.stream_error)
     row = spend_row(ctx, outcome, time.time())
     if row.team is not None:
         ctx.rec.team_spend(row.team, row.model, row.cost_usd)
@@ -37,7 +35,7 @@ def spend_row(ctx: RequestContext, outcome: str, now: float) -> SpendRow:
     u = ctx.usage
     key = ctx.key
     return SpendRow(
-        row_id=IDS.new(), request_id=ctx.request_id, ts=now,
+        row_id=SPEND_ROW_IDS.new(), request_id=ctx.request_id, ts=now,
         day=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d"),
         key=key.name if key is not None else None,
         team=key.team.name if key is not None and key.team is not None else None,

@@ -4,8 +4,6 @@ settlement, one log line."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
 import re
 import time
 from collections.abc import Mapping
@@ -18,8 +16,9 @@ from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.http import Handler, Request, Response, StreamResponse
 from gateway.observe.context import Admission, RequestContext
 from gateway.observe.logs import info_enabled
-from gateway.observe.record import End, RequestRecorder
+from gateway.observe.record import End, RequestRecorder, stream_outcome
 from gateway.pipeline.cors import cors_headers, preflight
+from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.limits import needs_settle, settle
 from gateway.pipeline.request import is_anthropic
@@ -28,31 +27,11 @@ log = structlog.get_logger("gateway")
 _NO_ADMISSION = Admission()
 ADMIN_PREFIX = "/admin/v1/"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
-_STREAM_OUTCOME = {"guardrail": "guardrail_blocked", "idle_timeout": "timeout", "total_timeout": "timeout",
-                   "first_token_timeout": "timeout", "upstream_timeout": "timeout"}
-
-
-class _Ids:
-    """Request ids: 16 random hex digits per process, then a counter. Unique like uuid4's 32 digits
-    without its `getrandom` system call per request; re-drawn in a forked worker."""
-
-    def __init__(self) -> None:
-        self.renew()
-        os.register_at_fork(after_in_child=self.renew)
-
-    def renew(self) -> None:
-        self.prefix, self.next = os.urandom(8).hex(), itertools.count().__next__
-
-    def new(self) -> str:
-        return f"{self.prefix}{self.next():016x}"
-
-
-_IDS = _Ids()
 
 
 def _request_id(request: Request) -> str:
     given = request.headers.get("x-request-id", "")
-    return given if _SAFE_ID.match(given) else _IDS.new()
+    return given if _SAFE_ID.match(given) else REQUEST_IDS.new()
 
 
 def error_response(err: GatewayError, request_id: str, anthropic: bool = False) -> Response:
@@ -107,7 +86,7 @@ async def handle(request: Request) -> Response | StreamResponse:
         resp = await _route(request)
         ctx = request.ctx
         reason = ctx.stream_error if ctx else None
-        end = End(resp.status, _STREAM_OUTCOME.get(reason, "upstream_error") if reason else "ok", reason)
+        end = End(resp.status, stream_outcome(reason), reason)
         return resp
     except GatewayError as err:
         end = End(err.status, err.outcome, err.log_reason)

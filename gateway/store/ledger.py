@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import os
 from collections.abc import Callable
 
 import structlog
@@ -26,23 +24,6 @@ log = structlog.get_logger("gateway")
 MAX_BATCH = 1000
 MAX_BACKLOG = 100_000
 RETRY_S = 0.5
-
-
-class _Ids:
-    """Row ids: 16 random hex digits per process, then a counter; re-drawn in a forked worker."""
-
-    def __init__(self) -> None:
-        self.renew()
-        os.register_at_fork(after_in_child=self.renew)
-
-    def renew(self) -> None:
-        self.prefix, self.next = os.urandom(8).hex(), itertools.count().__next__
-
-    def new(self) -> str:
-        return f"{self.prefix}{self.next():012x}"
-
-
-IDS = _Ids()
 
 
 class SpendLedger:
