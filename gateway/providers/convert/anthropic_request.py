@@ -199,11 +199,11 @@ def _assistant_blocks(m: Mapping[str, Any]) -> list[Block]:
         fn = call.get("function") if isinstance(call.get("function"), dict) else {}
         assert isinstance(fn, dict)
         blocks.append({"type": "tool_use", "id": str(call.get("id") or ""), "name": str(fn.get("name") or ""),
-                       "input": _tool_input(fn.get("arguments"))})
+                       "input": tool_input(fn.get("arguments"))})
     return blocks
 
 
-def _tool_input(arguments: Any) -> dict[str, Any]:
+def tool_input(arguments: Any) -> dict[str, Any]:
     """Anthropic wants the input as an object; OpenAI carries a JSON string that may be empty or broken.
     Something that is not a JSON object becomes {} (the call is kept, its id pairs with the result)."""
     if isinstance(arguments, dict):
