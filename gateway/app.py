@@ -28,10 +28,13 @@ from gateway.apis.responses import responses
 from gateway.apis.spend import key_spend
 from gateway.config.types import Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
+from gateway.core.http1_request import RequestHead
 from gateway.errors import StartupError
-from gateway.http import Handler, HttpServer, Request, ServerLimits
+from gateway.http import HttpServer, Request, ServerLimits
+from gateway.http.messages import Channel, Response, StreamResponse
 from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
+from gateway.pipeline.exchange import GatewayRequest, Handler
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.providers.registry import in_process
@@ -66,6 +69,13 @@ class App:
         self.tls: ssl.SSLContext | None = None
         if config.server.tls is not None:
             self.tls = tls_context(config.server.tls)
+
+    def make_request(self, head: RequestHead, body: bytes, channel: Channel) -> GatewayRequest:
+        """The server's `Endpoint`: every request carries this app (the pipeline's `Host`)."""
+        return GatewayRequest(self, head, body, channel)
+
+    async def handle(self, request: GatewayRequest) -> Response | StreamResponse:
+        return await handle(request)
 
     def start_trace(self, request: Request, api: ClientApi) -> RequestTrace:
         """The per-request trace recorder: the shared no-op one when tracing is off."""
@@ -206,8 +216,7 @@ async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
     """Start the app and its server; returns the listening server (`server.shutdown` drains).
     `max_connections` caps the configured limit (what the process's file descriptors allow)."""
     await app.start()
-    server = HttpServer(handle, server_limits(app.config.server, max_connections),
-                        events=_RefusalCounter(app.metrics), context=app)
+    server = HttpServer(app, server_limits(app.config.server, max_connections), events=_RefusalCounter(app.metrics))
     await server.listen(host, port, reuse_port=reuse_port, tls=app.tls)
     return server
 

@@ -23,13 +23,14 @@ import structlog
 from gateway.apis import admin_fields as f
 from gateway.config.types import Config
 from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, MethodNotAllowed, NotFound
-from gateway.http import Request, Response, json_response
+from gateway.http import Response, json_response
+from gateway.pipeline.exchange import GatewayRequest
 from gateway.store import ControlPlane
 from gateway.store.types import Actor, Conflict, Invalid, Limits, Missing, StoredKey, StoreUnavailable, Team
 
 log = structlog.get_logger("gateway")
 PREFIX = "/admin/v1/"
-Handler = Callable[[Request, ControlPlane, Actor, list[str]], Awaitable[Response]]
+Handler = Callable[[GatewayRequest, ControlPlane, Actor, list[str]], Awaitable[Response]]
 
 
 class NameTaken(GatewayError):
@@ -40,7 +41,7 @@ class StoreDown(GatewayError):
     status, type, code, outcome = 503, "api_error", "store_unavailable", "upstream_error"
 
 
-async def admin(request: Request) -> Response:
+async def admin(request: GatewayRequest) -> Response:
     rt = request.app.runtime
     control: ControlPlane | None = rt.control
     if control is None or not rt.config.admin.keys:
@@ -117,7 +118,7 @@ def _new_secret() -> tuple[str, str]:
     return secret, hashlib.sha256(secret.encode()).hexdigest()
 
 
-async def create_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def create_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     config: Config = request.app.runtime.config
     data = f.json_object(request.body, f.KEY_FIELDS)
     name = f.name_of(data)
@@ -132,15 +133,15 @@ async def create_key(request: Request, cp: ControlPlane, actor: Actor, parts: li
     return json_response({**key_view(key), "key": secret}, status=201)
 
 
-async def list_keys(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def list_keys(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     return json_response({"object": "list", "data": [key_view(k) for k in await cp.store.list_keys()]})
 
 
-async def read_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def read_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     return json_response(key_view(await cp.store.get_key(parts[1])))
 
 
-async def patch_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def patch_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     data = f.json_object(request.body, tuple(x for x in f.KEY_FIELDS if x != "name"))
     old = await cp.store.get_key(parts[1])
     models = frozenset(request.app.runtime.config.models)
@@ -151,13 +152,13 @@ async def patch_key(request: Request, cp: ControlPlane, actor: Actor, parts: lis
     return json_response(key_view(new))
 
 
-async def delete_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def delete_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     await cp.store.delete_key(actor, parts[1])
     await cp.changed()
     return json_response({"object": "gateway.key.deleted", "name": parts[1], "deleted": True})
 
 
-async def rotate_key(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def rotate_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     grace_s = f.grace(f.json_object(request.body, ("grace_s",)))
     secret, digest = _new_secret()
     await cp.store.rotate_key(actor, parts[1], digest, grace_s)
@@ -172,7 +173,7 @@ def team_view(t: Team) -> dict[str, Any]:
     return {"object": "gateway.team", "name": t.name, **_limits_view(t.limits), "created_at": f.iso(t.created_at)}
 
 
-async def create_team(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def create_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     data = f.json_object(request.body, f.TEAM_FIELDS)
     team = Team(name=f.name_of(data), limits=f.limits(data, Limits(), frozenset(request.app.runtime.config.models)),
                 created_at=actor.now)
@@ -181,15 +182,15 @@ async def create_team(request: Request, cp: ControlPlane, actor: Actor, parts: l
     return json_response(team_view(team), status=201)
 
 
-async def list_teams(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def list_teams(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     return json_response({"object": "list", "data": [team_view(t) for t in await cp.store.list_teams()]})
 
 
-async def read_team(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def read_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     return json_response(team_view(await cp.store.get_team(parts[1])))
 
 
-async def patch_team(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def patch_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     data = f.json_object(request.body, f.LIMIT_FIELDS)
     old = await cp.store.get_team(parts[1])
     new = replace(old, limits=f.limits(data, old.limits, frozenset(request.app.runtime.config.models)))
@@ -198,7 +199,7 @@ async def patch_team(request: Request, cp: ControlPlane, actor: Actor, parts: li
     return json_response(team_view(new))
 
 
-async def delete_team(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def delete_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     await cp.store.delete_team(actor, parts[1])
     await cp.changed()
     return json_response({"object": "gateway.team.deleted", "name": parts[1], "deleted": True})
@@ -206,7 +207,7 @@ async def delete_team(request: Request, cp: ControlPlane, actor: Actor, parts: l
 
 # -- spend and audit ------------------------------------------------------------------------------
 
-async def spend(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def spend(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     q = f.spend_query(dict(parse_qsl(request.head.query)))
     rows = await cp.store.spend(q)
     data = [{**dict(r.group), "requests": r.requests, "input_tokens": r.input_tokens,
@@ -216,7 +217,7 @@ async def spend(request: Request, cp: ControlPlane, actor: Actor, parts: list[st
                           "data": data})
 
 
-async def audit(request: Request, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+async def audit(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     params = dict(parse_qsl(request.head.query))
     try:
         limit = int(params.get("limit", "100"))

@@ -8,19 +8,21 @@ from gateway.apis.catalog import EMBEDDINGS
 from gateway.config.types import Deployment
 from gateway.core.events import Usage
 from gateway.errors import InvalidRequest
-from gateway.http import Request, Response, StreamResponse
+from gateway.http import Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
+from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, resolve
 from gateway.pipeline.runtime import Runtime
-from gateway.providers.base import ParsedBody
+from gateway.providers.base import Embeds, ParsedBody
 
 
 async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
     async def attempt(d: Deployment) -> ParsedBody:
-        tr = rt.translator(d)
+        tr = rt.translator(EMBEDDINGS.schema, d)
+        assert isinstance(tr, Embeds) and tr is not None  # every chat cell embeds (or passes the 404 on)
         req = tr.embeddings_request(ctx.body, d.model)
         parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
         raise_inband(parsed.events)
@@ -36,7 +38,7 @@ async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
                     headers=answer_headers(ctx, won))
 
 
-async def embeddings_handler(request: Request) -> Response | StreamResponse:
+async def embeddings_handler(request: GatewayRequest) -> Response | StreamResponse:
     rt, ctx = await resolve(request, EMBEDDINGS)
     if "input" not in ctx.body:
         raise InvalidRequest("you must provide an input parameter", param="input")

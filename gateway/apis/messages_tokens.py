@@ -15,36 +15,37 @@ docs/messages.md.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Protocol, cast
 
 import orjson
 
 from gateway.apis.catalog import COUNT_TOKENS
-from gateway.apis.messages import input_slots, serving_deployments
+from gateway.apis.messages import input_slots
 from gateway.config.types import Deployment
-from gateway.http import Request, Response
+from gateway.http import Response
 from gateway.pipeline.attempt_io import fetch_body, forwardable
 from gateway.pipeline.attempts import run_attempts
+from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, resolve
 from gateway.pipeline.runtime import Runtime
+from gateway.providers.base import CountsTokens, Translator
 
 ESTIMATE_HEADER = "x-gateway-token-count"
 BYTES_PER_TOKEN = 4
 
 
-async def count_tokens(request: Request) -> Response:
+async def count_tokens(request: GatewayRequest) -> Response:
     rt, ctx = await resolve(request, COUNT_TOKENS)
     input_slots(ctx.body)  # the same validation as a Messages request
-    serving_deployments(rt, ctx)
     await admit(rt, request.app.state, ctx, tokens=False)
-    counting = tuple(d for d in ctx.model.deployments if _counts(rt, d, request))
+    counting = tuple(d for d in ctx.model.deployments if _counter(rt, d, request) is not None)
     if not counting:
         return _estimate(ctx.body, ctx.request_id)
     ctx.model = dataclasses.replace(ctx.model, deployments=counting)
 
     async def attempt(d: Deployment) -> bytes:
-        tr = rt.messages_translator(d)
+        tr = _counter(rt, d, request)
         assert tr is not None
         client_headers = forwardable(rt, d, ctx.client_headers)  # anthropic-version / -beta as the policy says
         req = tr.count_tokens_request(ctx.body, d.model, client_headers)
@@ -56,9 +57,16 @@ async def count_tokens(request: Request) -> Response:
     return Response(body=body, content_type="application/json", headers=answer_headers(ctx, won))
 
 
-def _counts(rt: Runtime, d: Deployment, request: Request) -> bool:
-    tr = rt.messages_translator(d)
-    return tr is not None and tr.count_tokens_request({}, d.model, request.headers) is not None
+class _Counter(CountsTokens, Translator, Protocol):
+    pass
+
+
+def _counter(rt: Runtime, d: Deployment, request: GatewayRequest) -> _Counter | None:
+    """`d`'s Messages cell when it can count tokens for `d`'s model."""
+    tr = rt.translator(COUNT_TOKENS.schema, d)
+    if isinstance(tr, CountsTokens) and tr.count_tokens_request({}, d.model, request.headers) is not None:
+        return cast(_Counter, tr)
+    return None
 
 
 def _estimate(body: dict[str, Any], request_id: str) -> Response:

@@ -10,12 +10,13 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from gateway.errors import ModelNotFound, Unavailable
-from gateway.http import Request, Response, json_response
+from gateway.http import Response, json_response
 from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.request import is_anthropic
 
 
-async def list_models(request: Request) -> Response:
+async def list_models(request: GatewayRequest) -> Response:
     rt = request.app.runtime
     anthropic = is_anthropic(request)
     key = rt.keyring.authenticate(request.headers, x_api_key=anthropic)
@@ -26,7 +27,7 @@ async def list_models(request: Request) -> Response:
     return json_response({"object": "list", "data": [_model(n) for n in names]})
 
 
-async def retrieve_model(request: Request) -> Response:
+async def retrieve_model(request: GatewayRequest) -> Response:
     """`GET /v1/models/{id}` (the SDKs' `models.retrieve`): a model this key may use, else a 404 as
     for an unknown name (a model the key may not use is not disclosed either)."""
     rt = request.app.runtime
@@ -46,11 +47,11 @@ def _anthropic_model(name: str) -> dict[str, object]:
     return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
 
 
-async def healthz(request: Request) -> Response:
+async def healthz(request: GatewayRequest) -> Response:
     return json_response({"status": "ok"})
 
 
-async def readyz(request: Request) -> Response:
+async def readyz(request: GatewayRequest) -> Response:
     state = request.app.state
     if not await state.healthy():
         raise Unavailable("the state backend is not answering")

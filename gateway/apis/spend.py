@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 
 from gateway.errors import InvalidApiKey
-from gateway.http import Request, Response, json_response
+from gateway.http import Response, json_response
+from gateway.pipeline.exchange import GatewayRequest
 from gateway.state.base import period_id
 
 
-async def key_spend(request: Request) -> Response:
+async def key_spend(request: GatewayRequest) -> Response:
     rt = request.app.runtime
     key = rt.keyring.authenticate(request.headers, x_api_key=True)
     if key is None:  # auth.allow_unauthenticated and no key sent: there is no key to account to

@@ -12,9 +12,11 @@ class ClientApi:
     path: str  # its route (POST)
     streams: tuple[str, ...]  # the `stream` label values its requests take ("true", "false")
     operation: str  # the GenAI `gen_ai.operation.name` of its spans
+    schema: str  # the wire schema it speaks: its row of the providers' support matrix (`registry.CELLS`)
     x_api_key: bool = False  # the gateway key may come in `x-api-key` (Anthropic's clients send it there)
     anthropic_errors: bool = False  # its errors are in Anthropic's shape (`{"type": "error", ...}`)
     ttft_series: bool = True  # its TTFT series exist at zero from the start (not for token counting)
+    title: str = ""  # its name in prose ("the Messages API")
 
     @property
     def streamed(self) -> bool:

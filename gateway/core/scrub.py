@@ -62,6 +62,9 @@ class FailedEvent(Protocol):
     @property
     def events(self) -> list[StreamEvent]: ...
 
+    @property
+    def failure(self) -> Failure | None: ...
+
 
 E = TypeVar("E", bound=FailedEvent)
 

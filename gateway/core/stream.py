@@ -12,11 +12,13 @@ the pipeline writes them and knows no API.
 
 from __future__ import annotations
 
-from collections.abc import Sized
+import functools
+from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.core.events import DeltaKind, Usage
+from gateway.core.events import DeltaKind, Failure, StreamEvent, Usage
+from gateway.core.scrub import FailedEvent, Scrubber
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,20 @@ class ClientError:
     param: str | None = None
     code: str | None = None
     upstream_type: bool = False  # `type` is the upstream's own (a 4xx passed through), not ours
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a committed stream's upstream ended when its answer is not whole (`StreamCore.upstream_end`).
+
+    The client gets `forward()` (the upstream's own failure event, scrubbed and re-encoded, for an API
+    that passes those on) unless a hold guardrail kept the answer back; otherwise our error, `message`
+    (a timeout's when `failure` is one). `reason` is the metric's and the log line's."""
+
+    reason: str
+    message: str
+    failure: Failure | None = None
+    forward: Callable[[], bytes] | None = None
 
 
 class Answer(Protocol):
@@ -64,6 +80,10 @@ class StreamCore(Protocol):
     @property
     def assembler(self) -> Answer: ...
 
+    def hold_answer(self, obj: dict[str, Any], events: list[StreamEvent]) -> None:
+        """A whole answer (a non-stream body in the API's shape, and its events) as the held stream it
+        would have been. Raises `StreamFailed` when it holds no answer."""
+
     def feed(self, data: bytes) -> bytes:
         """Upstream bytes -> client bytes (b"" before the commit: they are held)."""
 
@@ -76,6 +96,11 @@ class StreamCore(Protocol):
     def drain(self) -> bytes:
         """After the input's end: the client bytes of events the parser still owed."""
 
+    def upstream_end(self, scrubber: Scrubber) -> Ended | None:
+        """After the input's end and `drain`: None when the answer is whole, else how it ended (an
+        upstream failure event is scrubbed of our credentials before any field of it is read, CONTRACT
+        §5.3)."""
+
     def tail(self) -> bytes:
         """The answer is whole: what the text windows still hold, released."""
 
@@ -86,3 +111,21 @@ class StreamCore(Protocol):
         """The API's closing error event for one of our errors, after what may still be released:
         nothing when `refused` (a guardrail stopped the text) or `held` (a hold guardrail kept it all
         back: the client has seen nothing of this answer)."""
+
+
+def held_end(label: str, what: str, scrubber: Scrubber, failed: FailedEvent | None, whole: bool,
+             forward: Callable[[Any], bytes]) -> Ended | None:
+    """`upstream_end` of a core that keeps its end unsent (Responses, Messages): the upstream's failure
+    event it kept (forwarded by `forward`, re-encoded from its scrubbed object; an unreadable one is
+    our error), or an end without the API's terminal event."""
+    if failed is not None:
+        ev = scrubber.event(failed)
+        if ev.obj is None:
+            return Ended("malformed", f"{label}: malformed event after the first token")
+        f = ev.failure
+        cause = (f.code or f.kind.value) if f is not None else "error"
+        return Ended("inband_error", f"{label}: upstream failed after the first token ({cause})", f,
+                     functools.partial(forward, ev))
+    if not whole:
+        return Ended("early_eof", f"{label}: upstream ended the stream before the {what} was complete")
+    return None

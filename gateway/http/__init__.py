@@ -11,8 +11,8 @@ Over TLS a connection counts from its accept (`tls.py`): its handshake is inside
 must end within `head_timeout_s`; past the limit a TLS connection is closed at once (no 503 can be sent
 before a handshake). Every refusal is counted by reason and logged at most once a second per reason.
 On shutdown it stops accepting, closes idle connections and lets requests in flight finish for up to
-the drain time, then cancels them. It knows no application: it takes a handler, limits, an observer of
-what it refuses, and an opaque context handed to every request.
+the drain time, then cancels them. It knows no application: it takes an endpoint (which makes its
+requests and answers them), limits, and an observer of what it refuses.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from email.utils import formatdate
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
-from gateway.http.connection import Handler, HttpConnection
+from gateway.http.connection import Endpoint, HttpConnection
 from gateway.http.messages import Request, Response, StreamResponse, json_response
 from gateway.http.tls import TlsListener, listening_sockets
 
-__all__ = ["Handler", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
+__all__ = ["Endpoint", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
            "json_response"]
 log = structlog.get_logger("gateway")
 KEEPALIVE_S = 75.0  # as aiohttp's and nginx's defaults: longer than the usual client pool's idle time
@@ -58,9 +58,9 @@ class _NoEvents:
 
 
 class HttpServer:
-    def __init__(self, handler: Handler, limits: ServerLimits | None = None, *, events: ServerEvents | None = None,
-                 context: object = None):
-        self.handler, self.context = handler, context
+    def __init__(self, endpoint: Endpoint[Any], limits: ServerLimits | None = None, *,
+                 events: ServerEvents | None = None):
+        self.endpoint = endpoint
         self.limits = limits or ServerLimits()
         self.events: ServerEvents = events or _NoEvents()
         self.loop = asyncio.get_running_loop()

@@ -11,21 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 
 from gateway.core.http1_request import RequestError, RequestHead, response_head
 from gateway.errors import GatewayError
-from gateway.http.messages import Request, Response, StreamResponse
+from gateway.http.messages import Channel, Request, Response, StreamResponse
 from gateway.http.reader import RequestReader
 
 if TYPE_CHECKING:
     from gateway.http import HttpServer
 
 log = structlog.get_logger("gateway")
-Handler = Callable[[Request], Awaitable[Response | StreamResponse]]
+R = TypeVar("R", bound=Request)
+
+
+class Endpoint(Protocol[R]):
+    """What a server serves: it makes its own requests (an application's subclass of `Request`) and
+    answers them. The server knows no more of the application than this."""
+
+    def make_request(self, head: RequestHead, body: bytes, channel: Channel) -> R: ...
+
+    async def handle(self, request: R) -> Response | StreamResponse: ...
 MAX_PENDING = 256 * 1024  # pipelined bytes held while a request runs before reading pauses
 LINGER_S = 5.0  # after refusing a request: how long to read and drop what the client still sends
 
@@ -159,9 +167,10 @@ class HttpConnection(asyncio.Protocol):
         self.task = self._server.loop.create_task(self._serve(*got))
 
     async def _serve(self, head: RequestHead, body: bytes) -> None:
-        request = Request(self._server.context, head, body, self)
+        endpoint = self._server.endpoint
+        request = endpoint.make_request(head, body, self)
         try:
-            resp = await self._server.handler(request)
+            resp = await endpoint.handle(request)
             if isinstance(resp, StreamResponse):
                 if not resp.prepared:
                     await resp.prepare(request)

@@ -23,26 +23,16 @@ class Channel(Protocol):
 
 
 class Request:
-    __slots__ = (
-        "admission",
-        "app",
-        "body",
-        "channel",
-        "ctx",
-        "extra_headers",
-        "head",
-        "rec",
-        "request_id",
-        "t0",
-    )
+    """One request, read whole: what the server knows of it (head, body, the connection it came on). An
+    application that keeps more on it subclasses it (`gateway.pipeline.exchange.GatewayRequest`) and
+    builds it with its `Endpoint.make_request`."""
 
-    def __init__(self, app: Any, head: RequestHead, body: bytes, channel: Channel):
-        self.app, self.head, self.body, self.channel = app, head, body, channel
-        self.ctx: Any = None  # the handler's RequestContext, once it has resolved the model
-        self.admission: Any = None  # who asked for which model, known before the model resolves
+    __slots__ = ("body", "channel", "extra_headers", "head", "request_id", "t0")
+
+    def __init__(self, head: RequestHead, body: bytes, channel: Channel):
+        self.head, self.body, self.channel = head, body, channel
         self.request_id = ""
         self.t0 = 0.0
-        self.rec: Any = None  # the handler's per-request recorder (`observe.record`), for API routes
         # fields every response to this request carries (request id, rate-limit state, CORS); a
         # response's own fields of the same name win
         self.extra_headers: dict[str, str] = {}
@@ -125,7 +115,7 @@ class StreamResponse:
         """Hold writes until `write_eof`, which sends them and the end of the body in one piece. Only for
         when everything to write is already in hand (nothing will wait between the writes): one
         syscall and one segment instead of several."""
-        if not self.finished:
+        if not self.finished and self._corked is None:
             self._corked = []
 
     async def write(self, data: bytes) -> None:

@@ -40,7 +40,8 @@ class Admission:
 @dataclass(slots=True)
 class RequestContext:
     request_id: str
-    api: str
+    api: str  # the client API's name: the `api` label, the key of its learned facts and cache entries
+    schema: str  # its wire schema: the row of the support matrix its deployments are served from
     model: ModelConfig
     body: dict[str, Any]
     stream: bool

@@ -11,8 +11,9 @@ from typing import Generic, Protocol, TypeVar
 
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
+from gateway.core.framing import Transcoder
 from gateway.pipeline.runtime import Runtime
-from gateway.providers.base import UpstreamRequest, retry_after_s
+from gateway.providers.base import MAX_BODY_BYTES, UpstreamRequest, retry_after_s
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 ERROR_BODY_LIMIT = 1024 * 1024
@@ -42,6 +43,49 @@ class Opened(Generic[S]):
     def close(self) -> None:
         if self.response is not None:
             self.response.close()
+
+
+class Transcoded:
+    """An upstream stream in another framing, read as the SSE its API's stream core reads
+    (`core.framing.Transcoder`): the same response surface, its bytes transcoded as they come."""
+
+    __slots__ = ("_coder", "_ended", "_resp")
+
+    def __init__(self, resp: UpstreamResponse, coder: Transcoder) -> None:
+        self._resp, self._coder, self._ended = resp, coder, False
+
+    @property
+    def status(self) -> int:
+        return self._resp.status
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._resp.headers
+
+    @property
+    def is_event_stream(self) -> bool:
+        return True
+
+    async def next_chunk(self) -> bytes:
+        """The next SSE bytes; b"" at the end. A read that completes no event is not an end: read on."""
+        while not self._ended:
+            data = await self._resp.next_chunk()
+            if not data:
+                self._ended = True
+                return self._coder.end()
+            out = self._coder.feed(data)
+            if out:
+                return out
+        return b""
+
+    async def read_body(self, limit: int = MAX_BODY_BYTES) -> bytes:
+        return await self._resp.read_body(limit)
+
+    def finish(self) -> None:
+        self._resp.finish()
+
+    def close(self) -> None:
+        self._resp.close()
 
 
 class FirstTokenDeadline:

@@ -203,7 +203,7 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
     API, stream or body: the one place its upstream-derived text (an error body's message, code, type,
     param) is scrubbed of our credentials (CONTRACT §5.3), before anything logs it, passes it through
     to the client or puts it into a 502's summary. (After the commit, the one place is the failure
-    event a stream core kept: `held_end.HeldEndRelay.run`.)"""
+    event a stream core kept: `core.stream.StreamCore.upstream_end`.)"""
     label = d.label
     rt.inflight[label] = rt.inflight.get(label, 0) + 1
     try:

@@ -16,9 +16,10 @@ from typing import Any
 import orjson
 import structlog
 
-from gateway.http import Request, Response, StreamResponse
+from gateway.http import Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.observe.record import CACHE_PROVIDER
+from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.runtime import Runtime
 from gateway.state.base import StateBackend
@@ -28,7 +29,7 @@ log = structlog.get_logger("gateway")
 HEADER = "x-gateway-cache"
 
 
-def wanted(rt: Runtime, request: Request, ctx: RequestContext) -> bool:
+def wanted(rt: Runtime, request: GatewayRequest, ctx: RequestContext) -> bool:
     choice = request.headers.get(HEADER, "").lower()
     if choice == "off":
         return False
@@ -69,7 +70,7 @@ def hit_headers(ctx: RequestContext) -> dict[str, str]:
 HitRenderer = Callable[[dict[str, Any], RequestContext], bytes]
 
 
-async def serve_hit(request: Request, ctx: RequestContext, body: dict[str, Any],
+async def serve_hit(request: GatewayRequest, ctx: RequestContext, body: dict[str, Any],
                     render: HitRenderer) -> Response | StreamResponse:
     """A cached answer, at once: as a body, or as the stream `render` makes of it (every API the same)."""
     ctx.cache_hit = True

@@ -13,11 +13,12 @@ import structlog
 
 from gateway.core.api import ClientApi
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
-from gateway.http import Handler, Request, Response, StreamResponse
+from gateway.http import Response, StreamResponse
 from gateway.observe.context import Admission, RequestContext
 from gateway.observe.logs import info_enabled
 from gateway.observe.record import End, RequestRecorder, stream_outcome
 from gateway.pipeline.cors import cors_headers, preflight
+from gateway.pipeline.exchange import GatewayRequest, Handler
 from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.limits import needs_settle, settle
@@ -29,7 +30,7 @@ ADMIN_PREFIX = "/admin/v1/"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
-def _request_id(request: Request) -> str:
+def _request_id(request: GatewayRequest) -> str:
     given = request.headers.get("x-request-id", "")
     return given if _SAFE_ID.match(given) else REQUEST_IDS.new()
 
@@ -42,7 +43,7 @@ def error_response(err: GatewayError, request_id: str, anthropic: bool = False) 
     return Response(status=err.status, body=body, content_type="application/json", headers=headers)
 
 
-async def _route(request: Request) -> Response | StreamResponse:
+async def _route(request: GatewayRequest) -> Response | StreamResponse:
     routes: Mapping[str, Mapping[str, Handler]] = request.app.routes
     if request.path.startswith(ADMIN_PREFIX):  # the control plane routes its own paths (CONTRACT §11)
         return await routes[ADMIN_PREFIX]["*"](request)
@@ -60,7 +61,7 @@ async def _route(request: Request) -> Response | StreamResponse:
     return await handler(request)
 
 
-async def handle(request: Request) -> Response | StreamResponse:
+async def handle(request: GatewayRequest) -> Response | StreamResponse:
     rid = _request_id(request)
     request.request_id, request.t0 = rid, time.perf_counter()
     extra = request.extra_headers
@@ -102,7 +103,7 @@ async def handle(request: Request) -> Response | StreamResponse:
         structlog.contextvars.unbind_contextvars("request_id")
 
 
-async def _finish(request: Request, rec: RequestRecorder, end: End) -> None:
+async def _finish(request: GatewayRequest, rec: RequestRecorder, end: End) -> None:
     """The recorder writes the request's count, duration and spans; its accounts are settled; then the
     log line (after the settlement, so it carries the settled cost)."""
     ctx: RequestContext | None = request.ctx
@@ -124,7 +125,7 @@ async def _finish(request: Request, rec: RequestRecorder, end: End) -> None:
         raise asyncio.CancelledError
 
 
-async def _account(request: Request, ctx: RequestContext, outcome: str) -> None:
+async def _account(request: GatewayRequest, ctx: RequestContext, outcome: str) -> None:
     """The spend ledger's row (a whole response's, before its body leaves) and the state's counters."""
     await commit_spend(request.app.runtime, ctx, outcome)
     if needs_settle(ctx):

@@ -1,24 +1,25 @@
-"""After the commit: relay the winning attempt to the client, one client write per upstream read.
+"""After the commit: relay the winning attempt to the client, one client write per upstream read, for
+every client API alike.
 
-`pump` is the one relay loop of every API: read upstream, feed the API's stream core, write what it
-returns, stop at the core's end or on a failure. The per-chunk work (bytes -> SSE decoder -> provider
-parser -> assembler -> text windows (redaction, stream guardrails) -> client bytes, unchanged chunks as
-the upstream's own bytes) is the core's (`core.stream.StreamCore`). `relay` is the whole life after the
-commit of a stream that ends in band (chat's): the held preamble, the pump, then the core's end or its
-error event.
+`pump` reads upstream, feeds the API's stream core, writes what it returns, and stops at the core's end
+or on a failure; the per-chunk work (bytes -> SSE decoder -> provider parser -> assembler -> text windows
+(redaction, stream guardrails) -> client bytes, unchanged chunks as the upstream's own bytes) is the
+core's (`core.stream.StreamCore`). `Relay` is the whole life after the commit: the held preamble, the
+pump, then the end the core kept (`[DONE]`, the terminal event, `message_delta` + `message_stop`) once
+the whole-answer guardrails have judged it, or one error event. The bytes of every end are the core's.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import structlog
 
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, StreamFailed
 from gateway.core.stages import Refusal
-from gateway.core.stream import StreamCore
+from gateway.core.stream import Ended, StreamCore
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
@@ -44,7 +45,7 @@ class StreamEnded(Exception):
 
 
 class OutputFilter(Protocol):
-    """What the pump reads of an API's output filter."""
+    """What the relay reads of an API's output filter."""
 
     output_released: bool
 
@@ -83,81 +84,118 @@ def check_refusal(filt: OutputFilter) -> None:
                                                         param=r.guardrail))
 
 
-class InbandEnded(StreamCore, Protocol):
-    """A core whose stream ends in band (chat's: `[DONE]`, or the upstream's bytes): an in-band error
-    after the first token is kept in `error`, an end without `[DONE]` is `ended_early`."""
+class Relay:
+    """One committed stream's life: `await Relay(...).run()`; the upstream response is released and the
+    request accounted whatever happens."""
 
-    error: Failure | None
+    def __init__(self, rt: Runtime, ctx: RequestContext, opened: Opened[StreamCore], client: StreamResponse,
+                 run: SafetyRun | None, filt: OutputFilter):
+        safety = rt.safety.models[ctx.model.name]
+        self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
+        self.stream, self.run_safety, self.filt = opened.stream, run, filt
+        self.sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
+        self.judges = safety.hold_guards + safety.audit_guards
+        self.cork = not safety.audit_guards  # nothing waits between the last writes
+        self.accounted = False
 
-    @property
-    def ended_early(self) -> bool: ...
+    async def run(self) -> None:
+        opened = self.opened
+        try:
+            await self._relay()
+            if opened.response is not None:
+                opened.response.finish()  # keep the upstream connection for the next request
+        except StreamEnded as end:
+            await self._end_with_error(end)
+        finally:
+            self.sink.close()
+            opened.close()
+            malformed_skipped(self.ctx, opened)
+            self.account(passed=False, usage=False)  # the client went away: no answer, so no usage to miss
 
-
-IE = TypeVar("IE", bound=InbandEnded)
-S = TypeVar("S", bound=StreamCore)
-
-
-async def relay(rt: Runtime, ctx: RequestContext, opened: Opened[IE], client: StreamResponse,
-                run: SafetyRun | None, filt: OutputFilter) -> None:
-    """Write the held chunks, then the rest of the stream, then the core's end or one error event."""
-    safety = rt.safety.models[ctx.model.name]
-    stream = opened.stream
-    sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
-    try:
+    async def _relay(self) -> None:
+        stream, filt, sink, client = self.stream, self.filt, self.sink, self.client
         first = stream.commit(filt)
-        if stream.done and sink.hold is None and not safety.audit_guards:
+        if stream.done and sink.hold is None and self.cork:
             client.cork()  # the whole answer is in hand and nothing below waits: one write for all of it
-        await sink.emit(first, opened.t_first, filt.output_released)
+        await sink.emit(first, self.opened.t_first, filt.output_released)
         check_refusal(filt)
-        await pump(opened.response, stream, filt, sink, opened.deployment)
-        if stream.error is not None:
-            raise after_token_error(opened.deployment, stream.error)
+        await pump(self.opened.response, stream, filt, sink, self.opened.deployment)
+        await sink.emit(stream.drain(), time.perf_counter(), filt.output_released)
+        ended = stream.upstream_end(self.rt.safety.scrubber)
+        if ended is not None:
+            raise self._ended(ended)
         tail = stream.tail()
         check_refusal(filt)
-        if stream.ended_early:
-            label = opened.deployment.label
-            raise StreamEnded("early_eof", UpstreamFailed(f"{label}: upstream ended the stream early"))
-        verdict_error = await judge_keeping_alive(rt, ctx, sink.keeper, stream.assembler,
-                                                  safety.hold_guards + safety.audit_guards)
+        verdict = await judge_keeping_alive(self.rt, self.ctx, sink.keeper, stream.assembler, self.judges)
+        if verdict is not None:
+            if sink.hold is None:  # audit: the text was out already
+                await sink.emit(tail, time.perf_counter(), filt.output_released)
+            raise StreamEnded("guardrail", verdict)
+        end = stream.finish()
+        check_refusal(filt)
+        self.account(passed=True)  # before the client can see the end
+        await commit_spend(self.rt, self.ctx)
         if sink.hold is not None:
-            if verdict_error is not None:
-                raise StreamEnded("guardrail", verdict_error)
-            await sink.release_held(tail)
-            tail = b""
-        if verdict_error is not None:
-            await sink.emit(tail, time.perf_counter(), True)
-            raise StreamEnded("guardrail", verdict_error)
-        _record_stream_guards(rt, ctx, None)
-        stream_ended(rt, ctx, opened)
-        await commit_spend(rt, ctx)  # in the ledger before the client can see the end
-        await client.write_eof(tail + stream.finish())  # the last data and the chunked terminator in one write
-        if opened.response is not None:
-            opened.response.finish()  # keep the upstream connection for the next request
-    except StreamEnded as end:
-        if filt.refusal is not None:
-            _record_stream_guards(rt, ctx, filt.refusal.guardrail)
-        stream_ended(rt, ctx, opened)
-        await sink.quiet()
-        await _end_with_error(rt, ctx, client, stream, sink.hold is not None, end)
-    finally:
-        sink.close()
-        opened.close()
-        malformed_skipped(rt, ctx, opened)
-        if run is not None:
-            ctx.redactions += ctx.rec.redactions(run.redaction_counts().items())
+            await sink.release_held(tail + end)
+            return
+        if self.cork:
+            client.cork()  # the rest of the text, the end and the chunked terminator in one write
+        await sink.emit(tail, time.perf_counter(), filt.output_released)
+        await client.write_eof(end)
+
+    def _ended(self, ended: Ended) -> StreamEnded:
+        """The upstream's failure event forwarded (an API that passes those on), unless a hold guardrail
+        kept the answer back (the client has seen nothing of it: only our error); else our error."""
+        if ended.forward is not None and self.sink.hold is None:
+            return StreamEnded(ended.reason, payload=ended.forward())
+        f = ended.failure
+        cls = UpstreamTimeout if f is not None and f.is_timeout else UpstreamFailed
+        return StreamEnded(ended.reason, cls(ended.message))
+
+    async def _end_with_error(self, end: StreamEnded) -> None:
+        """One closing event; text already sent stands. Held text that redaction masked is released
+        first (it is safe); after a guardrail refusal, or with a hold guardrail, nothing more is."""
+        ctx = self.ctx
+        payload = end.payload if end.error is None else self.stream.fail(
+            end.error.client_error(), held=self.sink.hold is not None, refused=end.reason == "guardrail")
+        ctx.stream_error = end.reason
+        d = ctx.deployment
+        assert d is not None
+        if end.reason != "guardrail":  # counted before the client can see the event
+            ctx.rec.stream_failed(ctx.model.name, d, end.reason)
+        self.account(passed=False)
+        await commit_spend(self.rt, ctx)
+        await self.sink.quiet()
+        await self.client.write(payload)
+
+    def account(self, passed: bool, usage: bool = True) -> None:
+        """Once per request, before the last write: stream guardrail verdicts (all pass when the stream
+        completed, a block for the one that refused), redactions, usage, cost and time per token."""
+        if self.accounted:
+            return
+        self.accounted = True
+        rt, ctx = self.rt, self.ctx
+        refused = self.filt.refusal
+        if passed or refused is not None:
+            for g in rt.safety.models[ctx.model.name].stream_guards:
+                record(rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
+        if self.run_safety is not None:
+            ctx.redactions += ctx.rec.redactions(self.run_safety.redaction_counts().items())
+        if usage:
+            stream_ended(ctx, self.opened)
 
 
-def stream_ended(rt: Runtime, ctx: RequestContext, opened: Opened[S]) -> None:
+def stream_ended(ctx: RequestContext, opened: Opened[StreamCore]) -> None:
     """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
     and the unreadable events it skipped."""
     asm = opened.stream.assembler
     ctx.stream_ended(asm.usage, opened.t_first if asm.first_token else None)
     if asm.usage is None:
         ctx.estimate_unreported_usage(asm.output_bytes())
-    malformed_skipped(rt, ctx, opened)
+    malformed_skipped(ctx, opened)
 
 
-def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[S]) -> None:
+def malformed_skipped(ctx: RequestContext, opened: Opened[StreamCore]) -> None:
     """The unreadable events the stream core skipped after the first token, taken from it: counted and
     logged (the count, never the event: its text is the upstream's, maybe the model's output). At the
     stream's end, before its last write (`stream_ended`), and once more when the client went away first."""
@@ -165,23 +203,3 @@ def malformed_skipped(rt: Runtime, ctx: RequestContext, opened: Opened[S]) -> No
     if n:
         ctx.rec.malformed_skipped(ctx.model.name, opened.deployment, n)
         log.warning("malformed_events_skipped", count=n, model=ctx.model.name, deployment=opened.deployment.label)
-
-
-async def _end_with_error(rt: Runtime, ctx: RequestContext, client: StreamResponse, stream: StreamCore,
-                          holding: bool, end: StreamEnded) -> None:
-    """One error event, no [DONE]; text already sent stands. Held text that redaction masked is
-    released first (it is safe); after a guardrail refusal nothing more is released."""
-    ctx.stream_error = end.reason
-    d = ctx.deployment
-    assert d is not None
-    if end.reason != "guardrail":  # counted before the client can see the event
-        ctx.rec.stream_failed(ctx.model.name, d, end.reason)
-    assert end.error is not None
-    await commit_spend(rt, ctx)
-    await client.write(stream.fail(end.error.client_error(), held=holding, refused=end.reason == "guardrail"))
-
-
-def _record_stream_guards(rt: Runtime, ctx: RequestContext, blocked_by: str | None) -> None:
-    """Verdicts of the windowed (stream mode) guardrails, once the stream has ended."""
-    for g in rt.safety.models[ctx.model.name].stream_guards:
-        record(rt, ctx, g.name, "output", g.name != blocked_by)

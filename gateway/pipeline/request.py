@@ -18,10 +18,10 @@ from gateway.core.json_body import (
     parse_shallow,
 )
 from gateway.errors import InvalidRequest, ModelNotFound
-from gateway.http import Request
 from gateway.observe.context import REQUESTED_MODEL_CHARS, Admission, RequestContext
 from gateway.pipeline.attempts import Won
 from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.slicer import TextSlot
 
@@ -29,7 +29,7 @@ INLINE_DEPTH_BYTES = 64 * 1024  # a smaller body's depth is walked at once: ~1 m
 DEPTH_STEP_VALUES = 2000  # values visited per step of a bigger body's walk: ~0.5 ms
 
 
-async def read_json(rt: Runtime, request: Request) -> dict[str, Any]:
+async def read_json(rt: Runtime, request: GatewayRequest) -> dict[str, Any]:
     """The body as a JSON object. Its size was bounded while it was read (`server.max_body_bytes`), its
     depth is bounded here (`core.json_body`): the walk of a big body's containers (~20 ms a MiB of small
     objects) a slice at a time, between the loop's other work (`pipeline.slicer`)."""
@@ -48,13 +48,13 @@ async def read_json(rt: Runtime, request: Request) -> dict[str, Any]:
     return body
 
 
-def is_anthropic(request: Request) -> bool:
+def is_anthropic(request: GatewayRequest) -> bool:
     """A request from an Anthropic client (SDK, Claude Code): it names the Messages API's version. On
     `/v1/models` it gets Anthropic's shapes and may carry the key in `x-api-key`."""
     return "anthropic-version" in request.headers
 
 
-async def resolve(request: Request, api: ClientApi) -> tuple[Runtime, RequestContext]:
+async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, RequestContext]:
     """Authenticate, parse, resolve and authorise. What is known on the way (the key, the name asked
     for) is kept on `request.admission` at once, so a refusal's log line still says who asked what."""
     rt = request.app.runtime
@@ -74,8 +74,8 @@ async def resolve(request: Request, api: ClientApi) -> tuple[Runtime, RequestCon
         raise InvalidRequest("stream must be a boolean", param="stream")
     opts = body.get("stream_options")
     forward_usage = isinstance(opts, dict) and opts.get("include_usage") is True
-    ctx = RequestContext(request_id=request.request_id, api=api.name, model=model, body=body,
-                         stream=bool(stream), rec=request.rec, key=key, forward_usage=forward_usage,
+    ctx = RequestContext(request_id=request.request_id, api=api.name, schema=api.schema, model=model, body=body,
+                         stream=bool(stream), rec=request.recorder, key=key, forward_usage=forward_usage,
                          t_start=request.t0,
                          client_headers={**request.headers, "x-request-id": request.request_id},
                          response_headers=request.extra_headers)

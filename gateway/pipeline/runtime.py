@@ -17,7 +17,7 @@ from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.learned import Learned
 from gateway.pipeline.safety import Safety, compile_safety
 from gateway.pipeline.slicer import Slicer
-from gateway.providers.base import ChatTranslator, MessagesTranslator, ResponsesTranslator
+from gateway.providers.base import Translator
 from gateway.providers.registry import Translators, build_translators
 from gateway.store import ControlPlane
 from gateway.upstream import Upstream
@@ -42,16 +42,10 @@ class Runtime:
     def provider(self, d: Deployment) -> ProviderConfig:
         return self.config.providers[d.provider]
 
-    def translator(self, d: Deployment) -> ChatTranslator:
-        return self.translators.chat[d.provider]
-
-    def responses_translator(self, d: Deployment) -> ResponsesTranslator | None:
-        """None when the deployment's provider type does not serve the Responses API."""
-        return self.translators.responses.get(d.provider)
-
-    def messages_translator(self, d: Deployment) -> MessagesTranslator | None:
-        """None when the deployment's provider type does not serve the Messages API."""
-        return self.translators.messages.get(d.provider)
+    def translator(self, schema: str, d: Deployment) -> Translator | None:
+        """`d`'s cell of the support matrix for a client API's schema (`ClientApi.schema`); None when its
+        provider type does not serve that API."""
+        return self.translators.get(schema, d.provider)
 
     def breaker(self, d: Deployment) -> CircuitBreaker:
         b = self.breakers.get(d.label)

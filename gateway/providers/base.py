@@ -11,14 +11,14 @@ import email.utils
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.core.chat.stream import ChatChunk, StreamParser
 from gateway.core.events import Failure, StreamEvent
-from gateway.core.messages.stream import MessagesStreamParser
-from gateway.core.responses.stream import ResponsesStreamParser
+from gateway.core.framing import SSE, Framing
 
-__all__ = ["ChatChunk", "ParsedBody", "StreamParser", "UpstreamRequest"]  # the chunk types are the core's
+# the chunk types and framings are the core's
+__all__ = ["SSE", "ChatChunk", "Framing", "ParsedBody", "StreamParser", "UpstreamRequest"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # CONTRACT §5.3: a non-stream upstream body is at most 32 MiB
 
@@ -34,29 +34,54 @@ class UpstreamRequest:
 
 @dataclass(frozen=True, slots=True)
 class ParsedBody:
-    """A non-stream answer in OpenAI shape, and its typed events (usage, finish, errors)."""
+    """A non-stream answer in the client API's shape, and its typed events (usage, finish, errors)."""
 
     obj: dict[str, Any]
     events: list[StreamEvent]
 
 
-class ChatTranslator(Protocol):
-    """A per-provider translator for the Chat Completions client schema."""
+class Translator(Protocol):
+    """One cell of the support matrix: a client API's requests to one provider type, and its answers
+    back in the client's shape (`providers/<api>_<type>.py`). Pure: it builds requests and parses bytes.
 
-    def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                     send_stream_options: bool) -> UpstreamRequest: ...
+    `stream_parser()` is the parser the API's stream core reads (`core.stream.StreamCore`); `framing`
+    says how the upstream's stream is cut into events (SSE, or a transcoder to it)."""
 
-    def stream_parser(self) -> StreamParser: ...
+    @property
+    def framing(self) -> Framing: ...
 
     @property
     def sends_stream_options(self) -> bool:
-        """Whether `send_stream_options=True` puts `stream_options` into a stream request."""
+        """Whether `send_stream_options=True` puts the `stream_options` the gateway adds (to ask a chat
+        server for usage, CONTRACT §4.5-§4.6) into a stream request."""
 
-    def parse_body(self, body: bytes) -> ParsedBody: ...
+    def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
+                send_stream_options: bool) -> UpstreamRequest:
+        """`client_headers`: the client's headers the provider's `forward_headers` let through, for a
+        translator that passes protocol headers on (`anthropic-version`, `anthropic-beta`)."""
+
+    def stream_parser(self) -> Any: ...
+
+    def parse_body(self, body: bytes) -> ParsedBody:
+        """A non-stream answer in the client's shape, and its typed events (usage, finish, errors)."""
 
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
 
+
+@runtime_checkable
+class Embeds(Protocol):
+    """A chat cell whose provider serves `POST /v1/embeddings` too."""
+
     def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest: ...
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """A Messages cell whose provider may count tokens (`POST /v1/messages/count_tokens`)."""
+
+    def count_tokens_request(self, body: Mapping[str, Any], model: str,
+                             client_headers: Mapping[str, str]) -> UpstreamRequest | None:
+        """None: this deployment cannot count tokens (the route answers with an estimate)."""
 
 
 def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float | None:
@@ -80,53 +105,3 @@ def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float
     except (TypeError, ValueError):
         return None
     return max(0.0, when - (time.time() if now is None else now))
-
-
-@dataclass(frozen=True, slots=True)
-class MessagesBody:
-    """A non-stream answer (a Message object) and its failure, if it is an error."""
-
-    obj: dict[str, Any]
-    events: list[StreamEvent]
-
-
-class MessagesTranslator(Protocol):
-    """A per-provider translator for the Messages client schema."""
-
-    def messages_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                         client_headers: Mapping[str, str], send_stream_options: bool = True) -> UpstreamRequest:
-        """`send_stream_options`: a translator to a chat server asks it for usage (CONTRACT §4.5-§4.6)."""
-
-    def messages_stream_parser(self) -> MessagesStreamParser: ...
-
-    def parse_messages_body(self, body: bytes) -> MessagesBody: ...
-
-    @property
-    def sends_stream_options(self) -> bool:
-        """Whether a stream request carries the `stream_options` the gateway adds (a chat backend)."""
-
-    def count_tokens_request(self, body: Mapping[str, Any], model: str,
-                             client_headers: Mapping[str, str]) -> UpstreamRequest | None:
-        """None: this backend cannot count tokens (the route answers with a clear error)."""
-
-    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ResponsesBody:
-    """A non-stream answer (a `response` object) and its typed events: output, usage, end or failure."""
-
-    obj: dict[str, Any]
-    events: list[StreamEvent]
-
-
-class ResponsesTranslator(Protocol):
-    """A per-provider translator for the Responses client schema."""
-
-    def responses_request(self, body: Mapping[str, Any], model: str, *, stream: bool) -> UpstreamRequest: ...
-
-    def responses_stream_parser(self) -> ResponsesStreamParser: ...
-
-    def parse_responses_body(self, body: bytes) -> ResponsesBody: ...
-
-    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...

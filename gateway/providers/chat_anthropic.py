@@ -16,7 +16,7 @@ import orjson
 
 from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
 from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
-from gateway.providers.base import ParsedBody, UpstreamRequest, retry_after_s
+from gateway.providers.base import SSE, ParsedBody, UpstreamRequest, retry_after_s
 from gateway.providers.chat_openai import parse_openai_body
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.anthropic_stream import (
@@ -31,37 +31,39 @@ from gateway.providers.settings import ProviderConfig
 class AnthropicChat:
     """Translator for provider type `anthropic`."""
 
+    framing = SSE
+
     def __init__(self, provider: ProviderConfig, clock: Callable[[], float] = time.time) -> None:
         self.provider = provider
         self._clock = clock  # only for the `created` field OpenAI shapes carry
         base = provider.base_url.rstrip("/")
         # accept a base_url given with or without the /v1 suffix
-        self._root = base[:-3] if base.endswith("/v1") else base
+        self.root = base[:-3] if base.endswith("/v1") else base
         headers = {"content-type": "application/json", "anthropic-version": provider.anthropic_version}
         if provider.api_key:
             headers["x-api-key"] = provider.api_key
         headers.update(provider.headers)
         self._headers = headers
 
-    def _headers_for(self, stream: bool) -> dict[str, str]:
+    def headers_for(self, stream: bool) -> dict[str, str]:
         return {**self._headers, "accept": "text/event-stream" if stream else "application/json"}
 
     @property
     def sends_stream_options(self) -> bool:
         return False  # Anthropic always reports usage in a stream
 
-    def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                     send_stream_options: bool) -> UpstreamRequest:
+    def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
+                send_stream_options: bool) -> UpstreamRequest:
         # Anthropic always reports usage in a stream: there is no stream_options to send
         out = anthropic_body(body, model, stream=stream)
-        return UpstreamRequest("POST", f"{self._root}/v1/messages", self._headers_for(stream),
+        return UpstreamRequest("POST", f"{self.root}/v1/messages", self.headers_for(stream),
                                orjson.dumps(out), stream)
 
     def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest:
         """Anthropic serves no embeddings. The request goes to the configured host anyway, so the
         client gets Anthropic's own 404 passed through instead of a gateway-made guess."""
         out = {**body, "model": model}
-        return UpstreamRequest("POST", f"{self._root}/v1/embeddings", self._headers_for(False),
+        return UpstreamRequest("POST", f"{self.root}/v1/embeddings", self.headers_for(False),
                                orjson.dumps(out), False)
 
     def stream_parser(self) -> AnthropicStreamParser:

@@ -92,7 +92,7 @@ class AzureChat(OpenAIChat):
         headers.update(self.provider.headers)
         return headers
 
-    def _url(self, path: str, model: str) -> str:
+    def url(self, path: str, model: str) -> str:
         return (f"{self.provider.base_url}/openai/deployments/{quote(model, safe='')}{path}"
                 f"?api-version={quote(self._version, safe='')}")
 
@@ -100,8 +100,8 @@ class AzureChat(OpenAIChat):
     def sends_stream_options(self) -> bool:
         return self._stream_options_ok
 
-    def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                     send_stream_options: bool) -> UpstreamRequest:
+    def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
+                send_stream_options: bool) -> UpstreamRequest:
         out = {k: v for k, v in body.items() if k != "model"}
         out.pop("stream_options", None)
         if stream:
@@ -111,12 +111,12 @@ class AzureChat(OpenAIChat):
                 out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
         else:
             out.pop("stream", None)
-        return UpstreamRequest("POST", self._url("/chat/completions", model), self._headers_for(stream),
+        return UpstreamRequest("POST", self.url("/chat/completions", model), self.headers_for(stream),
                                orjson.dumps(out), stream)
 
     def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest:
         out = {k: v for k, v in body.items() if k != "model"}
-        return UpstreamRequest("POST", self._url("/embeddings", model), self._headers_for(False),
+        return UpstreamRequest("POST", self.url("/embeddings", model), self.headers_for(False),
                                orjson.dumps(out), False)
 
     def stream_parser(self) -> AzureStreamParser:

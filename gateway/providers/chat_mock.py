@@ -8,5 +8,5 @@ from gateway.providers.chat_openai import OpenAIChat
 class MockChat(OpenAIChat):
     """The mock speaks OpenAI; requests go to the in-process transport instead of a socket."""
 
-    def _url(self, path: str, model: str) -> str:
+    def url(self, path: str, model: str) -> str:
         return f"mock://{self.provider.name}{path}"

@@ -16,7 +16,7 @@ from gateway.core.chat.wire import chunk_events, content_only, other_chunk_event
 from gateway.core.error_object import classify_error_object
 from gateway.core.events import DeltaKind, Failure, FailureKind, OutputDelta
 from gateway.core.sse import DONE, SSEEvent
-from gateway.providers.base import ChatChunk, ParsedBody, UpstreamRequest, retry_after_s
+from gateway.providers.base import SSE, ChatChunk, ParsedBody, UpstreamRequest, retry_after_s
 from gateway.providers.settings import ProviderConfig
 
 _CONTENT = DeltaKind.CONTENT
@@ -54,6 +54,8 @@ class OpenAIStreamParser:
 class OpenAIChat:
     """Translator for provider type `openai`."""
 
+    framing = SSE
+
     def __init__(self, provider: ProviderConfig) -> None:
         self.provider = provider
         self._headers = self._base_headers()
@@ -65,10 +67,10 @@ class OpenAIChat:
         headers.update(self.provider.headers)
         return headers
 
-    def _url(self, path: str, model: str) -> str:
+    def url(self, path: str, model: str) -> str:
         return f"{self.provider.base_url}{path}"
 
-    def _headers_for(self, stream: bool) -> dict[str, str]:
+    def headers_for(self, stream: bool) -> dict[str, str]:
         h = dict(self._headers)
         h["accept"] = "text/event-stream" if stream else "application/json"
         return h
@@ -77,8 +79,8 @@ class OpenAIChat:
     def sends_stream_options(self) -> bool:
         return True
 
-    def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                     send_stream_options: bool) -> UpstreamRequest:
+    def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
+                send_stream_options: bool) -> UpstreamRequest:
         out = dict(body)
         out["model"] = model
         if stream:
@@ -91,13 +93,13 @@ class OpenAIChat:
         else:
             out.pop("stream", None)
             out.pop("stream_options", None)
-        return UpstreamRequest("POST", self._url("/chat/completions", model), self._headers_for(stream),
+        return UpstreamRequest("POST", self.url("/chat/completions", model), self.headers_for(stream),
                                orjson.dumps(out), stream)
 
     def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest:
         out = dict(body)
         out["model"] = model
-        return UpstreamRequest("POST", self._url("/embeddings", model), self._headers_for(False),
+        return UpstreamRequest("POST", self.url("/embeddings", model), self.headers_for(False),
                                orjson.dumps(out), False)
 
     def stream_parser(self) -> OpenAIStreamParser:

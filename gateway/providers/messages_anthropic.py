@@ -18,8 +18,9 @@ import orjson
 from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.messages.wire import MessagesEvent, classify_anthropic_error, malformed, parse_event
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import MessagesBody, UpstreamRequest
+from gateway.providers.base import SSE, ParsedBody, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
+from gateway.providers.settings import ProviderConfig
 
 PASSTHROUGH_HEADERS = ("anthropic-version", "anthropic-beta")
 
@@ -42,18 +43,18 @@ class AnthropicMessagesStreamParser:
         return []
 
 
-def parse_messages_body(body: bytes) -> MessagesBody:
+def parse_messages_body(body: bytes) -> ParsedBody:
     """A Message object, or Anthropic's error body inside a 200 (classified like an in-band error)."""
     try:
         obj = orjson.loads(body.strip() or b"null")
     except orjson.JSONDecodeError:
         obj = None
     if isinstance(obj, dict) and obj.get("type") == "error":
-        return MessagesBody({}, [InbandError(classify_anthropic_error(obj.get("error"), None))])
+        return ParsedBody({}, [InbandError(classify_anthropic_error(obj.get("error"), None))])
     if not isinstance(obj, dict) or not isinstance(obj.get("content"), list):
         bad = InbandError(Failure(FailureKind.MALFORMED, "upstream answered without a message object"))
-        return MessagesBody({}, [bad])
-    return MessagesBody(obj, [])
+        return ParsedBody({}, [bad])
+    return ParsedBody(obj, [])
 
 
 def passthrough_headers(client_headers: Mapping[str, str]) -> dict[str, str]:
@@ -61,29 +62,39 @@ def passthrough_headers(client_headers: Mapping[str, str]) -> dict[str, str]:
     return {h: client_headers[h] for h in PASSTHROUGH_HEADERS if client_headers.get(h)}
 
 
-class AnthropicMessages(AnthropicChat):
-    """Provider type `anthropic`: the chat translator's headers, root URL and error classification."""
+class AnthropicMessages:
+    """Provider type `anthropic`: the chat cell's headers, root URL and error classification."""
 
-    def messages_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                         client_headers: Mapping[str, str], send_stream_options: bool = True) -> UpstreamRequest:
+    framing = SSE
+    sends_stream_options = False  # Anthropic streams always carry usage: nothing to ask
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        self.endpoint = AnthropicChat(provider)
+
+    def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
+                send_stream_options: bool) -> UpstreamRequest:
         out = dict(body)  # Anthropic streams always carry usage: nothing to ask
         out["model"] = model
         if stream:
             out["stream"] = True
         else:
             out.pop("stream", None)
-        headers = {**self._headers_for(stream), **passthrough_headers(client_headers)}
-        return UpstreamRequest("POST", f"{self._root}/v1/messages", headers, orjson.dumps(out), stream)
+        headers = {**self.endpoint.headers_for(stream), **passthrough_headers(client_headers)}
+        return UpstreamRequest("POST", f"{self.endpoint.root}/v1/messages", headers, orjson.dumps(out), stream)
 
-    def messages_stream_parser(self) -> AnthropicMessagesStreamParser:
+    def stream_parser(self) -> AnthropicMessagesStreamParser:
         return AnthropicMessagesStreamParser()
 
-    def parse_messages_body(self, body: bytes) -> MessagesBody:
+    def parse_body(self, body: bytes) -> ParsedBody:
         return parse_messages_body(body)
 
     def count_tokens_request(self, body: Mapping[str, Any], model: str,
                              client_headers: Mapping[str, str]) -> UpstreamRequest | None:
         out = {k: v for k, v in body.items() if k != "stream"}
         out["model"] = model
-        headers = {**self._headers_for(False), **passthrough_headers(client_headers)}
-        return UpstreamRequest("POST", f"{self._root}/v1/messages/count_tokens", headers, orjson.dumps(out), False)
+        headers = {**self.endpoint.headers_for(False), **passthrough_headers(client_headers)}
+        url = f"{self.endpoint.root}/v1/messages/count_tokens"
+        return UpstreamRequest("POST", url, headers, orjson.dumps(out), False)
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+        return self.endpoint.classify_http_error(status, headers, body)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from gateway.providers.chat_azure import AzureChat
-from gateway.providers.messages_openai import ChatMessages
+from gateway.providers.messages_openai import MessagesViaChat
+from gateway.providers.settings import ProviderConfig
 
 
-class AzureMessages(AzureChat, ChatMessages):
+class AzureMessages(MessagesViaChat):
     """Provider type `azure`: Azure's deployment path, api-version and `api-key` header."""
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        super().__init__(AzureChat(provider))

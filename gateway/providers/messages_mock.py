@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from gateway.providers.chat_mock import MockChat
-from gateway.providers.messages_openai import ChatMessages
+from gateway.providers.messages_openai import MessagesViaChat
+from gateway.providers.settings import ProviderConfig
 
 
-class MockMessages(MockChat, ChatMessages):
+class MockMessages(MessagesViaChat):
     """Provider type `mock`: the built-in demo answer, translated like any chat stream."""
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        super().__init__(MockChat(provider))

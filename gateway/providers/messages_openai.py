@@ -1,7 +1,8 @@
 """The Messages API (`POST /v1/messages`) to OpenAI-compatible deployments (`openai`, `azure`, the built-in
-`mock`), translated both ways: the request by `messages_openai_request`, the stream and the body back by
-`messages_openai_stream`. URL, headers, `stream_options` and HTTP error classification are the chat
-translator's (listed first in the bases). `count_tokens` has no OpenAI counterpart: None.
+`mock`), translated both ways: the request by `convert.messages_chat_request`, the stream and the body back by
+`convert.messages_chat_stream`. URL, headers, `stream_options` and HTTP error classification are the chat
+cell's (`MessagesViaChat`, shared by every chat-only provider type). `count_tokens` has no OpenAI
+counterpart: None.
 """
 
 from __future__ import annotations
@@ -9,47 +10,55 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.core.events import InbandError, Usage
+from gateway.core.events import Failure, InbandError, Usage
 from gateway.core.messages.stream import MessagesStreamParser
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import MessagesBody, ParsedBody, StreamParser, UpstreamRequest
+from gateway.providers.base import Framing, ParsedBody, StreamParser, Translator, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat
 from gateway.providers.convert.messages_chat_request import chat_body
 from gateway.providers.convert.messages_chat_stream import MessagesFromChat, message_from_completion
+from gateway.providers.settings import ProviderConfig
 
 
-class ChatMessages:
-    """The Messages methods, on top of a chat translator (listed first in the bases)."""
+class MessagesViaChat:
+    """The Messages API on top of a provider's chat cell: the request translated to Chat Completions,
+    the answer back; URL, headers, framing, `stream_options` and error classification are the chat
+    cell's."""
 
-    def chat_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                     send_stream_options: bool) -> UpstreamRequest:
-        raise NotImplementedError
+    def __init__(self, chat: Translator) -> None:
+        self.chat = chat
 
-    def stream_parser(self) -> StreamParser:
-        raise NotImplementedError
+    @property
+    def framing(self) -> Framing:
+        return self.chat.framing
+
+    @property
+    def sends_stream_options(self) -> bool:
+        return self.chat.sends_stream_options
+
+    def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
+                send_stream_options: bool) -> UpstreamRequest:
+        return self.chat.request(chat_body(body), model, stream=stream, client_headers=client_headers,
+                                 send_stream_options=send_stream_options)
+
+    def stream_parser(self) -> MessagesStreamParser:
+        return MessagesFromChat(_WholeChunks(self.chat.stream_parser()))
 
     def parse_body(self, body: bytes) -> ParsedBody:
-        raise NotImplementedError
-
-    def messages_request(self, body: Mapping[str, Any], model: str, *, stream: bool,
-                         client_headers: Mapping[str, str], send_stream_options: bool = True) -> UpstreamRequest:
-        return self.chat_request(chat_body(body), model, stream=stream, send_stream_options=send_stream_options)
-
-    def messages_stream_parser(self) -> MessagesStreamParser:
-        return MessagesFromChat(_WholeChunks(self.stream_parser()))
-
-    def parse_messages_body(self, body: bytes) -> MessagesBody:
-        parsed = self.parse_body(body)
+        parsed = self.chat.parse_body(body)
         errors = [e for e in parsed.events if type(e) is InbandError]
         if errors or not parsed.obj:
-            return MessagesBody({}, list(errors) or parsed.events)
+            return ParsedBody({}, list(errors) or parsed.events)
         usage = next((e for e in reversed(parsed.events) if type(e) is Usage), None)
         assert usage is None or isinstance(usage, Usage)
-        return MessagesBody(message_from_completion(parsed.obj, usage), [])
+        return ParsedBody(message_from_completion(parsed.obj, usage), [])
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+        return self.chat.classify_http_error(status, headers, body)
 
     def count_tokens_request(self, body: Mapping[str, Any], model: str,
                              client_headers: Mapping[str, str]) -> UpstreamRequest | None:
-        return None
+        return None  # Chat Completions servers have no token counting
 
 
 class _WholeChunks:
@@ -68,5 +77,8 @@ class _WholeChunks:
         return None
 
 
-class OpenAIMessages(OpenAIChat, ChatMessages):
+class OpenAIMessages(MessagesViaChat):
     """Provider type `openai`."""
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        super().__init__(OpenAIChat(provider))

@@ -1,8 +1,8 @@
 """Provider type -> what serves it. The only place that lists the provider types.
 
-Each kind names its translator per client schema (a missing one means the type does not serve that
-API), what its config must carry, and, for the built-in `mock`, the answer played in process instead of
-a network request. Built once per config (`build_translators`), at load and on every reload.
+Each kind names what its config must carry, its default forwarded headers and, for the built-in `mock`,
+the answer played in process instead of a network request; `CELLS` is the support matrix. Translators
+are built once per config (`build_translators`), at load and on every reload.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gateway.providers.base import ChatTranslator, MessagesTranslator, ResponsesTranslator, UpstreamRequest
+from gateway.providers.base import Translator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_mock import MockChat
@@ -26,13 +26,11 @@ from gateway.providers.responses_openai import OpenAIResponses
 from gateway.providers.settings import ProviderConfig
 
 InProcess = Callable[[ProviderConfig, str, bytes], MockScript]
+TranslatorFactory = Callable[[ProviderConfig], Translator]
 
 
 @dataclass(frozen=True, slots=True)
 class ProviderKind:
-    chat: Callable[[ProviderConfig], ChatTranslator]
-    responses: Callable[[ProviderConfig], ResponsesTranslator] | None = None  # None: no Responses API
-    messages: Callable[[ProviderConfig], MessagesTranslator] | None = None  # None: no Messages API
     remote: bool = True  # needs `base_url`
     requires: tuple[str, ...] = ()  # config keys the type cannot work without
     in_process: InProcess | None = None  # answered without a network request
@@ -42,48 +40,64 @@ class ProviderKind:
 
 
 PROVIDERS: dict[str, ProviderKind] = {
-    "openai": ProviderKind(OpenAIChat, OpenAIResponses, OpenAIMessages, genai_name="openai",
+    "openai": ProviderKind(genai_name="openai",
                            forward_headers=("openai-organization", "openai-project", "x-request-id")),
     # anthropic-version too: on the native Messages path the client's version is the one its body and
     # parser speak; a translated request always carries the configured one (the translator sets it)
-    "anthropic": ProviderKind(AnthropicChat, messages=AnthropicMessages, genai_name="anthropic",
+    "anthropic": ProviderKind(genai_name="anthropic",
                               forward_headers=("anthropic-version", "anthropic-beta", "x-request-id")),
-    "azure": ProviderKind(AzureChat, AzureResponses, AzureMessages, requires=("api_version",),
-                          genai_name="azure.ai.openai"),
-    "mock": ProviderKind(MockChat, MockResponses, MockMessages, remote=False, in_process=mock_script,
-                         forward_headers=(), genai_name="llm_gateway.mock"),
+    "azure": ProviderKind(requires=("api_version",), genai_name="azure.ai.openai"),
+    "mock": ProviderKind(remote=False, in_process=mock_script, forward_headers=(), genai_name="llm_gateway.mock"),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
+
+# The support matrix, one translator per cell: (client schema, provider type). A cell is named by the file
+# its translator is defined in, `providers/<schema>_<type>.py`, so the folder listing is the matrix. The
+# schema is the wire format a client API speaks (`ClientApi.schema`: token counting speaks the Messages
+# API's, embeddings go to the chat cell); a missing cell means the type does not serve that schema, and
+# the API's requests never go to its deployments.
+TRANSLATORS: tuple[TranslatorFactory, ...] = (
+    OpenAIChat, AnthropicChat, AzureChat, MockChat,
+    OpenAIResponses, AzureResponses, MockResponses,
+    OpenAIMessages, AnthropicMessages, AzureMessages, MockMessages,
+)
+
+
+def cell_of(factory: TranslatorFactory) -> tuple[str, str]:
+    """(schema, provider type) of a translator, from its module `gateway.providers.<schema>_<type>`."""
+    schema, _, ptype = factory.__module__.rpartition(".")[2].partition("_")
+    return schema, ptype
+
+
+CELLS: dict[tuple[str, str], TranslatorFactory] = {cell_of(f): f for f in TRANSLATORS}
 
 
 @dataclass(frozen=True, slots=True)
 class Translators:
-    """One translator per configured provider and client schema; `responses` and `messages` hold only
-    the providers whose type serves that API."""
+    """One translator per configured provider and schema its type serves."""
 
-    chat: dict[str, ChatTranslator]
-    responses: dict[str, ResponsesTranslator]
-    messages: dict[str, MessagesTranslator]
+    cells: dict[tuple[str, str], Translator]  # (schema, provider name)
+
+    def get(self, schema: str, provider: str) -> Translator | None:
+        return self.cells.get((schema, provider))
 
 
-def register(provider_type: str, kind: ProviderKind) -> None:
+def register(provider_type: str, kind: ProviderKind, cells: Mapping[str, TranslatorFactory]) -> None:
+    """A provider type from outside the package (docs/extensions.md): its kind and its cells by schema."""
     PROVIDERS[provider_type] = kind
+    for schema, factory in cells.items():
+        CELLS[(schema, provider_type)] = factory
 
 
 def build_translators(providers: Mapping[str, ProviderConfig]) -> Translators:
-    chat: dict[str, ChatTranslator] = {}
-    responses: dict[str, ResponsesTranslator] = {}
-    messages: dict[str, MessagesTranslator] = {}
+    cells: dict[tuple[str, str], Translator] = {}
     for name, cfg in providers.items():
-        kind = PROVIDERS.get(cfg.type)
-        if kind is None:
+        if cfg.type not in PROVIDERS:
             raise ValueError(f'providers.{name}.type: provider type "{cfg.type}" is not available')
-        chat[name] = kind.chat(cfg)
-        if kind.responses is not None:
-            responses[name] = kind.responses(cfg)
-        if kind.messages is not None:
-            messages[name] = kind.messages(cfg)
-    return Translators(chat, responses, messages)
+        for (schema, ptype), factory in CELLS.items():
+            if ptype == cfg.type:
+                cells[(schema, name)] = factory(cfg)
+    return Translators(cells)
 
 
 def in_process(provider: ProviderConfig, req: UpstreamRequest) -> MockScript | None:

@@ -5,11 +5,19 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from gateway.providers.chat_azure import AzureChat
-from gateway.providers.responses_openai import ResponsesRequests
+from gateway.providers.responses_openai import ResponsesPassThrough
+from gateway.providers.settings import ProviderConfig
 
 
-class AzureResponses(AzureChat, ResponsesRequests):
-    """Provider type `azure`: Azure's `api-key` header; the deployment goes in `model`, not the path."""
+class _AzureRoot(AzureChat):
+    """Azure's `api-key` header; the Responses API takes the deployment in `model`, not in the path."""
 
-    def _url(self, path: str, model: str) -> str:
+    def url(self, path: str, model: str) -> str:
         return f"{self.provider.base_url}/openai{path}?api-version={quote(self.provider.api_version or '', safe='')}"
+
+
+class AzureResponses(ResponsesPassThrough):
+    """Provider type `azure`."""
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        super().__init__(_AzureRoot(provider))

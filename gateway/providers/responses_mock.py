@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from gateway.providers.chat_mock import MockChat
-from gateway.providers.responses_openai import ResponsesRequests
+from gateway.providers.responses_openai import ResponsesPassThrough
+from gateway.providers.settings import ProviderConfig
 
 
-class MockResponses(MockChat, ResponsesRequests):
+class MockResponses(ResponsesPassThrough):
     """Provider type `mock`: the built-in demo answer, in the Responses API's shape."""
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        super().__init__(MockChat(provider))

@@ -9,15 +9,16 @@ Nothing is translated: the request passes through with `model` rewritten to the 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, response_events
 from gateway.core.sse import DONE, SSEEvent
-from gateway.providers.base import ResponsesBody, UpstreamRequest
+from gateway.providers.base import SSE, ParsedBody, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat
+from gateway.providers.settings import ProviderConfig
 
 
 class OpenAIResponsesStreamParser:
@@ -37,27 +38,38 @@ class OpenAIResponsesStreamParser:
         return [self._core.parse(obj, data, event.event)]
 
 
-def parse_responses_body(body: bytes) -> ResponsesBody:
+def parse_responses_body(body: bytes) -> ParsedBody:
     try:
         obj = orjson.loads(body.strip() or b"null")
     except orjson.JSONDecodeError:
         obj = None
     if not isinstance(obj, dict) or not (isinstance(obj.get("output"), list) or obj.get("status") == "failed"):
         bad = InbandError(Failure(FailureKind.MALFORMED, "upstream answered without a response object"))
-        return ResponsesBody({}, [bad])
-    return ResponsesBody(obj, response_events(obj, with_output=True))
+        return ParsedBody({}, [bad])
+    return ParsedBody(obj, response_events(obj, with_output=True))
 
 
-class ResponsesRequests:
-    """The Responses methods, on top of a chat translator's URL and headers (listed first in the bases)."""
+class Endpoint(Protocol):
+    """Where a provider's OpenAI-style endpoints are and how they are called: its chat cell's."""
 
-    def _url(self, path: str, model: str) -> str:
-        raise NotImplementedError
+    def url(self, path: str, model: str) -> str: ...
 
-    def _headers_for(self, stream: bool) -> dict[str, str]:
-        raise NotImplementedError
+    def headers_for(self, stream: bool) -> dict[str, str]: ...
 
-    def responses_request(self, body: Mapping[str, Any], model: str, *, stream: bool) -> UpstreamRequest:
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
+
+
+class ResponsesPassThrough:
+    """The Responses API passed through to a provider that serves it, at `endpoint.url("/responses")`."""
+
+    framing = SSE
+    sends_stream_options = False  # the `response` object always carries its usage
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
+                send_stream_options: bool) -> UpstreamRequest:
         out = dict(body)
         out["model"] = model
         if stream:
@@ -65,15 +77,21 @@ class ResponsesRequests:
         else:
             out.pop("stream", None)
             out.pop("stream_options", None)  # only allowed with `stream: true`
-        return UpstreamRequest("POST", self._url("/responses", model), self._headers_for(stream),
+        return UpstreamRequest("POST", self.endpoint.url("/responses", model), self.endpoint.headers_for(stream),
                                orjson.dumps(out), stream)
 
-    def responses_stream_parser(self) -> OpenAIResponsesStreamParser:
+    def stream_parser(self) -> OpenAIResponsesStreamParser:
         return OpenAIResponsesStreamParser()
 
-    def parse_responses_body(self, body: bytes) -> ResponsesBody:
+    def parse_body(self, body: bytes) -> ParsedBody:
         return parse_responses_body(body)
 
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+        return self.endpoint.classify_http_error(status, headers, body)
 
-class OpenAIResponses(OpenAIChat, ResponsesRequests):
-    """Provider type `openai`: the chat translator's headers and errors, `{base_url}/responses`."""
+
+class OpenAIResponses(ResponsesPassThrough):
+    """Provider type `openai`: the chat cell's headers and errors, `{base_url}/responses`."""
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        super().__init__(OpenAIChat(provider))

@@ -72,8 +72,8 @@ def test_an_openai_compatible_stream_reads_as_its_completion_translated(data: st
     """Parallel tool calls whose argument fragments interleave (0, 1, 0, 1, ...) each keep all their input."""
     answer = data.draw(chat_answers())
     raw = data.draw(framed(data.draw(chat_events(answer))))
-    got = _dump(anthropic_message(through_gateway(OPENAI.messages_stream_parser(), data.draw(reads(raw)))))
-    want = OPENAI.parse_messages_body(orjson.dumps(answer.completion())).obj
+    got = _dump(anthropic_message(through_gateway(OPENAI.stream_parser(), data.draw(reads(raw)))))
+    want = OPENAI.parse_body(orjson.dumps(answer.completion())).obj
     assert by_kind(got["content"]) == by_kind(want["content"])
     assert (got["id"], got["model"], got["stop_reason"]) == (want["id"], want["model"], want["stop_reason"])
     assert got["usage"] == want["usage"]
@@ -88,10 +88,10 @@ def test_translated_through_a_redaction_window_with_nothing_to_mask_the_answer_i
     raw = data.draw(framed(data.draw(chat_events(answer))))
     run = safety(False).start()
     assert run is not None
-    out = through_gateway(OPENAI.messages_stream_parser(), data.draw(reads(raw)), run.factory)
+    out = through_gateway(OPENAI.stream_parser(), data.draw(reads(raw)), run.factory)
     got = _dump(anthropic_message(out))
     if run.redaction_counts():
         return  # the random text happened to hold something a rule masks: not this property's case
-    want = OPENAI.parse_messages_body(orjson.dumps(answer.completion())).obj
+    want = OPENAI.parse_body(orjson.dumps(answer.completion())).obj
     assert by_kind(got["content"]) == by_kind(want["content"])
     assert got["stop_reason"] == want["stop_reason"]

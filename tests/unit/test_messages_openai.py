@@ -35,7 +35,7 @@ BODY = sse([chunk({"role": "assistant", "content": ""}), chunk({"reasoning_conte
 def relay(reads: list[bytes]) -> bytes:
     run = safety(False).start()
     assert run is not None
-    stream = MessagesStream(TR.messages_stream_parser(), "oai/x")
+    stream = MessagesStream(TR.stream_parser(), "oai/x")
     filt = MessagesOutputFilter(run.factory)
     out = pump_reads(stream, filt, reads, must_commit=True)
     out.append(the_end(stream, filt))
@@ -75,6 +75,7 @@ def test_the_request_is_translated() -> None:
                                              {"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}}]
     assert out["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     assert not {"metadata", "top_k", "thinking", "model"} & set(out)
-    req = TR.messages_request(body, "gpt-dep", stream=True, client_headers={"x-api-key": "client-secret"})
+    req = TR.request(body, "gpt-dep", stream=True, client_headers={"x-api-key": "client-secret"},
+                     send_stream_options=True)
     assert req.url == "http://up/v1/chat/completions" and "client-secret" not in str(req.headers)
     assert orjson.loads(req.body)["model"] == "gpt-dep"

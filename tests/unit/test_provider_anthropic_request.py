@@ -206,7 +206,7 @@ def test_request_url_headers_and_no_client_credentials() -> None:
                               api_key="sk-ant-SECRET", anthropic_version="2023-06-01",
                               headers=MappingProxyType({"anthropic-beta": "prompt-caching-2024-07-31"}))
     tr = AnthropicChat(provider)
-    req = tr.chat_request(body(stream=True), "claude-x", stream=True, send_stream_options=True)
+    req = tr.request(body(stream=True), "claude-x", stream=True, send_stream_options=True, client_headers={})
     assert req.url == "https://api.anthropic.test/v1/messages" and req.method == "POST" and req.stream
     assert req.headers["x-api-key"] == "sk-ant-SECRET"
     assert req.headers["anthropic-version"] == "2023-06-01"
@@ -215,8 +215,8 @@ def test_request_url_headers_and_no_client_credentials() -> None:
     assert "authorization" not in {k.lower() for k in req.headers}
     sent = orjson.loads(req.body)
     assert sent["model"] == "claude-x" and sent["stream"] is True and "stream_options" not in sent
-    plain = tr.chat_request(body(stream=True), "claude-x", stream=False, send_stream_options=False)
+    plain = tr.request(body(stream=True), "claude-x", stream=False, send_stream_options=False, client_headers={})
     assert "stream" not in orjson.loads(plain.body) and plain.headers["accept"] == "application/json"
     with_v1 = AnthropicChat(ProviderConfig(name="c", type="anthropic", base_url="https://proxy.test/anthropic/v1"))
-    assert with_v1.chat_request(body(), "m", stream=False, send_stream_options=False).url == \
+    assert with_v1.request(body(), "m", stream=False, send_stream_options=False, client_headers={}).url == \
         "https://proxy.test/anthropic/v1/messages"

@@ -33,8 +33,8 @@ def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any)
 
 
 def test_chat_url_headers_and_body() -> None:
-    req = azure().chat_request({"model": "client-name", "messages": [], "stream": True, "x_extra": 1},
-                               "gpt4o eu/1", stream=True, send_stream_options=True)
+    req = azure().request({"model": "client-name", "messages": [], "stream": True, "x_extra": 1},
+                               "gpt4o eu/1", stream=True, send_stream_options=True, client_headers={})
     assert req.url == f"{BASE}/openai/deployments/gpt4o%20eu%2F1/chat/completions?api-version=2024-10-21"
     assert req.headers["api-key"] == "azure-SECRET"
     assert "authorization" not in {k.lower() for k in req.headers}
@@ -44,13 +44,13 @@ def test_chat_url_headers_and_body() -> None:
 
 
 def test_old_api_versions_get_no_stream_options_and_learned_fallback_drops_them() -> None:
-    old = azure("2024-06-01").chat_request({"messages": [], "stream_options": {"include_usage": True}}, "d",
-                                           stream=True, send_stream_options=True)
+    old = azure("2024-06-01").request({"messages": [], "stream_options": {"include_usage": True}}, "d",
+                                           stream=True, send_stream_options=True, client_headers={})
     assert "stream_options" not in orjson.loads(old.body)
-    learned = azure().chat_request({"messages": []}, "d", stream=True, send_stream_options=False)
+    learned = azure().request({"messages": []}, "d", stream=True, send_stream_options=False, client_headers={})
     assert "stream_options" not in orjson.loads(learned.body)
-    plain = azure().chat_request({"messages": [], "stream": True, "stream_options": {}}, "d", stream=False,
-                                 send_stream_options=False)
+    plain = azure().request({"messages": [], "stream": True, "stream_options": {}}, "d", stream=False,
+                                 send_stream_options=False, client_headers={})
     assert set(orjson.loads(plain.body)) == {"messages"}
 
 

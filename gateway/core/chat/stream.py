@@ -25,13 +25,14 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.core.chat.assemble import ChatAssembler
+from gateway.core.chat.assemble import ChatAssembler, completion_to_chunks
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.shape import ContentShape, Run
 from gateway.core.chat.wire import chunk_events, has_output_token, number_tool_calls
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, StreamFailed, ToolCallDelta
+from gateway.core.scrub import Scrubber
 from gateway.core.sse import DONE_EVENT, SSEDecoder, SSEError, SSEEvent, data_lines
-from gateway.core.stream import ClientError
+from gateway.core.stream import ClientError, Ended
 
 
 @dataclass(slots=True)
@@ -58,8 +59,8 @@ class StreamParser(Protocol):
 
 
 class ChatStream:
-    __slots__ = ("assembler", "clean_end", "decoder", "done", "error", "filt", "label", "parser", "preamble",
-                 "skipped_malformed", "unread", "unread_datas")
+    __slots__ = ("assembler", "clean_end", "decoder", "done", "error", "filt", "label", "meta", "parser",
+                 "preamble", "skipped_malformed", "unread", "unread_datas")
 
     def __init__(self, parser: StreamParser | None, label: str) -> None:
         self.decoder = SSEDecoder()
@@ -72,6 +73,7 @@ class ChatStream:
         self.error: Failure | None = None  # an in-band error that came after the first token
         self.filt: ChatOutputFilter | None = None  # set by `commit`
         self.skipped_malformed = 0  # unreadable events after the first token, skipped
+        self.meta: dict[str, Any] = {}  # the first held chunk's object: the answer's id, model, created
         # events of the committing read after the one that made the stream committable (the fast path
         # reads them as data when they are all one-line data events)
         self.unread: list[SSEEvent] = []
@@ -101,6 +103,12 @@ class ChatStream:
         # each chunk with its own events: the filter tells by them which write carries the first token
         self.preamble = [ChatChunk(chunk_events(chunk), chunk) for chunk in chunks]
         self.done = True
+
+    def hold_answer(self, obj: dict[str, Any], events: list[StreamEvent]) -> None:
+        """A non-stream completion as the held stream: its events and the chunks it would have come in."""
+        self.hold_body(events, completion_to_chunks(obj))
+        if not self.committable:
+            raise StreamFailed(Failure(FailureKind.MALFORMED, f"{self.label}: answer without choices"))
 
     def feed(self, data: bytes) -> bytes:
         """Upstream bytes -> client bytes; before the commit they are held, and b"" is returned."""
@@ -182,6 +190,7 @@ class ChatStream:
     def commit(self, filt: ChatOutputFilter) -> bytes:
         """The held preamble, the first token and the rest of the committing read, for the client."""
         self.filt = filt
+        self.meta = next((ch.obj for ch in self.preamble if ch.obj), {})
         first = _apply(filt, self.preamble)
         if self.unread:
             first += self._relay_events(filt, self.unread)
@@ -190,10 +199,26 @@ class ChatStream:
         self.preamble, self.unread, self.unread_datas = [], [], []
         return first
 
+    def completion(self) -> dict[str, Any]:
+        """The whole answer as a `chat.completion` body, as the assembler read it."""
+        meta = self.meta
+        return self.assembler.completion(id=str(meta.get("id", "")), model=str(meta.get("model", "")),
+                                         created=int(meta.get("created", 0) or 0))
+
     # -- the end (`core.stream.StreamCore`) -------------------------------------------------------
 
     def drain(self) -> bytes:
         return b""  # a chat parser owes nothing at the end of the bytes
+
+    def upstream_end(self, scrubber: Scrubber) -> Ended | None:
+        """An in-band error after the first token is ours to tell (its upstream text is never sent), an
+        end without `[DONE]` or a finish reason an early one."""
+        if self.error is not None:
+            reason = self.error.kind.value
+            return Ended(reason, f"{self.label}: {reason.replace('_', ' ')} after the first token", self.error)
+        if self.ended_early:
+            return Ended("early_eof", f"{self.label}: upstream ended the stream early")
+        return None
 
     def tail(self) -> bytes:
         return self.filt.flush_all() if self.filt is not None else b""

@@ -24,13 +24,14 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.core.events import DeltaKind, Failure, FailureKind, InbandError, StreamFailed
+from gateway.core.events import DeltaKind, Failure, FailureKind, InbandError, StreamEvent, StreamFailed
 from gateway.core.messages.assemble import MessagesAssembler
 from gateway.core.messages.fast import encode_text_delta, text_delta
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.wire import MessagesEvent, anthropic_error_type, message_stream_events, parse_event
+from gateway.core.scrub import Scrubber
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent, encode_event
-from gateway.core.stream import ClientError
+from gateway.core.stream import ClientError, Ended, held_end
 
 MESSAGE_STOP = encode_event("message_stop", b'{"type":"message_stop"}')
 
@@ -79,6 +80,9 @@ class MessagesStream:
         return a.finished and not (a.first_token or a.block_done) and a.stop_reason != "refusal"
 
     # -- before the commit -------------------------------------------------------------------------
+
+    def hold_answer(self, obj: dict[str, Any], events: list[StreamEvent]) -> None:
+        self.hold_message(obj)
 
     def hold_message(self, msg: dict[str, Any]) -> None:
         """A whole answer (a non-stream Message object) as the held stream it would have been."""
@@ -225,6 +229,9 @@ class MessagesStream:
         """What the parser still owed at the end of the bytes (a translator's closing events)."""
         flushed, self.flushed = self.flushed, b""
         return flushed
+
+    def upstream_end(self, scrubber: Scrubber) -> Ended | None:
+        return held_end(self.label, "message", scrubber, self.failed, bool(self.terminal), self.forward_failure)
 
     def tail(self) -> bytes:
         return self.filt.flush_open() if self.filt is not None else b""

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gateway.core.events import Failure, FailureKind, InbandError, StreamFailed
+from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, StreamFailed
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.replay import replay_events
 from gateway.core.responses.wire import ERROR_TYPES, TERMINAL_OK, ResponsesEvent, ResponsesParser
+from gateway.core.scrub import Scrubber
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
-from gateway.core.stream import ClientError
+from gateway.core.stream import ClientError, Ended, held_end
 
 
 class ResponsesStreamParser(Protocol):
@@ -68,6 +69,9 @@ class ResponsesStream:
         return self.terminal is None and self.failed is None
 
     # -- before the commit -------------------------------------------------------------------------
+
+    def hold_answer(self, obj: dict[str, Any], events: list[StreamEvent]) -> None:
+        self.hold_response(obj)
 
     def hold_response(self, resp: dict[str, Any]) -> None:
         """A whole answer (a non-stream `response` object) as the held stream it would have been."""
@@ -136,6 +140,10 @@ class ResponsesStream:
 
     def drain(self) -> bytes:
         return b""  # a Responses parser owes nothing at the end of the bytes
+
+    def upstream_end(self, scrubber: Scrubber) -> Ended | None:
+        return held_end(self.label, "response", scrubber, self.failed, self.terminal is not None,
+                        self.forward_failure)
 
     def tail(self) -> bytes:
         return self.filt.flush_open() if self.filt is not None else b""

@@ -1,0 +1,61 @@
+"""The gateway's request: the HTTP server's `Request` (head, body, the connection) with what the pipeline
+keeps on it, typed. The app builds it (`App.make_request`, the server's `Endpoint`), so the server knows
+no app, and the pipeline reads the app only through `Host`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+from gateway.core.api import ClientApi
+from gateway.core.http1_request import RequestHead
+from gateway.http import Request, Response, StreamResponse
+from gateway.http.messages import Channel
+from gateway.observe.context import Admission, RequestContext
+from gateway.observe.metrics import Metrics
+from gateway.observe.record import RequestRecorder
+from gateway.observe.recorder import RequestTrace
+from gateway.pipeline.runtime import Runtime
+from gateway.state.base import StateBackend
+
+
+class Host(Protocol):
+    """What the pipeline reads of the app that serves it (`gateway.app.App`)."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def state(self) -> StateBackend: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def routes(self) -> Mapping[str, Mapping[str, Handler]]: ...
+
+    @property
+    def apis(self) -> Mapping[str, ClientApi]: ...  # by route
+
+    def start_trace(self, request: Request, api: ClientApi) -> RequestTrace: ...
+
+
+class GatewayRequest(Request):
+    __slots__ = ("admission", "app", "ctx", "rec")
+
+    def __init__(self, app: Host, head: RequestHead, body: bytes, channel: Channel):
+        super().__init__(head, body, channel)
+        self.app = app
+        self.ctx: RequestContext | None = None  # once the handler has resolved the model
+        self.admission: Admission | None = None  # who asked for which model, known before the model resolves
+        self.rec: RequestRecorder | None = None  # the per-request recorder, on API routes
+
+    @property
+    def recorder(self) -> RequestRecorder:
+        """The recorder of an API route's request (the middleware makes it before the handler runs)."""
+        assert self.rec is not None
+        return self.rec
+
+
+Handler = Callable[[GatewayRequest], Awaitable[Response | StreamResponse]]

@@ -1,0 +1,182 @@
+"""One attempt of any client API, to any provider: open it and read up to the first output token (a
+stream), or read the whole answer (a body). The API is a value (`pipeline.api.ServedApi`), the
+translator its deployment's cell of the support matrix; neither is named here.
+
+Before the first token the preamble (a role chunk, `message_start`, `response.created`, pings, ...) is
+held by the API's stream core, so a retried attempt replaces it and the client sees one lifecycle. At the
+first token the pipeline commits; after it nothing is retried (CONTRACT §4.1-§4.3).
+
+Learn-once fallbacks (CONTRACT §4.6), per deployment and API: the `stream_options` the gateway added, when
+rejected (a 400/422 that names it or no parameter), is dropped for one retry and learned when that retry
+succeeds; a deployment that answers a stream request with a body is asked for a body from then on (read
+under `total_s`: a whole answer takes as long as it takes) and its answer held as the stream it would
+have been; one that rejects `stream: false` is streamed and its stream assembled into the body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from gateway.config.types import Deployment
+from gateway.core.events import Failure, FailureKind, StreamFailed
+from gateway.core.policy.learned import Fact
+from gateway.core.stream import StreamCore
+from gateway.observe.context import RequestContext
+from gateway.pipeline.api import ServedApi
+from gateway.pipeline.attempt_io import (
+    Classify,
+    FirstTokenDeadline,
+    Opened,
+    Transcoded,
+    fetch_body,
+    forwardable,
+    raise_for_status,
+    raise_inband,
+)
+from gateway.pipeline.first_token import until_first_token
+from gateway.pipeline.learned import confirm, wants
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.timeouts import LoopTimeout
+from gateway.providers.base import MAX_BODY_BYTES, ParsedBody, Translator
+from gateway.upstream import UpstreamError, UpstreamResponse
+
+OpenedStream = Opened[StreamCore]
+
+
+def translator(rt: Runtime, ctx: RequestContext, d: Deployment) -> Translator:
+    tr = rt.translator(ctx.schema, d)
+    assert tr is not None, "only deployments whose provider serves the API are candidates (`keep_serving`)"
+    return tr
+
+
+async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment) -> OpenedStream:
+    """One streamed attempt: open, read until the first output token under `first_token_s`."""
+    provider, tr = rt.provider(d), translator(rt, ctx, d)
+    ttl = provider.learn_ttl_s
+    headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
+    opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), time.perf_counter())
+    if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM):
+        req = tr.request(ctx.body, d.model, stream=False, client_headers=headers, send_stream_options=False)
+        _hold(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error, headers))
+        confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, ttl)
+        return opened
+    options = not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS)
+    added = options and tr.sends_stream_options and "stream_options" not in ctx.body  # by us, not the client
+    with FirstTokenDeadline(d) as deadline:
+        async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
+            req = tr.request(ctx.body, d.model, stream=True, client_headers=headers, send_stream_options=options)
+            resp = await rt.upstream.open(provider, req, d.label, headers)
+            opened.response = resp
+            deadline.track(opened)
+            await check_status(resp, tr.classify_http_error, d, added_options=added)
+            framing, ctype = tr.framing, resp.headers.get("content-type", "")
+            first = b"" if framing.is_stream(ctype, b"") else await resp.next_chunk()
+            if framing.is_stream(ctype, first):
+                if framing.transcoder is not None:  # bytes of another framing, read as SSE
+                    opened.response = Transcoded(resp, framing.transcoder())
+                await until_first_token(opened.response, opened.stream, d.label, first)
+                opened.t_first = time.perf_counter()
+                confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS, ttl)
+                return opened
+    try:  # a body to a stream request: the rest of it under the response's own `total_s`
+        _hold(opened, tr, first + await resp.read_body(MAX_BODY_BYTES - len(first)))
+    except BaseException:
+        opened.close()
+        raise
+    rt.learned.learn(d, ctx.api, Fact.NO_STREAM, ttl)  # from a real answer only, never from an error body
+    return opened
+
+
+def _hold(opened: OpenedStream, tr: Translator, body: bytes) -> None:
+    """A whole answer as a body: checked like one, then held as the stream it would have been."""
+    parsed = tr.parse_body(body)
+    raise_inband(parsed.events)
+    try:
+        opened.stream.hold_answer(parsed.obj, parsed.events)
+    except StreamFailed as exc:
+        raise UpstreamError(exc.failure) from None
+    opened.t_first = time.perf_counter()
+
+
+async def check_status(resp: UpstreamResponse, classify: Classify, d: Deployment, added_options: bool) -> None:
+    """A rejection of the `stream_options` we added is told by its status alone: providers name the
+    parameter (`param: stream_options`), or not (Azure: `param: ""`), or answer 422 (vLLM-style
+    validation). It is retried once without, unless the rejection names another parameter or a
+    content code; a request rejected for another reason fails again on that retry and is then the
+    client's error, passed through."""
+    try:
+        await raise_for_status(resp, classify, d.label)
+    except UpstreamError as exc:
+        f = exc.failure
+        if added_options and f.status in (400, 422) and f.kind is FailureKind.HTTP_4XX and _may_be_options(f):
+            raise UpstreamError(dataclasses.replace(f, kind=FailureKind.STREAM_OPTIONS_REJECTED)) from None
+        raise
+
+
+# codes that name what is wrong with the request's content, whatever else it carries
+_CONTENT_CODES = frozenset({"content_policy_violation", "content_filter", "model_not_found"})
+
+
+def _may_be_options(f: Failure) -> bool:
+    """A rejection that may be of `stream_options`: it names that parameter, or no parameter at all,
+    and no code that blames the request's content."""
+    return (not f.param or f.param.startswith("stream_options")) and f.code not in _CONTENT_CODES
+
+
+async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment) -> ParsedBody:
+    """One attempt of a non-stream request: the whole answer, or the classified failure."""
+    tr = translator(rt, ctx, d)
+    if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY):
+        streamed = await _fetch_streamed(rt, ctx, api, d, tr)
+        confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
+        return streamed
+    headers = forwardable(rt, d, ctx.client_headers)
+    req = tr.request(ctx.body, d.model, stream=False, client_headers=headers, send_stream_options=False)
+    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, headers))
+    raise_inband(parsed.events)
+    return parsed
+
+
+async def _fetch_streamed(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment,
+                          tr: Translator) -> ParsedBody:
+    """A non-stream request to a deployment that only streams (it rejected `stream: false`): streamed,
+    and assembled into the body the client asked for. Nothing reaches the client before the whole
+    answer, so a failure anywhere in the stream is still an attempt's failure, retried like any other."""
+    headers = forwardable(rt, d, ctx.client_headers)
+    req = tr.request(ctx.body, d.model, stream=True, client_headers=headers, send_stream_options=True)
+    resp: UpstreamResponse = await rt.upstream.open(rt.provider(d), req, d.label, headers)
+    stream = api.stream_core(tr.stream_parser(), d.label)
+    try:
+        await raise_for_status(resp, tr.classify_http_error, d.label)
+        if tr.framing.transcoder is not None:
+            resp = Transcoded(resp, tr.framing.transcoder())
+        await _read_all(resp, stream, api, d.label)
+    except StreamFailed as exc:
+        raise UpstreamError(exc.failure) from None
+    finally:
+        resp.close()
+    end = stream.upstream_end(rt.safety.scrubber)
+    if end is not None:
+        raise UpstreamError(end.failure or Failure(FailureKind.EARLY_EOF, end.message))
+    obj = api.streamed_answer(stream)
+    usage = stream.assembler.usage
+    return ParsedBody(obj, [usage] if usage is not None else [])
+
+
+async def _read_all(resp: UpstreamResponse, stream: StreamCore, api: ServedApi, label: str) -> None:
+    """Every byte of the stream through its core, committed at the first token to a filter that
+    releases everything (what it returns is for no client)."""
+    committed = False
+    while not stream.done:
+        data = await resp.next_chunk()
+        if not data:
+            stream.end_of_input()
+            break
+        stream.feed(data)
+        if not committed and stream.committable:
+            stream.commit(api.output_filter(None, False))
+            committed = True
+    if not committed:
+        raise UpstreamError(Failure(FailureKind.EARLY_EOF, f"{label}: stream ended before the answer did"))
+    stream.drain()
