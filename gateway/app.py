@@ -37,10 +37,11 @@ from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.pipeline.exchange import GatewayRequest, Handler
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
-from gateway.providers.registry import in_process
+from gateway.providers.registry import auth_of, in_process
 from gateway.state.base import StateBackend, create_backend
 from gateway.store import ControlPlane, StoreHooks, StoreUnavailable
 from gateway.upstream import Upstream
+from gateway.upstream.signing import close_signers, start_signers
 
 if TYPE_CHECKING:
     from gateway.observe.tracing import Tracing
@@ -67,6 +68,7 @@ class App:
         # TLS on the listener: a reload swaps in a new context, so new handshakes present the new
         # certificate and open connections keep theirs
         self.tls: ssl.SSLContext | None = None
+        self._signers_task: asyncio.Future[None] | None = None  # a reload's new signers, starting
         if config.server.tls is not None:
             self.tls = tls_context(config.server.tls)
 
@@ -84,6 +86,7 @@ class App:
         return self.tracing.start(request.headers, api, request.path, self.runtime.config.providers)
 
     async def start(self) -> None:
+        self.upstream.signers = await start_signers(self.config.providers, auth_of)
         metrics = self.metrics
         self._state = create_backend(self.config.state, self.config.cache,
                                     on_degraded=lambda reason: metrics.state_degraded_op())
@@ -95,6 +98,7 @@ class App:
 
     async def close(self) -> None:
         self.upstream.close()
+        await close_signers(self.upstream.signers)
         if self.tracing is not None:  # the last export may wait on the collector: not on the loop
             await asyncio.to_thread(self.tracing.shutdown)
         if self._state is not None:
@@ -124,10 +128,19 @@ class App:
         return Reload(runtime, context)
 
     def apply_reload(self, reload: Reload) -> None:
-        """The swap, on the loop: requests in flight keep the runtime they started with."""
+        """The swap, on the loop: requests in flight keep the runtime they started with. Request signers
+        are started for the new config's providers, then swapped in (`_swap_signers`)."""
         self.runtime = reload.runtime
         if reload.tls is not None:
             self.tls = reload.tls
+        providers = reload.runtime.config.providers
+        if any(auth_of(p.type) for p in providers.values()) or self.upstream.signers:
+            self._signers_task = asyncio.ensure_future(self._swap_signers(reload.runtime.config))
+
+    async def _swap_signers(self, config: Config) -> None:
+        new = await start_signers(config.providers, auth_of)
+        old, self.upstream.signers = self.upstream.signers, new
+        await close_signers(old)
 
     def reload(self, config: Config) -> None:
         self.apply_reload(self.prepare_reload(config))

@@ -37,6 +37,7 @@ class ProviderKind:
     # client headers passed through by default (`forward_headers` replaces the list); never a key
     forward_headers: tuple[str, ...] = ("x-request-id",)
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
+    auth: str = ""  # its requests are signed: the kind of `upstream.signing.SIGNERS` ("sigv4", "google")
 
 
 PROVIDERS: dict[str, ProviderKind] = {
@@ -98,6 +99,11 @@ def build_translators(providers: Mapping[str, ProviderConfig]) -> Translators:
             if ptype == cfg.type:
                 cells[(schema, name)] = factory(cfg)
     return Translators(cells)
+
+
+def auth_of(provider_type: str) -> str:
+    kind = PROVIDERS.get(provider_type)
+    return kind.auth if kind is not None else ""
 
 
 def in_process(provider: ProviderConfig, req: UpstreamRequest) -> MockScript | None:

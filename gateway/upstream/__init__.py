@@ -30,6 +30,7 @@ from gateway.providers.demo import MockScript
 from gateway.upstream.connection import _FINISHING, HttpResponse, PoolKey, _Conn, _Pool
 from gateway.upstream.errors import UpstreamError, UpstreamResponse
 from gateway.upstream.mock import MockResponse
+from gateway.upstream.signing import Signer
 from gateway.upstream.tunnel import open_tunnel, proxy_failure, route
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
@@ -56,6 +57,7 @@ class Upstream:
         self._pool = _Pool()
         self._tls: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.signers: Mapping[str, Signer] = {}  # provider name -> its request signer (`upstream.signing`)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -85,6 +87,9 @@ class Upstream:
         target = _target(req.url, label)
         proxy = route(target.host, target.port, target.tls, provider.proxy, provider.use_env_proxy, self.egress)
         headers = _forwarded(req.headers, provider.forward_headers, client_headers)
+        signer = self.signers.get(provider.name)
+        if signer is not None:  # last: the signature covers every header that is sent
+            signer.sign(req.method, req.url, headers, req.body)
         return await self._request(req, headers, target, proxy, label, t.connect_s,
                                    t.idle_s if req.stream else None, t.total_s)
 
