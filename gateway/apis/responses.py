@@ -59,6 +59,9 @@ class _NoParser:
     def parse(self, event: SSEEvent) -> list[ResponsesEvent]:
         return []
 
+    def finish(self) -> list[ResponsesEvent]:
+        return []
+
 
 def hit_stream(obj: dict[str, Any], ctx: RequestContext) -> bytes:
     """A cached `response` object as the stream it would have been, terminal event included."""

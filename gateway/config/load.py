@@ -40,7 +40,7 @@ from gateway.config.types import (
     StateConfig,
     Timeouts,
 )
-from gateway.providers.registry import PROVIDER_TYPES, PROVIDERS
+from gateway.providers.registry import PROVIDER_TYPES, PROVIDERS, ProviderKind
 
 
 def _server(s: Section) -> ServerConfig:
@@ -119,10 +119,12 @@ def _breaker(s: Section) -> BreakerConfig:
                          cooldown_s=s.number("cooldown_s", d.cooldown_s))
 
 
+PROVIDER_FIELDS = ("type", "base_url", "api_key", "headers", "timeouts", "api_version", "anthropic_version",
+                   "ttft_ms", "token_delay_ms", "breaker", "proxy", "forward_headers", "learn_ttl_s", "responses")
+
+
 def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
-    s = Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
-                                   "anthropic_version", "ttft_ms", "token_delay_ms", "breaker", "proxy",
-                                   "forward_headers", "learn_ttl_s"))
+    s = Section(raw, path, errs, PROVIDER_FIELDS)
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
@@ -150,9 +152,20 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
                                   ("failures", "window_s", "cooldown_s"))),
         api_version=s.get("api_version", str, "") or None,
         anthropic_version=s.get("anthropic_version", str, "2023-06-01"),
+        responses=_responses(s, kind),
         learn_ttl_s=s.number("learn_ttl_s", 600.0, 0.001),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),
     )
+
+
+def _responses(s: Section, kind: ProviderKind | None) -> bool:
+    """`responses: false`: an `openai`-type server without `/responses`, served by the Responses bridge
+    (CONTRACT §10). Other types know whether they have it."""
+    given = s.get("responses", bool, None)
+    if given is not None and kind is not None and not kind.responses_optional:
+        s.errs.add(f"{s.path}.{PROVIDER_FIELDS[-1]}",
+                   "not a key of this provider type (it knows whether it has the Responses API)")
+    return given is not False
 
 
 def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:

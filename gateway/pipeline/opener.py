@@ -38,16 +38,18 @@ from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
-from gateway.providers.base import MAX_BODY_BYTES, ParsedBody, Translator
+from gateway.providers.base import MAX_BODY_BYTES, ParsedBody, Translator, bound
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 OpenedStream = Opened[StreamCore]
 
 
 def translator(rt: Runtime, ctx: RequestContext, d: Deployment) -> Translator:
+    """`d`'s cell for this request (bound to it when its parsers must know the request: the Responses
+    bridge, `providers.base.PerRequest`)."""
     tr = rt.translator(ctx.schema, d)
     assert tr is not None, "only deployments whose provider serves the API are candidates (`keep_serving`)"
-    return tr
+    return bound(tr, ctx.body)
 
 
 async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment) -> OpenedStream:

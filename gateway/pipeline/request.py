@@ -24,6 +24,7 @@ from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.slicer import TextSlot
+from gateway.providers.base import Unserved
 
 INLINE_DEPTH_BYTES = 64 * 1024  # a smaller body's depth is walked at once: ~1 ms at worst
 DEPTH_STEP_VALUES = 2000  # values visited per step of a bigger body's walk: ~0.5 ms
@@ -95,6 +96,19 @@ async def redact_input_slots(rt: Runtime, ctx: RequestContext, slots: list[TextS
     safety = rt.safety.models[ctx.model.name]
     if safety.redact_inputs and safety.redactor is not None and slots:
         await rt.slicer.redact(safety.redactor, slots)
+
+
+def keep_able(ctx: RequestContext, unserved: Callable[[Deployment], Unserved | None]) -> None:
+    """Only deployments that can serve this request's body are candidates: a Responses bridge cannot
+    continue a `previous_response_id` (CONTRACT §10), so such a request goes only to OpenAI Responses
+    upstreams, and is a 400 that says why when the model has none."""
+    reasons = [(d, unserved(d)) for d in ctx.model.deployments]
+    serving = tuple(d for d, why in reasons if why is None)
+    if not serving:
+        why = next(why for _d, why in reasons if why is not None)
+        raise InvalidRequest(why.message, param=why.param)
+    if len(serving) != len(ctx.model.deployments):
+        ctx.model = dataclasses.replace(ctx.model, deployments=serving)
 
 
 def keep_serving(ctx: RequestContext, serves: Callable[[Deployment], bool], api_name: str) -> None:

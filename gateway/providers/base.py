@@ -105,3 +105,31 @@ def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float
     except (TypeError, ValueError):
         return None
     return max(0.0, when - (time.time() if now is None else now))
+
+
+@dataclass(frozen=True, slots=True)
+class Unserved:
+    """Why a cell cannot serve one request of its schema: a client error (400) naming the field."""
+
+    message: str
+    param: str
+
+
+@runtime_checkable
+class PerRequest(Protocol):
+    """A cell whose translation depends on the client's request beyond one call: the Responses bridge
+    must know which tools were custom and what the final `response` object repeats, and cannot serve
+    `previous_response_id` (state only an OpenAI Responses upstream keeps, CONTRACT §10)."""
+
+    def unserved(self, body: Mapping[str, Any]) -> Unserved | None: ...
+
+    def bind(self, body: Mapping[str, Any]) -> Translator:
+        """This cell for one request: its parsers know the request."""
+
+
+def unserved(tr: Translator | None, body: Mapping[str, Any]) -> Unserved | None:
+    return tr.unserved(body) if isinstance(tr, PerRequest) else None
+
+
+def bound(tr: Translator, body: Mapping[str, Any]) -> Translator:
+    return tr.bind(body) if isinstance(tr, PerRequest) else tr

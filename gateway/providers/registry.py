@@ -20,9 +20,10 @@ from gateway.providers.messages_anthropic import AnthropicMessages
 from gateway.providers.messages_azure import AzureMessages
 from gateway.providers.messages_mock import MockMessages
 from gateway.providers.messages_openai import OpenAIMessages
+from gateway.providers.responses_anthropic import AnthropicResponses
 from gateway.providers.responses_azure import AzureResponses
 from gateway.providers.responses_mock import MockResponses
-from gateway.providers.responses_openai import OpenAIResponses
+from gateway.providers.responses_openai import openai_responses
 from gateway.providers.settings import ProviderConfig
 
 InProcess = Callable[[ProviderConfig, str, bytes], MockScript]
@@ -38,10 +39,12 @@ class ProviderKind:
     forward_headers: tuple[str, ...] = ("x-request-id",)
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
     auth: str = ""  # its requests are signed: the kind of `upstream.signing.SIGNERS` ("sigv4", "google")
+    # a server of this type may lack the Responses API: `responses: false` bridges it (CONTRACT §10)
+    responses_optional: bool = False
 
 
 PROVIDERS: dict[str, ProviderKind] = {
-    "openai": ProviderKind(genai_name="openai",
+    "openai": ProviderKind(genai_name="openai", responses_optional=True,
                            forward_headers=("openai-organization", "openai-project", "x-request-id")),
     # anthropic-version too: on the native Messages path the client's version is the one its body and
     # parser speak; a translated request always carries the configured one (the translator sets it)
@@ -59,7 +62,7 @@ PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 # the API's requests never go to its deployments.
 TRANSLATORS: tuple[TranslatorFactory, ...] = (
     OpenAIChat, AnthropicChat, AzureChat, MockChat,
-    OpenAIResponses, AzureResponses, MockResponses,
+    openai_responses, AnthropicResponses, AzureResponses, MockResponses,
     OpenAIMessages, AnthropicMessages, AzureMessages, MockMessages,
 )
 

@@ -1,5 +1,6 @@
 """The Responses API (`POST /v1/responses`) to OpenAI (`{base_url}/responses`) and Azure OpenAI
-(`{base_url}/openai/responses?api-version=`).
+(`{base_url}/openai/responses?api-version=`); to an `openai`-type server without it (`responses: false`),
+the Responses bridge (`convert.responses_chat_bridge`).
 
 Nothing is translated: the request passes through with `model` rewritten to the deployment's and
 `stream` set as the pipeline needs; unknown fields pass untouched. Usage needs no asking: the
@@ -18,6 +19,7 @@ from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, respons
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import SSE, ParsedBody, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat
+from gateway.providers.convert.responses_chat_bridge import ResponsesViaChat
 from gateway.providers.settings import ProviderConfig
 
 
@@ -36,6 +38,9 @@ class OpenAIResponsesStreamParser:
         except orjson.JSONDecodeError:
             return [self._core.parse(None, None, event.event)]
         return [self._core.parse(obj, data, event.event)]
+
+    def finish(self) -> list[ResponsesEvent]:
+        return []  # a Responses upstream owes nothing at the end of its bytes
 
 
 def parse_responses_body(body: bytes) -> ParsedBody:
@@ -90,8 +95,9 @@ class ResponsesPassThrough:
         return self.endpoint.classify_http_error(status, headers, body)
 
 
-class OpenAIResponses(ResponsesPassThrough):
-    """Provider type `openai`: the chat cell's headers and errors, `{base_url}/responses`."""
-
-    def __init__(self, provider: ProviderConfig) -> None:
-        super().__init__(OpenAIChat(provider))
+def openai_responses(provider: ProviderConfig) -> ResponsesPassThrough | ResponsesViaChat:
+    """Provider type `openai`: the chat cell's headers and errors, `{base_url}/responses`; a server
+    configured with `responses: false` (chat only: vLLM, Ollama, llama.cpp, ...) is bridged through its
+    chat cell instead (CONTRACT §10)."""
+    chat = OpenAIChat(provider)
+    return ResponsesPassThrough(chat) if provider.responses else ResponsesViaChat(chat)

@@ -40,6 +40,7 @@ class ProviderConfig:
     breaker: BreakerConfig = BreakerConfig()
     api_version: str | None = None  # azure
     anthropic_version: str = "2023-06-01"  # anthropic
+    responses: bool = True  # openai: the server has `/responses`; false: the Responses bridge (CONTRACT §10)
     learn_ttl_s: float = 600.0  # how long a learn-once fact (CONTRACT §4.6) holds before a re-probe
     # egress: `proxy` set is this provider's proxy; else, with `use_env_proxy`, HTTPS_PROXY/HTTP_PROXY
     # and NO_PROXY decide; `proxy: false` in the config clears both (always direct)

@@ -22,7 +22,7 @@ from gateway.core.events import (
     ToolCallDelta,
     Usage,
 )
-from gateway.core.responses.wire import ResponsesEvent, TextKey, item_texts, response_events
+from gateway.core.responses.wire import TOOL_DELTAS, TOOL_ITEMS, ResponsesEvent, TextKey, item_texts, response_events
 
 
 @dataclass(slots=True)
@@ -60,7 +60,7 @@ class ResponsesAssembler:
             item = obj.get("item")
             if isinstance(item, dict):
                 self._item(item, ev.events, obj.get("output_index"))
-        elif ev.type == "response.function_call_arguments.delta" and obj is not None:
+        elif ev.type in TOOL_DELTAS and obj is not None:
             for e in ev.events:
                 if type(e) is ToolCallDelta:
                     self._tool(e.index).arguments.append(e.arguments)
@@ -91,11 +91,11 @@ class ResponsesAssembler:
     def _item(self, item: dict[str, Any], events: list[StreamEvent], oi: Any) -> None:
         if not isinstance(oi, int):
             return
-        if item.get("type") == "function_call":
+        if item.get("type") in TOOL_ITEMS:
             call = self._tool(oi)
             call.call_id = call.call_id or _str(item.get("call_id"))
             call.name = call.name or _str(item.get("name"))
-            args = item.get("arguments")
+            args = item.get(TOOL_ITEMS[item["type"]])
             if not call.arguments and isinstance(args, str) and args:
                 call.arguments.append(args)
             return

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gateway.core.responses.wire import PART_TEXT
+from gateway.core.responses.wire import PART_TEXT, TOOL_ITEMS
 
 _TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 # part type -> (delta event, done event); summary parts have their own part events
@@ -45,16 +45,22 @@ def _item_events(item: dict[str, Any], oi: int) -> list[dict[str, Any]]:
     for key in ("content", "summary"):
         if isinstance(added.get(key), list):
             added[key] = []
-    if added.get("type") == "function_call":
-        added["arguments"] = ""
+    itype = added.get("type")
+    if itype in TOOL_ITEMS:
+        added[TOOL_ITEMS[itype]] = ""
     events: list[dict[str, Any]] = [{"type": "response.output_item.added", "output_index": oi, "item": added}]
     ids = {"item_id": item.get("id"), "output_index": oi}
-    if item.get("type") == "function_call":
+    if itype == "function_call":
         args = item.get("arguments") if isinstance(item.get("arguments"), str) else ""
         if args:
             events.append({"type": "response.function_call_arguments.delta", **ids, "delta": args})
         events.append({"type": "response.function_call_arguments.done", **ids, "name": item.get("name"),
                        "arguments": args})
+    elif itype == "custom_tool_call":
+        value = item.get("input") if isinstance(item.get("input"), str) else ""
+        if value:
+            events.append({"type": "response.custom_tool_call_input.delta", **ids, "delta": value})
+        events.append({"type": "response.custom_tool_call_input.done", **ids, "input": value})
     for key, index_field, part_events in (("summary", "summary_index", "response.reasoning_summary_part"),
                                           ("content", "content_index", "response.content_part")):
         parts = item.get(key)

@@ -36,9 +36,13 @@ class ResponsesStreamParser(Protocol):
 
     def parse(self, event: SSEEvent) -> list[ResponsesEvent]: ...
 
+    def finish(self) -> list[ResponsesEvent]:
+        """The end of the bytes: events still owed (a translated stream's terminal event, when its
+        upstream ends without a protocol end of its own)."""
+
 
 class ResponsesStream:
-    __slots__ = ("assembler", "decoder", "done", "failed", "filt", "label", "parser", "preamble",
+    __slots__ = ("assembler", "decoder", "done", "failed", "filt", "flushed", "label", "parser", "preamble",
                  "skipped_malformed", "terminal", "unread")
 
     def __init__(self, parser: ResponsesStreamParser, label: str) -> None:
@@ -53,6 +57,7 @@ class ResponsesStream:
         self.failed: ResponsesEvent | None = None  # an upstream failure after the first token, not sent yet
         self.filt: ResponsesOutputFilter | None = None  # set by `commit`
         self.skipped_malformed = 0  # unreadable events after the first token, skipped
+        self.flushed = b""  # client bytes of events the parser still owed at the end of the bytes
 
     @property
     def committable(self) -> bool:
@@ -90,8 +95,13 @@ class ResponsesStream:
         return self._relay(self.filt, self._decode(data))
 
     def end_of_input(self) -> None:
-        """The upstream's bytes have ended."""
+        """The upstream's bytes have ended: what the parser still owed is read, and reading is over."""
         self.decoder.finish()
+        owed = [ev for ev in self.parser.finish() if not ev.done]
+        if owed and self.filt is None:
+            self._hold_parsed(owed)
+        elif owed and self.filt is not None and not (self.terminal or self.failed):
+            self.flushed = self._relay_parsed(self.filt, owed)
         self.done = True
 
     def _decode(self, data: bytes) -> list[SSEEvent]:
@@ -103,18 +113,21 @@ class ResponsesStream:
     def _hold(self, events: list[SSEEvent]) -> None:
         """Parse and hold up to the committing event; a failure before it fails the attempt."""
         for i, sse in enumerate(events):
-            for ev in self.parser.parse(sse):
-                if ev.done:
-                    self.done = True
-                    continue
-                self.assembler.feed(ev)
-                for e in ev.events:
-                    if type(e) is InbandError:
-                        raise StreamFailed(e.failure)  # invisible: retried or passed on
-                self.preamble.append(ev)
+            self._hold_parsed(self.parser.parse(sse))
             if self.committable or self.done:
                 self.unread = events[i + 1:]
                 return
+
+    def _hold_parsed(self, parsed: list[ResponsesEvent]) -> None:
+        for ev in parsed:
+            if ev.done:
+                self.done = True
+                continue
+            self.assembler.feed(ev)
+            for e in ev.events:
+                if type(e) is InbandError:
+                    raise StreamFailed(e.failure)  # invisible: retried or passed on
+            self.preamble.append(ev)
 
     # -- the commit and after ----------------------------------------------------------------------
 
@@ -139,7 +152,8 @@ class ResponsesStream:
     # -- the end (`core.stream.StreamCore`) -------------------------------------------------------
 
     def drain(self) -> bytes:
-        return b""  # a Responses parser owes nothing at the end of the bytes
+        flushed, self.flushed = self.flushed, b""
+        return flushed
 
     def upstream_end(self, scrubber: Scrubber) -> Ended | None:
         return held_end(self.label, "response", scrubber, self.failed, self.terminal is not None,
@@ -177,24 +191,36 @@ class ResponsesStream:
         """The events of one upstream read -> the client's bytes, up to the terminal event or a failure
         (both kept unsent; nothing after them is read)."""
         out: list[bytes] = []
-        parse, assemble, apply = self.parser.parse, self.assembler.feed, filt.apply
+        parse = self.parser.parse
         for sse in events:
-            for ev in parse(sse):
-                if ev.done:
-                    self.done = True
-                    continue
-                if ev.obj is None and _unreadable(ev):
-                    self.skipped_malformed += 1
-                    continue
-                assemble(ev)
-                if ev.type in TERMINAL_OK:
-                    self.terminal, self.done = ev, True
-                    return b"".join(out)
-                if ev.events and ev.failure is not None:
-                    self.failed, self.done = ev, True
-                    return b"".join(out)
-                out.append(apply(ev))
+            if not self._relay_into(filt, parse(sse), out):
+                break
         return b"".join(out)
+
+    def _relay_parsed(self, filt: ResponsesOutputFilter, parsed: list[ResponsesEvent]) -> bytes:
+        out: list[bytes] = []
+        self._relay_into(filt, parsed, out)
+        return b"".join(out)
+
+    def _relay_into(self, filt: ResponsesOutputFilter, parsed: list[ResponsesEvent], out: list[bytes]) -> bool:
+        """False once the terminal event or a failure came (kept unsent)."""
+        assemble, apply = self.assembler.feed, filt.apply
+        for ev in parsed:
+            if ev.done:
+                self.done = True
+                continue
+            if ev.obj is None and _unreadable(ev):
+                self.skipped_malformed += 1
+                continue
+            assemble(ev)
+            if ev.type in TERMINAL_OK:
+                self.terminal, self.done = ev, True
+                return False
+            if ev.events and ev.failure is not None:
+                self.failed, self.done = ev, True
+                return False
+            out.append(apply(ev))
+        return True
 
     def _ends(self, ev: ResponsesEvent) -> bool:
         """Keep a terminal event or a failure, unsent, and stop; any other event goes on."""

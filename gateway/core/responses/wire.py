@@ -39,6 +39,10 @@ LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.que
                        "response.incomplete", "response.failed"})
 TERMINAL_OK = frozenset({"response.completed", "response.incomplete"})
 ERROR_TYPES = frozenset({"error", "too_many_requests"})  # the second: an observed non-standard shape
+# a tool call's streamed input is an output token (CONTRACT §4.1): a function's JSON arguments, or a
+# custom tool's free-form input (openapi.yaml `ResponseCustomToolCallInputDeltaEvent`)
+TOOL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"})
+TOOL_ITEMS = {"function_call": "arguments", "custom_tool_call": "input"}  # item type -> its input field
 
 # event type -> (text kind, "content"/"summary", index field, text field of the `*.done` event)
 TEXT_DELTAS: dict[str, tuple[DeltaKind, str, str]] = {
@@ -160,8 +164,8 @@ def response_events(resp: Any, *, with_output: bool) -> list[StreamEvent]:
 
 
 def _item_events(item: dict[str, Any], oi: int, out: list[StreamEvent]) -> None:
-    if item.get("type") == "function_call":
-        args = item.get("arguments")
+    if item.get("type") in TOOL_ITEMS:
+        args = item.get(TOOL_ITEMS[item["type"]])
         out.append(ToolCallDelta(0, oi, _str(item.get("call_id")), _str(item.get("name")),
                                  args if isinstance(args, str) else ""))
         return
@@ -253,7 +257,7 @@ class ResponsesParser:
         done = TEXT_DONES.get(etype)
         if done is not None:
             return ResponsesEvent(etype, obj, raw, [], (oi, done[1], _index(obj, done[2])), done[0])
-        if etype == "response.function_call_arguments.delta":
+        if etype in TOOL_DELTAS:
             delta = obj.get("delta")
             if isinstance(delta, str) and delta:
                 return ResponsesEvent(etype, obj, raw, [ToolCallDelta(0, oi, arguments=delta)])
