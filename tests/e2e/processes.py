@@ -81,10 +81,12 @@ def model_path() -> Path:
     return Path(gguf.assemble())
 
 
-def llama_server() -> tuple[Process, str]:
+def llama_server(*overrides: str) -> tuple[Process, str]:
+    """`overrides`: server options after `LLAMA_ARGS` (the last of a repeated option wins)."""
     port = free_port()
     argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path()),
-            "--model_alias", LLAMA_MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port), *LLAMA_ARGS]
+            "--model_alias", LLAMA_MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port), *LLAMA_ARGS,
+            *overrides]
     return Process("llama.cpp server", argv, "Uvicorn running on"), f"http://127.0.0.1:{port}/v1"
 
 
