@@ -9,6 +9,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests import anthropic_scripts as a
 from tests.fake_upstream import FakeUpstream, Hang, json_script
 from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.responses_scripts import MODEL, Answer, body_script, number, stream_script
@@ -119,13 +120,15 @@ def test_upstream_400_passes_through_and_body_status_failed_is_retried(upstream:
     assert len(upstream.received) == 3
 
 
-def test_model_without_responses_deployment_is_a_client_error(upstream: FakeUpstream,
-                                                              make_gateway: Any) -> None:
+def test_a_deployment_without_a_responses_api_is_served_by_the_bridge(upstream: FakeUpstream,
+                                                                     make_gateway: Any) -> None:
+    """Issue #31: an Anthropic deployment answers `/v1/responses` through the bridge (the bridge's own tests:
+    tests/integration/test_responses_bridge.py); it used to be a 400 naming `model`."""
     gw = make_gateway(providers={"claude": {"type": "anthropic", "base_url": upstream.base_url}},
                       models=[{"name": "m", "deployments": [{"provider": "claude", "model": "c"}]}])
-    with pytest.raises(openai.BadRequestError) as info:
-        client(gw).responses.create(model="m", input="x")
-    assert info.value.body["param"] == "model"  # type: ignore[index]
+    upstream.enqueue("/v1/messages", a.message_body([{"type": "text", "text": "Bridged."}]))
+    assert client(gw).responses.create(model="m", input="x").output_text == "Bridged."
+    assert upstream.bodies(PATH) == []
 
 
 def test_input_must_be_text_or_items(gateway: GatewayServer) -> None:
