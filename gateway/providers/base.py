@@ -11,7 +11,7 @@ import email.utils
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from gateway.core.chat.stream import ChatChunk, StreamParser
 from gateway.core.events import Failure, StreamEvent
@@ -115,11 +115,13 @@ class Unserved:
     param: str
 
 
-@runtime_checkable
 class PerRequest(Protocol):
     """A cell whose translation depends on the client's request beyond one call: the Responses bridge
     must know which tools were custom and what the final `response` object repeats, and cannot serve
-    `previous_response_id` (state only an OpenAI Responses upstream keeps, CONTRACT §10)."""
+    `previous_response_id` (state only an OpenAI Responses upstream keeps, CONTRACT §10). It says so
+    with `per_request = True`."""
+
+    per_request: bool
 
     def unserved(self, body: Mapping[str, Any]) -> Unserved | None: ...
 
@@ -127,9 +129,14 @@ class PerRequest(Protocol):
         """This cell for one request: its parsers know the request."""
 
 
+def _per_request(tr: Any) -> TypeGuard[PerRequest]:
+    # a marker, not `isinstance` with a runtime protocol: that costs microseconds on every attempt
+    return getattr(tr, "per_request", False) is True
+
+
 def unserved(tr: Translator | None, body: Mapping[str, Any]) -> Unserved | None:
-    return tr.unserved(body) if isinstance(tr, PerRequest) else None
+    return tr.unserved(body) if _per_request(tr) else None
 
 
 def bound(tr: Translator, body: Mapping[str, Any]) -> Translator:
-    return tr.bind(body) if isinstance(tr, PerRequest) else tr
+    return tr.bind(body) if _per_request(tr) else tr

@@ -27,6 +27,8 @@ class ResponsesViaChat:
     """The Responses API on a provider's chat cell. Built once per config; `bind` gives the per-request
     translator whose parsers know the request (`Echo`)."""
 
+    per_request = True  # `providers.base.PerRequest`
+
     def __init__(self, chat: Translator, echo: Echo | None = None) -> None:
         self.chat = chat
         self.echo = echo or Echo()
