@@ -21,6 +21,8 @@ from tests.responses_scripts import Answer, stream_script
 
 CHAT_PATH = "/v1/chat/completions"
 RESPONSES_PATH = "/v1/responses"
+RETRY = {"max_attempts": 3, "per_deployment": 1, "initial_backoff_ms": 1, "max_backoff_ms": 5}
+KEY = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
 TIMEOUTS = {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}
 SHELL = {"type": "function", "name": "shell", "description": "Run a command",
          "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}},
@@ -40,11 +42,14 @@ def gw(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> Ga
                     "timeouts": TIMEOUTS},
         },
         "models": [
-            {"name": "local", "deployments": [{"provider": "llama", "model": "qwen-dep"}]},
+            {"name": "local", "deployments": [{"provider": "llama", "model": "qwen-dep"}], "redaction": "p"},
+            {"name": "local-then-claude", "retry": RETRY, "deployments": [
+                {"provider": "llama", "model": "qwen-dep"}, {"provider": "claude", "model": "claude-dep"}]},
             {"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep"}]},
             {"name": "claude-or-gpt", "deployments": [{"provider": "claude", "model": "claude-dep"},
                                                       {"provider": "oai", "model": "gpt-dep"}]},
         ],
+        "redaction": {"profiles": {"p": {"rules": ["secrets"]}}},
     }, env={}))
 
 
@@ -171,3 +176,30 @@ def test_a_chat_only_server_without_usage_or_done_still_completes(upstream: Fake
     with client(gw).responses.stream(model="local", input="hi") as s:
         final = s.get_final_response()
     assert final.output_text == "no usage" and final.status == "completed"
+
+
+def test_a_failure_before_the_first_token_falls_back_with_one_lifecycle(upstream: FakeUpstream,
+                                                                         gw: GatewayServer) -> None:
+    """The chat server's in-band error before any text is retried on the next deployment (Anthropic, also
+    bridged); the client sees one `response.created` and the fallback's answer."""
+    upstream.enqueue(CHAT_PATH, Script([sse(chunk({"role": "assistant", "content": ""})),
+                                        sse({"error": {"message": "overloaded", "type": "server_error",
+                                                       "code": "server_error"}})]))
+    upstream.enqueue(a.PATH, a.text_stream(["From ", "Claude."]))
+    with client(gw).responses.with_streaming_response.create(model="local-then-claude", input="hi",
+                                                             stream=True) as raw:
+        assert raw.headers["x-gateway-deployment"] == "claude/claude-dep"
+        events = list(raw.parse())
+    types = [e.type for e in events]
+    assert types.count("response.created") == 1 and types[-1] == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "From Claude."
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_a_secret_split_across_chat_chunks_is_masked_everywhere(upstream: FakeUpstream, gw: GatewayServer) -> None:
+    upstream.enqueue(CHAT_PATH, text_stream(["Your key: ", KEY[:9], KEY[9:30], KEY[30:], " done."]))
+    with client(gw).responses.stream(model="local", input="my key?") as s:
+        deltas = "".join(e.delta for e in s if e.type == "response.output_text.delta")
+        final = s.get_final_response()
+    assert KEY not in deltas and "[REDACTED:openai_key]" in deltas
+    assert final.output_text == deltas, "the terminal object carries what the deltas said"
