@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.config import ConfigError, parse_config
 from gateway.core.responses.filter import ResponsesOutputFilter
@@ -18,7 +20,7 @@ from gateway.providers.convert.responses_chat_request import chat_body
 from gateway.providers.registry import CELLS
 from gateway.providers.responses_openai import ResponsesPassThrough
 from gateway.providers.settings import ProviderConfig
-from tests.unit.fidelity import drive
+from tests.unit.fidelity import drive, fidelity
 from tests.unit.reads import splits
 
 CHAT_ONLY = ProviderConfig("llama", "openai", "http://127.0.0.1:9/v1", "sk-x", responses=False)
@@ -197,3 +199,38 @@ def test_the_responses_key_is_for_openai_servers_only() -> None:
     assert config({"type": "openai", "base_url": "http://h/v1"}).providers["p"].responses is True
     with pytest.raises(ConfigError, match=r"providers\.p\.responses"):
         config({"type": "anthropic", "base_url": "http://h", "responses": False})
+
+
+_ITEM = st.one_of(
+    st.builds(lambda t: {"role": "user", "content": t}, st.text(min_size=1, max_size=8)),
+    st.builds(lambda t: {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]},
+              st.text(min_size=1, max_size=8)),
+    st.builds(lambda n: [{"type": "function_call", "call_id": f"call_{n}", "name": "f", "arguments": f'{{"n":{n}}}'},
+                         {"type": "function_call_output", "call_id": f"call_{n}", "output": f"out {n}"}],
+              st.integers(0, 10**6)),
+)
+
+
+@fidelity(200)
+@given(st.lists(_ITEM, max_size=8), st.booleans())
+def test_any_history_keeps_its_texts_calls_and_outputs_in_order(items: list[Any], parallel: bool) -> None:
+    """Every call reaches the chat body once, in an assistant turn before its output; texts keep their order."""
+    flat: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, list) and parallel and flat and flat[-1].get("type") == "function_call_output":
+            flat.insert(len(flat) - 1, item[0])  # two calls, then both outputs (a parallel turn)
+            flat.append(item[1])
+        else:
+            flat.extend(item if isinstance(item, list) else [item])
+    messages = chat_body({"input": flat})["messages"]
+    calls = [c["id"] for m in messages for c in m.get("tool_calls", ())]
+    assert calls == [i["call_id"] for i in flat if i.get("type") == "function_call"]
+    seen: set[str] = set()
+    for m in messages:
+        seen.update(c["id"] for c in m.get("tool_calls", ()))
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in seen and m["content"] == f"out {m['tool_call_id'][5:]}"
+    texts = [m["content"] for m in messages if m["role"] in ("user", "assistant") and m["content"]]
+    want = [i["content"] if isinstance(i["content"], str) else i["content"][0]["text"] for i in flat
+            if i.get("role") in ("user", "assistant")]
+    assert texts == want
