@@ -27,7 +27,7 @@ from gateway.pipeline.attempt_io import fetch_body, forwardable
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import answer_headers, resolve
+from gateway.pipeline.request import answer_headers, keep_serving, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import CountsTokens, Translator
 
@@ -38,6 +38,7 @@ BYTES_PER_TOKEN = 4
 async def count_tokens(request: GatewayRequest) -> Response:
     rt, ctx = await resolve(request, COUNT_TOKENS)
     input_slots(ctx.body)  # the same validation as a Messages request
+    keep_serving(ctx, lambda d: rt.translator(COUNT_TOKENS.schema, d) is not None, "Messages")
     await admit(rt, request.app.state, ctx, tokens=False)
     counting = tuple(d for d in ctx.model.deployments if _counter(rt, d, request) is not None)
     if not counting:
