@@ -71,6 +71,7 @@ class Metrics:
     store_errors: Any
     team_requests: Any
     team_cost: Any
+    continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -170,6 +171,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
         team_requests=Counter("team_requests", "Answered requests of stored keys, by team", ["team", "model"], **kw),
         team_cost=Counter("team_cost_usd", "Spend of stored keys, by team", ["team", "model"], **kw),
+        continuations=Counter("continuations", "Continuation attempts of streams that failed after the first "
+                              "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:
