@@ -11,7 +11,6 @@ a divergence, and the stream ends as it would have without continuation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -106,18 +105,6 @@ class Seam:
         """The continuation finished: a regenerated answer that ended before the join diverged."""
         if self.strict and not self.joined:
             raise Diverged
-
-
-@dataclass(frozen=True, slots=True)
-class Continued:
-    """A committed stream that was continued: the attempts' usages (None: the upstream reported none)."""
-
-    first: Usage | None
-    second: Usage | None
-
-    @property
-    def total(self) -> Usage | None:
-        return add_usage(self.first, self.second)
 
 
 def add_usage(a: Usage | None, b: Usage | None) -> Usage | None:

@@ -119,6 +119,10 @@ class StreamCore(Protocol):
         answer was in text: one answer, no tool call begun, not inside reasoning. None: it cannot be
         continued (the stream ends with one error event, as without continuation)."""
 
+    def end_reason(self) -> str | None:
+        """How a whole answer ended, in the API's words (chat's `finish_reason`, Messages' `stop_reason`,
+        Responses' status): a continuing attempt's, for the stream it continued."""
+
     def continue_with(self, events: list[StreamEvent]) -> bytes:
         """Another attempt's events (its output deltas, tool calls, finish; the summed usage) as this
         stream's own: the same id, lifecycle and indexes, through the same output filter, for the client.

@@ -210,8 +210,8 @@ class Continuation:
         second.response.finish()  # a whole answer: its connection may serve the next request
         second.response = None
         total = add_usage(self._before(), core.assembler.usage)
-        if total is not None:
-            await write(stream.continue_with([total]))
+        end: list[StreamEvent] = [Finish(0, core.end_reason() or "")]
+        await write(stream.continue_with(end if total is None else [*end, total]))
         return "ok"
 
     def _before(self) -> Usage | None:
@@ -247,8 +247,8 @@ class Continuation:
 
 async def _pass(events: list[StreamEvent], seam: Seam, stream: StreamCore, write: Write) -> None:
     """A continuing attempt's events that go on to the client: content past the seam (its other kinds
-    of text the client has read already: the answer was in its content), tool calls, the finish.
-    Usage is summed at the end; an in-band error ends the continuing stream's core."""
+    of text the client has read already: the answer was in its content) and tool calls. Its end and
+    usage go on once it is whole (`Continuation._read`); an in-band error ends its own core."""
     out: list[StreamEvent] = []
     for e in events:
         t = type(e)
@@ -260,9 +260,6 @@ async def _pass(events: list[StreamEvent], seam: Seam, stream: StreamCore, write
                     out.append(OutputDelta(0, _CONTENT, rest))
         elif t is ToolCallDelta:
             seam.other_output()
-            out.append(e)
-        elif t is Finish:
-            seam.end()
             out.append(e)
     if out:
         await write(stream.continue_with(out))

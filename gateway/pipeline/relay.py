@@ -135,13 +135,15 @@ class Relay:
         check_refusal(filt)
         try:
             await pump(self.opened.response, stream, filt, sink, self.opened.deployment)
+        except StreamEnded as failed:
+            if failed.reason == "guardrail" or not await self._continue(failed.reason):
+                raise
+        else:
             await sink.emit(stream.drain(), time.perf_counter(), filt.output_released)
             ended = stream.upstream_end(self.rt.safety.scrubber)
-            if ended is not None:
+            # the failure's own event is read (and numbered) only when the stream ends with it
+            if ended is not None and not await self._continue(ended.reason):
                 raise self._ended(ended)
-        except StreamEnded as failed:
-            if self.resume is None or failed.reason == "guardrail" or not await self._continue(failed):
-                raise
         tail = stream.tail()
         check_refusal(filt)
         verdict = await judge_keeping_alive(self.rt, self.ctx, sink.keeper, stream.assembler, self.judges)
@@ -161,16 +163,18 @@ class Relay:
         await sink.emit(tail, time.perf_counter(), filt.output_released)
         await client.write_eof(end)
 
-    async def _continue(self, end: StreamEnded) -> bool:
-        """The upstream failed after the first token: continued on another deployment, or not."""
+    async def _continue(self, reason: str) -> bool:
+        """The upstream failed after the first token: continued on another deployment (a model with
+        `continuation: on`, CONTRACT §4.9), or not."""
         opened, resume = self.opened, self.resume
-        assert resume is not None
+        if resume is None:
+            return False
         if opened.response is not None:
             opened.response.close()  # the failed one is never reused
             opened.response = None
         if not await resume(opened, self._write):
             return False
-        self.ctx.rec.stream_failed(self.ctx.model.name, opened.deployment, end.reason)  # it did fail
+        self.ctx.rec.stream_failed(self.ctx.model.name, opened.deployment, reason)  # it did fail
         return True
 
     async def _write(self, data: bytes) -> None:

@@ -149,7 +149,8 @@ def test_a_tool_call_in_the_continuation_reaches_the_client(
     text, chunks = read(gw)
     assert text == "Let me look it up."
     calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-    assert [(tc.index, tc.id, tc.function.name, tc.function.arguments) for tc in calls] == [(0, "call_9", "lookup", "{}")]
+    got = [(tc.index, tc.id, tc.function.name, tc.function.arguments) for tc in calls]
+    assert got == [(0, "call_9", "lookup", "{}")]
 
 
 def test_the_usage_the_client_reads_and_the_usage_recorded_are_the_sum(

@@ -136,6 +136,10 @@ class ChatAssembler:
         parts = c.text.get(_CONTENT)
         return "".join(parts) if parts else None
 
+    def finish_reason(self, choice: int = 0) -> str | None:
+        c = self._choices.get(choice)
+        return c.finish_reason if c is not None else None
+
     def output_bytes(self) -> int:
         """UTF-8 size of everything the answer said (every text kind, tool names and arguments): what a
         usage estimate counts when the provider reported none."""

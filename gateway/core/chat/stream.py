@@ -237,6 +237,9 @@ class ChatStream:
     def resume_point(self) -> str | None:
         return self.assembler.resume_text() if self.filt is not None and self.filt.refusal is None else None
 
+    def end_reason(self) -> str | None:
+        return self.assembler.finish_reason(0)
+
     def continue_with(self, events: list[StreamEvent]) -> bytes:
         """Each event as a chunk of this stream (its id, created, model), through its filter."""
         filt = self.filt

@@ -196,5 +196,5 @@ def continued_chunk(meta: dict[str, Any], e: StreamEvent) -> dict[str, Any]:
         call["function"] = fn
         choice, delta["tool_calls"] = e.choice, [call]
     elif type(e) is Finish:
-        choice, finish = e.choice, e.reason
+        choice, finish = e.choice, e.reason or "stop"
     return {**base, "choices": [{"index": choice, "delta": delta, "finish_reason": finish}]}
