@@ -109,6 +109,10 @@ class RequestRecorder:
         """A failure after the first token."""
         self.m.child(self.m.stream_failures, model, d.label, reason).inc()
 
+    def continuing(self, mode: str) -> None:
+        """The next attempt continues the committed stream (its span says so)."""
+        self.trace.continuing(mode)
+
     def continuation(self, model: str, d: Deployment, mode: str, outcome: str) -> None:
         """One continuation attempt on `d` (CONTRACT §4.9): prefill or regenerate; ok, diverged, failed."""
         self.m.child(self.m.continuations, model, d.label, mode, outcome).inc()

@@ -24,8 +24,6 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
-
 from gateway.config.types import Deployment
 from gateway.core.continuation import Diverged, Mode, Seam, add_usage, prefill_body, prefill_text
 from gateway.core.events import (
@@ -49,8 +47,6 @@ from gateway.pipeline.attempts import _one as one_attempt
 from gateway.pipeline.opener import open_stream
 from gateway.pipeline.runtime import Runtime
 from gateway.upstream import UpstreamError
-
-log = structlog.get_logger("gateway")
 
 Write = Callable[[bytes], Awaitable[None]]  # the relay's write of client bytes (and its refusal check)
 _CONTENT = DeltaKind.CONTENT
@@ -147,6 +143,7 @@ class Continuation:
 
         served = dataclasses.replace(self.served, stream_core=core)
         ctx.attempts += 1
+        ctx.rec.continuing(mode.value)
         try:
             second = await one_attempt(self.rt, ctx, d, lambda dd: self._open(dd, served, body))
         except UpstreamError as exc:
@@ -223,8 +220,7 @@ class Continuation:
     def _outcome(self, d: Deployment, mode: Mode, outcome: str) -> None:
         ctx = self.ctx
         ctx.rec.continuation(ctx.model.name, d, mode.value, outcome)
-        ctx.continued = f"{mode.value}:{outcome}"
-        log.info("stream_continuation", deployment=d.label, mode=mode.value, outcome=outcome)
+        ctx.continued = f"{mode.value}:{outcome}"  # the request's log line says how its stream ended
 
     def account(self, opened: Opened[StreamCore]) -> None:
         """A continued stream's end: each attempt's usage and cost against its own deployment; the
