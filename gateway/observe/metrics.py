@@ -248,6 +248,9 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
                     m.requests.labels(api.name, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):
             m.hedges.labels(model.name, winner)
+        for d in model.deployments if model.continuation else ():
+            for mode in ("prefill", "regenerate"):
+                m.continuations.labels(model.name, d.label, mode, "ok")
 
 
 def _preinitialise_apis(m: Metrics, apis: tuple[ClientApi, ...], model: str, providers: set[str], *,

@@ -11,9 +11,11 @@ from typing import Any
 
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import parse_config
 from tests.chat_scripts import USAGE, chunk, error_script, text_stream
+from tests.contract_metrics import CONTINUATION_METRICS
 from tests.fake_upstream import Close, FakeUpstream, Hang, Part, Script, sse
 from tests.harness import GatewayServer
 
@@ -209,3 +211,22 @@ def test_a_continuation_that_fails_too_ends_with_one_error_event(
     assert "".join(seen) == "One, two, three,"
     assert gw.sample("llm_gateway_continuations_total", mode="prefill", outcome="failed") == 1
 
+
+
+def test_the_continuation_metric_is_the_contracts(upstream: FakeUpstream,
+                                                  make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(config(upstream.base_url, b_prefill=False))
+    upstream.enqueue(A, failing(WHOLE[:2], Close()))
+    upstream.enqueue(B, text_stream(["Other."]))
+    with pytest.raises(openai.APIError):
+        read(gw)
+    families = {f.name: f for f in text_string_to_metric_families(gw.scrape())}
+    for name, spec in CONTINUATION_METRICS.items():
+        samples = [s for s in families[name.removesuffix("_total")].samples if not s.name.endswith("_created")]
+        assert {s.labels["mode"] for s in samples} == {"prefill", "regenerate"}, "every mode from the start"
+        for s in samples:
+            assert set(s.labels) == set(spec.labels)
+            assert s.labels["model"] == "m" and s.labels["deployment"] in {"a/model-a", "b/model-b"}
+            for label, allowed in spec.values.items():
+                assert s.labels[label] in allowed
+        assert any(s.labels["outcome"] == "diverged" and s.value == 1 for s in samples)
