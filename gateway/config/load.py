@@ -171,8 +171,8 @@ def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], er
         cache_creation_input=p.number("cache_creation_input", 0.0) if p.has("cache_creation_input")
         else None,
     )
-    native = provider in providers and providers[provider].type == "anthropic"  # prefill is Anthropic's own
-    prefill = s.get("prefill", bool, native)
+    kind = PROVIDERS.get(providers[provider].type) if provider in providers else None
+    prefill = s.get("prefill", bool, kind is not None and kind.prefill)  # unset: the type's own (Anthropic's)
     return Deployment(provider=provider, model=model, price=price, prefill=prefill)
 
 

@@ -31,13 +31,10 @@ def prefill_text(text: str) -> str:
     return text.rstrip()
 
 
-def prefill_body(api: str, body: dict[str, Any], text: str) -> dict[str, Any]:
-    """The client's request (`api`'s own shape) with `text` as the answer's beginning: a trailing assistant
-    message (chat, messages), or an assistant output message item (responses). A request that already ends
-    with an assistant message (the client's own prefill) has the text appended to it: the answer the
-    client reads continues that message."""
-    if api == "responses":
-        return _responses_prefill(body, text)
+def prefill_messages(body: dict[str, Any], text: str) -> dict[str, Any]:
+    """A Chat Completions or Messages request with `text` as the answer's beginning: a trailing assistant
+    message. A request that already ends with one (the client's own prefill) has the text appended to
+    it: the answer the client reads continues that message."""
     messages = list(body.get("messages") or [])
     last = messages[-1] if messages else None
     if isinstance(last, dict) and last.get("role") == "assistant":
@@ -52,7 +49,9 @@ def prefill_body(api: str, body: dict[str, Any], text: str) -> dict[str, Any]:
     return {**body, "messages": messages}
 
 
-def _responses_prefill(body: dict[str, Any], text: str) -> dict[str, Any]:
+def prefill_input(body: dict[str, Any], text: str) -> dict[str, Any]:
+    """A Responses request with `text` as the answer's beginning: an assistant output message item
+    after its input (a string input becomes the user message it stands for)."""
     given = body.get("input")
     items: list[Any] = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
     items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.config.types import Deployment
-from gateway.core.continuation import Diverged, Mode, Seam, add_usage, prefill_body, prefill_text
+from gateway.core.continuation import Diverged, Mode, Seam, add_usage, prefill_text
 from gateway.core.events import (
     DeltaKind,
     Failure,
@@ -134,7 +134,7 @@ class Continuation:
     async def _leg(self, d: Deployment, mode: Mode, text: str, stream: StreamCore, write: Write) -> bool:
         """One continuing attempt on `d`: True when the answer is whole."""
         ctx, tap = self.ctx, None
-        body = prefill_body(ctx.api, ctx.body, prefill_text(text)) if mode is Mode.PREFILL else ctx.body
+        body = self.served.prefill(ctx.body, prefill_text(text)) if mode is Mode.PREFILL else ctx.body
 
         def core(parser: Any, label: str) -> StreamCore:
             nonlocal tap

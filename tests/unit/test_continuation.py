@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.stream import ChatStream
-from gateway.core.continuation import Diverged, Mode, Seam, add_usage, prefill_body, prefill_text
+from gateway.core.continuation import Diverged, Mode, Seam, add_usage, prefill_input, prefill_messages, prefill_text
 from gateway.core.events import DeltaKind, Finish, OutputDelta, StreamEvent, StreamFailed, ToolCallDelta, Usage
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
@@ -77,13 +77,13 @@ def test_a_prefill_continuation_writes_the_left_out_whitespace_once(sent: str, w
 
 def test_the_prefill_request_of_each_api() -> None:
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
-    assert prefill_body("chat", chat, "Hel") == {**chat, "messages": [*chat["messages"],
+    assert prefill_messages(chat, "Hel") == {**chat, "messages": [*chat["messages"],
                                                                       {"role": "assistant", "content": "Hel"}]}
     own = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "{"}]}
-    assert prefill_body("messages", own, '"a": 1')["messages"][-1] == {"role": "assistant", "content": '{"a": 1'}
+    assert prefill_messages(own, '"a": 1')["messages"][-1] == {"role": "assistant", "content": '{"a": 1'}
     blocks = {"messages": [{"role": "assistant", "content": [{"type": "text", "text": "{"}]}]}
-    assert prefill_body("messages", blocks, "x")["messages"][-1]["content"][-1] == {"type": "text", "text": "x"}
-    resp = prefill_body("responses", {"input": "hi"}, "Hel")["input"]
+    assert prefill_messages(blocks, "x")["messages"][-1]["content"][-1] == {"type": "text", "text": "x"}
+    resp = prefill_input({"input": "hi"}, "Hel")["input"]
     assert resp == [{"role": "user", "content": "hi"},
                     {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hel"}]}]
     assert chat["messages"] == [{"role": "user", "content": "hi"}], "the client's request is not changed"
