@@ -6,18 +6,22 @@ client reads one answer; a divergence, or a failure inside a tool call, ends it 
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from gateway.config import parse_config
+from tests import anthropic_scripts as a
 from tests.chat_scripts import USAGE, chunk, error_script, text_stream
 from tests.contract_metrics import CONTINUATION_METRICS
 from tests.fake_upstream import Close, FakeUpstream, Hang, Part, Script, sse
-from tests.harness import GatewayServer
+from tests.harness import GatewayServer, LoopThread, wait_until
 
 A, B = "/a/v1/chat/completions", "/b/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "count"}]
@@ -26,22 +30,25 @@ ROLE = sse(chunk({"role": "assistant", "content": ""}))
 FIRST_USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
 
 
-def config(url: str, *, b_prefill: bool = True, idle_s: float = 5, continuation: Any = "on",
-           redaction: str = "off", max_attempts: int = 4) -> Any:
+def config(url: str, *, b_prefill: bool | None = True, idle_s: float = 5, continuation: Any = "on",
+           redaction: str = "off", max_attempts: int = 4, b_type: str = "openai") -> Any:
     t = {"connect_s": 1, "first_token_s": 5, "idle_s": idle_s, "total_s": 30}
+    b_url = f"{url}/b/v1" if b_type == "openai" else f"{url}/b"
+    b_deployment: dict[str, Any] = {"provider": "b", "model": "model-b"}
+    if b_prefill is not None:
+        b_deployment["prefill"] = b_prefill
     return parse_config({
         "server": {"keepalive_after_s": 30},
         "auth": {"allow_unauthenticated": True},
         "providers": {
             "a": {"type": "openai", "base_url": f"{url}/a/v1", "api_key": "ka", "timeouts": t},
-            "b": {"type": "openai", "base_url": f"{url}/b/v1", "api_key": "kb", "timeouts": t, "learn_ttl_s": 60},
+            "b": {"type": b_type, "base_url": b_url, "api_key": "kb", "timeouts": t, "learn_ttl_s": 60},
         },
         "redaction": {"profiles": {"default": {"rules": ["secrets"]}}},
         "models": [{"name": "m", "continuation": continuation, "redaction": redaction,
                     "retry": {"max_attempts": max_attempts, "per_deployment": 1, "initial_backoff_ms": 1,
                               "max_backoff_ms": 5},
-                    "deployments": [{"provider": "a", "model": "model-a"},
-                                    {"provider": "b", "model": "model-b", "prefill": b_prefill}]}],
+                    "deployments": [{"provider": "a", "model": "model-a"}, b_deployment]}],
     }, env={})
 
 
@@ -108,17 +115,57 @@ def test_a_deployment_that_rejects_prefill_regenerates_and_learns_it(
     assert upstream.bodies(B)[2]["messages"] == MESSAGES and len(upstream.bodies(B)) == 3
 
 
+@pytest.mark.parametrize("how", sorted(FAILURES))
+def test_a_deterministic_fallback_that_cannot_prefill_regenerates(
+        how: str, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(config(upstream.base_url, b_prefill=False, idle_s=0.3 if how == "stall" else 5))
+    upstream.enqueue(A, failing(WHOLE[:3], FAILURES[how]))
+    upstream.enqueue(B, text_stream(WHOLE))
+    text, chunks = read(gw)
+    assert text == "".join(WHOLE) and {c.id for c in chunks} == {"chatcmpl-up"}
+    assert upstream.bodies(B)[0]["messages"] == MESSAGES
+
+
+def raw_stream(gw: GatewayServer) -> bytes:
+    req = urllib.request.Request(f"{gw.base_url}/chat/completions", headers={"content-type": "application/json"},
+                                 data=orjson.dumps({"model": "m", "stream": True, "messages": MESSAGES}))
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return bytes(r.read())
+
+
+@pytest.mark.parametrize("how", sorted(FAILURES))
 def test_a_regenerated_answer_that_diverges_ends_with_one_error_event(
-        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
-    gw = make_gateway(config(upstream.base_url, b_prefill=False))
-    upstream.enqueue(A, failing(WHOLE[:2], Close()))
+        how: str, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(config(upstream.base_url, b_prefill=False, idle_s=0.3 if how == "stall" else 5))
+    upstream.enqueue(A, failing(WHOLE[:2], FAILURES[how]))
+    upstream.enqueue(B, text_stream(["One, ", "TWO, three."]))
+    body = raw_stream(gw)
+    assert body.count(b'data: {"error"') == 1 and b"[DONE]" not in body and body.endswith(b"\n\n")
+    assert b"TWO" not in body and b"three" not in body  # nothing of the other answer
+    upstream.enqueue(A, failing(WHOLE[:2], FAILURES[how]))
     upstream.enqueue(B, text_stream(["One, ", "TWO, three."]))
     seen: list[str] = []
     with pytest.raises(openai.APIError):
         for c in sdk(gw).chat.completions.create(model="m", messages=MESSAGES, stream=True):
             seen.append(c.choices[0].delta.content or "" if c.choices else "")
-    assert "".join(seen) == "One, two, "  # the text already sent stands, and nothing of the other answer
-    assert gw.sample("llm_gateway_continuations_total", mode="regenerate", outcome="diverged") == 1
+    assert "".join(seen) == "One, two, "  # the text already sent stands
+    assert gw.sample("llm_gateway_continuations_total", mode="regenerate", outcome="diverged") == 2
+
+
+def test_an_anthropic_fallback_prefills_natively(upstream: FakeUpstream,
+                                                 make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(config(upstream.base_url, b_prefill=None, b_type="anthropic"))
+    upstream.enqueue(A, failing(WHOLE[:2], Close()))
+    upstream.enqueue("/b/v1/messages", a.stream([a.message_start(), *a.text_block(0, [" three, four, five."]),
+                                                 a.message_delta(), a.message_stop()]))
+    text, chunks = read(gw, stream_options={"include_usage": True})
+    assert text == "".join(WHOLE)
+    sent = upstream.bodies("/b/v1/messages")[0]["messages"]
+    assert sent[-1]["role"] == "assistant" and "One, two," in orjson.dumps(sent[-1]).decode()
+    usage = chunks[-1].usage  # the first attempt reported none: the second's (its output count is cumulative)
+    assert usage is not None and usage.completion_tokens == a.USAGE_END["output_tokens"]
+    start = a.USAGE_START
+    assert usage.prompt_tokens == start["input_tokens"] + start["cache_read_input_tokens"]
 
 
 def test_a_regenerated_answer_that_ends_early_diverges(upstream: FakeUpstream,
@@ -169,6 +216,20 @@ def test_the_usage_the_client_reads_and_the_usage_recorded_are_the_sum(
     # each attempt's tokens against its own deployment's provider; the request's record is the sum
     assert gw.sample("llm_gateway_tokens_total", provider="a", type="input") == FIRST_USAGE["prompt_tokens"]
     assert gw.sample("llm_gateway_tokens_total", provider="b", type="input") == USAGE["prompt_tokens"]
+
+
+def test_the_usage_recorded_for_the_request_is_the_sum(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(A, failing(WHOLE[:2], Close(), usage=True))
+    upstream.enqueue(B, text_stream(WHOLE[2:]))
+    with capture_logs() as logs:
+        assert read(gw)[0] == "".join(WHOLE)
+        servers.run(wait_until(lambda: any(e["event"] == "request" for e in logs)))
+    (line,) = [e for e in logs if e["event"] == "request"]
+    assert line["input_tokens"] == FIRST_USAGE["prompt_tokens"] + USAGE["prompt_tokens"]
+    assert line["output_tokens"] == FIRST_USAGE["completion_tokens"] + USAGE["completion_tokens"]
+    assert line["continued"] == "prefill:ok" and line["stream_error"] is None and line["attempts"] == 2
 
 
 def test_a_secret_split_by_the_failure_is_masked_whole(upstream: FakeUpstream,
