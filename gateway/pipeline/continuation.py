@@ -151,10 +151,10 @@ class Continuation:
         assert tap is not None
         try:
             outcome = await self._read(second, tap, Seam(mode, text), stream, write)
-        finally:
+        finally:  # a guardrail's refusal or the client's leaving too: its usage is the request's
             if second.response is not None:
                 second.response.close()
-        self.legs.append((d, second.stream.assembler.usage))
+            self.legs.append((d, second.stream.assembler.usage))
         self._outcome(d, mode, outcome)
         return outcome == "ok"
 

@@ -7,11 +7,13 @@ error event and the text already sent stands. (Chat: test_continuation_chat.py.)
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import openai
+import orjson
 import pytest
 
 from gateway.config import parse_config
@@ -43,6 +45,13 @@ def config(url: str, kind: str, *, idle_s: float = 5, b_prefill: bool | None = N
                     "retry": {"max_attempts": 4, "per_deployment": 1, "initial_backoff_ms": 1, "max_backoff_ms": 5},
                     "deployments": [{"provider": "a", "model": "model-a"}, b]}],
     }, env={})
+
+
+def raw(gw: GatewayServer, path: str, body: dict[str, Any]) -> bytes:
+    req = urllib.request.Request(f"{gw.base_url}{path}", data=orjson.dumps(body),
+                                 headers={"content-type": "application/json", "x-api-key": "x"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return bytes(r.read())
 
 
 # -- Messages ---------------------------------------------------------------------------------------
@@ -88,13 +97,14 @@ def test_messages_continued_by_prefill(how: str, upstream: FakeUpstream,
     assert gw.sample("llm_gateway_tokens_total", provider="b", type="output") == 12
 
 
-def test_messages_regenerated_after_a_prefill_is_rejected(upstream: FakeUpstream,
+@pytest.mark.parametrize("how", sorted(M_FAILURES))
+def test_messages_regenerated_after_a_prefill_is_rejected(how: str, upstream: FakeUpstream,
                                                           make_gateway: Callable[..., GatewayServer]) -> None:
-    gw = make_gateway(config(upstream.base_url, "anthropic"))
+    gw = make_gateway(config(upstream.base_url, "anthropic", idle_s=0.3 if how == "stall" else 5))
     rejection = json_script({"type": "error", "error": {"type": "invalid_request_error",
                                                         "message": "This model does not support assistant prefill"}},
                             400)
-    upstream.enqueue(MA, messages_cut(Close()))
+    upstream.enqueue(MA, messages_cut(M_FAILURES[how]))
     upstream.enqueue(MB, rejection, messages_answer(["One, two", ", three, four, five."]))
     text, final = read_messages(gw)
     assert text == WHOLE and final.id == "msg_first"
@@ -102,10 +112,11 @@ def test_messages_regenerated_after_a_prefill_is_rejected(upstream: FakeUpstream
     assert gw.sample("llm_gateway_learned_fallbacks", deployment="b/model-b", api="messages", fact="no_prefill") == 1
 
 
-def test_messages_a_diverging_regeneration_ends_with_one_error(upstream: FakeUpstream,
+@pytest.mark.parametrize("how", sorted(M_FAILURES))
+def test_messages_a_diverging_regeneration_ends_with_one_error(how: str, upstream: FakeUpstream,
                                                                make_gateway: Callable[..., GatewayServer]) -> None:
-    gw = make_gateway(config(upstream.base_url, "anthropic", b_prefill=False))
-    upstream.enqueue(MA, messages_cut(Close()))
+    gw = make_gateway(config(upstream.base_url, "anthropic", b_prefill=False, idle_s=0.3 if how == "stall" else 5))
+    upstream.enqueue(MA, messages_cut(M_FAILURES[how]))
     upstream.enqueue(MB, messages_answer(["Two, one."]))
     seen: list[str] = []
     with pytest.raises(anthropic.APIError), anthropic_client(gw).messages.stream(
@@ -114,6 +125,10 @@ def test_messages_a_diverging_regeneration_ends_with_one_error(upstream: FakeUps
             seen.append(piece)
     assert "".join(seen) == "One, two, "
     assert gw.sample("llm_gateway_continuations_total", mode="regenerate", outcome="diverged") == 1
+    upstream.enqueue(MA, messages_cut(M_FAILURES[how]))
+    upstream.enqueue(MB, messages_answer(["Two, one."]))
+    body = raw(gw, "/messages", {"model": "m", "max_tokens": 100, "stream": True, "messages": USER})
+    assert body.count(b"event: error") == 1 and b"message_stop" not in body and b"Two" not in body
 
 
 def test_messages_a_failure_inside_a_tool_call_is_not_continued(upstream: FakeUpstream,
@@ -163,12 +178,13 @@ def test_responses_continued_by_prefill(how: str, upstream: FakeUpstream,
     assert gw.sample("llm_gateway_continuations_total", mode="prefill", outcome="ok") == 1
 
 
-def test_responses_regenerated_after_a_prefill_is_rejected(upstream: FakeUpstream,
+@pytest.mark.parametrize("how", sorted(R_FAILURES))
+def test_responses_regenerated_after_a_prefill_is_rejected(how: str, upstream: FakeUpstream,
                                                            make_gateway: Callable[..., GatewayServer]) -> None:
-    gw = make_gateway(config(upstream.base_url, "openai", b_prefill=True))
+    gw = make_gateway(config(upstream.base_url, "openai", b_prefill=True, idle_s=0.3 if how == "stall" else 5))
     rejection = json_script({"error": {"message": "assistant prefill unsupported", "type": "invalid_request_error",
                                        "param": "input", "code": None}}, 400)
-    upstream.enqueue(RA, responses_cut(Close()))
+    upstream.enqueue(RA, responses_cut(R_FAILURES[how]))
     upstream.enqueue(RB, rejection, stream_script(Answer("resp_b").message(["One, two, three", ", four, five."])
                                                   .stream_events()))
     text, last = read_responses(gw)
@@ -176,10 +192,12 @@ def test_responses_regenerated_after_a_prefill_is_rejected(upstream: FakeUpstrea
     assert upstream.bodies(RB)[1]["input"] == "count"
 
 
-def test_responses_a_diverging_regeneration_ends_with_one_error(upstream: FakeUpstream,
+@pytest.mark.parametrize("how", sorted(R_FAILURES))
+def test_responses_a_diverging_regeneration_ends_with_one_error(how: str, upstream: FakeUpstream,
                                                                 make_gateway: Callable[..., GatewayServer]) -> None:
-    gw = make_gateway(config(upstream.base_url, "openai"))  # an openai deployment does not prefill by default
-    upstream.enqueue(RA, responses_cut(Close()))
+    # an openai deployment does not prefill by default
+    gw = make_gateway(config(upstream.base_url, "openai", idle_s=0.3 if how == "stall" else 5))
+    upstream.enqueue(RA, responses_cut(R_FAILURES[how]))
     upstream.enqueue(RB, stream_script(Answer("resp_b").message(["Five, four."]).stream_events()))
     client = openai.OpenAI(base_url=gw.base_url, api_key="x", timeout=30, max_retries=0)
     seen: list[Any] = []
@@ -188,3 +206,7 @@ def test_responses_a_diverging_regeneration_ends_with_one_error(upstream: FakeUp
             seen.append(e)
     assert "".join(e.delta for e in seen if e.type == "response.output_text.delta") == "One, two, "
     assert gw.sample("llm_gateway_continuations_total", mode="regenerate", outcome="diverged") == 1
+    upstream.enqueue(RA, responses_cut(R_FAILURES[how]))
+    upstream.enqueue(RB, stream_script(Answer("resp_b").message(["Five, four."]).stream_events()))
+    body = raw(gw, "/responses", {"model": "m", "input": "count", "stream": True})
+    assert body.count(b"event: error") == 1 and b"response.completed" not in body and b"Five" not in body
