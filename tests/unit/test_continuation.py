@@ -213,3 +213,15 @@ def test_no_resume_point_inside_a_tool_call_or_reasoning() -> None:
     thinking.feed(_sse([a.message_start(), *a.thinking_block(0, ["hmm"])[:2]]))
     thinking.commit(MessagesOutputFilter(None))
     assert thinking.resume_point() is None
+
+
+@pytest.mark.parametrize("api", CORES)
+def test_a_stream_guardrail_judges_across_the_seam(api: str) -> None:
+    run = safety(True).start()
+    assert run is not None
+    stream, out = CORES[api][0](run.factory, ["About project night"])
+    stream.end_of_input()
+    out.append(stream.continue_with([OutputDelta(0, CONTENT, "ingale: no.")]))
+    filt: Any = getattr(stream, "filt")  # noqa: B009 - the core's filter, as the relay reads its refusal
+    assert filt.refusal is not None and filt.refusal.guardrail == "g"
+    assert b"nightingale" not in b"".join(out)
