@@ -156,7 +156,7 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
 
 
 def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:
-    s = Section(raw, path, errs, ("provider", "model", "price"))
+    s = Section(raw, path, errs, ("provider", "model", "price", "prefill"))
     provider = s.get("provider", str, "")
     if provider not in providers:
         errs.add(s.at("provider"), f'unknown provider "{provider}"' if provider else "required")
@@ -171,7 +171,9 @@ def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], er
         cache_creation_input=p.number("cache_creation_input", 0.0) if p.has("cache_creation_input")
         else None,
     )
-    return Deployment(provider=provider, model=model, price=price)
+    kind = PROVIDERS.get(providers[provider].type) if provider in providers else None
+    prefill = s.get("prefill", bool, kind is not None and kind.prefill)  # unset: the type's own (Anthropic's)
+    return Deployment(provider=provider, model=model, price=price, prefill=prefill)
 
 
 def _retry(s: Section) -> RetryPolicy:
@@ -186,7 +188,7 @@ def _retry(s: Section) -> RetryPolicy:
 
 def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     s = Section(raw, path, ctx.errs, ("name", "deployments", "routing", "retry", "hedge_after_ms",
-                                       "guardrails", "cache", "redaction"))
+                                       "guardrails", "cache", "redaction", "continuation"))
     name = s.get("name", str, "")
     if not _NAME.match(name):
         ctx.errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
@@ -206,8 +208,18 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
         retry=_retry(Section(s.raw.get("retry"), s.at("retry"), ctx.errs,
                               ("max_attempts", "per_deployment", "initial_backoff_ms", "max_backoff_ms"))),
         hedge_after_ms=s.number("hedge_after_ms", 0.0), guardrails=guardrails,
-        cache=s.get("cache", bool, False), redaction=redaction,
+        cache=s.get("cache", bool, False), redaction=redaction, continuation=_on_off(s, "continuation"),
     )
+
+
+def _on_off(s: Section, key: str) -> bool:
+    """`on`/`off` (YAML 1.1 reads a bare on/off as a boolean; a quoted one stays a string)."""
+    value: bool | str = s.get(key, (bool, str), False)
+    if isinstance(value, bool):
+        return value
+    if value not in ("on", "off"):
+        s.errs.add(s.at(key), 'must be "on" or "off"')
+    return value == "on"
 
 
 class _Ctx:

@@ -117,13 +117,15 @@ class Tracing:
 class SpanTrace(RequestTrace):
     """The recorder of one traced request."""
 
-    __slots__ = ("_epoch_ns", "_last", "_op", "_open", "_parent", "_providers", "_server", "_t", "_winner")
+    __slots__ = ("_continuing", "_epoch_ns", "_last", "_op", "_open", "_parent", "_providers", "_server", "_t",
+                 "_winner")
 
     def __init__(self, tracing: Tracing, server: Span, op: str, providers: Mapping[str, ProviderConfig]):
         self._t, self._server, self._op, self._providers = tracing, server, op, providers
         self._parent = set_span_in_context(server)
         self._epoch_ns = time.time_ns() - time.perf_counter_ns()  # perf_counter instants -> span times
         self._winner: tuple[Span, Deployment] | None = None
+        self._continuing: str | None = None  # the mode of the continuation the next attempt is
         self._last: str | None = None  # the previous attempt's deployment
         self._open = 0  # attempts running now: one more starting is a hedge
 
@@ -138,14 +140,17 @@ class SpanTrace(RequestTrace):
         return self._attempt(d, run)
 
     async def _attempt(self, d: Deployment, run: Callable[[Deployment], Awaitable[T]]) -> T:
-        kind = "hedge" if self._open else "first" if self._last is None else (
-            "retry" if self._last == d.label else "fallback")
+        kind = "continuation" if self._continuing else "hedge" if self._open else "first" if self._last is None \
+            else ("retry" if self._last == d.label else "fallback")
         self._last = d.label
         span = self._t.tracer.start_span(f"{self._op} {d.model}", context=self._parent, kind=SpanKind.CLIENT,
                                          attributes={
             "gen_ai.operation.name": self._op, "gen_ai.request.model": d.model,
             "gen_ai.provider.name": self._provider_name(d), "gateway.deployment": d.label,
             "gateway.provider": d.provider, "gateway.attempt.kind": kind})
+        if self._continuing:
+            span.set_attribute("gateway.continuation.mode", self._continuing)
+            self._continuing = None
         carrier: dict[str, str] = {}
         self._t.propagator.inject(carrier, context=set_span_in_context(span))
         token = TRACE_HEADERS.set(tuple(carrier.items()))
@@ -176,6 +181,14 @@ class SpanTrace(RequestTrace):
 
     def stream_ended(self) -> None:
         self._server.add_event("stream_end")
+
+    def continuing(self, mode: str) -> None:
+        """The winner's stream failed after its first token: its span ends so; the next attempt's span
+        is the continuation's (and the winner when it continues the answer)."""
+        if self._winner is not None:
+            _end_attempt(self._winner[0], "stream_failed", None)
+            self._winner = None
+        self._continuing = mode
 
     def finish(self, ctx: RequestContext | None, status: int, outcome: str) -> None:
         server = self._server

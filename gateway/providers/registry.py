@@ -38,6 +38,7 @@ class ProviderKind:
     forward_headers: tuple[str, ...] = ("x-request-id",)
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
     auth: str = ""  # its requests are signed: the kind of `upstream.signing.SIGNERS` ("sigv4", "google")
+    prefill: bool = False  # continues a trailing assistant message natively (a deployment's default, §4.9)
 
 
 PROVIDERS: dict[str, ProviderKind] = {
@@ -45,7 +46,7 @@ PROVIDERS: dict[str, ProviderKind] = {
                            forward_headers=("openai-organization", "openai-project", "x-request-id")),
     # anthropic-version too: on the native Messages path the client's version is the one its body and
     # parser speak; a translated request always carries the configured one (the translator sets it)
-    "anthropic": ProviderKind(genai_name="anthropic",
+    "anthropic": ProviderKind(genai_name="anthropic", prefill=True,
                               forward_headers=("anthropic-version", "anthropic-beta", "x-request-id")),
     "azure": ProviderKind(requires=("api_version",), genai_name="azure.ai.openai"),
     "mock": ProviderKind(remote=False, in_process=mock_script, forward_headers=(), genai_name="llm_gateway.mock"),
