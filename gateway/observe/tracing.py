@@ -23,7 +23,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -38,6 +38,7 @@ from gateway.observe.otlp import (
     FLAG_IS_REMOTE,
     KIND_CLIENT,
     KIND_SERVER,
+    AttrValue,
     SpanRecord,
     resource_scope,
 )
@@ -201,11 +202,11 @@ class SpanTrace(RequestTrace):
                 attrs["gateway.cache_hit"] = True
             if ctx.stream_error is not None:
                 attrs["gateway.stream_error"] = ctx.stream_error
-            answered = self._answered(ctx)
-            attrs.update(answered)
             winner = self._winner
-            if winner is not None:
-                winner.attributes.update({k: v for k, v in answered.items() if k.startswith("gen_ai.")})
+            if winner is None:
+                self._answered(ctx, attrs, attrs)
+            else:
+                self._answered(ctx, attrs, winner.attributes)
                 winner.attributes["gateway.attempt.outcome"] = "ok"
                 winner.end_ns = now
                 self._out.on_end(winner)
@@ -215,23 +216,27 @@ class SpanTrace(RequestTrace):
         server.end_ns = now
         self._out.on_end(server)
 
-    def _answered(self, ctx: RequestContext) -> dict[str, Any]:
-        """What the serving deployment answered: its model, its provider, the provider's usage."""
+    def _answered(self, ctx: RequestContext, attrs: dict[str, AttrValue], winner: dict[str, AttrValue]) -> None:
+        """What the serving deployment answered, on the server span (`attrs`) and its `gen_ai.*` part on
+        the winning attempt's span: its model, its provider, the provider's usage."""
         d, u = ctx.deployment, ctx.usage
-        out: dict[str, Any] = {}
         if d is not None:
-            out.update({"gen_ai.response.model": d.model, "gen_ai.provider.name": self._provider_name(d),
-                        "gateway.deployment": d.label})
+            attrs["gateway.deployment"] = d.label
+            attrs["gen_ai.response.model"] = winner["gen_ai.response.model"] = d.model
+            attrs["gen_ai.provider.name"] = winner["gen_ai.provider.name"] = self._provider_name(d)
         if u is not None and ctx.usage_estimated:  # our estimate, not the provider's: not gen_ai.usage
-            out["gateway.usage_estimated"] = True
+            attrs["gateway.usage_estimated"] = True
         elif u is not None:  # the optional parts only when the provider reported them (fewer to encode)
-            out.update({"gen_ai.usage.input_tokens": u.input, "gen_ai.usage.output_tokens": u.output})
-            for name, value in (("gen_ai.usage.cache_read.input_tokens", u.cached_input),
-                                ("gen_ai.usage.cache_creation.input_tokens", u.cache_creation_input),
-                                ("gateway.usage.reasoning_tokens", u.reasoning)):
-                if value:
-                    out[name] = value
-        return out
+            attrs["gen_ai.usage.input_tokens"] = winner["gen_ai.usage.input_tokens"] = u.input
+            attrs["gen_ai.usage.output_tokens"] = winner["gen_ai.usage.output_tokens"] = u.output
+            if u.cached_input:
+                attrs["gen_ai.usage.cache_read.input_tokens"] = winner["gen_ai.usage.cache_read.input_tokens"] = (
+                    u.cached_input)
+            if u.cache_creation_input:
+                attrs["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input
+                winner["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input
+            if u.reasoning:
+                attrs["gateway.usage.reasoning_tokens"] = u.reasoning
 
     def _end_attempt(self, span: SpanRecord, outcome: str, failure: Failure | None) -> None:
         attrs = span.attributes
