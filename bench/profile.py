@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     redaction = not args.noredact and not servers.redaction_missing()
     prof = None if has_spy else workdir / "gateway.prof"
     sink = servers.start_otlp_sink(workdir) if args.tracing else None
-    gw = _start_gateway(workdir, upstream.port, redaction, prof, sink and f"http://127.0.0.1:{sink.port}")
+    gw = _start_gateway(workdir, upstream.port, redaction, prof, f"http://127.0.0.1:{sink.port}" if sink else None)
     try:
         loadgen(gw.url, sc, requests=sc.warmup, duration_s=0, samples=False)
         out = Path(args.svg) if args.svg else Path(args.raw) if args.raw else workdir / "profile.txt"

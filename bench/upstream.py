@@ -14,6 +14,10 @@ Headers go out at once; the role chunk and the first content delta after `ttft_m
 `tail_ms` later in a write of its own. HTTP/1.1 keep-alive, chunked transfer encoding, as OpenAI
 answers. `GET /healthz` answers 200.
 
+Faults on demand (the "failures starting mid-run" scenario): under the path prefix `/fail/` the same
+answers are served until `POST /faults/arm`; from then on until `POST /faults/disarm` every request there
+gets a 503 with an OpenAI error object, as an overloaded provider answers.
+
     python -m bench.upstream --port 9000
 """
 
@@ -56,6 +60,12 @@ class Shape:
 
 def _http_chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+FAIL_PREFIX = "/fail/"
+_FAULTS = {"armed": False}
+_OVERLOADED = orjson.dumps({"error": {"message": "The server is overloaded", "type": "server_error",
+                                      "param": None, "code": None}})
 
 
 def _plain(status: str, body: bytes) -> bytes:
@@ -130,6 +140,12 @@ class UpstreamProtocol(asyncio.Protocol):
             return
         if method == "GET" and path.endswith("/healthz"):
             t.write(_plain("200 OK", b"ok"))
+        elif method == "POST" and path in ("/faults/arm", "/faults/disarm"):
+            _FAULTS["armed"] = path == "/faults/arm"
+            t.write(_plain("200 OK", b"ok"))
+        elif _FAULTS["armed"] and path.startswith(FAIL_PREFIX):
+            t.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(_OVERLOADED)).encode() + b"\r\n\r\n" + _OVERLOADED)
         elif method == "POST" and path.endswith(("/chat/completions", "/messages")):
             try:
                 parsed = orjson.loads(body)
