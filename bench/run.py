@@ -98,11 +98,13 @@ class Pool:
     def _start(self, target: str) -> Server:
         if target == "nginx":
             return servers.start_nginx(self.workdir, self.upstream.port, self.nginx_bin)
-        config = self.traced.get(target) or self.configs[target != "gateway-noredact"]
         lag = self.lag_prefix(target)
-        if target == "gateway-base":
+        if target.startswith("gateway-base"):  # the baseline checkout, with the config of the target it pairs
             assert self.baseline is not None
+            paired = target.replace("gateway-base", "gateway")
+            config = self.traced.get(paired) or self.configs[True]
             return servers.start_gateway(target, self.workdir, config, source=self.baseline, lag=lag)
+        config = self.traced.get(target) or self.configs[target != "gateway-noredact"]
         return servers.start_gateway(target, self.workdir, config, workers=2 if target == "gateway-w2" else 1,
                                      lag=lag)
 
@@ -265,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     raw: dict[str, dict[str, Measure]] = {}
     baseline = Path(args.baseline).resolve() if args.baseline else None
     if baseline is not None:
-        scenarios = [replace(sc, targets=(*sc.targets[:2], "gateway-base", *sc.targets[2:])) for sc in scenarios]
+        scenarios = [replace(sc, targets=(*sc.targets[:2], "gateway-base", *sc.targets[2:])) if sc.key != "S2f"
+                     else replace(sc, targets=(*sc.targets, "gateway-base-faults")) for sc in scenarios]
     if args.tracing:
         traced = ("gateway-traced", "gateway-traced-down")
         scenarios = [replace(sc, targets=(*sc.targets[:-1], *traced, sc.targets[-1])) if sc.key in ("S1", "S2")
