@@ -242,10 +242,13 @@ class SegmentWindow:
     def _together(self, deltas: list[str]) -> list[str]:
         scan = self._scan
         buf = self._buf
-        text = buf + "".join(deltas)
+        joined = "".join(deltas)
+        text = buf + joined
         if scan is None or self._seg >= 0 or self._stopped or len(text) >= RUN_LIMIT or not all(deltas):
             return [self._feed(d, False) for d in deltas]
-        rest = text[self._spec.gaps.tail_start(text):]
+        # Nothing is open, so the held text is one unfinished run: only the new text is searched for a gap
+        cut = self._spec.gaps.tail_start(joined)
+        rest = text[len(buf) + cut:] if cut else text
         end = len(text) - len(rest)
         if end and (m := scan.search(text, 0, end)) is not None and m.start() < end:
             return [self._feed(d, False) for d in deltas]

@@ -101,6 +101,16 @@ def _find_all(rule: _Rule, segment: str) -> Iterator[Span]:
         pos = end
 
 
+def _may_match(spec: ScanSpec, segment: str) -> bool:
+    """Whether some rule could match inside `segment` (a closed segment, on its own): a hint or a
+    residual form fires in it (the fast path's proof, see `ScanSpec.first_hit`). Much cheaper per
+    character than `detect` (the factored hints skip at C speed), which matters for long runs
+    without whitespace: a 4096-character run costs ~0.05 ms here against ~0.6 ms in `detect`."""
+    if spec.trigger is not None and spec.trigger.search(segment) is not None:
+        return True
+    return spec.residual is not None and spec.residual.search(segment) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class Redactor:
     """A compiled redaction profile. Immutable and safe to share across requests."""
@@ -136,8 +146,9 @@ class Redactor:
 
     def mask(self, segment: str, counts: dict[str, int]) -> str:
         """Mask every match in one closed segment; leftmost first, then longest, then rule order."""
-        if self.spec.detect is None or self.spec.detect.search(segment) is None:
-            return segment  # one scan instead of one per rule: most closed segments are clean
+        spec = self.spec
+        if spec.detect is None or not _may_match(spec, segment) or spec.detect.search(segment) is None:
+            return segment  # one or two scans instead of one per rule: most closed segments are clean
         spans: list[tuple[int, int, int]] = []
         for order, rule in enumerate(self.rules):
             spans.extend((a, b, order) for a, b in _find_all(rule, segment))
