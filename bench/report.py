@@ -93,6 +93,7 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
            ("kib_per_stream", "KiB/stream"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
            ("total_p50_ms", "total p50 ms"), ("cpu_ms_per_req", "CPU ms/req")],
 }
+COLUMNS["S3n"] = [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"), ("cpu_ms_per_req", "CPU ms/req")]
 for _key in ("S2r", "S2f"):
     COLUMNS[_key] = [("req_per_s", "req/s"), ("cpu_ms_per_req", "CPU ms/req"), ("ttft_p50_ms", "TTFT p50 ms"),
                      ("ttft_p99_ms", "TTFT p99 ms")]
@@ -102,7 +103,8 @@ for _cols in COLUMNS.values():  # every scenario: the loop-lag probe's figures (
 # the figure whose ratio to nginx's is shown
 RATIO_OF = {"S1": "cpu_ms_per_req", "S1w": "cpu_ms_per_req", "S2": "cpu_ms_per_req", "S2t": "cpu_ms_per_req",
             "S3": "cpu_us_per_chunk", "S3p": "cpu_us_per_chunk", "S4": "kib_per_stream",
-            "M2": "cpu_ms_per_req", "M3": "cpu_us_per_chunk", "S2r": "cpu_ms_per_req", "S2f": "cpu_ms_per_req"}
+            "M2": "cpu_ms_per_req", "M3": "cpu_us_per_chunk", "S2r": "cpu_ms_per_req", "S2f": "cpu_ms_per_req",
+            "S3n": "cpu_us_per_chunk"}
 
 
 def summarize(sc: Scenario, measures: dict[str, Measure]) -> dict[str, dict[str, float]]:
@@ -148,6 +150,10 @@ def verdicts(summary: dict[str, dict[str, dict[str, float]]]) -> list[Verdict]:
         mv, cv = g.get(m, {}).get(fig, nan), g.get(c, {}).get(fig, nan)
         if not (math.isnan(mv) or math.isnan(cv)):
             out.append(_check(f"{m} CPU vs {c} (Messages vs chat, same size)", mv, cv * 1.0, unit))
+    # issue #34, acceptance 3: redaction secrets+pii on text without whitespace, against redaction off
+    s3n = summary.get("S3n", {})
+    on, off = (s3n.get(t, {}).get("cpu_us_per_chunk", nan) for t in ("gateway", "gateway-noredact"))
+    out.append(_check("S3n CPU per chunk, redaction on vs off", on / off if off else nan, 1.5, "x off"))
     # issue #34, acceptance 2: the loop never stalls, in S2, under reloads, and when failures start
     for key, target in (("S2", "gateway"), ("S2r", "gateway"), ("S2f", "gateway-faults")):
         lag = summary.get(key, {}).get(target, {})

@@ -139,6 +139,7 @@ def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples
             "--requests", str(requests), "--duration-s", str(duration_s), "--ramp-s", str(sc.ramp_s),
             "--ttft-ms", str(sc.ttft_ms), "--chunks", str(sc.chunks), "--chunk-chars", str(sc.chunk_chars),
             "--gap-ms", str(sc.gap_ms), "--tail-ms", str(sc.tail_ms), *(["--words"] if sc.words else []),
+            *(["--nospace"] if sc.nospace else []),
             "--api", sc.api, "--model", servers.MESSAGES_MODEL if sc.api == "messages" else "m"]
     if not samples:
         argv.append("--no-samples")

@@ -28,6 +28,7 @@ class Scenario:
     gap_ms: float = 0.0
     tail_ms: float = 0.0
     words: bool = False  # deltas split as tokenizers do (" word"), not in fixed-size slices
+    nospace: bool = False  # text without any whitespace (bench/textgen.py)
     requests: int = 0  # per round; 0: bounded by duration_s
     duration_s: float = 0.0
     ramp_s: float = 0.0
@@ -58,6 +59,9 @@ FULL: tuple[Scenario, ...] = (
              ("gateway", "nginx"), concurrency=128, chunks=50, tail_ms=1, duration_s=6, rounds=1, warmup=256),
     Scenario("S3", "long streams: 32 concurrent, 1000 chunks, no delay",
              ("direct", "gateway", "nginx"), concurrency=32, chunks=1000, duration_s=8, rounds=2, warmup=32),
+    Scenario("S3n", "long streams without whitespace: S3 with the words glued together (no whitespace at all)",
+             ("gateway", "gateway-noredact", "nginx"), concurrency=32, chunks=1000, duration_s=8, rounds=2,
+             warmup=32, nospace=True),
     # the Messages API beside S2/S3: the same answers as Anthropic streams, native Anthropic->Anthropic
     Scenario("M2", "Messages API throughput: S2 as Anthropic Messages streams (native anthropic deployment)",
              ("direct", "gateway", "nginx"), concurrency=128, chunks=50, duration_s=4, rounds=4, warmup=256,

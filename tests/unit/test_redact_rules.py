@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core.redact.checks import card_ok, iban_ok, luhn_ok
+from gateway.core.redact.cuts import may_match
 from gateway.core.redact.engine import ScanSpec
 from gateway.core.redact.regex import (
     WHITESPACE,
@@ -23,7 +24,7 @@ from gateway.core.redact.regex import (
     spans_whitespace,
 )
 from gateway.core.redact.rules import BUILTIN, builtin_rule_names, is_known_rule
-from gateway.core.redact.window import Redactor, _find_all, _may_match
+from gateway.core.redact.window import Redactor, _find_all
 from tests.unit.test_redact_window import REDACTOR, SECRETS
 
 
@@ -176,10 +177,10 @@ _SECRET_VALUES = [value for _rule, value in SECRETS]
        st.integers(0, 8), st.integers(0, 8))
 def test_a_segment_the_hints_pass_over_holds_no_match(text: str, cut_left: int, cut_right: int) -> None:
     """`Redactor.mask` skips `detect` and the rules for a segment where no hint or residual form fires
-    (window._may_match): then no rule matches in it, even cut anywhere (a forced cut's pieces)."""
+    (cuts.may_match; also before a cut's `detect` pass): then no rule matches in it, even cut anywhere."""
     redactor = REDACTOR
     segment = text[cut_left:len(text) - cut_right]
-    if not _may_match(redactor.spec, segment):
+    if not may_match(redactor.spec.trigger, redactor.spec.residual, segment):
         assert all(not list(_find_all(rule, segment)) for rule in redactor.rules), segment
         counts: dict[str, int] = {}
         assert redactor.mask(segment, counts) == segment and not counts

@@ -350,7 +350,7 @@ class SegmentWindow:
         if end == len(text) and not (final or forced):
             return start  # unfinished, or its end is known but not the character after it
         if forced:
-            end = run_cut(self._spec.tail, self._spec.detect, text, start, end, CUT_KEEP)
+            end = run_cut(self._spec, text, start, end, CUT_KEEP)
         at_limit = self._seg >= 0 and (end - self._seg > SEG_LIMIT or self._runs >= SEG_RUNS)
         if at_limit and not self._close_at_limit(text, start, end, out):
             return len(text)
@@ -373,7 +373,7 @@ class SegmentWindow:
         seg = self._seg
         keep, low = seg + self._live_from, max(seg + 1, end - SEG_LIMIT)
         if low <= keep < start:
-            keep = keep_start(self._spec.detect, text, seg, keep, low, end)
+            keep = keep_start(self._spec, text, seg, keep, low, end)
         runs = self._spec.gaps.runs(text, keep, start) if low <= keep < start else SEG_RUNS
         if runs >= SEG_RUNS:
             gap = text[self._seg_end : start]
