@@ -271,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         scenarios = [replace(sc, targets=(*sc.targets[:2], "gateway-base", *sc.targets[2:])) if sc.key != "S2f"
                      else replace(sc, targets=(*sc.targets, "gateway-base-faults")) for sc in scenarios]
     if args.tracing:
-        traced = ("gateway-traced", "gateway-traced-down")
+        traced: tuple[str, ...] = ("gateway-traced", "gateway-traced-down")
+        if baseline is not None:  # the baseline traced too, to its own sink target's config
+            traced += ("gateway-base-traced",)
         scenarios = [replace(sc, targets=(*sc.targets[:-1], *traced, sc.targets[-1])) if sc.key in ("S1", "S2")
                      else sc for sc in scenarios]
     store_url = None
