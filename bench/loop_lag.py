@@ -22,6 +22,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -30,17 +31,21 @@ FLUSH_EVERY = 10  # ticks: the bench reads a round's samples right after it
 
 
 class Probe:
-    def __init__(self, loop: asyncio.AbstractEventLoop, prefix: str) -> None:
-        self._loop, self._prefix = loop, prefix
+    def __init__(self, loop: asyncio.AbstractEventLoop, prefix: str,
+                 on_flush: Callable[[], None] | None = None) -> None:
+        self._loop, self._prefix, self._on_flush = loop, prefix, on_flush
         self._lines: list[str] = []
         self._file: TextIO | None = None
         self._due = self._cpu = 0.0
+        self._closed = False
 
     def start(self) -> None:
         self._due, self._cpu = time.perf_counter() + INTERVAL_S, time.thread_time()
         self._loop.call_later(INTERVAL_S, self._tick)
 
     def _tick(self) -> None:
+        if self._closed:
+            return
         now, cpu = time.perf_counter(), time.thread_time()
         # libuv timers have millisecond resolution: a timer may fire up to ~1 ms early or late by that
         late = max(0.0, now - self._due)
@@ -57,6 +62,13 @@ class Probe:
         self._file.write("".join(self._lines))
         self._file.flush()
         self._lines.clear()
+        if self._on_flush is not None:
+            self._on_flush()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._file is not None:
+            self._file.close()
 
 
 def samples(prefix: Path, t0: float, t1: float) -> list[tuple[float, float]]:
