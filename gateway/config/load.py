@@ -26,6 +26,7 @@ from gateway.config.telemetry import telemetry_config
 from gateway.config.types import (
     ApiKey,
     AuthConfig,
+    AwsSettings,
     BreakerConfig,
     CacheConfig,
     Config,
@@ -122,12 +123,15 @@ def _breaker(s: Section) -> BreakerConfig:
 def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     s = Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
                                    "anthropic_version", "ttft_ms", "token_delay_ms", "breaker", "proxy",
-                                   "forward_headers", "learn_ttl_s"))
+                                   "forward_headers", "learn_ttl_s", *AWS_KEYS))
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
     kind = PROVIDERS.get(ptype)
+    aws = _aws(s) if kind is not None and kind.auth == "sigv4" else None
     base_url = s.get("base_url", str, "").rstrip("/")
+    if not base_url and kind is not None and kind.default_base_url and aws is not None:
+        base_url = kind.default_base_url.format(region=aws.region)
     if kind is not None and kind.remote and not re.match(r"^https?://[^/\s]+", base_url):
         errs.add(s.at("base_url"), "required: an http:// or https:// URL")
     for key in kind.requires if kind is not None else ():
@@ -149,10 +153,30 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
         breaker=_breaker(Section(s.raw.get("breaker"), s.at("breaker"), errs,
                                   ("failures", "window_s", "cooldown_s"))),
         api_version=s.get("api_version", str, "") or None,
-        anthropic_version=s.get("anthropic_version", str, "2023-06-01"),
+        anthropic_version=s.get("anthropic_version", str, "2023-06-01"), aws=aws,
         learn_ttl_s=s.number("learn_ttl_s", 600.0, 0.001),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),
     )
+
+
+AWS_KEYS = ("region", "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "role_arn")
+
+
+def _aws(s: Section) -> AwsSettings:
+    """A `bedrock` provider's region and optional credentials; keys come in pairs (CONTRACT §2)."""
+    region = s.get("region", str, "")
+    if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+", region):
+        s.errs.add(s.at("region"), "required for type bedrock: an AWS region such as us-east-1")
+    key_id = s.get("aws_access_key_id", str, "") or None
+    secret = s.get("aws_secret_access_key", str, "") or None
+    if (key_id is None) != (secret is None):
+        s.errs.add(s.at("aws_secret_access_key" if key_id else "aws_access_key_id"),
+                   "aws_access_key_id and aws_secret_access_key go together")
+    token = s.get("aws_session_token", str, "") or None
+    if token and not key_id:
+        s.errs.add(s.at("aws_session_token"), "needs aws_access_key_id and aws_secret_access_key")
+    return AwsSettings(region=region, access_key_id=key_id, secret_access_key=secret, session_token=token,
+                       role_arn=s.get("role_arn", str, "") or None)
 
 
 def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:

@@ -38,6 +38,8 @@ class ProviderKind:
     forward_headers: tuple[str, ...] = ("x-request-id",)
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
     auth: str = ""  # its requests are signed: the kind of `upstream.signing.SIGNERS` ("sigv4", "google")
+    # `base_url` when the config gives none, formatted with the provider's settings (`{region}`)
+    default_base_url: str = ""
 
 
 PROVIDERS: dict[str, ProviderKind] = {
