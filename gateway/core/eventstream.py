@@ -11,7 +11,7 @@ CRC is checked as soon as its 12 bytes are in, so a corrupt length never makes u
 bytes that were never meant to come; a frame over `MAX_FRAME_BYTES` fails before it is buffered.
 
 Bedrock Runtime's two stream shapes are transcoded into the SSE the gateway's parsers read
-(`core.framing.Transcoder`):
+(`core.framing.Transcoder`), by one transcoder (a provider serves both kinds of model):
 - InvokeModelWithResponseStream: events `chunk` whose payload is `{"bytes": base64(<event JSON>)}`, the
   model's own stream (for Claude, Anthropic Messages events) -> `event: <type>` + the decoded JSON;
 - ConverseStream: events `messageStart`, `contentBlockStart/Delta/Stop`, `messageStop`, `metadata`
@@ -20,8 +20,8 @@ An `exception` frame (`:exception-type`) or an `error` frame (`:error-code`) bec
 `error` event (`{"type": "error", "error": {"type", "message"}}`), its type from `ERROR_TYPES`, so the
 parsers classify it into the retry rules like Anthropic's own in-band errors (throttling, unavailable,
 internal and stream errors retry or fall back before the first token; validation passes through;
-access denied moves on; quota is quota). Unknown event and message types are skipped (forward
-compatibility, as the AWS SDKs do).
+access denied moves on; quota is quota). Unknown message types are skipped, unknown events pass by
+their name to the parser, which skips what it does not know (forward compatibility, as the AWS SDKs).
 """
 
 from __future__ import annotations
@@ -213,8 +213,10 @@ def _payload_message(payload: bytes) -> str:
     return message if isinstance(message, str) else ""
 
 
-class _Transcoder:
-    """Frames -> SSE bytes; a subclass says what an `event` frame becomes."""
+class BedrockStreamTranscoder:
+    """Frames -> SSE bytes, for both of Bedrock's stream shapes (a translator serves Claude and Converse
+    models alike, so one transcoder reads either): a `chunk` event is InvokeModelWithResponseStream's,
+    any other event name ConverseStream's."""
 
     __slots__ = ("decoder",)
 
@@ -226,7 +228,7 @@ class _Transcoder:
         for msg in self.decoder.feed(data):
             mtype = msg.header(":message-type")
             if mtype == "event":
-                out += self.event(msg)
+                out += _event(msg)
             elif mtype == "exception":
                 out += _exception_event(msg)
             elif mtype == "error":
@@ -237,24 +239,22 @@ class _Transcoder:
         self.decoder.end()
         return b""
 
-    def event(self, msg: EventMessage) -> bytes:
-        raise NotImplementedError
+
+def _event(msg: EventMessage) -> bytes:
+    name = msg.header(":event-type")
+    if name == "chunk":
+        return _chunk(msg.payload)
+    return encode_event(name, msg.payload) if name else b""
 
 
-class InvokeStreamTranscoder(_Transcoder):
-    """InvokeModelWithResponseStream: each `chunk` carries one of the model's own stream events."""
-
-    __slots__ = ()
-
-    def event(self, msg: EventMessage) -> bytes:
-        if msg.header(":event-type") != "chunk":
-            return b""
-        try:
-            inner = base64.b64decode(orjson.loads(msg.payload)["bytes"], validate=True)
-            etype = _event_type(inner)
-        except (orjson.JSONDecodeError, binascii.Error, KeyError, TypeError, AttributeError, ValueError):
-            raise _malformed("a chunk that is not base64 of a JSON object") from None
-        return encode_event(etype, inner)
+def _chunk(payload: bytes) -> bytes:
+    """InvokeModelWithResponseStream: `{"bytes": base64(<one of the model's own stream events>)}`."""
+    try:
+        inner = base64.b64decode(orjson.loads(payload)["bytes"], validate=True)
+        etype = _event_type(inner)
+    except (orjson.JSONDecodeError, binascii.Error, KeyError, TypeError, AttributeError, ValueError):
+        raise _malformed("a chunk that is not base64 of a JSON object") from None
+    return encode_event(etype, inner)
 
 
 _TYPE_PREFIX = b'{"type":"'
@@ -273,14 +273,3 @@ def _event_type(inner: bytes) -> str:
         raise ValueError("not an object")
     etype = obj.get("type")
     return etype if isinstance(etype, str) else "message"
-
-
-class ConverseStreamTranscoder(_Transcoder):
-    """ConverseStream: the event type names the event, the payload is its JSON."""
-
-    __slots__ = ()
-
-    def event(self, msg: EventMessage) -> bytes:
-        name = msg.header(":event-type")
-        return encode_event(name, msg.payload) if name else b""
-

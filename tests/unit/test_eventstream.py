@@ -16,10 +16,9 @@ from hypothesis import strategies as st
 
 from gateway.core.events import FailureKind, StreamFailed
 from gateway.core.eventstream import (
-    ConverseStreamTranscoder,
+    BedrockStreamTranscoder,
     EventMessage,
     EventStreamDecoder,
-    InvokeStreamTranscoder,
     error_type,
 )
 from gateway.core.sse import SSEDecoder
@@ -158,7 +157,7 @@ def test_unknown_header_type() -> None:
 @given(st.binary(max_size=400), st.integers(0, 400))
 @settings(max_examples=400, deadline=None)
 def test_fuzz_never_crashes(raw: bytes, cut: int) -> None:
-    for coder in (InvokeStreamTranscoder(), ConverseStreamTranscoder()):
+    for coder in (BedrockStreamTranscoder(),):
         try:
             coder.feed(raw[:cut])
             coder.feed(raw[cut:])
@@ -172,7 +171,7 @@ def test_fuzz_never_crashes(raw: bytes, cut: int) -> None:
 def test_fuzz_valid_frames_bad_chunk_payloads(payloads: list[bytes], cut: int) -> None:
     """Well-framed `chunk` events with any payload: only StreamFailed, never another exception."""
     raw = b"".join(encode_message({":message-type": "event", ":event-type": "chunk"}, p) for p in payloads)
-    coder = InvokeStreamTranscoder()
+    coder = BedrockStreamTranscoder()
     try:
         coder.feed(raw[:cut])
         coder.feed(raw[cut:])
@@ -193,7 +192,7 @@ ANTHROPIC = [
 ]
 
 
-Coder = InvokeStreamTranscoder | ConverseStreamTranscoder
+Coder = BedrockStreamTranscoder
 
 
 def sse_events(coder: Coder, pieces: list[bytes]) -> list[tuple[str | None, object]]:
@@ -208,14 +207,14 @@ def sse_events(coder: Coder, pieces: list[bytes]) -> list[tuple[str | None, obje
 def test_invoke_stream_to_anthropic_sse_at_every_split() -> None:
     raw = b"".join(chunk(e) for e in ANTHROPIC)
     want = [(e["type"], e) for e in ANTHROPIC]
-    assert sse_events(InvokeStreamTranscoder(), [raw]) == want
+    assert sse_events(BedrockStreamTranscoder(), [raw]) == want
     for i in range(len(raw) + 1):
-        assert sse_events(InvokeStreamTranscoder(), [raw[:i], raw[i:]]) == want
+        assert sse_events(BedrockStreamTranscoder(), [raw[:i], raw[i:]]) == want
 
 
 def test_invoke_chunk_with_type_not_first_or_pretty_printed() -> None:
     inner = b'{\n  "index": 0,\n  "type": "content_block_stop"\n}'
-    assert sse_events(InvokeStreamTranscoder(), [chunk(inner)]) == [("content_block_stop", orjson.loads(inner))]
+    assert sse_events(BedrockStreamTranscoder(), [chunk(inner)]) == [("content_block_stop", orjson.loads(inner))]
 
 
 @pytest.mark.parametrize("payload", [b"{}", b'{"bytes": "***"}', b'{"bytes": "bm90IGpzb24="}', b"[1]",
@@ -223,14 +222,17 @@ def test_invoke_chunk_with_type_not_first_or_pretty_printed() -> None:
 def test_invoke_chunk_that_is_not_base64_json_is_malformed(payload: bytes) -> None:
     frame = encode_message({":message-type": "event", ":event-type": "chunk"}, payload)
     with pytest.raises(StreamFailed):
-        InvokeStreamTranscoder().feed(frame)
+        BedrockStreamTranscoder().feed(frame)
 
 
-def test_unknown_events_and_message_types_are_skipped() -> None:
+def test_unknown_message_types_are_skipped_unknown_events_named() -> None:
+    """A new message type is skipped; a new event passes as a named event (its parser skips what it
+    does not know, as for any SSE stream)."""
     raw = (encode_message({":message-type": "event", ":event-type": "newThing"}, b"{}")
            + encode_message({":message-type": "future"}, b"")
+           + encode_message({":message-type": "event"}, b"{}")
            + chunk(ANTHROPIC[0]))
-    assert [name for name, _ in sse_events(InvokeStreamTranscoder(), [raw])] == ["message_start"]
+    assert [name for name, _ in sse_events(BedrockStreamTranscoder(), [raw])] == ["newThing", "message_start"]
 
 
 def test_converse_stream_events() -> None:
@@ -240,7 +242,7 @@ def test_converse_stream_events() -> None:
            ("metadata", {"usage": {"inputTokens": 3, "outputTokens": 1, "totalTokens": 4}})]
     raw = b"".join(event(n, p) for n, p in evs)
     for i in range(0, len(raw) + 1, 7):
-        assert sse_events(ConverseStreamTranscoder(), [raw[:i], raw[i:]]) == evs
+        assert sse_events(BedrockStreamTranscoder(), [raw[:i], raw[i:]]) == evs
 
 
 @pytest.mark.parametrize(("name", "etype"), [
@@ -254,7 +256,7 @@ def test_converse_stream_events() -> None:
     ("somethingNewException", "api_error"),
 ])
 def test_exception_frames_become_anthropic_error_events(name: str, etype: str) -> None:
-    for coder in (InvokeStreamTranscoder(), ConverseStreamTranscoder()):
+    for coder in (BedrockStreamTranscoder(),):
         ((ename, obj),) = sse_events(coder, [exception(name, "details")])
         assert ename == "error"
         assert obj == {"type": "error", "error": {"type": etype, "message": f"{name}: details"}}
@@ -263,7 +265,7 @@ def test_exception_frames_become_anthropic_error_events(name: str, etype: str) -
 def test_error_frame() -> None:
     frame = encode_message({":message-type": "error", ":error-code": "InternalFailure",
                             ":error-message": "oops"}, b"")
-    ((name, obj),) = sse_events(InvokeStreamTranscoder(), [frame])
+    ((name, obj),) = sse_events(BedrockStreamTranscoder(), [frame])
     assert name == "error"
     assert obj == {"type": "error", "error": {"type": "api_error", "message": "InternalFailure: oops"}}
 
