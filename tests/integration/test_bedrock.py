@@ -263,3 +263,24 @@ def test_credentials_refreshed_during_a_stream(servers: LoopThread, container_en
     finally:
         servers.run(fake.stop())
         servers.run(ctr.stop())
+
+
+def test_no_credentials_moves_to_the_next_deployment(servers: LoopThread, container_env: None,
+                                                     bedrock: FakeBedrock,
+                                                     make_gateway: Callable[..., GatewayServer]) -> None:
+    """A provider whose chain found nothing still starts; its deployments fail as an authentication
+    failure of ours, and the next deployment serves."""
+    cfg = parse_config({
+        "auth": {"keys": [{"name": "team-a", "key": GW_KEY}]},
+        "providers": {"nokeys": {"type": "bedrock", "region": "us-east-1", "base_url": bedrock.base_url,
+                                 "timeouts": TIMEOUTS},
+                      "bedrock-a": provider(bedrock)},
+        "models": [{"name": "claude", "retry": FAST_RETRY,
+                    "deployments": [{"provider": "nokeys", "model": CLAUDE2},
+                                    {"provider": "bedrock-a", "model": CLAUDE}]}],
+    }, env={})
+    gw = make_gateway(cfg)
+    bedrock.enqueue(stream_path(CLAUDE), frames(claude_answer()))
+    out = oai(gw).chat.completions.create(model="claude", messages=[{"role": "user", "content": "hi"}], stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in out if c.choices) == "Hello there"
+    assert [r.path for r in bedrock.received] == [stream_path(CLAUDE)]  # nothing unsigned was sent
