@@ -40,6 +40,7 @@ PRELUDE_BYTES = 12
 MIN_FRAME_BYTES = 16  # a prelude and a message CRC: no headers, no payload
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # CONTRACT §9: a frame over 16 MiB is a malformed answer
 MAX_HEADERS_BYTES = 128 * 1024  # the service's own limit on a frame's headers
+HEADER_CACHE_ENTRIES = 16  # distinct header blocks remembered per stream (see `EventStreamDecoder`)
 
 HeaderValue = bool | int | bytes | str  # a UUID is its 16 bytes (as botocore reads it)
 
@@ -87,12 +88,15 @@ class EventStreamDecoder:
     """Bytes in at any split, whole frames out. Linear in its input: a partial frame is kept in one
     buffer that only grows at its end; nothing buffered is scanned twice."""
 
-    __slots__ = ("_buf", "_need", "max_frame_bytes")
+    __slots__ = ("_buf", "_headers", "_need", "max_frame_bytes")
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self._buf = bytearray()
         self._need = 0  # the total length of the frame being read, once its prelude checked out
         self.max_frame_bytes = max_frame_bytes
+        # headers already read, by their bytes: a stream repeats the same few (`:event-type: chunk`, ...),
+        # and reading them was most of a frame's cost; bounded, and never mutated by a reader
+        self._headers: dict[bytes, dict[str, HeaderValue]] = {}
 
     @property
     def pending(self) -> int:
@@ -111,7 +115,7 @@ class EventStreamDecoder:
                 self._need = self._prelude(buf, start)
             if len(buf) - start < self._need:
                 break
-            out.append(_message(bytes(buf[start:start + self._need])))
+            out.append(self._message(bytes(buf[start:start + self._need])))
             start += self._need
             self._need = 0
         if start:
@@ -133,14 +137,19 @@ class EventStreamDecoder:
         if self._buf:
             raise _malformed("the stream ended inside a frame")
 
-
-def _message(frame: bytes) -> EventMessage:
-    (crc,) = struct.unpack_from(">I", frame, len(frame) - 4)
-    if binascii.crc32(memoryview(frame)[:-4]) != crc:
-        raise _malformed("message checksum mismatch")
-    (headers_len,) = struct.unpack_from(">I", frame, 4)
-    headers = _headers(frame, PRELUDE_BYTES, PRELUDE_BYTES + headers_len)
-    return EventMessage(headers, frame[PRELUDE_BYTES + headers_len:-4])
+    def _message(self, frame: bytes) -> EventMessage:
+        (crc,) = struct.unpack_from(">I", frame, len(frame) - 4)
+        if binascii.crc32(memoryview(frame)[:-4]) != crc:
+            raise _malformed("message checksum mismatch")
+        (headers_len,) = struct.unpack_from(">I", frame, 4)
+        end = PRELUDE_BYTES + headers_len
+        raw = frame[PRELUDE_BYTES:end]
+        headers = self._headers.get(raw)
+        if headers is None:
+            headers = _headers(frame, PRELUDE_BYTES, end)
+            if len(self._headers) < HEADER_CACHE_ENTRIES and headers_len <= 256:
+                self._headers[raw] = headers
+        return EventMessage(headers, frame[end:-4])
 
 
 _FIXED = {2: ">b", 3: ">h", 4: ">i", 5: ">q", 8: ">q"}  # value type -> its struct format

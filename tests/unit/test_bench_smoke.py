@@ -76,3 +76,12 @@ def test_the_big_event_bench_feeds_every_core_to_the_end() -> None:
     for name, run in cases_for(size).items():
         for read in READS:
             assert run(big, read) > 0, name
+
+
+def test_bedrock_bench_cases_relay_the_whole_answer() -> None:
+    """Every case of bench.bench_bedrock runs and writes the answer (no timing)."""
+    from bench.bench_bedrock import cases
+
+    outs = {name: fn() for name, fn in cases(50).items()}
+    assert all(n > 0 for n in outs.values())
+    assert outs["messages, SSE (anthropic)"] > 50 * len(" word")
