@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from gateway.config import edges
+from gateway.config.aws_config import AWS_KEYS, aws_settings
 from gateway.config.control import STORE_KEYS, admin_config, key_identity, store_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
@@ -26,7 +27,6 @@ from gateway.config.telemetry import telemetry_config
 from gateway.config.types import (
     ApiKey,
     AuthConfig,
-    AwsSettings,
     BreakerConfig,
     CacheConfig,
     Config,
@@ -128,7 +128,7 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
     kind = PROVIDERS.get(ptype)
-    aws = _aws(s) if kind is not None and kind.auth == "sigv4" else None
+    aws = aws_settings(s, kind is not None and kind.auth == "sigv4")
     base_url = s.get("base_url", str, "").rstrip("/")
     if not base_url and kind is not None and kind.default_base_url and aws is not None:
         base_url = kind.default_base_url.format(region=aws.region)
@@ -157,26 +157,6 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
         learn_ttl_s=s.number("learn_ttl_s", 600.0, 0.001),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),
     )
-
-
-AWS_KEYS = ("region", "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "role_arn")
-
-
-def _aws(s: Section) -> AwsSettings:
-    """A `bedrock` provider's region and optional credentials; keys come in pairs (CONTRACT §2)."""
-    region = s.get("region", str, "")
-    if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+", region):
-        s.errs.add(s.at("region"), "required for type bedrock: an AWS region such as us-east-1")
-    key_id = s.get("aws_access_key_id", str, "") or None
-    secret = s.get("aws_secret_access_key", str, "") or None
-    if (key_id is None) != (secret is None):
-        s.errs.add(s.at("aws_secret_access_key" if key_id else "aws_access_key_id"),
-                   "aws_access_key_id and aws_secret_access_key go together")
-    token = s.get("aws_session_token", str, "") or None
-    if token and not key_id:
-        s.errs.add(s.at("aws_session_token"), "needs aws_access_key_id and aws_secret_access_key")
-    return AwsSettings(region=region, access_key_id=key_id, secret_access_key=secret, session_token=token,
-                       role_arn=s.get("role_arn", str, "") or None)
 
 
 def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:
