@@ -4,9 +4,10 @@ Claude models are served natively: the client's body goes to InvokeModel as Bedr
 `model` or `stream`, `anthropic_version: bedrock-2023-05-31`, the client's `anthropic-beta` header as
 `anthropic_beta`; `convert.bedrock_endpoint.claude_body`), and the answer is Anthropic's own, its stream
 events relayed as their bytes once the stream showed it is Claude's (`native`). Every other model goes
-through Converse, translated to and from the Messages shape (`convert.bedrock_converse`). Bedrock's
-CountTokens answers in its own shape, which the token-counting route cannot translate yet, so
-`count_tokens` is estimated (None).
+through Converse, translated to and from the Messages shape (`convert.bedrock_converse`).
+`/v1/messages/count_tokens` goes to CountTokens for Claude foundation models (an inference profile is
+counted with its model, a profile ARN and other models are estimated by the route): the InvokeModel body
+it stands for, and Bedrock's `{"inputTokens"}` back as `{"input_tokens"}`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from gateway.providers.convert.bedrock_endpoint import (
     BedrockEndpoint,
     classify_bedrock_http_error,
     claude_body,
+    count_model,
+    count_tokens_body,
     is_claude,
 )
+from gateway.providers.convert.bedrock_endpoint import count_tokens_answer as bedrock_count_answer
 from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
 from gateway.providers.settings import ProviderConfig
 
@@ -84,7 +88,15 @@ class BedrockMessages:
 
     def count_tokens_request(self, body: Mapping[str, Any], model: str,
                              client_headers: Mapping[str, str]) -> UpstreamRequest | None:
-        return None  # see the module docstring
+        counted = count_model(model)
+        if counted is None:
+            return None
+        out = count_tokens_body(body, client_headers)
+        return UpstreamRequest("POST", self.endpoint.count_url(counted), self.endpoint.headers_for(False),
+                               orjson.dumps(out), False)
+
+    def count_tokens_answer(self, body: bytes) -> bytes:
+        return bedrock_count_answer(body)
 
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
         return classify_bedrock_http_error(status, headers, body)

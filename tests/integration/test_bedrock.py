@@ -284,3 +284,14 @@ def test_no_credentials_moves_to_the_next_deployment(servers: LoopThread, contai
     out = oai(gw).chat.completions.create(model="claude", messages=[{"role": "user", "content": "hi"}], stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in out if c.choices) == "Hello there"
     assert [r.path for r in bedrock.received] == [stream_path(CLAUDE)]  # nothing unsigned was sent
+
+
+def test_count_tokens_through_count_tokens_and_estimated_elsewhere(bedrock: FakeBedrock, gw: GatewayServer) -> None:
+    bedrock.enqueue("/model/anthropic.claude-sonnet-4-5-20250929-v1:0/count-tokens", json_script({"inputTokens": 42}))
+    counted = claude_client(gw).messages.count_tokens(model="claude", messages=[{"role": "user", "content": "hi"}])
+    assert counted.input_tokens == 42
+    assert bedrock.key_ids == [KEY_ID]
+    raw = claude_client(gw).messages.with_raw_response.count_tokens(
+        model="nova", messages=[{"role": "user", "content": "hi"}])
+    assert raw.headers["x-gateway-token-count"] == "estimate" and raw.parse().input_tokens > 0
+    assert len(bedrock.received) == 1  # the Converse model was estimated, not sent

@@ -4,6 +4,7 @@ before and after the first token classified into the retry rules, HTTP errors, n
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import orjson
@@ -274,3 +275,29 @@ def test_converse_body_to_message_and_claude_body_as_is() -> None:
         {"type": "text", "text": "Hi"}], "stop_reason": "end_turn", "stop_sequence": None,
         "usage": {"input_tokens": 1, "output_tokens": 1}}
     assert BedrockMessages(PROVIDER).parse_body(orjson.dumps(claude)).obj == claude
+
+
+@pytest.mark.parametrize(("model", "counted"), [
+    ("anthropic.claude-sonnet-4-5-20250929-v1:0", "anthropic.claude-sonnet-4-5-20250929-v1:0"),
+    (CLAUDE, "anthropic.claude-sonnet-4-5-20250929-v1:0"),  # an inference profile: counted with its model
+    ("global.anthropic.claude-haiku-4-5-20251001-v1:0", "anthropic.claude-haiku-4-5-20251001-v1:0"),
+    ("arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-x-v1:0", None),
+    (NOVA, None),
+])
+def test_count_tokens_goes_to_count_tokens_for_claude(model: str, counted: str | None) -> None:
+    body = {"model": "claude", "messages": [{"role": "user", "content": "hi"}],
+            "thinking": {"type": "enabled", "budget_tokens": 2048}}
+    req = BedrockMessages(PROVIDER).count_tokens_request(body, model, {"anthropic-beta": "x-2025"})
+    if counted is None:
+        assert req is None
+        return
+    assert req is not None and req.url.endswith(f"/model/{counted.replace(':', '%3A')}/count-tokens")
+    sent = orjson.loads(base64.b64decode(orjson.loads(req.body)["input"]["invokeModel"]["body"]))
+    assert sent == {"messages": body["messages"], "thinking": body["thinking"], "max_tokens": 2049,
+                    "anthropic_version": "bedrock-2023-05-31", "anthropic_beta": ["x-2025"]}
+
+
+def test_count_tokens_answer_in_anthropic_shape() -> None:
+    tr = BedrockMessages(PROVIDER)
+    assert orjson.loads(tr.count_tokens_answer(b'{"inputTokens": 42}')) == {"input_tokens": 42}
+    assert tr.count_tokens_answer(b"not json") == b"not json"

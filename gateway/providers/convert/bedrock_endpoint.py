@@ -8,6 +8,8 @@ InvokeModel with Anthropic's Messages body; every other model to Converse.
 
 from __future__ import annotations
 
+import base64
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -36,6 +38,9 @@ class BedrockEndpoint:
     def headers_for(self, stream: bool) -> dict[str, str]:
         return {**self._headers, "accept": EVENTSTREAM.media_type if stream else "application/json"}
 
+    def count_url(self, model: str) -> str:
+        return f"{self.root}/model/{quote(model, safe='')}/count-tokens"
+
     def url(self, model: str, stream: bool) -> str:
         """`/model/{id}/invoke[-with-response-stream]` for Claude, `/model/{id}/converse[-stream]` else; the
         id percent-encoded whole (an inference profile ARN holds `:` and `/`)."""
@@ -44,6 +49,42 @@ class BedrockEndpoint:
         else:
             action = "converse-stream" if stream else "converse"
         return f"{self.root}/model/{quote(model, safe='')}/{action}"
+
+
+# a Claude foundation model id, bare or behind a cross-region inference profile's geography prefix
+# (`us.`, `eu.`, `apac.`, `global.`): CountTokens takes only the bare id (not a profile, not an ARN)
+_CLAUDE_FOUNDATION = re.compile(r"^(?:[a-z]+\.)?(anthropic\.[A-Za-z0-9._:-]+)$")
+
+
+def count_model(model: str) -> str | None:
+    """The model id CountTokens counts `model` with, or None when it cannot (the route estimates)."""
+    m = _CLAUDE_FOUNDATION.match(model)
+    return m.group(1) if m else None
+
+
+def count_tokens_body(anthropic: Mapping[str, Any], client_headers: Mapping[str, str]) -> dict[str, Any]:
+    """CountTokens' request for a Messages count_tokens body: the InvokeModel body it stands for, base64
+    (a blob in AWS's JSON protocol). InvokeModel wants `max_tokens` (above a thinking budget); counting
+    does not depend on it."""
+    body = claude_body(anthropic, client_headers)
+    thinking = body.get("thinking")
+    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
+    if not isinstance(body.get("max_tokens"), int):
+        body["max_tokens"] = budget + 1 if isinstance(budget, int) and not isinstance(budget, bool) else 1
+    raw = base64.b64encode(orjson.dumps(body)).decode()
+    return {"input": {"invokeModel": {"body": raw}}}
+
+
+def count_tokens_answer(body: bytes) -> bytes:
+    """`{"inputTokens": N}` -> `{"input_tokens": N}`; anything else as it came."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    n = obj.get("inputTokens") if isinstance(obj, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool):
+        return body
+    return orjson.dumps({"input_tokens": n})
 
 
 def claude_body(anthropic: Mapping[str, Any], client_headers: Mapping[str, str]) -> dict[str, Any]:
