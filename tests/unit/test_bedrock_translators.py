@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.core.events import (
     DeltaKind,
@@ -22,7 +24,7 @@ from gateway.core.events import (
 )
 from gateway.core.eventstream import BedrockStreamTranscoder
 from gateway.core.policy.retry import Action, AttemptState, RetryPolicy, decide
-from gateway.core.sse import SSEDecoder
+from gateway.core.sse import SSEDecoder, SSEEvent
 from gateway.providers.chat_bedrock import BedrockChat
 from gateway.providers.messages_bedrock import BedrockMessages
 from gateway.providers.settings import AwsSettings, ProviderConfig
@@ -301,3 +303,25 @@ def test_count_tokens_answer_in_anthropic_shape() -> None:
     tr = BedrockMessages(PROVIDER)
     assert orjson.loads(tr.count_tokens_answer(b'{"inputTokens": 42}')) == {"input_tokens": 42}
     assert tr.count_tokens_answer(b"not json") == b"not json"
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(["contentBlockIndex", "delta", "start", "text", "toolUse", "input",
+                                         "reasoningContent", "signature", "stopReason", "usage", "inputTokens",
+                                         "toolUseId", "name", "role"]), inner, max_size=4), max_leaves=12)
+NAMES = st.sampled_from(["messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop",
+                         "messageStop", "metadata", "chunk", "error", "other"])
+
+
+@given(st.lists(st.tuples(NAMES, JSON), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_fuzz_converse_events_never_crash_a_parser(events: list[tuple[str, Any]]) -> None:
+    """Any JSON under any event name: typed events (an InbandError for what is unreadable), never an
+    exception, in both cells' parsers."""
+    chat, messages = BedrockChat(PROVIDER).stream_parser(), BedrockMessages(PROVIDER).stream_parser()
+    for name, obj in events:
+        sse = SSEEvent(orjson.dumps(obj), name)
+        chat.parse(sse)
+        messages.parse(sse)
+    messages.finish()
