@@ -29,7 +29,7 @@ from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, keep_serving, resolve
 from gateway.pipeline.runtime import Runtime
-from gateway.providers.base import CountsTokens, Translator
+from gateway.providers.base import CountsTokens, TranslatesCount, Translator
 
 ESTIMATE_HEADER = "x-gateway-token-count"
 BYTES_PER_TOKEN = 4
@@ -51,7 +51,8 @@ async def count_tokens(request: GatewayRequest) -> Response:
         client_headers = forwardable(rt, d, ctx.client_headers)  # anthropic-version / -beta as the policy says
         req = tr.count_tokens_request(ctx.body, d.model, client_headers)
         assert req is not None
-        return await fetch_body(rt, d, req, tr.classify_http_error, client_headers)
+        body = await fetch_body(rt, d, req, tr.classify_http_error, client_headers)
+        return tr.count_tokens_answer(body) if isinstance(tr, TranslatesCount) else body
 
     won, body = await run_attempts(rt, ctx, attempt)
     ctx.deployment = won.deployment

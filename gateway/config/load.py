@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from gateway.config import edges
+from gateway.config.aws_config import AWS_KEYS, aws_settings
 from gateway.config.control import STORE_KEYS, admin_config, key_identity, store_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
@@ -122,12 +123,15 @@ def _breaker(s: Section) -> BreakerConfig:
 def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     s = Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
                                    "anthropic_version", "ttft_ms", "token_delay_ms", "breaker", "proxy",
-                                   "forward_headers", "learn_ttl_s"))
+                                   "forward_headers", "learn_ttl_s", *AWS_KEYS))
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
     kind = PROVIDERS.get(ptype)
+    aws = aws_settings(s, kind is not None and kind.auth == "sigv4")
     base_url = s.get("base_url", str, "").rstrip("/")
+    if not base_url and kind is not None and kind.default_base_url and aws is not None:
+        base_url = kind.default_base_url.format(region=aws.region)
     if kind is not None and kind.remote and not re.match(r"^https?://[^/\s]+", base_url):
         errs.add(s.at("base_url"), "required: an http:// or https:// URL")
     for key in kind.requires if kind is not None else ():
@@ -149,7 +153,7 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
         breaker=_breaker(Section(s.raw.get("breaker"), s.at("breaker"), errs,
                                   ("failures", "window_s", "cooldown_s"))),
         api_version=s.get("api_version", str, "") or None,
-        anthropic_version=s.get("anthropic_version", str, "2023-06-01"),
+        anthropic_version=s.get("anthropic_version", str, "2023-06-01"), aws=aws,
         learn_ttl_s=s.number("learn_ttl_s", 600.0, 0.001),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),
     )

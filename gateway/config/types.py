@@ -12,10 +12,10 @@ from typing import Literal
 from gateway.core.policy.retry import RetryPolicy
 from gateway.core.policy.routing import Routing
 from gateway.core.proxy import Proxy
-from gateway.providers.settings import BreakerConfig, ProviderConfig, Timeouts
+from gateway.providers.settings import AwsSettings, BreakerConfig, ProviderConfig, Timeouts
 
 # re-exported: defined beside the code that reads them, built here
-__all__ = ["BreakerConfig", "ProviderConfig", "Proxy", "RetryPolicy", "Routing", "Timeouts"]
+__all__ = ["AwsSettings", "BreakerConfig", "ProviderConfig", "Proxy", "RetryPolicy", "Routing", "Timeouts"]
 
 Stage = Literal["input", "output", "both"]
 GuardMode = Literal["stream", "hold", "audit"]

@@ -133,3 +133,12 @@ async def test_the_loop_lag_probe_writes_ticks_that_samples_reads_back(tmp_path:
     assert len(got) == FLUSH_EVERY
     assert all(0 <= on_cpu <= late for late, on_cpu in got)
     assert samples(tmp_path / "lag", 0, t0 - 1) == []
+
+
+def test_bedrock_bench_cases_relay_the_whole_answer() -> None:
+    """Every case of bench.bench_bedrock runs and writes the answer (no timing)."""
+    from bench.bench_bedrock import cases
+
+    outs = {name: fn() for name, fn in cases(50).items()}
+    assert all(n > 0 for n in outs.values())
+    assert outs["messages, SSE (anthropic)"] > 50 * len(" word")
