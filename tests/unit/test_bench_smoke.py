@@ -124,7 +124,7 @@ async def test_the_loop_lag_probe_writes_ticks_that_samples_reads_back(tmp_path:
     from bench.loop_lag import FLUSH_EVERY, Probe, samples
 
     flushed = asyncio.Event()
-    t0 = time.time()
+    t0 = time.time() - 1.0  # the probe writes times to the ms: a tick in the first ms may read as before t0
     probe = Probe(asyncio.get_running_loop(), str(tmp_path / "lag"), on_flush=flushed.set)
     probe.start()
     await asyncio.wait_for(flushed.wait(), 30)
