@@ -13,13 +13,17 @@ from dataclasses import dataclass
 from gateway.providers.base import Translator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
+from gateway.providers.chat_gemini import GEMINI_API, GeminiChat
 from gateway.providers.chat_mock import MockChat
 from gateway.providers.chat_openai import OpenAIChat
+from gateway.providers.chat_vertex import VertexChat, vertex_base_url
 from gateway.providers.demo import MockScript, mock_script
 from gateway.providers.messages_anthropic import AnthropicMessages
 from gateway.providers.messages_azure import AzureMessages
+from gateway.providers.messages_gemini import GeminiMessages
 from gateway.providers.messages_mock import MockMessages
 from gateway.providers.messages_openai import OpenAIMessages
+from gateway.providers.messages_vertex import VertexMessages
 from gateway.providers.responses_azure import AzureResponses
 from gateway.providers.responses_mock import MockResponses
 from gateway.providers.responses_openai import OpenAIResponses
@@ -38,6 +42,8 @@ class ProviderKind:
     forward_headers: tuple[str, ...] = ("x-request-id",)
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
     auth: str = ""  # its requests are signed: the kind of `upstream.signing.SIGNERS` ("sigv4", "google")
+    # the `base_url` when the config gives none (a cloud's public endpoint, from the provider's settings)
+    default_base_url: Callable[[ProviderConfig], str] | None = None
 
 
 PROVIDERS: dict[str, ProviderKind] = {
@@ -48,6 +54,10 @@ PROVIDERS: dict[str, ProviderKind] = {
     "anthropic": ProviderKind(genai_name="anthropic",
                               forward_headers=("anthropic-version", "anthropic-beta", "x-request-id")),
     "azure": ProviderKind(requires=("api_version",), genai_name="azure.ai.openai"),
+    "gemini": ProviderKind(requires=("api_key",), genai_name="gcp.gemini", default_base_url=lambda _: GEMINI_API),
+    # anthropic-beta: Claude Code's betas, passed on to Claude on Vertex (`messages_vertex`)
+    "vertex": ProviderKind(requires=("project", "location"), genai_name="gcp.vertex_ai", auth="google",
+                           forward_headers=("anthropic-beta", "x-request-id"), default_base_url=vertex_base_url),
     "mock": ProviderKind(remote=False, in_process=mock_script, forward_headers=(), genai_name="llm_gateway.mock"),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
@@ -61,6 +71,7 @@ TRANSLATORS: tuple[TranslatorFactory, ...] = (
     OpenAIChat, AnthropicChat, AzureChat, MockChat,
     OpenAIResponses, AzureResponses, MockResponses,
     OpenAIMessages, AnthropicMessages, AzureMessages, MockMessages,
+    GeminiChat, GeminiMessages, VertexChat, VertexMessages,
 )
 
 
