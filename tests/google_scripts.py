@@ -47,10 +47,17 @@ def usage(prompt: int = 10, candidates: int = 5, cached: int = 0, thoughts: int 
     return u
 
 
-def error(status: str, code: int, message: str = "no", retry_s: str | None = None) -> dict[str, Any]:
+def error(status: str, code: int, message: str = "no", retry_s: str | None = None,
+          reason: str | None = None) -> dict[str, Any]:
     err: dict[str, Any] = {"code": code, "message": message, "status": status}
+    details: list[dict[str, Any]] = []
     if retry_s is not None:
-        err["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_s}]
+        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_s})
+    if reason is not None:
+        details.append({"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
+                        "domain": "googleapis.com"})
+    if details:
+        err["details"] = details
     return {"error": err}
 
 

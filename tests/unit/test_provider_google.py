@@ -215,6 +215,7 @@ def test_error_and_garbage_bodies() -> None:
     (401, g.error("UNAUTHENTICATED", 401), FailureKind.UPSTREAM_AUTH),
     (404, g.error("NOT_FOUND", 404), FailureKind.NOT_FOUND),
     (400, g.error("RESOURCE_EXHAUSTED", 400), FailureKind.HTTP_429),  # the status field decides
+    (400, g.error("INVALID_ARGUMENT", 400, reason="API_KEY_INVALID"), FailureKind.UPSTREAM_AUTH),
     (502, "<html>bad gateway</html>", FailureKind.HTTP_5XX),
     (404, "", FailureKind.NOT_FOUND),
 ])

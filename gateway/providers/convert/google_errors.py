@@ -43,6 +43,11 @@ _STATUS_OF: Mapping[str, int] = {
     "OUT_OF_RANGE": 400, "ALREADY_EXISTS": 409, "UNIMPLEMENTED": 501, "PERMISSION_DENIED": 403,
     "UNAUTHENTICATED": 401, "NOT_FOUND": 404,
 }
+# `google.rpc.ErrorInfo.reason`s that name our credentials: the Gemini API answers a bad key with 400
+# INVALID_ARGUMENT and this reason, which must not pass through to the client as its own mistake
+_AUTH_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVICE_BLOCKED",
+                           "ACCESS_TOKEN_EXPIRED", "ACCESS_TOKEN_SCOPE_INSUFFICIENT", "SERVICE_DISABLED",
+                           "BILLING_DISABLED", "CONSUMER_INVALID"})
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")  # google.protobuf.Duration in JSON: "27s", "0.5s"
 
 
@@ -62,6 +67,8 @@ def classify_google_error(err: Mapping[str, Any], status: int | None) -> Failure
     numeric = err.get("code") if isinstance(err.get("code"), int) and not isinstance(err.get("code"), bool) else None
     effective = status if status is not None else _STATUS_OF.get(code or "", numeric)
     kind = _KINDS.get(code or "") or _by_status(effective)
+    if _reason(err) in _AUTH_REASONS:
+        kind = FailureKind.UPSTREAM_AUTH
     if status is None and kind in (FailureKind.HTTP_5XX, FailureKind.HTTP_429):
         kind = FailureKind.INBAND  # in a stream: retried or fallen back before the first token
     return Failure(kind, message, status=effective, code=code, type=_type(kind), retry_after_s=_retry_delay(err))
@@ -103,11 +110,19 @@ def _by_status(status: int | None) -> FailureKind:
     return FailureKind.HTTP_4XX
 
 
-def _retry_delay(err: Mapping[str, Any]) -> float | None:
+def _detail(err: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The first `details` entry of type `google.rpc.<kind>`, or {}."""
     details = err.get("details")
     for d in details if isinstance(details, list) else ():
-        if isinstance(d, dict) and str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
-            m = _DURATION.match(str(d.get("retryDelay", "")))
-            if m is not None:
-                return float(m.group(1))
-    return None
+        if isinstance(d, dict) and str(d.get("@type", "")).endswith(f"google.rpc.{kind}"):
+            return d
+    return {}
+
+
+def _reason(err: Mapping[str, Any]) -> str:
+    return str(_detail(err, "ErrorInfo").get("reason", ""))
+
+
+def _retry_delay(err: Mapping[str, Any]) -> float | None:
+    m = _DURATION.match(str(_detail(err, "RetryInfo").get("retryDelay", "")))
+    return float(m.group(1)) if m is not None else None
