@@ -60,6 +60,7 @@ class FakeGoogle(FakeUpstream):
         self.issued: list[str] = []  # tokens handed out, in order
         self.revoked: set[str] = set()
         self.token_requests = 0
+        self.refuse_tokens = False  # the token endpoint answers 503 (an outage at start)
         self._serial = itertools.count(1)
 
     # --- credentials ---
@@ -94,6 +95,8 @@ class FakeGoogle(FakeUpstream):
 
     async def _token(self, request: web.Request) -> web.Response:
         self.token_requests += 1
+        if self.refuse_tokens:
+            return web.json_response({"error": "temporarily_unavailable"}, status=503)
         form = urllib.parse.parse_qs((await request.read()).decode())
         grant = form.get("grant_type", [""])[0]
         if grant != "urn:ietf:params:oauth:grant-type:jwt-bearer" or not self._verify_assertion(

@@ -36,10 +36,10 @@ RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # after a failed refresh, while the
 
 def refresh_delay(remaining_s: float | None) -> float:
     """How long to wait before the next refresh, for a token that expires in `remaining_s` (None: a
-    token without expiry; check again in an hour). Halfway through a short-lived token's life at most."""
+    token without expiry; check again in an hour). A short-lived token is renewed halfway through its life."""
     if remaining_s is None:
         return 3600.0
-    return max(MIN_DELAY_S, min(remaining_s - REFRESH_AHEAD_S, remaining_s / 2))
+    return max(MIN_DELAY_S, remaining_s - REFRESH_AHEAD_S, remaining_s / 2)
 
 
 def _remaining_s(credentials: Any) -> float | None:
