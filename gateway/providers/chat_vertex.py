@@ -104,12 +104,15 @@ def is_anthropic_event(event: SSEEvent) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("type"), str)
 
 
-def is_anthropic_body(body: bytes) -> bool:
+def is_anthropic_body(body: bytes, also_completion: bool = False) -> bool:
+    """Anthropic's bodies (a Message, an error) carry a top-level `type`; Google's never do."""
     try:
         obj = orjson.loads(body.strip() or b"null")
     except orjson.JSONDecodeError:
         return False
-    return isinstance(obj, dict) and isinstance(obj.get("type"), str)
+    if not isinstance(obj, dict):
+        return False
+    return isinstance(obj.get("type"), str) or (also_completion and obj.get("object") == "chat.completion")
 
 
 def classify_vertex_http_error(status: int, headers: Mapping[str, str], body: bytes) -> Failure:
@@ -145,8 +148,12 @@ class VertexChat:
         return ByFirstEvent(lambda: AnthropicStreamParser(created), lambda: GoogleStreamParser(created))
 
     def parse_body(self, body: bytes) -> ParsedBody:
+        """Claude's Message, Google's response, or (re-read by the pipeline) the chat.completion made of
+        either: Anthropic's reader takes that too, cache writes included."""
         created = int(self._clock())
-        return parse_anthropic_body(body, created) if is_anthropic_body(body) else parse_google_body(body, created)
+        if is_anthropic_body(body, also_completion=True):
+            return parse_anthropic_body(body, created)
+        return parse_google_body(body, created)
 
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
         return classify_vertex_http_error(status, headers, body)
