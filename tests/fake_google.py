@@ -3,8 +3,9 @@ the right `x-goog-api-key` is answered 400 INVALID_ARGUMENT "API key not valid",
 Vertex AI (a request whose bearer token this fake did not issue, or has revoked, is answered 401
 UNAUTHENTICATED), an OAuth2 token endpoint for service accounts (RFC 7523 JWT bearer grant: the
 assertion's RS256 signature is verified against the service account's public key, its `iss`, `aud` and
-`scope` checked) and a GCE metadata server (the `Metadata-Flavor: Google` handshake, the default
-service account's token). Model answers are `FakeUpstream` scripts queued per path.
+`scope` checked) that is also the STS of workload identity federation (RFC 8693 token exchange), and
+a GCE metadata server (the `Metadata-Flavor: Google` handshake, the default service account's token).
+Model answers are `FakeUpstream` scripts queued per path.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 API_KEY = "AIza-test-key-SECRET"
 PROJECT = "test-project"
 LOCATION = "europe-west4"
+FEDERATED_SUBJECT_TOKEN = "oidc-subject-token"  # what the external identity provider gave the workload
 
 
 def gemini_path(model: str, stream: bool) -> str:
@@ -74,6 +76,20 @@ class FakeGoogle(FakeUpstream):
         path.write_text(json.dumps(info))
         return path
 
+    def federation_file(self, directory: Path, quota_project: str) -> Path:
+        """A workload identity federation (`external_account`) file: a subject token read from a file,
+        traded at this fake's STS endpoint (RFC 8693 token exchange)."""
+        subject = directory / "subject-token"
+        subject.write_text(FEDERATED_SUBJECT_TOKEN)
+        audience = "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/oidc"
+        info = {"type": "external_account", "audience": audience,
+                "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+                "token_url": f"{self.base_url}/token", "credential_source": {"file": str(subject)},
+                "quota_project_id": quota_project}
+        path = directory / "federation.json"
+        path.write_text(json.dumps(info))
+        return path
+
     def _issue(self) -> web.Response:
         token = f"ya29.fake-{next(self._serial)}"
         self.issued.append(token)
@@ -97,10 +113,14 @@ class FakeGoogle(FakeUpstream):
         self.token_requests += 1
         if self.refuse_tokens:
             return web.json_response({"error": "temporarily_unavailable"}, status=503)
-        form = urllib.parse.parse_qs((await request.read()).decode())
-        grant = form.get("grant_type", [""])[0]
+        form = {k: v[0] for k, v in urllib.parse.parse_qs((await request.read()).decode()).items()}
+        grant = form.get("grant_type")
+        if grant == "urn:ietf:params:oauth:grant-type:token-exchange":  # STS: workload identity federation
+            if form.get("subject_token") != FEDERATED_SUBJECT_TOKEN or SCOPE not in form.get("scope", ""):
+                return web.json_response({"error": "invalid_grant"}, status=400)
+            return self._issue()
         if grant != "urn:ietf:params:oauth:grant-type:jwt-bearer" or not self._verify_assertion(
-                form.get("assertion", [""])[0]):
+                form.get("assertion", "")):
             return web.json_response({"error": "invalid_grant", "error_description": "Invalid JWT"}, status=400)
         return self._issue()
 

@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import datetime
 import json
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -31,6 +33,7 @@ log = structlog.get_logger("gateway")
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 REFRESH_AHEAD_S = 300.0  # refresh this long before the token expires (Google's tokens live an hour)
 MIN_DELAY_S = 1.0
+START_WAIT_S = 10.0  # the longest the gateway's start waits for a first token
 RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # after a failed refresh, while the old token may still work
 
 
@@ -94,30 +97,40 @@ def _refresh(credentials: Any) -> None:
     credentials.refresh(google.auth.transport.requests.Request())
 
 
+@dataclass(frozen=True, slots=True)
+class _Token:
+    value: str
+    expires_at: float | None  # time.monotonic() deadline; None: the credentials named no expiry
+    quota_project: str | None  # billed project for user credentials (`x-goog-user-project`)
+
+
 class GoogleSigner:
     """One per `vertex` provider: `authorization: Bearer <token>` on each request."""
 
     def __init__(self, provider: ProviderConfig) -> None:
         self.provider = provider
         self._credentials: Any = None
-        self._token: str | None = None
+        self._token: _Token | None = None
         self._task: asyncio.Task[None] | None = None
+        self._first = asyncio.Event()  # the first fetch has ended, well or not
         self.refreshes = 0  # tokens obtained so far (tests and logs)
 
     def sign(self, method: str, url: str, headers: dict[str, str], body: bytes) -> None:
         token = self._token
-        if token is None:
-            raise UpstreamError(Failure(FailureKind.UPSTREAM_AUTH,
-                                        f"{self.provider.name}: no Google credentials (yet)"))
-        headers["authorization"] = f"Bearer {token}"
+        if token is None or (token.expires_at is not None and time.monotonic() >= token.expires_at):
+            # an expired token would only earn a 401: the next deployment serves instead, at once
+            raise UpstreamError(Failure(FailureKind.UPSTREAM_AUTH, f"{self.provider.name}: no valid Google token"))
+        headers["authorization"] = f"Bearer {token.value}"
+        if token.quota_project:
+            headers["x-goog-user-project"] = token.quota_project
 
     async def start(self) -> None:
-        delay = RETRY_S[0]
-        try:
-            delay = await self.refresh()
-        except Exception as exc:  # any failure of the library: logged, retried
-            self._log_failure(exc)
-        self._task = asyncio.ensure_future(self._refresh_loop(delay))
+        """The refresh task, and a bounded wait for its first token: a metadata server that does not
+        answer must not hold the gateway's start (the task keeps trying)."""
+        self._task = asyncio.ensure_future(self._refresh_loop())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(START_WAIT_S):
+                await self._first.wait()
 
     async def refresh(self) -> float:
         """A new token now (the credentials are loaded the first time); the delay until the next one."""
@@ -125,24 +138,28 @@ class GoogleSigner:
             self._credentials = await asyncio.to_thread(_load, self.provider.credentials_file)
         credentials = self._credentials
         await asyncio.to_thread(_refresh, credentials)
-        token = getattr(credentials, "token", None)
-        if not isinstance(token, str) or not token:
+        value = getattr(credentials, "token", None)
+        if not isinstance(value, str) or not value:
             raise ValueError("the credentials gave no token")
-        self._token = token
+        remaining = _remaining_s(credentials)
+        quota = getattr(credentials, "quota_project_id", None)
+        self._token = _Token(value, time.monotonic() + remaining if remaining is not None else None,
+                             quota if isinstance(quota, str) and quota else None)
         self.refreshes += 1
-        return refresh_delay(_remaining_s(credentials))
+        return refresh_delay(remaining)
 
-    async def _refresh_loop(self, delay: float) -> None:
+    async def _refresh_loop(self) -> None:
         failures = 0
         while True:
-            await asyncio.sleep(delay)
             try:
                 delay = await self.refresh()
                 failures = 0
-            except Exception as exc:  # logged; the token in hand stays until it expires
+            except Exception as exc:  # any failure of the library: logged, retried; a token in hand stays
                 self._log_failure(exc)
                 delay = RETRY_S[min(failures, len(RETRY_S) - 1)]
                 failures += 1
+            self._first.set()
+            await asyncio.sleep(delay)
 
     def _log_failure(self, exc: Exception) -> None:
         # the exception's type only: google-auth's messages may quote a token endpoint's answer

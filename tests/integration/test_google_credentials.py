@@ -13,6 +13,8 @@ import openai
 import pytest
 
 from gateway.config import parse_config
+from gateway.core.events import FailureKind
+from gateway.upstream.errors import UpstreamError
 from gateway.upstream.google import GoogleSigner, _from_file, refresh_delay
 from tests import anthropic_scripts as a
 from tests import google_scripts as g
@@ -93,3 +95,38 @@ def test_an_unknown_credentials_type_is_refused(tmp_path: Path) -> None:
     path.write_text('{"type": "impersonated_everything"}')
     with pytest.raises(ValueError, match="unsupported credentials type"):
         _from_file(str(path))
+
+
+def test_an_expired_token_is_never_sent(servers: LoopThread, tmp_path: Path) -> None:
+    fake = FakeGoogle(expires_in=0)  # every token it issues has already expired
+    servers.run(fake.start())
+    try:
+        sa = fake.service_account_file(tmp_path)
+        cfg = parse_config({"auth": {"allow_unauthenticated": True},
+                            "providers": {"vx": {"type": "vertex", "project": PROJECT, "location": LOCATION,
+                                                 "credentials_file": str(sa)}},
+                            "models": [{"name": "m", "deployments": [{"provider": "vx", "model": "x"}]}]}, env={})
+        signer = GoogleSigner(cfg.providers["vx"])
+        assert servers.run(signer.refresh()) == 1.0 and fake.issued  # renewed again in a second
+        with pytest.raises(UpstreamError) as err:
+            signer.sign("POST", "https://x.test/", {}, b"")
+        assert err.value.failure.kind is FailureKind.UPSTREAM_AUTH
+        assert fake.issued[0] not in str(err.value)
+    finally:
+        servers.run(fake.stop())
+
+
+def test_workload_identity_federation_and_its_quota_project(servers: LoopThread, google: FakeGoogle,
+                                                            tmp_path: Path) -> None:
+    """An `external_account` file: the workload's subject token traded at the STS, and the quota project
+    the file names (billed for the calls) on each request."""
+    path = google.federation_file(tmp_path, "billing-proj")
+    cfg = parse_config({"auth": {"allow_unauthenticated": True},
+                        "providers": {"vx": {"type": "vertex", "project": PROJECT, "location": LOCATION,
+                                             "credentials_file": str(path)}},
+                        "models": [{"name": "m", "deployments": [{"provider": "vx", "model": "x"}]}]}, env={})
+    signer = GoogleSigner(cfg.providers["vx"])
+    servers.run(signer.refresh())
+    headers: dict[str, str] = {}
+    signer.sign("POST", "https://x.test/", headers, b"")
+    assert headers == {"authorization": f"Bearer {google.issued[0]}", "x-goog-user-project": "billing-proj"}
