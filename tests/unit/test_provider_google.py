@@ -232,3 +232,10 @@ def test_retry_info_and_pass_through_shape() -> None:
     bad = classify_google_http_error(400, {}, orjson.dumps(g.error("INVALID_ARGUMENT", 400, "bad field x")))
     assert (bad.message, bad.status, bad.code, bad.type) == ("bad field x", 400, "INVALID_ARGUMENT",
                                                              "invalid_request_error")
+
+
+def test_calls_of_answers_without_a_response_id_never_share_an_id() -> None:
+    resp = {k: v for k, v in g.response([g.call("f", {})], "STOP").items() if k != "responseId"}
+    ids = {parse_google_body(orjson.dumps(resp), CREATED).obj["choices"][0]["message"]["tool_calls"][0]["id"]
+           for _ in range(2)}
+    assert len(ids) == 2

@@ -26,6 +26,7 @@ an end without one is an early end (the stream core's `ended_early`).
 from __future__ import annotations
 
 import hashlib
+import secrets
 from typing import Any
 
 import orjson
@@ -81,8 +82,8 @@ def google_usage(meta: Any) -> Usage | None:
 
 
 def call_id(call: dict[str, Any], seed: str, n: int) -> str:
-    """The call's own id, else one derived from the answer's id and the call's number, so the stream and
-    the body of one answer name it alike."""
+    """The call's own id, else one derived from the answer's id (`seed`) and the call's number, so the
+    stream and the body of one answer name it alike."""
     given = call.get("id")
     if isinstance(given, str) and given:
         return given
@@ -92,7 +93,7 @@ def call_id(call: dict[str, Any], seed: str, n: int) -> str:
 class GoogleStreamParser:
     """One per attempt: the answer's id and model, the tool-call count, the usage so far."""
 
-    __slots__ = ("_said", "_started", "_tools", "base", "finished", "usage")
+    __slots__ = ("_said", "_seed", "_started", "_tools", "base", "finished", "usage")
     shape = None  # every event is translated
 
     def __init__(self, created: int) -> None:
@@ -101,6 +102,9 @@ class GoogleStreamParser:
         self._started = False
         self._said = False  # some text or a call came: a filtered finish then needs no refusal
         self._tools = 0
+        # the answer's responseId names its calls; without one, a random seed, so that the calls of two
+        # answers in one conversation never share an id
+        self._seed = secrets.token_hex(8)
         self.finished = False
         self.usage = Usage()
 
@@ -121,8 +125,8 @@ class GoogleStreamParser:
 
     def response(self, obj: dict[str, Any]) -> list[ChatChunk]:
         """One GenerateContentResponse -> its chunks."""
-        if not self.base["id"] and isinstance(obj.get("responseId"), str):
-            self.base["id"] = obj["responseId"]
+        if not self.base["id"] and isinstance(obj.get("responseId"), str) and obj["responseId"]:
+            self.base["id"] = self._seed = obj["responseId"]
         if not self.base["model"] and isinstance(obj.get("modelVersion"), str):
             self.base["model"] = obj["modelVersion"]
         usage = google_usage(obj.get("usageMetadata"))
@@ -176,7 +180,7 @@ class GoogleStreamParser:
         n = self._tools
         self._tools += 1
         self._said = True
-        ident = call_id(call, self.base["id"], n)
+        ident = call_id(call, self._seed, n)
         name = str(call.get("name") or "")
         args = orjson.dumps(call.get("args") if isinstance(call.get("args"), dict) else {}).decode()
         tc = {"index": n, "id": ident, "type": "function", "function": {"name": name, "arguments": args}}
