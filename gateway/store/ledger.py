@@ -22,7 +22,6 @@ them (serving goes on), an error is counted and the store reports itself down un
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 import structlog
@@ -44,7 +43,7 @@ class SpendLedger:
         self._store, self._wait_s, self._on_error = store, wait_s, on_error
         self._queue: list[Entry] = []  # not committed yet, oldest first
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._scheduled = False  # a commit is due in the next loop iteration
+        self._scheduled = False  # `_commit` is due (call_soon or call_at)
         self._writer: asyncio.Task[None] | None = None  # commits on the driver's async path, retries
         self._deadline: asyncio.TimerHandle | None = None
         self._last_commit = float("-inf")  # loop time the last commit began
@@ -60,7 +59,7 @@ class SpendLedger:
         """Returns once the row is committed, or at once while the store is failing (the row is kept
         and retried), or after `wait_s` at most."""
         loop = self._loop
-        if self.failing or loop is None:
+        if self.failing or self._closed or loop is None:
             self._queue.append((row, None))
             return
         fut = loop.create_future()
@@ -68,34 +67,40 @@ class SpendLedger:
         if self._deadline is None:
             self._deadline = loop.call_later(self._wait_s, self._expire)
         if not self._scheduled and self._writer is None:
-            self._scheduled = True
-            due = self._last_commit + COMMIT_EVERY_S
-            if loop.time() >= due:
-                loop.call_soon(self._commit)
-            else:
-                loop.call_at(due, self._commit)
+            self._schedule(loop)
         await fut
 
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._scheduled = True
+        due = self._last_commit + COMMIT_EVERY_S
+        if loop.time() >= due:
+            loop.call_soon(self._commit)
+        else:
+            loop.call_at(due, self._commit)
+
     def _commit(self) -> None:
-        """On the loop: commit what is queued where the driver needs no wait, else hand it to the writer."""
+        """On the loop: commit a batch where the driver needs no wait, else hand the queue to the writer."""
         self._scheduled = False
-        assert self._loop is not None
-        self._last_commit = self._loop.time()
-        while self._queue and self._writer is None and not self._closed:
-            batch = self._queue[:MAX_BATCH]
-            try:
-                done = self._store.record_spend_now([row for row, _ in batch])
-            except StoreUnavailable as exc:
-                self._failed(batch, exc)
-                done = False
-            if not done:
-                self._writer = self._loop.create_task(self._write(), name="spend-ledger")
-                return
-            self._committed(batch)
+        loop = self._loop
+        if not self._queue or self._writer is not None or self._closed or loop is None:
+            return
+        self._last_commit = loop.time()
+        batch = self._queue[:MAX_BATCH]
+        try:
+            done = self._store.record_spend_now([row for row, _ in batch])
+        except StoreUnavailable as exc:
+            self._failed(batch, exc)
+            done = False
+        if not done:
+            self._writer = loop.create_task(self._write(), name="spend-ledger")
+            return
+        self._committed(batch)
+        if self._queue:
+            self._schedule(loop)
 
     async def _write(self) -> None:
         try:
-            while self._queue:
+            while self._queue and not (self._closed and self.failing):
                 if self.failing:
                     await asyncio.sleep(RETRY_S)
                 await self.flush()
@@ -149,11 +154,11 @@ class SpendLedger:
         _release(self._queue)
 
     async def close(self) -> None:
+        """Let the commit in flight end (never cancelled: its driver call would go on without us), then
+        commit what is left; a failing store is tried once more, not retried."""
         self._closed = True
         if self._writer is not None:
-            self._writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
+            await asyncio.wait([self._writer])
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None

@@ -5,8 +5,10 @@ The ledger's group commits run on the event loop itself (`batch_now`) when the w
 once: a commit in WAL mode is a few page writes into the OS cache (`synchronous=NORMAL`: no fsync, and
 a process crash loses no commit), cheaper than handing it to a thread. It never waits there: a busy
 lock returns False and the caller takes `batch` (a worker thread, the busy timeout). The fsyncs of WAL
-checkpoints stay off the loop: its connection never checkpoints; a worker thread does, every
-`CHECKPOINT_EVERY` commits, on a connection of its own.
+checkpoints stay off the loop: its connection never checkpoints; every `CHECKPOINT_EVERY` commits one
+batch goes to the worker thread instead, which checkpoints after committing it. The ledger commits one
+batch at a time, so that checkpoint runs with no writer of ours beside it and completes, and the next
+commit writes the WAL from its start again (a checkpoint racing a stream of commits never does).
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ class SqliteDatabase:
         self._plain: sqlite3.Connection | None = None  # `batch`'s, used on worker threads under the lock
         self._inline: sqlite3.Connection | None = None  # `batch_now`'s, on the loop: never waits, never syncs
         self._commits = 0  # by `batch_now` since the last checkpoint
-        self._checkpoint: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
     async def _connect(self) -> aiosqlite.Connection:
@@ -106,11 +107,14 @@ class SqliteDatabase:
         if self._plain is None:
             self._plain = self._open_plain(self._timeout)
         _insert(self._plain, sql, rows)
+        if self._commits >= CHECKPOINT_EVERY:
+            self._plain.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self._commits = 0
 
     def batch_now(self, sql: str, rows: Sequence[Params]) -> bool:
         """The batch committed here and now, or False when that would wait (the lock is taken, in this
         process or another): then `batch`."""
-        if self._lock.locked():
+        if self._lock.locked() or self._commits >= CHECKPOINT_EVERY:
             return False
         try:
             if self._inline is None:
@@ -128,25 +132,7 @@ class SqliteDatabase:
             self._drop_inline()
             raise unavailable(exc) from None
         self._commits += 1
-        if self._commits >= CHECKPOINT_EVERY and self._checkpoint is None:
-            self._commits = 0
-            self._checkpoint = asyncio.get_running_loop().create_task(self._run_checkpoint())
         return True
-
-    async def _run_checkpoint(self) -> None:
-        try:
-            await asyncio.to_thread(self._checkpoint_now)
-        except (sqlite3.Error, OSError):
-            pass  # the next one retries; WAL readers and writers need no checkpoint to work
-        finally:
-            self._checkpoint = None
-
-    def _checkpoint_now(self) -> None:
-        conn = self._open_plain(self._timeout)  # its own connection, on its own thread, closed after
-        try:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        finally:
-            conn.close()
 
     def _open_plain(self, timeout_s: float) -> sqlite3.Connection:
         Path(self._path).parent.mkdir(parents=True, exist_ok=True)
@@ -169,8 +155,6 @@ class SqliteDatabase:
                 pass
 
     async def close(self) -> None:
-        if self._checkpoint is not None:
-            await asyncio.wait([self._checkpoint])
         async with self._lock:
             await self._drop()
             self._drop_inline()
