@@ -7,6 +7,7 @@ This is the only module that reads the process environment.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from gateway.config import edges
+from gateway.config.aws_config import AWS_KEYS, aws_settings
 from gateway.config.control import STORE_KEYS, admin_config, key_identity, store_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
@@ -120,18 +122,27 @@ def _breaker(s: Section) -> BreakerConfig:
 
 
 PROVIDER_FIELDS = ("type", "base_url", "api_key", "headers", "timeouts", "api_version", "anthropic_version",
-                   "ttft_ms", "token_delay_ms", "breaker", "proxy", "forward_headers", "learn_ttl_s", "responses")
+                   "ttft_ms", "token_delay_ms", "breaker", "proxy", "forward_headers", "learn_ttl_s", "project",
+                   "location", "credentials_file", "responses")
+
+
+def _base_url(s: Section, kind: ProviderKind | None) -> tuple[str, bool]:
+    """The configured `base_url`, and whether the type's default stands in for a missing one."""
+    base_url = s.get("base_url", str, "").rstrip("/")
+    optional = kind is not None and kind.default_base_url is not None and not base_url
+    if kind is not None and kind.remote and not optional and not re.match(r"^https?://[^/\s]+", base_url):
+        s.errs.add(s.at("base_url"), "required: an http:// or https:// URL")
+    return base_url, optional
 
 
 def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
-    s = Section(raw, path, errs, PROVIDER_FIELDS)
+    s = Section(raw, path, errs, (*PROVIDER_FIELDS, *AWS_KEYS))
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
     kind = PROVIDERS.get(ptype)
-    base_url = s.get("base_url", str, "").rstrip("/")
-    if kind is not None and kind.remote and not re.match(r"^https?://[^/\s]+", base_url):
-        errs.add(s.at("base_url"), "required: an http:// or https:// URL")
+    aws = aws_settings(s, kind is not None and kind.auth == "sigv4")
+    base_url, optional = _base_url(s, kind)
     for key in kind.requires if kind is not None else ():
         if not s.has(key):
             errs.add(s.at(key), f"required for type {ptype}")
@@ -140,7 +151,7 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
         if not isinstance(hv, str):
             errs.add(f"{s.at('headers')}.{hk}", "must be a string")
     proxy, use_env_proxy = edges.provider_proxy(s)
-    return ProviderConfig(
+    cfg = ProviderConfig(
         name=name, type=ptype or "mock", genai_name=kind.genai_name if kind is not None else "",
         proxy=proxy, use_env_proxy=use_env_proxy,
         forward_headers=edges.forward_headers(s, kind.forward_headers if kind is not None else ()),
@@ -151,11 +162,16 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
         breaker=_breaker(Section(s.raw.get("breaker"), s.at("breaker"), errs,
                                   ("failures", "window_s", "cooldown_s"))),
         api_version=s.get("api_version", str, "") or None,
-        anthropic_version=s.get("anthropic_version", str, "2023-06-01"),
+        anthropic_version=s.get("anthropic_version", str, "2023-06-01"), aws=aws,
         responses=_responses(s, kind),
         learn_ttl_s=s.number("learn_ttl_s", 600.0, 0.001),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),
+        project=s.get("project", str, "") or None, location=s.get("location", str, "") or None,
+        credentials_file=s.get("credentials_file", str, "") or None,
     )
+    if optional and kind is not None and kind.default_base_url is not None:
+        cfg = dataclasses.replace(cfg, base_url=kind.default_base_url(cfg))
+    return cfg
 
 
 def _responses(s: Section, kind: ProviderKind | None) -> bool:
@@ -169,7 +185,7 @@ def _responses(s: Section, kind: ProviderKind | None) -> bool:
 
 
 def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:
-    s = Section(raw, path, errs, ("provider", "model", "price"))
+    s = Section(raw, path, errs, ("provider", "model", "price", "prefill"))
     provider = s.get("provider", str, "")
     if provider not in providers:
         errs.add(s.at("provider"), f'unknown provider "{provider}"' if provider else "required")
@@ -184,7 +200,9 @@ def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], er
         cache_creation_input=p.number("cache_creation_input", 0.0) if p.has("cache_creation_input")
         else None,
     )
-    return Deployment(provider=provider, model=model, price=price)
+    kind = PROVIDERS.get(providers[provider].type) if provider in providers else None
+    prefill = s.get("prefill", bool, kind is not None and kind.prefill)  # unset: the type's own (Anthropic's)
+    return Deployment(provider=provider, model=model, price=price, prefill=prefill)
 
 
 def _retry(s: Section) -> RetryPolicy:
@@ -199,7 +217,7 @@ def _retry(s: Section) -> RetryPolicy:
 
 def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     s = Section(raw, path, ctx.errs, ("name", "deployments", "routing", "retry", "hedge_after_ms",
-                                       "guardrails", "cache", "redaction"))
+                                       "guardrails", "cache", "redaction", "continuation"))
     name = s.get("name", str, "")
     if not _NAME.match(name):
         ctx.errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
@@ -219,8 +237,18 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
         retry=_retry(Section(s.raw.get("retry"), s.at("retry"), ctx.errs,
                               ("max_attempts", "per_deployment", "initial_backoff_ms", "max_backoff_ms"))),
         hedge_after_ms=s.number("hedge_after_ms", 0.0), guardrails=guardrails,
-        cache=s.get("cache", bool, False), redaction=redaction,
+        cache=s.get("cache", bool, False), redaction=redaction, continuation=_on_off(s, "continuation"),
     )
+
+
+def _on_off(s: Section, key: str) -> bool:
+    """`on`/`off` (YAML 1.1 reads a bare on/off as a boolean; a quoted one stays a string)."""
+    value: bool | str = s.get(key, (bool, str), False)
+    if isinstance(value, bool):
+        return value
+    if value not in ("on", "off"):
+        s.errs.add(s.at(key), 'must be "on" or "off"')
+    return value == "on"
 
 
 class _Ctx:

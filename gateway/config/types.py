@@ -12,10 +12,10 @@ from typing import Literal
 from gateway.core.policy.retry import RetryPolicy
 from gateway.core.policy.routing import Routing
 from gateway.core.proxy import Proxy
-from gateway.providers.settings import BreakerConfig, ProviderConfig, Timeouts
+from gateway.providers.settings import AwsSettings, BreakerConfig, ProviderConfig, Timeouts
 
 # re-exported: defined beside the code that reads them, built here
-__all__ = ["BreakerConfig", "ProviderConfig", "Proxy", "RetryPolicy", "Routing", "Timeouts"]
+__all__ = ["AwsSettings", "BreakerConfig", "ProviderConfig", "Proxy", "RetryPolicy", "Routing", "Timeouts"]
 
 Stage = Literal["input", "output", "both"]
 GuardMode = Literal["stream", "hold", "audit"]
@@ -147,6 +147,9 @@ class Deployment:
     provider: str
     model: str
     price: Price = Price()
+    # continues a trailing assistant message (CONTRACT §4.9); unset in the config: the provider type's
+    # default, resolved at load (anthropic natively; OpenAI-compatible servers only when declared)
+    prefill: bool = False
 
     @property
     def label(self) -> str:
@@ -164,6 +167,7 @@ class ModelConfig:
     guardrails: tuple[str, ...] = ()
     cache: bool = False
     redaction: str = "off"
+    continuation: bool = False  # continue a stream that fails after the first token (CONTRACT §4.9)
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ class RequestContext:
     # of a request that failed: `deployment` is only ever the one that served
     failed_deployment: Deployment | None = None
     failure_reason: str | None = None
+    continued: str | None = None  # the last continuation's `mode:outcome` (CONTRACT §4.9), for the log line
 
     def stream_ended(self, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,

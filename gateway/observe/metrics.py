@@ -71,6 +71,7 @@ class Metrics:
     store_errors: Any
     team_requests: Any
     team_cost: Any
+    continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -170,6 +171,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
         team_requests=Counter("team_requests", "Answered requests of stored keys, by team", ["team", "model"], **kw),
         team_cost=Counter("team_cost_usd", "Spend of stored keys, by team", ["team", "model"], **kw),
+        continuations=Counter("continuations", "Continuation attempts of streams that failed after the first "
+                              "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:
@@ -245,6 +248,9 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
                     m.requests.labels(api.name, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):
             m.hedges.labels(model.name, winner)
+        for d in model.deployments if model.continuation else ():
+            for mode in ("prefill", "regenerate"):
+                m.continuations.labels(model.name, d.label, mode, "ok")
 
 
 def _preinitialise_apis(m: Metrics, apis: tuple[ClientApi, ...], model: str, providers: set[str], *,

@@ -13,17 +13,27 @@ from dataclasses import dataclass
 from gateway.providers.base import Translator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
+from gateway.providers.chat_bedrock import BedrockChat
+from gateway.providers.chat_gemini import GEMINI_API, GeminiChat
 from gateway.providers.chat_mock import MockChat
 from gateway.providers.chat_openai import OpenAIChat
+from gateway.providers.chat_vertex import VertexChat, vertex_base_url
+from gateway.providers.convert.bedrock_endpoint import bedrock_base_url
 from gateway.providers.demo import MockScript, mock_script
 from gateway.providers.messages_anthropic import AnthropicMessages
 from gateway.providers.messages_azure import AzureMessages
+from gateway.providers.messages_bedrock import BedrockMessages
+from gateway.providers.messages_gemini import GeminiMessages
 from gateway.providers.messages_mock import MockMessages
 from gateway.providers.messages_openai import OpenAIMessages
+from gateway.providers.messages_vertex import VertexMessages
 from gateway.providers.responses_anthropic import AnthropicResponses
 from gateway.providers.responses_azure import AzureResponses
+from gateway.providers.responses_bedrock import BedrockResponses
+from gateway.providers.responses_gemini import GeminiResponses
 from gateway.providers.responses_mock import MockResponses
 from gateway.providers.responses_openai import openai_responses
+from gateway.providers.responses_vertex import VertexResponses
 from gateway.providers.settings import ProviderConfig
 
 InProcess = Callable[[ProviderConfig, str, bytes], MockScript]
@@ -39,6 +49,9 @@ class ProviderKind:
     forward_headers: tuple[str, ...] = ("x-request-id",)
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
     auth: str = ""  # its requests are signed: the kind of `upstream.signing.SIGNERS` ("sigv4", "google")
+    prefill: bool = False  # continues a trailing assistant message natively (a deployment's default, §4.9)
+    # the `base_url` when the config gives none (a cloud's public endpoint, from the provider's settings)
+    default_base_url: Callable[[ProviderConfig], str] | None = None
     # a server of this type may lack the Responses API: `responses: false` bridges it (CONTRACT §10)
     responses_optional: bool = False
 
@@ -48,9 +61,16 @@ PROVIDERS: dict[str, ProviderKind] = {
                            forward_headers=("openai-organization", "openai-project", "x-request-id")),
     # anthropic-version too: on the native Messages path the client's version is the one its body and
     # parser speak; a translated request always carries the configured one (the translator sets it)
-    "anthropic": ProviderKind(genai_name="anthropic",
+    "anthropic": ProviderKind(genai_name="anthropic", prefill=True,
                               forward_headers=("anthropic-version", "anthropic-beta", "x-request-id")),
     "azure": ProviderKind(requires=("api_version",), genai_name="azure.ai.openai"),
+    # region and credentials: `ProviderConfig.aws`; the client's anthropic-beta goes into Claude's body
+    "bedrock": ProviderKind(genai_name="aws.bedrock", auth="sigv4", forward_headers=("anthropic-beta", "x-request-id"),
+                            default_base_url=bedrock_base_url),
+    "gemini": ProviderKind(requires=("api_key",), genai_name="gcp.gemini", default_base_url=lambda _: GEMINI_API),
+    # anthropic-beta: Claude Code's betas, passed on to Claude on Vertex (`messages_vertex`)
+    "vertex": ProviderKind(requires=("project", "location"), genai_name="gcp.vertex_ai", auth="google",
+                           forward_headers=("anthropic-beta", "x-request-id"), default_base_url=vertex_base_url),
     "mock": ProviderKind(remote=False, in_process=mock_script, forward_headers=(), genai_name="llm_gateway.mock"),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
@@ -61,9 +81,11 @@ PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 # API's, embeddings go to the chat cell); a missing cell means the type does not serve that schema, and
 # the API's requests never go to its deployments.
 TRANSLATORS: tuple[TranslatorFactory, ...] = (
-    OpenAIChat, AnthropicChat, AzureChat, MockChat,
+    OpenAIChat, AnthropicChat, AzureChat, MockChat, BedrockChat,
     openai_responses, AnthropicResponses, AzureResponses, MockResponses,
-    OpenAIMessages, AnthropicMessages, AzureMessages, MockMessages,
+    OpenAIMessages, AnthropicMessages, AzureMessages, MockMessages, BedrockMessages,
+    GeminiChat, GeminiMessages, VertexChat, VertexMessages,
+    BedrockResponses, GeminiResponses, VertexResponses,
 )
 
 
