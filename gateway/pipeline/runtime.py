@@ -59,7 +59,8 @@ class Runtime:
         return self.breaker(d).allow(time.monotonic())
 
     def model(self, name: str) -> ModelConfig | None:
-        return self.config.models.get(name)
+        """The configured model a request's `model` names: by its name or an alias (CONTRACT §10)."""
+        return self.config.resolve_model(name)
 
 
 def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
