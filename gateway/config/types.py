@@ -246,7 +246,7 @@ class Config:
     admin: AdminConfig = AdminConfig()
     store: StoreConfig = StoreConfig()
     is_demo: bool = False
-    model_names: ModelNames = ModelNames()  # every name and alias of `models`, compiled at load
+    model_names: ModelNames = field(default_factory=ModelNames)  # every name and alias of `models`, compiled at load
 
     def resolve_model(self, requested: str) -> ModelConfig | None:
         """The model a request's `model` names: its name, an exact alias, or a glob alias."""

@@ -35,6 +35,7 @@ DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005
 ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
                     "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
+AFFINITY_RESULTS = ("kept", "moved", "new")
 OUTCOMES = ("ok", "client_error", "auth_error", "rate_limited", "guardrail_blocked", "upstream_error",
             "timeout", "cancelled")
 
@@ -71,6 +72,7 @@ class Metrics:
     store_errors: Any
     team_requests: Any
     team_cost: Any
+    affinity: Any
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -170,6 +172,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
         team_requests=Counter("team_requests", "Answered requests of stored keys, by team", ["team", "model"], **kw),
         team_cost=Counter("team_cost_usd", "Spend of stored keys, by team", ["team", "model"], **kw),
+        affinity=Counter("affinity", "Session requests of affinity models: served by the session's own "
+                         "deployment (kept), by the next of its ranking (moved), or a session's first (new)",
+                         ["model", "result"], **kw),
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:
@@ -245,6 +250,8 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
                     m.requests.labels(api.name, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):
             m.hedges.labels(model.name, winner)
+        for result in AFFINITY_RESULTS if model.affinity == "session" else ():
+            m.affinity.labels(model.name, result)
 
 
 def _preinitialise_apis(m: Metrics, apis: tuple[ClientApi, ...], model: str, providers: set[str], *,
