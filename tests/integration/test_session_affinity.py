@@ -15,7 +15,7 @@ import json
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,9 +23,12 @@ from typing import Any
 import openai
 import pytest
 
+from gateway.config import parse_config
 from tests.cache_upstream import CachingUpstream
+from tests.chat_scripts import chunk, error_script, text_stream
 from tests.control_plane import GatewayProcess
-from tests.harness import LoopThread
+from tests.fake_upstream import FakeUpstream, Hang, Script, sse
+from tests.harness import GatewayServer, LoopThread
 
 SESSIONS, TURNS = 20, 10
 SYSTEM = "You are a coding agent. " + "Tool definitions and instructions. " * 460  # ~16k, every session's
@@ -160,3 +163,47 @@ def test_sessions_stay_on_one_deployment_across_replicas_and_keep_the_cache_warm
         time.sleep(0.05)  # polling the replicas' cooldowns against a deadline
     for s in moved:  # home for good: every later turn, on either replica
         assert {_send(replicas[r], "agent", s, TURNS) for r in (0, 1, 0, 1)} == {failed}
+
+
+HEDGED = [f"/d{i}/v1/chat/completions" for i in range(3)]
+
+
+def _hedged_config(url: str) -> Any:
+    return parse_config({
+        "auth": {"allow_unauthenticated": True},
+        "providers": {f"d{i}": {"type": "openai", "base_url": f"{url}/d{i}/v1", "api_key": "k"} for i in range(3)},
+        "models": [{"name": "h", "routing": "balanced", "affinity": "session", "hedge_after_ms": 100,
+                    "retry": {"max_attempts": 3, "per_deployment": 1, "initial_backoff_ms": 1, "max_backoff_ms": 5},
+                    "deployments": [{"provider": f"d{i}", "model": f"h-{i}"} for i in range(3)]}],
+    }, env={})
+
+
+def _streamed(gw: GatewayServer, sid: str) -> str:
+    c = openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0, timeout=30)
+    raw = c.chat.completions.with_raw_response.create(model="h", messages=[{"role": "user", "content": "hi"}],
+                                                      stream=True, extra_headers={"X-Claude-Code-Session-Id": sid})
+    assert "".join(ch.choices[0].delta.content or "" for ch in raw.parse() if ch.choices) == "ok"
+    return raw.headers["x-gateway-deployment"]
+
+
+def test_failover_and_hedges_follow_the_sessions_own_ranking(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """Its home failing before the first token, a session goes to the second of its own ranking; its
+    home slow, the hedge goes there too (a balanced hedge would pick by load and chance)."""
+    gw = make_gateway(_hedged_config(upstream.base_url))
+    for path in HEDGED:
+        upstream.defaults[path] = text_stream(["ok"])
+    path_of = {f"d{i}/h-{i}": path for i, path in enumerate(HEDGED)}
+    seconds = set()
+    for s in range(6):
+        sid = _session_id(s)
+        home = _streamed(gw, sid)
+        upstream.enqueue(path_of[home], error_script(500, None, "boom", "server_error"))
+        second = _streamed(gw, sid)
+        upstream.enqueue(path_of[home], Script([sse(chunk({"role": "assistant"})), Hang()]))
+        assert (second != home, _streamed(gw, sid), _streamed(gw, sid)) == (True, second, home), s
+        seconds.add(second)
+    assert len(seconds) > 1  # the second choice is the session's, not the config's
+    assert gw.sample("llm_gateway_hedges_total", model="h", winner="hedge") == 6
+    assert (gw.sample("llm_gateway_affinity_total", model="h", result="moved"),
+            gw.sample("llm_gateway_affinity_total", model="h", result="kept")) == (12, 6)
