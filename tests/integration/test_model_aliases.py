@@ -86,6 +86,8 @@ def test_a_keys_list_grants_every_name_of_its_models_and_only_those(upstream: Fa
 
 def test_the_model_list_names_configured_models_and_retrieve_answers_an_alias(gw: GatewayServer) -> None:
     assert [m.id for m in claude(gw).models.list().data] == ["sonnet", "haiku", "gpt"]
+    # as Claude Code asks with CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1: GET /v1/models?limit=1000
+    assert [m.id for m in claude(gw).models.list(limit=1000).data] == ["sonnet", "haiku", "gpt"]
     assert [m.id for m in claude(gw, NARROW).models.list().data] == ["sonnet"]
     got = claude(gw, NARROW).models.retrieve("claude-sonnet-4-5")
     assert (got.type, got.id) == ("model", "claude-sonnet-4-5")
