@@ -45,6 +45,7 @@ class LoadSpec:
     gap_ms: float = 0.0
     tail_ms: float = 0.0
     words: bool = False
+    nospace: bool = False
     model: str = "m"
     api: str = "chat"  # or "messages": POST an Anthropic Messages body, read Anthropic's events
     timeout_s: float = 120.0
@@ -95,7 +96,7 @@ class _Run:
             "model": spec.model, "stream": True, "messages": [{"role": "user", "content": "benchmark"}],
             "bench": {"ttft_ms": spec.ttft_ms, "chunks": spec.chunks, "chunk_chars": spec.chunk_chars,
                       "gap_ms": spec.gap_ms, "seed": i, "tail_ms": spec.tail_ms,
-                      "words": spec.words},
+                      "words": spec.words, "nospace": spec.nospace},
         }
         if spec.api == "messages":
             req["max_tokens"] = 4096
@@ -141,7 +142,7 @@ class _Run:
                 return parser.error, 0.0, parser.events
             if not parser.done:
                 return "no_done", 0.0, parser.events
-            if "".join(parser.parts) != expected_text(i, spec.chunks, spec.chunk_chars, spec.words):
+            if "".join(parser.parts) != expected_text(i, spec.chunks, spec.chunk_chars, spec.words, spec.nospace):
                 return "text_mismatch", 0.0, parser.events
             return "", parser.t_first, parser.events
 
@@ -226,10 +227,11 @@ def _parse(argv: list[str] | None) -> tuple[LoadSpec, str | None]:
     p = argparse.ArgumentParser(description="streamed chat load generator (prints one JSON object)")
     p.add_argument("--url", required=True)
     for f in dataclasses.fields(LoadSpec):
-        if f.name in ("url", "keep_samples", "words"):
+        if f.name in ("url", "keep_samples", "words", "nospace"):
             continue
         p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
     p.add_argument("--words", action="store_true", help="one word per delta, with its leading space")
+    p.add_argument("--nospace", action="store_true", help="the words glued together: no whitespace at all")
     p.add_argument("--no-samples", action="store_true")
     p.add_argument("--out", help="write the JSON result to this file instead of stdout")
     args = vars(p.parse_args(argv))

@@ -28,9 +28,10 @@ from bench.run import loadgen, raise_nofile
 from bench.scenarios import FULL, Scenario
 
 
-def _start_gateway(workdir: Path, upstream_port: int, redaction: bool, cprofile: Path | None) -> servers.Server:
+def _start_gateway(workdir: Path, upstream_port: int, redaction: bool, cprofile: Path | None,
+                   otlp_endpoint: str | None = None) -> servers.Server:
     config = workdir / "gateway.yaml"
-    config.write_text(servers.gateway_config(upstream_port, redaction))
+    config.write_text(servers.gateway_config(upstream_port, redaction, otlp_endpoint))
     if cprofile is None:
         return servers.start_gateway("gateway", workdir, config)
     port = servers.free_port()
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                    "whose name contains this, e.g. getpid")
     p.add_argument("--chunks", type=int, help="override the scenario's chunks per answer (1: per-request cost)")
     p.add_argument("--raw", help="also keep py-spy's collapsed stacks in this file")
+    p.add_argument("--tracing", action="store_true", help="every request traced, spans exported to bench/otlp_sink")
     args = p.parse_args(argv)
     raise_nofile()
     sc = next(s for s in FULL if s.key == args.scenario)
@@ -122,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     upstream = servers.start_upstream(workdir)
     redaction = not args.noredact and not servers.redaction_missing()
     prof = None if has_spy else workdir / "gateway.prof"
-    gw = _start_gateway(workdir, upstream.port, redaction, prof)
+    sink = servers.start_otlp_sink(workdir) if args.tracing else None
+    gw = _start_gateway(workdir, upstream.port, redaction, prof, f"http://127.0.0.1:{sink.port}" if sink else None)
     try:
         loadgen(gw.url, sc, requests=sc.warmup, duration_s=0, samples=False)
         out = Path(args.svg) if args.svg else Path(args.raw) if args.raw else workdir / "profile.txt"
@@ -137,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             gw.proc.send_signal(signal.SIGINT)  # a clean exit, so cProfile writes its file
         gw.stop()
         upstream.stop()
-    print(f"{sc.key}: {sc.title}; {sc.chunks} chunks; redaction {'on' if redaction else 'off'}")
+        if sink is not None:
+            sink.stop()
+    print(f"{sc.key}: {sc.title}; {sc.chunks} chunks; redaction {'on' if redaction else 'off'}"
+          f"{'; traced' if sink else ''}")
     if prof is not None:
         pstats.Stats(str(prof)).sort_stats("tottime").print_stats(args.top)
     elif args.svg:

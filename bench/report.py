@@ -27,6 +27,9 @@ class Measure:
     hwm_after_kib: int = 0  # peak, after the last round
     procs: int = 0
     error_samples: dict[str, str] = field(default_factory=dict)
+    # the loop-lag probe's ticks in the rounds (bench/loop_lag.py): lateness, and its on-CPU part, ms
+    lag_ms: list[float] = field(default_factory=list)
+    lag_cpu_ms: list[float] = field(default_factory=list)
 
     def add_round(self, lg: dict[str, Any], cpu_s: float, upstream_cpu_s: float) -> None:
         self.ok += lg["ok"]
@@ -64,7 +67,9 @@ def figures(sc: Scenario, m: Measure) -> dict[str, float]:
            "loadgen_cpu_ms_per_req": m.loadgen_cpu_s * 1000 / n,
            "ttft_p50_ms": pct(m.ttft_s, 50) * 1000, "ttft_p99_ms": pct(m.ttft_s, 99) * 1000,
            "total_p50_ms": pct(m.total_s, 50) * 1000, "max_open": float(m.max_open),
-           "rss_before_mib": m.rss_before_kib / 1024, "hwm_after_mib": m.hwm_after_kib / 1024}
+           "rss_before_mib": m.rss_before_kib / 1024, "hwm_after_mib": m.hwm_after_kib / 1024,
+           "lag_p99_ms": pct(m.lag_ms, 99), "lag_max_ms": max(m.lag_ms, default=math.nan),
+           "lag_cpu_p99_ms": pct(m.lag_cpu_ms, 99), "lag_cpu_max_ms": max(m.lag_cpu_ms, default=math.nan)}
     out["kib_per_stream"] = (m.hwm_after_kib - m.rss_before_kib) / m.max_open if m.max_open else math.nan
     return out
 
@@ -88,10 +93,18 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
            ("kib_per_stream", "KiB/stream"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
            ("total_p50_ms", "total p50 ms"), ("cpu_ms_per_req", "CPU ms/req")],
 }
+COLUMNS["S3n"] = [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"), ("cpu_ms_per_req", "CPU ms/req")]
+for _key in ("S2r", "S2f"):
+    COLUMNS[_key] = [("req_per_s", "req/s"), ("cpu_ms_per_req", "CPU ms/req"), ("ttft_p50_ms", "TTFT p50 ms"),
+                     ("ttft_p99_ms", "TTFT p99 ms")]
+for _cols in COLUMNS.values():  # every scenario: the loop-lag probe's figures (gateway targets)
+    _cols += [("lag_p99_ms", "loop lag p99 ms"), ("lag_max_ms", "loop lag max ms"),
+              ("lag_cpu_max_ms", "on-CPU lag max ms")]
 # the figure whose ratio to nginx's is shown
 RATIO_OF = {"S1": "cpu_ms_per_req", "S1w": "cpu_ms_per_req", "S2": "cpu_ms_per_req", "S2t": "cpu_ms_per_req",
             "S3": "cpu_us_per_chunk", "S3p": "cpu_us_per_chunk", "S4": "kib_per_stream",
-            "M2": "cpu_ms_per_req", "M3": "cpu_us_per_chunk"}
+            "M2": "cpu_ms_per_req", "M3": "cpu_us_per_chunk", "S2r": "cpu_ms_per_req", "S2f": "cpu_ms_per_req",
+            "S3n": "cpu_us_per_chunk"}
 
 
 def summarize(sc: Scenario, measures: dict[str, Measure]) -> dict[str, dict[str, float]]:
@@ -137,6 +150,15 @@ def verdicts(summary: dict[str, dict[str, dict[str, float]]]) -> list[Verdict]:
         mv, cv = g.get(m, {}).get(fig, nan), g.get(c, {}).get(fig, nan)
         if not (math.isnan(mv) or math.isnan(cv)):
             out.append(_check(f"{m} CPU vs {c} (Messages vs chat, same size)", mv, cv * 1.0, unit))
+    # issue #34, acceptance 3: redaction secrets+pii on text without whitespace, against redaction off
+    s3n = summary.get("S3n", {})
+    on, off = (s3n.get(t, {}).get("cpu_us_per_chunk", nan) for t in ("gateway", "gateway-noredact"))
+    out.append(_check("S3n CPU per chunk, redaction on vs off", on / off if off else nan, 1.5, "x off"))
+    # issue #34, acceptance 2: the loop never stalls, in S2, under reloads, and when failures start
+    for key, target in (("S2", "gateway"), ("S2r", "gateway"), ("S2f", "gateway-faults")):
+        lag = summary.get(key, {}).get(target, {})
+        out.append(_check(f"{key} loop lag p99", lag.get("lag_p99_ms", nan), 5.0, "ms"))
+        out.append(_check(f"{key} loop lag max", lag.get("lag_max_ms", nan), 50.0, "ms"))
     s4 = g.get("S4", {})
     out.append(_check("S4 RSS per open stream", s4.get("kib_per_stream", nan), 64.0, "KiB"))
     if s4:

@@ -11,21 +11,24 @@ generator runs in its own process. Results go to bench/results/ (markdown and JS
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import platform
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from bench import servers
+from bench import loop_lag, servers
 from bench.procstat import usage
 from bench.report import Measure, markdown, summarize, verdicts
 from bench.scenarios import Scenario, select
@@ -70,6 +73,9 @@ class Pool:
                 path = workdir / f"{target}.yaml"
                 path.write_text(servers.gateway_config(self.upstream.port, redact != plain, endpoint))
                 self.traced[target] = path
+        path = workdir / "gateway-faults.yaml"  # S2f: a first deployment that starts failing mid-run
+        path.write_text(servers.gateway_config(self.upstream.port, redact != plain, faults=True))
+        self.traced["gateway-faults"] = path
         if store_url is not None:  # the control plane on: a spend row per request, group-committed
             path = workdir / "gateway-store.yaml"
             path.write_text(servers.gateway_config(self.upstream.port, redact != plain, store_url=store_url))
@@ -92,11 +98,27 @@ class Pool:
     def _start(self, target: str) -> Server:
         if target == "nginx":
             return servers.start_nginx(self.workdir, self.upstream.port, self.nginx_bin)
-        config = self.traced.get(target) or self.configs[target != "gateway-noredact"]
-        if target == "gateway-base":
+        lag = self.lag_prefix(target)
+        if target.startswith("gateway-base"):  # the baseline checkout, with the config of the target it pairs
             assert self.baseline is not None
-            return servers.start_gateway(target, self.workdir, config, source=self.baseline)
-        return servers.start_gateway(target, self.workdir, config, workers=2 if target == "gateway-w2" else 1)
+            paired = target.replace("gateway-base", "gateway")
+            config = self.traced.get(paired) or self.configs[True]
+            return servers.start_gateway(target, self.workdir, config, source=self.baseline, lag=lag)
+        config = self.traced.get(target) or self.configs[target != "gateway-noredact"]
+        return servers.start_gateway(target, self.workdir, config, workers=2 if target == "gateway-w2" else 1,
+                                     lag=lag)
+
+    def lag_prefix(self, target: str) -> Path:
+        return self.workdir / f"lag-{target}"
+
+    def faults(self, armed: bool) -> None:
+        """Arm or disarm the fake upstream's faults (its `/fail/` prefix answers 503 while armed)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.upstream.port, timeout=10)
+        try:
+            conn.request("POST", "/faults/arm" if armed else "/faults/disarm")
+            conn.getresponse().read()
+        finally:
+            conn.close()
 
     def stop(self, target: str) -> None:
         if target in self.running:
@@ -117,6 +139,7 @@ def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples
             "--requests", str(requests), "--duration-s", str(duration_s), "--ramp-s", str(sc.ramp_s),
             "--ttft-ms", str(sc.ttft_ms), "--chunks", str(sc.chunks), "--chunk-chars", str(sc.chunk_chars),
             "--gap-ms", str(sc.gap_ms), "--tail-ms", str(sc.tail_ms), *(["--words"] if sc.words else []),
+            *(["--nospace"] if sc.nospace else []),
             "--api", sc.api, "--model", servers.MESSAGES_MODEL if sc.api == "messages" else "m"]
     if not samples:
         argv.append("--no-samples")
@@ -130,12 +153,46 @@ def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples
     return result
 
 
+class RoundEvents(threading.Thread):
+    """What a scenario does to the server during a round: SIGHUP every `reload_every_s`, the upstream's
+    faults armed `faults_at` of the way through. Timed events of the scenario, not synchronisation."""
+
+    def __init__(self, pool: Pool, sc: Scenario, server: Server) -> None:
+        super().__init__(daemon=True)
+        self.pool, self.sc, self.server, self.done = pool, sc, server, threading.Event()
+
+    def run(self) -> None:
+        sc, t0 = self.sc, time.monotonic()
+        armed = not sc.faults_at
+        while not self.done.is_set():
+            step = sc.reload_every_s or 0.05
+            if self.done.wait(step):
+                return
+            if sc.reload_every_s and self.server.proc.poll() is None:
+                self.server.proc.send_signal(signal.SIGHUP)
+            if not armed and time.monotonic() - t0 >= sc.faults_at * sc.duration_s:
+                self.pool.faults(True)
+                armed = True
+
+
 def measure_round(pool: Pool, sc: Scenario, target: str, m: Measure) -> None:
     server = pool.get(target)
     before, up_before = usage(server.pid), usage(pool.upstream.pid)
     if not m.rss_before_kib:
         m.rss_before_kib, m.procs = before.rss_kib, before.procs
-    lg = loadgen(server.url_for(sc.api), sc, requests=sc.requests, duration_s=sc.duration_s)
+    events = RoundEvents(pool, sc, server) if sc.reload_every_s or sc.faults_at else None
+    t0 = time.time()
+    if events is not None:
+        events.start()
+    try:
+        lg = loadgen(server.url_for(sc.api), sc, requests=sc.requests, duration_s=sc.duration_s)
+    finally:
+        if events is not None:
+            events.done.set()
+            events.join()
+    for late, on_cpu in loop_lag.samples(pool.lag_prefix(target), t0, time.time()):
+        m.lag_ms.append(late)
+        m.lag_cpu_ms.append(on_cpu)
     after, up_after = usage(server.pid), usage(pool.upstream.pid)
     m.add_round(lg, after.cpu_s - before.cpu_s, up_after.cpu_s - up_before.cpu_s)
     m.hwm_after_kib = after.hwm_kib
@@ -146,8 +203,10 @@ def run_scenario(pool: Pool, sc: Scenario) -> dict[str, Measure]:
     for r in range(sc.rounds):
         order = sc.targets if r % 2 == 0 else tuple(reversed(sc.targets))
         for target in order:
+            if sc.faults_at:
+                pool.faults(False)  # the first failure comes in the measured round, not in the warm-up
             server = pool.get(target, fresh=sc.fresh and r == 0)
-            if r == 0 and sc.warmup:
+            if (r == 0 or sc.fresh) and sc.warmup:
                 # warm-up: the same shape, not counted (imports, pools, caches, allocator arenas)
                 loadgen(server.url_for(sc.api), sc, requests=sc.warmup, duration_s=0, samples=False)
             m = measures[target]
@@ -209,9 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     raw: dict[str, dict[str, Measure]] = {}
     baseline = Path(args.baseline).resolve() if args.baseline else None
     if baseline is not None:
-        scenarios = [replace(sc, targets=(*sc.targets[:2], "gateway-base", *sc.targets[2:])) for sc in scenarios]
+        scenarios = [replace(sc, targets=(*sc.targets[:2], "gateway-base", *sc.targets[2:])) if sc.key != "S2f"
+                     else replace(sc, targets=(*sc.targets, "gateway-base-faults")) for sc in scenarios]
     if args.tracing:
-        traced = ("gateway-traced", "gateway-traced-down")
+        traced: tuple[str, ...] = ("gateway-traced", "gateway-traced-down")
+        if baseline is not None:  # the baseline traced too, to its own sink target's config
+            traced += ("gateway-base-traced",)
         scenarios = [replace(sc, targets=(*sc.targets[:-1], *traced, sc.targets[-1])) if sc.key in ("S1", "S2")
                      else sc for sc in scenarios]
     store_url = None

@@ -5,6 +5,10 @@ of client + upstream), `gateway` (redaction `secrets`+`pii` on when the redactio
 `gateway-noredact`, `gateway-w2` (`--workers 2`, redaction as `gateway`) and `nginx` (a plain relay).
 With `--tracing`, S1 and S2 also measure `gateway-traced` (every request traced at sampling 1.0, spans
 exported to `bench/otlp_sink.py`) and `gateway-traced-down` (the same, with its collector down).
+`gateway-faults` (S2f) is `gateway` with a first deployment that starts answering 503 half-way through
+each round (`bench/upstream.py`'s faults), falling back to the plain one; each round in a fresh process,
+so the first failure after start happens under load. Every gateway target runs under the loop-lag probe
+(`bench/loop_lag.py`); each table shows the lag's p99 and max.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ class Scenario:
     gap_ms: float = 0.0
     tail_ms: float = 0.0
     words: bool = False  # deltas split as tokenizers do (" word"), not in fixed-size slices
+    nospace: bool = False  # text without any whitespace (bench/textgen.py)
     requests: int = 0  # per round; 0: bounded by duration_s
     duration_s: float = 0.0
     ramp_s: float = 0.0
@@ -31,6 +36,8 @@ class Scenario:
     fresh: bool = False  # measure each target in a freshly started process (memory scenarios)
     warmup: int = 64  # requests before measuring (pool, imports, caches), not counted
     api: str = "chat"  # "messages": Anthropic Messages requests, to the gateway's native `anthropic` model
+    reload_every_s: float = 0.0  # >0: SIGHUP the gateway this often during each round (a config reload)
+    faults_at: float = 0.0  # >0: the upstream's faults are armed this far into each round (0..1)
 
 
 FULL: tuple[Scenario, ...] = (
@@ -43,10 +50,18 @@ FULL: tuple[Scenario, ...] = (
     Scenario("S2", "throughput: 128 concurrent, 50 chunks, no delay",
              ("direct", "gateway", "gateway-noredact", "gateway-w2", "nginx"), concurrency=128, chunks=50,
              duration_s=4, rounds=6, warmup=256),  # 6 short rounds: the machine's speed drifts by 10-20% in seconds
+    Scenario("S2r", "S2 with a SIGHUP config reload every 2 s", ("gateway",), concurrency=128, chunks=50,
+             duration_s=8, rounds=2, warmup=256, reload_every_s=2.0),
+    Scenario("S2f", "S2 with upstream failures starting mid-run (first deployment 503s from half-way, fallback)",
+             ("gateway-faults",), concurrency=128, chunks=50, duration_s=8, rounds=2, warmup=256, fresh=True,
+             faults_at=0.5),
     Scenario("S2t", "S2 with the chunked terminator 1 ms after [DONE], written on its own (as many servers do)",
              ("gateway", "nginx"), concurrency=128, chunks=50, tail_ms=1, duration_s=6, rounds=1, warmup=256),
     Scenario("S3", "long streams: 32 concurrent, 1000 chunks, no delay",
              ("direct", "gateway", "nginx"), concurrency=32, chunks=1000, duration_s=8, rounds=2, warmup=32),
+    Scenario("S3n", "long streams without whitespace: S3 with the words glued together (no whitespace at all)",
+             ("gateway", "gateway-noredact", "nginx"), concurrency=32, chunks=1000, duration_s=8, rounds=2,
+             warmup=32, nospace=True),
     # the Messages API beside S2/S3: the same answers as Anthropic streams, native Anthropic->Anthropic
     Scenario("M2", "Messages API throughput: S2 as Anthropic Messages streams (native anthropic deployment)",
              ("direct", "gateway", "nginx"), concurrency=128, chunks=50, duration_s=4, rounds=4, warmup=256,
@@ -69,7 +84,7 @@ def quick(s: Scenario) -> Scenario:
     if s.key == "S4":
         return replace(s, concurrency=300, requests=300, chunks=6, gap_ms=300, ramp_s=0.5, warmup=8)
     return replace(s, rounds=1, requests=min(s.requests, 40), duration_s=min(s.duration_s, 1.5),
-                   warmup=min(s.warmup, 16))
+                   warmup=min(s.warmup, 16), reload_every_s=min(s.reload_every_s, 0.5))
 
 
 def select(keys: list[str] | None, is_quick: bool) -> list[Scenario]:

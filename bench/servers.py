@@ -113,21 +113,26 @@ def start_otlp_sink(workdir: Path) -> Server:
 
 
 def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | None = None,
-                   store_url: str | None = None) -> str:
+                   store_url: str | None = None, faults: bool = False) -> str:
     """The brief's minimal config: one OpenAI-compatible upstream, no auth, warnings-only logging (the
     per-request info line stays out of the measurement); and the same fake upstream as an `anthropic`
     provider behind model `ma`, for the Messages API scenarios. With `otlp_endpoint`, every request is
     traced (sampling 1.0) and its spans exported there. With `store_url`, the control plane's store is on:
-    every request's spend row is committed (group commit) before its last byte."""
+    every request's spend row is committed (group commit) before its last byte. With `faults`, model `m`
+    tries a deployment under the upstream's `/fail/` prefix first (a 503 once the upstream's faults are
+    armed) and falls back to the plain one."""
     timeouts = "timeouts: {connect_s: 5, first_token_s: 60, idle_s: 60, total_s: 600}"
     mode = "default" if redaction else "'off'"
     base = f"http://127.0.0.1:{upstream_port}"
+    flaky = "{provider: flaky, model: up-model}, " if faults else ""
+    flaky_provider = (f',\n            flaky: {{type: openai, base_url: "{base}/fail/v1", api_key: x, {timeouts}}}'
+                      if faults else "")
     lines = [
         "server: {host: 127.0.0.1, keepalive_after_s: 30}",
         "auth: {allow_unauthenticated: true}",
         f'providers: {{up: {{type: openai, base_url: "{base}/v1", api_key: x, {timeouts}}},',
-        f'            anth: {{type: anthropic, base_url: "{base}", api_key: x, {timeouts}}}}}',
-        f"models: [{{name: m, deployments: [{{provider: up, model: up-model}}], redaction: {mode}}},",
+        f'            anth: {{type: anthropic, base_url: "{base}", api_key: x, {timeouts}}}{flaky_provider}}}',
+        f"models: [{{name: m, deployments: [{flaky}{{provider: up, model: up-model}}], redaction: {mode}}},",
         f"         {{name: {MESSAGES_MODEL}, deployments: [{{provider: anth, model: up-model}}], redaction: {mode}}}]",
         "logging: {level: warning}",
     ]
@@ -147,11 +152,15 @@ def check_config(path: Path) -> str:
     return "" if r.returncode == 0 else ((r.stderr or r.stdout).strip().splitlines() or ["failed"])[-1]
 
 
-def start_gateway(name: str, workdir: Path, config: Path, workers: int = 1, source: Path = ROOT) -> Server:
+def start_gateway(name: str, workdir: Path, config: Path, workers: int = 1, source: Path = ROOT,
+                  lag: Path | None = None) -> Server:
     """`source`: the checkout whose `gateway` package runs (`python -m` puts the working directory
-    first on the import path), for an A/B run against another commit."""
+    first on the import path), for an A/B run against another commit. `lag`: run it under the loop-lag
+    probe (`bench/loop_lag.py`), writing `<lag>-<pid>.txt`."""
     port = free_port()
-    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port),
+    launch = [sys.executable, str(ROOT / "bench" / "loop_lag.py"), str(lag)] if lag else [sys.executable, "-m",
+                                                                                         "gateway"]
+    argv = [*launch, "serve", "--config", str(config), "--port", str(port),
             "--metrics-port", str(free_port()), "--workers", str(workers)]
     server = spawn(name, argv, workdir, port, cwd=source)
     server.wait_ready("/healthz")

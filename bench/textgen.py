@@ -2,7 +2,9 @@
 load generator so the client can check that what it assembled is exactly what the upstream sent.
 
 The text is deterministic in (seed, chunks, chunk_chars): plain English-like words, spaces and
-punctuation, no digits, no `@`, no long runs without whitespace. That keeps it clear of every `secrets`
+punctuation, no digits, no `@`, no long runs without whitespace (unless `nospace`: the same words glued
+together, no whitespace at all, as text in scripts written without spaces streams through a window
+that only sees runs of ASCII). That keeps it clear of every `secrets`
 and `pii` rule, so redaction must leave it unchanged; it still makes the redaction window do its normal
 work (hold each run of non-whitespace until it ends).
 """
@@ -27,7 +29,7 @@ _PUNCT = (",", ".", ";", ":", "!", "?")
 
 
 @functools.lru_cache(maxsize=4096)
-def pieces(seed: int, chunks: int, chunk_chars: int, words: bool = False) -> tuple[str, ...]:
+def pieces(seed: int, chunks: int, chunk_chars: int, words: bool = False, nospace: bool = False) -> tuple[str, ...]:
     """`chunks` content deltas of `chunk_chars` characters each; with `words`, one word per delta with
     its leading space, as LLM tokenizers split text (then `chunk_chars` is ignored)."""
     rng = random.Random(seed % VARIANTS * 1_000_003 + chunks * 131 + chunk_chars)
@@ -37,10 +39,10 @@ def pieces(seed: int, chunks: int, chunk_chars: int, words: bool = False) -> tup
     parts: list[str] = []
     size = 0
     while size < want:
-        w = _word(rng)
+        w = _word(rng).strip() if nospace else _word(rng)
         parts.append(w)
-        size += len(w) + 1
-    text = " ".join(parts)[:want]
+        size += len(w) + (0 if nospace else 1)
+    text = ("" if nospace else " ").join(parts)[:want]
     step = max(1, chunk_chars)
     return tuple(text[i * step:(i + 1) * step] for i in range(chunks))
 
@@ -54,8 +56,8 @@ def _word(rng: random.Random) -> str:
     return w
 
 
-def expected_text(seed: int, chunks: int, chunk_chars: int, words: bool = False) -> str:
-    return "".join(pieces(seed, chunks, chunk_chars, words))
+def expected_text(seed: int, chunks: int, chunk_chars: int, words: bool = False, nospace: bool = False) -> str:
+    return "".join(pieces(seed, chunks, chunk_chars, words, nospace))
 
 
 # OpenAI's own chunk envelope (id, object, created, model, system_fingerprint, logprobs), so parsing cost
@@ -74,11 +76,11 @@ def sse_event(data: bytes) -> bytes:
 
 @functools.lru_cache(maxsize=1024)
 def stream_events(seed: int, chunks: int, chunk_chars: int, model: str, usage: bool,
-                  words: bool = False) -> tuple[bytes, ...]:
+                  words: bool = False, nospace: bool = False) -> tuple[bytes, ...]:
     """The SSE events of one answer: role + first content, each further content delta, then finish,
     usage (when asked) and `[DONE]` — the tail is one event string joined to the last content delta."""
     m = model.encode()
-    parts = pieces(seed, chunks, chunk_chars, words)
+    parts = pieces(seed, chunks, chunk_chars, words, nospace)
     events = [sse_event(_chunk(m, b'{"content":' + orjson.dumps(p) + b"}")) for p in parts]
     role = sse_event(_chunk(m, b'{"role":"assistant","content":""}'))
     events[0] = role + events[0]
@@ -99,11 +101,12 @@ def _named(event: bytes, data: bytes) -> bytes:
 
 
 @functools.lru_cache(maxsize=1024)
-def messages_events(seed: int, chunks: int, chunk_chars: int, model: str, words: bool = False) -> tuple[bytes, ...]:
+def messages_events(seed: int, chunks: int, chunk_chars: int, model: str, words: bool = False,
+                    nospace: bool = False) -> tuple[bytes, ...]:
     """The same answer as `stream_events`, as an Anthropic Messages stream: message_start, ping and the
     text block's start joined to the first text_delta, one text_delta per further piece, then the
     block's stop, message_delta (stop reason, usage) and message_stop joined to the last."""
-    parts = pieces(seed, chunks, chunk_chars, words)
+    parts = pieces(seed, chunks, chunk_chars, words, nospace)
     events = [_named(b"content_block_delta", b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
                      b'"text":' + orjson.dumps(p) + b"}}") for p in parts]
     start = orjson.dumps({"type": "message_start", "message": {

@@ -6,13 +6,17 @@ costs a few microseconds per chunk and is never the bottleneck of a benchmark. T
 from the request body's extra field `bench` (the gateway passes unknown fields through untouched):
 
     {"bench": {"ttft_ms": 50, "chunks": 20, "chunk_chars": 8, "gap_ms": 5, "seed": 7, "tail_ms": 0,
-               "words": false}}
+               "words": false, "nospace": false}}
 
 Headers go out at once; the role chunk and the first content delta after `ttft_ms`; every further delta
 `gap_ms` later (with `gap_ms: 0` the rest goes out in one write); finish, usage (if
 `stream_options.include_usage`) and `[DONE]` ride with the last delta; the chunked terminator too, or
 `tail_ms` later in a write of its own. HTTP/1.1 keep-alive, chunked transfer encoding, as OpenAI
 answers. `GET /healthz` answers 200.
+
+Faults on demand (the "failures starting mid-run" scenario): under the path prefix `/fail/` the same
+answers are served until `POST /faults/arm`; from then on until `POST /faults/disarm` every request there
+gets a 503 with an OpenAI error object, as an overloaded provider answers.
 
     python -m bench.upstream --port 9000
 """
@@ -43,6 +47,7 @@ class Shape:
     seed: int = 0
     tail_ms: float = 0.0  # >0: the chunked terminator goes out this long after `[DONE]`, on its own
     words: bool = False  # one word per delta, with its leading space (as tokenizers split)
+    nospace: bool = False  # the words glued together: no whitespace at all
 
     @classmethod
     def from_body(cls, body: Any) -> Shape:
@@ -51,11 +56,17 @@ class Shape:
             return cls()
         return cls(float(spec.get("ttft_ms", 0)), max(1, int(spec.get("chunks", 20))),
                    max(1, int(spec.get("chunk_chars", 8))), float(spec.get("gap_ms", 0)), int(spec.get("seed", 0)),
-                   float(spec.get("tail_ms", 0)), spec.get("words") is True)
+                   float(spec.get("tail_ms", 0)), spec.get("words") is True, spec.get("nospace") is True)
 
 
 def _http_chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+FAIL_PREFIX = "/fail/"
+_FAULTS = {"armed": False}
+_OVERLOADED = orjson.dumps({"error": {"message": "The server is overloaded", "type": "server_error",
+                                      "param": None, "code": None}})
 
 
 def _plain(status: str, body: bytes) -> bytes:
@@ -70,9 +81,10 @@ def answer_steps(body: Any, messages: bool = False) -> list[tuple[float, bytes]]
     usage = isinstance(opts, dict) and opts.get("include_usage") is True
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else "bench"
     if messages:
-        events = messages_events(shape.seed, shape.chunks, shape.chunk_chars, model, shape.words)
+        events = messages_events(shape.seed, shape.chunks, shape.chunk_chars, model, shape.words, shape.nospace)
     else:
-        events = stream_events(shape.seed, shape.chunks, shape.chunk_chars, model, usage, shape.words)
+        events = stream_events(shape.seed, shape.chunks, shape.chunk_chars, model, usage, shape.words,
+                               shape.nospace)
     gap, frames = shape.gap_ms / 1000, [_http_chunk(e) for e in events]
     if gap <= 0:
         frames = [b"".join(frames)]
@@ -130,6 +142,12 @@ class UpstreamProtocol(asyncio.Protocol):
             return
         if method == "GET" and path.endswith("/healthz"):
             t.write(_plain("200 OK", b"ok"))
+        elif method == "POST" and path in ("/faults/arm", "/faults/disarm"):
+            _FAULTS["armed"] = path == "/faults/arm"
+            t.write(_plain("200 OK", b"ok"))
+        elif _FAULTS["armed"] and path.startswith(FAIL_PREFIX):
+            t.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(_OVERLOADED)).encode() + b"\r\n\r\n" + _OVERLOADED)
         elif method == "POST" and path.endswith(("/chat/completions", "/messages")):
             try:
                 parsed = orjson.loads(body)

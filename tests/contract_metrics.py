@@ -91,7 +91,14 @@ CONTROL_PLANE_METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m fo
     _spec("llm_gateway_team_cost_usd_total", "counter", "team model"),
 )})
 
+# Mid-stream continuation's (CONTRACT §4.9), present only for a model with `continuation: on`.
+CONTINUATION_METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in (
+    _spec("llm_gateway_continuations_total", "counter", "model deployment mode outcome",
+          mode=("prefill", "regenerate"), outcome=("ok", "diverged", "failed")),
+)})
+
 # Every name a PromQL query may use for a contract metric, mapped to its spec.
 SERIES: Mapping[str, MetricSpec] = MappingProxyType(
-    {series: spec for spec in (*METRICS.values(), *CONTROL_PLANE_METRICS.values()) for series in spec.series_names}
+    {series: spec for spec in (*METRICS.values(), *CONTROL_PLANE_METRICS.values(), *CONTINUATION_METRICS.values())
+     for series in spec.series_names}
 )

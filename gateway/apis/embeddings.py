@@ -14,7 +14,7 @@ from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import answer_headers, resolve
+from gateway.pipeline.request import answer_headers, keep_serving, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import Embeds, ParsedBody
 
@@ -22,7 +22,7 @@ from gateway.providers.base import Embeds, ParsedBody
 async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
     async def attempt(d: Deployment) -> ParsedBody:
         tr = rt.translator(EMBEDDINGS.schema, d)
-        assert isinstance(tr, Embeds) and tr is not None  # every chat cell embeds (or passes the 404 on)
+        assert isinstance(tr, Embeds) and tr is not None  # `keep_serving` kept only those
         req = tr.embeddings_request(ctx.body, d.model)
         parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
         raise_inband(parsed.events)
@@ -42,5 +42,6 @@ async def embeddings_handler(request: GatewayRequest) -> Response | StreamRespon
     rt, ctx = await resolve(request, EMBEDDINGS)
     if "input" not in ctx.body:
         raise InvalidRequest("you must provide an input parameter", param="input")
+    keep_serving(ctx, lambda d: isinstance(rt.translator(EMBEDDINGS.schema, d), Embeds), "embeddings")
     await admit(rt, request.app.state, ctx)
     return await embeddings(rt, ctx)

@@ -27,9 +27,9 @@ from gateway.pipeline.attempt_io import fetch_body, forwardable
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import answer_headers, resolve
+from gateway.pipeline.request import answer_headers, keep_serving, resolve
 from gateway.pipeline.runtime import Runtime
-from gateway.providers.base import CountsTokens, Translator
+from gateway.providers.base import CountsTokens, TranslatesCount, Translator
 
 ESTIMATE_HEADER = "x-gateway-token-count"
 BYTES_PER_TOKEN = 4
@@ -38,6 +38,7 @@ BYTES_PER_TOKEN = 4
 async def count_tokens(request: GatewayRequest) -> Response:
     rt, ctx = await resolve(request, COUNT_TOKENS)
     input_slots(ctx.body)  # the same validation as a Messages request
+    keep_serving(ctx, lambda d: rt.translator(COUNT_TOKENS.schema, d) is not None, "Messages")
     await admit(rt, request.app.state, ctx, tokens=False)
     counting = tuple(d for d in ctx.model.deployments if _counter(rt, d, request) is not None)
     if not counting:
@@ -50,7 +51,8 @@ async def count_tokens(request: GatewayRequest) -> Response:
         client_headers = forwardable(rt, d, ctx.client_headers)  # anthropic-version / -beta as the policy says
         req = tr.count_tokens_request(ctx.body, d.model, client_headers)
         assert req is not None
-        return await fetch_body(rt, d, req, tr.classify_http_error, client_headers)
+        body = await fetch_body(rt, d, req, tr.classify_http_error, client_headers)
+        return tr.count_tokens_answer(body) if isinstance(tr, TranslatesCount) else body
 
     won, body = await run_attempts(rt, ctx, attempt)
     ctx.deployment = won.deployment

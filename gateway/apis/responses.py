@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.apis.catalog import RESPONSES
+from gateway.core.continuation import prefill_input
 from gateway.core.events import StreamEvent
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.filter import ResponsesOutputFilter
@@ -99,6 +100,7 @@ def completed(obj: dict[str, Any]) -> bool:
 SERVED = ServedApi(
     RESPONSES, input_slots, ResponsesStream, output_filter, error_event, map_texts, read_answer, streamed_answer,
     hit_stream, cacheable=self_contained, answer_cacheable=completed, streamed_answer_masked=True,
+    prefill=prefill_input,
 )
 
 

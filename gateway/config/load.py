@@ -18,6 +18,7 @@ import yaml
 
 from gateway.config import edges
 from gateway.config.aliases import Named, compile_names, not_a_model
+from gateway.config.aws_config import AWS_KEYS, aws_settings
 from gateway.config.control import STORE_KEYS, admin_config, key_identity, store_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
@@ -123,12 +124,15 @@ def _breaker(s: Section) -> BreakerConfig:
 def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     s = Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
                                    "anthropic_version", "ttft_ms", "token_delay_ms", "breaker", "proxy",
-                                   "forward_headers", "learn_ttl_s"))
+                                   "forward_headers", "learn_ttl_s", *AWS_KEYS))
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
     kind = PROVIDERS.get(ptype)
+    aws = aws_settings(s, kind is not None and kind.auth == "sigv4")
     base_url = s.get("base_url", str, "").rstrip("/")
+    if not base_url and kind is not None and kind.default_base_url and aws is not None:
+        base_url = kind.default_base_url.format(region=aws.region)
     if kind is not None and kind.remote and not re.match(r"^https?://[^/\s]+", base_url):
         errs.add(s.at("base_url"), "required: an http:// or https:// URL")
     for key in kind.requires if kind is not None else ():
@@ -150,14 +154,14 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
         breaker=_breaker(Section(s.raw.get("breaker"), s.at("breaker"), errs,
                                   ("failures", "window_s", "cooldown_s"))),
         api_version=s.get("api_version", str, "") or None,
-        anthropic_version=s.get("anthropic_version", str, "2023-06-01"),
+        anthropic_version=s.get("anthropic_version", str, "2023-06-01"), aws=aws,
         learn_ttl_s=s.number("learn_ttl_s", 600.0, 0.001),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),
     )
 
 
 def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:
-    s = Section(raw, path, errs, ("provider", "model", "price"))
+    s = Section(raw, path, errs, ("provider", "model", "price", "prefill"))
     provider = s.get("provider", str, "")
     if provider not in providers:
         errs.add(s.at("provider"), f'unknown provider "{provider}"' if provider else "required")
@@ -172,7 +176,9 @@ def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], er
         cache_creation_input=p.number("cache_creation_input", 0.0) if p.has("cache_creation_input")
         else None,
     )
-    return Deployment(provider=provider, model=model, price=price)
+    kind = PROVIDERS.get(providers[provider].type) if provider in providers else None
+    prefill = s.get("prefill", bool, kind is not None and kind.prefill)  # unset: the type's own (Anthropic's)
+    return Deployment(provider=provider, model=model, price=price, prefill=prefill)
 
 
 def _retry(s: Section) -> RetryPolicy:
@@ -187,7 +193,7 @@ def _retry(s: Section) -> RetryPolicy:
 
 def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     s = Section(raw, path, ctx.errs, ("name", "deployments", "routing", "retry", "hedge_after_ms",
-                                       "guardrails", "cache", "redaction", "aliases", "affinity"))
+                                       "guardrails", "cache", "redaction", "continuation", "aliases", "affinity"))
     name = s.get("name", str, "")
     if not _NAME.match(name):
         ctx.errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
@@ -207,9 +213,19 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
         retry=_retry(Section(s.raw.get("retry"), s.at("retry"), ctx.errs,
                               ("max_attempts", "per_deployment", "initial_backoff_ms", "max_backoff_ms"))),
         hedge_after_ms=s.number("hedge_after_ms", 0.0), guardrails=guardrails,
-        cache=s.get("cache", bool, False), redaction=redaction, aliases=s.strings("aliases"),
-        affinity=s.choice("affinity", ("off", "session"), "off"),  # type: ignore[arg-type]
+        cache=s.get("cache", bool, False), redaction=redaction, continuation=_on_off(s, "continuation"),
+        aliases=s.strings("aliases"), affinity=s.choice("affinity", ("off", "session"), "off"),  # type: ignore[arg-type]
     )
+
+
+def _on_off(s: Section, key: str) -> bool:
+    """`on`/`off` (YAML 1.1 reads a bare on/off as a boolean; a quoted one stays a string)."""
+    value: bool | str = s.get(key, (bool, str), False)
+    if isinstance(value, bool):
+        return value
+    if value not in ("on", "off"):
+        s.errs.add(s.at(key), 'must be "on" or "off"')
+    return value == "on"
 
 
 class _Ctx:

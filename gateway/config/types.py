@@ -13,10 +13,10 @@ from gateway.config.aliases import ModelNames
 from gateway.core.policy.retry import RetryPolicy
 from gateway.core.policy.routing import Routing
 from gateway.core.proxy import Proxy
-from gateway.providers.settings import BreakerConfig, ProviderConfig, Timeouts
+from gateway.providers.settings import AwsSettings, BreakerConfig, ProviderConfig, Timeouts
 
 # re-exported: defined beside the code that reads them, built here
-__all__ = ["BreakerConfig", "ProviderConfig", "Proxy", "RetryPolicy", "Routing", "Timeouts"]
+__all__ = ["AwsSettings", "BreakerConfig", "ProviderConfig", "Proxy", "RetryPolicy", "Routing", "Timeouts"]
 
 Stage = Literal["input", "output", "both"]
 GuardMode = Literal["stream", "hold", "audit"]
@@ -148,6 +148,9 @@ class Deployment:
     provider: str
     model: str
     price: Price = Price()
+    # continues a trailing assistant message (CONTRACT §4.9); unset in the config: the provider type's
+    # default, resolved at load (anthropic natively; OpenAI-compatible servers only when declared)
+    prefill: bool = False
 
     @property
     def label(self) -> str:
@@ -167,6 +170,7 @@ class ModelConfig:
     redaction: str = "off"
     aliases: tuple[str, ...] = ()  # other names clients may send, exact or glob (`config.aliases`)
     affinity: Literal["off", "session"] = "off"  # session: keep a session on one deployment (CONTRACT §10)
+    continuation: bool = False  # continue a stream that fails after the first token (CONTRACT §4.9)
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,6 +112,22 @@ class StreamCore(Protocol):
         nothing when `refused` (a guardrail stopped the text) or `held` (a hold guardrail kept it all
         back: the client has seen nothing of this answer)."""
 
+    # -- continuation (CONTRACT §4.9): only after the upstream failed; never on the hot path ------------
+
+    def resume_point(self) -> str | None:
+        """The answer's text so far (the upstream's, before any masking) when the failure came while the
+        answer was in text: one answer, no tool call begun, not inside reasoning. None: it cannot be
+        continued (the stream ends with one error event, as without continuation)."""
+
+    def end_reason(self) -> str | None:
+        """How a whole answer ended, in the API's words (chat's `finish_reason`, Messages' `stop_reason`,
+        Responses' status): a continuing attempt's, for the stream it continued."""
+
+    def continue_with(self, events: list[StreamEvent]) -> bytes:
+        """Another attempt's events (its output deltas, tool calls, finish; the summed usage) as this
+        stream's own: the same id, lifecycle and indexes, through the same output filter, for the client.
+        Raises `StreamFailed` for an event this API's stream cannot carry across the seam."""
+
 
 def held_end(label: str, what: str, scrubber: Scrubber, failed: FailedEvent | None, whole: bool,
              forward: Callable[[Any], bytes]) -> Ended | None:

@@ -72,7 +72,8 @@ class Metrics:
     store_errors: Any
     team_requests: Any
     team_cost: Any
-    affinity: Any
+    continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
+    affinity: Any = None  # always set by `create_metrics`
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -175,6 +176,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         affinity=Counter("affinity", "Session requests of affinity models: served by the session's own "
                          "deployment (kept), by the next of its ranking (moved), or a session's first (new)",
                          ["model", "result"], **kw),
+        continuations=Counter("continuations", "Continuation attempts of streams that failed after the first "
+                              "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:
@@ -252,6 +255,9 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
             m.hedges.labels(model.name, winner)
         for result in AFFINITY_RESULTS if model.affinity == "session" else ():
             m.affinity.labels(model.name, result)
+        for d in model.deployments if model.continuation else ():
+            for mode in ("prefill", "regenerate"):
+                m.continuations.labels(model.name, d.label, mode, "ok")
 
 
 def _preinitialise_apis(m: Metrics, apis: tuple[ClientApi, ...], model: str, providers: set[str], *,

@@ -113,6 +113,14 @@ class RequestRecorder:
         """A failure after the first token."""
         self.m.child(self.m.stream_failures, model, d.label, reason).inc()
 
+    def continuing(self, mode: str) -> None:
+        """The next attempt continues the committed stream (its span says so)."""
+        self.trace.continuing(mode)
+
+    def continuation(self, model: str, d: Deployment, mode: str, outcome: str) -> None:
+        """One continuation attempt on `d` (CONTRACT §4.9): prefill or regenerate; ok, diverged, failed."""
+        self.m.child(self.m.continuations, model, d.label, mode, outcome).inc()
+
     def redactions(self, counts: Iterable[tuple[str, int]]) -> int:
         """Masked matches by rule; returns how many."""
         total = 0
@@ -189,8 +197,8 @@ class RequestRecorder:
             estimated=ctx.usage_estimated if ctx else False,
             cost_usd=round(ctx.cost_usd, 8) if ctx else 0.0, redactions=ctx.redactions if ctx else 0,
             guardrails=dict(ctx.verdicts) if ctx else {}, stream_error=ctx.stream_error if ctx else None,
-            cache_hit=ctx.cache_hit if ctx else False, session_hash=ctx.session if ctx else None,
-            affinity=ctx.affinity if ctx else None,
+            cache_hit=ctx.cache_hit if ctx else False, continued=ctx.continued if ctx else None,
+            session_hash=ctx.session if ctx else None, affinity=ctx.affinity if ctx else None,
         )
 
 

@@ -31,6 +31,9 @@ class RequestTrace:
     def stream_ended(self) -> None:
         """A committed stream's end: its terminator or its error event is next."""
 
+    def continuing(self, mode: str) -> None:
+        """The committed stream's upstream failed, and the next attempt continues it (CONTRACT §4.9)."""
+
     def finish(self, ctx: RequestContext | None, status: int, outcome: str) -> None:
         """The request is over (its log line is next)."""
 

@@ -7,32 +7,25 @@ upstream (`core.propagation`). Attributes follow the GenAI semantic conventions
 `gen_ai.usage.*`, `error.type`; the gateway's own under `gateway.*`. Values come from config (model, key,
 deployment names) or fixed sets, never from message text, and no secret is ever one.
 
-Built once per process at start (`Tracing`, from `config.telemetry`), not on reload; a TracerProvider of
-our own, never the global one. Spans leave through `span_export.BoundedBatchProcessor`.
+Built once per process at start (`Tracing`, from `config.telemetry`), not on reload. Why not the
+OpenTelemetry SDK's tracer: creating, filling and ending its two spans per request, then building the
+export's protobuf messages from them, cost about as much CPU as the rest of a streamed request (issue
+#34). Here a request fills two slotted `otlp.SpanRecord`s and the export thread encodes them in one pass
+(`otlp`, `span_export`). What the SDK decided is kept: its samplers (`always_on`, `always_off`,
+`traceidratio` on the trace id's low 64 bits, and `parentbased_*`: a client's sampled flag decides),
+random 128/64-bit ids, and the API's W3C propagator to read a client's `traceparent`/`tracestate`
+(parsing untrusted headers stays with the library).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import structlog
-from opentelemetry.exporter.otlp.proto.http import Compression
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import (
-    ALWAYS_OFF,
-    ALWAYS_ON,
-    ParentBased,
-    Sampler,
-    TraceIdRatioBased,
-)
-from opentelemetry.trace import Span, SpanKind, StatusCode, set_span_in_context
+from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway import __version__
@@ -40,95 +33,106 @@ from gateway.config.types import Deployment, ProviderConfig, TelemetryConfig
 from gateway.core.api import ClientApi
 from gateway.core.events import Failure
 from gateway.core.propagation import TRACE_HEADERS
+from gateway.observe.otlp import (
+    FLAG_HAS_IS_REMOTE,
+    FLAG_IS_REMOTE,
+    KIND_CLIENT,
+    KIND_SERVER,
+    AttrValue,
+    SpanRecord,
+    resource_scope,
+)
 from gateway.observe.recorder import NO_TRACE, RequestTrace
-from gateway.observe.span_export import BoundedBatchProcessor
+from gateway.observe.span_export import BoundedBatchProcessor, OtlpHttpExporter
 
 if TYPE_CHECKING:
     from gateway.observe.context import RequestContext
 
 T = TypeVar("T")
-log = structlog.get_logger("gateway")
 _ERROR_OUTCOMES = frozenset({"upstream_error", "timeout"})
+_LOW64 = (1 << 64) - 1
 
 
-def _sampler(cfg: TelemetryConfig) -> Sampler:
-    ratio = TraceIdRatioBased(cfg.sampling_ratio)
-    root: Sampler = {"always_on": ALWAYS_ON, "always_off": ALWAYS_OFF}.get(cfg.sampler.removeprefix("parentbased_"),
-                                                                          ratio)
-    return ParentBased(root) if cfg.sampler.startswith("parentbased_") else root
+class Sampler:
+    """The SDK's samplers by their OTEL_TRACES_SAMPLER names: `traceidratio` samples a trace when its
+    id's low 64 bits are below ratio x 2^64 (so every span of a trace decides alike); `parentbased_*`
+    follows a client's sampled flag when it sent a valid `traceparent`, the root sampler otherwise."""
+
+    __slots__ = ("_bound", "_parent_based")
+
+    def __init__(self, name: str, ratio: float):
+        self._parent_based = name.startswith("parentbased_")
+        root = name.removeprefix("parentbased_")
+        self._bound = 1 << 64 if root == "always_on" else 0 if root == "always_off" else round(ratio * (1 << 64))
+
+    def sampled(self, trace_id: int, parent_sampled: bool | None) -> bool:
+        if self._parent_based and parent_sampled is not None:
+            return parent_sampled
+        return trace_id & _LOW64 < self._bound
 
 
-class _Watched(SpanExporter):
-    """The OTLP exporter, with one warning when exports start failing and one when they recover (the
-    SDK's own log lines, one per batch, are silenced: the dropped-span counter tells the rate)."""
-
-    def __init__(self, inner: SpanExporter, endpoint: str):
-        self.inner, self.endpoint, self.failing = inner, endpoint, False
-
-    def export(self, spans: Any) -> SpanExportResult:
-        result = self.inner.export(spans)
-        failing = result is not SpanExportResult.SUCCESS
-        if failing != self.failing:
-            self.failing = failing
-            (log.warning if failing else log.info)("trace_export_failing" if failing else "trace_export_recovered")
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
+def _new_id(bits: int) -> int:
+    """A random non-zero id (W3C: all zeros is invalid), as the SDK's RandomIdGenerator."""
+    while True:
+        n = random.getrandbits(bits)
+        if n:
+            return n
 
 
 class Tracing:
-    """The process's tracer: provider, sampler, exporter and propagator."""
+    """The process's tracer: sampler, ids, propagation, and the exporting processor."""
 
     def __init__(self, cfg: TelemetryConfig, on_dropped: Callable[[int], None]):
         assert cfg.traces_endpoint is not None
-        logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
-        resource = Resource({**cfg.resource_attributes, "service.name": cfg.service_name,
-                             "service.version": __version__})
-        self.provider = TracerProvider(resource=resource, sampler=_sampler(cfg))
-        exporter = OTLPSpanExporter(endpoint=cfg.traces_endpoint, headers=dict(cfg.headers),
-                                    timeout=cfg.export_timeout_s, compression=Compression.NoCompression)
+        resource = {**cfg.resource_attributes, "service.name": cfg.service_name, "service.version": __version__}
+        head = resource_scope(resource, "llm-gateway", __version__)
+        exporter = OtlpHttpExporter(cfg.traces_endpoint, cfg.headers, cfg.export_timeout_s, head)
         self.processor = BoundedBatchProcessor(
-            _Watched(exporter, cfg.traces_endpoint), on_dropped, max_queue_size=cfg.max_queue_size,
-            max_batch=cfg.max_export_batch_size, schedule_delay_s=cfg.schedule_delay_s)
-        self.provider.add_span_processor(self.processor)
-        self.tracer = self.provider.get_tracer("llm-gateway", __version__)
+            exporter, on_dropped, max_queue_size=cfg.max_queue_size, max_batch=cfg.max_export_batch_size,
+            schedule_delay_s=cfg.schedule_delay_s)
+        self.sampler = Sampler(cfg.sampler, cfg.sampling_ratio)
         self.propagator = TraceContextTextMapPropagator()
 
     def start(self, headers: Mapping[str, str], api: ClientApi, path: str,
               providers: Mapping[str, ProviderConfig]) -> RequestTrace:
-        """The server span of one API request, child of the client's `traceparent` when it sent one. A
-        request the sampler drops is not recorded at all (NO_TRACE), nor announced upstream."""
-        op = api.operation
-        parent = self.propagator.extract(headers)
-        span = self.tracer.start_span(op, context=parent, kind=SpanKind.SERVER, attributes={
-            "gen_ai.operation.name": op, "gateway.api": api.name, "http.route": path})
-        if not span.is_recording():
+        """The server span of one API request, child of the client's `traceparent` when it sent a valid
+        one. A request the sampler drops is not recorded at all (NO_TRACE), nor announced upstream."""
+        parent_id, state, flags, parent_sampled = 0, "", FLAG_HAS_IS_REMOTE, None
+        trace_id = 0
+        if headers.get("traceparent"):
+            parent = get_current_span(self.propagator.extract(headers)).get_span_context()
+            if parent.is_valid:
+                trace_id, parent_id, parent_sampled = parent.trace_id, parent.span_id, parent.trace_flags.sampled
+                state, flags = parent.trace_state.to_header(), FLAG_HAS_IS_REMOTE | FLAG_IS_REMOTE
+        if not trace_id:
+            trace_id = _new_id(128)
+        if not self.sampler.sampled(trace_id, parent_sampled):
             return NO_TRACE
-        return SpanTrace(self, span, op, providers)
+        op = api.operation
+        server = SpanRecord(trace_id, _new_id(64), parent_id, op, KIND_SERVER, time.time_ns(), {
+            "gen_ai.operation.name": op, "gateway.api": api.name, "http.route": path}, state, flags)
+        return SpanTrace(self.processor, server, op, providers)
 
     def flush(self) -> bool:
         return self.processor.force_flush()
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        self.processor.shutdown()
 
 
 class SpanTrace(RequestTrace):
     """The recorder of one traced request."""
 
-    __slots__ = ("_epoch_ns", "_last", "_op", "_open", "_parent", "_providers", "_server", "_t", "_winner")
+    __slots__ = ("_continuing", "_epoch_ns", "_last", "_op", "_open", "_out", "_providers", "_server", "_winner")
 
-    def __init__(self, tracing: Tracing, server: Span, op: str, providers: Mapping[str, ProviderConfig]):
-        self._t, self._server, self._op, self._providers = tracing, server, op, providers
-        self._parent = set_span_in_context(server)
+    def __init__(self, out: BoundedBatchProcessor, server: SpanRecord, op: str,
+                 providers: Mapping[str, ProviderConfig]):
+        self._out, self._server, self._op, self._providers = out, server, op, providers
         self._epoch_ns = time.time_ns() - time.perf_counter_ns()  # perf_counter instants -> span times
-        self._winner: tuple[Span, Deployment] | None = None
+        self._winner: SpanRecord | None = None
+        self._continuing: str | None = None  # the mode of the continuation the next attempt is
         self._last: str | None = None  # the previous attempt's deployment
         self._open = 0  # attempts running now: one more starting is a hedge
-
-    def _ns(self, perf: float) -> int:
-        return self._epoch_ns + int(perf * 1e9)
 
     def _provider_name(self, d: Deployment) -> str:
         p = self._providers.get(d.provider)
@@ -138,50 +142,68 @@ class SpanTrace(RequestTrace):
         return self._attempt(d, run)
 
     async def _attempt(self, d: Deployment, run: Callable[[Deployment], Awaitable[T]]) -> T:
-        kind = "hedge" if self._open else "first" if self._last is None else (
-            "retry" if self._last == d.label else "fallback")
+        kind = "continuation" if self._continuing else "hedge" if self._open else "first" if self._last is None \
+            else ("retry" if self._last == d.label else "fallback")
         self._last = d.label
-        span = self._t.tracer.start_span(f"{self._op} {d.model}", context=self._parent, kind=SpanKind.CLIENT,
-                                         attributes={
+        server = self._server
+        span = SpanRecord(server.trace_id, _new_id(64), server.span_id, f"{self._op} {d.model}", KIND_CLIENT,
+                          time.time_ns(), {
             "gen_ai.operation.name": self._op, "gen_ai.request.model": d.model,
             "gen_ai.provider.name": self._provider_name(d), "gateway.deployment": d.label,
-            "gateway.provider": d.provider, "gateway.attempt.kind": kind})
-        carrier: dict[str, str] = {}
-        self._t.propagator.inject(carrier, context=set_span_in_context(span))
-        token = TRACE_HEADERS.set(tuple(carrier.items()))
+            "gateway.provider": d.provider, "gateway.attempt.kind": kind}, server.trace_state, FLAG_HAS_IS_REMOTE)
+        if self._continuing:
+            span.attributes["gateway.continuation.mode"] = self._continuing
+            self._continuing = None
+        # W3C traceparent: version 00, the trace, this attempt's span as the parent, sampled
+        announce: tuple[tuple[str, str], ...] = (("traceparent", f"00-{span.trace_id:032x}-{span.span_id:016x}-01"),)
+        if span.trace_state:
+            announce += (("tracestate", span.trace_state),)
+        token = TRACE_HEADERS.set(announce)
         self._open += 1
         try:
             result = await run(d)
         except asyncio.CancelledError:
-            _end_attempt(span, "hedge_cancelled" if self._winner is not None else "cancelled", None)
+            self._end_attempt(span, "hedge_cancelled" if self._winner is not None else "cancelled", None)
             raise
         except BaseException as exc:
             failure = getattr(exc, "failure", None)  # an UpstreamError carries the classified Failure
-            _end_attempt(span, "failed", failure if isinstance(failure, Failure) else None)
+            self._end_attempt(span, "failed", failure if isinstance(failure, Failure) else None)
             raise
         finally:
             self._open -= 1
             TRACE_HEADERS.reset(token)
         if self._winner is not None:  # a hedge's two attempts both won at once: the loser is discarded
-            _end_attempt(self._winner[0], "hedge_cancelled", None)
-        self._winner = (span, d)
+            self._end_attempt(self._winner, "hedge_cancelled", None)
+        self._winner = span
         return result
 
     def committed(self, t_first: float) -> None:
-        at = self._ns(t_first)
-        self._server.add_event("first_token", timestamp=at)
+        at = self._epoch_ns + int(t_first * 1e9)
+        events = self._server.events
+        events.append(("first_token", at))
         if self._winner is not None:
-            self._winner[0].add_event("first_token", timestamp=at)
-        self._server.add_event("commit")
+            self._winner.events.append(("first_token", at))
+        events.append(("commit", time.time_ns()))
+
+    def continuing(self, mode: str) -> None:
+        """The winner's stream failed after its first token: its span ends so; the next attempt's span
+        is the continuation's (and the winner when it continues the answer)."""
+        if self._winner is not None:
+            self._end_attempt(self._winner, "stream_failed", None)
+            self._winner = None
+        self._continuing = mode
 
     def stream_ended(self) -> None:
-        self._server.add_event("stream_end")
+        self._server.events.append(("stream_end", time.time_ns()))
 
     def finish(self, ctx: RequestContext | None, status: int, outcome: str) -> None:
         server = self._server
-        attrs: dict[str, Any] = {"http.response.status_code": status, "gateway.outcome": outcome}
+        attrs = server.attributes
+        attrs["http.response.status_code"] = status
+        attrs["gateway.outcome"] = outcome
+        now = time.time_ns()
         if ctx is not None:
-            server.update_name(f"{self._op} {ctx.model.name}")
+            server.name = f"{self._op} {ctx.model.name}"
             attrs.update({
                 "gen_ai.request.model": ctx.model.name, "gateway.model": ctx.model.name,
                 "gateway.key": ctx.key.name if ctx.key is not None else "none", "gateway.stream": ctx.stream,
@@ -196,48 +218,52 @@ class SpanTrace(RequestTrace):
                 attrs["gateway.session_hash"] = ctx.session
             if ctx.affinity is not None:
                 attrs["gateway.affinity"] = ctx.affinity
-            answered = self._answered(ctx)
-            attrs.update(answered)
-            if self._winner is not None:
-                span, _ = self._winner
-                span.set_attributes({k: v for k, v in answered.items() if k.startswith("gen_ai.")})
-                span.set_attribute("gateway.attempt.outcome", "ok")
-                span.end()
+            winner = self._winner
+            if winner is None:
+                self._answered(ctx, attrs, attrs)
+            else:
+                self._answered(ctx, attrs, winner.attributes)
+                winner.attributes["gateway.attempt.outcome"] = "ok"
+                winner.end_ns = now
+                self._out.on_end(winner)
         if outcome in _ERROR_OUTCOMES or status >= 500:
             attrs["error.type"] = outcome
-            server.set_status(StatusCode.ERROR)
-        server.set_attributes(attrs)
-        server.end()
+            server.error = True
+        server.end_ns = now
+        self._out.on_end(server)
 
-    def _answered(self, ctx: RequestContext) -> dict[str, Any]:
-        """What the serving deployment answered: its model, its provider, the provider's usage."""
+    def _answered(self, ctx: RequestContext, attrs: dict[str, AttrValue], winner: dict[str, AttrValue]) -> None:
+        """What the serving deployment answered, on the server span (`attrs`) and its `gen_ai.*` part on
+        the winning attempt's span: its model, its provider, the provider's usage."""
         d, u = ctx.deployment, ctx.usage
-        out: dict[str, Any] = {}
         if d is not None:
-            out.update({"gen_ai.response.model": d.model, "gen_ai.provider.name": self._provider_name(d),
-                        "gateway.deployment": d.label})
+            attrs["gateway.deployment"] = d.label
+            attrs["gen_ai.response.model"] = winner["gen_ai.response.model"] = d.model
+            attrs["gen_ai.provider.name"] = winner["gen_ai.provider.name"] = self._provider_name(d)
         if u is not None and ctx.usage_estimated:  # our estimate, not the provider's: not gen_ai.usage
-            out["gateway.usage_estimated"] = True
+            attrs["gateway.usage_estimated"] = True
         elif u is not None:  # the optional parts only when the provider reported them (fewer to encode)
-            out.update({"gen_ai.usage.input_tokens": u.input, "gen_ai.usage.output_tokens": u.output})
-            for name, value in (("gen_ai.usage.cache_read.input_tokens", u.cached_input),
-                                ("gen_ai.usage.cache_creation.input_tokens", u.cache_creation_input),
-                                ("gateway.usage.reasoning_tokens", u.reasoning)):
-                if value:
-                    out[name] = value
-        return out
+            attrs["gen_ai.usage.input_tokens"] = winner["gen_ai.usage.input_tokens"] = u.input
+            attrs["gen_ai.usage.output_tokens"] = winner["gen_ai.usage.output_tokens"] = u.output
+            if u.cached_input:
+                attrs["gen_ai.usage.cache_read.input_tokens"] = winner["gen_ai.usage.cache_read.input_tokens"] = (
+                    u.cached_input)
+            if u.cache_creation_input:
+                attrs["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input
+                winner["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input
+            if u.reasoning:
+                attrs["gateway.usage.reasoning_tokens"] = u.reasoning
+
+    def _end_attempt(self, span: SpanRecord, outcome: str, failure: Failure | None) -> None:
+        attrs = span.attributes
+        attrs["gateway.attempt.outcome"] = outcome
+        if failure is not None:
+            attrs["error.type"] = failure.kind.value
+            if failure.status is not None:
+                attrs["http.response.status_code"] = failure.status
+        span.error = outcome == "failed"
+        span.end_ns = time.time_ns()
+        self._out.on_end(span)
 
 
-def _end_attempt(span: Span, outcome: str, failure: Failure | None) -> None:
-    attrs: dict[str, Any] = {"gateway.attempt.outcome": outcome}
-    if failure is not None:
-        attrs["error.type"] = failure.kind.value
-        if failure.status is not None:
-            attrs["http.response.status_code"] = failure.status
-    if outcome == "failed":
-        span.set_status(StatusCode.ERROR)
-    span.set_attributes(attrs)
-    span.end()
-
-
-__all__ = ["NO_TRACE", "ReadableSpan", "RequestTrace", "SpanTrace", "Tracing"]
+__all__ = ["NO_TRACE", "RequestTrace", "Sampler", "SpanTrace", "Tracing"]

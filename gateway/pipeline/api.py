@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.api import ClientApi
+from gateway.core.continuation import prefill_messages
 from gateway.core.events import StreamEvent
 from gateway.core.stages import StageFactory
 from gateway.core.stream import Answer, StreamCore
@@ -46,3 +47,5 @@ class ServedApi:
     # `streamed_answer` is already what the client read (masked by the stream's own filter), so the
     # cache keeps it as it is; otherwise it is masked one-shot first (the same text)
     streamed_answer_masked: bool = False
+    # the request with the answer's text so far as its trailing assistant turn (continuation, CONTRACT §4.9)
+    prefill: Callable[[Body, str], Body] = prefill_messages

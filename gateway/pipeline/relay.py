@@ -12,6 +12,7 @@ the whole-answer guardrails have judged it, or one error event. The bytes of eve
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import structlog
@@ -84,12 +85,24 @@ def check_refusal(filt: OutputFilter) -> None:
                                                         param=r.guardrail))
 
 
+class Resume(Protocol):
+    """Continuation (CONTRACT §4.9, `pipeline.continuation.Continuation`), asked only after the upstream
+    failed past the first token: whether the answer is now whole, its rest written through `write`."""
+
+    @property
+    def used(self) -> bool: ...
+
+    async def __call__(self, opened: Opened[StreamCore], write: Callable[[bytes], Awaitable[None]]) -> bool: ...
+
+    def account(self, opened: Opened[StreamCore]) -> None: ...
+
+
 class Relay:
     """One committed stream's life: `await Relay(...).run()`; the upstream response is released and the
     request accounted whatever happens."""
 
     def __init__(self, rt: Runtime, ctx: RequestContext, opened: Opened[StreamCore], client: StreamResponse,
-                 run: SafetyRun | None, filt: OutputFilter):
+                 run: SafetyRun | None, filt: OutputFilter, resume: Resume | None = None):
         safety = rt.safety.models[ctx.model.name]
         self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
         self.stream, self.run_safety, self.filt = opened.stream, run, filt
@@ -97,6 +110,7 @@ class Relay:
         self.judges = safety.hold_guards + safety.audit_guards
         self.cork = not safety.audit_guards  # nothing waits between the last writes
         self.accounted = False
+        self.resume = resume  # the model continues a stream that fails after the first token
 
     async def run(self) -> None:
         opened = self.opened
@@ -119,11 +133,17 @@ class Relay:
             client.cork()  # the whole answer is in hand and nothing below waits: one write for all of it
         await sink.emit(first, self.opened.t_first, filt.output_released)
         check_refusal(filt)
-        await pump(self.opened.response, stream, filt, sink, self.opened.deployment)
-        await sink.emit(stream.drain(), time.perf_counter(), filt.output_released)
-        ended = stream.upstream_end(self.rt.safety.scrubber)
-        if ended is not None:
-            raise self._ended(ended)
+        try:
+            await pump(self.opened.response, stream, filt, sink, self.opened.deployment)
+        except StreamEnded as failed:
+            if failed.reason == "guardrail" or not await self._continue(failed.reason):
+                raise
+        else:
+            await sink.emit(stream.drain(), time.perf_counter(), filt.output_released)
+            ended = stream.upstream_end(self.rt.safety.scrubber)
+            # the failure's own event is read (and numbered) only when the stream ends with it
+            if ended is not None and not await self._continue(ended.reason):
+                raise self._ended(ended)
         tail = stream.tail()
         check_refusal(filt)
         verdict = await judge_keeping_alive(self.rt, self.ctx, sink.keeper, stream.assembler, self.judges)
@@ -142,6 +162,24 @@ class Relay:
             client.cork()  # the rest of the text, the end and the chunked terminator in one write
         await sink.emit(tail, time.perf_counter(), filt.output_released)
         await client.write_eof(end)
+
+    async def _continue(self, reason: str) -> bool:
+        """The upstream failed after the first token: continued on another deployment (a model with
+        `continuation: on`, CONTRACT §4.9), or not."""
+        opened, resume = self.opened, self.resume
+        if resume is None:
+            return False
+        if opened.response is not None:
+            opened.response.close()  # the failed one is never reused
+            opened.response = None
+        if not await resume(opened, self._write):
+            return False
+        self.ctx.rec.stream_failed(self.ctx.model.name, opened.deployment, reason)  # it did fail
+        return True
+
+    async def _write(self, data: bytes) -> None:
+        await self.sink.emit(data, time.perf_counter(), self.filt.output_released)
+        check_refusal(self.filt)
 
     def _ended(self, ended: Ended) -> StreamEnded:
         """The upstream's failure event forwarded (an API that passes those on), unless a hold guardrail
@@ -181,7 +219,10 @@ class Relay:
                 record(rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
         if self.run_safety is not None:
             ctx.redactions += ctx.rec.redactions(self.run_safety.redaction_counts().items())
-        if usage:
+        if usage and self.resume is not None and self.resume.used:
+            self.resume.account(self.opened)
+            malformed_skipped(ctx, self.opened)
+        elif usage:
             stream_ended(ctx, self.opened)
 
 

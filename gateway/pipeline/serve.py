@@ -18,6 +18,7 @@ from gateway.pipeline.api import Body, ServedApi
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.body import answer_body
+from gateway.pipeline.continuation import Continuation
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.first_token import serve_stream
 from gateway.pipeline.guardrails import check_input
@@ -57,7 +58,8 @@ async def _stream(request: GatewayRequest, rt: Runtime, ctx: RequestContext, ser
     async def relay(opened: Opened[StreamCore], client: StreamResponse) -> None:
         run = rt.safety.models[ctx.model.name].start()
         filt = served.output_filter(run.factory if run is not None else None, ctx.forward_usage)
-        await Relay(rt, ctx, opened, client, run, filt).run()
+        resume = Continuation(rt, ctx, served) if ctx.model.continuation else None
+        await Relay(rt, ctx, opened, client, run, filt, resume).run()
         if ctx.cache_store and ctx.stream_error is None:
             await _store_streamed(rt, request, ctx, served, opened.stream)
 

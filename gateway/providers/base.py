@@ -84,6 +84,14 @@ class CountsTokens(Protocol):
         """None: this deployment cannot count tokens (the route answers with an estimate)."""
 
 
+@runtime_checkable
+class TranslatesCount(Protocol):
+    """A `CountsTokens` cell whose provider answers in its own shape (Bedrock's `{"inputTokens": N}`): the
+    answer as the Messages API's `{"input_tokens": N}`."""
+
+    def count_tokens_answer(self, body: bytes) -> bytes: ...
+
+
 def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """`retry-after-ms` (OpenAI, Azure) or `Retry-After` in seconds or as an HTTP date (RFC 9110 §10.2.3).
     `headers` must have lower-case keys."""

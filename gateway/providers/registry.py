@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from gateway.providers.base import Translator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
+from gateway.providers.chat_bedrock import BedrockChat
 from gateway.providers.chat_mock import MockChat
 from gateway.providers.chat_openai import OpenAIChat
 from gateway.providers.demo import MockScript, mock_script
 from gateway.providers.messages_anthropic import AnthropicMessages
 from gateway.providers.messages_azure import AzureMessages
+from gateway.providers.messages_bedrock import BedrockMessages
 from gateway.providers.messages_mock import MockMessages
 from gateway.providers.messages_openai import OpenAIMessages
 from gateway.providers.responses_azure import AzureResponses
@@ -38,6 +40,9 @@ class ProviderKind:
     forward_headers: tuple[str, ...] = ("x-request-id",)
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
     auth: str = ""  # its requests are signed: the kind of `upstream.signing.SIGNERS` ("sigv4", "google")
+    prefill: bool = False  # continues a trailing assistant message natively (a deployment's default, §4.9)
+    # `base_url` when the config gives none, formatted with the provider's settings (`{region}`)
+    default_base_url: str = ""
 
 
 PROVIDERS: dict[str, ProviderKind] = {
@@ -45,9 +50,12 @@ PROVIDERS: dict[str, ProviderKind] = {
                            forward_headers=("openai-organization", "openai-project", "x-request-id")),
     # anthropic-version too: on the native Messages path the client's version is the one its body and
     # parser speak; a translated request always carries the configured one (the translator sets it)
-    "anthropic": ProviderKind(genai_name="anthropic",
+    "anthropic": ProviderKind(genai_name="anthropic", prefill=True,
                               forward_headers=("anthropic-version", "anthropic-beta", "x-request-id")),
     "azure": ProviderKind(requires=("api_version",), genai_name="azure.ai.openai"),
+    # region and credentials: `ProviderConfig.aws`; the client's anthropic-beta goes into Claude's body
+    "bedrock": ProviderKind(genai_name="aws.bedrock", auth="sigv4", forward_headers=("anthropic-beta", "x-request-id"),
+                            default_base_url="https://bedrock-runtime.{region}.amazonaws.com"),
     "mock": ProviderKind(remote=False, in_process=mock_script, forward_headers=(), genai_name="llm_gateway.mock"),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
@@ -58,9 +66,9 @@ PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
 # API's, embeddings go to the chat cell); a missing cell means the type does not serve that schema, and
 # the API's requests never go to its deployments.
 TRANSLATORS: tuple[TranslatorFactory, ...] = (
-    OpenAIChat, AnthropicChat, AzureChat, MockChat,
+    OpenAIChat, AnthropicChat, AzureChat, MockChat, BedrockChat,
     OpenAIResponses, AzureResponses, MockResponses,
-    OpenAIMessages, AnthropicMessages, AzureMessages, MockMessages,
+    OpenAIMessages, AnthropicMessages, AzureMessages, MockMessages, BedrockMessages,
 )
 
 

@@ -30,6 +30,18 @@ class BreakerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AwsSettings:
+    """A `bedrock` provider's region and credentials (CONTRACT §2, §9). Keys left empty: the AWS default
+    chain (environment, shared files and `AWS_PROFILE`, web identity, container, instance metadata)."""
+
+    region: str = ""
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    role_arn: str | None = None  # assumed (STS AssumeRole) with the credentials above or the chain's
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderConfig:
     name: str
     type: str  # a key of `providers.registry.PROVIDERS`
@@ -40,6 +52,7 @@ class ProviderConfig:
     breaker: BreakerConfig = BreakerConfig()
     api_version: str | None = None  # azure
     anthropic_version: str = "2023-06-01"  # anthropic
+    aws: AwsSettings | None = None  # bedrock
     learn_ttl_s: float = 600.0  # how long a learn-once fact (CONTRACT §4.6) holds before a re-probe
     # egress: `proxy` set is this provider's proxy; else, with `use_env_proxy`, HTTPS_PROXY/HTTP_PROXY
     # and NO_PROXY decide; `proxy: false` in the config clears both (always direct)

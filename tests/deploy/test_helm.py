@@ -569,3 +569,30 @@ def test_store_url_stays_out_of_the_configmap(chart: helm.Chart) -> None:
     configmaps = yaml.safe_dump([d for d in docs if d["kind"] == "ConfigMap"])
     assert "s3cret-db-pw" not in configmaps
     assert secret_env(docs)["GATEWAY_STORE_URL"] == "postgresql://gw:s3cret-db-pw@db:5432/gw"
+
+
+# ---- cloud credentials -----------------------------------------------------------------------------
+
+
+def test_irsa_role_annotates_the_service_account(chart: helm.Chart) -> None:
+    """`aws.irsaRoleArn` (EKS IRSA for bedrock providers) beside the user's own annotations; nothing
+    without it."""
+    role = "arn:aws:iam::123456789012:role/llm-gateway-bedrock"
+    docs = render(chart, {"aws": {"irsaRoleArn": role}, "serviceAccount": {"annotations": {"team": "ml"}}})
+    assert only(docs, "ServiceAccount")["metadata"]["annotations"] == {
+        "team": "ml", "eks.amazonaws.com/role-arn": role, "eks.amazonaws.com/sts-regional-endpoints": "true"}
+    docs = render(chart, {"aws": {"irsaRoleArn": role, "stsRegionalEndpoints": False}})
+    assert only(docs, "ServiceAccount")["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role}
+    assert "annotations" not in only(render(chart), "ServiceAccount")["metadata"]
+    with pytest.raises(Exception, match="irsaRoleArn"):
+        render(chart, {"aws": {"irsaRoleArn": "not-an-arn"}})
+
+
+def test_a_bedrock_provider_config_passes_check_config(chart: helm.Chart, tmp_path: Path) -> None:
+    config = {"providers": {"demo": None, "bedrock-us": {"type": "bedrock", "region": "us-east-1"}},
+              "models": [{"name": "claude", "deployments": [
+                  {"provider": "bedrock-us", "model": "us.anthropic.claude-sonnet-4-5-20250929-v1:0"}]}]}
+    docs = render(chart, {"config": config, "aws": {"irsaRoleArn": "arn:aws:iam::123456789012:role/r"}})
+    result = check_config(gateway_config(docs), secret_env(docs), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert gateway_config(docs)["providers"]["bedrock-us"] == {"type": "bedrock", "region": "us-east-1"}

@@ -194,4 +194,8 @@ def test_a_reload_compiles_off_the_loop_and_a_stream_keeps_flowing(servers: Loop
     assert len(app.runtime.config.models) == 5001, "the reload was applied"
     assert reload.done() and took > 0.5, f"the reload took {took:.2f}s: too fast to show a stall"
     gaps = [b - a for a, b in pairwise(arrivals)]
-    assert len(gaps) > 20 and max(gaps) < 0.25, f"longest gap {max(gaps):.3f}s during a {took:.2f}s reload"
+    # on the loop, the reload would be one gap as long as itself; off it, the stream only waits out the
+    # GIL's switch interval and the machine's other load (relative to the reload's length, so a busy
+    # machine that stretches both does not fail it)
+    longest = max(gaps)
+    assert len(gaps) > 20 and longest < min(1.0, took / 2), f"longest gap {longest:.3f}s during a {took:.2f}s reload"

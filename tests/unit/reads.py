@@ -3,9 +3,11 @@ random reads of the sizes real sockets deliver (one byte to a kilobyte)."""
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, Protocol
 
+from gateway.core.scrub import Scrubber
 from gateway.core.stream import ClientError
 
 
@@ -64,23 +66,25 @@ REFUSED = ClientError(400, "output refused by guardrail", "invalid_request_error
 EARLY_END = ClientError(502, "upstream ended the stream early", "upstream_error", code="upstream_error")
 
 
+@functools.cache
+def _scrubber() -> Scrubber:
+    return Scrubber.compile([])
+
+
 def the_end(stream: Any, filt: _Filter) -> bytes:
     """The bytes the gateway writes at a stream's end when no whole-answer guardrail is waited for
-    (`pipeline.relay.relay`, `pipeline.held_end.HeldEndRelay.run`), from the core's own methods: what its
-    parser still owed, then the kept end after the windows' tail; an upstream failure the core kept,
-    forwarded by the core (or, the chat core's, one error of ours); a refusal or an early end, the core's
-    error event."""
+    (`pipeline.relay.Relay`), from the core's own methods, in the relay's order: what its parser still
+    owed; how an unfinished stream ended (`upstream_end`: an upstream failure event forwarded, or the
+    core's error event); a refusal, the core's error event; else the windows' tail and the kept end."""
     out = stream.drain()
     if filt.refusal is not None:
         return out + stream.fail(REFUSED, held=False, refused=True)
-    if getattr(stream, "error", None) is not None:  # chat: an in-band error after the first token
+    ended = stream.upstream_end(_scrubber())
+    if ended is not None:
+        if ended.forward is not None:
+            return out + ended.forward()
         return out + stream.fail(EARLY_END, held=False, refused=False)
-    if getattr(stream, "failed", None) is not None:
-        return out + stream.forward_failure(stream.failed)
     tail = stream.tail()
     if filt.refusal is not None:
         return out + stream.fail(REFUSED, held=False, refused=True)
-    ended_early = stream.ended_early if hasattr(stream, "ended_early") else not stream.terminal
-    if ended_early:
-        return out + stream.fail(EARLY_END, held=False, refused=False)
     return out + tail + stream.finish()

@@ -3,7 +3,10 @@ no gateway, no timing assertions; speed is measured only by `make bench`)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from pathlib import Path
 
 from bench.bench_sse_reads import READS, cases_for, chat_body, decoder_feed
 from bench.loadgen import LoadSpec, _MessagesText, _SSEText, run_load
@@ -76,3 +79,66 @@ def test_the_big_event_bench_feeds_every_core_to_the_end() -> None:
     for name, run in cases_for(size).items():
         for read in READS:
             assert run(big, read) > 0, name
+
+
+def test_nospace_text_has_no_whitespace_and_assembles() -> None:
+    from bench.textgen import pieces
+
+    parts = pieces(5, 200, 8, nospace=True)
+    assert len(parts) == 200 and all(len(p) == 8 for p in parts)
+    assert not any(ch.isspace() for ch in "".join(parts))
+    data = b"".join(stream_events(5, 200, 8, "m", True, nospace=True))
+    parser = _SSEText()
+    parser.feed(data)
+    assert parser.done and "".join(parser.parts) == expected_text(5, 200, 8, nospace=True)
+
+
+async def test_the_fake_upstreams_faults_fail_only_its_fail_prefix_while_armed() -> None:
+    import aiohttp
+
+    from bench import upstream
+
+    server = await start_upstream()
+    base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    body = {"model": "m", "stream": True, "messages": [], "bench": {"chunks": 2}}
+    try:
+        async with aiohttp.ClientSession() as session:
+            async def status(path: str) -> int:
+                async with session.post(base + path, json=body) as r:
+                    await r.read()
+                    return r.status
+
+            assert await status("/fail/v1/chat/completions") == 200
+            assert await status("/faults/arm") == 200
+            assert await status("/fail/v1/chat/completions") == 503
+            assert await status("/v1/chat/completions") == 200
+            assert await status("/faults/disarm") == 200
+            assert await status("/fail/v1/chat/completions") == 200
+    finally:
+        upstream._FAULTS["armed"] = False
+        server.close()
+        await server.wait_closed()
+
+
+async def test_the_loop_lag_probe_writes_ticks_that_samples_reads_back(tmp_path: Path) -> None:
+    from bench.loop_lag import FLUSH_EVERY, Probe, samples
+
+    flushed = asyncio.Event()
+    t0 = time.time() - 1.0  # the probe writes times to the ms: a tick in the first ms may read as before t0
+    probe = Probe(asyncio.get_running_loop(), str(tmp_path / "lag"), on_flush=flushed.set)
+    probe.start()
+    await asyncio.wait_for(flushed.wait(), 30)
+    probe.close()
+    got = samples(tmp_path / "lag", t0, time.time())
+    assert len(got) == FLUSH_EVERY
+    assert all(0 <= on_cpu <= late for late, on_cpu in got)
+    assert samples(tmp_path / "lag", 0, t0 - 1) == []
+
+
+def test_bedrock_bench_cases_relay_the_whole_answer() -> None:
+    """Every case of bench.bench_bedrock runs and writes the answer (no timing)."""
+    from bench.bench_bedrock import cases
+
+    outs = {name: fn() for name, fn in cases(50).items()}
+    assert all(n > 0 for n in outs.values())
+    assert outs["messages, SSE (anthropic)"] > 50 * len(" word")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -128,3 +129,28 @@ def test_an_inband_error_before_the_first_token_fails_the_attempt() -> None:
     stream = ChatStream(OpenAIStreamParser(), "p/x")
     with pytest.raises(StreamFailed):
         stream.feed(b'data: {"error": {"message": "overloaded", "type": "overloaded_error"}}\n\n')
+
+
+def test_a_stream_cut_early_still_gets_the_text_the_window_held_then_one_error() -> None:
+    """The window holds a possible secret's start; the upstream stops without a finish or [DONE]. The
+    relay asks how the stream ended before it flushes the windows, so the error event carries the held
+    text first (the old chat relay flushed it, then discarded it for the error event)."""
+    cut = chat_body(["see you ", "at alice@exam"]).split(b'"finish_reason":"stop"')[0]
+    cut = cut[:cut.rindex(b"data: ")]  # up to the last content chunk: no finish, no usage, no [DONE]
+    run = safety(False).start()
+    assert run is not None
+    stream = ChatStream(OpenAIStreamParser(), "p/x")
+    filt = ChatOutputFilter(run.factory, forward_usage=True)
+    relayed = b"".join(pump_reads(stream, filt, [cut]))
+    end = the_end(stream, filt)
+
+    def events(out: bytes) -> list[Any]:
+        return [orjson.loads(line[6:]) for line in out.split(b"\n\n") if line.startswith(b"data: ")]
+
+    def text(datas: list[Any]) -> str:
+        return "".join(d["choices"][0]["delta"].get("content") or "" for d in datas if d.get("choices"))
+
+    assert "alice@exam" not in text(events(relayed)), "the window held the possible address"
+    assert text(events(relayed + end)) == "see you at alice@exam"
+    datas = events(relayed + end)
+    assert "error" in datas[-1] and all("error" not in d for d in datas[:-1])

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core.redact.checks import card_ok, iban_ok, luhn_ok
+from gateway.core.redact.cuts import may_match
 from gateway.core.redact.engine import ScanSpec
 from gateway.core.redact.regex import (
     WHITESPACE,
@@ -23,7 +24,8 @@ from gateway.core.redact.regex import (
     spans_whitespace,
 )
 from gateway.core.redact.rules import BUILTIN, builtin_rule_names, is_known_rule
-from gateway.core.redact.window import Redactor
+from gateway.core.redact.window import Redactor, _find_all
+from tests.unit.test_redact_window import REDACTOR, SECRETS
 
 
 def test_rule_names() -> None:
@@ -165,3 +167,20 @@ def test_late_hints_stop_the_fast_path_at_the_same_words_as_the_plain_ones(text:
         for end in ends:
             if end > pos:
                 assert _hit_word(_LATE, text, pos, end) == _hit_word(_PLAIN, text, pos, end), (text, pos, end)
+
+
+_SECRET_VALUES = [value for _rule, value in SECRETS]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.sampled_from(_SECRET_VALUES[:40]), max_size=12).map("".join),
+       st.integers(0, 8), st.integers(0, 8))
+def test_a_segment_the_hints_pass_over_holds_no_match(text: str, cut_left: int, cut_right: int) -> None:
+    """`Redactor.mask` skips `detect` and the rules for a segment where no hint or residual form fires
+    (cuts.may_match; also before a cut's `detect` pass): then no rule matches in it, even cut anywhere."""
+    redactor = REDACTOR
+    segment = text[cut_left:len(text) - cut_right]
+    if not may_match(redactor.spec.trigger, redactor.spec.residual, segment):
+        assert all(not list(_find_all(rule, segment)) for rule in redactor.rules), segment
+        counts: dict[str, int] = {}
+        assert redactor.mask(segment, counts) == segment and not counts

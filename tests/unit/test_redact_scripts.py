@@ -9,6 +9,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.core.redact import breaks
 from gateway.core.redact.breaks import Gaps
 from gateway.core.redact.engine import CUT_KEEP, RUN_LIMIT, SEG_LIMIT, SEG_RUNS
 from gateway.core.redact.window import Redactor
@@ -136,6 +137,17 @@ def test_the_breaks_come_from_the_rules() -> None:
     for ch in "aZ09-_.,;!?@#/\\'\"ſ\u212a":
         assert not gaps.is_gap(ch), ch
     assert not Gaps.build([re.compile(r"secret.+end")], RUN_LIMIT).breaks  # "." matches anything
+
+
+def test_case_insensitive_ascii_tests_find_on_the_ascii_partners_what_the_full_scan_finds() -> None:
+    """breaks._matched tries `(?i:k)` on the few characters outside ASCII that case-match some ASCII
+    character, not on all 1.1M code points: the same ranges, for every ASCII character and some classes."""
+    non_ascii = breaks._non_ascii()
+    for test in [f"(?i:{re.escape(chr(c))})" for c in range(128)] + ["(?i:[a-z])", "(?i:[_\\-])", "(?i:[0-9A-F])"]:
+        full = {i + 0x80 for m in re.finditer(test, non_ascii) for i in range(m.start(), m.end())}
+        folded = {c for a, b in breaks._matched(breaks._FOLDED + test) for c in range(a, b)}
+        assert folded == full, test
+    assert "\u212a" in breaks._ascii_partners()[0] and "\u017f" in breaks._ascii_partners()[0]
 
 
 def test_a_custom_rule_that_can_match_japanese_keeps_those_characters_in_runs() -> None:

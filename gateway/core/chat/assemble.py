@@ -127,6 +127,19 @@ class ChatAssembler:
     def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:
         return "".join("".join(c.text.get(kind, ())) for _, c in sorted(self._choices.items()))
 
+    def resume_text(self) -> str | None:
+        """The content so far when the answer can be continued from it (CONTRACT §4.9): one choice, its
+        content begun, no tool call or refusal, not finished; else None."""
+        c = self._choices.get(0)
+        if c is None or len(self._choices) != 1 or c.tools or c.finish_reason or DeltaKind.REFUSAL in c.text:
+            return None
+        parts = c.text.get(_CONTENT)
+        return "".join(parts) if parts else None
+
+    def finish_reason(self, choice: int = 0) -> str | None:
+        c = self._choices.get(choice)
+        return c.finish_reason if c is not None else None
+
     def output_bytes(self) -> int:
         """UTF-8 size of everything the answer said (every text kind, tool names and arguments): what a
         usage estimate counts when the provider reported none."""

@@ -28,7 +28,7 @@ import orjson
 from gateway.core.chat.assemble import ChatAssembler, completion_to_chunks
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.shape import ContentShape, Run
-from gateway.core.chat.wire import chunk_events, has_output_token, number_tool_calls
+from gateway.core.chat.wire import chunk_events, continued_chunk, has_output_token, number_tool_calls
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, StreamFailed, ToolCallDelta
 from gateway.core.scrub import Scrubber
 from gateway.core.sse import DONE_EVENT, SSEDecoder, SSEError, SSEEvent, data_lines
@@ -231,6 +231,27 @@ class ChatStream:
         tail = b"" if refused or held else self.tail()
         body = {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
         return tail + b"data: " + orjson.dumps(body) + b"\n\n"
+
+    # -- continuation (CONTRACT §4.9) --------------------------------------------------------------
+
+    def resume_point(self) -> str | None:
+        return self.assembler.resume_text() if self.filt is not None and self.filt.refusal is None else None
+
+    def end_reason(self) -> str | None:
+        return self.assembler.finish_reason(0)
+
+    def continue_with(self, events: list[StreamEvent]) -> bytes:
+        """Each event as a chunk of this stream (its id, created, model), through its filter."""
+        filt = self.filt
+        assert filt is not None, "only a committed stream is continued"
+        self.error = None  # the failure is behind the seam now
+        out: list[bytes] = []
+        for e in events:
+            numbered = self.assembler.feed([e])
+            if numbered:
+                e = numbered[0]
+            out.append(_apply_one(filt, ChatChunk([e], continued_chunk(self.meta, e))))
+        return b"".join(out)
 
     def _relay_read(self, filt: ChatOutputFilter, data: bytes) -> bytes:
         if self.parser is not None and self.parser.shape is not None:

@@ -172,3 +172,29 @@ def parse_usage(obj: dict[str, Any]) -> Usage | None:
 def has_output_token(events: list[StreamEvent]) -> bool:
     """True when the events contain an output token (CONTRACT §4.1)."""
     return any(type(e) is OutputDelta or type(e) is ToolCallDelta for e in events)
+
+
+_FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_content", DeltaKind.REFUSAL: "refusal"}
+
+
+def continued_chunk(meta: dict[str, Any], e: StreamEvent) -> dict[str, Any]:
+    """One event of a continuing attempt as a `chat.completion.chunk` of the stream it continues."""
+    base = {"id": meta.get("id", ""), "object": "chat.completion.chunk", "created": meta.get("created", 0),
+            "model": meta.get("model", "")}
+    if type(e) is Usage:
+        return {**base, "choices": [], "usage": e.as_openai()}
+    delta: dict[str, Any] = {}
+    finish: str | None = None
+    choice = 0
+    if type(e) is OutputDelta:
+        choice, delta[_FIELD[e.kind]] = e.choice, e.text
+    elif type(e) is ToolCallDelta:
+        call: dict[str, Any] = {"index": e.index}
+        if e.id:
+            call.update(id=e.id, type="function")
+        fn = {k: v for k, v in (("name", e.name), ("arguments", e.arguments)) if v is not None}
+        call["function"] = fn
+        choice, delta["tool_calls"] = e.choice, [call]
+    elif type(e) is Finish:
+        choice, finish = e.choice, e.reason or "stop"
+    return {**base, "choices": [{"index": choice, "delta": delta, "finish_reason": finish}]}

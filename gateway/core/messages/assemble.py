@@ -19,7 +19,7 @@ from gateway.core.messages.wire import BLOCK_TEXT, MessagesEvent, UsageCounts
 
 class MessagesAssembler:
     __slots__ = ("_blocks", "_json", "_texts", "block_done", "first_token", "meta", "stop_reason",
-                 "stop_sequence", "usage_counts")
+                 "stop_sequence", "stopped", "usage_counts")
 
     def __init__(self) -> None:
         self.meta: dict[str, Any] = {}  # message_start's message, without content
@@ -31,6 +31,7 @@ class MessagesAssembler:
         self.stop_sequence: str | None = None
         self.first_token = False
         self.block_done = False  # a content block has ended (a tool call without arguments is whole)
+        self.stopped = -1  # the index of the last content block that ended
 
     @property
     def finished(self) -> bool:
@@ -60,6 +61,7 @@ class MessagesAssembler:
                 self._start_block(ev.index, block)
         elif etype == "content_block_stop":
             self.block_done = True
+            self.stopped = ev.index
         elif etype == "message_delta":
             self._message_delta(obj)
         elif etype == "message_start" and not self.meta:
@@ -99,6 +101,27 @@ class MessagesAssembler:
                 self.stop_reason = stop
                 seq = delta.get("stop_sequence")
                 self.stop_sequence = seq if isinstance(seq, str) else None
+
+    def last_block(self) -> int:
+        """The index of the latest content block (-1: none yet)."""
+        return max((*self._blocks, *self._texts), default=-1)
+
+    def resume_text(self) -> str | None:
+        """The text so far when the answer can be continued from it (CONTRACT §4.9): not ended, no tool
+        call begun, its latest block text (not thinking); else None."""
+        last = self.last_block()
+        if self.finished or last < 0 or self._json or self._kind(last) is not DeltaKind.CONTENT:
+            return None
+        if any(b.get("type") not in BLOCK_TEXT for b in self._blocks.values()):
+            return None  # a tool_use (or a block we cannot continue) is in the answer
+        return self.text(DeltaKind.CONTENT) or None
+
+    def open_text_block(self) -> int | None:
+        """The latest block when it is a text block that has not ended."""
+        last = self.last_block()
+        if last >= 0 and last != self.stopped and self._kind(last) is DeltaKind.CONTENT:
+            return last
+        return None
 
     def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:
         """Every text of one kind, in block order."""

@@ -28,6 +28,7 @@ from gateway.core.events import DeltaKind, Failure, FailureKind, InbandError, St
 from gateway.core.messages.assemble import MessagesAssembler
 from gateway.core.messages.fast import encode_text_delta, text_delta
 from gateway.core.messages.filter import MessagesOutputFilter
+from gateway.core.messages.seam import continued_events
 from gateway.core.messages.wire import MessagesEvent, anthropic_error_type, message_stream_events, parse_event
 from gateway.core.scrub import Scrubber
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent, encode_event
@@ -246,6 +247,32 @@ class MessagesStream:
         etype = anthropic_error_type(error.status, error.type, error.upstream_type)
         return tail + encode_event("error", orjson.dumps({"type": "error",
                                                           "error": {"type": etype, "message": error.message}}))
+
+    # -- continuation (CONTRACT §4.9) --------------------------------------------------------------
+
+    def resume_point(self) -> str | None:
+        return self.assembler.resume_text() if self.filt is not None and self.filt.refusal is None else None
+
+    def end_reason(self) -> str | None:
+        return self.assembler.stop_reason
+
+    def continue_with(self, events: list[StreamEvent]) -> bytes:
+        """The events as this message's own (`core.messages.seam`), through its filter; its end kept in
+        `terminal` like the upstream's own."""
+        filt = self.filt
+        assert filt is not None, "only a committed stream is continued"
+        self.failed = None  # the failure is behind the seam now
+        out: list[bytes] = []
+
+        def take(ev: MessagesEvent) -> None:
+            held = len(self.terminal)
+            pending: list[MessagesEvent] = []
+            self._take(ev, pending)
+            if pending and len(self.terminal) == held:
+                out.append(filt.apply(pending[0]))
+
+        continued_events(self.assembler, events, self.label, take)
+        return b"".join(out)
 
     def forward_failure(self, ev: MessagesEvent) -> bytes:
         """An upstream `error` after the first token (a readable one, scrubbed by the caller), forwarded

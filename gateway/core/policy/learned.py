@@ -18,6 +18,7 @@ class Fact(StrEnum):
     NO_STREAM_OPTIONS = "no_stream_options"  # ask without `stream_options` (usage is estimated)
     NO_STREAM = "no_stream"  # a stream request is answered buffered and re-emitted as a stream
     STREAM_ONLY = "stream_only"  # a non-stream request is streamed and assembled into a body
+    NO_PREFILL = "no_prefill"  # rejects a trailing assistant message: continued by regenerating (§4.9)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,21 +10,37 @@ from there starts the next run or segment: the secret is matched whole there.
 end of the searched text: `tail.search(text, a, b)` is the leftmost q >= a where text[q:b] could be
 the start of a match. A whole match that starts before the chosen start and runs across it would be
 split by the cut too, so the start moves back to it (a few times at most). `detect` (a superset of
-the matches, see `ScanSpec`) finds those in one pass. A match that would have to be kept from
-before `low` is too long to keep, and then the cut stays where it was (-1).
+the matches, see `ScanSpec`) finds those in one pass, when the hints show that text[first:end] may
+hold a match at all (`may_match`: a match lies in one segment, and its hint inside it; the hints skip
+at C speed where `detect` tries every rule at every character, ten times slower on a long run). A
+match that would have to be kept from before `low` is too long to keep, and then the cut stays where
+it was (-1).
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.core.redact.engine import ScanSpec
 
 TRIES = 8  # how often a match across the kept start may move it back before we give up
 
 
-def keep_start(detect: re.Pattern[str] | None, text: str, first: int, keep: int, low: int, end: int) -> int:
+def may_match(trigger: re.Pattern[str] | None, residual: re.Pattern[str] | None, segment: str) -> bool:
+    """Whether some rule could match inside `segment` (on its own): a hint (`trigger`) or a residual
+    form fires in it; the fast path's proof (see `ScanSpec.first_hit`)."""
+    if trigger is not None and trigger.search(segment) is not None:
+        return True
+    return residual is not None and residual.search(segment) is not None
+
+
+def keep_start(spec: ScanSpec, text: str, first: int, keep: int, low: int, end: int) -> int:
     """The start, in [low, keep], of the text to keep when `keep` starts a candidate to keep,
     text[first:keep] goes out and text[:end] is known; -1 when a match across it starts before `low`."""
-    if detect is None:
+    detect = spec.detect
+    if detect is None or not may_match(spec.trigger, spec.residual, text[first:end]):
         return keep
     spans: list[tuple[int, int]] = []
     pos = first
@@ -41,12 +57,11 @@ def keep_start(detect: re.Pattern[str] | None, text: str, first: int, keep: int,
     return -1
 
 
-def run_cut(tail: re.Pattern[str] | None, detect: re.Pattern[str] | None, text: str, start: int, end: int,
-            keep_chars: int) -> int:
+def run_cut(spec: ScanSpec, text: str, start: int, end: int, keep_chars: int) -> int:
     """Where the run text[start:end], which reached the run limit, is cut: before the leftmost
     candidate that starts within `keep_chars` of `end` and could still grow past it, or at `end`."""
     low = max(start + 1, end - keep_chars)
-    if tail is None or (m := tail.search(text, low, end)) is None:
+    if spec.tail is None or (m := spec.tail.search(text, low, end)) is None:
         return end
-    keep = keep_start(detect, text, start, m.start(), low, end)
+    keep = keep_start(spec, text, start, m.start(), low, end)
     return end if keep < 0 else keep

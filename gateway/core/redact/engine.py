@@ -242,10 +242,13 @@ class SegmentWindow:
     def _together(self, deltas: list[str]) -> list[str]:
         scan = self._scan
         buf = self._buf
-        text = buf + "".join(deltas)
+        joined = "".join(deltas)
+        text = buf + joined
         if scan is None or self._seg >= 0 or self._stopped or len(text) >= RUN_LIMIT or not all(deltas):
             return [self._feed(d, False) for d in deltas]
-        rest = text[self._spec.gaps.tail_start(text):]
+        # Nothing is open, so the held text is one unfinished run: only the new text is searched for a gap
+        cut = self._spec.gaps.tail_start(joined)
+        rest = text[len(buf) + cut:] if cut else text
         end = len(text) - len(rest)
         if end and (m := scan.search(text, 0, end)) is not None and m.start() < end:
             return [self._feed(d, False) for d in deltas]
@@ -347,7 +350,7 @@ class SegmentWindow:
         if end == len(text) and not (final or forced):
             return start  # unfinished, or its end is known but not the character after it
         if forced:
-            end = run_cut(self._spec.tail, self._spec.detect, text, start, end, CUT_KEEP)
+            end = run_cut(self._spec, text, start, end, CUT_KEEP)
         at_limit = self._seg >= 0 and (end - self._seg > SEG_LIMIT or self._runs >= SEG_RUNS)
         if at_limit and not self._close_at_limit(text, start, end, out):
             return len(text)
@@ -370,7 +373,7 @@ class SegmentWindow:
         seg = self._seg
         keep, low = seg + self._live_from, max(seg + 1, end - SEG_LIMIT)
         if low <= keep < start:
-            keep = keep_start(self._spec.detect, text, seg, keep, low, end)
+            keep = keep_start(self._spec, text, seg, keep, low, end)
         runs = self._spec.gaps.runs(text, keep, start) if low <= keep < start else SEG_RUNS
         if runs >= SEG_RUNS:
             gap = text[self._seg_end : start]

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from gateway.core.redact.checks import Span, has_letter_and_digit
+from gateway.core.redact.cuts import may_match
 from gateway.core.redact.engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
 from gateway.core.redact.rules import BUILTIN, expand
 
@@ -136,8 +137,12 @@ class Redactor:
 
     def mask(self, segment: str, counts: dict[str, int]) -> str:
         """Mask every match in one closed segment; leftmost first, then longest, then rule order."""
-        if self.spec.detect is None or self.spec.detect.search(segment) is None:
-            return segment  # one scan instead of one per rule: most closed segments are clean
+        spec = self.spec
+        # The hints first: much cheaper per character than `detect` (they skip at C speed), which matters
+        # for long runs without whitespace (4096 characters: ~0.05 ms against ~0.6 ms in `detect`).
+        if (spec.detect is None or not may_match(spec.trigger, spec.residual, segment)
+                or spec.detect.search(segment) is None):
+            return segment  # one or two scans instead of one per rule: most closed segments are clean
         spans: list[tuple[int, int, int]] = []
         for order, rule in enumerate(self.rules):
             spans.extend((a, b, order) for a, b in _find_all(rule, segment))

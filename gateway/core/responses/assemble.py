@@ -33,7 +33,8 @@ class ToolCall:
 
 
 class ResponsesAssembler:
-    __slots__ = ("_kinds", "_texts", "error", "first_token", "status", "tools", "usage")
+    __slots__ = ("_kinds", "_texts", "done_items", "error", "first_token", "items", "meta", "status", "tools",
+                 "usage")
 
     def __init__(self) -> None:
         self._texts: dict[TextKey, list[str]] = {}
@@ -43,6 +44,9 @@ class ResponsesAssembler:
         self.status: str | None = None  # "completed" or "incomplete" once the answer has ended
         self.error: Failure | None = None
         self.first_token = False
+        self.meta: dict[str, Any] = {}  # the `response` object the lifecycle began with
+        self.items: dict[int, dict[str, Any]] = {}  # output_index -> the item as last announced
+        self.done_items: set[int] = set()  # output indexes whose `output_item.done` came
 
     @property
     def finished(self) -> bool:
@@ -57,9 +61,13 @@ class ResponsesAssembler:
                     self._add_text(ev.key, ev.kind, e.text)
                     self.first_token = True
         elif ev.type in ("response.output_item.added", "response.output_item.done") and obj is not None:
-            item = obj.get("item")
+            item, oi = obj.get("item"), obj.get("output_index")
             if isinstance(item, dict):
-                self._item(item, ev.events, obj.get("output_index"))
+                self._item(item, ev.events, oi)
+                if isinstance(oi, int):
+                    self.items[oi] = item
+                    if ev.type == "response.output_item.done":
+                        self.done_items.add(oi)
         elif ev.type == "response.function_call_arguments.delta" and obj is not None:
             for e in ev.events:
                 if type(e) is ToolCallDelta:
@@ -67,6 +75,9 @@ class ResponsesAssembler:
                     self.first_token = True
         elif ev.type in ("response.completed", "response.incomplete", "response.failed") and obj is not None:
             self.feed_response(obj.get("response"))
+        elif ev.type in ("response.created", "response.in_progress") and obj is not None and not self.meta:
+            resp = obj.get("response")
+            self.meta = resp if isinstance(resp, dict) else {}
         self._meta(ev.events)
 
     def feed_response(self, resp: Any) -> None:
@@ -119,6 +130,14 @@ class ResponsesAssembler:
     def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:
         """Every text of one kind, in output order."""
         return "".join("".join(parts) for key, parts in sorted(self._texts.items()) if self._kinds[key] is kind)
+
+    def resume_key(self) -> TextKey | None:
+        """The key of the text the answer can be continued from (CONTRACT §4.9): the latest text, an
+        output_text of a message, no function call begun, the answer not ended; else None."""
+        if self.finished or self.tools or not self._texts:
+            return None
+        key = max(self._texts)
+        return key if key[1] == "content" and self._kinds[key] is DeltaKind.CONTENT else None
 
     def texts(self) -> dict[TextKey, str]:
         return {key: "".join(parts) for key, parts in sorted(self._texts.items())}

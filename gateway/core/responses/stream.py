@@ -25,6 +25,7 @@ from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent, 
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.replay import replay_events
+from gateway.core.responses.seam import ContinuedText
 from gateway.core.responses.wire import ERROR_TYPES, TERMINAL_OK, ResponsesEvent, ResponsesParser
 from gateway.core.scrub import Scrubber
 from gateway.core.sse import SSEDecoder, SSEError, SSEEvent
@@ -38,7 +39,7 @@ class ResponsesStreamParser(Protocol):
 
 
 class ResponsesStream:
-    __slots__ = ("assembler", "decoder", "done", "failed", "filt", "label", "parser", "preamble",
+    __slots__ = ("assembler", "decoder", "done", "failed", "filt", "label", "parser", "preamble", "seam",
                  "skipped_malformed", "terminal", "unread")
 
     def __init__(self, parser: ResponsesStreamParser, label: str) -> None:
@@ -53,6 +54,7 @@ class ResponsesStream:
         self.failed: ResponsesEvent | None = None  # an upstream failure after the first token, not sent yet
         self.filt: ResponsesOutputFilter | None = None  # set by `commit`
         self.skipped_malformed = 0  # unreadable events after the first token, skipped
+        self.seam: ContinuedText | None = None  # where a continuation writes (CONTRACT §4.9)
 
     @property
     def committable(self) -> bool:
@@ -160,6 +162,38 @@ class ResponsesStream:
             return ResponsesOutputFilter(None).error_event(body)
         tail = b"" if refused else self.filt.flush_open()
         return tail + self.filt.error_event(body)
+
+    # -- continuation (CONTRACT §4.9) --------------------------------------------------------------
+
+    def resume_point(self) -> str | None:
+        if self.filt is None or self.filt.refusal is not None:
+            return None
+        key = self.assembler.resume_key()
+        return self.assembler.texts()[key] if key is not None else None
+
+    def end_reason(self) -> str | None:
+        return self.assembler.status
+
+    def continue_with(self, events: list[StreamEvent]) -> bytes:
+        """The events as this response's own (`core.responses.seam`), through its filter; its terminal
+        event kept in `terminal` like the upstream's own."""
+        filt = self.filt
+        assert filt is not None, "only a committed stream is continued"
+        self.failed = None  # the failure is behind the seam now
+        out: list[bytes] = []
+
+        def take(ev: ResponsesEvent) -> None:
+            self.assembler.feed(ev)
+            if ev.type in TERMINAL_OK:
+                self.terminal, self.done = ev, True
+            else:
+                out.append(filt.apply(ev))
+
+        if self.seam is None:
+            self.seam = ContinuedText(self.assembler, take)
+        self.seam.take = take
+        self.seam.feed(events, self.label)
+        return b"".join(out)
 
     def forward_failure(self, ev: ResponsesEvent) -> bytes:
         """An upstream failure after the first token (a readable one, scrubbed by the caller), forwarded

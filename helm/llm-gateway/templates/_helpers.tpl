@@ -190,3 +190,17 @@ or on (model)
 {{ end -}}
 label_replace(group by (model) ({{ $count }}), "le", "{{ .defaultThresholdSeconds }}", "", "")
 {{ end -}}
+
+{{/*
+The service account's annotations: the user's, and IRSA's for `aws.irsaRoleArn` (bedrock providers on EKS).
+*/}}
+{{- define "llm-gateway.serviceAccountAnnotations" -}}
+{{- $annotations := deepCopy (.Values.serviceAccount.annotations | default dict) }}
+{{- with (.Values.aws | default dict).irsaRoleArn }}
+{{- $_ := set $annotations "eks.amazonaws.com/role-arn" . }}
+{{- if $.Values.aws.stsRegionalEndpoints }}
+{{- $_ := set $annotations "eks.amazonaws.com/sts-regional-endpoints" "true" }}
+{{- end }}
+{{- end }}
+{{- toYaml $annotations }}
+{{- end }}

@@ -1,0 +1,110 @@
+"""Chat Completions to AWS Bedrock Runtime (provider type `bedrock`, CONTRACT §9), both ways.
+
+Claude models (`anthropic.` in the id): the chat request becomes Anthropic's Messages body
+(`convert.anthropic_request`) sent to InvokeModel as Bedrock takes it (`convert.bedrock_endpoint.claude_body`);
+the answer is Anthropic's, read by `convert.anthropic_stream`. Every other model: the same Anthropic
+body becomes a Converse body, and the Converse answer an Anthropic one (`convert.bedrock_converse`), so
+one reader serves both. Streams are event-stream frames, transcoded to SSE by `core.eventstream`; the
+parser tells the two shapes apart by their event names. Every request is SigV4-signed by `upstream.aws`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from gateway.core.events import Failure, FailureKind, InbandError
+from gateway.core.sse import SSEEvent
+from gateway.providers.base import ChatChunk, Framing, ParsedBody, UpstreamRequest
+from gateway.providers.chat_anthropic import parse_anthropic_body
+from gateway.providers.convert.anthropic_request import anthropic_body
+from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
+from gateway.providers.convert.bedrock_converse import (
+    CONVERSE_EVENTS,
+    ConverseEvents,
+    anthropic_message,
+    converse_body,
+    is_converse_answer,
+)
+from gateway.providers.convert.bedrock_endpoint import (
+    EVENTSTREAM,
+    BedrockEndpoint,
+    classify_bedrock_http_error,
+    claude_body,
+    is_claude,
+)
+from gateway.providers.settings import ProviderConfig
+
+MALFORMED = Failure(FailureKind.MALFORMED, "upstream sent an event that is not a JSON object")
+
+
+def converse_json(event: SSEEvent) -> dict[str, Any] | None:
+    try:
+        obj = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+class BedrockChatStreamParser:
+    """Claude's Anthropic events as they are; ConverseStream's translated to Anthropic's first."""
+
+    __slots__ = ("_anthropic", "_converse")
+    shape = None  # every event is parsed
+
+    def __init__(self, created: int) -> None:
+        self._anthropic = AnthropicStreamParser(created)
+        self._converse: ConverseEvents | None = None
+
+    def parse(self, event: SSEEvent) -> list[ChatChunk]:
+        name = event.event
+        if name not in CONVERSE_EVENTS:
+            return self._anthropic.parse(event)
+        obj = converse_json(event)
+        if obj is None:
+            return [ChatChunk([InbandError(MALFORMED)], None)]
+        if self._converse is None:
+            self._converse = ConverseEvents()
+        out: list[ChatChunk] = []
+        for e in self._converse.events(name, obj):
+            out += self._anthropic.parse(SSEEvent(orjson.dumps(e), e["type"]))
+        return out
+
+
+class BedrockChat:
+    """Translator for provider type `bedrock`, chat schema."""
+
+    framing: Framing = EVENTSTREAM
+    sends_stream_options = False  # Bedrock streams always carry usage
+
+    def __init__(self, provider: ProviderConfig, clock: Callable[[], float] = time.time) -> None:
+        self.endpoint = BedrockEndpoint(provider)
+        self._clock = clock  # only for the `created` field OpenAI shapes carry
+
+    def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
+                send_stream_options: bool) -> UpstreamRequest:
+        anthropic = anthropic_body(body, model, stream=stream)
+        out = claude_body(anthropic, {}) if is_claude(model) else converse_body(anthropic)
+        return UpstreamRequest("POST", self.endpoint.url(model, stream), self.endpoint.headers_for(stream),
+                               orjson.dumps(out), stream)
+
+    def stream_parser(self) -> BedrockChatStreamParser:
+        return BedrockChatStreamParser(int(self._clock()))
+
+    def parse_body(self, body: bytes) -> ParsedBody:
+        return parse_anthropic_body(anthropic_answer(body), int(self._clock()))
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+        return classify_bedrock_http_error(status, headers, body)
+
+
+def anthropic_answer(body: bytes) -> bytes:
+    """A non-stream answer as Anthropic's: a Converse one translated, any other as it came."""
+    try:
+        obj = orjson.loads(body) if body.lstrip()[:1] == b"{" else None
+    except orjson.JSONDecodeError:
+        return body
+    return orjson.dumps(anthropic_message(obj)) if isinstance(obj, dict) and is_converse_answer(obj) else body
