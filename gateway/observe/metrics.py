@@ -20,7 +20,7 @@ from prometheus_client import Histogram as PromHistogram
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway import __version__
-from gateway.config.types import Config, Price
+from gateway.config.types import Config, ModelConfig, Price
 from gateway.core.api import ClientApi
 from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
@@ -253,11 +253,16 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
                     m.requests.labels(api.name, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):
             m.hedges.labels(model.name, winner)
-        for result in AFFINITY_RESULTS if model.affinity == "session" else ():
-            m.affinity.labels(model.name, result)
-        for d in model.deployments if model.continuation else ():
-            for mode in ("prefill", "regenerate"):
-                m.continuations.labels(model.name, d.label, mode, "ok")
+        _preinitialise_options(m, model)
+
+
+def _preinitialise_options(m: Metrics, model: ModelConfig) -> None:
+    """The series of a model's opt-in behaviours: session affinity's results, continuation's modes."""
+    for result in AFFINITY_RESULTS if model.affinity == "session" else ():
+        m.affinity.labels(model.name, result)
+    for d in model.deployments if model.continuation else ():
+        for mode in ("prefill", "regenerate"):
+            m.continuations.labels(model.name, d.label, mode, "ok")
 
 
 def _preinitialise_apis(m: Metrics, apis: tuple[ClientApi, ...], model: str, providers: set[str], *,
