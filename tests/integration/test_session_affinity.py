@@ -54,16 +54,31 @@ def setup(tmp_path: Path) -> Iterator[tuple[CachingUpstream, list[GatewayProcess
     servers = LoopThread()
     upstream = CachingUpstream()
     servers.run(upstream.start())
-    replicas = [GatewayProcess(tmp_path, _raw(upstream.base_url), name) for name in ("a", "b")]
+    replicas: list[GatewayProcess] = []
     try:
-        for r in replicas:
-            r.start()
+        for name in ("a", "b"):
+            replicas.append(_started(tmp_path, _raw(upstream.base_url), name))
         yield upstream, replicas
     finally:
         for r in replicas:
             r.stop()
         servers.run(upstream.stop())
         servers.stop()
+
+
+def _started(tmp_path: Path, raw: dict[str, Any], name: str) -> GatewayProcess:
+    """A replica on free ports. A port picked free can be taken by another process before the gateway
+    binds it (the machine runs other test suites): then once more on other ports."""
+    for attempt in range(3):
+        replica = GatewayProcess(tmp_path, raw, f"{name}{attempt}")
+        try:
+            replica.start()
+            return replica
+        except AssertionError:
+            replica.stop()  # a replica that did not come up leaves no process behind
+            if "address already in use" not in replica.log_path.read_text():
+                raise
+    raise AssertionError("no free ports for a replica")
 
 
 def _session_id(i: int) -> str:
