@@ -7,6 +7,7 @@ This is the only module that reads the process environment.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -42,7 +43,7 @@ from gateway.config.types import (
     StateConfig,
     Timeouts,
 )
-from gateway.providers.registry import PROVIDER_TYPES, PROVIDERS
+from gateway.providers.registry import PROVIDER_TYPES, PROVIDERS, ProviderKind
 
 
 def _server(s: Section) -> ServerConfig:
@@ -121,20 +122,26 @@ def _breaker(s: Section) -> BreakerConfig:
                          cooldown_s=s.number("cooldown_s", d.cooldown_s))
 
 
+def _base_url(s: Section, kind: ProviderKind | None) -> tuple[str, bool]:
+    """The configured `base_url`, and whether the type's default stands in for a missing one."""
+    base_url = s.get("base_url", str, "").rstrip("/")
+    optional = kind is not None and kind.default_base_url is not None and not base_url
+    if kind is not None and kind.remote and not optional and not re.match(r"^https?://[^/\s]+", base_url):
+        s.errs.add(s.at("base_url"), "required: an http:// or https:// URL")
+    return base_url, optional
+
+
 def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     s = Section(raw, path, errs, ("type", "base_url", "api_key", "headers", "timeouts", "api_version",
                                    "anthropic_version", "ttft_ms", "token_delay_ms", "breaker", "proxy",
-                                   "forward_headers", "learn_ttl_s", *AWS_KEYS))
+                                   "forward_headers", "learn_ttl_s", "project", "location", "credentials_file",
+                                   *AWS_KEYS))
     ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
     if not ptype:
         errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
     kind = PROVIDERS.get(ptype)
     aws = aws_settings(s, kind is not None and kind.auth == "sigv4")
-    base_url = s.get("base_url", str, "").rstrip("/")
-    if not base_url and kind is not None and kind.default_base_url and aws is not None:
-        base_url = kind.default_base_url.format(region=aws.region)
-    if kind is not None and kind.remote and not re.match(r"^https?://[^/\s]+", base_url):
-        errs.add(s.at("base_url"), "required: an http:// or https:// URL")
+    base_url, optional = _base_url(s, kind)
     for key in kind.requires if kind is not None else ():
         if not s.has(key):
             errs.add(s.at(key), f"required for type {ptype}")
@@ -143,7 +150,7 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
         if not isinstance(hv, str):
             errs.add(f"{s.at('headers')}.{hk}", "must be a string")
     proxy, use_env_proxy = edges.provider_proxy(s)
-    return ProviderConfig(
+    cfg = ProviderConfig(
         name=name, type=ptype or "mock", genai_name=kind.genai_name if kind is not None else "",
         proxy=proxy, use_env_proxy=use_env_proxy,
         forward_headers=edges.forward_headers(s, kind.forward_headers if kind is not None else ()),
@@ -157,7 +164,12 @@ def _provider(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
         anthropic_version=s.get("anthropic_version", str, "2023-06-01"), aws=aws,
         learn_ttl_s=s.number("learn_ttl_s", 600.0, 0.001),
         ttft_ms=s.number("ttft_ms", 120.0), token_delay_ms=s.number("token_delay_ms", 15.0),
+        project=s.get("project", str, "") or None, location=s.get("location", str, "") or None,
+        credentials_file=s.get("credentials_file", str, "") or None,
     )
+    if optional and kind is not None and kind.default_base_url is not None:
+        cfg = dataclasses.replace(cfg, base_url=kind.default_base_url(cfg))
+    return cfg
 
 
 def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from gateway.observe.context import RequestContext
 from gateway.observe.record import stream_outcome
@@ -35,8 +36,7 @@ def spend_row(ctx: RequestContext, outcome: str, now: float) -> SpendRow:
     u = ctx.usage
     key = ctx.key
     return SpendRow(
-        row_id=SPEND_ROW_IDS.new(), request_id=ctx.request_id, ts=now,
-        day=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d"),
+        row_id=SPEND_ROW_IDS.new(), request_id=ctx.request_id, ts=now, day=_utc_day(int(now // 86400)),
         key=key.name if key is not None else None,
         team=key.team.name if key is not None and key.team is not None else None,
         model=ctx.model.name, deployment=ctx.deployment.label if ctx.deployment is not None else None,
@@ -46,3 +46,9 @@ def spend_row(ctx: RequestContext, outcome: str, now: float) -> SpendRow:
         cache_creation_input_tokens=u.cache_creation_input if u else 0,
         reasoning_tokens=u.reasoning if u else 0, cost_usd=ctx.cost_usd,
     )
+
+
+@lru_cache(maxsize=2)
+def _utc_day(days: int) -> str:
+    """YYYY-MM-DD of a UTC day (days since the epoch): formatted once a day, not per request."""
+    return datetime.fromtimestamp(days * 86400, UTC).strftime("%Y-%m-%d")

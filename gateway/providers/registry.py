@@ -14,14 +14,19 @@ from gateway.providers.base import Translator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_bedrock import BedrockChat
+from gateway.providers.chat_gemini import GEMINI_API, GeminiChat
 from gateway.providers.chat_mock import MockChat
 from gateway.providers.chat_openai import OpenAIChat
+from gateway.providers.chat_vertex import VertexChat, vertex_base_url
+from gateway.providers.convert.bedrock_endpoint import bedrock_base_url
 from gateway.providers.demo import MockScript, mock_script
 from gateway.providers.messages_anthropic import AnthropicMessages
 from gateway.providers.messages_azure import AzureMessages
 from gateway.providers.messages_bedrock import BedrockMessages
+from gateway.providers.messages_gemini import GeminiMessages
 from gateway.providers.messages_mock import MockMessages
 from gateway.providers.messages_openai import OpenAIMessages
+from gateway.providers.messages_vertex import VertexMessages
 from gateway.providers.responses_azure import AzureResponses
 from gateway.providers.responses_mock import MockResponses
 from gateway.providers.responses_openai import OpenAIResponses
@@ -41,8 +46,8 @@ class ProviderKind:
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
     auth: str = ""  # its requests are signed: the kind of `upstream.signing.SIGNERS` ("sigv4", "google")
     prefill: bool = False  # continues a trailing assistant message natively (a deployment's default, §4.9)
-    # `base_url` when the config gives none, formatted with the provider's settings (`{region}`)
-    default_base_url: str = ""
+    # the `base_url` when the config gives none (a cloud's public endpoint, from the provider's settings)
+    default_base_url: Callable[[ProviderConfig], str] | None = None
 
 
 PROVIDERS: dict[str, ProviderKind] = {
@@ -55,7 +60,11 @@ PROVIDERS: dict[str, ProviderKind] = {
     "azure": ProviderKind(requires=("api_version",), genai_name="azure.ai.openai"),
     # region and credentials: `ProviderConfig.aws`; the client's anthropic-beta goes into Claude's body
     "bedrock": ProviderKind(genai_name="aws.bedrock", auth="sigv4", forward_headers=("anthropic-beta", "x-request-id"),
-                            default_base_url="https://bedrock-runtime.{region}.amazonaws.com"),
+                            default_base_url=bedrock_base_url),
+    "gemini": ProviderKind(requires=("api_key",), genai_name="gcp.gemini", default_base_url=lambda _: GEMINI_API),
+    # anthropic-beta: Claude Code's betas, passed on to Claude on Vertex (`messages_vertex`)
+    "vertex": ProviderKind(requires=("project", "location"), genai_name="gcp.vertex_ai", auth="google",
+                           forward_headers=("anthropic-beta", "x-request-id"), default_base_url=vertex_base_url),
     "mock": ProviderKind(remote=False, in_process=mock_script, forward_headers=(), genai_name="llm_gateway.mock"),
 }
 PROVIDER_TYPES: tuple[str, ...] = tuple(PROVIDERS)
@@ -69,6 +78,7 @@ TRANSLATORS: tuple[TranslatorFactory, ...] = (
     OpenAIChat, AnthropicChat, AzureChat, MockChat, BedrockChat,
     OpenAIResponses, AzureResponses, MockResponses,
     OpenAIMessages, AnthropicMessages, AzureMessages, MockMessages, BedrockMessages,
+    GeminiChat, GeminiMessages, VertexChat, VertexMessages,
 )
 
 

@@ -53,6 +53,9 @@ class ProviderConfig:
     api_version: str | None = None  # azure
     anthropic_version: str = "2023-06-01"  # anthropic
     aws: AwsSettings | None = None  # bedrock
+    project: str | None = None  # vertex
+    location: str | None = None  # vertex: a region, or "global"
+    credentials_file: str | None = None  # vertex: a service account's (or ADC's) JSON; else the default chain
     learn_ttl_s: float = 600.0  # how long a learn-once fact (CONTRACT §4.6) holds before a re-probe
     # egress: `proxy` set is this provider's proxy; else, with `use_env_proxy`, HTTPS_PROXY/HTTP_PROXY
     # and NO_PROXY decide; `proxy: false` in the config clears both (always direct)

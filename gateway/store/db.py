@@ -37,6 +37,15 @@ class Database(Protocol):
         """One statement for many rows, in one transaction (the ledger's group commit)."""
         ...
 
+    async def statement(self, sql: str, params: Params) -> None:
+        """One write statement, committed on its own (a transaction of its own, one round trip)."""
+        ...
+
+    def batch_now(self, sql: str, rows: Sequence[Params]) -> bool:
+        """`batch`, done before returning where the driver can without waiting (no I/O wait, no lock
+        wait, on the event loop); False where it cannot, and nothing was written: then `batch`."""
+        ...
+
     async def close(self) -> None: ...
 
 

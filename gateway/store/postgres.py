@@ -72,6 +72,22 @@ class PgDatabase:
 
         await self.transact(run)
 
+    async def statement(self, sql: str, params: Params) -> None:
+        """Autocommit: the statement is its own transaction, no BEGIN and COMMIT round trips."""
+        async with self._lock:
+            try:
+                async with asyncio.timeout(self._op_timeout):
+                    conn = await self.connect()
+                    await conn.execute(_pg(sql), tuple(params))
+            except psycopg.errors.UniqueViolation:
+                raise Conflict("the name is taken") from None
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                await self._drop()
+                raise unavailable(exc) from None
+
+    def batch_now(self, sql: str, rows: Sequence[Params]) -> bool:
+        return False  # a server round trip: always `batch`
+
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None and not conn.closed:

@@ -1,5 +1,15 @@
 """SQLite through aiosqlite (the stdlib driver on a thread of its own): one file, WAL, one writer at a
-time across processes (`BEGIN IMMEDIATE` waits up to the busy timeout)."""
+time across processes (`BEGIN IMMEDIATE` waits up to the busy timeout).
+
+The ledger's group commits run on the event loop itself (`batch_now`) when the write lock is free at
+once: a commit in WAL mode is a few page writes into the OS cache (`synchronous=NORMAL`: no fsync, and
+a process crash loses no commit), cheaper than handing it to a thread. It never waits there: a busy
+lock returns False and the caller takes `batch` (a worker thread, the busy timeout). The fsyncs of WAL
+checkpoints stay off the loop: its connection never checkpoints; every `CHECKPOINT_EVERY` commits one
+batch goes to the worker thread instead, which checkpoints after committing it. The ledger commits one
+batch at a time, so that checkpoint runs with no writer of ours beside it and completes, and the next
+commit writes the WAL from its start again (a checkpoint racing a stream of commits never does).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +25,8 @@ from gateway.store.db import Params, unavailable
 from gateway.store.types import Conflict
 
 T = TypeVar("T")
+SQLITE_BUSY = 5
+CHECKPOINT_EVERY = 256  # commits of a few pages each: about SQLite's own default of 1000 WAL pages
 
 
 class _Tx:
@@ -42,6 +54,8 @@ class SqliteDatabase:
         self._path, self._timeout = path, busy_timeout_s
         self._conn: aiosqlite.Connection | None = None
         self._plain: sqlite3.Connection | None = None  # `batch`'s, used on worker threads under the lock
+        self._inline: sqlite3.Connection | None = None  # `batch_now`'s, on the loop: never waits, never syncs
+        self._commits = 0  # by `batch_now` since the last checkpoint
         self._lock = asyncio.Lock()
 
     async def _connect(self) -> aiosqlite.Connection:
@@ -83,21 +97,54 @@ class SqliteDatabase:
                 self._plain = None
                 raise unavailable(exc) from None
 
+    async def statement(self, sql: str, params: Params) -> None:
+        async def run(tx: _Tx) -> None:
+            await tx.exec(sql, params)
+
+        await self.transact(run)
+
     def _batch(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         if self._plain is None:
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._plain = conn
-        conn = self._plain
-        conn.execute("BEGIN IMMEDIATE")
+            self._plain = self._open_plain(self._timeout)
+        _insert(self._plain, sql, rows)
+        if self._commits >= CHECKPOINT_EVERY:
+            self._plain.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self._commits = 0
+
+    def batch_now(self, sql: str, rows: Sequence[Params]) -> bool:
+        """The batch committed here and now, or False when that would wait (the lock is taken, in this
+        process or another): then `batch`."""
+        if self._lock.locked() or self._commits >= CHECKPOINT_EVERY:
+            return False
         try:
-            conn.executemany(sql, rows)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            if self._inline is None:
+                self._inline = self._open_plain(0.0)
+                self._inline.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints fsync: not on the loop
+            _insert(self._inline, sql, rows)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF == SQLITE_BUSY:
+                return False
+            self._drop_inline()
+            raise unavailable(exc) from None
+        except sqlite3.IntegrityError:
+            raise Conflict("the name is taken") from None
+        except (sqlite3.Error, OSError) as exc:
+            self._drop_inline()
+            raise unavailable(exc) from None
+        self._commits += 1
+        return True
+
+    def _open_plain(self, timeout_s: float) -> sqlite3.Connection:
+        Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self._path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    def _drop_inline(self) -> None:
+        conn, self._inline = self._inline, None
+        if conn is not None:
+            conn.close()
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -110,6 +157,17 @@ class SqliteDatabase:
     async def close(self) -> None:
         async with self._lock:
             await self._drop()
+            self._drop_inline()
             plain, self._plain = self._plain, None
             if plain is not None:
                 plain.close()
+
+
+def _insert(conn: sqlite3.Connection, sql: str, rows: Sequence[Params]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany(sql, rows)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

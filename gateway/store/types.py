@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Period = Literal["day", "month"]
 GROUPS = ("key", "team", "model", "deployment", "day")
@@ -80,10 +80,10 @@ class Snapshot:
     teams: tuple[Team, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class SpendRow:
+class SpendRow(NamedTuple):
     """One answered request in the ledger. `row_id` is the gateway's own unique id (idempotence);
-    `request_id` is the one the client saw (x-request-id)."""
+    `request_id` is the one the client saw (x-request-id). A named tuple, not a dataclass: one is built
+    per request, and its fields, in the ledger table's column order, are the row's SQL parameters as is."""
 
     row_id: str
     request_id: str

@@ -28,6 +28,7 @@ from gateway.core.proxy import Proxy, ProxyError
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.demo import MockScript
 from gateway.upstream import aws as _aws  # noqa: F401  (registers the "sigv4" signer; botocore loads lazily)
+from gateway.upstream import google as _google  # noqa: F401  (registers the "google" signer)
 from gateway.upstream.connection import _FINISHING, HttpResponse, PoolKey, _Conn, _Pool
 from gateway.upstream.errors import UpstreamError, UpstreamResponse
 from gateway.upstream.mock import MockResponse

@@ -255,3 +255,15 @@ def test_every_provider_file_is_a_registry_cell_and_every_cell_has_its_file() ->
     for (schema, ptype), translator in CELLS.items():
         assert translator.__module__ == f"gateway.providers.{schema}_{ptype}", (schema, ptype)
         assert schema in schemas and ptype in PROVIDER_TYPES, (schema, ptype)
+
+
+def test_the_pipeline_contract_forbids_every_cell() -> None:
+    """`.importlinter`'s "the pipeline imports no translator module" lists every cell of the matrix."""
+    import configparser
+
+    from gateway.providers.registry import CELLS
+
+    ini = configparser.ConfigParser()
+    ini.read(GATEWAY.parent / ".importlinter")
+    forbidden = set(ini["importlinter:contract:pipeline-knows-no-api"]["forbidden_modules"].split())
+    assert {f.__module__ for f in CELLS.values()} - forbidden == set()

@@ -121,3 +121,9 @@ def classify_bedrock_http_error(status: int, headers: Mapping[str, str], body: b
     if wait is not None:
         failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type, None, wait)
     return failure
+
+
+def bedrock_base_url(provider: ProviderConfig) -> str:
+    """Bedrock Runtime's public endpoint in the provider's region (CONTRACT §9), when no `base_url` is set."""
+    region = provider.aws.region if provider.aws is not None else ""
+    return f"https://bedrock-runtime.{region}.amazonaws.com"

@@ -202,5 +202,8 @@ The service account's annotations: the user's, and IRSA's for `aws.irsaRoleArn` 
 {{- $_ := set $annotations "eks.amazonaws.com/sts-regional-endpoints" "true" }}
 {{- end }}
 {{- end }}
+{{- with .Values.serviceAccount.gcpServiceAccount }}
+{{- $_ := set $annotations "iam.gke.io/gcp-service-account" . }}
+{{- end }}
 {{- toYaml $annotations }}
 {{- end }}

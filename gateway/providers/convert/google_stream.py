@@ -1,0 +1,253 @@
+"""Google `GenerateContentResponse`s (the Gemini API's and Vertex AI's) -> OpenAI `chat.completion.chunk`s
+and a `chat.completion`, sans I/O.
+
+A stream (`:streamGenerateContent?alt=sse`) is SSE whose every `data:` is one GenerateContentResponse;
+a non-stream answer is one of them. The mapping, per response:
+
+    error                         an InbandError classified by `error.status` (`google_errors`)
+    candidates[0].content.parts   `text` -> delta.content; `text` with `thought: true` ->
+                                  delta.reasoning_content; `functionCall` -> one whole tool call (its
+                                  `id`, or one made up: the Gemini API gives none) with `args` as JSON
+    candidates[0].finishReason    the finish chunk: STOP -> stop (tool_calls when the answer called a
+                                  tool), MAX_TOKENS -> length, SAFETY / RECITATION / PROHIBITED_CONTENT /
+                                  BLOCKLIST / SPII / IMAGE_SAFETY / ... -> content_filter (with a
+                                  refusal naming the reason when nothing else was said), then usage
+    promptFeedback.blockReason    the prompt was blocked: a refusal naming the reason, content_filter
+    usageMetadata                 usage (each response carries the totals so far: the last one wins):
+                                  prompt (+ tool-use prompt) -> prompt_tokens, cachedContent ->
+                                  cached_tokens, candidates + thoughts -> completion_tokens, thoughts
+                                  -> reasoning_tokens
+    responseId, modelVersion      the chunks' id and model
+
+There is no end marker: the stream ends with the HTTP body, after the response carrying finishReason;
+an end without one is an early end (the stream core's `ended_early`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+import orjson
+
+from gateway.core.events import (
+    DeltaKind,
+    Failure,
+    FailureKind,
+    Finish,
+    InbandError,
+    OutputDelta,
+    ToolCallDelta,
+    Usage,
+)
+from gateway.core.sse import DONE, SSEEvent
+from gateway.providers.base import ChatChunk, ParsedBody
+from gateway.providers.chat_openai import parse_openai_body
+from gateway.providers.convert.anthropic_stream import openai_usage
+from gateway.providers.convert.google_errors import classify_google_error, error_object
+
+FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length", "MALFORMED_FUNCTION_CALL": "stop",
+                  "FINISH_REASON_UNSPECIFIED": "stop", "OTHER": "stop", "LANGUAGE": "stop"}
+# finish reasons that are a filter's verdict (GenerateContentResponse.Candidate.FinishReason)
+FILTERED = frozenset({"SAFETY", "RECITATION", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "IMAGE_SAFETY",
+                      "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"})
+
+
+def finish_reason(reason: str, called_tool: bool) -> str:
+    if reason in FILTERED:
+        return "content_filter"
+    mapped = FINISH_REASONS.get(reason, "stop")
+    return "tool_calls" if called_tool and mapped == "stop" else mapped
+
+
+def refusal_text(reason: str, prompt: bool) -> str:
+    """What a client reads when Google's filter stopped the answer (its reason is an enum name: safe)."""
+    what = "the prompt was blocked" if prompt else "the answer was stopped"
+    return f"The provider's content filter: {what} ({reason})."
+
+
+def google_usage(meta: Any) -> Usage | None:
+    if not isinstance(meta, dict):
+        return None
+
+    def n(key: str) -> int:
+        v = meta.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+    thoughts = n("thoughtsTokenCount")
+    return Usage(input=n("promptTokenCount") + n("toolUsePromptTokenCount"),
+                 output=n("candidatesTokenCount") + thoughts, cached_input=n("cachedContentTokenCount"),
+                 reasoning=thoughts)
+
+
+def call_id(call: dict[str, Any], seed: str, n: int) -> str:
+    """The call's own id, else one derived from the answer's id (`seed`) and the call's number, so the
+    stream and the body of one answer name it alike."""
+    given = call.get("id")
+    if isinstance(given, str) and given:
+        return given
+    return "call_" + hashlib.sha256(f"{seed}/{n}".encode()).hexdigest()[:24]
+
+
+class GoogleStreamParser:
+    """One per attempt: the answer's id and model, the tool-call count, the usage so far."""
+
+    __slots__ = ("_said", "_seed", "_started", "_tools", "base", "finished", "usage")
+    shape = None  # every event is translated
+
+    def __init__(self, created: int) -> None:
+        self.base: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": created,
+                                      "model": ""}
+        self._started = False
+        self._said = False  # some text or a call came: a filtered finish then needs no refusal
+        self._tools = 0
+        # the answer's responseId names its calls; without one, a random seed, so that the calls of two
+        # answers in one conversation never share an id
+        self._seed = secrets.token_hex(8)
+        self.finished = False
+        self.usage = Usage()
+
+    def parse(self, event: SSEEvent) -> list[ChatChunk]:
+        try:
+            obj = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            obj = None
+        err = error_object(obj)
+        if err is not None:
+            return [ChatChunk([InbandError(classify_google_error(err, None))], None)]
+        if not isinstance(obj, dict):
+            if event.data[:6] == DONE:
+                return [ChatChunk([], None, done=True)]
+            bad = Failure(FailureKind.MALFORMED, "upstream sent an event that is not a JSON object")
+            return [ChatChunk([InbandError(bad)], None)]
+        return self.response(obj)
+
+    def response(self, obj: dict[str, Any]) -> list[ChatChunk]:
+        """One GenerateContentResponse -> its chunks."""
+        if not self.base["id"] and isinstance(obj.get("responseId"), str) and obj["responseId"]:
+            self.base["id"] = self._seed = obj["responseId"]
+        if not self.base["model"] and isinstance(obj.get("modelVersion"), str):
+            self.base["model"] = obj["modelVersion"]
+        usage = google_usage(obj.get("usageMetadata"))
+        if usage is not None:
+            self.usage = usage
+        out = self._start()
+        candidates = obj.get("candidates")
+        cand = candidates[0] if isinstance(candidates, list) and candidates else None
+        cand = cand if isinstance(cand, dict) else None
+        feedback = obj.get("promptFeedback")
+        blocked = feedback.get("blockReason") if isinstance(feedback, dict) else None
+        if cand is None and isinstance(blocked, str) and blocked and not self.finished:
+            return out + self._refuse(blocked, prompt=True) + self._finish("content_filter")
+        if cand is None:
+            if self.finished and usage is not None:
+                out.append(self._usage_chunk())  # a late usage update after the finish
+            return out
+        content = cand.get("content")
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            if isinstance(part, dict) and not self.finished:
+                out += self._part(part)
+        reason = cand.get("finishReason")
+        if isinstance(reason, str) and reason and not self.finished:
+            out += self.finish(reason)
+        elif self.finished and usage is not None:
+            out.append(self._usage_chunk())  # a late usage update after the finish
+        return out
+
+    # --- chunk builders ---
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    def _start(self) -> list[ChatChunk]:
+        if self._started:
+            return []
+        self._started = True
+        return [ChatChunk([], self._chunk({"role": "assistant", "content": ""}))]
+
+    def _part(self, part: dict[str, Any]) -> list[ChatChunk]:
+        text = part.get("text")
+        if isinstance(text, str) and text:
+            thought = part.get("thought") is True
+            kind, key = (DeltaKind.REASONING, "reasoning_content") if thought else (DeltaKind.CONTENT, "content")
+            self._said = self._said or not thought
+            return [ChatChunk([OutputDelta(0, kind, text)], self._chunk({key: text}))]
+        call = part.get("functionCall")
+        if not isinstance(call, dict):
+            return []  # executable code, inline data, new part types
+        n = self._tools
+        self._tools += 1
+        self._said = True
+        ident = call_id(call, self._seed, n)
+        name = str(call.get("name") or "")
+        args = orjson.dumps(call.get("args") if isinstance(call.get("args"), dict) else {}).decode()
+        tc = {"index": n, "id": ident, "type": "function", "function": {"name": name, "arguments": args}}
+        return [ChatChunk([ToolCallDelta(0, n, ident, name, args)], self._chunk({"tool_calls": [tc]}))]
+
+    def _refuse(self, reason: str, *, prompt: bool) -> list[ChatChunk]:
+        text = refusal_text(reason, prompt)
+        self._said = True
+        return [ChatChunk([OutputDelta(0, DeltaKind.REFUSAL, text)], self._chunk({"refusal": text}))]
+
+    def finish(self, google_reason: str) -> list[ChatChunk]:
+        """The finish chunk for Google's `finishReason`, and the usage chunk."""
+        filtered = google_reason in FILTERED and not self._said
+        out = self._refuse(google_reason, prompt=False) if filtered else []
+        return out + self._finish(finish_reason(google_reason, self._tools > 0))
+
+    def _finish(self, reason: str) -> list[ChatChunk]:
+        self.finished = True
+        return [ChatChunk([Finish(0, reason)], self._chunk({}, reason)), self._usage_chunk()]
+
+    def _usage_chunk(self) -> ChatChunk:
+        return ChatChunk([self.usage], {**self.base, "choices": [], "usage": openai_usage(self.usage)})
+
+
+def parse_google_body(body: bytes, created: int) -> ParsedBody:
+    """A GenerateContentResponse -> a `chat.completion` body and its events. A `chat.completion` is read
+    as such: the pipeline re-reads the body it already translated."""
+    try:
+        obj = orjson.loads(body.strip() or b"null")
+    except orjson.JSONDecodeError:
+        obj = None
+    err = error_object(obj)
+    if err is not None:
+        return ParsedBody({}, [InbandError(classify_google_error(err, None))])
+    if not isinstance(obj, dict):
+        return ParsedBody({}, [InbandError(Failure(FailureKind.MALFORMED, "upstream body is not a JSON object"))])
+    if obj.get("object") == "chat.completion":
+        return parse_openai_body(body)
+    parser = GoogleStreamParser(created)
+    chunks = parser.response(obj)
+    if not parser.finished:  # a whole answer always says why it ended; be lenient and call it a stop
+        chunks += parser.finish("STOP")
+    return ParsedBody(_completion(parser.base, chunks), [e for ch in chunks for e in ch.events])
+
+
+def _completion(base: dict[str, Any], chunks: list[ChatChunk]) -> dict[str, Any]:
+    """The chunks of one whole answer folded into the `chat.completion` they stand for."""
+    texts: dict[DeltaKind, list[str]] = {k: [] for k in DeltaKind}
+    calls: list[dict[str, Any]] = []
+    reason, usage = "stop", Usage()
+    for ch in chunks:
+        for e in ch.events:
+            if isinstance(e, OutputDelta):
+                texts[e.kind].append(e.text)
+            elif isinstance(e, ToolCallDelta):
+                calls.append({"id": e.id, "type": "function", "function": {"name": e.name, "arguments": e.arguments}})
+            elif isinstance(e, Finish):
+                reason = e.reason
+            elif isinstance(e, Usage):
+                usage = e
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts[DeltaKind.CONTENT]) or None,
+                               "refusal": "".join(texts[DeltaKind.REFUSAL]) or None}
+    if texts[DeltaKind.REASONING]:
+        message["reasoning_content"] = "".join(texts[DeltaKind.REASONING])
+    if calls:
+        message["tool_calls"] = calls
+    return {"id": base["id"], "object": "chat.completion", "created": base["created"], "model": base["model"],
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
+            "usage": openai_usage(usage)}
+
