@@ -28,13 +28,15 @@ async def list_models(request: GatewayRequest) -> Response:
 
 
 async def retrieve_model(request: GatewayRequest) -> Response:
-    """`GET /v1/models/{id}` (the SDKs' `models.retrieve`): a model this key may use, else a 404 as
-    for an unknown name (a model the key may not use is not disclosed either)."""
+    """`GET /v1/models/{id}` (the SDKs' `models.retrieve`): a model this key may use, by its name or an
+    alias (answered under the name asked for, as a client checks it), else a 404 as for an unknown name
+    (a model the key may not use is not disclosed either)."""
     rt = request.app.runtime
     anthropic = is_anthropic(request)
     key = rt.keyring.authenticate(request.headers, x_api_key=anthropic)
     name = unquote(request.path.rpartition("/")[2])
-    if rt.model(name) is None or not KeyRing.visible(key, [name]):
+    model = rt.model(name)
+    if model is None or not KeyRing.visible(key, [model.name]):
         raise ModelNotFound.named(name)
     return json_response(_anthropic_model(name) if anthropic else _model(name))
 

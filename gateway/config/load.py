@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from gateway.config import edges
+from gateway.config.aliases import Named, compile_names, not_a_model
 from gateway.config.aws_config import AWS_KEYS, aws_settings
 from gateway.config.control import STORE_KEYS, admin_config, key_identity, store_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
@@ -217,7 +218,7 @@ def _retry(s: Section) -> RetryPolicy:
 
 def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     s = Section(raw, path, ctx.errs, ("name", "deployments", "routing", "retry", "hedge_after_ms",
-                                       "guardrails", "cache", "redaction", "continuation"))
+                                       "guardrails", "cache", "redaction", "continuation", "aliases", "affinity"))
     name = s.get("name", str, "")
     if not _NAME.match(name):
         ctx.errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
@@ -238,6 +239,7 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
                               ("max_attempts", "per_deployment", "initial_backoff_ms", "max_backoff_ms"))),
         hedge_after_ms=s.number("hedge_after_ms", 0.0), guardrails=guardrails,
         cache=s.get("cache", bool, False), redaction=redaction, continuation=_on_off(s, "continuation"),
+        aliases=s.strings("aliases"), affinity=s.choice("affinity", ("off", "session"), "off"),  # type: ignore[arg-type]
     )
 
 
@@ -290,16 +292,21 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
     }
     ctx = _Ctx(errs, providers, set(guardrails), set(profiles))
     models: dict[str, ModelConfig] = {}
+    named: list[Named] = []
     for mpath, mraw in top.items("models"):
         m = _model(mpath, mraw, ctx)
         if m.name in models:
             errs.add(f"{mpath}.name", f'duplicate model "{m.name}"')
         models[m.name] = m
+        named.append(Named(mpath, m.name, m.aliases))
+    model_names, problems = compile_names(named)
+    for path, problem in problems:
+        errs.add(path, problem)
     auth = _auth(Section(top.raw.get("auth"), "auth", errs, ("keys", "allow_unauthenticated")))
     for ki, key in enumerate(auth.keys):
         for mi, mname in enumerate(key.models or ()):
             if mname not in models:
-                errs.add(f"auth.keys[{ki}].models[{mi}]", f'unknown model "{mname}"')
+                errs.add(f"auth.keys[{ki}].models[{mi}]", not_a_model(mname, model_names))
     st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url"))
     c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
     lg = Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
@@ -321,7 +328,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
                               format=lg.choice("format", ("json", "console"), "json")),  # type: ignore[arg-type]
         telemetry=telemetry_config(Section(top.raw.get("telemetry"), "telemetry", errs, TELEMETRY_KEYS), env),
         egress=edges.egress_from_env(env, errs),
-        admin=admin, store=store,
+        admin=admin, store=store, model_names=model_names,
     )
     if not models:
         errs.add("models", "at least one model is required")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from gateway.config.aliases import ModelNames
 from gateway.core.policy.retry import RetryPolicy
 from gateway.core.policy.routing import Routing
 from gateway.core.proxy import Proxy
@@ -167,6 +168,8 @@ class ModelConfig:
     guardrails: tuple[str, ...] = ()
     cache: bool = False
     redaction: str = "off"
+    aliases: tuple[str, ...] = ()  # other names clients may send, exact or glob (`config.aliases`)
+    affinity: Literal["off", "session"] = "off"  # session: keep a session on one deployment (CONTRACT §10)
     continuation: bool = False  # continue a stream that fails after the first token (CONTRACT §4.9)
 
 
@@ -247,6 +250,12 @@ class Config:
     admin: AdminConfig = AdminConfig()
     store: StoreConfig = StoreConfig()
     is_demo: bool = False
+    model_names: ModelNames = field(default_factory=ModelNames)  # every name and alias of `models`, compiled at load
+
+    def resolve_model(self, requested: str) -> ModelConfig | None:
+        """The model a request's `model` names: its name, an exact alias, or a glob alias."""
+        name = self.model_names.resolve(requested)
+        return self.models.get(name) if name is not None else self.models.get(requested)
 
     def secret_values(self) -> tuple[str, ...]:
         """Every configured secret, so output paths can prove none of them leaks."""

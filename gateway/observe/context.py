@@ -76,6 +76,10 @@ class RequestContext:
     # of a request that failed: `deployment` is only ever the one that served
     failed_deployment: Deployment | None = None
     failure_reason: str | None = None
+    # the client's session id, hashed (`core.policy.affinity`): the log line's and span's `session_hash`
+    # whenever the client named one; it ranks the deployments where the model has `affinity: session`
+    session: str | None = None
+    affinity: str | None = None  # kept, moved or new: how a session of an affinity model was served
     continued: str | None = None  # the last continuation's `mode:outcome` (CONTRACT §4.9), for the log line
 
     def stream_ended(self, usage: Usage | None, first_token_at: float | None) -> None:

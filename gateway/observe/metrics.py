@@ -20,7 +20,7 @@ from prometheus_client import Histogram as PromHistogram
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway import __version__
-from gateway.config.types import Config, Price
+from gateway.config.types import Config, ModelConfig, Price
 from gateway.core.api import ClientApi
 from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
@@ -35,6 +35,7 @@ DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005
 ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
                     "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
+AFFINITY_RESULTS = ("kept", "moved", "new")
 OUTCOMES = ("ok", "client_error", "auth_error", "rate_limited", "guardrail_blocked", "upstream_error",
             "timeout", "cancelled")
 
@@ -72,6 +73,7 @@ class Metrics:
     team_requests: Any
     team_cost: Any
     continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
+    affinity: Any = None  # always set by `create_metrics`
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -171,6 +173,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
         team_requests=Counter("team_requests", "Answered requests of stored keys, by team", ["team", "model"], **kw),
         team_cost=Counter("team_cost_usd", "Spend of stored keys, by team", ["team", "model"], **kw),
+        affinity=Counter("affinity", "Session requests of affinity models: served by the session's own "
+                         "deployment (kept), by the next of its ranking (moved), or a session's first (new)",
+                         ["model", "result"], **kw),
         continuations=Counter("continuations", "Continuation attempts of streams that failed after the first "
                               "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
     )
@@ -248,9 +253,16 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
                     m.requests.labels(api.name, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):
             m.hedges.labels(model.name, winner)
-        for d in model.deployments if model.continuation else ():
-            for mode in ("prefill", "regenerate"):
-                m.continuations.labels(model.name, d.label, mode, "ok")
+        _preinitialise_options(m, model)
+
+
+def _preinitialise_options(m: Metrics, model: ModelConfig) -> None:
+    """The series of a model's opt-in behaviours: session affinity's results, continuation's modes."""
+    for result in AFFINITY_RESULTS if model.affinity == "session" else ():
+        m.affinity.labels(model.name, result)
+    for d in model.deployments if model.continuation else ():
+        for mode in ("prefill", "regenerate"):
+            m.continuations.labels(model.name, d.label, mode, "ok")
 
 
 def _preinitialise_apis(m: Metrics, apis: tuple[ClientApi, ...], model: str, providers: set[str], *,

@@ -78,6 +78,10 @@ class RequestRecorder:
         """An attempt's outcome (`ok`, a failure class, `hedge_cancelled`)."""
         self.m.child(self.m.attempts, model, d.label, outcome).inc()
 
+    def affinity(self, model: str, result: str) -> None:
+        """A session's request of an `affinity: session` model was served: kept, moved or new."""
+        self.m.child(self.m.affinity, model, result).inc()
+
     def hedge_won(self, model: str, winner: str) -> None:
         self.m.child(self.m.hedges, model, winner).inc()
 
@@ -194,6 +198,7 @@ class RequestRecorder:
             cost_usd=round(ctx.cost_usd, 8) if ctx else 0.0, redactions=ctx.redactions if ctx else 0,
             guardrails=dict(ctx.verdicts) if ctx else {}, stream_error=ctx.stream_error if ctx else None,
             cache_hit=ctx.cache_hit if ctx else False, continued=ctx.continued if ctx else None,
+            session_hash=ctx.session if ctx else None, affinity=ctx.affinity if ctx else None,
         )
 
 

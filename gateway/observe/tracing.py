@@ -214,6 +214,10 @@ class SpanTrace(RequestTrace):
                 attrs["gateway.cache_hit"] = True
             if ctx.stream_error is not None:
                 attrs["gateway.stream_error"] = ctx.stream_error
+            if ctx.session is not None:  # hashed at once: the client's id itself is never kept
+                attrs["gateway.session_hash"] = ctx.session
+            if ctx.affinity is not None:
+                attrs["gateway.affinity"] = ctx.affinity
             winner = self._winner
             if winner is None:
                 self._answered(ctx, attrs, attrs)

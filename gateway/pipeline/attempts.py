@@ -17,6 +17,7 @@ import structlog
 
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind
+from gateway.core.policy.affinity import affinity_result
 from gateway.core.policy.breaker import counts_against_deployment
 from gateway.core.policy.learned import Fact
 from gateway.core.policy.retry import Action, AttemptState, decide, final_error
@@ -72,7 +73,8 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
     model = ctx.model
     failures: list[Failure] = []
     # Breakers are asked lazily, just before a deployment is tried: asking admits a half-open probe.
-    order = candidate_order(model.deployments, model.routing, rt.inflight, rt.rand.random)
+    session = ctx.session if model.affinity == "session" else None  # CONTRACT §10: the session's ranking
+    order = candidate_order(model.deployments, model.routing, rt.inflight, rt.rand.random, session)
     pos, total, on_this = _next_allowed(rt, order, model.deployments, 0), 0, 0
     while pos < len(order):
         d = model.deployments[order[pos]]
@@ -96,6 +98,7 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
             if empty is not None and total < model.retry.max_attempts and empty(result):
                 nxt = _next_allowed(rt, order, model.deployments, pos + 1)
             if nxt < 0 or nxt >= len(order):
+                _affinity_settled(rt, ctx, session, model.deployments[order[0]], d)
                 return Won(d, total), result
             if discard is not None:
                 discard(result)
@@ -189,6 +192,15 @@ class _Hedge(Generic[T]):
                 rec.attempt_ended(model, d, "hedge_cancelled")
             elif task.exception() is None:
                 self.discard(task.result())  # both won at once: release the loser's connection
+
+
+def _affinity_settled(rt: Runtime, ctx: RequestContext, session: str | None, home: Deployment,
+                      served: Deployment) -> None:
+    """A session's request was served: at home, moved down its ranking, or its first (CONTRACT §10)."""
+    if session is not None:
+        result = affinity_result(home.label, served.label, rt.sessions.visit(session))
+        ctx.affinity = result.value
+        ctx.rec.affinity(ctx.model.name, result.value)
 
 
 def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, ...], start: int) -> int:

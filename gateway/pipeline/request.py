@@ -17,6 +17,7 @@ from gateway.core.json_body import (
     parse_object,
     parse_shallow,
 )
+from gateway.core.policy.affinity import session_digest
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.observe.context import REQUESTED_MODEL_CHARS, Admission, RequestContext
 from gateway.pipeline.attempts import Won
@@ -79,7 +80,8 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
                          stream=bool(stream), rec=request.recorder, key=key, forward_usage=forward_usage,
                          t_start=request.t0,
                          client_headers={**request.headers, "x-request-id": request.request_id},
-                         response_headers=request.extra_headers)
+                         response_headers=request.extra_headers,
+                         session=session_digest(request.headers, body))
     request.ctx = ctx
     return rt, ctx
 

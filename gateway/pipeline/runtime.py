@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.config.types import Config, Deployment, ModelConfig, ProviderConfig
+from gateway.core.policy.affinity import SeenSessions
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
 from gateway.observe.metrics import Metrics
 from gateway.pipeline.auth import KeyRing
@@ -38,6 +39,7 @@ class Runtime:
     rand: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time  # epoch seconds for the rate limits (tests drive their own)
     control: ControlPlane | None = None  # the store's keys, teams and ledger (`store.url`), kept on reload
+    sessions: SeenSessions = field(default_factory=SeenSessions)  # affinity's `new` sessions, kept on reload
 
     def provider(self, d: Deployment) -> ProviderConfig:
         return self.config.providers[d.provider]
@@ -59,7 +61,8 @@ class Runtime:
         return self.breaker(d).allow(time.monotonic())
 
     def model(self, name: str) -> ModelConfig | None:
-        return self.config.models.get(name)
+        """The configured model a request's `model` names: by its name or an alias (CONTRACT §10)."""
+        return self.config.resolve_model(name)
 
 
 def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
@@ -79,4 +82,5 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         slicer=previous.slicer if previous else Slicer(),
         clock=previous.clock if previous else time.time,
         control=control,
+        sessions=previous.sessions if previous else SeenSessions(),
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
@@ -45,14 +46,17 @@ def gateway(make_gateway: Callable[..., GatewayServer], up: FakeUpstream, deploy
     }, env={}))
 
 
-def claude(gw: GatewayServer, prompt: str, home: Path) -> dict[str, Any]:
-    """One headless run, bounded; its JSON result."""
+PINNED = {"ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL, "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
+          "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL, "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL}
+
+
+def claude(gw: GatewayServer, prompt: str, home: Path, *, pinned: bool = True) -> dict[str, Any]:
+    """One headless run, bounded; its JSON result. `pinned`: every model role set to the gateway's `MODEL`;
+    else Claude Code sends its own default model names."""
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{gw.port}",
-           "ANTHROPIC_API_KEY": GW_KEY, "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL,
-           "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL, "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL,
-           "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL, "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
-           "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-           "CLAUDE_CODE_MAX_RETRIES": "0"}
+           "ANTHROPIC_API_KEY": GW_KEY, **(PINNED if pinned else {}), "DISABLE_AUTOUPDATER": "1",
+           "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "CLAUDE_CODE_MAX_RETRIES": "0"}
     assert CLAUDE.exists(), "run `make e2e-deps` (scripts/e2e-deps.sh installs Claude Code)"
     done = subprocess.run([str(CLAUDE), "-p", prompt, "--output-format", "json"], env=env, cwd=home,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -104,3 +108,27 @@ def test_overloaded_before_any_text_shows_claude_code_the_fallbacks_answer(
     assert models[:2] == ["claude-dep", "claude-b-dep"]
     assert gw.sample("llm_gateway_upstream_attempts_total", model=MODEL, deployment="claude/claude-dep",
                      outcome="inband_error") == 1
+
+
+def test_claude_code_without_a_model_setting_reaches_models_by_their_aliases(
+        upstream: FakeUpstream, home: Path, make_gateway: Callable[..., GatewayServer]) -> None:
+    """No `--model`, no ANTHROPIC_*_MODEL: Claude Code sends its own model names (its main model's and
+    its small fast model's), which reach the configured models through their globs (issue #31)."""
+    gw = make_gateway(parse_config({
+        "auth": {"keys": [{"name": "claude-code", "key": GW_KEY}]},
+        "providers": {"claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": UP_KEY,
+                                 "timeouts": TIMEOUTS}},
+        "models": [{"name": "main", "aliases": ["claude-opus-*", "claude-sonnet-*"],
+                    "deployments": [{"provider": "claude", "model": "main-dep"}]},
+                   {"name": "fast", "aliases": ["claude-haiku-*", "claude-3-5-haiku-*"],
+                    "deployments": [{"provider": "claude", "model": "fast-dep"}]}],
+    }, env={}))
+    upstream.defaults[a.PATH] = a.text_stream(["Hello through ", "an alias."])
+    with capture_logs() as logs:
+        result = claude(gw, "Say hello", home, pinned=False)
+    assert result["is_error"] is False and result["result"] == "Hello through an alias."
+    lines = [e for e in logs if e["event"] == "request" and e["api"] == "messages"]
+    assert lines and all(e["status"] == 200 for e in lines), lines
+    assert {e["model"] for e in lines} <= {"main", "fast"} and "main" in {e["model"] for e in lines}
+    assert all(e["requested_model"].startswith("claude-") for e in lines)  # Claude Code's own names
+    assert {r.body["model"] for r in upstream.received if r.path == a.PATH} <= {"main-dep", "fast-dep"}

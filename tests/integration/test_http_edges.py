@@ -12,6 +12,7 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
+import openai
 import orjson
 import pytest
 import trustme
@@ -21,6 +22,7 @@ from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.integration.test_inbound_http import BODY, PATH, connect, read_response, read_to_close
+from tests.responses_scripts import Answer, body_script
 from tests.unit.http_vectors import ALL, SMUGGLED, UPGRADE
 from tests.unit.test_request_differential import ours
 
@@ -159,6 +161,10 @@ def test_a_websocket_handshake_on_responses_gets_426_in_openai_shape(upstream: F
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
     assert gateway.sample("llm_gateway_http_refused_total", reason="upgrade") == 1
     assert upstream.bodies("/v1/responses") == []
+    # what Codex does next: the same request over HTTP, on a new connection, is served (issue #31)
+    upstream.enqueue("/v1/responses", body_script(Answer().message(["over HTTP"])))
+    got = openai.OpenAI(base_url=gateway.base_url, api_key="x", max_retries=0).responses.create(model="m", input="hi")
+    assert got.output_text == "over HTTP" and len(upstream.bodies("/v1/responses")) == 1
 
 
 def test_an_upgrade_request_body_is_read_as_its_body_and_served_once(upstream: FakeUpstream,

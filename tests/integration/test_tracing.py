@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 import openai
@@ -191,3 +192,25 @@ def test_whether_a_client_unsampled_traceparent_decides_is_a_setting(
         return
     server = next(s for s in receiver.spans if s.kind == "SERVER")  # the gateway's own sampler decided
     assert (server.trace_id, server.parent_span_id) == (TRACE_ID, CLIENT_SPAN), "the client's trace, continued"
+
+
+def test_the_server_span_carries_the_session_hashed_and_how_affinity_served_it(
+        servers: LoopThread, upstream: FakeUpstream, receiver: OtlpReceiver) -> None:
+    session = "0f3c2a5e-claude-code-session-SECRET"
+    upstream.defaults[A] = upstream.defaults[B] = text_stream(["ok"])
+    base = config(upstream.base_url, receiver.endpoint)
+    model = replace(base.models["m"], affinity="session")
+    gw = GatewayServer(replace(base, models=MappingProxyType({"m": model})))
+    servers.run(gw.start())
+    try:
+        assert _stream(gw, {"X-Claude-Code-Session-Id": session}) == "ok"
+        assert _stream(gw, {"X-Claude-Code-Session-Id": session}) == "ok"
+        _finished(servers, gw, 2)
+        assert gw.app is not None and gw.app.tracing is not None and gw.app.tracing.flush()
+    finally:
+        servers.run(gw.stop())
+    servers_ = [s for s in receiver.spans if s.kind == "SERVER"]
+    assert [s.attributes["gateway.affinity"] for s in servers_] == ["new", "kept"]
+    hashes = {s.attributes["gateway.session_hash"] for s in servers_}
+    assert len(hashes) == 1 and len(next(iter(hashes))) == 32
+    assert session.encode() not in b"".join(receiver.raw) and b"SECRET" not in b"".join(receiver.raw)
