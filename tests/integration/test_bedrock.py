@@ -295,3 +295,24 @@ def test_count_tokens_through_count_tokens_and_estimated_elsewhere(bedrock: Fake
         model="nova", messages=[{"role": "user", "content": "hi"}])
     assert raw.headers["x-gateway-token-count"] == "estimate" and raw.parse().input_tokens > 0
     assert len(bedrock.received) == 1  # the Converse model was estimated, not sent
+
+
+def test_the_responses_api_reaches_claude_and_converse_through_the_bridge(bedrock: FakeBedrock,
+                                                                           gw: GatewayServer) -> None:
+    """`/v1/responses` (Codex) to Bedrock, which has no Responses API: the bridge over the chat cell, signed
+    requests, Bedrock's frames read into Responses events in their order (CONTRACT §9, §10)."""
+    bedrock.enqueue(stream_path(CLAUDE), frames(claude_answer()))
+    tool: Any = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    with oai(gw).responses.stream(model="claude", input="weather?", tools=[tool]) as s:
+        final = s.get_final_response()
+    assert [o.type for o in final.output] == ["reasoning", "message", "function_call"]
+    assert final.output_text == "Hello there"
+    call = final.output[2]
+    assert (call.name, call.arguments) == ("get_weather", '{"city": "Paris"}')  # type: ignore[union-attr]
+    assert final.usage is not None and final.usage.output_tokens == 42
+    assert bedrock.received[-1].body["anthropic_version"] == "bedrock-2023-05-31"
+    bedrock.enqueue(f"/model/{NOVA}/converse-stream", converse_answer())
+    with oai(gw).responses.stream(model="nova", input="weather?", tools=[tool]) as s:
+        final = s.get_final_response()
+    assert final.output_text == "Bonjour" and final.output[-1].type == "function_call"
+    assert bedrock.rejected == [], "every request was signed"

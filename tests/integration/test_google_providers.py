@@ -245,3 +245,21 @@ def test_a_token_refresh_during_a_stream(google: FakeGoogle, gw: GatewayServer, 
     again = oai(gw).chat.completions.create(model="vclaude", messages=USER, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in again if c.choices) == "two"
     assert len(google.issued) == 2 and google.received[-1].headers["Authorization"] == f"Bearer {google.issued[1]}"
+
+
+def test_the_responses_api_reaches_vertex_claude_and_gemini_through_the_bridge(google: FakeGoogle,
+                                                                               gw: GatewayServer) -> None:
+    """`/v1/responses` (Codex) to Vertex, which has no Responses API: the bridge over the chat cell, the
+    bearer token checked, Claude's and Gemini's streams read into Responses events (CONTRACT §9, §10)."""
+    google.enqueue(vertex_path(CLAUDE, True), a.text_stream(["Hi ", "there"]))
+    google.enqueue(vertex_path(PRO, True), sse_script(THINKING_TOOL_ANSWER))
+    c = oai(gw)
+    with c.responses.stream(model="vclaude", input="hi") as s:
+        assert s.get_final_response().output_text == "Hi there"
+    assert google.received[0].body["anthropic_version"] == "vertex-2023-10-16"
+    tool: Any = {"type": "function", "name": "weather", "parameters": {"type": "object"}}
+    with c.responses.stream(model="vgemini", input="Weather in Oslo?", tools=[tool]) as s:
+        final = s.get_final_response()
+    assert [o.type for o in final.output] == ["reasoning", "message", "function_call"]
+    assert final.output_text == "Checking."
+    assert final.usage is not None and final.usage.input_tokens_details.cached_tokens == 30
