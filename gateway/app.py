@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,8 +76,8 @@ class App:
         """The server's `Endpoint`: every request carries this app (the pipeline's `Host`)."""
         return GatewayRequest(self, head, body, channel)
 
-    async def handle(self, request: GatewayRequest) -> Response | StreamResponse:
-        return await handle(request)
+    def handle(self, request: GatewayRequest) -> Awaitable[Response | StreamResponse]:
+        return handle(request)  # the middleware's own coroutine: every await resumes one frame fewer
 
     def start_trace(self, request: Request, api: ClientApi) -> RequestTrace:
         """The per-request trace recorder: the shared no-op one when tracing is off."""

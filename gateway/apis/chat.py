@@ -5,6 +5,7 @@ event, how a whole answer's texts are masked and read, and a cached answer as a 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -80,5 +81,5 @@ SERVED = ServedApi(
 )
 
 
-async def chat_completions(request: GatewayRequest) -> Response | StreamResponse:
-    return await serve(request, SERVED)
+def chat_completions(request: GatewayRequest) -> Awaitable[Response | StreamResponse]:
+    return serve(request, SERVED)  # the serve path's own coroutine: no frame of ours between it and the server

@@ -7,6 +7,7 @@ deployments that serve it: `anthropic` natively, the OpenAI-compatible ones thro
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from gateway.apis.catalog import MESSAGES
@@ -107,5 +108,5 @@ SERVED = ServedApi(
 )
 
 
-async def messages(request: GatewayRequest) -> Response | StreamResponse:
-    return await serve(request, SERVED)
+def messages(request: GatewayRequest) -> Awaitable[Response | StreamResponse]:
+    return serve(request, SERVED)  # the serve path's own coroutine: no frame of ours between it and the server

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
@@ -33,7 +34,7 @@ class Endpoint(Protocol[R]):
 
     def make_request(self, head: RequestHead, body: bytes, channel: Channel) -> R: ...
 
-    async def handle(self, request: R) -> Response | StreamResponse: ...
+    def handle(self, request: R) -> Awaitable[Response | StreamResponse]: ...
 MAX_PENDING = 256 * 1024  # pipelined bytes held while a request runs before reading pauses
 LINGER_S = 5.0  # after refusing a request: how long to read and drop what the client still sends
 

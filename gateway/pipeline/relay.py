@@ -139,7 +139,9 @@ class Relay:
             if failed.reason == "guardrail" or not await self._continue(failed.reason):
                 raise
         else:
-            await sink.emit(stream.drain(), time.perf_counter(), filt.output_released)
+            drained = stream.drain()  # what a translator's parser still owed (its closing events)
+            if drained:
+                await sink.emit(drained, time.perf_counter(), filt.output_released)
             ended = stream.upstream_end(self.rt.safety.scrubber)
             # the failure's own event is read (and numbered) only when the stream ends with it
             if ended is not None and not await self._continue(ended.reason):
@@ -158,10 +160,7 @@ class Relay:
         if sink.hold is not None:
             await sink.release_held(tail + end)
             return
-        if self.cork:
-            client.cork()  # the rest of the text, the end and the chunked terminator in one write
-        await sink.emit(tail, time.perf_counter(), filt.output_released)
-        await client.write_eof(end)
+        await sink.end(tail + end, filt.output_released)  # the last data and the terminator in one write
 
     async def _continue(self, reason: str) -> bool:
         """The upstream failed after the first token: continued on another deployment (a model with
