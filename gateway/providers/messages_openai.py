@@ -10,31 +10,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.core.events import Failure, InbandError, Usage
+from gateway.core.events import InbandError, Usage
 from gateway.core.messages.stream import MessagesStreamParser
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import Framing, ParsedBody, StreamParser, Translator, UpstreamRequest
+from gateway.providers.base import ParsedBody, StreamParser, Translator, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat
 from gateway.providers.convert.messages_chat_request import chat_body
 from gateway.providers.convert.messages_chat_stream import MessagesFromChat, message_from_completion
+from gateway.providers.convert.via_chat import ViaChat
 from gateway.providers.settings import ProviderConfig
 
 
-class MessagesViaChat:
+class MessagesViaChat(ViaChat):
     """The Messages API on top of a provider's chat cell: the request translated to Chat Completions,
     the answer back; URL, headers, framing, `stream_options` and error classification are the chat
     cell's."""
 
     def __init__(self, chat: Translator) -> None:
-        self.chat = chat
-
-    @property
-    def framing(self) -> Framing:
-        return self.chat.framing
-
-    @property
-    def sends_stream_options(self) -> bool:
-        return self.chat.sends_stream_options
+        super().__init__(chat)
 
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
@@ -53,8 +46,6 @@ class MessagesViaChat:
         assert usage is None or isinstance(usage, Usage)
         return ParsedBody(message_from_completion(parsed.obj, usage), [])
 
-    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
-        return self.chat.classify_http_error(status, headers, body)
 
     def count_tokens_request(self, body: Mapping[str, Any], model: str,
                              client_headers: Mapping[str, str]) -> UpstreamRequest | None:

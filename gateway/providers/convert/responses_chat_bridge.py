@@ -12,25 +12,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.core.events import Failure, InbandError
+from gateway.core.events import InbandError
 from gateway.core.responses.wire import response_events
-from gateway.providers.base import Framing, ParsedBody, Translator, Unserved, UpstreamRequest
+from gateway.providers.base import ParsedBody, Translator, Unserved, UpstreamRequest
 from gateway.providers.convert.responses_chat_request import Echo, chat_body, echo_of
 from gateway.providers.convert.responses_chat_stream import ResponsesFromChat, response_from_completion
+from gateway.providers.convert.via_chat import ViaChat
 
 NO_STATE = Unserved("previous_response_id is not supported by this model's deployments: only OpenAI Responses "
                     "upstreams keep earlier responses; send the conversation in `input` instead",
                     "previous_response_id")
 
 
-class ResponsesViaChat:
+class ResponsesViaChat(ViaChat):
     """The Responses API on a provider's chat cell. Built once per config; `bind` gives the per-request
     translator whose parsers know the request (`Echo`)."""
 
     per_request = True  # `providers.base.PerRequest`
 
     def __init__(self, chat: Translator, echo: Echo | None = None) -> None:
-        self.chat = chat
+        super().__init__(chat)
         self.echo = echo or Echo()
 
     def unserved(self, body: Mapping[str, Any]) -> Unserved | None:
@@ -38,14 +39,6 @@ class ResponsesViaChat:
 
     def bind(self, body: Mapping[str, Any]) -> ResponsesViaChat:
         return ResponsesViaChat(self.chat, echo_of(body))
-
-    @property
-    def framing(self) -> Framing:
-        return self.chat.framing
-
-    @property
-    def sends_stream_options(self) -> bool:
-        return self.chat.sends_stream_options
 
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
@@ -62,6 +55,3 @@ class ResponsesViaChat:
             return ParsedBody({}, list(errors) or parsed.events)
         resp = response_from_completion(parsed.obj, parsed.events, self.echo)
         return ParsedBody(resp, response_events(resp, with_output=True))
-
-    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
-        return self.chat.classify_http_error(status, headers, body)
