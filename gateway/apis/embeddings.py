@@ -42,6 +42,7 @@ async def embeddings_handler(request: GatewayRequest) -> Response | StreamRespon
     rt, ctx = await resolve(request, EMBEDDINGS)
     if "input" not in ctx.body:
         raise InvalidRequest("you must provide an input parameter", param="input")
-    keep_serving(ctx, lambda d: isinstance(rt.translator(EMBEDDINGS.schema, d), Embeds), "embeddings")
+    keep_serving(ctx, lambda d: tr if isinstance(tr := rt.translator(EMBEDDINGS.schema, d), Embeds) else None,
+                 "embeddings")
     await admit(rt, request.app.state, ctx)
     return await embeddings(rt, ctx)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.config.types import Deployment
@@ -25,7 +25,7 @@ from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.slicer import TextSlot
-from gateway.providers.base import Unserved
+from gateway.providers.base import Translator, Unserved, unserved
 
 INLINE_DEPTH_BYTES = 64 * 1024  # a smaller body's depth is walked at once: ~1 ms at worst
 DEPTH_STEP_VALUES = 2000  # values visited per step of a bigger body's walk: ~0.5 ms
@@ -100,24 +100,27 @@ async def redact_input_slots(rt: Runtime, ctx: RequestContext, slots: list[TextS
         await rt.slicer.redact(safety.redactor, slots)
 
 
-def keep_able(ctx: RequestContext, unserved: Callable[[Deployment], Unserved | None]) -> None:
-    """Only deployments that can serve this request's body are candidates: a Responses bridge cannot
-    continue a `previous_response_id` (CONTRACT §10), so such a request goes only to OpenAI Responses
-    upstreams, and is a 400 that says why when the model has none."""
-    reasons = [(d, unserved(d)) for d in ctx.model.deployments]
-    serving = tuple(d for d, why in reasons if why is None)
+def keep_serving(ctx: RequestContext, cell: Callable[[Deployment], Translator | None], api_name: str,
+                 body: Mapping[str, Any] | None = None) -> None:
+    """Only the model's deployments whose provider serves this API (`cell(d)` is its translator) are
+    candidates, and, given the request's `body`, only those whose cell can serve it: a Responses bridge
+    cannot continue a `previous_response_id` (CONTRACT §10), so such a request goes only to OpenAI
+    Responses upstreams, and is a 400 that says why when the model has none. One pass, one lookup each."""
+    serving: list[Deployment] = []
+    why: Unserved | None = None
+    for d in ctx.model.deployments:
+        tr = cell(d)
+        if tr is None:
+            continue
+        reason = unserved(tr, body) if body is not None else None
+        if reason is None:
+            serving.append(d)
+        elif why is None:
+            why = reason
     if not serving:
-        why = next(why for _d, why in reasons if why is not None)
-        raise InvalidRequest(why.message, param=why.param)
-    if len(serving) != len(ctx.model.deployments):
-        ctx.model = dataclasses.replace(ctx.model, deployments=serving)
-
-
-def keep_serving(ctx: RequestContext, serves: Callable[[Deployment], bool], api_name: str) -> None:
-    """Only the model's deployments whose provider serves this API are candidates."""
-    serving = tuple(d for d in ctx.model.deployments if serves(d))
-    if not serving:
+        if why is not None:
+            raise InvalidRequest(why.message, param=why.param)
         raise InvalidRequest(f"model {ctx.model.name} has no deployment that serves the {api_name} API",
                              param="model")
     if len(serving) != len(ctx.model.deployments):
-        ctx.model = dataclasses.replace(ctx.model, deployments=serving)
+        ctx.model = dataclasses.replace(ctx.model, deployments=tuple(serving))

@@ -25,10 +25,10 @@ from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
 from gateway.pipeline.opener import fetch_answer, open_stream
 from gateway.pipeline.relay import Relay
-from gateway.pipeline.request import keep_able, keep_serving, redact_input_slots, resolve
+from gateway.pipeline.request import keep_serving, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import TextMap
-from gateway.providers.base import ParsedBody, unserved
+from gateway.providers.base import ParsedBody
 
 
 async def serve(request: GatewayRequest, served: ServedApi) -> Response | StreamResponse:
@@ -37,8 +37,7 @@ async def serve(request: GatewayRequest, served: ServedApi) -> Response | Stream
     slots = served.input_slots(ctx.body)
     text = "\n".join(obj[key] for obj, key in slots)  # what input guardrails judge: before masking
     await redact_input_slots(rt, ctx, slots)
-    keep_serving(ctx, lambda d: rt.translator(api.schema, d) is not None, api.title or api.name)
-    keep_able(ctx, lambda d: unserved(rt.translator(api.schema, d), ctx.body))  # e.g. previous_response_id
+    keep_serving(ctx, lambda d: rt.translator(api.schema, d), api.title or api.name, ctx.body)
     state = request.app.state
     await admit(rt, state, ctx)
     await check_input(rt, ctx, text)

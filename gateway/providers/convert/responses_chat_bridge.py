@@ -4,7 +4,7 @@ turned into Responses events by `responses_chat_stream`, a chat body into the `r
 URL, headers, framing, `stream_options` and HTTP error classification are the chat cell's.
 
 A bridged deployment keeps no responses: a request that names `previous_response_id` cannot be served
-by it (the pipeline answers 400 when no deployment of the model can, `pipeline.request.keep_able`).
+by it (the pipeline answers 400 when no deployment of the model can, `pipeline.request.keep_serving`).
 """
 
 from __future__ import annotations
