@@ -87,7 +87,7 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
                 d, result = await hedge.run(d, model.hedge_after_ms / 1000.0)
                 total, pos, on_this = ctx.attempts, hedge.pos, hedge.on_this
             else:
-                result = await _one(rt, ctx, d, attempt)
+                result = await run_one(rt, ctx, d, attempt)
         except _HedgeFailed as hf:
             failures.extend(hf.earlier)
             total, pos, on_this, d, failure = ctx.attempts, hf.pos, 1, hf.deployment, hf.failure
@@ -102,11 +102,11 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
                 return Won(d, total), result
             if discard is not None:
                 discard(result)
-            _after_failure(rt, ctx, d, Failure(FailureKind.EMPTY, f"{d.label}: empty answer"))
+            after_failure(rt, ctx, d, Failure(FailureKind.EMPTY, f"{d.label}: empty answer"))
             pos, on_this = nxt, 0  # another deployment may answer where this one said nothing
             continue
         failures.append(failure)
-        _after_failure(rt, ctx, d, failure)
+        after_failure(rt, ctx, d, failure)
         state = AttemptState(total, on_this, pos + 1 < len(order), False)
         decision = decide(failure, state, model.retry, rt.rand.random)
         if decision.action is Action.PASS_THROUGH:
@@ -140,7 +140,7 @@ class _Hedge(Generic[T]):
         self.order, self.pos, self.on_this = order, pos, 1
 
     async def run(self, primary: Deployment, delay: float) -> tuple[Deployment, T]:
-        first = asyncio.ensure_future(_one(self.rt, self.ctx, primary, self.attempt))
+        first = asyncio.ensure_future(run_one(self.rt, self.ctx, primary, self.attempt))
         done, _ = await asyncio.wait({first}, timeout=delay)
         if done:
             return primary, first.result()
@@ -150,7 +150,7 @@ class _Hedge(Generic[T]):
             return primary, await first
         second_d = model.deployments[self.order[hedge_pos]]
         self.ctx.attempts = 2
-        second = asyncio.ensure_future(_one(self.rt, self.ctx, second_d, self.attempt))
+        second = asyncio.ensure_future(run_one(self.rt, self.ctx, second_d, self.attempt))
         racers: dict[asyncio.Future[T], Deployment] = {first: primary, second: second_d}
         try:
             return await self._race(racers, first, hedge_pos)
@@ -177,7 +177,7 @@ class _Hedge(Generic[T]):
                     raise exc
                 failed.append((racers[task], exc.failure))
         for d, f in failed[:-1]:
-            _after_failure(self.rt, self.ctx, d, f)
+            after_failure(self.rt, self.ctx, d, f)
         last_d, last_f = failed[-1]
         raise _HedgeFailed(last_d, last_f, [f for _, f in failed[:-1]], hedge_pos)
 
@@ -210,7 +210,7 @@ def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, 
     return pos
 
 
-async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: AttemptFn[T]) -> T:
+async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: AttemptFn[T]) -> T:
     """One attempt. Every failure before the commit enters the loop here, hedged or not, whatever the
     API, stream or body: the one place its upstream-derived text (an error body's message, code, type,
     param) is scrubbed of our credentials (CONTRACT §5.3), before anything logs it, passes it through
@@ -232,7 +232,7 @@ async def _one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Attempt
     return result
 
 
-def _after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Failure) -> None:
+def after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Failure) -> None:
     ctx.rec.attempt_ended(ctx.model.name, d, ATTEMPT_OUTCOME[failure.kind])
     ctx.failed_deployment, ctx.failure_reason = d, failure.kind.value
     if counts_against_deployment(failure.kind):

@@ -42,8 +42,7 @@ from gateway.core.stream import StreamCore
 from gateway.observe.context import RequestContext
 from gateway.pipeline.api import ServedApi
 from gateway.pipeline.attempt_io import Opened
-from gateway.pipeline.attempts import _after_failure as after_failure
-from gateway.pipeline.attempts import _one as one_attempt
+from gateway.pipeline.attempts import after_failure, run_one
 from gateway.pipeline.opener import open_stream
 from gateway.pipeline.runtime import Runtime
 from gateway.upstream import UpstreamError
@@ -145,7 +144,7 @@ class Continuation:
         ctx.attempts += 1
         ctx.rec.continuing(mode.value)
         try:
-            second = await one_attempt(self.rt, ctx, d, lambda dd: self._open(dd, served, body))
+            second = await run_one(self.rt, ctx, d, lambda dd: open_stream(self.rt, ctx, served, dd, body))
         except UpstreamError as exc:
             return self._not_opened(d, mode, exc.failure)
         assert tap is not None
@@ -157,15 +156,6 @@ class Continuation:
             self.legs.append((d, second.stream.assembler.usage))
         self._outcome(d, mode, outcome)
         return outcome == "ok"
-
-    async def _open(self, d: Deployment, served: ServedApi, body: dict[str, Any]) -> Opened[StreamCore]:
-        """The attempt opener on the continuing request (the context's body is the client's otherwise)."""
-        ctx = self.ctx
-        saved, ctx.body = ctx.body, body
-        try:
-            return await open_stream(self.rt, ctx, served, d)
-        finally:
-            ctx.body = saved
 
     def _not_opened(self, d: Deployment, mode: Mode, f: Failure) -> bool:
         """A continuing attempt that failed before its first token. A prefill's 400 is the deployment's

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, StreamFailed
@@ -44,30 +45,33 @@ from gateway.upstream import UpstreamError, UpstreamResponse
 OpenedStream = Opened[StreamCore]
 
 
-def translator(rt: Runtime, ctx: RequestContext, d: Deployment) -> Translator:
+def translator(rt: Runtime, ctx: RequestContext, d: Deployment, body: dict[str, Any] | None = None) -> Translator:
     """`d`'s cell for this request (bound to it when its parsers must know the request: the Responses
     bridge, `providers.base.PerRequest`)."""
     tr = rt.translator(ctx.schema, d)
     assert tr is not None, "only deployments whose provider serves the API are candidates (`keep_serving`)"
-    return bound(tr, ctx.body)
+    return bound(tr, ctx.body if body is None else body)
 
 
-async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment) -> OpenedStream:
-    """One streamed attempt: open, read until the first output token under `first_token_s`."""
-    provider, tr = rt.provider(d), translator(rt, ctx, d)
+async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment,
+                      body: dict[str, Any] | None = None) -> OpenedStream:
+    """One streamed attempt: open, read until the first output token under `first_token_s`. `body`: the
+    request to send when it is not the client's (a continuation's)."""
+    body = ctx.body if body is None else body
+    provider, tr = rt.provider(d), translator(rt, ctx, d, body)
     ttl = provider.learn_ttl_s
     headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
     opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), time.perf_counter())
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM):
-        req = tr.request(ctx.body, d.model, stream=False, client_headers=headers, send_stream_options=False)
+        req = tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False)
         _hold(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error, headers))
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, ttl)
         return opened
     options = not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS)
-    added = options and tr.sends_stream_options and "stream_options" not in ctx.body  # by us, not the client
+    added = options and tr.sends_stream_options and "stream_options" not in body  # by us, not the client
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
-            req = tr.request(ctx.body, d.model, stream=True, client_headers=headers, send_stream_options=options)
+            req = tr.request(body, d.model, stream=True, client_headers=headers, send_stream_options=options)
             resp = await rt.upstream.open(provider, req, d.label, headers)
             opened.response = resp
             deadline.track(opened)
