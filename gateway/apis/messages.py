@@ -20,7 +20,7 @@ from gateway.core.stages import StageFactory
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.http import Response, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.pipeline.api import ServedApi
+from gateway.pipeline.api import ServedApi, replayed
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.safety import TextMap
 from gateway.pipeline.serve import serve
@@ -71,23 +71,9 @@ def read_answer(msg: dict[str, Any], _events: list[StreamEvent] | None = None) -
     return asm
 
 
-class _NoParser:
-    """A cached answer has no upstream bytes to parse."""
-
-    native = False
-
-    def parse(self, event: Any) -> list[Any]:
-        return []
-
-    def finish(self) -> list[Any]:
-        return []
-
-
 def hit_stream(obj: dict[str, Any], ctx: RequestContext) -> bytes:
     """A cached Message as the stream it would have been (CONTRACT §4.8)."""
-    stream = MessagesStream(_NoParser(), "cache")
-    stream.hold_message(obj)
-    return stream.commit(MessagesOutputFilter(None)) + stream.finish()
+    return replayed(SERVED, obj)
 
 
 def output_filter(factory: StageFactory | None, _forward_usage: bool) -> MessagesOutputFilter:

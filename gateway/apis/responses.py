@@ -14,13 +14,12 @@ from gateway.core.events import StreamEvent
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
-from gateway.core.responses.wire import ResponsesEvent, map_response_texts
-from gateway.core.sse import SSEEvent
+from gateway.core.responses.wire import map_response_texts
 from gateway.core.stages import StageFactory
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.http import Response, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.pipeline.api import ServedApi
+from gateway.pipeline.api import ServedApi, replayed
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.safety import TextMap
 from gateway.pipeline.serve import serve
@@ -55,21 +54,9 @@ def input_slots(body: dict[str, Any]) -> list[TextSlot]:
     return slots
 
 
-class _NoParser:
-    """A cached answer has no upstream bytes to parse."""
-
-    def parse(self, event: SSEEvent) -> list[ResponsesEvent]:
-        return []
-
-    def finish(self) -> list[ResponsesEvent]:
-        return []
-
-
 def hit_stream(obj: dict[str, Any], ctx: RequestContext) -> bytes:
     """A cached `response` object as the stream it would have been, terminal event included."""
-    stream = ResponsesStream(_NoParser(), "cache")
-    stream.hold_response(obj)
-    return stream.commit(ResponsesOutputFilter(None)) + stream.finish()
+    return replayed(SERVED, obj)
 
 
 def error_event(err: GatewayError) -> bytes:

@@ -49,3 +49,23 @@ class ServedApi:
     streamed_answer_masked: bool = False
     # the request with the answer's text so far as its trailing assistant turn (continuation, CONTRACT §4.9)
     prefill: Callable[[Body, str], Body] = prefill_messages
+
+
+class _NoParser:
+    """A cached answer has no upstream bytes to parse."""
+
+    native = False  # (the Messages core asks whether it may read the upstream's bytes as they are)
+
+    def parse(self, event: Any) -> list[Any]:
+        return []
+
+    def finish(self) -> list[Any]:
+        return []
+
+
+def replayed(served: ServedApi, obj: Body) -> bytes:
+    """A whole answer in the API's shape as the stream it would have been, its end included: held by the
+    API's own core and committed through an output filter that releases everything (a cache hit)."""
+    stream = served.stream_core(_NoParser(), "cache")
+    stream.hold_answer(obj, [])
+    return stream.commit(served.output_filter(None, False)) + stream.finish()
