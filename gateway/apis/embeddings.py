@@ -22,7 +22,7 @@ from gateway.providers.base import Embeds, ParsedBody
 async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
     async def attempt(d: Deployment) -> ParsedBody:
         tr = rt.translator(EMBEDDINGS.schema, d)
-        assert isinstance(tr, Embeds) and tr is not None  # `keep_serving` kept only those
+        assert isinstance(tr, Embeds)  # `keep_serving` kept only those
         req = tr.embeddings_request(ctx.body, d.model)
         parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, ctx.client_headers))
         raise_inband(parsed.events)
