@@ -137,7 +137,7 @@ def start_targets(workdir: Path, targets: list[str], lag: bool) -> dict[str, ser
 def realtime(pids: list[int]) -> None:
     """SCHED_FIFO 1 for these processes (all their threads and children) and for this one, whose client
     threads and load generator inherit it. The kernel's RT throttling still leaves others 5% of a core."""
-    for pid in pids:
+    for pid in [p for root in pids for p in tree(root)]:  # nginx's worker is the master's child
         subprocess.run(["chrt", "-a", "-f", "-p", "1", str(pid)], check=True, capture_output=True)
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
 
