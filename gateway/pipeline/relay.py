@@ -55,21 +55,26 @@ class OutputFilter(Protocol):
 
 
 async def pump(resp: UpstreamResponse | None, stream: StreamCore, filt: OutputFilter, sink: ClientSink,
-               d: Deployment) -> None:
-    """Relay until the core is done or the upstream's bytes end."""
+               d: Deployment, keep_last: bool) -> tuple[bytes, float]:
+    """Relay until the core is done or the upstream's bytes end. With `keep_last`, what the read that
+    ends the stream released is handed back (with its read time) instead of written: it goes out with the
+    end, in one write (a paced stream's last tokens, finish and usage arrive in one read)."""
     while not stream.done and resp is not None:
         try:
             data = await resp.next_chunk()
             if not data:
                 stream.end_of_input()
-                return
+                break
             t_read = time.perf_counter()
             out = stream.feed(data)
         except (UpstreamError, StreamFailed) as exc:
             raise after_token_error(d, exc.failure) from None
         if out:
+            if keep_last and stream.done and filt.refusal is None:
+                return out, t_read
             await sink.emit(out, t_read, filt.output_released)
         check_refusal(filt)
+    return b"", 0.0
 
 
 def after_token_error(d: Deployment, failure: Failure) -> StreamEnded:
@@ -108,6 +113,7 @@ class Relay:
         self.sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
         self.accounted = False
         self.resume = resume  # the model continues a stream that fails after the first token
+        self.last, self.t_last = b"", 0.0  # the last read's output, written with the end (`pump`)
 
     async def run(self) -> None:
         opened = self.opened
@@ -130,32 +136,43 @@ class Relay:
             client.cork()  # the whole answer is in hand and nothing below waits: one write for all of it
         await sink.emit(first, self.opened.t_first, filt.output_released)
         check_refusal(filt)
+        keep_last = sink.hold is None and not self.safety.audit_guards  # nothing is judged between
         try:
-            await pump(self.opened.response, stream, filt, sink, self.opened.deployment)
+            self.last, self.t_last = await pump(self.opened.response, stream, filt, sink, self.opened.deployment,
+                                                keep_last)
         except StreamEnded as failed:
             if failed.reason == "guardrail" or not await self._continue(failed.reason):
                 raise
         else:
             drained = stream.drain()  # what a translator's parser still owed (its closing events)
             if drained:
-                await sink.emit(drained, time.perf_counter(), filt.output_released)
+                await self._write(drained)
             ended = stream.upstream_end(self.rt.safety.scrubber)
             # the failure's own event is read (and numbered) only when the stream ends with it
-            if ended is not None and not await self._continue(ended.reason):
-                raise self._ended(ended)
+            if ended is not None:
+                await self._write(b"")  # what came before the failure goes out before its event
+                if not await self._continue(ended.reason):
+                    raise self._ended(ended)
         tail = stream.tail()
-        check_refusal(filt)
+        await self._check_refusal()
         if self.safety.hold_guards or self.safety.audit_guards:
             await self._judge(tail)
         end = stream.finish()
-        check_refusal(filt)
+        await self._check_refusal()
         self.account(passed=True)  # before the client can see the end
         if self.rt.control is not None:
             await commit_spend(self.rt, self.ctx)
         if sink.hold is not None:
             await sink.release_held(tail + end)
             return
-        await sink.end(tail + end, filt.output_released)  # the last data and the terminator in one write
+        # the last read's data, the windows' tail and the terminator in one write
+        await sink.end(self.last + tail + end, filt.output_released, self.t_last)
+
+    async def _check_refusal(self) -> None:
+        """A refusal ends the stream; what the last read released before it goes out first."""
+        if self.filt.refusal is not None:
+            await self._write(b"")
+            check_refusal(self.filt)
 
     async def _judge(self, tail: bytes) -> None:
         """The whole-answer guardrails (hold, audit) judge the answer before its end is written."""
@@ -182,8 +199,14 @@ class Relay:
         return True
 
     async def _write(self, data: bytes) -> None:
-        await self.sink.emit(data, time.perf_counter(), self.filt.output_released)
-        check_refusal(self.filt)
+        """Write `data` (a continuation's, a parser's closing events) after the last read's output kept
+        for the end, if any."""
+        if self.last:
+            last, self.last = self.last, b""
+            await self.sink.emit(last, self.t_last, self.filt.output_released)
+        if data:
+            await self.sink.emit(data, time.perf_counter(), self.filt.output_released)
+            check_refusal(self.filt)
 
     def _ended(self, ended: Ended) -> StreamEnded:
         """The upstream's failure event forwarded (an API that passes those on), unless a hold guardrail
