@@ -26,21 +26,10 @@ text released is never scanned again.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
-from gateway.core.redact.breaks import Gaps
 from gateway.core.redact.cuts import keep_start, run_cut
-from gateway.core.redact.regex import (
-    detect_source,
-    factor_hints,
-    literal_hint,
-    prefix_source,
-    spans_whitespace,
-)
+from gateway.core.redact.spec import RUN_LIMIT as RUN_LIMIT
+from gateway.core.redact.spec import ScanSpec as ScanSpec
 
-RUN_LIMIT = 4096
 MAX_GAP = 64
 SEG_LIMIT = 8192
 SEG_RUNS = 256  # a PEM block of an 8192-bit RSA key has about 110 lines
@@ -49,103 +38,6 @@ MAX_HELD_CHARS = SEG_LIMIT + MAX_GAP + RUN_LIMIT
 # kept (the next run starts there) instead of released: a secret across the cut is masked whole,
 # and every cut still releases at least RUN_LIMIT - CUT_KEEP characters (linear cost).
 CUT_KEEP = 1024
-
-_SPACES = Gaps.of("", RUN_LIMIT)
-
-
-@dataclass(frozen=True, slots=True)
-class ScanSpec:
-    """What a window needs to know about its rules, compiled once per rule list."""
-
-    passthrough: bool  # no rule at all: every delta is released as it comes
-    trigger: re.Pattern[str] | None  # factored hints: any match or multi-word start fires it
-    residual: re.Pattern[str] | None  # rules without a hint: their detect and prefix forms
-    live: re.Pattern[str] | None  # non-empty prefixes of the rules that may span whitespace
-    detect: re.Pattern[str] | None  # a superset of every rule's matches, for a quick reject
-    gaps: Gaps = _SPACES  # what ends a run: whitespace, and the characters no rule can match
-    tail: re.Pattern[str] | None = None  # non-empty prefixes of every rule, at the end of the text
-    # The per-delta path's one search: `first_hit` of a text shorter than RUN_LIMIT, when one
-    # pattern does all its work (None: call first_hit). Derived, so `replace` keeps it in step.
-    short_scan: re.Pattern[str] | None = field(init=False)
-
-    def __post_init__(self) -> None:
-        scan = self.residual if self.trigger is None else self.trigger if self.residual is None else None
-        object.__setattr__(self, "short_scan", scan)
-
-    @classmethod
-    def build(cls, rules: Sequence[tuple[re.Pattern[str], str | None]]) -> ScanSpec:
-        """`rules`: (pattern, hint). A hint is a regex that fires inside the first word of every
-        match and of every partial match that continues into whitespace (None: derive one)."""
-        if not rules:
-            return cls(True, None, None, None, None)
-        gaps = Gaps.build([p for p, _hint in rules], RUN_LIMIT)
-        g = gaps.cls
-        hints: list[str] = []
-        residual: list[str] = []
-        prefixes: list[str] = []
-        tails: list[str] = []
-        for pattern, given in rules:
-            whole = prefix_source(pattern, g)
-            if whole is not None:
-                tails.append(whole)
-            prefix = whole if spans_whitespace(pattern) else None
-            if prefix is not None:
-                prefixes.append(prefix)
-            hint = given if given is not None else literal_hint(pattern)
-            if hint is not None:
-                hints.append(hint)
-            else:
-                residual.append(detect_source(pattern, g))
-                if prefix is not None:
-                    residual.append(f"{prefix}(?<=\\S\\s)")
-        live = "(?:" + "|".join(prefixes) + ")" if prefixes else None
-        return cls(
-            False,
-            re.compile(factor_hints(hints)) if hints else None,
-            re.compile("|".join(residual)) if residual else None,
-            re.compile(live + r"\Z") if live else None,
-            re.compile("|".join(detect_source(p, g) for p, _hint in rules)),
-            gaps,
-            re.compile("(?:" + "|".join(tails) + r")\Z") if tails else None,
-        )
-
-    def alive(self, held: str, seg_len: int, start: int) -> int:
-        """Leftmost position >= `start` inside the segment (its first `seg_len` chars) where a
-        match could begin that is still growing at the end of `held`; -1 when there is none.
-
-        `held` only ever grows between two calls for one segment, and a start that is dead stays
-        dead (a prefix of a match has only prefixes of a match before it), so the caller passes
-        the previous answer as `start`: no position is searched twice, which keeps long segments
-        of overlapping candidates ("Bearer Bearer Bearer ...") linear.
-        """
-        if self.live is None:
-            return -1
-        m = self.live.search(held, start)
-        return m.start() if m is not None and m.start() < seg_len else -1
-
-    def first_hit(self, text: str, pos: int, end: int) -> int:
-        """Index of the first place in text[pos:end] (complete runs) that needs the slow path.
-
-        Searches with pos/endpos rather than a slice: one-shot redaction of a large body goes back
-        and forth between the paths, and slicing the rest each time would be quadratic. The detect
-        forms treat a gap (whitespace, or a character no rule can match) like the edge of the text,
-        so looking behind `pos` at one is the same as looking at nothing; the caller never starts
-        right after a character of a run.
-        """
-        hit = end
-        # Full searches, not bounded by an earlier hit: a bound would hide a match that starts
-        # before it but ends after it.
-        if self.trigger is not None and (m := self.trigger.search(text, pos, end)) is not None:
-            hit = m.start()
-        if self.residual is not None and (m := self.residual.search(text, pos, end)) is not None:
-            hit = min(hit, m.start())
-        # A run longer than RUN_LIMIT is cut: the slow path must see it. Only runs that start
-        # before `hit` matter, and their first RUN_LIMIT characters end before hit + RUN_LIMIT.
-        if end - pos >= RUN_LIMIT:
-            m = self.gaps.long_run.search(text, pos, min(end, hit + RUN_LIMIT))
-            if m is not None:
-                hit = min(hit, m.start())
-        return hit if hit < end else -1
 
 
 class SegmentWindow:
