@@ -3,16 +3,18 @@ and near the first hint only, and finds exactly what trying every rule at every 
 
 from __future__ import annotations
 
+import random
 import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.redact.cuts import tail_start
+from gateway.core.redact.engine import RUN_LIMIT
 from gateway.core.redact.regex import prefix_source
 from gateway.core.redact.rules import BUILTIN
 from gateway.core.redact.window import Redactor
-from tests.unit.test_redact_window import REDACTOR, SECRETS
+from tests.unit.test_redact_window import NEAR_MISSES, REDACTOR, SECRETS, WORDS, _deltas, forced_slow
 
 _PLAIN = Redactor.compile(["secrets", "pii"], [])
 
@@ -79,3 +81,46 @@ def test_every_long_prefix_holds_a_hint_within_the_rules_bound(data: st.DataObje
         prefix = data.draw(st.from_regex(form, fullmatch=True), label=name)
         if len(prefix) > bound:
             assert trigger.search(prefix, 0, bound) is not None, (name, prefix)
+
+
+_GLUE = ["", "", ",", ":", '"', "=", "/", "."]
+_NOSPACE = [w for w in NEAR_MISSES + WORDS if w.isascii() and not any(c.isspace() for c in w)] + ["theofandto" * 50]
+_NOSPACE_SECRETS = [v for _r, v in SECRETS if not any(c.isspace() for c in v)]
+
+
+@st.composite
+def _long_runs(draw: st.DrawFn) -> str:
+    """Text without whitespace past RUN_LIMIT (cut more than once), secrets and near misses glued in."""
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    secret_share = draw(st.sampled_from([0.0, 0.05, 0.3]))
+    parts: list[str] = []
+    size = rnd.randint(RUN_LIMIT, 3 * RUN_LIMIT)
+    while sum(map(len, parts)) < size:
+        pool = _NOSPACE_SECRETS if rnd.random() < secret_share else _NOSPACE
+        parts += (rnd.choice(pool), rnd.choice(_GLUE))
+    return "".join(parts)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_long_runs(), st.lists(st.integers(1, 40), min_size=1, max_size=6), st.lists(st.integers(1, 80), min_size=1,
+                                                                                    max_size=4))
+def test_a_run_past_the_limit_pushed_together_releases_what_one_by_one_releases(text: str, sizes: list[int],
+                                                                                groups: list[int]) -> None:
+    """`push_together` holds a run without a gap in one copy up to the limit (`_to_limit`): after every
+    group it has released and holds what pushing the deltas one by one does, and the whole is the
+    one-shot redaction."""
+    deltas = _deltas(text, sizes)
+    together, alone = REDACTOR.window(), REDACTOR.window()
+    i, k = 0, 0
+    released_together, released_alone = "", ""
+    while i < len(deltas):
+        group = deltas[i:i + groups[k % len(groups)]]
+        pieces = together.push_together(group)
+        assert len(pieces) == len(group)
+        released_together += "".join(pieces)
+        released_alone += "".join(alone.push(d) for d in group)
+        assert released_together == released_alone
+        assert together.held_chars == alone.held_chars
+        i, k = i + len(group), k + 1
+    assert released_together + together.flush() == REDACTOR.redact(text).text
+    assert REDACTOR.redact(text).text == forced_slow(REDACTOR).redact(text).text

@@ -135,14 +135,19 @@ class SegmentWindow:
         scan = self._scan
         buf = self._buf
         joined = "".join(deltas)
-        text = buf + joined
-        if scan is None or self._seg >= 0 or self._stopped or len(text) >= RUN_LIMIT or not all(deltas):
+        if scan is None or self._seg >= 0 or self._stopped or not all(deltas):
             return [self._feed(d, False) for d in deltas]
         # Nothing is open, so the held text is one unfinished run: only the new text is searched for a gap
         cut = self._spec.gaps.tail_start(joined)
-        rest = text[len(buf) + cut:] if cut else text
+        if len(buf) + len(joined) >= RUN_LIMIT:
+            return self._to_limit(deltas) if not cut else [self._feed(d, False) for d in deltas]
+        text = buf + joined
+        if not cut:  # no gap: the run goes on, held whole
+            self._buf = text
+            return [""] * len(deltas)
+        rest = text[len(buf) + cut:]
         end = len(text) - len(rest)
-        if end and (m := scan.search(text, 0, end)) is not None and m.start() < end:
+        if (m := scan.search(text, 0, end)) is not None and m.start() < end:
             return [self._feed(d, False) for d in deltas]
         self._buf = rest
         if len(rest) <= len(deltas[-1]):  # the usual batch: only the last delta holds an unfinished run
@@ -159,6 +164,19 @@ class SegmentWindow:
             out.append(text[start:stop] if stop <= end else text[start:end] if start < end else "")
             start = stop
         return out
+
+    def _to_limit(self, deltas: list[str]) -> list[str]:
+        """`_together` of deltas without a gap that take the held run to RUN_LIMIT: `_push` would hold
+        each until the one that reaches it (held here in one copy, not one per delta) and cut there."""
+        size, k = len(self._buf), 0
+        while size + len(deltas[k]) < RUN_LIMIT:
+            size += len(deltas[k])
+            k += 1
+        if k:
+            self._buf += "".join(deltas[:k])
+        out = [""] * k
+        out.append(self._feed(deltas[k], False))
+        return out + self._together(deltas[k + 1:]) if k + 1 < len(deltas) else out
 
     def _general(self, delta: str, final: bool) -> str:
         """The segment machine over the held text and `delta` (any state)."""
