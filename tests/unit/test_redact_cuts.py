@@ -9,9 +9,9 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.redact.cuts import tail_start
-from gateway.core.redact.engine import RUN_LIMIT
-from gateway.core.redact.regex import prefix_source
+from gateway.core.redact.cuts import run_cut, tail_start
+from gateway.core.redact.engine import CUT_KEEP, RUN_LIMIT
+from gateway.core.redact.regex import prefix_source, sees_only_behind
 from gateway.core.redact.rules import BUILTIN
 from gateway.core.redact.window import Redactor
 from tests.unit.test_redact_window import NEAR_MISSES, REDACTOR, SECRETS, WORDS, _deltas, forced_slow
@@ -124,3 +124,20 @@ def test_a_run_past_the_limit_pushed_together_releases_what_one_by_one_releases(
         i, k = i + len(group), k + 1
     assert released_together + together.flush() == REDACTOR.redact(text).text
     assert REDACTOR.redact(text).text == forced_slow(REDACTOR).redact(text).text
+
+
+def test_one_search_for_hints_tells_the_cut_and_whether_the_run_needs_masking() -> None:
+    spec = _PLAIN.spec
+    assert spec.clean_scan
+    text = "theofandto" * 410
+    assert run_cut(spec, text, 0, 0, RUN_LIMIT, CUT_KEEP) == (RUN_LIMIT, True)
+    dirty = "x@y.example," + text
+    assert run_cut(spec, dirty, 0, 0, RUN_LIMIT, CUT_KEEP)[1] is False
+    # A custom rule without a hint (a residual form) can match anywhere: never known clean.
+    assert not Redactor.compile(["secrets"], [("caps", "[A-Z]{12}")]).spec.clean_scan
+
+
+def test_sees_only_behind() -> None:
+    assert sees_only_behind(re.compile(r"k-(?<=sk-)|A(?:KIA|SIA)|[bB](?i:earer)"))
+    for pattern in (r"a(?=b)", r"(?<!x)a", r"\ba", r"a$", r"(a)\1", r"(?:a(?!b))+"):
+        assert not sees_only_behind(re.compile(pattern)), pattern

@@ -57,8 +57,9 @@ def keep_start(spec: ScanSpec, text: str, first: int, keep: int, low: int, end: 
     return -1
 
 
-def tail_start(spec: ScanSpec, text: str, low: int, end: int) -> int:
-    """The leftmost q in [low, end) where text[q:end] could be the start of a match, or -1.
+def tail_start(spec: ScanSpec, text: str, low: int, end: int, hint: int = -1) -> int:
+    """The leftmost q in [low, end) where text[q:end] could be the start of a match, or -1. `hint`:
+    where the first hint at or after `low` starts when the caller knows (`end`: none), else -1.
 
     `tail` is tried at every position. `near` (the rules whose hint ends within the first
     `near_chars` characters of anything their prefix form matches, `BuiltinRule.hint_by`) only where
@@ -70,8 +71,9 @@ def tail_start(spec: ScanSpec, text: str, low: int, end: int) -> int:
         found = m.start()
     if spec.near is None:
         return found
-    hint = spec.trigger.search(text, low, end) if spec.trigger is not None else None
-    first = max(low, (end if hint is None else hint.start()) - spec.near_chars)
+    if hint < low:
+        hint = end if spec.trigger is None or (h := spec.trigger.search(text, low, end)) is None else h.start()
+    first = max(low, hint - spec.near_chars)
     if 0 <= found <= first:
         return found
     if (m := spec.near.search(text, first, end)) is not None:
@@ -79,12 +81,18 @@ def tail_start(spec: ScanSpec, text: str, low: int, end: int) -> int:
     return found
 
 
-def run_cut(spec: ScanSpec, text: str, start: int, end: int, keep_chars: int) -> int:
+def run_cut(spec: ScanSpec, text: str, first: int, start: int, end: int, keep_chars: int) -> tuple[int, bool]:
     """Where the run text[start:end], which reached the run limit, is cut: before the leftmost
-    candidate that starts within `keep_chars` of `end` and could still grow past it, or at `end`."""
+    candidate that starts within `keep_chars` of `end` and could still grow past it, or at `end`;
+    and whether text[first:end] (`first`: the start of the open segment, or `start`) is clean
+    (`ScanSpec.clean_scan`): then no segment in it needs masking. One search for hints serves both."""
     low = max(start + 1, end - keep_chars)
-    q = tail_start(spec, text, low, end)
+    hint = end
+    if spec.trigger is not None and (m := spec.trigger.search(text, first, end)) is not None:
+        hint = m.start()
+    clean = spec.clean_scan and hint == end
+    q = tail_start(spec, text, low, end, hint)
     if q < 0:
-        return end
-    keep = keep_start(spec, text, start, q, low, end)
-    return end if keep < 0 else keep
+        return end, clean
+    keep = q if clean else keep_start(spec, text, start, q, low, end)
+    return (end if keep < 0 else keep), clean

@@ -259,8 +259,9 @@ class SegmentWindow:
         forced = end - start == RUN_LIMIT
         if end == len(text) and not (final or forced):
             return start  # unfinished, or its end is known but not the character after it
+        clean = False
         if forced:
-            end = run_cut(self._spec, text, start, end, CUT_KEEP)
+            end, clean = run_cut(self._spec, text, self._seg if self._seg >= 0 else start, start, end, CUT_KEEP)
         at_limit = self._seg >= 0 and (end - self._seg > SEG_LIMIT or self._runs >= SEG_RUNS)
         if at_limit and not self._close_at_limit(text, start, end, out):
             return len(text)
@@ -272,7 +273,7 @@ class SegmentWindow:
             forced
             or end == len(text)
             or not self._still_alive(text[self._seg : end + 1], end - self._seg)
-        ) and not self._close_open(text, out):
+        ) and not self._close_open(text, out, clean):
             return len(text)
         return end
 
@@ -301,9 +302,13 @@ class SegmentWindow:
         self._live_from = self._spec.alive(held, seg_len, self._live_from)
         return self._live_from >= 0
 
-    def _close_open(self, text: str, out: list[str]) -> bool:
+    def _close_open(self, text: str, out: list[str], clean: bool = False) -> bool:
+        """`clean`: the segment is known to hold no match (see `run_cut`): released as it is."""
         segment = text[self._seg : self._seg_end]
         self._seg = -1
+        if clean:
+            out.append(segment)
+            return True
         if self._close(segment, out):
             return True
         self._stopped = True

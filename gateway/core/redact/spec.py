@@ -13,6 +13,7 @@ from gateway.core.redact.regex import (
     factor_hints,
     literal_hint,
     prefix_source,
+    sees_only_behind,
     spans_whitespace,
 )
 
@@ -37,10 +38,16 @@ class ScanSpec:
     # The per-delta path's one search: `first_hit` of a text shorter than RUN_LIMIT, when one
     # pattern does all its work (None: call first_hit). Derived, so `replace` keeps it in step.
     short_scan: re.Pattern[str] | None = field(init=False)
+    # A search of `trigger` over a range that finds nothing proves every segment inside it clean (no
+    # rule matches in it, see `redact_cuts.may_match`): no residual, and the hints look at nothing
+    # but what they consume and what lies behind it (`sees_only_behind`). Derived too.
+    clean_scan: bool = field(init=False)
 
     def __post_init__(self) -> None:
         scan = self.residual if self.trigger is None else self.trigger if self.residual is None else None
         object.__setattr__(self, "short_scan", scan)
+        clean = self.residual is None and self.trigger is not None and sees_only_behind(self.trigger)
+        object.__setattr__(self, "clean_scan", clean)
 
     @classmethod
     def build(cls, rules: Sequence[tuple[re.Pattern[str], str | None]], hint_by: Sequence[int] = ()) -> ScanSpec:
