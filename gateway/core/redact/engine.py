@@ -116,6 +116,8 @@ class SegmentWindow:
         one. Batches are cut well below RUN_LIMIT, where the inlined search is exact."""
         if self._scan is None and self._spec.passthrough:
             return deltas
+        if len(deltas) == 1:  # one delta in the read (a paced stream): no later text to release it sooner
+            return [self._feed(deltas[0], False)]
         if sum(map(len, deltas)) < RUN_LIMIT // 2:
             return self._together(deltas)  # one batch: the loop below would not cut it
         out: list[str] = []
