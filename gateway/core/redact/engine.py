@@ -38,12 +38,16 @@ MAX_HELD_CHARS = SEG_LIMIT + MAX_GAP + RUN_LIMIT
 # kept (the next run starts there) instead of released: a secret across the cut is masked whole,
 # and every cut still releases at least RUN_LIMIT - CUT_KEEP characters (linear cost).
 CUT_KEEP = 1024
+# A held run this long gets the next deltas as pieces, joined once when needed (`_held_text`), not
+# copied whole at every delta; a shorter one (a word of prose) is copied, which costs less than pieces.
+PIECES_FROM = 256
 
 
 class SegmentWindow:
     """Base of the streaming windows; subclasses decide what a closed segment becomes."""
 
-    __slots__ = ("_buf", "_live_from", "_pos", "_runs", "_scan", "_seg", "_seg_end", "_spec", "_stopped")
+    __slots__ = ("_buf", "_live_from", "_parts", "_parts_len", "_pos", "_runs", "_scan", "_seg", "_seg_end", "_spec",
+                 "_stopped")
 
     def __init__(self, spec: ScanSpec) -> None:
         self._spec = spec
@@ -55,10 +59,20 @@ class SegmentWindow:
         self._live_from = 0  # leftmost start of a still-growing candidate, from the segment start
         self._runs = 0  # runs in the open segment
         self._stopped = False
+        self._parts: list[str] = []  # held after `_buf`: pieces of its one unfinished run (see `_held_text`)
+        self._parts_len = 0
 
     @property
     def held_chars(self) -> int:
-        return len(self._buf)
+        return len(self._buf) + self._parts_len
+
+    def _held_text(self) -> str:
+        """The held text as one string: `_buf` and the pieces a run without a gap added to it, joined
+        once when they are needed, not copied into `_buf` at every delta."""
+        self._buf = "".join([self._buf, *self._parts])
+        self._parts.clear()
+        self._parts_len = 0
+        return self._buf
 
     def _close(self, segment: str, out: list[str]) -> bool:
         """Release a closed segment into `out`; False stops the window (a guardrail violation)."""
@@ -82,8 +96,6 @@ class SegmentWindow:
             return delta
         if self._seg >= 0 or not delta:
             return self._general(delta, False)
-        buf = self._buf
-        text = buf + delta if buf else delta
         if delta[-1].isspace():
             rest = ""
         else:
@@ -92,10 +104,17 @@ class SegmentWindow:
             if not rest.isascii() and self._spec.gaps.breaks:  # a break character can end runs too
                 rest = rest[self._spec.gaps.tail_start(rest):]
             if len(rest) == len(delta):  # no whitespace: the unfinished run goes on
-                if len(text) >= RUN_LIMIT:
+                buf = self._buf
+                if len(buf) + self._parts_len + len(delta) >= RUN_LIMIT:
                     return self._general(delta, False)
-                self._buf = text
+                if len(buf) < PIECES_FROM and not self._parts:
+                    self._buf = buf + delta  # a word: one short copy
+                else:  # a long run: one more piece, not a copy of all of it
+                    self._parts.append(delta)
+                    self._parts_len += len(delta)
                 return ""
+        buf = self._held_text() if self._parts else self._buf
+        text = buf + delta if buf else delta
         end = len(text) - len(rest)
         if scan is not None and len(text) < RUN_LIMIT:
             # first_hit's only search, inlined: a text this short has no run to cut.
@@ -135,7 +154,7 @@ class SegmentWindow:
 
     def _together(self, deltas: list[str]) -> list[str]:
         scan = self._scan
-        buf = self._buf
+        buf = self._held_text() if self._parts else self._buf
         joined = "".join(deltas)
         if scan is None or self._seg >= 0 or self._stopped or not all(deltas):
             return [self._feed(d, False) for d in deltas]
@@ -182,7 +201,8 @@ class SegmentWindow:
 
     def _general(self, delta: str, final: bool) -> str:
         """The segment machine over the held text and `delta` (any state)."""
-        text = self._buf + delta if self._buf else delta
+        buf = self._held_text() if self._parts else self._buf
+        text = buf + delta if buf else delta
         out: list[str] = []
         pos = self._pos
         # Unless the text ends in whitespace, its trailing run is unfinished: the fast path stops
