@@ -26,6 +26,9 @@ text released is never scanned again.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
+
 from gateway.core.redact.cuts import keep_start, run_cut
 from gateway.core.redact.spec import RUN_LIMIT as RUN_LIMIT
 from gateway.core.redact.spec import ScanSpec as ScanSpec
@@ -137,19 +140,16 @@ class SegmentWindow:
             return deltas
         if len(deltas) == 1:  # one delta in the read (a paced stream): no later text to release it sooner
             return [self._feed(deltas[0], False)]
-        if sum(map(len, deltas)) < RUN_LIMIT // 2:
+        ends = list(accumulate(map(len, deltas)))  # at C speed: a read may bring a thousand deltas
+        if ends[-1] < RUN_LIMIT // 2:
             return self._together(deltas)  # one batch: the loop below would not cut it
         out: list[str] = []
-        group: list[str] = []
-        size = 0
-        for d in deltas:
-            if size + len(d) >= RUN_LIMIT // 2 and group:
-                out += self._together(group)
-                group, size = [], 0
-            group.append(d)
-            size += len(d)
-        if group:
-            out += self._together(group)
+        start, base = 0, 0
+        while start < len(deltas):
+            # The longest run of deltas from `start` under RUN_LIMIT // 2 characters (at least one).
+            stop = max(start + 1, bisect_left(ends, base + RUN_LIMIT // 2, start))
+            out += self._together(deltas[start:stop])
+            start, base = stop, ends[stop - 1]
         return out
 
     def _together(self, deltas: list[str]) -> list[str]:
@@ -189,10 +189,8 @@ class SegmentWindow:
     def _to_limit(self, deltas: list[str]) -> list[str]:
         """`_together` of deltas without a gap that take the held run to RUN_LIMIT: `_push` would hold
         each until the one that reaches it (held here in one copy, not one per delta) and cut there."""
-        size, k = len(self._buf), 0
-        while size + len(deltas[k]) < RUN_LIMIT:
-            size += len(deltas[k])
-            k += 1
+        # held[i]: the run held after deltas[:i]; deltas[k] is the first to take it to the limit
+        k = bisect_left(list(accumulate(map(len, deltas), initial=len(self._buf))), RUN_LIMIT) - 1
         if k:
             self._buf += "".join(deltas[:k])
         out = [""] * k
