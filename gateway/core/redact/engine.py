@@ -214,7 +214,7 @@ class SegmentWindow:
                 pos, slow = self._fast(text, pos, complete, out)
                 if not slow:
                     break
-            nxt = self._slow(text, pos, final, out)
+            nxt = self._slow(text, pos, final, out, complete)
             if nxt == pos:
                 break
             pos = nxt
@@ -252,8 +252,11 @@ class SegmentWindow:
         # A run that reached RUN_LIMIT is complete although nothing followed it yet.
         return end, end < n and n - end >= RUN_LIMIT
 
-    def _slow(self, text: str, pos: int, final: bool, out: list[str]) -> int:
-        """Handle the unit at `pos`; return the position after it, or `pos` to hold it."""
+    def _slow(self, text: str, pos: int, final: bool, out: list[str], tail: int) -> int:
+        """Handle the unit at `pos`; return the position after it, or `pos` to hold it. `tail`: where the
+        text's trailing run starts (no gap from there on: its units need no search)."""
+        if pos >= tail:
+            return self._run(text, pos, min(len(text), pos + RUN_LIMIT), final, out)
         gaps = self._spec.gaps
         m = gaps.unit.match(text, pos)
         assert m is not None
