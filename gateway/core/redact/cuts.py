@@ -8,8 +8,8 @@ from there starts the next run or segment: the secret is matched whole there.
 
 `tail` and `near` are the alternations of the rules' non-empty-prefix forms (see `redact_regex`)
 anchored at the end of the searched text: `tail_start` finds the leftmost q >= a where text[q:b]
-could be the start of a match. A whole match that starts before the chosen start and runs across it would be
-split by the cut too, so the start moves back to it (a few times at most). `detect` (a superset of
+could be the start of a match. A whole match that starts before the chosen start and runs across
+it would be split by the cut too, so the start moves back to it (a few times at most). `detect` (a superset of
 the matches, see `ScanSpec`) finds those in one pass, when the hints show that text[first:end] may
 hold a match at all (`may_match`: a match lies in one segment, and its hint inside it; the hints skip
 at C speed where `detect` tries every rule at every character, ten times slower on a long run). A
@@ -58,8 +58,9 @@ def keep_start(spec: ScanSpec, text: str, first: int, keep: int, low: int, end: 
 
 
 def tail_start(spec: ScanSpec, text: str, low: int, end: int, hint: int = -1) -> int:
-    """The leftmost q in [low, end) where text[q:end] could be the start of a match, or -1. `hint`:
-    where the first hint at or after `low` starts when the caller knows (`end`: none), else -1.
+    """The leftmost q in [low, end) where text[q:end] could be the start of a match, or -1. `hint`: the
+    start of the first hint from some position at or before `low` (`end`: none), when the caller has
+    searched for it; -1: not known.
 
     `tail` is tried at every position. `near` (the rules whose hint ends within the first
     `near_chars` characters of anything their prefix form matches, `BuiltinRule.hint_by`) only where
