@@ -108,13 +108,16 @@ class SegmentWindow:
                 rest = rest[self._spec.gaps.tail_start(rest):]
             if len(rest) == len(delta):  # no whitespace: the unfinished run goes on
                 buf = self._buf
-                if len(buf) + self._parts_len + len(delta) >= RUN_LIMIT:
-                    return self._general(delta, False)
-                if len(buf) < PIECES_FROM and not self._parts:
-                    self._buf = buf + delta  # a word: one short copy
-                else:  # a long run: one more piece, not a copy of all of it
+                if self._parts or len(buf) >= PIECES_FROM:  # a long run: one more piece, not a copy of it
+                    if len(buf) + self._parts_len + len(delta) >= RUN_LIMIT:
+                        return self._general(delta, False)
                     self._parts.append(delta)
                     self._parts_len += len(delta)
+                    return ""
+                text = buf + delta  # a word: one short copy
+                if len(text) >= RUN_LIMIT:
+                    return self._general(delta, False)
+                self._buf = text
                 return ""
         buf = self._held_text() if self._parts else self._buf
         text = buf + delta if buf else delta
