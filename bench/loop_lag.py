@@ -5,11 +5,13 @@ directory, so a baseline checkout works too) with a probe on each of its event l
 a `call_later` timer fires and notes how much later than asked it ran. A loop busy with one long step
 (a compile, a big JSON, a GC pause) runs every timer late by that much, so the lateness distribution is
 the stall every stream on that loop saw. Each process writes `OUT_PREFIX-<pid>.txt`, one line per tick
-(`unix time, lateness ms, on-CPU lateness ms`), flushed every 10 ticks; `samples` reads them back for a
-time window. The lateness also holds the time the OS ran other processes instead (on a shared machine,
-100 ms and more whatever the gateway does); the on-CPU lateness is the part the loop's own thread spent
-computing: the lateness, but at most the thread's CPU time since the timer was set (it overstates by up
-to one interval when the loop was busy all along). On a quiet machine the two agree.
+(`unix time, lateness ms, own lateness ms`), flushed every 10 ticks; `samples` reads them back for a
+time window. The lateness also holds the time the OS ran other processes instead: on a 2-core machine
+the load generator and the fake upstream compete with the gateway for the cores, and a runnable thread
+waits its turn on the run queue for milliseconds. The loop's own lateness is the lateness less that wait
+(the thread's run-queue time since the timer was set, from `/proc/thread-self/schedstat`, which the
+kernel keeps per thread): what the loop itself spent on other work before it could run the timer.
+Without schedstat it falls back to the lateness capped at the thread's CPU time since the timer was set.
 
 The probe is installed by wrapping the gateway's uvloop policy (its one `install_uvloop` hook, which
 forked `--workers` children inherit): a bench harness around the gateway, nothing in the gateway itself.
@@ -40,20 +42,20 @@ class Probe:
         self._closed = False
 
     def start(self) -> None:
-        self._due, self._cpu = time.perf_counter() + INTERVAL_S, time.thread_time()
+        self._due, self._cpu = time.perf_counter() + INTERVAL_S, _waited_or_cpu()
         self._loop.call_later(INTERVAL_S, self._tick)
 
     def _tick(self) -> None:
         if self._closed:
             return
-        now, cpu = time.perf_counter(), time.thread_time()
+        now, mark = time.perf_counter(), _waited_or_cpu()
         # libuv timers have millisecond resolution: a timer may fire up to ~1 ms early or late by that
         late = max(0.0, now - self._due)
-        on_cpu = min(late, cpu - self._cpu)
-        self._lines.append(f"{time.time():.3f} {late * 1000:.3f} {on_cpu * 1000:.3f}\n")
+        own = max(0.0, late - (mark - self._cpu)) if _SCHEDSTAT else min(late, mark - self._cpu)
+        self._lines.append(f"{time.time():.3f} {late * 1000:.3f} {own * 1000:.3f}\n")
         if len(self._lines) >= FLUSH_EVERY:
             self.flush()
-        self._due, self._cpu = now + INTERVAL_S, time.thread_time()
+        self._due, self._cpu = now + INTERVAL_S, _waited_or_cpu()
         self._loop.call_later(INTERVAL_S, self._tick)
 
     def flush(self) -> None:
@@ -71,18 +73,30 @@ class Probe:
             self._file.close()
 
 
+_SCHEDSTAT = os.path.exists("/proc/thread-self/schedstat")
+
+
+def _waited_or_cpu() -> float:
+    """Seconds this thread has waited on the run queue (runnable, not running); without schedstat, its
+    CPU time."""
+    if not _SCHEDSTAT:
+        return time.thread_time()
+    with open("/proc/thread-self/schedstat", "rb") as f:
+        return int(f.read().split()[1]) / 1e9
+
+
 def samples(prefix: Path, t0: float, t1: float) -> list[tuple[float, float]]:
-    """(lateness, on-CPU lateness) in ms of every tick between unix times t0 and t1, over all of a
+    """(lateness, the loop's own lateness) in ms of every tick between unix times t0 and t1, over all of a
     target's processes."""
     out: list[tuple[float, float]] = []
     for path in prefix.parent.glob(f"{prefix.name}-*.txt"):
         for line in path.read_text().splitlines():
             try:
-                at, late, on_cpu = map(float, line.split())
+                at, late, own = map(float, line.split())
             except ValueError:
                 continue  # a line cut by a process that was killed mid-write
             if t0 <= at <= t1:
-                out.append((late, on_cpu))
+                out.append((late, own))
     return out
 
 

@@ -27,7 +27,7 @@ class Measure:
     hwm_after_kib: int = 0  # peak, after the last round
     procs: int = 0
     error_samples: dict[str, str] = field(default_factory=dict)
-    # the loop-lag probe's ticks in the rounds (bench/loop_lag.py): lateness, and its on-CPU part, ms
+    # the loop-lag probe's ticks in the rounds (bench/loop_lag.py): lateness, and the loop's own part, ms
     lag_ms: list[float] = field(default_factory=list)
     lag_cpu_ms: list[float] = field(default_factory=list)
     hostile: Counter[str] = field(default_factory=Counter)  # bench/hostile.py's requests by outcome
@@ -105,7 +105,7 @@ for _key in HOSTILE_KEYS:
                      ("cpu_ms_per_req", "CPU ms/req (with the hostile's)"), ("hostile_requests", "hostile requests")]
 for _cols in COLUMNS.values():  # every scenario: the loop-lag probe's figures (gateway targets)
     _cols += [("lag_p99_ms", "loop lag p99 ms"), ("lag_max_ms", "loop lag max ms"),
-              ("lag_cpu_max_ms", "on-CPU lag max ms")]
+              ("lag_cpu_p99_ms", "own lag p99 ms"), ("lag_cpu_max_ms", "own lag max ms")]
 # the figure whose ratio to nginx's is shown
 RATIO_OF = {"S1": "cpu_ms_per_req", "S1w": "cpu_ms_per_req", "S2": "cpu_ms_per_req", "S2t": "cpu_ms_per_req",
             "S3": "cpu_us_per_chunk", "S3p": "cpu_us_per_chunk", "S4": "kib_per_stream",

@@ -28,6 +28,8 @@ class Learned:
         self.clock = clock  # monotonic seconds; replaceable so a test can step over an expiry
 
     def knows(self, d: Deployment, api: str, fact: Fact) -> bool:
+        if self.facts.empty:  # the usual case: no key built, no clock read (twice per attempt)
+            return False
         now = self.clock()
         self._expire(now)
         return self.facts.knows(FactKey(d.label, api, fact), now)

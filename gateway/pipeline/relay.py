@@ -29,7 +29,7 @@ from gateway.pipeline.guardrails import record
 from gateway.pipeline.held_line import judge_keeping_alive
 from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.safety import SafetyRun
+from gateway.pipeline.safety import ModelSafety, SafetyRun
 from gateway.pipeline.sink import ClientSink
 from gateway.upstream import UpstreamError, UpstreamResponse
 
@@ -102,13 +102,10 @@ class Relay:
     request accounted whatever happens."""
 
     def __init__(self, rt: Runtime, ctx: RequestContext, opened: Opened[StreamCore], client: StreamResponse,
-                 run: SafetyRun | None, filt: OutputFilter, resume: Resume | None = None):
-        safety = rt.safety.models[ctx.model.name]
-        self.rt, self.ctx, self.opened, self.client = rt, ctx, opened, client
+                 safety: ModelSafety, run: SafetyRun | None, filt: OutputFilter, resume: Resume | None = None):
+        self.rt, self.ctx, self.opened, self.client, self.safety = rt, ctx, opened, client, safety
         self.stream, self.run_safety, self.filt = opened.stream, run, filt
         self.sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
-        self.judges = safety.hold_guards + safety.audit_guards
-        self.cork = not safety.audit_guards  # nothing waits between the last writes
         self.accounted = False
         self.resume = resume  # the model continues a stream that fails after the first token
 
@@ -129,7 +126,7 @@ class Relay:
     async def _relay(self) -> None:
         stream, filt, sink, client = self.stream, self.filt, self.sink, self.client
         first = stream.commit(filt)
-        if stream.done and sink.hold is None and self.cork:
+        if stream.done and sink.hold is None and not self.safety.audit_guards:
             client.cork()  # the whole answer is in hand and nothing below waits: one write for all of it
         await sink.emit(first, self.opened.t_first, filt.output_released)
         check_refusal(filt)
@@ -148,19 +145,27 @@ class Relay:
                 raise self._ended(ended)
         tail = stream.tail()
         check_refusal(filt)
-        verdict = await judge_keeping_alive(self.rt, self.ctx, sink.keeper, stream.assembler, self.judges)
-        if verdict is not None:
-            if sink.hold is None:  # audit: the text was out already
-                await sink.emit(tail, time.perf_counter(), filt.output_released)
-            raise StreamEnded("guardrail", verdict)
+        if self.safety.hold_guards or self.safety.audit_guards:
+            await self._judge(tail)
         end = stream.finish()
         check_refusal(filt)
         self.account(passed=True)  # before the client can see the end
-        await commit_spend(self.rt, self.ctx)
+        if self.rt.control is not None:
+            await commit_spend(self.rt, self.ctx)
         if sink.hold is not None:
             await sink.release_held(tail + end)
             return
         await sink.end(tail + end, filt.output_released)  # the last data and the terminator in one write
+
+    async def _judge(self, tail: bytes) -> None:
+        """The whole-answer guardrails (hold, audit) judge the answer before its end is written."""
+        safety, sink = self.safety, self.sink
+        verdict = await judge_keeping_alive(self.rt, self.ctx, sink.keeper, self.stream.assembler,
+                                            safety.hold_guards + safety.audit_guards)
+        if verdict is not None:
+            if sink.hold is None:  # audit: the text was out already
+                await sink.emit(tail, time.perf_counter(), self.filt.output_released)
+            raise StreamEnded("guardrail", verdict)
 
     async def _continue(self, reason: str) -> bool:
         """The upstream failed after the first token: continued on another deployment (a model with
@@ -211,11 +216,12 @@ class Relay:
         if self.accounted:
             return
         self.accounted = True
-        rt, ctx = self.rt, self.ctx
+        ctx = self.ctx
         refused = self.filt.refusal
-        if passed or refused is not None:
-            for g in rt.safety.models[ctx.model.name].stream_guards:
-                record(rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
+        guards = self.safety.stream_guards
+        if guards and (passed or refused is not None):
+            for g in guards:
+                record(self.rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
         if self.run_safety is not None:
             ctx.redactions += ctx.rec.redactions(self.run_safety.redaction_counts().items())
         if usage and self.resume is not None and self.resume.used:

@@ -56,10 +56,11 @@ async def _stream(request: GatewayRequest, rt: Runtime, ctx: RequestContext, ser
         return await open_stream(rt, ctx, served, d)
 
     async def relay(opened: Opened[StreamCore], client: StreamResponse) -> None:
-        run = rt.safety.models[ctx.model.name].start()
+        safety = rt.safety.models[ctx.model.name]
+        run = safety.start()
         filt = served.output_filter(run.factory if run is not None else None, ctx.forward_usage)
         resume = Continuation(rt, ctx, served) if ctx.model.continuation else None
-        await Relay(rt, ctx, opened, client, run, filt, resume).run()
+        await Relay(rt, ctx, opened, client, safety, run, filt, resume).run()
         if ctx.cache_store and ctx.stream_error is None:
             await _store_streamed(rt, request, ctx, served, opened.stream)
 

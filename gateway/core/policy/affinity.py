@@ -32,7 +32,13 @@ class AffinityResult(StrEnum):
 
 def session_digest(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
     """The hashed session id of a request (see the module docstring), or None when it names none."""
-    raw = next((headers[h] for h in SESSION_HEADERS if headers.get(h)), None)
+    raw: object = None
+    for h in SESSION_HEADERS:  # a loop, not a generator: this runs for every request
+        raw = headers.get(h)
+        if raw:
+            break
+    else:
+        raw = None
     if raw is None:
         raw = body.get("prompt_cache_key")
     if raw is None:

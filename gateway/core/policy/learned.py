@@ -38,6 +38,10 @@ class LearnedFacts:
         self._until: dict[FactKey, float] = {}
         self._next_expiry = float("inf")
 
+    @property
+    def empty(self) -> bool:
+        return not self._until
+
     def knows(self, key: FactKey, now: float) -> bool:
         """Whether the fact is in force at `now` (an expired one is not, even before `expire` ran)."""
         until = self._until.get(key)

@@ -1,0 +1,78 @@
+"""The independent TTFT clients of `bench.ttft_probe` (issue #34, point 4) work: their decoding at every
+split, and each client against the fake upstream on 127.0.0.1 (no timing assertions: speed is measured
+only by running the probe)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bench.raw_client import ChunkedSSE, Habits, run_clients
+from bench.ttft_probe import Round, habits_of, report
+from bench.upstream import _SSE_HEAD, answer_steps, start_upstream
+
+BODY = {"model": "m", "stream": True, "bench": {"ttft_ms": 0, "chunks": 4, "chunk_chars": 5, "gap_ms": 1, "seed": 3}}
+
+
+def test_chunked_sse_finds_the_first_content_event_at_every_split() -> None:
+    frames = [data for _, data in answer_steps(BODY)]
+    answer = _SSE_HEAD + b"".join(frames)
+    # the first HTTP chunk carries the role event and the first delta; the decoder takes a chunk whole
+    first_content_end = len(_SSE_HEAD) + len(frames[0])
+    for cut in range(len(answer) + 1):
+        parser = ChunkedSSE()
+        seen_at_cut = parser.feed(answer[:cut])
+        assert seen_at_cut == (cut >= first_content_end), cut
+        assert parser.feed(answer[cut:])
+        assert parser.ended and parser.status == 200
+
+
+def test_chunked_sse_ignores_the_role_event_and_done() -> None:
+    role = b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
+    done = b"data: [DONE]\n\n"
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in (role, done)) + b"0\r\n\r\n"
+    parser = ChunkedSSE()
+    assert not parser.feed(_SSE_HEAD + body)
+    assert parser.ended and not parser.content_seen
+
+
+@pytest.mark.parametrize("habits", [Habits(), Habits(new_conn=True), Habits(new_conn=True, nodelay=False, split=True),
+                                    Habits(split=True)])
+async def test_raw_client_against_the_fake_upstream(habits: Habits) -> None:
+    server = await start_upstream()
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+    try:
+        got = await asyncio.to_thread(run_clients, "raw", url, habits, 3, 2)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert got.errors == 0
+    assert len(got.ttft_ms) == len(got.ttfb_ms) == 3
+    assert all(0 < b <= f for b, f in zip(got.ttfb_ms, got.ttft_ms, strict=True))
+
+
+async def test_sdk_client_against_the_fake_upstream() -> None:
+    server = await start_upstream()
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+    try:
+        got = await asyncio.to_thread(run_clients, "sdk", url, Habits(), 2, 1)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert got.errors == 0 and len(got.ttft_ms) == 2 and all(t > 0 for t in got.ttft_ms)
+
+
+def test_harness_names() -> None:
+    assert habits_of("raw:new:split:nagle") == ("raw", Habits(new_conn=True, nodelay=False, split=True))
+    assert habits_of("loadgen")[0] == "loadgen"
+    with pytest.raises(SystemExit):
+        habits_of("raw:fast")
+
+
+def test_report_gives_the_added_ttft_per_round() -> None:
+    results = {("raw", "direct"): [Round([50.0, 51.0, 52.0]), Round([50.0, 50.0, 50.0])],
+               ("raw", "gw"): [Round([51.0, 52.0, 53.0]), Round([52.0, 52.0, 52.0])]}
+    table = report(results, ["raw"], ["direct", "gw"])
+    row = next(line for line in table.splitlines() if "| gw |" in line)
+    assert "**1.50** (1.00, 2.00)" in row
