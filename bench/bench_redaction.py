@@ -39,6 +39,7 @@ SECTIONS = (("Prose (postmortem, team notes, README, changelog)", PROSE),
             ("Chinese prose (incident summary)", CHINESE),
             ("Mixed English/Japanese prose (a Kubernetes how-to)", MIXED))
 AB_ROUNDS = 5
+NOSPACE_ROUNDS = 2
 TARGET_BYTES = 1 << 20
 FIXED_WINDOW = 128
 
@@ -240,42 +241,87 @@ def english_cpu_per_mb(seed: int) -> float:
     return r.cpu_s / (r.total_bytes / 1e6)
 
 
-def _cpu_in(checkout: Path, seed: int) -> float:
-    """`english_cpu_per_mb` with the gateway of `checkout` (this file and its corpus stay ours)."""
+def nospace_us_per_delta(seed: int, reads: str) -> float:
+    """CPU µs per 8-character delta of text without any whitespace (S3n's text, `bench.textgen`'s
+    `nospace`, 1000 deltas an answer) through our window, the deltas handed over as the relay does
+    (`push_together`) in reads of 32-64 (`reads="some"`) or a whole answer in one read (`"all"`, as S3n's
+    unpaced upstream sends it), or one by one (`"one"`, `push`)."""
+    from bench.textgen import pieces  # the checkout's own: the A/B runs this in either
+
+    redactor = Redactor.compile(["secrets", "pii"], [])
+    rnd = random.Random(seed)
+    streams = [pieces(s, 1000, 8, nospace=True) for s in range(16)]
+    n = 0
+    start = time.process_time()
+    for _ in range(NOSPACE_ROUNDS):
+        for stream in streams:
+            window = redactor.window()
+            i = 0
+            while i < len(stream):
+                k = rnd.randint(32, 64) if reads == "some" else len(stream) if reads == "all" else 1
+                if k == 1:
+                    window.push(stream[i])
+                else:
+                    window.push_together(list(stream[i:i + k]))
+                i += k
+            window.flush()
+            n += len(stream)
+    return (time.process_time() - start) / n * 1e6
+
+
+def _measure_in(checkout: Path, call: str) -> float:
+    """`call` (an expression over this module, `m`) with the gateway of `checkout` (this file stays ours)."""
     code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('b', sys.argv[1]); "
             "m = sys.modules['b'] = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
-            "print(m.english_cpu_per_mb(int(sys.argv[2])))")
+            f"print({call})")
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    out = subprocess.run([sys.executable, "-c", code, __file__, str(seed)], env=env, check=True,
+    out = subprocess.run([sys.executable, "-c", code, __file__], env=env, check=True,
                          capture_output=True, text=True, cwd=checkout)
     return float(out.stdout.strip())
 
 
+_NOSPACE = "text without whitespace (S3n), CPU µs per 8-character delta"
+_AB = (("English prose, CPU ms per MB", "m.english_cpu_per_mb({seed}) * 1000"),
+       (f"{_NOSPACE}, a whole answer in one read", "m.nospace_us_per_delta({seed}, 'all')"),
+       (f"{_NOSPACE}, in reads of 32-64", "m.nospace_us_per_delta({seed}, 'some')"),
+       (f"{_NOSPACE}, one by one", "m.nospace_us_per_delta({seed}, 'one')"))
+
+
 def ab(baseline: Path, seed: int) -> str:
-    """English prose through this checkout's window and `baseline`'s, alternately, in one run."""
-    mine: list[float] = []
-    base: list[float] = []
-    for _ in range(AB_ROUNDS):
-        mine.append(_cpu_in(ROOT, seed))
-        base.append(_cpu_in(baseline, seed))
-    m, b = statistics.median(mine), statistics.median(base)
-    return (f"English prose, our window, CPU per MB (median of {AB_ROUNDS} alternating runs, one process "
-            f"each): this code {m * 1000:.0f} ms, the baseline checkout {b * 1000:.0f} ms "
-            f"({(m / b - 1) * 100:+.1f} %).")
+    """Our window in this checkout and in `baseline`, alternately, in one run (one process each)."""
+    rows = [f"Our window, median of {AB_ROUNDS} alternating runs (one process each):", "",
+            "| measure | this code | baseline checkout | change |", "| --- | --- | --- | --- |"]
+    for label, call in _AB:
+        mine: list[float] = []
+        base: list[float] = []
+        for _ in range(AB_ROUNDS):
+            mine.append(_measure_in(ROOT, call.format(seed=seed)))
+            base.append(_measure_in(baseline, call.format(seed=seed)))
+        m, b = statistics.median(mine), statistics.median(base)
+        rows.append(f"| {label} | {m:.3g} (spread {min(mine):.3g}-{max(mine):.3g}) "
+                    f"| {b:.3g} (spread {min(base):.3g}-{max(base):.3g}) | {(m / b - 1) * 100:+.1f} % |")
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", action="store_true", help="rewrite bench/REDACTION.md")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--baseline", type=Path, help="another checkout (git worktree) for an A/B of English prose")
+    parser.add_argument("--baseline", type=Path, help="another checkout (git worktree) for an A/B of our window "
+                        "on English prose and on text without whitespace")
+    parser.add_argument("--ab-only", action="store_true", help="with --baseline: only the A/B")
     args = parser.parse_args(argv)
     sections = []
-    for label, files in SECTIONS:
+    for label, files in () if args.ab_only and args.baseline else SECTIONS:
         results, mean_word, mean_delta = bench(files, args.seed)
         sections.append(f"#### {label}, {results[0].total_bytes / 1e6:.2f} MB\n\n"
                         + table(results, results[0], mean_word, mean_delta))
-    sections.append("#### Adversarial text (our window only)\n\n" + adversarial())
+    if not (args.ab_only and args.baseline):
+        sections.append("#### Adversarial text (our window only)\n\n" + adversarial())
+        us = {reads: nospace_us_per_delta(args.seed, reads) for reads in ("all", "some", "one")}
+        sections.append("#### Text without whitespace (S3n's text, our window only)\n\n"
+                        f"CPU per 8-character delta: a whole answer in one read {us['all']:.2f} µs, in reads of "
+                        f"32-64 {us['some']:.2f} µs, one by one {us['one']:.2f} µs.")
     if args.baseline is not None:
         sections.append("#### Before and after, one run\n\n" + ab(args.baseline.resolve(), args.seed))
     report = "\n\n".join(sections)

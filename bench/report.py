@@ -30,6 +30,7 @@ class Measure:
     # the loop-lag probe's ticks in the rounds (bench/loop_lag.py): lateness, and the loop's own part, ms
     lag_ms: list[float] = field(default_factory=list)
     lag_cpu_ms: list[float] = field(default_factory=list)
+    hostile: Counter[str] = field(default_factory=Counter)  # bench/hostile.py's requests by outcome
 
     def add_round(self, lg: dict[str, Any], cpu_s: float, upstream_cpu_s: float) -> None:
         self.ok += lg["ok"]
@@ -70,6 +71,7 @@ def figures(sc: Scenario, m: Measure) -> dict[str, float]:
            "rss_before_mib": m.rss_before_kib / 1024, "hwm_after_mib": m.hwm_after_kib / 1024,
            "lag_p99_ms": pct(m.lag_ms, 99), "lag_max_ms": max(m.lag_ms, default=math.nan),
            "lag_cpu_p99_ms": pct(m.lag_cpu_ms, 99), "lag_cpu_max_ms": max(m.lag_cpu_ms, default=math.nan)}
+    out["hostile_requests"] = float(sum(m.hostile.values()))
     out["kib_per_stream"] = (m.hwm_after_kib - m.rss_before_kib) / m.max_open if m.max_open else math.nan
     return out
 
@@ -97,6 +99,10 @@ COLUMNS["S3n"] = [("req_per_s", "req/s"), ("cpu_us_per_chunk", "CPU µs/chunk"),
 for _key in ("S2r", "S2f"):
     COLUMNS[_key] = [("req_per_s", "req/s"), ("cpu_ms_per_req", "CPU ms/req"), ("ttft_p50_ms", "TTFT p50 ms"),
                      ("ttft_p99_ms", "TTFT p99 ms")]
+HOSTILE_KEYS = ("S2hb", "S2hd", "S2hs", "S2hn")  # S2 beside bench/hostile.py's clients
+for _key in HOSTILE_KEYS:
+    COLUMNS[_key] = [("req_per_s", "req/s"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
+                     ("cpu_ms_per_req", "CPU ms/req (with the hostile's)"), ("hostile_requests", "hostile requests")]
 for _cols in COLUMNS.values():  # every scenario: the loop-lag probe's figures (gateway targets)
     _cols += [("lag_p99_ms", "loop lag p99 ms"), ("lag_max_ms", "loop lag max ms"),
               ("lag_cpu_p99_ms", "own lag p99 ms"), ("lag_cpu_max_ms", "own lag max ms")]
@@ -104,7 +110,7 @@ for _cols in COLUMNS.values():  # every scenario: the loop-lag probe's figures (
 RATIO_OF = {"S1": "cpu_ms_per_req", "S1w": "cpu_ms_per_req", "S2": "cpu_ms_per_req", "S2t": "cpu_ms_per_req",
             "S3": "cpu_us_per_chunk", "S3p": "cpu_us_per_chunk", "S4": "kib_per_stream",
             "M2": "cpu_ms_per_req", "M3": "cpu_us_per_chunk", "S2r": "cpu_ms_per_req", "S2f": "cpu_ms_per_req",
-            "S3n": "cpu_us_per_chunk"}
+            "S3n": "cpu_us_per_chunk", **dict.fromkeys(HOSTILE_KEYS, "cpu_ms_per_req")}
 
 
 def summarize(sc: Scenario, measures: dict[str, Measure]) -> dict[str, dict[str, float]]:
@@ -199,6 +205,9 @@ def markdown(machine: dict[str, str], scenarios: list[Scenario], summary: dict[s
             if errs["counts"]:
                 out.append(f"\n{target} errors: " + ", ".join(f"{k}: {v}" for k, v in sorted(errs["counts"].items())))
                 out += [f"- first {k}: `{v.strip()}`" for k, v in sorted(errs["first"].items())]
+            if errs.get("hostile"):
+                out.append(f"\n{target}, the hostile client's answers: "
+                           + ", ".join(f"{k}: {v}" for k, v in sorted(errs["hostile"].items())))
     out += ["", "## Targets (gateway)", ""]
     for v in checks:
         if v.met is None:

@@ -28,7 +28,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from bench import loop_lag, servers
+from bench import hostile, loop_lag, servers
 from bench.procstat import usage
 from bench.report import Measure, markdown, summarize, verdicts
 from bench.scenarios import Scenario, select
@@ -184,12 +184,15 @@ def measure_round(pool: Pool, sc: Scenario, target: str, m: Measure) -> None:
     t0 = time.time()
     if events is not None:
         events.start()
+    attack = hostile.start(server.url_for("chat"), sc.hostile, sc.duration_s) if sc.hostile else None
     try:
         lg = loadgen(server.url_for(sc.api), sc, requests=sc.requests, duration_s=sc.duration_s)
     finally:
         if events is not None:
             events.done.set()
             events.join()
+        if attack is not None:
+            m.hostile.update(hostile.finish(*attack))
     for late, on_cpu in loop_lag.samples(pool.lag_prefix(target), t0, time.time()):
         m.lag_ms.append(late)
         m.lag_cpu_ms.append(on_cpu)
@@ -294,8 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     info["run time"] = f"{time.monotonic() - t0:.0f} s" + (" (--quick: a smoke run, not a measurement)"
                                                           if args.quick else "")
     summary = {k: summarize(sc, raw[k]) for sc in scenarios if (k := sc.key) in raw}
-    errors = {k: {t: {"counts": dict(m.errors), "first": m.error_samples} for t, m in v.items()}
-              for k, v in raw.items()}
+    errors = {k: {t: {"counts": dict(m.errors), "first": m.error_samples, "hostile": dict(m.hostile)}
+                  for t, m in v.items()} for k, v in raw.items()}
     checks = verdicts(summary)
     text = markdown(info, scenarios, summary, errors, checks)
     out = Path(args.out)

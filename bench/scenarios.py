@@ -38,6 +38,7 @@ class Scenario:
     api: str = "chat"  # "messages": Anthropic Messages requests, to the gateway's native `anthropic` model
     reload_every_s: float = 0.0  # >0: SIGHUP the gateway this often during each round (a config reload)
     faults_at: float = 0.0  # >0: the upstream's faults are armed this far into each round (0..1)
+    hostile: str = ""  # a kind of bench/hostile.py's clients, sending beside the load in each round
 
 
 FULL: tuple[Scenario, ...] = (
@@ -55,6 +56,15 @@ FULL: tuple[Scenario, ...] = (
     Scenario("S2f", "S2 with upstream failures starting mid-run (first deployment 503s from half-way, fallback)",
              ("gateway-faults",), concurrency=128, chunks=50, duration_s=8, rounds=2, warmup=256, fresh=True,
              faults_at=0.5),
+    # S2 beside one kind of hostile client (bench/hostile.py), for the loop-lag probe: what one client's
+    # input within the limits costs every other stream on the loop
+    *(Scenario(key, f"S2 while a client sends {what}", ("gateway",), concurrency=128, chunks=50, duration_s=8,
+               rounds=2, warmup=256, hostile=kind)
+      for key, kind, what in (
+          ("S2hb", "bigstring", "10 MiB bodies of one JSON string"),
+          ("S2hd", "deep", "10 MiB bodies of arrays nested 120 deep"),
+          ("S2hs", "slowloris", "request heads a byte every 0.5 s on 64 connections"),
+          ("S2hn", "nospace", "stream requests answered with 1 MiB without whitespace (redaction on)"))),
     Scenario("S2t", "S2 with the chunked terminator 1 ms after [DONE], written on its own (as many servers do)",
              ("gateway", "nginx"), concurrency=128, chunks=50, tail_ms=1, duration_s=6, rounds=1, warmup=256),
     Scenario("S3", "long streams: 32 concurrent, 1000 chunks, no delay",

@@ -142,3 +142,21 @@ def test_bedrock_bench_cases_relay_the_whole_answer() -> None:
     outs = {name: fn() for name, fn in cases(50).items()}
     assert all(n > 0 for n in outs.values())
     assert outs["messages, SSE (anthropic)"] > 50 * len(" word")
+
+
+async def test_the_hostile_clients_bodies_are_within_the_limits_and_get_answered() -> None:
+    import orjson
+
+    from bench.hostile import BODY_BYTES, Target, body_of, exchange
+
+    for kind in ("bigstring", "deep"):
+        body = body_of(kind)
+        assert len(body) <= BODY_BYTES and orjson.loads(body)["stream"] is True
+    server = await start_upstream()
+    port = server.sockets[0].getsockname()[1]
+    try:  # the fake upstream stands in for the gateway: the client reads a whole stream, then a 404
+        assert await exchange(Target.of(f"http://127.0.0.1:{port}/v1/chat/completions"), body_of("nospace")) == "200"
+        assert await exchange(Target.of(f"http://127.0.0.1:{port}/nowhere"), b"{}") == "404"
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from itertools import repeat
+from itertools import compress, repeat
 from operator import and_, getitem
 from typing import Any, cast
 
@@ -202,7 +202,9 @@ class Run:
             self._event(out, i, released[i])
         if b > a:
             out += (b"data: ", b"\n\ndata: ".join(self.datas[a:b]), b"\n\n")
-        for i in range(b, n):
+        # Only the chunks that release something: a long run without whitespace is held for thousands
+        # of chunks, each released as "" (its event dropped), skipped here at C speed.
+        for i in compress(range(b, n), released[b:]):
             self._event(out, i, released[i])
         return b"".join(out)
 

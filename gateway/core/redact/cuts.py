@@ -6,10 +6,10 @@ across the cut into two pieces that neither match (a key inside a long URL or a 
 JSON). So the cut goes before the leftmost candidate that could still grow past it, and the text
 from there starts the next run or segment: the secret is matched whole there.
 
-`tail` is the alternation of every rule's non-empty-prefix form (see `redact_regex`) anchored at the
-end of the searched text: `tail.search(text, a, b)` is the leftmost q >= a where text[q:b] could be
-the start of a match. A whole match that starts before the chosen start and runs across it would be
-split by the cut too, so the start moves back to it (a few times at most). `detect` (a superset of
+`tail` and `near` are the alternations of the rules' non-empty-prefix forms (see `redact_regex`)
+anchored at the end of the searched text: `tail_start` finds the leftmost q >= a where text[q:b]
+could be the start of a match. A whole match that starts before the chosen start and runs across
+it would be split by the cut too, so the start moves back to it (a few times at most). `detect` (a superset of
 the matches, see `ScanSpec`) finds those in one pass, when the hints show that text[first:end] may
 hold a match at all (`may_match`: a match lies in one segment, and its hint inside it; the hints skip
 at C speed where `detect` tries every rule at every character, ten times slower on a long run). A
@@ -23,7 +23,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.core.redact.engine import ScanSpec
+    from gateway.core.redact.spec import ScanSpec
 
 TRIES = 8  # how often a match across the kept start may move it back before we give up
 
@@ -57,11 +57,43 @@ def keep_start(spec: ScanSpec, text: str, first: int, keep: int, low: int, end: 
     return -1
 
 
-def run_cut(spec: ScanSpec, text: str, start: int, end: int, keep_chars: int) -> int:
+def tail_start(spec: ScanSpec, text: str, low: int, end: int, hint: int = -1) -> int:
+    """The leftmost q in [low, end) where text[q:end] could be the start of a match, or -1. `hint`: the
+    start of the first hint from some position at or before `low` (`end`: none), when the caller has
+    searched for it; -1: not known.
+
+    `tail` is tried at every position. `near` (the rules whose hint ends within the first
+    `near_chars` characters of anything their prefix form matches, `BuiltinRule.hint_by`) only where
+    it can hit: a candidate longer than `near_chars` holds its hint, and so starts less than
+    `near_chars` before the first hint in text[low:end]; a shorter one starts in the last `near_chars`.
+    On text where no hint fires that is a few dozen positions instead of `keep_chars`."""
+    found = -1
+    if spec.tail is not None and (m := spec.tail.search(text, low, end)) is not None:
+        found = m.start()
+    if spec.near is None:
+        return found
+    if hint < low:
+        hint = end if spec.trigger is None or (h := spec.trigger.search(text, low, end)) is None else h.start()
+    first = max(low, hint - spec.near_chars)
+    if 0 <= found <= first:
+        return found
+    if (m := spec.near.search(text, first, end)) is not None:
+        return m.start() if found < 0 else min(found, m.start())
+    return found
+
+
+def run_cut(spec: ScanSpec, text: str, first: int, start: int, end: int, keep_chars: int) -> tuple[int, bool]:
     """Where the run text[start:end], which reached the run limit, is cut: before the leftmost
-    candidate that starts within `keep_chars` of `end` and could still grow past it, or at `end`."""
+    candidate that starts within `keep_chars` of `end` and could still grow past it, or at `end`;
+    and whether text[first:end] (`first`: the start of the open segment, or `start`) is clean
+    (`ScanSpec.clean_scan`): then no segment in it needs masking. One search for hints serves both."""
     low = max(start + 1, end - keep_chars)
-    if spec.tail is None or (m := spec.tail.search(text, low, end)) is None:
-        return end
-    keep = keep_start(spec, text, start, m.start(), low, end)
-    return end if keep < 0 else keep
+    hint = end
+    if spec.trigger is not None and (m := spec.trigger.search(text, first, end)) is not None:
+        hint = m.start()
+    clean = spec.clean_scan and hint == end
+    q = tail_start(spec, text, low, end, hint)
+    if q < 0:
+        return end, clean
+    keep = q if clean else keep_start(spec, text, start, q, low, end)
+    return (end if keep < 0 else keep), clean

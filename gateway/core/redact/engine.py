@@ -26,21 +26,13 @@ text released is never scanned again.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from bisect import bisect_left
+from itertools import accumulate
 
-from gateway.core.redact.breaks import Gaps
 from gateway.core.redact.cuts import keep_start, run_cut
-from gateway.core.redact.regex import (
-    detect_source,
-    factor_hints,
-    literal_hint,
-    prefix_source,
-    spans_whitespace,
-)
+from gateway.core.redact.spec import RUN_LIMIT as RUN_LIMIT
+from gateway.core.redact.spec import ScanSpec as ScanSpec
 
-RUN_LIMIT = 4096
 MAX_GAP = 64
 SEG_LIMIT = 8192
 SEG_RUNS = 256  # a PEM block of an 8192-bit RSA key has about 110 lines
@@ -49,109 +41,16 @@ MAX_HELD_CHARS = SEG_LIMIT + MAX_GAP + RUN_LIMIT
 # kept (the next run starts there) instead of released: a secret across the cut is masked whole,
 # and every cut still releases at least RUN_LIMIT - CUT_KEEP characters (linear cost).
 CUT_KEEP = 1024
-
-_SPACES = Gaps.of("", RUN_LIMIT)
-
-
-@dataclass(frozen=True, slots=True)
-class ScanSpec:
-    """What a window needs to know about its rules, compiled once per rule list."""
-
-    passthrough: bool  # no rule at all: every delta is released as it comes
-    trigger: re.Pattern[str] | None  # factored hints: any match or multi-word start fires it
-    residual: re.Pattern[str] | None  # rules without a hint: their detect and prefix forms
-    live: re.Pattern[str] | None  # non-empty prefixes of the rules that may span whitespace
-    detect: re.Pattern[str] | None  # a superset of every rule's matches, for a quick reject
-    gaps: Gaps = _SPACES  # what ends a run: whitespace, and the characters no rule can match
-    tail: re.Pattern[str] | None = None  # non-empty prefixes of every rule, at the end of the text
-    # The per-delta path's one search: `first_hit` of a text shorter than RUN_LIMIT, when one
-    # pattern does all its work (None: call first_hit). Derived, so `replace` keeps it in step.
-    short_scan: re.Pattern[str] | None = field(init=False)
-
-    def __post_init__(self) -> None:
-        scan = self.residual if self.trigger is None else self.trigger if self.residual is None else None
-        object.__setattr__(self, "short_scan", scan)
-
-    @classmethod
-    def build(cls, rules: Sequence[tuple[re.Pattern[str], str | None]]) -> ScanSpec:
-        """`rules`: (pattern, hint). A hint is a regex that fires inside the first word of every
-        match and of every partial match that continues into whitespace (None: derive one)."""
-        if not rules:
-            return cls(True, None, None, None, None)
-        gaps = Gaps.build([p for p, _hint in rules], RUN_LIMIT)
-        g = gaps.cls
-        hints: list[str] = []
-        residual: list[str] = []
-        prefixes: list[str] = []
-        tails: list[str] = []
-        for pattern, given in rules:
-            whole = prefix_source(pattern, g)
-            if whole is not None:
-                tails.append(whole)
-            prefix = whole if spans_whitespace(pattern) else None
-            if prefix is not None:
-                prefixes.append(prefix)
-            hint = given if given is not None else literal_hint(pattern)
-            if hint is not None:
-                hints.append(hint)
-            else:
-                residual.append(detect_source(pattern, g))
-                if prefix is not None:
-                    residual.append(f"{prefix}(?<=\\S\\s)")
-        live = "(?:" + "|".join(prefixes) + ")" if prefixes else None
-        return cls(
-            False,
-            re.compile(factor_hints(hints)) if hints else None,
-            re.compile("|".join(residual)) if residual else None,
-            re.compile(live + r"\Z") if live else None,
-            re.compile("|".join(detect_source(p, g) for p, _hint in rules)),
-            gaps,
-            re.compile("(?:" + "|".join(tails) + r")\Z") if tails else None,
-        )
-
-    def alive(self, held: str, seg_len: int, start: int) -> int:
-        """Leftmost position >= `start` inside the segment (its first `seg_len` chars) where a
-        match could begin that is still growing at the end of `held`; -1 when there is none.
-
-        `held` only ever grows between two calls for one segment, and a start that is dead stays
-        dead (a prefix of a match has only prefixes of a match before it), so the caller passes
-        the previous answer as `start`: no position is searched twice, which keeps long segments
-        of overlapping candidates ("Bearer Bearer Bearer ...") linear.
-        """
-        if self.live is None:
-            return -1
-        m = self.live.search(held, start)
-        return m.start() if m is not None and m.start() < seg_len else -1
-
-    def first_hit(self, text: str, pos: int, end: int) -> int:
-        """Index of the first place in text[pos:end] (complete runs) that needs the slow path.
-
-        Searches with pos/endpos rather than a slice: one-shot redaction of a large body goes back
-        and forth between the paths, and slicing the rest each time would be quadratic. The detect
-        forms treat a gap (whitespace, or a character no rule can match) like the edge of the text,
-        so looking behind `pos` at one is the same as looking at nothing; the caller never starts
-        right after a character of a run.
-        """
-        hit = end
-        # Full searches, not bounded by an earlier hit: a bound would hide a match that starts
-        # before it but ends after it.
-        if self.trigger is not None and (m := self.trigger.search(text, pos, end)) is not None:
-            hit = m.start()
-        if self.residual is not None and (m := self.residual.search(text, pos, end)) is not None:
-            hit = min(hit, m.start())
-        # A run longer than RUN_LIMIT is cut: the slow path must see it. Only runs that start
-        # before `hit` matter, and their first RUN_LIMIT characters end before hit + RUN_LIMIT.
-        if end - pos >= RUN_LIMIT:
-            m = self.gaps.long_run.search(text, pos, min(end, hit + RUN_LIMIT))
-            if m is not None:
-                hit = min(hit, m.start())
-        return hit if hit < end else -1
+# A held run this long gets the next deltas as pieces, joined once when needed (`_held_text`), not
+# copied whole at every delta; a shorter one (a word of prose) is copied, which costs less than pieces.
+PIECES_FROM = 256
 
 
 class SegmentWindow:
     """Base of the streaming windows; subclasses decide what a closed segment becomes."""
 
-    __slots__ = ("_buf", "_live_from", "_pos", "_runs", "_scan", "_seg", "_seg_end", "_spec", "_stopped")
+    __slots__ = ("_buf", "_live_from", "_parts", "_parts_len", "_pos", "_runs", "_scan", "_seg", "_seg_end", "_spec",
+                 "_stopped")
 
     def __init__(self, spec: ScanSpec) -> None:
         self._spec = spec
@@ -163,10 +62,20 @@ class SegmentWindow:
         self._live_from = 0  # leftmost start of a still-growing candidate, from the segment start
         self._runs = 0  # runs in the open segment
         self._stopped = False
+        self._parts: list[str] = []  # held after `_buf`: pieces of its one unfinished run (see `_held_text`)
+        self._parts_len = 0
 
     @property
     def held_chars(self) -> int:
-        return len(self._buf)
+        return len(self._buf) + self._parts_len
+
+    def _held_text(self) -> str:
+        """The held text as one string: `_buf` and the pieces a run without a gap added to it, joined
+        once when they are needed, not copied into `_buf` at every delta."""
+        self._buf = "".join([self._buf, *self._parts])
+        self._parts.clear()
+        self._parts_len = 0
+        return self._buf
 
     def _close(self, segment: str, out: list[str]) -> bool:
         """Release a closed segment into `out`; False stops the window (a guardrail violation)."""
@@ -190,8 +99,6 @@ class SegmentWindow:
             return delta
         if self._seg >= 0 or not delta:
             return self._general(delta, False)
-        buf = self._buf
-        text = buf + delta if buf else delta
         if delta[-1].isspace():
             rest = ""
         else:
@@ -200,10 +107,20 @@ class SegmentWindow:
             if not rest.isascii() and self._spec.gaps.breaks:  # a break character can end runs too
                 rest = rest[self._spec.gaps.tail_start(rest):]
             if len(rest) == len(delta):  # no whitespace: the unfinished run goes on
+                buf = self._buf
+                if self._parts or len(buf) >= PIECES_FROM:  # a long run: one more piece, not a copy of it
+                    if len(buf) + self._parts_len + len(delta) >= RUN_LIMIT:
+                        return self._general(delta, False)
+                    self._parts.append(delta)
+                    self._parts_len += len(delta)
+                    return ""
+                text = buf + delta  # a word: one short copy
                 if len(text) >= RUN_LIMIT:
                     return self._general(delta, False)
                 self._buf = text
                 return ""
+        buf = self._held_text() if self._parts else self._buf
+        text = buf + delta if buf else delta
         end = len(text) - len(rest)
         if scan is not None and len(text) < RUN_LIMIT:
             # first_hit's only search, inlined: a text this short has no run to cut.
@@ -224,33 +141,37 @@ class SegmentWindow:
         one. Batches are cut well below RUN_LIMIT, where the inlined search is exact."""
         if self._scan is None and self._spec.passthrough:
             return deltas
-        if sum(map(len, deltas)) < RUN_LIMIT // 2:
+        if len(deltas) == 1:  # one delta in the read (a paced stream): no later text to release it sooner
+            return [self._feed(deltas[0], False)]
+        ends = list(accumulate(map(len, deltas)))  # at C speed: a read may bring a thousand deltas
+        if ends[-1] < RUN_LIMIT // 2:
             return self._together(deltas)  # one batch: the loop below would not cut it
         out: list[str] = []
-        group: list[str] = []
-        size = 0
-        for d in deltas:
-            if size + len(d) >= RUN_LIMIT // 2 and group:
-                out += self._together(group)
-                group, size = [], 0
-            group.append(d)
-            size += len(d)
-        if group:
-            out += self._together(group)
+        start, base = 0, 0
+        while start < len(deltas):
+            # The longest run of deltas from `start` under RUN_LIMIT // 2 characters (at least one).
+            stop = max(start + 1, bisect_left(ends, base + RUN_LIMIT // 2, start))
+            out += self._together(deltas[start:stop])
+            start, base = stop, ends[stop - 1]
         return out
 
     def _together(self, deltas: list[str]) -> list[str]:
         scan = self._scan
-        buf = self._buf
+        buf = self._held_text() if self._parts else self._buf
         joined = "".join(deltas)
-        text = buf + joined
-        if scan is None or self._seg >= 0 or self._stopped or len(text) >= RUN_LIMIT or not all(deltas):
+        if scan is None or self._seg >= 0 or self._stopped or not all(deltas):
             return [self._feed(d, False) for d in deltas]
         # Nothing is open, so the held text is one unfinished run: only the new text is searched for a gap
         cut = self._spec.gaps.tail_start(joined)
-        rest = text[len(buf) + cut:] if cut else text
+        if len(buf) + len(joined) >= RUN_LIMIT:
+            return self._to_limit(deltas) if not cut else [self._feed(d, False) for d in deltas]
+        text = buf + joined
+        if not cut:  # no gap: the run goes on, held whole
+            self._buf = text
+            return [""] * len(deltas)
+        rest = text[len(buf) + cut:]
         end = len(text) - len(rest)
-        if end and (m := scan.search(text, 0, end)) is not None and m.start() < end:
+        if (m := scan.search(text, 0, end)) is not None and m.start() < end:
             return [self._feed(d, False) for d in deltas]
         self._buf = rest
         if len(rest) <= len(deltas[-1]):  # the usual batch: only the last delta holds an unfinished run
@@ -268,9 +189,21 @@ class SegmentWindow:
             start = stop
         return out
 
+    def _to_limit(self, deltas: list[str]) -> list[str]:
+        """`_together` of deltas without a gap that take the held run to RUN_LIMIT: `_push` would hold
+        each until the one that reaches it (held here in one copy, not one per delta) and cut there."""
+        # held[i]: the run held after deltas[:i]; deltas[k] is the first to take it to the limit
+        k = bisect_left(list(accumulate(map(len, deltas), initial=len(self._buf))), RUN_LIMIT) - 1
+        if k:
+            self._buf += "".join(deltas[:k])
+        out = [""] * k
+        out.append(self._feed(deltas[k], False))
+        return out + self._together(deltas[k + 1:]) if k + 1 < len(deltas) else out
+
     def _general(self, delta: str, final: bool) -> str:
         """The segment machine over the held text and `delta` (any state)."""
-        text = self._buf + delta if self._buf else delta
+        buf = self._held_text() if self._parts else self._buf
+        text = buf + delta if buf else delta
         out: list[str] = []
         pos = self._pos
         # Unless the text ends in whitespace, its trailing run is unfinished: the fast path stops
@@ -284,7 +217,7 @@ class SegmentWindow:
                 pos, slow = self._fast(text, pos, complete, out)
                 if not slow:
                     break
-            nxt = self._slow(text, pos, final, out)
+            nxt = self._slow(text, pos, final, out, complete)
             if nxt == pos:
                 break
             pos = nxt
@@ -322,8 +255,11 @@ class SegmentWindow:
         # A run that reached RUN_LIMIT is complete although nothing followed it yet.
         return end, end < n and n - end >= RUN_LIMIT
 
-    def _slow(self, text: str, pos: int, final: bool, out: list[str]) -> int:
-        """Handle the unit at `pos`; return the position after it, or `pos` to hold it."""
+    def _slow(self, text: str, pos: int, final: bool, out: list[str], tail: int) -> int:
+        """Handle the unit at `pos`; return the position after it, or `pos` to hold it. `tail`: where the
+        text's trailing run starts (no gap from there on: its units need no search)."""
+        if pos >= tail:
+            return self._run(text, pos, min(len(text), pos + RUN_LIMIT), final, out)
         gaps = self._spec.gaps
         m = gaps.unit.match(text, pos)
         assert m is not None
@@ -349,8 +285,9 @@ class SegmentWindow:
         forced = end - start == RUN_LIMIT
         if end == len(text) and not (final or forced):
             return start  # unfinished, or its end is known but not the character after it
+        clean = False
         if forced:
-            end = run_cut(self._spec, text, start, end, CUT_KEEP)
+            end, clean = run_cut(self._spec, text, self._seg if self._seg >= 0 else start, start, end, CUT_KEEP)
         at_limit = self._seg >= 0 and (end - self._seg > SEG_LIMIT or self._runs >= SEG_RUNS)
         if at_limit and not self._close_at_limit(text, start, end, out):
             return len(text)
@@ -362,7 +299,7 @@ class SegmentWindow:
             forced
             or end == len(text)
             or not self._still_alive(text[self._seg : end + 1], end - self._seg)
-        ) and not self._close_open(text, out):
+        ) and not self._close_open(text, out, clean):
             return len(text)
         return end
 
@@ -391,9 +328,13 @@ class SegmentWindow:
         self._live_from = self._spec.alive(held, seg_len, self._live_from)
         return self._live_from >= 0
 
-    def _close_open(self, text: str, out: list[str]) -> bool:
+    def _close_open(self, text: str, out: list[str], clean: bool = False) -> bool:
+        """`clean`: the segment is known to hold no match (see `run_cut`): released as it is."""
         segment = text[self._seg : self._seg_end]
         self._seg = -1
+        if clean:
+            out.append(segment)
+            return True
         if self._close(segment, out):
             return True
         self._stopped = True

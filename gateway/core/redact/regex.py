@@ -251,20 +251,39 @@ def _has_groupref(items: list[tuple[Any, Any]]) -> bool:
         name = str(op)
         if name in ("GROUPREF", "GROUPREF_EXISTS"):
             return True
-        subs: list[Any] = []
-        if name == "BRANCH":
-            subs = list(av[1])
-        elif name == "SUBPATTERN":
-            subs = [av[3]]
-        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
-            subs = [av[2]]
-        elif name in ("ASSERT", "ASSERT_NOT"):
-            subs = [av[1]]
-        elif name == "ATOMIC_GROUP":
-            subs = [av]
-        if any(_has_groupref(list(s.data)) for s in subs):
+        if any(_has_groupref(list(s.data)) for s in _subs(name, av)):
             return True
     return False
+
+
+def _subs(name: str, av: Any) -> list[Any]:
+    """The sub-patterns of a parse-tree node (branches, group bodies, repeated and asserted parts)."""
+    if name == "BRANCH":
+        return list(av[1])
+    if name == "SUBPATTERN":
+        return [av[3]]
+    if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+        return [av[2]]
+    if name in ("ASSERT", "ASSERT_NOT"):
+        return [av[1]]
+    return [av] if name == "ATOMIC_GROUP" else []
+
+
+def sees_only_behind(pattern: re.Pattern[str]) -> bool:
+    """True when whether `pattern` matches at a position depends only on what it consumes and on
+    positive lookbehinds: no lookahead, negative lookbehind, anchor or boundary. Then a search over a
+    range that finds nothing also finds nothing in any slice of that range."""
+    return _only_behind(list(_parser.parse(pattern.pattern, pattern.flags).data))
+
+
+def _only_behind(items: list[tuple[Any, Any]]) -> bool:
+    for op, av in items:
+        name = str(op)
+        if name in ("AT", "ASSERT_NOT", "GROUPREF", "GROUPREF_EXISTS") or (name == "ASSERT" and av[0] == 1):
+            return False
+        if not all(_only_behind(list(sub.data)) for sub in _subs(name, av)):
+            return False
+    return True
 
 
 def detect_source(pattern: re.Pattern[str], gap: str = r"\s") -> str:

@@ -41,6 +41,10 @@ class BuiltinRule:
     hint: str
     refine: Refine | None = None
     token_check: bool = False  # the masked text must mix letters and digits
+    # The hint, and all it looks at, lies within the first `hint_by` characters of every match and
+    # of every string the rule's non-empty-prefix form matches (0: not known). A forced cut then
+    # looks for a growing candidate near the end and near a hint only (`redact_cuts.tail_start`).
+    hint_by: int = 0
 
 
 def _late(lead: str, rest: str) -> str:
@@ -93,59 +97,60 @@ SECRETS: tuple[BuiltinRule, ...] = (
     BuiltinRule(
         "anthropic_key",
         pattern=rf"{_B}sk-ant-(?:api|admin|sid|oat)[0-9]{{2}}-[{_TOK}]{{20,}}{_E}",
-        hint=_late("s", "k-ant-"),
+        hint=_late("s", "k-ant-"), hint_by=7,
     ),
     BuiltinRule(
         "openai_key",
         pattern=rf"{_B}sk-(?!ant-)(?:(?:proj|svcacct|admin)-)?[{_TOK}]{{20,}}{_E}",
-        hint=_late("s", "k-"),
+        hint=_late("s", "k-"), hint_by=3,
         token_check=True,
     ),
     BuiltinRule(
         "aws_access_key_id",
         pattern=r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA)[A-Z0-9]{16}"
         r"(?![A-Za-z0-9])",
-        hint=r"A(?:KIA|SIA|BIA|CCA|GPA|IDA|IPA|NPA|NVA|PKA|ROA)",
+        hint=r"A(?:KIA|SIA|BIA|CCA|GPA|IDA|IPA|NPA|NVA|PKA|ROA)", hint_by=4,
     ),
     BuiltinRule(
         "aws_secret_access_key",  # only in context: a bare 40-char string is too common
         pattern=r"(?<![A-Za-z0-9_])(?i:aws[_-]?secret(?:[_-]?access)?[_-]?key|secret[_-]?access[_-]?key)"
         r"""["']?(?:[ \t]*(?::=|=>|[:=])[ \t]*|[ \t]+)["']?(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])""",
-        hint=_late_caseless("a", "ws") + "|" + _late_caseless("se", "cret"),
+        hint=_late_caseless("a", "ws") + "|" + _late_caseless("se", "cret"), hint_by=6,
         token_check=True,
     ),
     BuiltinRule(
         "github_token",
         pattern=r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{40,251})"
         r"(?![A-Za-z0-9_])",
-        hint=_late("gh[pousr]", "_") + "|" + _late("github", "_pat_"),
+        hint=_late("gh[pousr]", "_") + "|" + _late("github", "_pat_"), hint_by=11,
     ),
     BuiltinRule(
         "slack_token",
         pattern=rf"{_B}(?:xox[a-z]-[A-Za-z0-9-]{{10,}}|xapp-[0-9]-[A-Za-z0-9-]{{10,}}){_E}",
-        hint=r"xox[a-z]-|xapp-",
+        hint=r"xox[a-z]-|xapp-", hint_by=5,
         token_check=True,
     ),
     BuiltinRule(
         "slack_webhook",
         pattern=r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}"
         r"(?![A-Za-z0-9_/-])",
-        hint=_late(r"https://hoo", r"ks\.slack\.com/"),
+        hint=_late(r"https://hoo", r"ks\.slack\.com/"), hint_by=24,
     ),
-    BuiltinRule("google_api_key", pattern=rf"{_B}AIza[{_TOK}]{{35}}{_E}", hint=r"AIza"),
-    BuiltinRule("jwt", pattern=rf"{_B}eyJ[{_TOK}]{{5,}}\.[{_TOK}]{{5,}}\.[{_TOK}]*{_E}", hint=_late("ey", "J")),
+    BuiltinRule("google_api_key", pattern=rf"{_B}AIza[{_TOK}]{{35}}{_E}", hint=r"AIza", hint_by=4),
+    BuiltinRule("jwt", pattern=rf"{_B}eyJ[{_TOK}]{{5,}}\.[{_TOK}]{{5,}}\.[{_TOK}]*{_E}", hint=_late("ey", "J"),
+                hint_by=3),
     BuiltinRule(
         "private_key",  # the whole block; without its END line, up to the last base64 line
         pattern=rf"-----BEGIN{_PEM_LABEL}(?:{_PEM_SEP}{_PEM_HEADER})*(?:{_PEM_SEP}{_PEM_LINE})*(?:{_PEM_END})?",
         # The space after BEGIN stays out of the lookbehind: `factor_hints` drops lookarounds
         # that could look at whitespace.
-        hint=_late("-----BE", "GIN") + " ",
+        hint=_late("-----BE", "GIN") + " ", hint_by=11,
     ),
     BuiltinRule(
         "bearer_token",  # "Authorization: Bearer <s>" or "Bearer <s>" in prose; the scheme stays
         pattern=rf"{_B}(?i:bearer)[ \t]+(?P<s>[A-Za-z0-9._~+/-]{{15,}}[A-Za-z0-9_~+/-]=*)"
         r"(?![A-Za-z0-9_~+/=-]|\.[A-Za-z0-9])",
-        hint=caseless("bearer"),
+        hint=caseless("bearer"), hint_by=6,
         token_check=True,
     ),
 )
@@ -157,7 +162,7 @@ PII: tuple[BuiltinRule, ...] = (
         r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}"
         # Not after "//" (URL user info), not "host:path" (an scp/ssh remote), not "icon@2x.png".
         r"(?![A-Za-z0-9-]|\.[A-Za-z0-9]|:[!-~])",
-        hint=r"@",
+        hint=r"@", hint_by=65,
     ),
     BuiltinRule(
         "phone",  # E.164 with +, US (xxx) xxx-xxxx / xxx-xxx-xxxx, European trunk-0 forms
@@ -165,21 +170,21 @@ PII: tuple[BuiltinRule, ...] = (
         rf"{_NUM_E}|{_NUM_B}(?:\([0-9]{{3}}\)[ ]?[0-9]{{3}}[ .-][0-9]{{4}}"
         r"|(?:1-)?[0-9]{3}-[0-9]{3}-[0-9]{4}|[0-9]{3}\.[0-9]{3}\.[0-9]{4}"
         rf"|0[0-9](?:\.[0-9]{{2}}){{4}}|0[0-9]{{1,4}}(?:[ -][0-9]{{2,8}}){{1,4}}){_NUM_E}",
-        hint=r"\+[0-9]|" + _late(r"\(", r"[0-9][0-9]{2}\)") + r"|0[0-9]|[0-9][0-9]{2}[.-][0-9]{3}",
+        hint=r"\+[0-9]|" + _late(r"\(", r"[0-9][0-9]{2}\)") + r"|0[0-9]|[0-9][0-9]{2}[.-][0-9]{3}", hint_by=9,
         refine=refine_phone,
     ),
     BuiltinRule(
         "card_number",  # issuer prefixes, 13-19 digits, plain or in groups, Luhn-checked
         pattern=rf"{_NUM_B}(?:{_CARD_IIN4})(?:[0-9]{{9,15}}|(?:[ -][0-9]{{4,6}}){{2,3}}(?:[ -][0-9]{{1,4}})?)"
         rf"{_NUM_E}",
-        hint=_CARD_IIN4,
+        hint=_CARD_IIN4, hint_by=4,
         refine=refine_card,
     ),
     BuiltinRule(
         "iban",  # country code, check digits, groups of four; length and mod-97 checked
         pattern=rf"(?<![A-Za-z0-9])(?:{_IBAN_CC})[0-9]{{2}}(?:[ ]?[A-Z0-9]{{4}}){{2,7}}(?:[ ]?[A-Z0-9]{{1,3}})?"
         r"(?![A-Za-z0-9])",
-        hint="|".join(f"{cc}[0-9]{{2}}" for cc in sorted(IBAN_LENGTHS)),
+        hint="|".join(f"{cc}[0-9]{{2}}" for cc in sorted(IBAN_LENGTHS)), hint_by=4,
         refine=refine_iban,
     ),
 )

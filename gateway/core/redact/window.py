@@ -54,6 +54,7 @@ class _Rule:
     regex: re.Pattern[str]
     find: Callable[[re.Match[str]], Iterator[Span]]
     hint: str | None  # None: derived from the pattern (see ScanSpec.build)
+    hint_by: int  # see BuiltinRule.hint_by (0: not known)
 
 
 def _whole(m: re.Match[str]) -> Iterator[Span]:
@@ -77,7 +78,7 @@ def _builtin(name: str) -> _Rule:
     rule = BUILTIN[name]
     regex = re.compile(rule.pattern)
     find = rule.refine or (_secret_group if "s" in regex.groupindex else _whole)
-    return _Rule(name, regex, _checked(find) if rule.token_check else find, rule.hint)
+    return _Rule(name, regex, _checked(find) if rule.token_check else find, rule.hint, rule.hint_by)
 
 
 def _custom(name: str, pattern: str) -> _Rule:
@@ -87,7 +88,7 @@ def _custom(name: str, pattern: str) -> _Rule:
         regex = re.compile(pattern)
     except re.error as exc:
         raise ValueError(f'custom redaction rule "{name}": invalid regular expression: {exc.msg}') from None
-    return _Rule(name, regex, _whole, None)
+    return _Rule(name, regex, _whole, None, 0)
 
 
 def _find_all(rule: _Rule, segment: str) -> Iterator[Span]:
@@ -119,7 +120,8 @@ class Redactor:
                 raise ValueError(f'duplicate redaction rule "{name}"')
             names.add(name)
             compiled.append(_custom(name, pattern))
-        return cls(tuple(compiled), ScanSpec.build([(r.regex, r.hint) for r in compiled]))
+        spec = ScanSpec.build([(r.regex, r.hint) for r in compiled], [r.hint_by for r in compiled])
+        return cls(tuple(compiled), spec)
 
     @property
     def rule_names(self) -> tuple[str, ...]:

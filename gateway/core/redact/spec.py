@@ -1,0 +1,143 @@
+"""What a streaming window knows about its rules (`ScanSpec`), compiled once per rule list; the
+window itself is `redact_engine`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gateway.core.redact.breaks import Gaps
+from gateway.core.redact.regex import (
+    detect_source,
+    factor_hints,
+    literal_hint,
+    prefix_source,
+    sees_only_behind,
+    spans_whitespace,
+)
+
+RUN_LIMIT = 4096  # a run reaching this many characters is cut (see `redact_cuts`)
+
+_SPACES = Gaps.of("", RUN_LIMIT)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanSpec:
+    """What a window needs to know about its rules, compiled once per rule list."""
+
+    passthrough: bool  # no rule at all: every delta is released as it comes
+    trigger: re.Pattern[str] | None  # factored hints: any match or multi-word start fires it
+    residual: re.Pattern[str] | None  # rules without a hint: their detect and prefix forms
+    live: re.Pattern[str] | None  # non-empty prefixes of the rules that may span whitespace
+    detect: re.Pattern[str] | None  # a superset of every rule's matches, for a quick reject
+    gaps: Gaps = _SPACES  # what ends a run: whitespace, and the characters no rule can match
+    tail: re.Pattern[str] | None = None  # non-empty prefixes of the rules without a hint bound, at the end
+    near: re.Pattern[str] | None = None  # the same for the rules with one (see `redact_cuts.tail_start`)
+    near_chars: int = 0  # the largest of those bounds (`BuiltinRule.hint_by`)
+    # The per-delta path's one search: `first_hit` of a text shorter than RUN_LIMIT, when one
+    # pattern does all its work (None: call first_hit). Derived, so `replace` keeps it in step.
+    short_scan: re.Pattern[str] | None = field(init=False)
+    # A search of `trigger` over a range that finds nothing proves every segment inside it clean (no
+    # rule matches in it, see `redact_cuts.may_match`): no residual, and the hints look at nothing
+    # but what they consume and what lies behind it (`sees_only_behind`). Derived too.
+    clean_scan: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        scan = self.residual if self.trigger is None else self.trigger if self.residual is None else None
+        object.__setattr__(self, "short_scan", scan)
+        clean = self.residual is None and self.trigger is not None and sees_only_behind(self.trigger)
+        object.__setattr__(self, "clean_scan", clean)
+
+    @classmethod
+    def build(cls, rules: Sequence[tuple[re.Pattern[str], str | None]], hint_by: Sequence[int] = ()) -> ScanSpec:
+        """`rules`: (pattern, hint). A hint is a regex that fires inside the first word of every
+        match and of every partial match that continues into whitespace (None: derive one).
+        `hint_by`: per rule, where its given hint ends at the latest (`BuiltinRule.hint_by`; 0 or
+        missing: not known)."""
+        if not rules:
+            return cls(True, None, None, None, None)
+        gaps = Gaps.build([p for p, _hint in rules], RUN_LIMIT)
+        g = gaps.cls
+        hints: list[str] = []
+        residual: list[str] = []
+        prefixes: list[str] = []
+        wholes = [prefix_source(p, g) for p, _hint in rules]
+        for (pattern, given), whole in zip(rules, wholes, strict=True):
+            prefix = whole if spans_whitespace(pattern) else None
+            if prefix is not None:
+                prefixes.append(prefix)
+            hint = given if given is not None else literal_hint(pattern)
+            if hint is not None:
+                hints.append(hint)
+            else:
+                residual.append(detect_source(pattern, g))
+                if prefix is not None:
+                    residual.append(f"{prefix}(?<=\\S\\s)")
+        live = "(?:" + "|".join(prefixes) + ")" if prefixes else None
+        return cls(
+            False,
+            re.compile(factor_hints(hints)) if hints else None,
+            re.compile("|".join(residual)) if residual else None,
+            re.compile(live + r"\Z") if live else None,
+            re.compile("|".join(detect_source(p, g) for p, _hint in rules)),
+            gaps,
+            *_tails([given for _p, given in rules], wholes, hint_by),
+        )
+
+    def alive(self, held: str, seg_len: int, start: int) -> int:
+        """Leftmost position >= `start` inside the segment (its first `seg_len` chars) where a
+        match could begin that is still growing at the end of `held`; -1 when there is none.
+
+        `held` only ever grows between two calls for one segment, and a start that is dead stays
+        dead (a prefix of a match has only prefixes of a match before it), so the caller passes
+        the previous answer as `start`: no position is searched twice, which keeps long segments
+        of overlapping candidates ("Bearer Bearer Bearer ...") linear.
+        """
+        if self.live is None:
+            return -1
+        m = self.live.search(held, start)
+        return m.start() if m is not None and m.start() < seg_len else -1
+
+    def first_hit(self, text: str, pos: int, end: int) -> int:
+        """Index of the first place in text[pos:end] (complete runs) that needs the slow path.
+
+        Searches with pos/endpos rather than a slice: one-shot redaction of a large body goes back
+        and forth between the paths, and slicing the rest each time would be quadratic. The detect
+        forms treat a gap (whitespace, or a character no rule can match) like the edge of the text,
+        so looking behind `pos` at one is the same as looking at nothing; the caller never starts
+        right after a character of a run.
+        """
+        hit = end
+        # Full searches, not bounded by an earlier hit: a bound would hide a match that starts
+        # before it but ends after it.
+        if self.trigger is not None and (m := self.trigger.search(text, pos, end)) is not None:
+            hit = m.start()
+        if self.residual is not None and (m := self.residual.search(text, pos, end)) is not None:
+            hit = min(hit, m.start())
+        # A run longer than RUN_LIMIT is cut: the slow path must see it. Only runs that start
+        # before `hit` matter, and their first RUN_LIMIT characters end before hit + RUN_LIMIT.
+        if end - pos >= RUN_LIMIT:
+            m = self.gaps.long_run.search(text, pos, min(end, hit + RUN_LIMIT))
+            if m is not None:
+                hit = min(hit, m.start())
+        return hit if hit < end else -1
+
+
+def _tails(given: list[str | None], wholes: list[str | None], hint_by: Sequence[int]) \
+        -> tuple[re.Pattern[str] | None, re.Pattern[str] | None, int]:
+    """(`tail`, `near`, `near_chars`): the rules' prefix forms at the end of the text, apart for the
+    rules whose given hint has a bound (`BuiltinRule.hint_by`)."""
+    tails: list[str] = []
+    near: list[str] = []
+    near_chars = 0
+    for i, whole in enumerate(wholes):
+        bound = hint_by[i] if i < len(hint_by) and given[i] is not None else 0
+        if whole is not None:
+            (near if bound else tails).append(whole)
+            near_chars = max(near_chars, bound)
+    return _at_end(tails), _at_end(near), near_chars
+
+
+def _at_end(prefixes: list[str]) -> re.Pattern[str] | None:
+    return re.compile("(?:" + "|".join(prefixes) + r")\Z") if prefixes else None
