@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.json_body import MAX_DEPTH, BodyError, DepthCheck, depth_exceeds, parse_object
+from gateway.core.json_body import MAX_DEPTH, BodyError, DepthCheck, depth_exceeds, parse_object, parse_shallow
 
 JSON = st.recursive(st.none() | st.integers() | st.text(max_size=3),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=4),
@@ -51,3 +51,12 @@ def test_the_body_bound(nesting: int, refused: bool) -> None:
             parse_object(raw)
     else:
         assert parse_object(raw)["x"] is not None
+
+
+def test_a_body_with_more_brackets_than_the_container_bound_is_refused_before_parsing() -> None:
+    from gateway.core.json_body import CONTAINERS_MESSAGE, MAX_CONTAINERS
+    at_bound = b'{"x": [' + b",".join([b"[]"] * (MAX_CONTAINERS - 2)) + b"]}"  # the object, the list, the rest
+    assert len(parse_shallow(at_bound)["x"]) == MAX_CONTAINERS - 2
+    over = b'{"x": "' + b"{" * MAX_CONTAINERS + b'"}'  # brackets in a string count too: a bound, not a parse
+    with pytest.raises(BodyError, match=CONTAINERS_MESSAGE):
+        parse_shallow(over)
