@@ -1,18 +1,21 @@
 """The spend ledger's group commit: one row per answered request, committed before its last byte.
 
 `record` queues the row and waits for the commit that carries it. The first row queued after a commit
-schedules the next one, due `COMMIT_EVERY_S` after the previous commit began (at once when that is
-past), and that commit carries every row queued until then: an idle gateway commits a single row at
-once; under load commits come every `COMMIT_EVERY_S` and each carries every request that ended in
-between, so a commit's fixed cost (a round trip, a lock, a WAL append: 30-100 µs) is shared by all of
-them and the cost per request stays a few µs, while the wait it adds is at most `COMMIT_EVERY_S`. Where the driver can
-commit without waiting (SQLite's file, its write lock free) the commit runs right there on the loop: no
-thread, no lock hand-over, no wake-up (a thread per commit cost the request path more than the commit
-itself: its GIL hand-overs and wake-ups). Otherwise (PostgreSQL, a busy SQLite file) one task commits
-a batch at a time on the driver's async path, and rows queued meanwhile go in its next batch.
+schedules the next one, due `COMMIT_EVERY_S` after the previous commit began (the next loop iteration
+when that is past), and that commit carries every row queued until then: under load commits come every
+`COMMIT_EVERY_S` and each carries every request that ended in between (a loop iteration under load runs
+many requests to their end: S2 on a busy 2-core machine averaged 23-25 rows a commit), so a commit's fixed cost (a
+lock, a WAL append, a round trip: 20-100 µs) is shared by all of them. An idle ledger (nothing queued,
+the last commit `COMMIT_EVERY_S` ago or more: the row would be committed alone anyway) commits the row
+right there in `record`, which then returns without suspending its request: no wake-up, no loop
+iteration between the row and its last byte. Where the driver can commit without waiting (SQLite's file,
+its write lock free) the commit runs on the loop: no thread, no lock hand-over, no wake-up (a thread per
+commit cost the request path more than the commit itself). Otherwise (PostgreSQL, a busy SQLite file) one
+task commits a batch at a time on the driver's async path, and rows queued meanwhile go in its next batch.
 
-Waiting is bounded per batch, not per request: one timer, armed by the first waiter after a commit,
-releases every waiting request `wait_s` later if no commit came first (a hung store).
+The requests of one batch wait on one future (not one each), and waiting is bounded per batch: one
+timer, armed by the first waiter after a commit, releases every waiting request `wait_s` later if no
+commit came first (a hung store).
 
 Rows have the gateway's own unique id, so a batch retried after an unclear failure is never counted
 twice. Store down: the rows stay queued in memory (bounded) and are retried; requests stop waiting for
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from time import monotonic
 
 import structlog
 
@@ -35,21 +39,28 @@ MAX_BACKLOG = 100_000
 RETRY_S = 0.5
 COMMIT_EVERY_S = 0.002  # under load, a commit at most this often
 
-Entry = tuple[SpendRow, "asyncio.Future[None] | None"]
+Entry = tuple[SpendRow, "asyncio.Future[None] | None"]  # the future its request waits on (shared by a batch)
 
 
 class SpendLedger:
-    def __init__(self, store: Store, wait_s: float, on_error: Callable[[], None]):
+    def __init__(self, store: Store, wait_s: float, on_error: Callable[[], None],
+                 commit_every_s: float = COMMIT_EVERY_S):
         self._store, self._wait_s, self._on_error = store, wait_s, on_error
+        self._every = commit_every_s
         self._queue: list[Entry] = []  # not committed yet, oldest first
+        self._waiters: asyncio.Future[None] | None = None  # what rows queued since the last commit wait on
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._scheduled = False  # `_commit` is due (call_soon or call_at)
+        self._scheduled = False  # `_due` is pending (call_soon or call_later)
         self._writer: asyncio.Task[None] | None = None  # commits on the driver's async path, retries
         self._deadline: asyncio.TimerHandle | None = None
-        self._last_commit = float("-inf")  # loop time the last commit began
+        # monotonic(), not loop.time(): uvloop's is read once per loop iteration, and `record` times
+        # commits within one
+        self._last_commit = float("-inf")
+        self._armed = float("-inf")  # when the pending `_due` was scheduled
         self._closed = False
         self.failing = False
         self.dropped = 0
+        self.commits = 0  # batches committed
 
     def start(self) -> None:
         # kept: asyncio.get_running_loop() costs a getpid() system call each time (CPython's fork check)
@@ -62,29 +73,46 @@ class SpendLedger:
         if self.failing or self._closed or loop is None:
             self._queue.append((row, None))
             return
-        fut = loop.create_future()
-        self._queue.append((row, fut))
-        if self._deadline is None:
-            self._deadline = loop.call_later(self._wait_s, self._expire)
-        if not self._scheduled and self._writer is None:
-            self._schedule(loop)
-        await fut
+        fut = self._waiters
+        if fut is None:  # the first row since the last commit
+            fut = self._waiters = loop.create_future()
+        queue = self._queue
+        idle = not queue
+        queue.append((row, fut))
+        if self._writer is None:
+            if idle and monotonic() - self._last_commit >= self._every:
+                self._commit()  # alone either way: committed here, and the request goes on at once
+            elif not self._scheduled:
+                self._schedule(loop)
+        if not fut.done():
+            if self._deadline is None:
+                self._deadline = loop.call_later(self._wait_s, self._expire)
+            await fut
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The commit at its time if no request ending commits first."""
         self._scheduled = True
-        due = self._last_commit + COMMIT_EVERY_S
-        if loop.time() >= due:
-            loop.call_soon(self._commit)
+        self._armed = now = monotonic()
+        wait = self._last_commit + self._every - now
+        if wait <= 0:
+            loop.call_soon(self._due)
         else:
-            loop.call_at(due, self._commit)
+            loop.call_later(wait, self._due)
+
+    def _due(self) -> None:
+        self._scheduled = False
+        if self._last_commit < self._armed:
+            self._commit()
+        elif self._queue and self._writer is None and self._loop is not None:
+            self._schedule(self._loop)  # committed since it was scheduled: the next commit at its own time
 
     def _commit(self) -> None:
         """On the loop: commit a batch where the driver needs no wait, else hand the queue to the writer."""
-        self._scheduled = False
         loop = self._loop
         if not self._queue or self._writer is not None or self._closed or loop is None:
             return
-        self._last_commit = loop.time()
+        self._last_commit = monotonic()
+        self._waiters = None  # rows queued from now on wait for the next commit
         batch = self._queue[:MAX_BATCH]
         try:
             done = self._store.record_spend_now([row for row, _ in batch])
@@ -95,7 +123,7 @@ class SpendLedger:
             self._writer = loop.create_task(self._write(), name="spend-ledger")
             return
         self._committed(batch)
-        if self._queue:
+        if self._queue and not self._scheduled:
             self._schedule(loop)
 
     async def _write(self) -> None:
@@ -105,7 +133,7 @@ class SpendLedger:
                     await asyncio.sleep(RETRY_S)
                 await self.flush()
                 if self._queue and not self.failing:  # queued during that commit: the next at its time
-                    await asyncio.sleep(max(0.0, self._last_commit + COMMIT_EVERY_S - self._now()))
+                    await asyncio.sleep(max(0.0, self._last_commit + self._every - monotonic()))
         finally:
             self._writer = None
 
@@ -114,7 +142,8 @@ class SpendLedger:
         stay queued (bounded)."""
         while self._queue:
             batch = self._queue[:MAX_BATCH]
-            self._last_commit = self._now()
+            self._last_commit = monotonic()
+            self._waiters = None
             try:
                 await self._store.record_spend([row for row, _ in batch])
             except StoreUnavailable as exc:
@@ -122,18 +151,19 @@ class SpendLedger:
                 return
             self._committed(batch)
 
-    def _now(self) -> float:
-        return self._loop.time() if self._loop is not None else float("-inf")
-
     def _committed(self, batch: list[Entry]) -> None:
+        self.commits += 1
         del self._queue[:len(batch)]
         if self.failing:
             self.failing = False
             log.info("ledger_recovered")
-        _release(batch)
+        # a future shared with rows still queued (a batch cut at MAX_BATCH) waits for their commit
+        _release(batch, self._queue[0][1] if self._queue else None)
         if self._deadline is not None:  # the store answers: the next waiter starts a new wait
             self._deadline.cancel()
             self._deadline = None
+            if self._queue and self._loop is not None:  # rows queued meanwhile: their own bound
+                self._deadline = self._loop.call_later(self._wait_s, self._expire)
 
     def _failed(self, batch: list[Entry], exc: StoreUnavailable) -> None:
         self._on_error()
@@ -151,6 +181,7 @@ class SpendLedger:
     def _expire(self) -> None:
         """`wait_s` since the first waiter and no commit since: stop every request waiting."""
         self._deadline = None
+        self._waiters = None  # the next rows wait again, under a timer of their own
         _release(self._queue)
 
     async def close(self) -> None:
@@ -166,7 +197,10 @@ class SpendLedger:
         _release(self._queue)
 
 
-def _release(batch: list[Entry]) -> None:
+def _release(batch: list[Entry], keep: asyncio.Future[None] | None = None) -> None:
+    """Wake the requests waiting on `batch`'s rows: one future per batch of waiters, in a run."""
+    last = None
     for _, fut in batch:
-        if fut is not None and not fut.done():
+        if fut is not last and fut is not None and fut is not keep and not fut.done():
             fut.set_result(None)
+        last = fut

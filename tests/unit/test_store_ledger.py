@@ -1,6 +1,8 @@
 """The spend ledger's commit paths on real databases (no mocks): SQLite committed on the loop, or, while
-another connection holds the write lock, on a worker thread without holding the loop; a hung store
-releases the waiting requests after `wait_s` and keeps their rows; the loop's commits never checkpoint
+another connection holds the write lock, on a worker thread without holding the loop; an idle ledger
+commits a row in `record` without suspending its request, rows queued before the next commit is due
+wait and go in one batch; a hung store releases the waiting requests after `wait_s` (and the next
+ones wait again) and keeps their rows; the loop's commits never checkpoint
 but the WAL stays bounded; PostgreSQL's one-statement batch keeps every value as it was; a row is its
 own parameters in the table's column order on both."""
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,11 +34,11 @@ def _row(i: int, **kw: object) -> SpendRow:
     return SpendRow(**fields)  # type: ignore[arg-type]
 
 
-async def _ledger(tmp_path: Path, wait_s: float = 5.0) -> tuple[Store, SpendLedger, list[int]]:
+async def _ledger(tmp_path: Path, wait_s: float = 5.0, every_s: float = 0.002) -> tuple[Store, SpendLedger, list[int]]:
     store = await Store.open(f"sqlite:///{tmp_path}/s.db")
     await store.migrate()
     errors: list[int] = []
-    ledger = SpendLedger(store, wait_s=wait_s, on_error=lambda: errors.append(1))
+    ledger = SpendLedger(store, wait_s=wait_s, on_error=lambda: errors.append(1), commit_every_s=every_s)
     ledger.start()
     return store, ledger, errors
 
@@ -57,6 +60,45 @@ async def test_a_row_is_its_own_parameters_in_the_tables_column_order(tmp_path: 
     await ledger.record(row)
     with sqlite3.connect(tmp_path / "s.db") as other:
         assert other.execute(f"SELECT {COLS} FROM gw_spend").fetchall() == [tuple(row)]
+    await ledger.close()
+    await store.close()
+
+
+def _returns_without_waiting(ledger: SpendLedger, row: SpendRow) -> bool:
+    """`record` ran to its end at its first step: it never suspended (its request's last byte goes at once)."""
+    coro = ledger.record(row)
+    try:
+        coro.send(None)
+    except StopIteration:
+        return True
+    coro.close()
+    return False
+
+
+async def test_an_idle_ledger_commits_the_row_in_record_without_suspending_its_request(tmp_path: Path) -> None:
+    every = 0.5  # long enough that nothing below falls due by accident on a slow machine
+    store, ledger, errors = await _ledger(tmp_path, every_s=every)
+    assert _returns_without_waiting(ledger, _row(1))  # nothing queued, no commit for a while
+    assert _ids(tmp_path) == ["id-1"]
+    waiting = [asyncio.create_task(ledger.record(_row(i))) for i in (2, 3)]
+    await asyncio.sleep(0)  # both run up to their wait: the next commit is not due yet
+    assert not any(t.done() for t in waiting) and _ids(tmp_path) == ["id-1"]
+    time.sleep(every)  # noqa: ASYNC251 - the loop held on purpose: a long iteration, the next commit due in it
+    assert not _returns_without_waiting(ledger, _row(4))  # rows wait: it joins their batch, not one of its own
+    await asyncio.wait_for(asyncio.gather(*waiting), 3.0)
+    assert _ids(tmp_path) == ["id-1", "id-2", "id-3", "id-4"]
+    assert ledger.commits == 2
+    await ledger.close()
+    await store.close()
+    assert errors == []
+
+
+async def test_rows_queued_before_a_commit_is_due_go_in_one_batch(tmp_path: Path) -> None:
+    store, ledger, _ = await _ledger(tmp_path, every_s=0.2)
+    await ledger.record(_row(0))
+    await asyncio.wait_for(asyncio.gather(*(ledger.record(_row(i)) for i in range(1, 50))), 3.0)
+    assert ledger.commits == 2  # the first row alone, then the 49 in one commit at its time
+    assert len(_ids(tmp_path)) == 50
     await ledger.close()
     await store.close()
 
@@ -84,10 +126,14 @@ async def test_a_hung_store_releases_requests_after_wait_s_and_keeps_their_rows(
     other = _hold_write_lock(tmp_path)
     await asyncio.wait_for(asyncio.gather(*(ledger.record(_row(i)) for i in range(5))), 3.0)  # released
     assert _ids(tmp_path) == []  # not committed: the lock is still held
+    later = asyncio.create_task(ledger.record(_row(5)))
+    await asyncio.sleep(0)
+    assert not later.done()  # the next request waits again, under a timer of its own
+    await asyncio.wait_for(later, 3.0)
     other.execute("COMMIT")
     other.close()
     await ledger.close()  # the commit in flight ends, nothing is left behind
-    assert _ids(tmp_path) == [f"id-{i}" for i in range(5)]
+    assert _ids(tmp_path) == [f"id-{i}" for i in range(6)]
     await store.close()
 
 
