@@ -1,10 +1,10 @@
 """The spend ledger's commit paths on real databases (no mocks): SQLite committed on the loop, or, while
 another connection holds the write lock, on a worker thread without holding the loop; an idle ledger
-commits a row in `record` without suspending its request, rows queued before the next commit is due
-wait and go in one batch; a hung store releases the waiting requests after `wait_s` (and the next
-ones wait again) and keeps their rows; the loop's commits never checkpoint
-but the WAL stays bounded; PostgreSQL's one-statement batch keeps every value as it was; a row is its
-own parameters in the table's column order on both."""
+commits a row in `record` without suspending its request (the rest of its burst at the next loop
+iteration), and under load a commit every interval carries every row queued meanwhile; a hung store
+releases the waiting requests after `wait_s` (and the next ones wait again) and keeps their rows; the
+loop's commits never checkpoint but the WAL stays bounded; PostgreSQL's one-statement batch keeps every
+value as it was; a row is its own parameters in the table's column order on both."""
 
 from __future__ import annotations
 
@@ -93,12 +93,25 @@ async def test_an_idle_ledger_commits_the_row_in_record_without_suspending_its_r
     assert errors == []
 
 
-async def test_rows_queued_before_a_commit_is_due_go_in_one_batch(tmp_path: Path) -> None:
-    store, ledger, _ = await _ledger(tmp_path, every_s=0.2)
-    await ledger.record(_row(0))
-    await asyncio.wait_for(asyncio.gather(*(ledger.record(_row(i)) for i in range(1, 50))), 3.0)
-    assert ledger.commits == 2  # the first row alone, then the 49 in one commit at its time
-    assert len(_ids(tmp_path)) == 50
+async def test_after_a_commit_in_place_the_rest_of_the_burst_goes_at_the_next_iteration(tmp_path: Path) -> None:
+    store, ledger, _ = await _ledger(tmp_path, every_s=30.0)  # the interval would outlast the test
+    await ledger.record(_row(0))  # committed in place
+    await asyncio.wait_for(asyncio.gather(*(ledger.record(_row(i)) for i in range(1, 20))), 5.0)
+    assert ledger.commits == 2 and len(_ids(tmp_path)) == 20
+    await ledger.close()
+    await store.close()
+
+
+async def test_under_load_a_commit_every_interval_carries_every_row_queued_meanwhile(tmp_path: Path) -> None:
+    store, ledger, _ = await _ledger(tmp_path, every_s=0.5)
+    await ledger.record(_row(0))  # in place
+    await asyncio.gather(*(ledger.record(_row(i)) for i in range(1, 50)))  # the burst: the next iteration
+    later = [asyncio.create_task(ledger.record(_row(i))) for i in range(50, 100)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not any(t.done() for t in later)  # they wait for the interval since the last commit
+    await asyncio.wait_for(asyncio.gather(*later), 5.0)
+    assert ledger.commits == 3 and len(_ids(tmp_path)) == 100  # 1, then 49, then 50 in one commit
     await ledger.close()
     await store.close()
 
