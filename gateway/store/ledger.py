@@ -1,21 +1,25 @@
 """The spend ledger's group commit: one row per answered request, committed before its last byte.
 
 `record` queues the row and waits for the commit that carries it. The first row queued after a commit
-schedules the next one, due `COMMIT_EVERY_S` after the previous commit began (the next loop iteration
-when that is past), and that commit carries every row queued until then: under load commits come every
-`COMMIT_EVERY_S` and each carries every request that ended in between (a loop iteration under load runs
-many requests to their end: S2 on a busy 2-core machine averaged 23-25 rows a commit), so a commit's fixed cost (a
-lock, a WAL append, a round trip: 20-100 µs) is shared by all of them. An idle ledger (nothing queued,
-the last commit `COMMIT_EVERY_S` ago or more: the row would be committed alone anyway) commits the row
-right there in `record`, which then returns without suspending its request: no wake-up, no loop
-iteration between the row and its last byte. Where the driver can commit without waiting (SQLite's file,
-its write lock free) the commit runs on the loop: no thread, no lock hand-over, no wake-up (a thread per
-commit cost the request path more than the commit itself). Otherwise (PostgreSQL, a busy SQLite file) one
-task commits a batch at a time on the driver's async path, and rows queued meanwhile go in its next batch.
+schedules the next one, due `COMMIT_EVERY_S` after the previous commit began (at once when that is
+past), and that commit carries every row queued until then: an idle gateway commits a single row at
+once; under load commits come every `COMMIT_EVERY_S` and each carries every request that ended in
+between, so a commit's fixed cost (a round trip, a lock, a WAL append: 30-100 µs) is shared by all of
+them and the cost per request stays a few µs, while the wait it adds is at most `COMMIT_EVERY_S`. Where the driver can
+commit without waiting (SQLite's file, its write lock free) the commit runs right there on the loop: no
+thread, no lock hand-over, no wake-up (a thread per commit cost the request path more than the commit
+itself: its GIL hand-overs and wake-ups). Otherwise (PostgreSQL, a busy SQLite file) one task commits
+a batch at a time on the driver's async path, and rows queued meanwhile go in its next batch.
 
-The requests of one batch wait on one future (not one each), and waiting is bounded per batch: one
-timer, armed by the first waiter after a commit, releases every waiting request `wait_s` later if no
-commit came first (a hung store).
+The requests of one batch wait on one future, not one each. Waiting is bounded per batch, not per
+request: one timer, armed by the first waiter after a commit, releases every waiting request `wait_s`
+later if no commit came first (a hung store); the requests after it wait again, under a timer of their own.
+
+Measured (S2 on a shared 2-core machine, docs/keys-teams-spend.md): the commit is about a third of what
+the ledger costs a request, the rest is the wait (the request suspended, its last write a loop iteration
+or two later). Committing in `record` when the ledger was idle, to spare that request the wait, was tried
+and dropped: under load the gateway's pauses make the ledger look idle at half of its commits, which
+then carried 15 rows instead of 26 and cost more than the waits they spared.
 
 Rows have the gateway's own unique id, so a batch retried after an unclear failure is never counted
 twice. Store down: the rows stay queued in memory (bounded) and are retried; requests stop waiting for
@@ -26,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from time import monotonic
 
 import structlog
 
@@ -50,14 +53,10 @@ class SpendLedger:
         self._queue: list[Entry] = []  # not committed yet, oldest first
         self._waiters: asyncio.Future[None] | None = None  # what rows queued since the last commit wait on
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._scheduled = False  # `_due` is pending (call_soon or call_later)
+        self._scheduled = False  # `_commit` is due (call_soon or call_at)
         self._writer: asyncio.Task[None] | None = None  # commits on the driver's async path, retries
         self._deadline: asyncio.TimerHandle | None = None
-        # monotonic(), not loop.time(): uvloop's is read once per loop iteration, and `record` times
-        # commits within one
-        self._last_commit = float("-inf")
-        self._armed = float("-inf")  # when the pending `_due` was scheduled
-        self._in_place = False  # the last commit was an idle ledger's, made in `record`
+        self._last_commit = float("-inf")  # loop time the last commit began
         self._closed = False
         self.failing = False
         self.dropped = 0
@@ -77,45 +76,28 @@ class SpendLedger:
         fut = self._waiters
         if fut is None:  # the first row since the last commit
             fut = self._waiters = loop.create_future()
-        queue = self._queue
-        idle = not queue
-        queue.append((row, fut))
-        if self._writer is None:
-            if idle and monotonic() - self._last_commit >= self._every:
-                self._commit(in_place=True)  # alone either way: committed here, the request goes on at once
-            elif not self._scheduled:
-                self._schedule(loop)
-        if not fut.done():
-            if self._deadline is None:
-                self._deadline = loop.call_later(self._wait_s, self._expire)
-            await fut
+        self._queue.append((row, fut))
+        if self._deadline is None:
+            self._deadline = loop.call_later(self._wait_s, self._expire)
+        if not self._scheduled and self._writer is None:
+            self._schedule(loop)
+        await fut
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The commit at its time if no request ending commits first."""
         self._scheduled = True
-        self._armed = now = monotonic()
-        # after a row committed in place, the rows of the same burst go at the next iteration, as they
-        # would have with it: not a commit interval later
-        wait = 0.0 if self._in_place else self._last_commit + self._every - now
-        if wait <= 0:
-            loop.call_soon(self._due)
+        due = self._last_commit + self._every
+        if loop.time() >= due:
+            loop.call_soon(self._commit)
         else:
-            loop.call_later(wait, self._due)
+            loop.call_at(due, self._commit)
 
-    def _due(self) -> None:
-        self._scheduled = False
-        if self._last_commit < self._armed:
-            self._commit()
-        elif self._queue and self._writer is None and self._loop is not None:
-            self._schedule(self._loop)  # committed since it was scheduled: the next commit at its own time
-
-    def _commit(self, in_place: bool = False) -> None:
+    def _commit(self) -> None:
         """On the loop: commit a batch where the driver needs no wait, else hand the queue to the writer."""
+        self._scheduled = False
         loop = self._loop
         if not self._queue or self._writer is not None or self._closed or loop is None:
             return
-        self._last_commit = monotonic()
-        self._in_place = in_place
+        self._last_commit = loop.time()
         self._waiters = None  # rows queued from now on wait for the next commit
         batch = self._queue[:MAX_BATCH]
         try:
@@ -127,7 +109,7 @@ class SpendLedger:
             self._writer = loop.create_task(self._write(), name="spend-ledger")
             return
         self._committed(batch)
-        if self._queue and not self._scheduled:
+        if self._queue:
             self._schedule(loop)
 
     async def _write(self) -> None:
@@ -137,7 +119,7 @@ class SpendLedger:
                     await asyncio.sleep(RETRY_S)
                 await self.flush()
                 if self._queue and not self.failing:  # queued during that commit: the next at its time
-                    await asyncio.sleep(max(0.0, self._last_commit + self._every - monotonic()))
+                    await asyncio.sleep(max(0.0, self._last_commit + self._every - self._now()))
         finally:
             self._writer = None
 
@@ -146,8 +128,7 @@ class SpendLedger:
         stay queued (bounded)."""
         while self._queue:
             batch = self._queue[:MAX_BATCH]
-            self._last_commit = monotonic()
-            self._in_place = False
+            self._last_commit = self._now()
             self._waiters = None
             try:
                 await self._store.record_spend([row for row, _ in batch])
@@ -155,6 +136,9 @@ class SpendLedger:
                 self._failed(batch, exc)
                 return
             self._committed(batch)
+
+    def _now(self) -> float:
+        return self._loop.time() if self._loop is not None else float("-inf")
 
     def _committed(self, batch: list[Entry]) -> None:
         self.commits += 1
@@ -203,7 +187,7 @@ class SpendLedger:
 
 
 def _release(batch: list[Entry], keep: asyncio.Future[None] | None = None) -> None:
-    """Wake the requests waiting on `batch`'s rows: one future per batch of waiters, in a run."""
+    """Wake the requests waiting on `batch`'s rows: their futures come in runs, one per batch of waiters."""
     last = None
     for _, fut in batch:
         if fut is not last and fut is not None and fut is not keep and not fut.done():

@@ -1,7 +1,6 @@
 """The spend ledger's commit paths on real databases (no mocks): SQLite committed on the loop, or, while
-another connection holds the write lock, on a worker thread without holding the loop; an idle ledger
-commits a row in `record` without suspending its request (the rest of its burst at the next loop
-iteration), and under load a commit every interval carries every row queued meanwhile; a hung store
+another connection holds the write lock, on a worker thread without holding the loop; under load a
+commit every interval carries every row queued meanwhile, its requests released together; a hung store
 releases the waiting requests after `wait_s` (and the next ones wait again) and keeps their rows; the
 loop's commits never checkpoint but the WAL stays bounded; PostgreSQL's one-statement batch keeps every
 value as it was; a row is its own parameters in the table's column order on both."""
@@ -10,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import psycopg
 import pytest
 
 from gateway.store import SpendLedger, Store
+from gateway.store.ledger import MAX_BATCH
 from gateway.store.types import SpendRow
 from tests.postgres_server import PostgresServer
 
@@ -64,48 +63,10 @@ async def test_a_row_is_its_own_parameters_in_the_tables_column_order(tmp_path: 
     await store.close()
 
 
-def _returns_without_waiting(ledger: SpendLedger, row: SpendRow) -> bool:
-    """`record` ran to its end at its first step: it never suspended (its request's last byte goes at once)."""
-    coro = ledger.record(row)
-    try:
-        coro.send(None)
-    except StopIteration:
-        return True
-    coro.close()
-    return False
-
-
-async def test_an_idle_ledger_commits_the_row_in_record_without_suspending_its_request(tmp_path: Path) -> None:
-    every = 0.5  # long enough that nothing below falls due by accident on a slow machine
-    store, ledger, errors = await _ledger(tmp_path, every_s=every)
-    assert _returns_without_waiting(ledger, _row(1))  # nothing queued, no commit for a while
-    assert _ids(tmp_path) == ["id-1"]
-    waiting = [asyncio.create_task(ledger.record(_row(i))) for i in (2, 3)]
-    await asyncio.sleep(0)  # both run up to their wait: the next commit is not due yet
-    assert not any(t.done() for t in waiting) and _ids(tmp_path) == ["id-1"]
-    time.sleep(every)  # noqa: ASYNC251 - the loop held on purpose: a long iteration, the next commit due in it
-    assert not _returns_without_waiting(ledger, _row(4))  # rows wait: it joins their batch, not one of its own
-    await asyncio.wait_for(asyncio.gather(*waiting), 3.0)
-    assert _ids(tmp_path) == ["id-1", "id-2", "id-3", "id-4"]
-    assert ledger.commits == 2
-    await ledger.close()
-    await store.close()
-    assert errors == []
-
-
-async def test_after_a_commit_in_place_the_rest_of_the_burst_goes_at_the_next_iteration(tmp_path: Path) -> None:
-    store, ledger, _ = await _ledger(tmp_path, every_s=30.0)  # the interval would outlast the test
-    await ledger.record(_row(0))  # committed in place
-    await asyncio.wait_for(asyncio.gather(*(ledger.record(_row(i)) for i in range(1, 20))), 5.0)
-    assert ledger.commits == 2 and len(_ids(tmp_path)) == 20
-    await ledger.close()
-    await store.close()
-
-
 async def test_under_load_a_commit_every_interval_carries_every_row_queued_meanwhile(tmp_path: Path) -> None:
     store, ledger, _ = await _ledger(tmp_path, every_s=0.5)
-    await ledger.record(_row(0))  # in place
-    await asyncio.gather(*(ledger.record(_row(i)) for i in range(1, 50)))  # the burst: the next iteration
+    await ledger.record(_row(0))  # an idle ledger: committed at the next loop iteration
+    await asyncio.gather(*(ledger.record(_row(i)) for i in range(1, 50)))  # queued together: one commit
     later = [asyncio.create_task(ledger.record(_row(i))) for i in range(50, 100)]
     for _ in range(3):
         await asyncio.sleep(0)
@@ -114,6 +75,18 @@ async def test_under_load_a_commit_every_interval_carries_every_row_queued_meanw
     assert ledger.commits == 3 and len(_ids(tmp_path)) == 100  # 1, then 49, then 50 in one commit
     await ledger.close()
     await store.close()
+
+
+async def test_a_batch_cut_at_max_batch_releases_its_waiters_only_once_all_their_rows_are_in(
+        tmp_path: Path) -> None:
+    store, ledger, _ = await _ledger(tmp_path, every_s=1.0)  # the second piece a second after the first
+    n = MAX_BATCH + MAX_BATCH // 2  # queued in one iteration: one shared future, committed in two pieces
+    try:
+        await asyncio.wait_for(asyncio.gather(*(ledger.record(_row(i)) for i in range(n))), 10.0)
+        assert len(_ids(tmp_path)) == n and ledger.commits == 2
+    finally:
+        await ledger.close()
+        await store.close()
 
 
 async def test_a_held_write_lock_is_waited_for_off_the_loop(tmp_path: Path) -> None:
