@@ -15,7 +15,7 @@ The requests of one batch wait on one future, not one each. Waiting is bounded p
 request: one timer, armed by the first waiter after a commit, releases every waiting request `wait_s`
 later if no commit came first (a hung store); the requests after it wait again, under a timer of their own.
 
-Measured (S2 on a shared 2-core machine, docs/keys-teams-spend.md): the commit is about a third of what
+Measured (S2 on a shared 2-core machine, bench/README.md): the commit is a third to a half of what
 the ledger costs a request, the rest is the wait (the request suspended, its last write a loop iteration
 or two later). Committing in `record` when the ledger was idle, to spare that request the wait, was tried
 and dropped: under load the gateway's pauses make the ledger look idle at half of its commits, which
