@@ -6,7 +6,7 @@ runs the scenario. Prints the top functions by own time and by inclusive time. `
 graph instead (kept out of git by .gitignore). Without py-spy (`pip install py-spy`), the gateway is
 run under cProfile and its hottest functions are printed from that.
 
-    python -m bench.profile --scenario S2 [--seconds 10] [--top 25] [--noredact] [--native] [--svg FILE]
+    python -m bench.profile --scenario S2 [--seconds 10] [--top 25] [--noredact] [--native] [--svg FILE] [--store [URL]]
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from bench.scenarios import FULL, Scenario
 
 
 def _start_gateway(workdir: Path, upstream_port: int, redaction: bool, cprofile: Path | None,
-                   otlp_endpoint: str | None = None) -> servers.Server:
+                   otlp_endpoint: str | None = None, store_url: str | None = None) -> servers.Server:
     config = workdir / "gateway.yaml"
-    config.write_text(servers.gateway_config(upstream_port, redaction, otlp_endpoint))
+    config.write_text(servers.gateway_config(upstream_port, redaction, otlp_endpoint, store_url))
     if cprofile is None:
         return servers.start_gateway("gateway", workdir, config)
     port = servers.free_port()
@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", type=int, help="override the scenario's chunks per answer (1: per-request cost)")
     p.add_argument("--raw", help="also keep py-spy's collapsed stacks in this file")
     p.add_argument("--tracing", action="store_true", help="every request traced, spans exported to bench/otlp_sink")
+    p.add_argument("--store", nargs="?", const="sqlite", help="the control plane's store on (a spend row per "
+                   "request): a postgresql:// URL, or a SQLite file in the temp dir when given without one")
     args = p.parse_args(argv)
     raise_nofile()
     sc = next(s for s in FULL if s.key == args.scenario)
@@ -125,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     redaction = not args.noredact and not servers.redaction_missing()
     prof = None if has_spy else workdir / "gateway.prof"
     sink = servers.start_otlp_sink(workdir) if args.tracing else None
-    gw = _start_gateway(workdir, upstream.port, redaction, prof, f"http://127.0.0.1:{sink.port}" if sink else None)
+    store_url = None if not args.store else f"sqlite:///{workdir}/store.db" if args.store == "sqlite" else args.store
+    gw = _start_gateway(workdir, upstream.port, redaction, prof, f"http://127.0.0.1:{sink.port}" if sink else None,
+                        store_url)
     try:
         loadgen(gw.url, sc, requests=sc.warmup, duration_s=0, samples=False)
         out = Path(args.svg) if args.svg else Path(args.raw) if args.raw else workdir / "profile.txt"
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if sink is not None:
             sink.stop()
     print(f"{sc.key}: {sc.title}; {sc.chunks} chunks; redaction {'on' if redaction else 'off'}"
-          f"{'; traced' if sink else ''}")
+          f"{'; traced' if sink else ''}{'; store ' + args.store if args.store else ''}")
     if prof is not None:
         pstats.Stats(str(prof)).sort_stats("tottime").print_stats(args.top)
     elif args.svg:

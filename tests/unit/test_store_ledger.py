@@ -1,8 +1,9 @@
 """The spend ledger's commit paths on real databases (no mocks): SQLite committed on the loop, or, while
-another connection holds the write lock, on a worker thread without holding the loop; a hung store
-releases the waiting requests after `wait_s` and keeps their rows; the loop's commits never checkpoint
-but the WAL stays bounded; PostgreSQL's one-statement batch keeps every value as it was; a row is its
-own parameters in the table's column order on both."""
+another connection holds the write lock, on a worker thread without holding the loop; under load a
+commit every interval carries every row queued meanwhile, its requests released together; a hung store
+releases the waiting requests after `wait_s` (and the next ones wait again) and keeps their rows; the
+loop's commits never checkpoint but the WAL stays bounded; PostgreSQL's one-statement batch keeps every
+value as it was; a row is its own parameters in the table's column order on both."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 
 from gateway.store import SpendLedger, Store
+from gateway.store.ledger import MAX_BATCH
 from gateway.store.types import SpendRow
 from tests.postgres_server import PostgresServer
 
@@ -31,11 +33,11 @@ def _row(i: int, **kw: object) -> SpendRow:
     return SpendRow(**fields)  # type: ignore[arg-type]
 
 
-async def _ledger(tmp_path: Path, wait_s: float = 5.0) -> tuple[Store, SpendLedger, list[int]]:
+async def _ledger(tmp_path: Path, wait_s: float = 5.0, every_s: float = 0.002) -> tuple[Store, SpendLedger, list[int]]:
     store = await Store.open(f"sqlite:///{tmp_path}/s.db")
     await store.migrate()
     errors: list[int] = []
-    ledger = SpendLedger(store, wait_s=wait_s, on_error=lambda: errors.append(1))
+    ledger = SpendLedger(store, wait_s=wait_s, on_error=lambda: errors.append(1), commit_every_s=every_s)
     ledger.start()
     return store, ledger, errors
 
@@ -61,6 +63,32 @@ async def test_a_row_is_its_own_parameters_in_the_tables_column_order(tmp_path: 
     await store.close()
 
 
+async def test_under_load_a_commit_every_interval_carries_every_row_queued_meanwhile(tmp_path: Path) -> None:
+    store, ledger, _ = await _ledger(tmp_path, every_s=0.5)
+    await ledger.record(_row(0))  # an idle ledger: committed at the next loop iteration
+    await asyncio.gather(*(ledger.record(_row(i)) for i in range(1, 50)))  # queued together: one commit
+    later = [asyncio.create_task(ledger.record(_row(i))) for i in range(50, 100)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not any(t.done() for t in later)  # they wait for the interval since the last commit
+    await asyncio.wait_for(asyncio.gather(*later), 5.0)
+    assert ledger.commits == 3 and len(_ids(tmp_path)) == 100  # 1, then 49, then 50 in one commit
+    await ledger.close()
+    await store.close()
+
+
+async def test_a_batch_cut_at_max_batch_releases_its_waiters_only_once_all_their_rows_are_in(
+        tmp_path: Path) -> None:
+    store, ledger, _ = await _ledger(tmp_path, every_s=1.0)  # the second piece a second after the first
+    n = MAX_BATCH + MAX_BATCH // 2  # queued in one iteration: one shared future, committed in two pieces
+    try:
+        await asyncio.wait_for(asyncio.gather(*(ledger.record(_row(i)) for i in range(n))), 10.0)
+        assert len(_ids(tmp_path)) == n and ledger.commits == 2
+    finally:
+        await ledger.close()
+        await store.close()
+
+
 async def test_a_held_write_lock_is_waited_for_off_the_loop(tmp_path: Path) -> None:
     store, ledger, errors = await _ledger(tmp_path)
     other = _hold_write_lock(tmp_path)
@@ -84,10 +112,14 @@ async def test_a_hung_store_releases_requests_after_wait_s_and_keeps_their_rows(
     other = _hold_write_lock(tmp_path)
     await asyncio.wait_for(asyncio.gather(*(ledger.record(_row(i)) for i in range(5))), 3.0)  # released
     assert _ids(tmp_path) == []  # not committed: the lock is still held
+    later = asyncio.create_task(ledger.record(_row(5)))
+    await asyncio.sleep(0)
+    assert not later.done()  # the next request waits again, under a timer of its own
+    await asyncio.wait_for(later, 3.0)
     other.execute("COMMIT")
     other.close()
     await ledger.close()  # the commit in flight ends, nothing is left behind
-    assert _ids(tmp_path) == [f"id-{i}" for i in range(5)]
+    assert _ids(tmp_path) == [f"id-{i}" for i in range(6)]
     await store.close()
 
 
