@@ -14,7 +14,15 @@ from gateway.core.redact.engine import CUT_KEEP, RUN_LIMIT
 from gateway.core.redact.regex import prefix_source, sees_only_behind
 from gateway.core.redact.rules import BUILTIN
 from gateway.core.redact.window import Redactor
-from tests.unit.test_redact_window import NEAR_MISSES, REDACTOR, SECRETS, WORDS, _deltas, forced_slow
+from tests.unit.test_redact_window import (
+    NEAR_MISSES,
+    REDACTOR,
+    SECRETS,
+    WORDS,
+    _deltas,
+    forced_slow,
+    pushed_in_groups,
+)
 
 _PLAIN = Redactor.compile(["secrets", "pii"], [])
 
@@ -109,20 +117,7 @@ def test_a_run_past_the_limit_pushed_together_releases_what_one_by_one_releases(
     """`push_together` holds a run without a gap in one copy up to the limit (`_to_limit`): after every
     group it has released and holds what pushing the deltas one by one does, and the whole is the
     one-shot redaction."""
-    deltas = _deltas(text, sizes)
-    together, alone = REDACTOR.window(), REDACTOR.window()
-    i, k = 0, 0
-    released_together, released_alone = "", ""
-    while i < len(deltas):
-        group = deltas[i:i + groups[k % len(groups)]]
-        pieces = together.push_together(group)
-        assert len(pieces) == len(group)
-        released_together += "".join(pieces)
-        released_alone += "".join(alone.push(d) for d in group)
-        assert released_together == released_alone
-        assert together.held_chars == alone.held_chars
-        i, k = i + len(group), k + 1
-    assert released_together + together.flush() == REDACTOR.redact(text).text
+    assert pushed_in_groups(_deltas(text, sizes), groups) == REDACTOR.redact(text).text
     assert REDACTOR.redact(text).text == forced_slow(REDACTOR).redact(text).text
 
 

@@ -257,6 +257,24 @@ def test_each_push_releases_and_holds_what_the_segment_machine_does(text: str, s
     assert _pushes(REDACTOR, text, sizes) == _pushes(forced_slow(REDACTOR), text, sizes)
 
 
+def pushed_in_groups(deltas: list[str], groups: list[int]) -> str:
+    """`deltas` through `push_together` in groups of `groups`' sizes (cycled), checked after every group
+    against pushing them one by one: the same released, the same held. The whole text released."""
+    together, alone = REDACTOR.window(), REDACTOR.window()
+    i, k = 0, 0
+    released_together, released_alone = "", ""
+    while i < len(deltas):
+        group = deltas[i:i + groups[k % len(groups)]]
+        pieces = together.push_together(group)
+        assert len(pieces) == len(group)
+        released_together += "".join(pieces)
+        released_alone += "".join(alone.push(d) for d in group)
+        assert released_together == released_alone
+        assert together.held_chars == alone.held_chars
+        i, k = i + len(group), k + 1
+    return released_together + together.flush()
+
+
 def _deltas(text: str, sizes: list[int]) -> list[str]:
     out, i, k = [], 0, 0
     while i < len(text):
@@ -275,20 +293,7 @@ def test_deltas_pushed_together_release_the_same_text_never_later(text: str, siz
     """A read's deltas through `push_together`: after every group the window has released exactly
     what pushing them one by one releases (and holds the same), piece i comes with delta i or
     earlier, and a piece differs from its delta only where the window held or masked."""
-    deltas = _deltas(text, sizes)
-    together, alone = REDACTOR.window(), REDACTOR.window()
-    i, k = 0, 0
-    released_together, released_alone = "", ""
-    while i < len(deltas):
-        group = deltas[i:i + groups[k % len(groups)]]
-        pieces = together.push_together(group)
-        assert len(pieces) == len(group)
-        released_together += "".join(pieces)
-        released_alone += "".join(alone.push(d) for d in group)
-        assert released_together == released_alone
-        assert together.held_chars == alone.held_chars
-        i, k = i + len(group), k + 1
-    assert released_together + together.flush() == REDACTOR.redact(text).text
+    assert pushed_in_groups(_deltas(text, sizes), groups) == REDACTOR.redact(text).text
 
 
 def test_a_read_of_prose_goes_out_delta_for_delta_but_for_the_last_unfinished_word() -> None:
