@@ -43,11 +43,15 @@ def bracket_count(raw: bytes) -> int:
     return raw.count(b"{") + raw.count(b"[")
 
 
-def parse_shallow(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object, at most `MAX_CONTAINERS` of them (checked before parsing); its depth is
-    the caller's to check (`may_be_deep`, `DepthCheck`)."""
-    if len(raw) > MAX_CONTAINERS and bracket_count(raw) > MAX_CONTAINERS:  # a shorter body has fewer
-        raise BodyError(CONTAINERS_MESSAGE)
+def parse_shallow(raw: bytes, brackets: int | None = None) -> dict[str, Any]:
+    """The body as a JSON object, at most `MAX_CONTAINERS` of them (checked before parsing; `brackets`:
+    its `bracket_count` when the caller has it); its depth is the caller's to check (`may_be_deep`,
+    `DepthCheck`)."""
+    if len(raw) > MAX_CONTAINERS:  # a shorter body has fewer
+        if brackets is None:
+            brackets = bracket_count(raw)
+        if brackets > MAX_CONTAINERS:
+            raise BodyError(CONTAINERS_MESSAGE)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
