@@ -18,7 +18,7 @@ def _code_str(value: Any) -> str | None:
 def classify_error_object(err: Any, status: int | None) -> Failure:
     """Classify an OpenAI-style error object (HTTP body or in-band) from its structured fields only."""
     if isinstance(err, str):
-        return Failure(FailureKind.INBAND if status is None else _by_status(status), "upstream error",
+        return Failure(FailureKind.INBAND if status is None else kind_by_status(status), "upstream error",
                        status=status)
     if not isinstance(err, dict):
         err = {}
@@ -61,10 +61,11 @@ def _kind(code: str | None, etype: str | None, param: str | None, status: int | 
         if client_status or etype == "invalid_request_error":
             return FailureKind.HTTP_4XX  # an in-band client error (e.g. Groq tool_use_failed) passes through
         return FailureKind.INBAND
-    return _by_status(status or 502)
+    return kind_by_status(status or 502)
 
 
-def _by_status(status: int) -> FailureKind:
+def kind_by_status(status: int) -> FailureKind:
+    """How an upstream's HTTP status (or the status an error object names) is retried (CONTRACT §4)."""
     if status == 429:
         return FailureKind.HTTP_429
     if status in (401, 403):

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core.error_object import kind_by_status
 from gateway.core.events import Failure, FailureKind
 from gateway.providers.base import retry_after_s
 
@@ -99,15 +100,7 @@ def _type(kind: FailureKind) -> str:
 
 
 def _by_status(status: int | None) -> FailureKind:
-    if status is None:
-        return FailureKind.INBAND
-    if status == 429:
-        return FailureKind.HTTP_429
-    if status in (401, 403):
-        return FailureKind.UPSTREAM_AUTH
-    if status in (408, 409) or status >= 500:
-        return FailureKind.HTTP_5XX
-    return FailureKind.HTTP_4XX
+    return FailureKind.INBAND if status is None else kind_by_status(status)
 
 
 def _detail(err: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
