@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tests.loopback_app import serve_on_loopback
+
 
 def _key(messages: list[dict[str, Any]]) -> bytes:
     return orjson.dumps(messages)
@@ -45,11 +47,7 @@ class CachingUpstream:
     async def start(self) -> None:
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_on_loopback(app)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -27,6 +27,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from tests.fake_upstream import FakeUpstream
+from tests.loopback_app import serve_on_loopback
 
 EVENTSTREAM = {"Content-Type": "application/vnd.amazon.eventstream"}
 _AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
@@ -120,11 +121,7 @@ class _Server:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_on_loopback(app)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -20,6 +20,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tests.loopback_app import serve_on_loopback
+
 
 @dataclass(frozen=True)
 class Pause:
@@ -106,11 +108,7 @@ class FakeUpstream:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self.closed = asyncio.Event()
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_on_loopback(app, tls=self.tls, handler_cancellation=True)
 
     async def stop(self) -> None:
         if self._runner is not None:

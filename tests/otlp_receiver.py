@@ -14,6 +14,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
+from tests.loopback_app import serve_on_loopback
+
 
 def _value(v: AnyValue) -> Any:
     kind = v.WhichOneof("value")
@@ -47,11 +49,7 @@ class OtlpReceiver:
     async def start(self, port: int = 0) -> None:
         app = web.Application()
         app.router.add_post("/v1/traces", self._traces)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_on_loopback(app, port)
 
     async def stop(self) -> None:
         if self._runner is not None:
