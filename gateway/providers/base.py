@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from gateway.core.chat.stream import ChatChunk, StreamParser
-from gateway.core.events import Failure, StreamEvent
+from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
 from gateway.core.framing import SSE, Framing
+from gateway.core.sse import DONE
 
 # the chunk types and framings are the core's
 __all__ = ["SSE", "ChatChunk", "Framing", "ParsedBody", "StreamParser", "UpstreamRequest"]
@@ -148,3 +149,12 @@ def unserved(tr: Translator | None, body: Mapping[str, Any]) -> Unserved | None:
 
 def bound(tr: Translator, body: Mapping[str, Any]) -> Translator:
     return tr.bind(body) if _per_request(tr) else tr
+
+
+def not_an_object(data: bytes) -> list[ChatChunk]:
+    """What a translating parser reads from an event whose data is no JSON object: an OpenAI-style
+    `[DONE]` (a relay in between may add one) ends the stream harmlessly; anything else is malformed."""
+    if data[:6] == DONE:
+        return [ChatChunk([], None, done=True)]
+    bad = Failure(FailureKind.MALFORMED, "upstream sent an event that is not a JSON object")
+    return [ChatChunk([InbandError(bad)], None)]

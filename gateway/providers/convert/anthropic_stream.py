@@ -28,8 +28,6 @@ import orjson
 
 from gateway.core.events import (
     DeltaKind,
-    Failure,
-    FailureKind,
     Finish,
     InbandError,
     OutputDelta,
@@ -38,8 +36,8 @@ from gateway.core.events import (
     Usage,
 )
 from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
-from gateway.core.sse import DONE, SSEEvent
-from gateway.providers.base import ChatChunk
+from gateway.core.sse import SSEEvent
+from gateway.providers.base import ChatChunk, not_an_object
 
 FINISH_REASONS = {
     "end_turn": "stop",
@@ -86,10 +84,7 @@ class AnthropicStreamParser:
         except orjson.JSONDecodeError:
             obj = None
         if not isinstance(obj, dict):
-            if event.data[:6] == DONE:
-                return [ChatChunk([], None, done=True)]  # a relay's OpenAI-style end: harmless
-            return [ChatChunk([InbandError(Failure(FailureKind.MALFORMED,
-                                                   "upstream sent an event that is not a JSON object"))], None)]
+            return not_an_object(event.data)
         kind = obj.get("type")
         if not isinstance(kind, str):
             kind = event.event or ""

@@ -41,8 +41,8 @@ from gateway.core.events import (
     ToolCallDelta,
     Usage,
 )
-from gateway.core.sse import DONE, SSEEvent
-from gateway.providers.base import ChatChunk, ParsedBody
+from gateway.core.sse import SSEEvent
+from gateway.providers.base import ChatChunk, ParsedBody, not_an_object
 from gateway.providers.chat_openai import parse_openai_body
 from gateway.providers.convert.anthropic_stream import openai_usage
 from gateway.providers.convert.google_errors import classify_google_error, error_object
@@ -117,10 +117,7 @@ class GoogleStreamParser:
         if err is not None:
             return [ChatChunk([InbandError(classify_google_error(err, None))], None)]
         if not isinstance(obj, dict):
-            if event.data[:6] == DONE:
-                return [ChatChunk([], None, done=True)]
-            bad = Failure(FailureKind.MALFORMED, "upstream sent an event that is not a JSON object")
-            return [ChatChunk([InbandError(bad)], None)]
+            return not_an_object(event.data)
         return self.response(obj)
 
     def response(self, obj: dict[str, Any]) -> list[ChatChunk]:
