@@ -132,11 +132,11 @@ class Relay:
     async def _relay(self) -> None:
         stream, filt, sink, client = self.stream, self.filt, self.sink, self.client
         first = stream.commit(filt)
-        if stream.done and sink.hold is None and not self.safety.audit_guards:
+        keep_last = sink.hold is None and not self.safety.audit_guards  # nothing is judged between the writes
+        if stream.done and keep_last:
             client.cork()  # the whole answer is in hand and nothing below waits: one write for all of it
         await sink.emit(first, self.opened.t_first, filt.output_released)
         check_refusal(filt)
-        keep_last = sink.hold is None and not self.safety.audit_guards  # nothing is judged between
         try:
             self.last, self.t_last = await pump(self.opened.response, stream, filt, sink, self.opened.deployment,
                                                 keep_last)
@@ -150,7 +150,7 @@ class Relay:
             ended = stream.upstream_end(self.rt.safety.scrubber)
             # the failure's own event is read (and numbered) only when the stream ends with it
             if ended is not None:
-                await self._write(b"")  # what came before the failure goes out before its event
+                await self._flush_last()  # what came before the failure goes out before its event
                 if not await self._continue(ended.reason):
                     raise self._ended(ended)
         tail = stream.tail()
@@ -171,7 +171,7 @@ class Relay:
     async def _check_refusal(self) -> None:
         """A refusal ends the stream; what the last read released before it goes out first."""
         if self.filt.refusal is not None:
-            await self._write(b"")
+            await self._flush_last()
             check_refusal(self.filt)
 
     async def _judge(self, tail: bytes) -> None:
@@ -201,12 +201,16 @@ class Relay:
     async def _write(self, data: bytes) -> None:
         """Write `data` (a continuation's, a parser's closing events) after the last read's output kept
         for the end, if any."""
-        if self.last:
-            last, self.last = self.last, b""
-            await self.sink.emit(last, self.t_last, self.filt.output_released)
+        await self._flush_last()
         if data:
             await self.sink.emit(data, time.perf_counter(), self.filt.output_released)
             check_refusal(self.filt)
+
+    async def _flush_last(self) -> None:
+        """The last read's output kept for the end (`pump`), written now: the stream ends otherwise."""
+        if self.last:
+            last, self.last = self.last, b""
+            await self.sink.emit(last, self.t_last, self.filt.output_released)
 
     def _ended(self, ended: Ended) -> StreamEnded:
         """The upstream's failure event forwarded (an API that passes those on), unless a hold guardrail

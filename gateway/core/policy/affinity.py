@@ -34,11 +34,10 @@ def session_digest(headers: Mapping[str, str], body: Mapping[str, Any]) -> str |
     """The hashed session id of a request (see the module docstring), or None when it names none."""
     raw: object = None
     for h in SESSION_HEADERS:  # a loop, not a generator: this runs for every request
-        raw = headers.get(h)
-        if raw:
+        value = headers.get(h)
+        if value:
+            raw = value
             break
-    else:
-        raw = None
     if raw is None:
         raw = body.get("prompt_cache_key")
     if raw is None:
