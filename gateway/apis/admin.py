@@ -209,6 +209,7 @@ async def delete_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, p
 
 async def spend(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     q = f.spend_query(dict(parse_qsl(request.head.query)))
+    await cp.ledger.settle()  # this process's journaled rows are in, not just those of the last commit
     rows = await cp.store.spend(q)
     data = [{**dict(r.group), "requests": r.requests, "input_tokens": r.input_tokens,
              "output_tokens": r.output_tokens, "cached_input_tokens": r.cached_input_tokens,

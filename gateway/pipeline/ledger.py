@@ -1,4 +1,5 @@
-"""The request's row in the spend ledger (CONTRACT §11), committed before its last byte is written.
+"""The request's row in the spend ledger (CONTRACT §11), crash-safe before its last byte is written:
+in the ledger's journal (SQLite: no wait), else committed (the request waits for its group commit).
 
 Called once per request, where the answer's end is known and the last write is next: a stream's end
 (before its terminator), a cache hit, and for whole responses by the middleware before the body leaves.
@@ -29,7 +30,9 @@ async def commit_spend(rt: Runtime, ctx: RequestContext, outcome: str | None = N
     row = spend_row(ctx, outcome, time.time())
     if row.team is not None:
         ctx.rec.team_spend(row.team, row.model, row.cost_usd)
-    await control.ledger.record(row)
+    ledger = control.ledger
+    if not ledger.journaled(row):  # crash-safe in the journal: nothing to wait for
+        await ledger.record(row)
 
 
 def spend_row(ctx: RequestContext, outcome: str, now: float) -> SpendRow:

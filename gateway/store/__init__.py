@@ -1,7 +1,8 @@
 """Keys, teams, the spend ledger and the audit log in a database (CONTRACT §11): SQLite (the embedded
 default) and PostgreSQL behind one `Store`, versioned migrations, each replica's `KeyCache` kept in step
-by `StoreSync`, and the `SpendLedger`'s group commit. The request path reads the cache and awaits only
-its own ledger row's commit; nothing else of it waits on the database.
+by `StoreSync`, and the `SpendLedger`'s group commit. The request path reads the cache and, with a
+SQLite store, appends its ledger row to the ledger's journal (`journal.py`) and waits for nothing; with
+PostgreSQL it awaits only its own row's group commit.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import structlog
 
 from gateway.config.types import StoreConfig
 from gateway.store.cache import KeyCache
+from gateway.store.journal import SpendJournal, replay
 from gateway.store.ledger import SpendLedger
 from gateway.store.store import Store
 from gateway.store.sync import StoreSync
@@ -28,6 +30,20 @@ class StoreHooks:
 
     health: Callable[[bool], None]
     error: Callable[[str], None]  # the operation: refresh, ledger, admin
+
+
+async def _journal(store: Store) -> SpendJournal | None:
+    """This process's ledger journal, once the rows of any process that died with one are committed."""
+    directory = store.journal_dir
+    if directory is None:
+        return None
+    await replay(directory, store.record_spend)
+    try:
+        return SpendJournal.create(directory)
+    except OSError as exc:
+        log.warning("ledger_journal_failed", reason=type(exc).__name__,
+                    message="requests wait for their ledger commit")
+        return None
 
 
 class ControlPlane:
@@ -60,7 +76,8 @@ class ControlPlane:
         listen = cfg.url if store.dialect == "postgresql" else None
         self._sync = StoreSync(store, self.cache, cfg.poll_s, health, listen, cfg.connect_timeout_s)
         await self._sync.start()
-        self._ledger = SpendLedger(store, cfg.ledger_wait_s, lambda: hooks.error("ledger"))
+        self._ledger = SpendLedger(store, cfg.ledger_wait_s, lambda: hooks.error("ledger"),
+                                   journal=await _journal(store))
         self._ledger.start()
 
     @property

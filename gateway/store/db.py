@@ -28,6 +28,7 @@ class Tx(Protocol):
 
 class Database(Protocol):
     dialect: str
+    local_path: str | None  # the database's own file on this machine (SQLite); None: a server's
 
     async def transact(self, fn: Callable[[Tx], Awaitable[T]], *, write: bool = True) -> T:
         """Run `fn` in one transaction on this connection (one at a time), committed when it returns."""

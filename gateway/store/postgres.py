@@ -41,6 +41,7 @@ class _Tx:
 
 class PgDatabase:
     dialect = "postgresql"
+    local_path: str | None = None
 
     def __init__(self, url: str, connect_timeout_s: float, op_timeout_s: float = OP_TIMEOUT_S):
         self._url, self._connect_timeout, self._op_timeout = url, connect_timeout_s, op_timeout_s

@@ -52,6 +52,7 @@ class SqliteDatabase:
 
     def __init__(self, path: str, busy_timeout_s: float):
         self._path, self._timeout = path, busy_timeout_s
+        self.local_path: str | None = path
         self._conn: aiosqlite.Connection | None = None
         self._plain: sqlite3.Connection | None = None  # `batch`'s, used on worker threads under the lock
         self._inline: sqlite3.Connection | None = None  # `batch_now`'s, on the loop: never waits, never syncs

@@ -8,6 +8,7 @@ slow admin query never delays a response's last byte.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -56,6 +57,13 @@ class Store:
     @classmethod
     async def open(cls, url: str, connect_timeout_s: float = 5.0) -> Store:
         return cls(await open_database(url, connect_timeout_s), await open_database(url, connect_timeout_s))
+
+    @property
+    def journal_dir(self) -> Path | None:
+        """Where the spend ledger journals its rows (`journal.py`): beside a SQLite file; None for a
+        server, whose replicas' disks may not outlive them."""
+        path = self._ledger.local_path
+        return None if path is None or path.endswith(":memory:") else Path(path + ".ledger")
 
     async def migrate(self) -> list[int]:
         return await migrate(self._db)
