@@ -3,29 +3,30 @@
 With a journal (SQLite: `journal.py`) a request does not wait at all: `journaled` appends its row to the
 journal, which a process crash does not lose, and queues it; commits come every `JOURNAL_COMMIT_EVERY_S`
 (at the next loop iteration once `COMMIT_AT_ROWS` are queued), and the journal is emptied whenever the
-queue is. Waiting for the commit cost S2 +18% CPU a request and -20% requests/s; the journal +3%, 0%
+queue is. Waiting for the commit cost S2 +18% CPU a request and -20% requests/s; the journal a few %
 (bench/README.md). A failed append (disk full) sends that request, and every later one, back to waiting.
 
-Without one (PostgreSQL), `record` queues the row and waits for the commit that carries it. The first row queued after a commit
-schedules the next one, due `COMMIT_EVERY_S` after the previous commit began (at once when that is
-past), and that commit carries every row queued until then: an idle gateway commits a single row at
-once; under load commits come every `COMMIT_EVERY_S` and each carries every request that ended in
-between, so a commit's fixed cost (a round trip, a lock, a WAL append: 30-100 µs) is shared by all of
-them and the cost per request stays a few µs, while the wait it adds is at most `COMMIT_EVERY_S`. Where the driver can
-commit without waiting (SQLite's file, its write lock free) the commit runs right there on the loop: no
-thread, no lock hand-over, no wake-up (a thread per commit cost the request path more than the commit
-itself: its GIL hand-overs and wake-ups). Otherwise (PostgreSQL, a busy SQLite file) one task commits
-a batch at a time on the driver's async path, and rows queued meanwhile go in its next batch.
+Without one (PostgreSQL), `record` queues the row and waits for the commit that carries it. The first
+row queued after a commit schedules the next one, due `COMMIT_EVERY_S` after the previous commit began
+(at once when that is past), and that commit carries every row queued until then: an idle gateway
+commits a single row at once; under load commits come every `COMMIT_EVERY_S` and each carries every
+request that ended in between, so a commit's fixed cost (a round trip, a lock, a WAL append: 30-100 µs)
+is shared by all of them and the cost per request stays a few µs, while the wait it adds is at most
+`COMMIT_EVERY_S`. Where the driver can commit without waiting (SQLite's file, its write lock free) the
+commit runs right there on the loop: no thread, no lock hand-over, no wake-up (a thread per commit cost
+the request path more than the commit itself: its GIL hand-overs and wake-ups). Otherwise (PostgreSQL,
+a busy SQLite file) one task commits a batch at a time on the driver's async path, and rows queued
+meanwhile go in its next batch.
 
 The requests of one batch wait on one future, not one each. Waiting is bounded per batch, not per
 request: one timer, armed by the first waiter after a commit, releases every waiting request `wait_s`
 later if no commit came first (a hung store); the requests after it wait again, under a timer of their own.
 
-Measured before the journal (S2 on a shared 2-core machine, bench/README.md): the commit is a third to
-a half of what waiting for it costs a request, the rest is the wait (the request suspended, its last write a loop iteration
-or two later). Committing in `record` when the ledger was idle, to spare that request the wait, was tried
-and dropped: under load the gateway's pauses make the ledger look idle at half of its commits, which
-then carried 15 rows instead of 26 and cost more than the waits they spared.
+Measured before the journal (S2 on a shared 2-core machine): the commit is a third to a half of what
+waiting for it costs a request, the rest is the wait (the request suspended, its last write a loop
+iteration or two later). Committing in `record` when the ledger was idle, to spare that request the
+wait, was tried and dropped: under load the gateway's pauses make the ledger look idle at half of its
+commits, which then carried 15 rows instead of 26 and cost more than the waits they spared.
 
 Rows have the gateway's own unique id, so a batch retried after an unclear failure is never counted
 twice. Store down: the rows stay queued in memory (bounded) and are retried; requests stop waiting for
@@ -114,11 +115,13 @@ class SpendLedger:
         return self._every_waited if journal is None or journal.broken else JOURNAL_COMMIT_EVERY_S
 
     def _urgent(self) -> bool:
-        """Commit at the next loop iteration whatever the interval: too many rows for one commit on the
-        loop, or a request waiting behind the journal's long interval (its append failed)."""
+        """With a journal, commit at the next loop iteration whatever the interval: enough rows for one
+        commit on the loop, or a request waiting behind the journal's long interval (its append failed).
+        Without one the interval is short and every request waits for it anyway."""
         journal = self._journal
-        return len(self._queue) >= COMMIT_AT_ROWS or (
-            journal is not None and self._waiters is not None and not journal.broken)
+        if journal is None or journal.broken:
+            return False
+        return len(self._queue) >= COMMIT_AT_ROWS or self._waiters is not None
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._timer is not None:

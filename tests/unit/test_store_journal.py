@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gateway.store import SpendLedger, Store
 from gateway.store.journal import SpendJournal, parse_rows, replay
-from gateway.store.ledger import JOURNAL_COMMIT_EVERY_S
+from gateway.store.ledger import COMMIT_AT_ROWS, JOURNAL_COMMIT_EVERY_S
 from gateway.store.types import SpendRow
 
 
@@ -148,3 +148,23 @@ async def test_a_request_whose_row_the_journal_refused_waits_for_its_commit(tmp_
         await ledger.close()
         await store.close()
     os.stat(journal.path)  # a broken journal is never deleted: it may hold rows
+
+
+async def test_with_a_journal_a_commit_comes_as_soon_as_enough_rows_are_queued(tmp_path: Path) -> None:
+    store = await _store(tmp_path)
+    ledger = SpendLedger(store, wait_s=5.0, on_error=lambda: None, journal=SpendJournal.create(tmp_path / "j"))
+    ledger.start()
+    try:
+        assert ledger.journaled(_row(0))
+        await asyncio.sleep(0)  # idle: committed at the next iteration
+        assert len(_rows_in(tmp_path / "s.db")) == 1
+        few = COMMIT_AT_ROWS - 1
+        assert all(ledger.journaled(_row(i)) for i in range(1, 1 + few))
+        await asyncio.sleep(0)
+        assert len(_rows_in(tmp_path / "s.db")) == 1  # fewer: they wait for the interval
+        assert ledger.journaled(_row(1 + few))
+        await asyncio.sleep(0)
+        assert len(_rows_in(tmp_path / "s.db")) == 2 + few  # enough: at the next iteration
+    finally:
+        await ledger.close()
+        await store.close()
