@@ -151,11 +151,12 @@ class Deployment:
     # continues a trailing assistant message (CONTRACT §4.9); unset in the config: the provider type's
     # default, resolved at load (anthropic natively; OpenAI-compatible servers only when declared)
     prefill: bool = False
+    # `provider/model`: the value of `x-gateway-deployment` and the `deployment` label; formatted once
+    # here, not at each of the dozen reads a request makes
+    label: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def label(self) -> str:
-        """`provider/model`: the value of `x-gateway-deployment` and the `deployment` label."""
-        return f"{self.provider}/{self.model}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label", f"{self.provider}/{self.model}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from operator import itemgetter
 
 import structlog
 
@@ -86,8 +87,9 @@ class SpendLedger:
         journal, loop = self._journal, self._loop
         if journal is None or self._closed or loop is None or not journal.append(row):
             return False
-        self._queue.append((row, None))
-        if self._writer is None and (self._timer is None or (not self._soon and self._urgent())):
+        queue = self._queue
+        queue.append((row, None))
+        if self._writer is None and (self._timer is None or (not self._soon and len(queue) >= COMMIT_AT_ROWS)):
             self._schedule(loop)
         return True
 
@@ -251,9 +253,8 @@ class SpendLedger:
 
 
 def _release(batch: list[Entry], keep: asyncio.Future[None] | None = None) -> None:
-    """Wake the requests waiting on `batch`'s rows: their futures come in runs, one per batch of waiters."""
-    last = None
-    for _, fut in batch:
-        if fut is not last and fut is not None and fut is not keep and not fut.done():
+    """Wake the requests waiting on `batch`'s rows: their futures come in runs, one per batch of waiters
+    (journaled rows have none), so the distinct ones are few and gathered without a Python step a row."""
+    for fut in dict.fromkeys(map(itemgetter(1), batch)):
+        if fut is not None and fut is not keep and not fut.done():
             fut.set_result(None)
-        last = fut
