@@ -14,7 +14,7 @@ from gateway.config.reader import Errors, Section
 from gateway.config.safety_config import NAME
 from gateway.config.types import AdminConfig, AdminKey, AuthConfig, StoreConfig
 
-STORE_KEYS = ("url", "poll_s", "ledger_wait_s", "connect_timeout_s")
+STORE_KEYS = ("url", "poll_s", "ledger_wait_s", "connect_timeout_s", "ledger_journal")
 _URL = re.compile(r"^(sqlite:///.+|postgres(ql)?://.+)$")
 
 
@@ -67,6 +67,10 @@ def store_config(s: Section, admin: AdminConfig) -> StoreConfig:
         s.errs.add(s.at("url"), "must be sqlite:///<path> or postgresql://user:pass@host:port/db")
     if url is None and admin.keys:
         s.errs.add(s.at("url"), "required with admin.keys: the control plane keeps keys in the store")
+    journal = s.get("ledger_journal", str, d.ledger_journal).strip()
+    if not journal:
+        s.errs.add(s.at("ledger_journal"), "must be auto, off or a directory")
     return StoreConfig(url=url, poll_s=s.number("poll_s", d.poll_s, 0.05),
                        ledger_wait_s=s.number("ledger_wait_s", d.ledger_wait_s, 0.01),
-                       connect_timeout_s=s.number("connect_timeout_s", d.connect_timeout_s, 0.1))
+                       connect_timeout_s=s.number("connect_timeout_s", d.connect_timeout_s, 0.1),
+                       ledger_journal=journal or d.ledger_journal)

@@ -127,6 +127,9 @@ class StoreConfig:
     poll_s: float = 0.5  # the version poll every replica runs (a backstop for PostgreSQL's NOTIFY)
     ledger_wait_s: float = 2.0  # longest a response waits for its ledger commit while the store is down
     connect_timeout_s: float = 5.0
+    # where the spend ledger journals its rows so requests need not wait for their commit: "auto" (beside a
+    # SQLite file; none for PostgreSQL, whose replicas' disks may not outlive them), "off", or a directory
+    ledger_journal: str = "auto"
 
     @property
     def dialect(self) -> str:

@@ -32,16 +32,16 @@ class StoreHooks:
     error: Callable[[str], None]  # the operation: refresh, ledger, admin
 
 
-async def _journal(store: Store) -> SpendJournal | None:
+async def _journal(store: Store, setting: str) -> SpendJournal | None:
     """This process's ledger journal, once the rows of any process that died with one are committed."""
-    directory = store.journal_dir
+    directory = store.journal_dir(setting)
     if directory is None:
         return None
-    await replay(directory, store.record_spend)
     try:
+        await replay(directory, store.record_spend)
         return SpendJournal.create(directory)
-    except OSError as exc:
-        log.warning("ledger_journal_failed", reason=type(exc).__name__,
+    except OSError as exc:  # the directory cannot be read or written: safe, only slower
+        log.warning("ledger_journal_failed", reason=type(exc).__name__, directory=str(directory),
                     message="requests wait for their ledger commit")
         return None
 
@@ -77,7 +77,7 @@ class ControlPlane:
         self._sync = StoreSync(store, self.cache, cfg.poll_s, health, listen, cfg.connect_timeout_s)
         await self._sync.start()
         self._ledger = SpendLedger(store, cfg.ledger_wait_s, lambda: hooks.error("ledger"),
-                                   journal=await _journal(store))
+                                   journal=await _journal(store, cfg.ledger_journal))
         self._ledger.start()
 
     @property

@@ -58,10 +58,13 @@ class Store:
     async def open(cls, url: str, connect_timeout_s: float = 5.0) -> Store:
         return cls(await open_database(url, connect_timeout_s), await open_database(url, connect_timeout_s))
 
-    @property
-    def journal_dir(self) -> Path | None:
-        """Where the spend ledger journals its rows (`journal.py`): beside a SQLite file; None for a
-        server, whose replicas' disks may not outlive them."""
+    def journal_dir(self, setting: str) -> Path | None:
+        """Where the spend ledger journals its rows (`journal.py`), from `store.ledger_journal`: "auto"
+        is beside a SQLite file, and none for a server, whose replicas' disks may not outlive them."""
+        if setting == "off":
+            return None
+        if setting != "auto":
+            return Path(setting)
         path = self._ledger.local_path
         return None if path is None or path.endswith(":memory:") else Path(path + ".ledger")
 

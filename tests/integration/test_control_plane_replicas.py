@@ -83,10 +83,9 @@ async def _stream(client: httpx.AsyncClient, key: str, rid: str) -> bool:
         return last == "data: [DONE]"
 
 
-def test_kill_9_in_the_middle_of_500_requests_loses_and_doubles_no_ledger_row(tmp_path: Path) -> None:
-    db = tmp_path / "gateway.db"
-    gw = GatewayProcess(tmp_path, raw_config(f"sqlite:///{db}"))
-    gw.start()
+def _kill_9_under_load(gw: GatewayProcess) -> tuple[set[str], set[str]]:
+    """500 streamed requests, 8 at a time, the gateway killed with SIGKILL after the 200th is read to
+    its end: (received to the last byte, started)."""
     _, created = admin_call(gw.port, "POST", "keys", {"name": "load"})
     received: set[str] = set()
     started: set[str] = set()
@@ -111,25 +110,57 @@ def test_kill_9_in_the_middle_of_500_requests_loses_and_doubles_no_ledger_row(tm
 
     asyncio.run(load())
     assert gw.proc is not None and gw.proc.returncode == -9
-    with sqlite3.connect(db) as conn:  # the rows journaled since the last commit are not in the table yet
-        before = conn.execute("SELECT count(*) FROM gw_spend WHERE request_id LIKE 'kill-%'").fetchone()[0]
+    assert len(received) >= kill_after
+    return received, started
+
+
+_KILLED = "SELECT request_id FROM gw_spend WHERE request_id LIKE 'kill-%'"
+
+
+@pytest.mark.parametrize("where", ["sqlite", "sqlite-journal-off", "postgresql", "postgresql-journal"])
+def test_kill_9_in_the_middle_of_500_requests_loses_and_doubles_no_ledger_row(
+        where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """SQLite journals each row beside its file (auto), or commits it first (off); PostgreSQL commits it
+    first, or journals it in a directory of the replica's (`ledger_journal`)."""
+    journal = tmp_path / "journal"
+    if where.startswith("sqlite"):
+        db = tmp_path / "gateway.db"
+        url = f"sqlite:///{db}"
+        journal = Path(f"{db}.ledger")
+        store = {"ledger_journal": "off"} if where.endswith("off") else {}
+
+        def ledger() -> list[str]:
+            with sqlite3.connect(db) as conn:
+                return [r[0] for r in conn.execute(_KILLED)]
+    else:
+        url = _database(request.getfixturevalue("postgres"))
+        store = {"ledger_journal": str(journal)} if where.endswith("journal") else {}
+
+        def ledger() -> list[str]:
+            with psycopg.connect(url) as conn:
+                return [r[0] for r in conn.execute(_KILLED)]
+    gw = GatewayProcess(tmp_path, raw_config(url, **store))
+    gw.start()
+    received, started = _kill_9_under_load(gw)
+    before = len(ledger())  # journaled rows since the last commit are not in the table yet
     gw.start()  # the restart commits the killed process's journal before it serves
     try:
-        with sqlite3.connect(db) as conn:
-            rows = [r[0] for r in conn.execute("SELECT request_id FROM gw_spend WHERE request_id LIKE 'kill-%'")]
+        rows = ledger()
     finally:
         gw.stop()
-    assert list(Path(f"{db}.ledger").iterdir()) == []  # replayed, and the graceful stop committed its own
     in_flight = started - received
     extra = set(rows) - received
-    print(f"received {len(received)}, ledger {len(rows)} ({len(rows) - before} from the journal), in flight "
-          f"at the kill {len(in_flight)}, journaled but cut before the last byte {len(extra)}")
+    print(f"{where}: received {len(received)}, ledger {len(rows)} ({len(rows) - before} from the journal), "
+          f"in flight at the kill {len(in_flight)}, in the ledger but cut before the last byte {len(extra)}")
     assert len(rows) == len(set(rows)), "a request is in the ledger twice"
     assert received <= set(rows), f"lost: {sorted(received - set(rows))[:5]}"
-    # A row is journaled before its last byte leaves: a kill between the two leaves a row whose
-    # last byte never arrived. Only a request in flight at the kill can be one.
-    assert extra <= in_flight and len(extra) <= concurrency
-    assert len(received) >= kill_after
+    # A row is journaled (or committed) before its last byte leaves: a kill between the two leaves a row
+    # whose last byte never arrived. Only a request in flight at the kill can be one.
+    assert extra <= in_flight and len(extra) <= 8
+    if store.get("ledger_journal") == "off" or (where.startswith("postgresql") and not store):
+        assert not journal.exists() or list(journal.iterdir()) == []
+    else:  # replayed, and the graceful stop committed its own
+        assert journal.is_dir() and list(journal.iterdir()) == []
 
 
 def test_postgres_stopped_under_load(servers: LoopThread, postgres: PostgresServer) -> None:

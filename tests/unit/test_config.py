@@ -44,6 +44,7 @@ def test_env_interpolation_with_and_without_default() -> None:
     ({"auth": {"keys": [{"name": "a", "key": "one", "key_sha256": "ab"}]}}, "auth.keys[0]: exactly one of"),
     ({"providers": {"p": {"type": "azure", "base_url": "https://a.example"}}}, "providers.p.api_version: required"),
     ({"auth": {}}, "auth: no keys configured"),
+    ({"store": {"url": "sqlite:///x.db", "ledger_journal": " "}}, "store.ledger_journal: must be auto, off or a"),
 ])
 def test_every_error_names_its_key_path(patch: dict[str, Any], expected: str) -> None:
     found = errors({**BASE, **patch})
@@ -67,3 +68,9 @@ def test_custom_rule_may_not_shadow_a_builtin_and_terms_may_not_be_blank() -> No
                     "guardrails": [{"name": "g", "type": "terms", "terms": ["ok", "  "]}]})
     assert 'redaction.profiles.r.custom[0].name: "email" is a built-in rule name; choose another' in found
     assert "guardrails[0].terms[1]: must not be blank" in found
+
+
+def test_the_ledger_journal_is_auto_unless_set() -> None:
+    assert parse_config({**BASE, "store": {"url": "sqlite:///x.db"}}, env={"KEY": "k"}).store.ledger_journal == "auto"
+    pg = {"url": "postgresql://u@h/db", "ledger_journal": "/var/lib/gateway/ledger"}
+    assert parse_config({**BASE, "store": pg}, env={"KEY": "k"}).store.ledger_journal == "/var/lib/gateway/ledger"
