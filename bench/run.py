@@ -47,7 +47,7 @@ class Pool:
     """The servers of a run, started on first use; `fresh` restarts one for a memory measurement."""
 
     def __init__(self, workdir: Path, baseline: Path | None = None, tracing: bool = False,
-                 store_url: str | None = None) -> None:
+                 store_url: str | None = None, ledger_journal: str | None = None) -> None:
         self.workdir, self.baseline = workdir, baseline
         self.nginx_bin = servers.ensure_nginx()
         self.upstream = servers.start_upstream(workdir)
@@ -78,7 +78,8 @@ class Pool:
         self.traced["gateway-faults"] = path
         if store_url is not None:  # the control plane on: a spend row per request, group-committed
             path = workdir / "gateway-store.yaml"
-            path.write_text(servers.gateway_config(self.upstream.port, redact != plain, store_url=store_url))
+            path.write_text(servers.gateway_config(self.upstream.port, redact != plain, store_url=store_url,
+                                                   ledger_journal=ledger_journal))
             self.traced["gateway-store"] = path
 
     def _write_config(self, redaction: bool) -> Path:
@@ -256,6 +257,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--store", nargs="?", const="sqlite", help="also measure gateway-store in S1 and S2: the "
                    "control plane's store on (a spend row per request); a postgresql:// URL, or a SQLite file "
                    "in the run's temp dir when given without one")
+    p.add_argument("--ledger-journal", choices=("auto", "off", "on"), default="auto", help="with --store: "
+                   "the store's ledger journal as configured by default (auto: SQLite on, PostgreSQL off), off, or "
+                   "on (a directory in the run's temp dir)")
     return p.parse_args(argv)
 
 
@@ -284,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         store_url = f"sqlite:///{workdir}/store.db" if args.store == "sqlite" else args.store
         scenarios = [replace(sc, targets=(*sc.targets[:-1], "gateway-store", sc.targets[-1]))
                      if sc.key in ("S1", "S2") else sc for sc in scenarios]
-    pool = Pool(workdir, baseline, tracing=args.tracing, store_url=store_url)
+    journal = {"auto": None, "off": "off", "on": str(workdir / "ledger")}[args.ledger_journal]
+    pool = Pool(workdir, baseline, tracing=args.tracing, store_url=store_url, ledger_journal=journal)
     print(f"servers' logs: {workdir}", flush=True)
     try:
         info = machine(pool.redaction_off_because, nofile, pool.nginx_bin)

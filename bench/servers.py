@@ -113,12 +113,13 @@ def start_otlp_sink(workdir: Path) -> Server:
 
 
 def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | None = None,
-                   store_url: str | None = None, faults: bool = False) -> str:
+                   store_url: str | None = None, faults: bool = False, ledger_journal: str | None = None) -> str:
     """The brief's minimal config: one OpenAI-compatible upstream, no auth, warnings-only logging (the
     per-request info line stays out of the measurement); and the same fake upstream as an `anthropic`
     provider behind model `ma`, for the Messages API scenarios. With `otlp_endpoint`, every request is
     traced (sampling 1.0) and its spans exported there. With `store_url`, the control plane's store is on:
-    every request's spend row is committed (group commit) before its last byte. With `faults`, model `m`
+    every request's spend row is journaled (SQLite, or `ledger_journal`) or committed (group commit) before
+    its last byte. With `faults`, model `m`
     tries a deployment under the upstream's `/fail/` prefix first (a 503 once the upstream's faults are
     armed) and falls back to the plain one."""
     timeouts = "timeouts: {connect_s: 5, first_token_s: 60, idle_s: 60, total_s: 600}"
@@ -141,7 +142,8 @@ def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | Non
     if otlp_endpoint:
         lines.append(f'telemetry: {{otlp_endpoint: "{otlp_endpoint}", sampling_ratio: 1.0}}')
     if store_url:
-        lines.append(f'store: {{url: "{store_url}"}}')
+        journal = f', ledger_journal: "{ledger_journal}"' if ledger_journal else ""
+        lines.append(f'store: {{url: "{store_url}"{journal}}}')
     return "\n".join(lines) + "\n"
 
 
