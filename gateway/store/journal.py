@@ -57,14 +57,14 @@ class SpendJournal:
     def append(self, row: SpendRow) -> bool:
         """The row is in the file (the OS's cache) when this returns True; False: it is not, nor will
         any later row be."""
-        if self.broken:
-            return False
-        line = orjson.dumps(tuple(row)) + b"\n"
+        return not self.broken and self._write(orjson.dumps(tuple(row)) + b"\n")
+
+    def _write(self, data: bytes) -> bool:
         try:
-            written = os.write(self._fd, line)
+            written = os.write(self._fd, data)
         except OSError as exc:
             return self._broke(exc)
-        if written != len(line):  # a torn line would swallow the next one: stop here
+        if written != len(data):  # a torn line would swallow the next one: stop here
             return self._broke(OSError("short write"))
         self.size += written
         return True
@@ -91,10 +91,9 @@ class SpendJournal:
             return
         old_path, old_fd = self.path, self._fd
         self.path, self._fd, self.size = path, fd, 0
-        ok = all(self.append(row) for row in rows)
-        if ok:
+        if self._write(b"".join(orjson.dumps(tuple(row)) + b"\n" for row in rows)):  # one system call
             old_path.unlink(missing_ok=True)
-        os.close(old_fd)
+        os.close(old_fd)  # kept when the new one failed: the next start replays both
 
     def close(self, remove: bool) -> None:
         """`remove`: every row is committed; else the file stays for the next start to replay."""

@@ -52,7 +52,7 @@ RETRY_S = 0.5
 COMMIT_EVERY_S = 0.002  # under load, a commit at most this often (requests wait for it)
 JOURNAL_COMMIT_EVERY_S = 1.0  # with a journal nobody waits: at a low rate, a commit a second
 COMMIT_AT_ROWS = 32  # ... and one at the next iteration once this many are queued (under S2: ~50 rows, ~0.4 ms)
-MAX_JOURNAL_BYTES = 64 << 20  # a journal over this while rows are queued is rewritten with just those
+MAX_JOURNAL_BYTES = 64 << 20  # a journal over this is rewritten with just the queued rows (<= MAX_BACKLOG)
 
 Entry = tuple[SpendRow, "asyncio.Future[None] | None"]  # the future its request waits on (shared by a batch)
 
@@ -212,6 +212,8 @@ class SpendLedger:
             self.dropped += over
             del self._queue[:over]
             self._removed += over
+        if self._journal is not None:  # the store down for long: the journal holds no more than the queue
+            self._keep_journal_small(self._journal)
             log.error("ledger_rows_dropped", count=over)
 
     def _expire(self) -> None:
