@@ -59,9 +59,11 @@ Entry = tuple[SpendRow, "asyncio.Future[None] | None"]  # the future its request
 
 class SpendLedger:
     def __init__(self, store: Store, wait_s: float, on_error: Callable[[], None],
-                 commit_every_s: float | None = None, journal: SpendJournal | None = None):
+                 commit_every_s: float | None = None, journal: SpendJournal | None = None,
+                 max_backlog: int = MAX_BACKLOG, max_journal_bytes: int = MAX_JOURNAL_BYTES):
         self._store, self._wait_s, self._on_error = store, wait_s, on_error
         self._journal = journal
+        self._max_backlog, self._max_journal_bytes = max_backlog, max_journal_bytes
         self._every_waited = COMMIT_EVERY_S if commit_every_s is None else commit_every_s
         self._queue: list[Entry] = []  # not committed yet, oldest first
         self._removed = 0  # rows ever taken off the queue's front (committed or dropped)
@@ -207,7 +209,7 @@ class SpendLedger:
             log.warning("ledger_unavailable", reason=str(exc), queued=len(self._queue),
                         message="spend rows are kept in memory and retried")
         _release(batch)  # the requests go on; their rows stay queued
-        over = len(self._queue) - MAX_BACKLOG
+        over = len(self._queue) - self._max_backlog
         if over > 0:
             self.dropped += over
             del self._queue[:over]
@@ -242,15 +244,15 @@ class SpendLedger:
         `JOURNAL_COMMIT_EVERY_S`)."""
         target = self._removed + len(self._queue)
         while self._removed < target and not self.failing and not self._closed:
-            if self._writer is not None:
-                await asyncio.wait([self._writer])
+            if self._writer is not None:  # it retries for as long as the store is down: look again
+                await asyncio.wait([self._writer], timeout=RETRY_S)
             else:
                 self._commit()  # here, or it hands the queue to the writer
 
     def _keep_journal_small(self, journal: SpendJournal) -> None:
         if not self._queue:
             journal.empty()
-        elif journal.size > MAX_JOURNAL_BYTES:
+        elif journal.size > self._max_journal_bytes:
             journal.rewrite(row for row, _ in self._queue)
 
 

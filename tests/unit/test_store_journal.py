@@ -168,3 +168,28 @@ async def test_with_a_journal_a_commit_comes_as_soon_as_enough_rows_are_queued(t
     finally:
         await ledger.close()
         await store.close()
+
+
+async def test_while_the_store_is_down_the_journal_holds_no_more_than_the_bounded_backlog(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite:///{tmp_path}/s.db", connect_timeout_s=0.1)  # the busy timeout too
+    await store.migrate()
+    journal = SpendJournal.create(tmp_path / "s.db.ledger")
+    errors: list[int] = []
+    ledger = SpendLedger(store, wait_s=5.0, on_error=lambda: errors.append(1), journal=journal,
+                         max_backlog=10, max_journal_bytes=3000)
+    ledger.start()
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock past the busy timeout: commits fail
+    try:
+        assert all(ledger.journaled(_row(i)) for i in range(50))  # ~7 KB: over the bound
+        await ledger.settle()  # returns once the commit has failed
+        assert ledger.failing and errors and ledger.dropped == 40
+        # the oldest rows were dropped from memory, and the journal was cut down to the ones kept
+        assert parse_rows(journal.path.read_bytes()) == [_row(i) for i in range(40, 50)]
+        assert journal.size <= 3000
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        await ledger.close()
+        await store.close()
+    assert len(_rows_in(tmp_path / "s.db")) == 10  # the lock gone, the close commits what was kept
