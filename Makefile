@@ -43,8 +43,8 @@ lint: $(STAMP)
 test: $(STAMP) tools lint e2e-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-bench: $(STAMP)
-	$(BIN)/python -m bench.run
+bench: $(STAMP)  ## make bench BENCH_ARGS="--baseline ../base --store --only S1,S2"
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(RUN_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
