@@ -160,7 +160,7 @@ class Relay:
         end = stream.finish()
         await self._check_refusal()
         self.account(passed=True)  # before the client can see the end
-        if self.rt.control is not None:
+        if self.rt.control is not None:  # commit_spend checks too; this spares the usual no-store stream a coroutine
             await commit_spend(self.rt, self.ctx)
         if sink.hold is not None:
             await sink.release_held(tail + end)

@@ -50,23 +50,23 @@ class ClientSink:
             return
         await self.client.write(data)
         now = time.perf_counter()
-        ctx = self.ctx
-        if ctx.ttft_s is None and token_out:
-            ctx.ttft_s = now - ctx.t_start
-            assert ctx.deployment is not None
-            self.rec.first_token(ctx.model.name, ctx.deployment.provider, ctx.ttft_s)
+        if self.ctx.ttft_s is None and token_out:
+            self._first_token(now)
         self.rec.text_delay(now - t_read)
+
+    def _first_token(self, now: float) -> None:
+        ctx = self.ctx
+        ctx.ttft_s = now - ctx.t_start
+        assert ctx.deployment is not None
+        self.rec.first_token(ctx.model.name, ctx.deployment.provider, ctx.ttft_s)
 
     async def end(self, data: bytes, token_out: bool, t_read: float = 0.0) -> None:
         """The last write: the last read's output (read at `t_read`; 0: none), the rest of the text, the
         end and the body's terminator in one piece. The windows' tail waited for no upstream read, so only
         a last read has a text delay to record; it may still carry the first token (a short answer the
         window held whole)."""
-        ctx = self.ctx
-        if ctx.ttft_s is None and token_out and data:
-            ctx.ttft_s = time.perf_counter() - ctx.t_start
-            assert ctx.deployment is not None
-            self.rec.first_token(ctx.model.name, ctx.deployment.provider, ctx.ttft_s)
+        if self.ctx.ttft_s is None and token_out and data:
+            self._first_token(time.perf_counter())
         await self.client.write_eof(data)
         if t_read:
             self.rec.text_delay(time.perf_counter() - t_read)

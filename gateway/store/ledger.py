@@ -91,6 +91,7 @@ class SpendLedger:
             return False
         queue = self._queue
         queue.append((row, None))
+        # `_urgent()` reduced to what it can be here: the journal took the row, and nobody waits on it
         if self._writer is None and (self._timer is None or (not self._soon and len(queue) >= COMMIT_AT_ROWS)):
             self._schedule(loop)
         return True
