@@ -20,6 +20,7 @@ from gateway.core.http1_request import RequestError, RequestHead, response_head
 from gateway.errors import GatewayError
 from gateway.http.messages import Channel, Request, Response, StreamResponse
 from gateway.http.reader import RequestReader
+from gateway.http.turns import TURNS
 
 if TYPE_CHECKING:
     from gateway.http import HttpServer
@@ -171,6 +172,8 @@ class HttpConnection(asyncio.Protocol):
         endpoint = self._server.endpoint
         request = endpoint.make_request(head, body, self)
         try:
+            if TURNS.over():  # a request's first step (parse, authorise, open) waits for a turn
+                await TURNS.wait()
             resp = await endpoint.handle(request)
             if isinstance(resp, StreamResponse):
                 if not resp.prepared:

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from gateway.core.events import Failure, FailureKind
 from gateway.core.http1 import HTTPError, ResponseHead
+from gateway.http.turns import TURNS
 from gateway.providers.base import MAX_BODY_BYTES
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.framing import ResponseFramer
@@ -253,6 +254,8 @@ class HttpResponse:
             await conn.waiter
         finally:
             conn.waiter = None
+        if TURNS.over():  # woken with bytes: run them in a turn not spent yet (see http/turns.py)
+            await TURNS.wait()
 
     def _on_idle(self) -> None:
         conn, idle_s = self._conn, self._idle_s
