@@ -221,7 +221,8 @@ class _RefusalCounter:
 
 def server_limits(s: ServerConfig, max_connections: int | None = None) -> ServerLimits:
     return ServerLimits(max_body_bytes=s.max_body_bytes, max_connections=max_connections or s.max_connections,
-                        head_timeout_s=s.request_head_timeout_s, send_timeout_s=s.send_timeout_s)
+                        head_timeout_s=s.request_head_timeout_s, send_timeout_s=s.send_timeout_s,
+                        turn_s=s.loop_turn_ms / 1000)
 
 
 async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,

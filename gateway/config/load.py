@@ -59,6 +59,7 @@ def _server(s: Section) -> ServerConfig:
         max_connections=s.integer("max_connections", d.max_connections, 1),
         request_head_timeout_s=s.number("request_head_timeout_s", d.request_head_timeout_s, 0.1),
         send_timeout_s=s.number("send_timeout_s", d.send_timeout_s, 0.1),
+        loop_turn_ms=s.number("loop_turn_ms", d.loop_turn_ms),
         tls=edges.tls(Section(s.raw.get("tls"), s.at("tls"), s.errs, ("cert_file", "key_file", "key_password"))),
         cors=edges.cors(Section(s.raw.get("cors"), s.at("cors"), s.errs, ("allow_origins", "max_age_s"))),
     )
@@ -233,7 +234,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
         server=_server(Section(top.raw.get("server"), "server", errs,
                                 ("host", "port", "metrics_port", "max_body_bytes", "drain_s",
                                  "keepalive_after_s", "max_connections", "request_head_timeout_s",
-                                 "send_timeout_s", "tls", "cors"))),
+                                 "send_timeout_s", "loop_turn_ms", "tls", "cors"))),
         auth=auth,
         state=StateConfig(backend=st.choice("backend", ("memory", "redis"), "memory"),  # type: ignore[arg-type]
                           redis_url=st.get("redis_url", str, "redis://127.0.0.1:6379/0")),

@@ -60,6 +60,7 @@ class ServerConfig:
     max_connections: int = 10_000  # open client connections; past it a new one gets 503
     request_head_timeout_s: float = 15.0  # a request's first byte to the end of its head (408)
     send_timeout_s: float = 30.0  # a client that reads nothing of its response this long is cut
+    loop_turn_ms: float = 2.0  # request steps one loop iteration runs before the rest wait (0: no limit)
     tls: TlsConfig | None = None
     cors: CorsConfig = CorsConfig()
 

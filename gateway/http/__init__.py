@@ -31,6 +31,7 @@ import structlog
 from gateway.http.connection import Endpoint, HttpConnection
 from gateway.http.messages import Request, Response, StreamResponse, json_response
 from gateway.http.tls import TlsListener, listening_sockets
+from gateway.http.turns import TURN_S, TURNS
 
 __all__ = ["Endpoint", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
            "json_response"]
@@ -45,6 +46,7 @@ class ServerLimits:
     head_timeout_s: float = 15.0  # first byte of a request to the end of its head
     send_timeout_s: float = 30.0  # a paused write (the client's socket full) may last this long
     keepalive_s: float = KEEPALIVE_S
+    turn_s: float = TURN_S  # request steps one loop iteration runs before the rest wait; 0: no limit
 
 
 class ServerEvents(Protocol):
@@ -62,6 +64,7 @@ class HttpServer:
                  events: ServerEvents | None = None):
         self.endpoint = endpoint
         self.limits = limits or ServerLimits()
+        TURNS.set_length(self.limits.turn_s)
         self.events: ServerEvents = events or _NoEvents()
         self.loop = asyncio.get_running_loop()
         self.connections: set[HttpConnection] = set()

@@ -24,6 +24,7 @@ that stopped with its closing callback unrun, as at the end of a test).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 
@@ -45,6 +46,10 @@ class Turns:
         self._close_due = False
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._returned: list[asyncio.Future[None]] = []  # released, found the turn spent: first next time
+
+    def set_length(self, turn_s: float) -> None:
+        """The configured turn (`server.loop_turn_ms`); 0 turns the limit off: no turn is ever spent."""
+        self._turn_s = turn_s if turn_s > 0 else math.inf
 
     def over(self) -> bool:
         """True when this iteration's turn is spent: the caller waits (`wait`) before its unit."""

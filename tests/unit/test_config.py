@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gateway.app import server_limits
 from gateway.config import ConfigError, embedded_default, parse_config
 
 BASE: dict[str, Any] = {
@@ -34,6 +35,7 @@ def test_env_interpolation_with_and_without_default() -> None:
 @pytest.mark.parametrize(("patch", "expected"), [
     ({"server": {"port": "eighty"}}, "server.port: must be int, got str"),
     ({"server": {"nope": 1}}, "server.nope: unknown key"),
+    ({"server": {"loop_turn_ms": -1}}, "server.loop_turn_ms: must be >= 0"),
     ({"models": [{"name": "m", "deployments": [{"provider": "q", "model": "x"}]}]},
      'models[0].deployments[0].provider: unknown provider "q"'),
     ({"models": [{"name": "m", "routing": "random", "deployments": [{"provider": "p", "model": "x"}]}]},
@@ -68,6 +70,12 @@ def test_custom_rule_may_not_shadow_a_builtin_and_terms_may_not_be_blank() -> No
                     "guardrails": [{"name": "g", "type": "terms", "terms": ["ok", "  "]}]})
     assert 'redaction.profiles.r.custom[0].name: "email" is a built-in rule name; choose another' in found
     assert "guardrails[0].terms[1]: must not be blank" in found
+
+
+def test_the_loop_turn_reaches_the_servers_limits_in_seconds() -> None:
+    assert server_limits(parse_config(BASE, env={"KEY": "k"}).server).turn_s == 0.002
+    config = parse_config({**BASE, "server": {"loop_turn_ms": 0}}, env={"KEY": "k"})
+    assert server_limits(config.server).turn_s == 0.0
 
 
 def test_the_ledger_journal_is_auto_unless_set() -> None:

@@ -65,7 +65,7 @@ def test_waiters_run_in_order_one_turn_each_after_the_timers() -> None:
     """Four units ready together, turns that hold one unit: the first runs at once, the others each in a
     later iteration than the one before, in the order they came; the iteration counter's timer (due
     every iteration) is never held back by them."""
-    turns, log = Turns(turn_s=0.0), []
+    turns, log = Turns(turn_s=0.0), list[tuple[str, int]]()
 
     async def main() -> None:
         its = Iterations()
@@ -81,7 +81,7 @@ def test_waiters_run_in_order_one_turn_each_after_the_timers() -> None:
 
 @pytest.mark.parametrize("make_loop", LOOPS)
 def test_a_cancelled_waiter_takes_no_ones_place(make_loop: Any) -> None:
-    turns, log = Turns(turn_s=0.0), []
+    turns, log = Turns(turn_s=0.0), list[tuple[str, int]]()
 
     async def main() -> None:
         its = Iterations()
@@ -100,7 +100,7 @@ def test_a_cancelled_waiter_takes_no_ones_place(make_loop: Any) -> None:
 def test_turns_with_time_to_spare_release_more_waiters_each_time() -> None:
     """Five waiters and turns that are never spent: the count released doubles once a released one has run
     and fit (a close runs ahead of the waiters it released last): one, one, two, then the last."""
-    turns, log = Turns(turn_s=3600.0), []
+    turns, log = Turns(turn_s=3600.0), list[tuple[str, int]]()
 
     async def waiter(name: str, its: Iterations) -> None:
         await turns.wait()
@@ -117,6 +117,17 @@ def test_turns_with_time_to_spare_release_more_waiters_each_time() -> None:
     ran_in = [n for _, n in log]
     first = ran_in[0]
     assert ran_in == [first, first + 1, first + 2, first + 2, first + 3]
+
+
+@pytest.mark.parametrize("make_loop", LOOPS)
+def test_a_length_of_zero_set_from_config_turns_the_limit_off(make_loop: Any) -> None:
+    """`server.loop_turn_ms: 0`: no turn is ever spent (where a turn made with length 0 is spent at once)."""
+    async def main() -> list[bool]:
+        off = Turns(turn_s=0.0)
+        off.set_length(0.0)
+        return [off.over() for _ in range(3)]
+
+    assert run(make_loop, main()) == [False, False, False]
 
 
 @pytest.mark.parametrize("make_loop", LOOPS)
