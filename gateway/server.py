@@ -7,6 +7,7 @@ import gc
 import os
 import resource
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -68,6 +69,8 @@ def connection_cap(configured: int, fd_limit: int) -> int:
         log.warning("max_connections_lowered", configured=configured, effective=fits, fd_limit=fd_limit)
     return min(configured, fits)
 
+RELOAD_SWITCH_S = 0.0002  # the GIL's switch interval while a reload's worker thread runs
+
 
 async def _reload(app: App, api: HttpServer | None, path: str | None, lock: asyncio.Lock) -> None:
     """SIGHUP. Reading, parsing and compiling the file and loading the certificate run in a worker
@@ -80,7 +83,13 @@ async def _reload(app: App, api: HttpServer | None, path: str | None, lock: asyn
         # the cyclic collector stops every thread: reading a large file would trigger full collections of
         # hundreds of ms each (measured: 0.2-0.5 s with 3,000 models). Off while the thread works; then
         # the new config, long-lived, joins what start-up froze (see _tune_gc) so no collection scans it.
+        # The worker holds the GIL for a switch interval (5 ms) at a time, and the loop's thread takes it
+        # back after every system call it makes (each read and write): under load each step waited 5 ms
+        # per call, which stalled the loop for 30-80 ms per reload. A short interval while the worker
+        # runs bounds each wait; the reload takes a little longer.
         gc.disable()
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(RELOAD_SWITCH_S)
         try:
             config, prepared = await asyncio.to_thread(_prepare_reload, app, path)
         except (ConfigError, ValueError) as exc:
@@ -88,13 +97,14 @@ async def _reload(app: App, api: HttpServer | None, path: str | None, lock: asyn
             log.error("reload_rejected", errors=errors)
             return
         finally:
+            sys.setswitchinterval(interval)
             gc.enable()
         app.apply_reload(prepared)
         gc.freeze()
         if api is not None:
             api.tls = app.tls if api.tls is not None else None
             fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            api.limits = server_limits(config.server, connection_cap(config.server.max_connections, fd_limit))
+            api.set_limits(server_limits(config.server, connection_cap(config.server.max_connections, fd_limit)))
     log.info("reloaded", models=len(config.models))
 
 

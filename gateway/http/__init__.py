@@ -63,8 +63,8 @@ class HttpServer:
     def __init__(self, endpoint: Endpoint[Any], limits: ServerLimits | None = None, *,
                  events: ServerEvents | None = None):
         self.endpoint = endpoint
-        self.limits = limits or ServerLimits()
-        TURNS.set_length(self.limits.turn_s)
+        self.limits = ServerLimits()
+        self.set_limits(limits or self.limits)
         self.events: ServerEvents = events or _NoEvents()
         self.loop = asyncio.get_running_loop()
         self.connections: set[HttpConnection] = set()
@@ -93,6 +93,11 @@ class HttpServer:
         if now != self._date_at:
             self._date_at, self._date = now, formatdate(now, usegmt=True)
         return self._date
+
+    def set_limits(self, limits: ServerLimits) -> None:
+        """At start and on reload: the limits apply to what comes next (open connections keep going)."""
+        self.limits = limits
+        TURNS.set_length(limits.turn_s)
 
     async def listen(self, host: str, port: int, *, reuse_port: bool = False, backlog: int = 2048,
                      tls: ssl.SSLContext | None = None) -> int:
