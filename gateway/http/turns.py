@@ -34,7 +34,7 @@ MAX_FITS = 4096
 
 
 class Turns:
-    __slots__ = ("_admitted", "_close_due", "_fits", "_returned", "_spent", "_stale_s", "_start", "_turn_s",
+    __slots__ = ("_admitted", "_close_loop", "_fits", "_returned", "_spent", "_stale_s", "_start", "_turn_s",
                  "_waiting")
 
     def __init__(self, turn_s: float = TURN_S, stale_s: float = STALE_S) -> None:
@@ -43,7 +43,7 @@ class Turns:
         self._admitted = 0  # units begun in the open turn
         self._spent = False  # a unit found the open turn spent
         self._fits = 1  # units the last spent turn held: how many waiters one iteration releases
-        self._close_due = False
+        self._close_loop: asyncio.AbstractEventLoop | None = None  # where a `_close` is due, if one is
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._returned: list[asyncio.Future[None]] = []  # released, found the turn spent: first next time
 
@@ -60,9 +60,7 @@ class Turns:
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         self._waiting.append(waiter)
-        if not self._close_due:  # asked without a spent turn: a close is still what releases it
-            self._close_due = True
-            loop.call_soon(self._close)
+        self._close_on(loop)  # asked without a spent turn, a close is still what releases it
         while True:
             await waiter
             if self._admit(time.perf_counter()):
@@ -74,9 +72,7 @@ class Turns:
         start = self._start
         if not start or now - start >= self._stale_s:
             self._start, self._admitted, self._spent = now, 0, False
-            if not self._close_due:
-                self._close_due = True
-                asyncio.get_running_loop().call_soon(self._close)
+            self._close_on(asyncio.get_running_loop())
         elif now - start >= self._turn_s:
             if not self._spent:
                 self._spent, self._fits = True, max(1, min(self._admitted, MAX_FITS))
@@ -84,10 +80,17 @@ class Turns:
         self._admitted += 1
         return True
 
+    def _close_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A close on this loop, unless one is due there already (one due on a loop that has stopped, as
+        at the end of a test, never runs: this loop gets its own)."""
+        if self._close_loop is not loop:
+            self._close_loop = loop
+            loop.call_soon(self._close)
+
     def _close(self) -> None:
         """The loop came round: the turn ends and the next waiters are released. Their wake-ups run in the
         next iteration, behind this callback again while any still wait."""
-        self._close_due = False
+        self._close_loop = None
         waiting = self._waiting
         if not self._spent and self._admitted and waiting:  # they all fit, with time to spare
             self._fits = min(2 * self._fits, MAX_FITS)
@@ -97,15 +100,32 @@ class Turns:
             self._returned.clear()
         if not waiting:
             return
-        loop = asyncio.get_running_loop()
-        self._close_due = True
-        loop.call_soon(self._close)
+        self._close_on(asyncio.get_running_loop())
         released = 0
         while waiting and released < self._fits:
-            waiter = waiting.popleft()
-            if not waiter.done() and waiter.get_loop() is loop:  # not a cancelled task's, nor a dead loop's
-                waiter.set_result(None)
+            if _release(waiting.popleft()):
                 released += 1
+
+
+def _release(waiter: asyncio.Future[None]) -> bool:
+    """Wake a waiting task: on its own loop (tests run loops in threads side by side), unless it was
+    cancelled or its loop has closed."""
+    if waiter.done():
+        return False
+    loop = waiter.get_loop()
+    if loop is asyncio.get_running_loop():
+        waiter.set_result(None)
+        return True
+    try:
+        loop.call_soon_threadsafe(_wake, waiter)
+    except RuntimeError:  # its loop is closed: nobody waits on it any more
+        return False
+    return True
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 TURNS = Turns()  # one per process: one event loop serves it (workers are processes)

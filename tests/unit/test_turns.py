@@ -120,6 +120,25 @@ def test_turns_with_time_to_spare_release_more_waiters_each_time() -> None:
 
 
 @pytest.mark.parametrize("make_loop", LOOPS)
+def test_a_close_left_due_by_a_stopped_loop_does_not_strand_the_next_loops_waiters(make_loop: Any) -> None:
+    """A loop stops right after a turn opened on it, its closing callback unrun; on the next loop a task
+    that finds the turn spent is still released (it would wait forever for the dead loop's close)."""
+    turns = Turns(turn_s=0.0)
+    first = make_loop()
+    first.call_soon(turns.over)
+    first.call_soon(first.stop)
+    first.run_forever()  # the close that `over` scheduled comes after the stop: it never runs
+    first.close()
+
+    async def main() -> str:
+        if turns.over():
+            await asyncio.wait_for(turns.wait(), timeout=5)
+        return "released"
+
+    assert run(make_loop, main()) == "released"
+
+
+@pytest.mark.parametrize("make_loop", LOOPS)
 def test_a_length_of_zero_set_from_config_turns_the_limit_off(make_loop: Any) -> None:
     """`server.loop_turn_ms: 0`: no turn is ever spent (where a turn made with length 0 is spent at once)."""
     async def main() -> list[bool]:
