@@ -309,3 +309,12 @@ def test_a_read_with_a_secret_in_it_is_pushed_one_delta_at_a_time() -> None:
     deltas = ["my key ", key[:10], key[10:], " is gone"]
     together, alone = REDACTOR.window(), REDACTOR.window()
     assert together.push_together(deltas) == [alone.push(d) for d in deltas]
+
+
+def test_the_same_rules_reuse_one_compiled_profile_and_other_rules_get_their_own() -> None:
+    """A reload that keeps a profile's rules compiles nothing (the profile is immutable, so sharing it is
+    safe); a change of rule sets or of a custom pattern compiles anew."""
+    first = Redactor.compile(["secrets", "pii"], [("ticket", r"TCK-\d{6}")])
+    assert Redactor.compile(("secrets", "pii"), [("ticket", r"TCK-\d{6}")]) is first
+    assert Redactor.compile(["secrets"], [("ticket", r"TCK-\d{6}")]) is not first
+    assert Redactor.compile(["secrets", "pii"], [("ticket", r"TCK-\d{7}")]) is not first
