@@ -83,10 +83,10 @@ async def _reload(app: App, api: HttpServer | None, path: str | None, lock: asyn
         # the cyclic collector stops every thread: reading a large file would trigger full collections of
         # hundreds of ms each (measured: 0.2-0.5 s with 3,000 models). Off while the thread works; then
         # the new config, long-lived, joins what start-up froze (see _tune_gc) so no collection scans it.
-        # The worker holds the GIL for a switch interval (5 ms) at a time, and the loop's thread takes it
-        # back after every system call it makes (each read and write): under load each step waited 5 ms
-        # per call, which stalled the loop for 30-80 ms per reload. A short interval while the worker
-        # runs bounds each wait; the reload takes a little longer.
+        # The worker holds the GIL for a switch interval (5 ms) at a time, and the loop's thread must take
+        # it back every time it let it go (each iteration's poll at least, and every forced switch): under
+        # load that stalled the loop for 30-80 ms per reload. A short interval while the worker runs
+        # bounds each wait; the reload takes a little longer.
         gc.disable()
         interval = sys.getswitchinterval()
         sys.setswitchinterval(RELOAD_SWITCH_S)
