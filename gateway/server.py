@@ -69,6 +69,7 @@ def connection_cap(configured: int, fd_limit: int) -> int:
         log.warning("max_connections_lowered", configured=configured, effective=fits, fd_limit=fd_limit)
     return min(configured, fits)
 
+
 RELOAD_SWITCH_S = 0.0002  # the GIL's switch interval while a reload's worker thread runs
 
 
