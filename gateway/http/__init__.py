@@ -63,8 +63,7 @@ class HttpServer:
     def __init__(self, endpoint: Endpoint[Any], limits: ServerLimits | None = None, *,
                  events: ServerEvents | None = None):
         self.endpoint = endpoint
-        self.limits = limits or ServerLimits()
-        TURNS.set_length(self.limits.turn_s)
+        self.set_limits(limits or ServerLimits())
         self.events: ServerEvents = events or _NoEvents()
         self.loop = asyncio.get_running_loop()
         self.connections: set[HttpConnection] = set()

@@ -172,8 +172,9 @@ class HttpConnection(asyncio.Protocol):
         endpoint = self._server.endpoint
         request = endpoint.make_request(head, body, self)
         try:
-            if TURNS.over():  # a request's first step (parse, authorise, open) waits for a turn
-                await TURNS.wait()
+            loop = self._server.loop
+            if TURNS.over(loop):  # a request's first step (parse, authorise, open) waits for a turn
+                await TURNS.wait(loop)
             resp = await endpoint.handle(request)
             if isinstance(resp, StreamResponse):
                 if not resp.prepared:

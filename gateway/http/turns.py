@@ -5,10 +5,10 @@ upstreams all have data) that is every stream's next read and every new request'
 authorise, open its upstream). Each is short; together they made one iteration last 10-60 ms, and every
 timer and every other stream on the loop waited that long: a new request's first token too.
 
-So the work of one iteration is cut into turns of `TURN_S`. A task asks `TURNS.over()` before a
+So the work of one iteration is cut into turns of `TURN_S`. A task asks `TURNS.over(loop)` before a
 unit of work that starts a step (a request's first step; a stream's step woken by upstream bytes). While
 the turn has time left that costs one clock read. Once it is spent the task queues (`await
-TURNS.wait()`). The waiting tasks are released in the order they came, a turn's worth per iteration (as
+TURNS.wait(loop)`). The waiting tasks are released in the order they came, a turn's worth per iteration (as
 many units as the last spent turn ran), each batch into a later iteration than the last and ahead of the
 tasks that bytes woke meanwhile; what came due in between (timers, reads, the other streams' writes) runs
 first. A released task that finds the turn spent after all goes back to the head of the queue.
@@ -51,28 +51,29 @@ class Turns:
         """The configured turn (`server.loop_turn_ms`); 0 turns the limit off: no turn is ever spent."""
         self._turn_s = turn_s if turn_s > 0 else math.inf
 
-    def over(self) -> bool:
-        """True when this iteration's turn is spent: the caller waits (`wait`) before its unit."""
-        return not self._admit(time.perf_counter())
+    def over(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """True when this iteration's turn is spent: the caller waits (`wait`) before its unit. `loop` is
+        the running loop, which the caller knows: on CPython 3.11 looking it up is a `getpid` system
+        call (see `gateway/pipeline/timeouts.py`), and below saturation every unit opens a turn."""
+        return not self._admit(time.perf_counter(), loop)
 
-    async def wait(self) -> None:
+    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
         """Queue behind the tasks already waiting, until released into a turn with time left."""
-        loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         self._waiting.append(waiter)
         self._close_on(loop)  # asked without a spent turn, a close is still what releases it
         while True:
             await waiter
-            if self._admit(time.perf_counter()):
+            if self._admit(time.perf_counter(), loop):
                 return
             waiter = loop.create_future()  # released one too many: back to the head of the queue
             self._returned.append(waiter)
 
-    def _admit(self, now: float) -> bool:
+    def _admit(self, now: float, loop: asyncio.AbstractEventLoop) -> bool:
         start = self._start
         if not start or now - start >= self._stale_s:
             self._start, self._admitted, self._spent = now, 0, False
-            self._close_on(asyncio.get_running_loop())
+            self._close_on(loop)
         elif now - start >= self._turn_s:
             if not self._spent:
                 self._spent, self._fits = True, max(1, min(self._admitted, MAX_FITS))
@@ -85,9 +86,9 @@ class Turns:
         at the end of a test, never runs: this loop gets its own)."""
         if self._close_loop is not loop:
             self._close_loop = loop
-            loop.call_soon(self._close)
+            loop.call_soon(self._close, loop)
 
-    def _close(self) -> None:
+    def _close(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop came round: the turn ends and the next waiters are released. Their wake-ups run in the
         next iteration, behind this callback again while any still wait."""
         self._close_loop = None
@@ -100,20 +101,20 @@ class Turns:
             self._returned.clear()
         if not waiting:
             return
-        self._close_on(asyncio.get_running_loop())
+        self._close_on(loop)
         released = 0
         while waiting and released < self._fits:
-            if _release(waiting.popleft()):
+            if _release(waiting.popleft(), loop):
                 released += 1
 
 
-def _release(waiter: asyncio.Future[None]) -> bool:
+def _release(waiter: asyncio.Future[None], running: asyncio.AbstractEventLoop) -> bool:
     """Wake a waiting task: on its own loop (tests run loops in threads side by side), unless it was
     cancelled or its loop has closed."""
     if waiter.done():
         return False
     loop = waiter.get_loop()
-    if loop is asyncio.get_running_loop():
+    if loop is running:
         waiter.set_result(None)
         return True
     try:

@@ -254,8 +254,8 @@ class HttpResponse:
             await conn.waiter
         finally:
             conn.waiter = None
-        if TURNS.over():  # woken with bytes: run them in a turn not spent yet (see http/turns.py)
-            await TURNS.wait()
+        if TURNS.over(conn.loop):  # woken with bytes: run them in a turn not spent yet (see http/turns.py)
+            await TURNS.wait(conn.loop)
 
     def _on_idle(self) -> None:
         conn, idle_s = self._conn, self._idle_s

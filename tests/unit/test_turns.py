@@ -45,18 +45,20 @@ class Iterations:
 
 
 async def unit(turns: Turns, name: str, log: list[tuple[str, int]], its: Iterations) -> None:
-    if turns.over():
-        await turns.wait()
+    loop = asyncio.get_running_loop()
+    if turns.over(loop):
+        await turns.wait(loop)
     log.append((name, its.n))
 
 
 @pytest.mark.parametrize("make_loop", LOOPS)
 def test_a_turn_is_open_until_spent_and_closes_when_the_loop_comes_round(make_loop: Any) -> None:
     async def main() -> list[bool]:
+        loop = asyncio.get_running_loop()
         spent, endless = Turns(turn_s=0.0), Turns(turn_s=3600.0)
-        seen = [spent.over(), spent.over(), endless.over(), endless.over()]
+        seen = [spent.over(loop), spent.over(loop), endless.over(loop), endless.over(loop)]
         await asyncio.sleep(0)
-        return [*seen, spent.over()]  # the loop came round: a new turn, not spent yet
+        return [*seen, spent.over(loop)]  # the loop came round: a new turn, not spent yet
 
     assert run(make_loop, main()) == [False, True, False, False, False]
 
@@ -103,7 +105,7 @@ def test_turns_with_time_to_spare_release_more_waiters_each_time() -> None:
     turns, log = Turns(turn_s=3600.0), list[tuple[str, int]]()
 
     async def waiter(name: str, its: Iterations) -> None:
-        await turns.wait()
+        await turns.wait(asyncio.get_running_loop())
         log.append((name, its.n))
 
     async def main() -> None:
@@ -125,14 +127,15 @@ def test_a_close_left_due_by_a_stopped_loop_does_not_strand_the_next_loops_waite
     that finds the turn spent is still released (it would wait forever for the dead loop's close)."""
     turns = Turns(turn_s=0.0)
     first = make_loop()
-    first.call_soon(turns.over)
+    first.call_soon(turns.over, first)
     first.call_soon(first.stop)
     first.run_forever()  # the close that `over` scheduled comes after the stop: it never runs
     first.close()
 
     async def main() -> str:
-        if turns.over():
-            await asyncio.wait_for(turns.wait(), timeout=5)
+        loop = asyncio.get_running_loop()
+        if turns.over(loop):
+            await asyncio.wait_for(turns.wait(loop), timeout=5)
         return "released"
 
     assert run(make_loop, main()) == "released"
@@ -144,7 +147,7 @@ def test_a_length_of_zero_set_from_config_turns_the_limit_off(make_loop: Any) ->
     async def main() -> list[bool]:
         off = Turns(turn_s=0.0)
         off.set_length(0.0)
-        return [off.over() for _ in range(3)]
+        return [off.over(asyncio.get_running_loop()) for _ in range(3)]
 
     assert run(make_loop, main()) == [False, False, False]
 
@@ -155,6 +158,7 @@ def test_a_turn_older_than_stale_is_a_new_turn_not_a_spent_one(make_loop: Any) -
     after `stale_s` gets a new turn, not a spent one (with stale_s of an hour, the same check is spent)."""
     async def main() -> list[bool]:
         stale, fresh = Turns(turn_s=0.0, stale_s=0.0), Turns(turn_s=0.0, stale_s=3600.0)
-        return [stale.over(), stale.over(), fresh.over(), fresh.over()]
+        loop = asyncio.get_running_loop()
+        return [stale.over(loop), stale.over(loop), fresh.over(loop), fresh.over(loop)]
 
     assert run(make_loop, main()) == [False, False, False, True]
