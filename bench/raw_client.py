@@ -1,5 +1,6 @@
 """The independent clients of `bench.ttft_probe` (issue #34, point 4): they share no code with
-`bench/loadgen.py` (no asyncio, no aiohttp): threads with blocking sockets.
+`bench/loadgen.py` (no asyncio, no aiohttp): blocking sockets, a thread per connection, or a process per
+connection (`Habits.procs`).
 
 - `raw`: a raw-socket reader with its own chunked-transfer and SSE decoding. TTFT = from just before the
   request's first write to the arrival of the read that completes the first event carrying content
@@ -13,11 +14,15 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import resource
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.sharedctypes import Synchronized
 
 TTFT_MS, CHUNKS, CHUNK_CHARS, GAP_MS, CONCURRENCY = 50.0, 20, 8, 5.0, 8  # S1 (bench/scenarios.py)
 
@@ -28,6 +33,9 @@ class Habits:
     new_conn: bool = False  # a connection per request (else one keep-alive connection per worker)
     nodelay: bool = True  # TCP_NODELAY on the client's socket
     split: bool = False  # the head and the body in two writes
+    # each connection in its own process: no interpreter lock shared between connections, so a client
+    # thread that holds it while the OS runs another process cannot delay another connection's reads
+    procs: bool = False
 
 
 @dataclass(slots=True)
@@ -41,6 +49,7 @@ class Samples:
     ttft_ms: list[float] = field(default_factory=list)
     ttfb_ms: list[float] = field(default_factory=list)
     errors: int = 0
+    cpu_s: float = 0.0  # the worker processes' CPU (`Habits.procs`; threads are the caller's own CPU)
 
 
 def request_parts(host: str, port: int, path: str, seed: int, keep_alive: bool) -> tuple[bytes, bytes]:
@@ -184,6 +193,8 @@ def run_clients(kind: str, url: str, habits: Habits, requests: int, concurrency:
                 ramp_s: float = 0.0) -> Samples:
     """`concurrency` closed-loop workers; worker i starts `ramp_s * i / concurrency` after the first (0:
     all at once, so their requests, and the upstream's first tokens, come in bursts)."""
+    if habits.procs:
+        return _run_processes(kind, url, habits, requests, concurrency, ramp_s)
     out = Samples()
     lock = threading.Lock()
     count = iter(range(requests))
@@ -201,6 +212,49 @@ def run_clients(kind: str, url: str, habits: Habits, requests: int, concurrency:
     for t in threads:
         t.join()
     return out
+
+
+def _run_processes(kind: str, url: str, habits: Habits, requests: int, concurrency: int,
+                   ramp_s: float) -> Samples:
+    """As `run_clients`, a forked process per worker; the seeds come from a shared counter, each worker's
+    samples and CPU back through a pipe when it ends."""
+    mp = multiprocessing.get_context("fork")
+    counter = mp.Value("i", 0)
+    pipes, procs = [], []
+    t_start = time.perf_counter()
+    for i in range(concurrency):
+        time.sleep(max(0.0, t_start + ramp_s * i / concurrency - time.perf_counter()))  # pacing, not syncing
+        recv, send = mp.Pipe(duplex=False)
+        proc = mp.Process(target=_process_worker, args=(kind, url, habits, requests, counter, send))
+        proc.start()
+        send.close()
+        pipes.append(recv)
+        procs.append(proc)
+    out = Samples()
+    for recv, proc in zip(pipes, procs, strict=True):
+        got: Samples = recv.recv()
+        out.ttft_ms += got.ttft_ms
+        out.ttfb_ms += got.ttfb_ms
+        out.errors += got.errors
+        out.cpu_s += got.cpu_s
+        proc.join()
+    return out
+
+
+def _process_worker(kind: str, url: str, habits: Habits, requests: int, counter: Synchronized[int],
+                    send: Connection) -> None:
+    def seeds() -> int | None:
+        with counter.get_lock():
+            seed = counter.value
+            counter.value = seed + 1
+        return seed if seed < requests else None
+
+    out = Samples()
+    (raw_worker if kind == "raw" else sdk_worker)(url, habits, seeds, out)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out.cpu_s = usage.ru_utime + usage.ru_stime
+    send.send(out)
+    send.close()
 
 
 def _split(url: str) -> tuple[str, int, str]:

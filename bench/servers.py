@@ -213,6 +213,15 @@ http {{
 """
 
 
+def start_pyrelay(workdir: Path, upstream_port: int) -> Server:
+    """`bench.pyrelay`: bytes through a uvloop process and nothing else, the floor of a Python relay."""
+    port = free_port()
+    server = spawn("pyrelay", [sys.executable, "-m", "bench.pyrelay", "--port", str(port), "--upstream-port",
+                               str(upstream_port)], workdir, port)
+    server.wait_ready("/healthz")
+    return server
+
+
 def start_nginx(workdir: Path, upstream_port: int, binary: str, workers: int = 1) -> Server:
     port = free_port()
     conf = workdir / "nginx.conf"

@@ -2,10 +2,11 @@
 20 chunks of 8 characters 5 ms apart), direct to the fake upstream and through the gateway (redaction off
 unless `--targets` names `gateway`), measured by several harnesses in the same rounds:
 
-- `raw[:new][:split][:nagle]`: a raw-socket reader (`bench/raw_client.py`, no code shared with the bench's
-  load generator); `new`: a connection per request (else keep-alive), `split`: head and body in two
-  writes, `nagle`: TCP_NODELAY off in the client;
-- `sdk`: the official `openai` SDK's streaming, timed as its user would;
+- `raw[:new][:split][:nagle][:procs]`: a raw-socket reader (`bench/raw_client.py`, no code shared with the
+  bench's load generator); `new`: a connection per request (else keep-alive), `split`: head and body in
+  two writes, `nagle`: TCP_NODELAY off in the client, `procs`: each connection its own process (else a
+  thread, all of them in this process under one interpreter lock);
+- `sdk[:procs]`: the official `openai` SDK's streaming, timed as its user would;
 - `loadgen`: the project's own load generator (`bench.loadgen`, aiohttp), as `make bench` runs it.
 
 Each round runs every target in turn (order reversed every other round) with every harness. Added TTFT
@@ -56,12 +57,14 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def habits_of(spec: str) -> tuple[str, Habits]:
-    """`raw`, `raw:new`, `raw:new:split:nagle`, `sdk`, `loadgen`: a client and its habits."""
+    """`raw`, `raw:new`, `raw:new:split:nagle`, `raw:procs`, `sdk`, `sdk:procs`, `loadgen`: a client and its
+    habits."""
     kind, *flags = spec.split(":")
-    unknown = set(flags) - {"new", "split", "nagle"}
-    if kind not in ("raw", "sdk", "loadgen") or unknown:
+    unknown = set(flags) - {"new", "split", "nagle", "procs"}
+    if kind not in ("raw", "sdk", "loadgen") or unknown or (kind == "loadgen" and flags):
         raise SystemExit(f"unknown harness {spec!r}")
-    return kind, Habits(new_conn="new" in flags, nodelay="nagle" not in flags, split="split" in flags)
+    return kind, Habits(new_conn="new" in flags, nodelay="nagle" not in flags, split="split" in flags,
+                        procs="procs" in flags)
 
 
 @dataclass(slots=True)
@@ -103,7 +106,7 @@ def measure(spec: str, url: str, requests: int, concurrency: int, ramp_s: float,
         got = run_clients(kind, url, habits, requests, concurrency, ramp_s)
         if got.errors:
             print(f"  {spec} {url}: {got.errors} errors", file=sys.stderr)
-        ttft, client_cpu = got.ttft_ms, _self_cpu() - cpu0
+        ttft, client_cpu = got.ttft_ms, got.cpu_s if habits.procs else _self_cpu() - cpu0
     after = sched(server_pid)
     n = max(1, len(ttft))
     return Round(ttft, client_cpu * 1000 / n, (after[0] - before[0]) * 1000 / n, (after[1] - before[1]) * 1000 / n,
@@ -123,6 +126,8 @@ def start_targets(workdir: Path, targets: list[str], lag: bool) -> dict[str, ser
         for target in targets:
             if target == "nginx":  # the floor of two more hops: a plain relay (bench/README.md)
                 started[target] = servers.start_nginx(workdir, upstream.port, servers.ensure_nginx())
+            elif target == "pyrelay":  # the floor of a Python process in the path: bytes through uvloop
+                started[target] = servers.start_pyrelay(workdir, upstream.port)
             elif target != "direct":
                 config = workdir / f"{target}.yaml"
                 config.write_text(servers.gateway_config(upstream.port, redaction=target == "gateway"))
@@ -174,9 +179,10 @@ def report(results: dict[tuple[str, str], list[Round]], harnesses: list[str], ta
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="S1's TTFT by clients independent of bench/loadgen.py")
     p.add_argument("--harness", default="raw,raw:new:split:nagle,sdk,loadgen",
-                   help="comma-separated: raw[:new][:split][:nagle], sdk, loadgen")
+                   help="comma-separated: raw[:new][:split][:nagle][:procs], sdk[:procs], loadgen")
     p.add_argument("--targets", default="direct,gateway-noredact",
-                   help="direct, gateway-noredact (redaction off), gateway (secrets+pii), nginx")
+                   help="direct, gateway-noredact (redaction off), gateway (secrets+pii), nginx, pyrelay "
+                        "(bench.pyrelay: bytes through a uvloop process)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--requests", type=int, default=200, help="per harness, target and round")
     p.add_argument("--warmup", type=int, default=32)

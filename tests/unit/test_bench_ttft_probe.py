@@ -5,9 +5,11 @@ only by running the probe)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
+from bench import servers
 from bench.raw_client import ChunkedSSE, Habits, run_clients
 from bench.ttft_probe import Round, habits_of, report
 from bench.upstream import _SSE_HEAD, answer_steps, start_upstream
@@ -38,7 +40,7 @@ def test_chunked_sse_ignores_the_role_event_and_done() -> None:
 
 
 @pytest.mark.parametrize("habits", [Habits(), Habits(new_conn=True), Habits(new_conn=True, nodelay=False, split=True),
-                                    Habits(split=True)])
+                                    Habits(split=True), Habits(procs=True), Habits(new_conn=True, procs=True)])
 async def test_raw_client_against_the_fake_upstream(habits: Habits) -> None:
     server = await start_upstream()
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
@@ -50,6 +52,24 @@ async def test_raw_client_against_the_fake_upstream(habits: Habits) -> None:
     assert got.errors == 0
     assert len(got.ttft_ms) == len(got.ttfb_ms) == 3
     assert all(0 < b <= f for b, f in zip(got.ttfb_ms, got.ttft_ms, strict=True))
+    assert (got.cpu_s > 0) == habits.procs  # the worker processes report their own CPU; threads are ours
+
+
+async def test_pyrelay_passes_the_stream_through_unchanged(tmp_path: Path) -> None:
+    """The floor target, as the probe starts it (its own process, on uvloop): what the raw reader gets
+    through it is what the upstream sent, request after request on a keep-alive connection per worker."""
+    upstream = await start_upstream()
+    up_port = upstream.sockets[0].getsockname()[1]
+    relay = None
+    try:
+        relay = await asyncio.to_thread(servers.start_pyrelay, tmp_path, up_port)
+        got = await asyncio.to_thread(run_clients, "raw", relay.url, Habits(), 4, 2)
+    finally:
+        if relay is not None:
+            await asyncio.to_thread(relay.stop)
+        upstream.close()
+        await upstream.wait_closed()
+    assert got.errors == 0 and len(got.ttft_ms) == 4
 
 
 async def test_sdk_client_against_the_fake_upstream() -> None:
@@ -66,8 +86,10 @@ async def test_sdk_client_against_the_fake_upstream() -> None:
 def test_harness_names() -> None:
     assert habits_of("raw:new:split:nagle") == ("raw", Habits(new_conn=True, nodelay=False, split=True))
     assert habits_of("loadgen")[0] == "loadgen"
-    with pytest.raises(SystemExit):
-        habits_of("raw:fast")
+    assert habits_of("sdk:procs") == ("sdk", Habits(procs=True))
+    for unknown in ("raw:fast", "loadgen:procs"):
+        with pytest.raises(SystemExit):
+            habits_of(unknown)
 
 
 def test_report_gives_the_added_ttft_per_round() -> None:
