@@ -9,9 +9,11 @@ timestamps, so no process's own clock or wake-up is in them):
     out   the first token from the upstream -> the gateway's first write to the client
     read  that write -> the client has read it (the client's wake-up; from the probe's own clock)
 
-and the same for direct (client -> upstream -> first token). Needs tcpdump and root (CAP_NET_RAW).
+and the same for direct (client -> upstream -> first token). `--target` measures another relay the same
+way (`pyrelay`, `nginx`: the floors the gateway's hops compare with). Needs tcpdump and root
+(CAP_NET_RAW).
 
-    python -m bench.ttft_hops --requests 400 --concurrency 8
+    python -m bench.ttft_hops --requests 400 --concurrency 8 [--target pyrelay]
 """
 
 from __future__ import annotations
@@ -97,10 +99,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests", type=int, default=400)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--rt", action="store_true", help="servers and client at SCHED_FIFO 1 (see bench.ttft_probe)")
+    p.add_argument("--target", default="gateway-noredact", choices=["gateway-noredact", "gateway", "pyrelay", "nginx"],
+                   help="what sits between the client and the upstream")
     args = p.parse_args(argv)
+    target = args.target
     with tempfile.TemporaryDirectory(prefix="ttft-hops-") as tmp:
-        started = ttft_probe.start_targets(Path(tmp), ["direct", "gateway-noredact"], False)
-        up_port, gw_port = started["direct"].port, started["gateway-noredact"].port
+        started = ttft_probe.start_targets(Path(tmp), ["direct", target], False)
+        up_port, gw_port = started["direct"].port, started[target].port
         try:
             if args.rt:
                 ttft_probe.realtime([s.pid for s in started.values()])
@@ -110,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             t_split = [0.0]
 
             def run() -> None:
-                for name in ("direct", "gateway-noredact"):
+                for name in ("direct", target):
                     t_split[0] = time.time()  # the capture's clock: the gateway's run starts after this
                     got[name] = raw_client.run_clients("raw", started[name].url, raw_client.Habits(),
                                                        args.requests, args.concurrency)
@@ -126,10 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     hops_out = [gw[s][1] - via[s][1] for s in gw if s in via]
     wire_gw = [gw[s][1] - gw[s][0] for s in gw]
     wire_direct = [b - a for a, b in direct.values()]
-    print(f"requests matched: gateway {len(hops_in)}, direct {len(wire_direct)}")
+    print(f"requests matched: {target} {len(hops_in)}, direct {len(wire_direct)}")
     print("p50 ms (packet timestamps):")
     print(f"  direct   request -> first token packet     {p50(wire_direct):.3f}")
-    print(f"  gateway  request -> first token packet     {p50(wire_gw):.3f}  "
+    print(f"  {target}  request -> first token packet     {p50(wire_gw):.3f}  "
           f"(added {p50(wire_gw) - p50(wire_direct):.3f})")
     print(f"    in:  client request -> upstream request   {p50(hops_in):.3f}")
     print(f"    up:  upstream request -> first token      {p50(hops_up):.3f}")
