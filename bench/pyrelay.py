@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 from typing import cast
 
 import uvloop
@@ -37,15 +36,13 @@ class _Client(asyncio.Protocol):
 
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
-        self.transport: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
         self.held: list[bytes] = []
         self.task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         client = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
-        self.transport = client
-        self.task = asyncio.ensure_future(self._connect(client))
+        self.task = asyncio.ensure_future(self._connect(client))  # held: the loop keeps only a weak reference
 
     async def _connect(self, client: asyncio.Transport) -> None:
         loop = asyncio.get_running_loop()
@@ -54,7 +51,6 @@ class _Client(asyncio.Protocol):
         except OSError:
             client.close()
             return
-        upstream.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if client.is_closing():
             upstream.close()
             return

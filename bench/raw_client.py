@@ -189,6 +189,10 @@ def sdk_worker(url: str, habits: Habits, seeds: Callable[[], int | None], out: S
     client.close()
 
 
+WORKERS: dict[str, Callable[[str, Habits, Callable[[], int | None], Samples], None]] = {
+    "raw": raw_worker, "sdk": sdk_worker}
+
+
 def run_clients(kind: str, url: str, habits: Habits, requests: int, concurrency: int = CONCURRENCY,
                 ramp_s: float = 0.0) -> Samples:
     """`concurrency` closed-loop workers; worker i starts `ramp_s * i / concurrency` after the first (0:
@@ -203,11 +207,10 @@ def run_clients(kind: str, url: str, habits: Habits, requests: int, concurrency:
         with lock:
             return next(count, None)
 
-    worker = raw_worker if kind == "raw" else sdk_worker
-    threads = [threading.Thread(target=worker, args=(url, habits, seeds, out)) for _ in range(concurrency)]
+    threads = [threading.Thread(target=WORKERS[kind], args=(url, habits, seeds, out)) for _ in range(concurrency)]
     t_start = time.perf_counter()
     for i, t in enumerate(threads):
-        time.sleep(max(0.0, t_start + ramp_s * i / concurrency - time.perf_counter()))  # pacing, not syncing
+        _pace(t_start, ramp_s * i / concurrency)
         t.start()
     for t in threads:
         t.join()
@@ -223,7 +226,7 @@ def _run_processes(kind: str, url: str, habits: Habits, requests: int, concurren
     pipes, procs = [], []
     t_start = time.perf_counter()
     for i in range(concurrency):
-        time.sleep(max(0.0, t_start + ramp_s * i / concurrency - time.perf_counter()))  # pacing, not syncing
+        _pace(t_start, ramp_s * i / concurrency)
         recv, send = mp.Pipe(duplex=False)
         proc = mp.Process(target=_process_worker, args=(kind, url, habits, requests, counter, send))
         proc.start()
@@ -250,11 +253,16 @@ def _process_worker(kind: str, url: str, habits: Habits, requests: int, counter:
         return seed if seed < requests else None
 
     out = Samples()
-    (raw_worker if kind == "raw" else sdk_worker)(url, habits, seeds, out)
+    WORKERS[kind](url, habits, seeds, out)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out.cpu_s = usage.ru_utime + usage.ru_stime
     send.send(out)
     send.close()
+
+
+def _pace(t_start: float, offset_s: float) -> None:
+    """Start the next worker `offset_s` after the first: pacing, not syncing."""
+    time.sleep(max(0.0, t_start + offset_s - time.perf_counter()))
 
 
 def _split(url: str) -> tuple[str, int, str]:
