@@ -1,5 +1,6 @@
 """One client connection: read requests (sans-I/O `RequestReader`), run each in its own task, write its
-response, keep the connection for the next one.
+response, keep the connection for the next one. A request's task starts eagerly (`eager.py`): its first
+step, up to the upstream write, runs in the read callback that completed it.
 
 Reading continues while a handler runs, so a client that goes away is seen at once (its handler is
 cancelled, which closes the upstream request: CONTRACT §4.7); bytes of a next request (pipelining)
@@ -18,6 +19,7 @@ import structlog
 
 from gateway.core.http1_request import RequestError, RequestHead, response_head
 from gateway.errors import GatewayError
+from gateway.http.eager import start_eagerly
 from gateway.http.messages import Channel, Request, Response, StreamResponse
 from gateway.http.reader import RequestReader
 from gateway.http.turns import TURNS
@@ -87,7 +89,7 @@ class HttpConnection(asyncio.Protocol):
             return
         if not self._reader.in_request:
             self.head_since = self._server.loop.time()
-        self._take(data)
+        self._take(data, eager=True)
 
     def eof_received(self) -> bool:
         return False  # a client that half-closes has gone: close, which cancels its handler
@@ -152,7 +154,8 @@ class HttpConnection(asyncio.Protocol):
 
     # requests
 
-    def _take(self, data: bytes) -> None:
+    def _take(self, data: bytes, eager: bool = False) -> None:
+        """Feed the reader; start a request it completes (`eager`: from the read callback)."""
         try:
             got = self._reader.feed(data)
         except RequestError as exc:
@@ -166,7 +169,12 @@ class HttpConnection(asyncio.Protocol):
         if got[0].wants_websocket:  # CONTRACT §3: refused until a WebSocket mode exists, never served
             self._reject(RequestError(426, "WebSocket mode is not supported: use HTTP streaming"), "upgrade")
             return
-        self.task = self._server.loop.create_task(self._serve(*got))
+        if eager:  # the request's first step runs now, before the next connection's bytes are read
+            task = start_eagerly(self._server.loop, self._serve(*got))
+            if task is not None:  # None: answered at once (and a request pipelined behind it started)
+                self.task = task
+        else:  # a request that came while the one before it ran: its task starts in the next iteration
+            self.task = self._server.loop.create_task(self._serve(*got))
 
     async def _serve(self, head: RequestHead, body: bytes) -> None:
         endpoint = self._server.endpoint
