@@ -169,11 +169,14 @@ class HttpConnection(asyncio.Protocol):
         if got[0].wants_websocket:  # CONTRACT §3: refused until a WebSocket mode exists, never served
             self._reject(RequestError(426, "WebSocket mode is not supported: use HTTP streaming"), "upgrade")
             return
-        if eager:  # the request's first step runs now, before the next connection's bytes are read
+        # Read from the loop and with no backlog, its first step runs now, before the next connection is
+        # read. Under saturation (units wait for a turn) it starts in a later iteration, behind them: new
+        # requests going first took the turns from the streams' steps, and delayed their first tokens.
+        if eager and not TURNS.backlog:
             task = start_eagerly(self._server.loop, self._serve(*got))
             if task is not None:  # None: answered at once (and a request pipelined behind it started)
                 self.task = task
-        else:  # a request that came while the one before it ran: its task starts in the next iteration
+        else:
             self.task = self._server.loop.create_task(self._serve(*got))
 
     async def _serve(self, head: RequestHead, body: bytes) -> None:

@@ -51,6 +51,12 @@ class Turns:
         """The configured turn (`server.loop_turn_ms`); 0 turns the limit off: no turn is ever spent."""
         self._turn_s = turn_s if turn_s > 0 else math.inf
 
+    @property
+    def backlog(self) -> bool:
+        """Units wait for a turn, or the open one is spent: the loop is saturated. A new request then
+        starts behind them (`connection.py`), not ahead of the streams' steps."""
+        return self._spent or bool(self._waiting) or bool(self._returned)
+
     def over(self, loop: asyncio.AbstractEventLoop) -> bool:
         """True when this iteration's turn is spent: the caller waits (`wait`) before its unit. `loop` is
         the running loop, which the caller knows: on CPython 3.11 looking it up is a `getpid` system

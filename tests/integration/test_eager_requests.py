@@ -1,6 +1,7 @@
 """The HTTP server starts a request eagerly (gateway/http/connection.py, issue #34): by the time the read
 callback that completed a request returns, the request's handler has run up to its first wait, so the
-next connection's bytes are read after it. A request answered at once, with another pipelined behind it
+next connection's bytes are read after it, unless units wait for a turn (the loop is saturated): then
+it starts behind them. A request answered at once, with another pipelined behind it
 in the same read, leaves the connection serving that one: a third request waits its turn. A real
 server's connection on a socket pair; the loop calls the protocol's callbacks, as it does for a client."""
 
@@ -11,8 +12,9 @@ import socket
 from collections.abc import Awaitable
 
 from gateway.core.http1_request import RequestHead
-from gateway.http import HttpServer, Request, Response, StreamResponse
+from gateway.http import HttpServer, Request, Response, ServerLimits, StreamResponse
 from gateway.http.connection import Channel, HttpConnection
+from gateway.http.turns import TURNS
 
 
 class Recorder:
@@ -107,6 +109,35 @@ async def test_a_request_pipelined_behind_one_answered_at_once_holds_the_connect
         bodies = [part.rsplit(b"\r\n\r\n", 1)[-1] for part in got.split(b"HTTP/1.1 ")[1:]]
         assert bodies == [b"/a", b"/wait/2", b"/c"]
     finally:
+        client.close()
+        if conn.transport is not None:
+            conn.transport.close()
+
+
+async def test_with_the_turn_spent_a_request_read_does_not_run_its_handler() -> None:
+    loop = asyncio.get_running_loop()
+    gate: asyncio.Future[None] = loop.create_future()
+    endpoint = Recorder(gate)
+    server = HttpServer(endpoint, ServerLimits(turn_s=1e-9))  # every turn is spent by its first unit
+    conn, client = await connected(server)
+    seen: asyncio.Future[tuple[bool, list[str]]] = loop.create_future()
+
+    def saturated_read() -> None:
+        TURNS.over(loop)  # a unit opens this iteration's turn and spends it
+        spent = TURNS.over(loop) and TURNS.backlog
+        conn.data_received(get("/wait/3"))
+        seen.set_result((spent, list(endpoint.log)))
+
+    try:
+        loop.call_soon(saturated_read)
+        spent, at_return = await seen
+        assert spent and at_return == []  # it waits for a turn, whichever way it started
+        assert conn.task is not None
+        gate.set_result(None)
+        await conn.task
+        assert endpoint.log == ["start /wait/3", "end /wait/3"]
+    finally:
+        server.set_limits(ServerLimits())
         client.close()
         if conn.transport is not None:
             conn.transport.close()

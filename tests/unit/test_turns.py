@@ -162,3 +162,30 @@ def test_a_turn_older_than_stale_is_a_new_turn_not_a_spent_one(make_loop: Any) -
         return [stale.over(loop), stale.over(loop), fresh.over(loop), fresh.over(loop)]
 
     assert run(make_loop, main()) == [False, False, False, True]
+
+
+@pytest.mark.parametrize("make_loop", LOOPS)
+def test_a_backlog_is_a_spent_turn_or_a_unit_still_waiting(make_loop: Any) -> None:
+    """What a new request asks before it starts eagerly (gateway/http/connection.py): a fresh turn with a
+    unit still queued from an earlier one is a backlog too, though no turn is spent."""
+    async def main() -> list[bool]:
+        loop = asyncio.get_running_loop()
+        turns = Turns(turn_s=0.0)
+        seen = [turns.backlog]
+
+        async def waiter() -> None:
+            await turns.wait(loop)
+            seen.append(turns.backlog)
+
+        queued = [loop.create_task(waiter()) for _ in range(3)]
+        await asyncio.sleep(0)  # both wait in the queue
+        turns.over(loop)
+        turns.over(loop)  # this iteration's turn is spent by its first unit: each close releases one waiter
+        turns.set_length(3600.0)  # the turns that follow are not spent: only the queue is left
+        seen.append(turns.backlog)
+        await asyncio.gather(*queued)
+        return seen
+
+    seen = run(make_loop, main())
+    assert seen[:3] == [False, True, True]  # the first released sees the third still queued
+    assert seen[-1] is False  # the last released: nothing waits, nothing is spent
