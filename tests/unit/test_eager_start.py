@@ -9,24 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import uvloop
 
 from gateway.http.eager import start_eagerly
+from tests.unit.test_turns import LOOPS, run
 
-LOOPS: list[Callable[[], asyncio.AbstractEventLoop]] = [asyncio.new_event_loop, uvloop.new_event_loop]
 TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="caller")
-
-
-def run(make_loop: Callable[[], asyncio.AbstractEventLoop], main: Coroutine[Any, Any, Any]) -> Any:
-    loop = make_loop()
-    try:
-        return loop.run_until_complete(main)
-    finally:
-        loop.close()
 
 
 def from_callback(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future[Any]:
