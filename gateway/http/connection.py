@@ -89,7 +89,7 @@ class HttpConnection(asyncio.Protocol):
             return
         if not self._reader.in_request:
             self.head_since = self._server.loop.time()
-        self._take(data, eager=True)
+        self._take(data)
 
     def eof_received(self) -> bool:
         return False  # a client that half-closes has gone: close, which cancels its handler
@@ -154,8 +154,7 @@ class HttpConnection(asyncio.Protocol):
 
     # requests
 
-    def _take(self, data: bytes, eager: bool = False) -> None:
-        """Feed the reader; start a request it completes (`eager`: from the read callback)."""
+    def _take(self, data: bytes) -> None:
         try:
             got = self._reader.feed(data)
         except RequestError as exc:
@@ -169,15 +168,17 @@ class HttpConnection(asyncio.Protocol):
         if got[0].wants_websocket:  # CONTRACT §3: refused until a WebSocket mode exists, never served
             self._reject(RequestError(426, "WebSocket mode is not supported: use HTTP streaming"), "upgrade")
             return
-        # Read from the loop and with no backlog, its first step runs now, before the next connection is
-        # read. Under saturation (units wait for a turn) it starts in a later iteration, behind them: new
+        # Read by the loop with no backlog, its first step runs now, before the next connection is read
+        # (a request pipelined behind one that ran is taken inside that task: it starts in a later
+        # iteration). Under saturation (units wait for a turn) it starts later too, behind them: new
         # requests going first took the turns from the streams' steps, and delayed their first tokens.
-        if eager and not TURNS.backlog:
-            task = start_eagerly(self._server.loop, self._serve(*got))
-            if task is not None:  # None: answered at once (and a request pipelined behind it started)
-                self.task = task
-        else:
-            self.task = self._server.loop.create_task(self._serve(*got))
+        loop = self._server.loop
+        if TURNS.backlog:
+            self.task = loop.create_task(self._serve(*got))
+            return
+        task = start_eagerly(loop, self._serve(*got))
+        if task is not None:  # None: answered at once (and a request pipelined behind it started)
+            self.task = task
 
     async def _serve(self, head: RequestHead, body: bytes) -> None:
         endpoint = self._server.endpoint

@@ -54,15 +54,19 @@ class _Rest(Coroutine[Any, Any, None]):
         self._coro = coro
         self._waits_on: Any = None  # what the first step yielded (None: a bare yield), for the task
         self._error: BaseException | None = None
-        self.finished = False
 
     def first_step(self) -> None:
         try:
             self._waits_on = self._coro.send(None)
         except StopIteration:
-            self._waits_on, self.finished = _FINISHED, True
+            self._waits_on = _FINISHED
         except BaseException as exc:  # raised by the task's first step, where the task reports it
-            self._waits_on, self.finished, self._error = _FINISHED, True, exc
+            self._waits_on, self._error = _FINISHED, exc
+
+    @property
+    def finished(self) -> bool:
+        """The first step ended the coroutine (read before the task's first step)."""
+        return self._waits_on is _FINISHED
 
     def send(self, value: Any) -> Any:
         return self._hand_over()  # the task's first step: it waits on what the coroutine waits on
