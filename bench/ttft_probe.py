@@ -17,6 +17,8 @@ SCHED_FIFO 1 (root), which takes the other processes on a shared machine out of 
 
     python -m bench.ttft_probe --rounds 5 --harness raw,raw:new:split:nagle,sdk,loadgen
     python -m bench.ttft_probe --rounds 3 --harness raw,loadgen --targets direct,gateway-noredact,nginx --rt
+    python -m bench.ttft_probe --rounds 6 --harness raw --targets direct,gateway-noredact,gateway-noredact-base \
+        --baseline ../base        # an A/B: the older checkout's gateway in the same rounds
 """
 
 from __future__ import annotations
@@ -118,8 +120,27 @@ def _self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def start_targets(workdir: Path, targets: list[str], lag: bool) -> dict[str, servers.Server]:
-    """The fake upstream (target `direct`, started first) and the other targets, by name."""
+GATEWAYS = ("gateway", "gateway-noredact")
+
+
+def check_targets(targets: list[str], baseline: Path | None) -> list[str]:
+    """The targets that run the `baseline` checkout. Refused before anything starts: an unknown target,
+    or a `-base` one without the checkout to run."""
+    if not targets or targets[0] != "direct":
+        raise SystemExit("--targets must start with direct (the baseline)")
+    for target in targets[1:]:
+        name = target.removesuffix("-base")
+        if name not in (*GATEWAYS, "nginx", "pyrelay") or (name != target and name not in GATEWAYS):
+            raise SystemExit(f"unknown target {target!r}")
+        if name != target and baseline is None:
+            raise SystemExit(f"target {target} runs another checkout: give it with --baseline")
+    return [t for t in targets if t.endswith("-base")]
+
+
+def start_targets(workdir: Path, targets: list[str], lag: bool,
+                  baseline: Path | None = None) -> dict[str, servers.Server]:
+    """The fake upstream (target `direct`, started first) and the other targets, by name. A gateway target
+    named `...-base` runs the `baseline` checkout's code (an A/B in the same rounds)."""
     upstream = servers.start_upstream(workdir)
     started = {"direct": upstream}
     try:
@@ -129,9 +150,11 @@ def start_targets(workdir: Path, targets: list[str], lag: bool) -> dict[str, ser
             elif target == "pyrelay":  # the floor of a Python process in the path: bytes through uvloop
                 started[target] = servers.start_pyrelay(workdir, upstream.port)
             elif target != "direct":
+                name, base = target.removesuffix("-base"), target.endswith("-base")
                 config = workdir / f"{target}.yaml"
-                config.write_text(servers.gateway_config(upstream.port, redaction=target == "gateway"))
+                config.write_text(servers.gateway_config(upstream.port, redaction=name == "gateway"))
                 started[target] = servers.start_gateway(target, workdir, config,
+                                                        source=baseline if base and baseline else servers.ROOT,
                                                         lag=workdir / f"lag-{target}" if lag else None)
     except BaseException:
         stop_all(started)
@@ -182,7 +205,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="comma-separated: raw[:new][:split][:nagle][:procs], sdk[:procs], loadgen")
     p.add_argument("--targets", default="direct,gateway-noredact",
                    help="direct, gateway-noredact (redaction off), gateway (secrets+pii), nginx, pyrelay "
-                        "(bench.pyrelay: bytes through a uvloop process)")
+                        "(bench.pyrelay: bytes through a uvloop process); a gateway target ending in `-base` "
+                        "runs --baseline's code")
+    p.add_argument("--baseline", type=Path, help="another checkout (a `git worktree` of an older commit) for the "
+                   "`-base` targets")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--requests", type=int, default=200, help="per harness, target and round")
     p.add_argument("--warmup", type=int, default=32)
@@ -195,13 +221,12 @@ def main(argv: list[str] | None = None) -> None:
                         "no longer delay their wake-ups, which shows what a run-queue wait adds")
     args = p.parse_args(argv)
     harnesses, targets = args.harness.split(","), args.targets.split(",")
-    if targets[0] != "direct":
-        raise SystemExit("--targets must start with direct (the baseline)")
+    check_targets(targets, args.baseline)
     for h in harnesses:
         habits_of(h)
     results: dict[tuple[str, str], list[Round]] = {(h, t): [] for h in harnesses for t in targets}
     with tempfile.TemporaryDirectory(prefix="ttft-probe-") as tmp:
-        started = start_targets(Path(tmp), targets, args.lag)
+        started = start_targets(Path(tmp), targets, args.lag, args.baseline)
         try:
             if args.rt:
                 realtime([s.pid for s in started.values()])

@@ -11,7 +11,7 @@ import pytest
 
 from bench import servers
 from bench.raw_client import ChunkedSSE, Habits, run_clients
-from bench.ttft_probe import Round, habits_of, report
+from bench.ttft_probe import Round, check_targets, habits_of, report
 from bench.upstream import _SSE_HEAD, answer_steps, start_upstream
 
 BODY = {"model": "m", "stream": True, "bench": {"ttft_ms": 0, "chunks": 4, "chunk_chars": 5, "gap_ms": 1, "seed": 3}}
@@ -98,3 +98,15 @@ def test_report_gives_the_added_ttft_per_round() -> None:
     table = report(results, ["raw"], ["direct", "gw"])
     row = next(line for line in table.splitlines() if "| gw |" in line)
     assert "**1.50** (1.00, 2.00)" in row
+
+
+@pytest.mark.parametrize("targets", [["gateway"], ["direct", "gateway-base"], ["direct", "nginx-base"],
+                                     ["direct", "gateway-traced"]])
+def test_targets_are_checked_before_anything_starts(targets: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        check_targets(targets, None)
+
+
+def test_a_base_target_runs_the_given_checkout(tmp_path: Path) -> None:
+    targets = ["direct", "gateway-noredact", "gateway-noredact-base", "gateway-base", "nginx"]
+    assert check_targets(targets, tmp_path) == ["gateway-noredact-base", "gateway-base"]
