@@ -121,6 +121,8 @@ def _self_cpu() -> float:
 
 
 GATEWAYS = ("gateway", "gateway-noredact")
+BASE = "-base"  # a gateway target with this suffix runs the --baseline checkout's code
+KNOWN = frozenset({*GATEWAYS, *(g + BASE for g in GATEWAYS), "nginx", "pyrelay"})
 
 
 def check_targets(targets: list[str], baseline: Path | None) -> list[str]:
@@ -128,13 +130,13 @@ def check_targets(targets: list[str], baseline: Path | None) -> list[str]:
     or a `-base` one without the checkout to run."""
     if not targets or targets[0] != "direct":
         raise SystemExit("--targets must start with direct (the baseline)")
-    for target in targets[1:]:
-        name = target.removesuffix("-base")
-        if name not in (*GATEWAYS, "nginx", "pyrelay") or (name != target and name not in GATEWAYS):
-            raise SystemExit(f"unknown target {target!r}")
-        if name != target and baseline is None:
-            raise SystemExit(f"target {target} runs another checkout: give it with --baseline")
-    return [t for t in targets if t.endswith("-base")]
+    unknown = [t for t in targets[1:] if t not in KNOWN]
+    if unknown:
+        raise SystemExit(f"unknown targets {unknown}")
+    based = [t for t in targets if t.endswith(BASE)]
+    if based and baseline is None:
+        raise SystemExit(f"{based} run another checkout: give it with --baseline")
+    return based
 
 
 def start_targets(workdir: Path, targets: list[str], lag: bool,
@@ -150,11 +152,11 @@ def start_targets(workdir: Path, targets: list[str], lag: bool,
             elif target == "pyrelay":  # the floor of a Python process in the path: bytes through uvloop
                 started[target] = servers.start_pyrelay(workdir, upstream.port)
             elif target != "direct":
-                name, base = target.removesuffix("-base"), target.endswith("-base")
                 config = workdir / f"{target}.yaml"
-                config.write_text(servers.gateway_config(upstream.port, redaction=name == "gateway"))
-                started[target] = servers.start_gateway(target, workdir, config,
-                                                        source=baseline if base and baseline else servers.ROOT,
+                redaction = target.removesuffix(BASE) == "gateway"
+                config.write_text(servers.gateway_config(upstream.port, redaction=redaction))
+                source = baseline if baseline is not None and target.endswith(BASE) else servers.ROOT
+                started[target] = servers.start_gateway(target, workdir, config, source=source,
                                                         lag=workdir / f"lag-{target}" if lag else None)
     except BaseException:
         stop_all(started)
