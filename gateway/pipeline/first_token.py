@@ -105,7 +105,7 @@ class KeepAlive(Generic[T]):
         self.attempts = attempts
         self.client: StreamResponse | None = None
         self._writer: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
+        self._stop: asyncio.Event | None = None  # made with the writer: most streams never need one
 
     async def __aenter__(self) -> KeepAlive[T]:
         return self
@@ -134,21 +134,22 @@ class KeepAlive(Generic[T]):
         return result
 
     def _start_writer(self) -> None:
-        self._writer = asyncio.ensure_future(self._keep_alive())
+        self._stop = stop = asyncio.Event()
+        self._writer = asyncio.ensure_future(self._keep_alive(stop))
 
-    async def _keep_alive(self) -> None:
+    async def _keep_alive(self, stop: asyncio.Event) -> None:
         if self.client is None:
             self.client = await commit(self.request, self.ctx, None)
-        while not self._stop.is_set():
+        while not stop.is_set():
             await self.client.write(KEEPALIVE)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), KEEPALIVE_EVERY_S)
+                await asyncio.wait_for(stop.wait(), KEEPALIVE_EVERY_S)
 
     async def _stop_writer(self) -> None:
         """Let the writer finish the write it is in, then end; its failure (a client gone) is the
         relay's to meet on its own next write."""
         writer, self._writer = self._writer, None
-        if writer is None:
+        if writer is None or self._stop is None:
             return
         self._stop.set()
         with contextlib.suppress(Exception):

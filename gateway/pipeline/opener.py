@@ -61,8 +61,9 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
     provider, tr = rt.provider(d), translator(rt, ctx, d, body)
     ttl = provider.learn_ttl_s
     headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
-    opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), time.perf_counter())
+    t_sent = time.perf_counter()
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM):
+        opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), t_sent)
         req = tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False)
         _hold(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error, headers))
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, ttl)
@@ -72,16 +73,17 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
             req = tr.request(body, d.model, stream=True, client_headers=headers, send_stream_options=options)
-            resp = await rt.upstream.open(provider, req, d.label, headers)
-            opened.response = resp
-            deadline.track(opened)
+            resp = deadline.track(await rt.upstream.open(provider, req, d.label, headers))
+            # the stream core is built once the request is out and its head is back, while the model
+            # thinks: not on the request's way out (issue #34, the "in" hop of the added TTFT)
+            opened = deadline.track(Opened(d, resp, api.stream_core(tr.stream_parser(), d.label), t_sent))
             await check_status(resp, tr.classify_http_error, d, added_options=added)
             framing, ctype = tr.framing, resp.headers.get("content-type", "")
             first = b"" if framing.is_stream(ctype, b"") else await resp.next_chunk()
             if framing.is_stream(ctype, first):
                 if framing.transcoder is not None:  # bytes of another framing, read as SSE
-                    opened.response = Transcoded(resp, framing.transcoder())
-                await until_first_token(opened.response, opened.stream, d.label, first)
+                    resp = opened.response = Transcoded(resp, framing.transcoder())
+                await until_first_token(resp, opened.stream, d.label, first)
                 opened.t_first = time.perf_counter()
                 confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS, ttl)
                 return opened
