@@ -8,6 +8,8 @@ runs two pieces of the gateway's first-token path in process, each on S1's own b
 - `core`: a chat stream core's first read (`ChatStream` with the OpenAI parser) on S1's first upstream
   read (role event + first delta), the parse of the "out" hop (first token -> client write);
 
+and `noop`, one dict lookup: the interpreter's own floor, what any Python code pays to run at all;
+
 first back to back (hot), then after sleeping `gap` ms, several ways:
 
 - `first`: each piece once, right after the sleep (what a hop pays);
@@ -16,9 +18,12 @@ first back to back (hot), then after sleeping `gap` ms, several ways:
 - `after spin`: the sleep, then 0.3 ms of a busy loop, then the piece (a core that is awake and
   running other code when the piece starts).
 
-Samples alternate the pieces, so neither warms the other more than the hop order does.
+Samples alternate the pieces, so neither warms the other more than the hop order does. With `--wait
+spin` each gap is a busy loop instead of a sleep: the process never leaves its core, so a cost that is
+still there is not the price of sleeping (an idle core halted, its caches given to other work) but of
+time passing while the machine's shared caches serve others.
 
-    python -m bench.cold_wake [--gaps 0,1,5,50,150] [--samples 60]
+    python -m bench.cold_wake [--gaps 0,1,5,50,150] [--samples 60] [--wait sleep|spin]
 """
 
 from __future__ import annotations
@@ -66,7 +71,19 @@ def core_piece(seed: int = 1) -> Callable[[], None]:
     return run
 
 
-PIECES: dict[str, Callable[[], Callable[[], None]]] = {"parse": parse_piece, "core": core_piece}
+def noop_piece(seed: int = 1) -> Callable[[], None]:
+    """One dict lookup: no gateway code, only the interpreter's call and the timer around it."""
+    table = {seed: seed}
+
+    def run() -> None:
+        if table.get(seed) != seed:
+            raise AssertionError("the lookup failed")
+
+    return run
+
+
+PIECES: dict[str, Callable[[], Callable[[], None]]] = {"parse": parse_piece, "core": core_piece,
+                                                        "noop": noop_piece}
 
 
 @dataclass(slots=True)
@@ -88,6 +105,9 @@ def _spin(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+WAITS: dict[str, Callable[[float], None]] = {"sleep": time.sleep, "spin": _spin}  # how a gap passes
 
 
 def measure(gaps_ms: list[float], samples: int, sleep: Callable[[float], None] = time.sleep) -> list[Row]:
@@ -129,8 +149,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.cold_wake", description=__doc__.splitlines()[0])
     p.add_argument("--gaps", default="0,1,5,50,150", help="comma-separated sleeps in ms (0: hot)")
     p.add_argument("--samples", type=int, default=60)
+    p.add_argument("--wait", choices=sorted(WAITS), default="sleep", help="how a gap passes (see above)")
     args = p.parse_args(argv)
-    print(table(measure([float(g) for g in args.gaps.split(",")], args.samples)))
+    if args.wait == "spin":
+        print("gaps spun, not slept: the process never leaves its core")
+    print(table(measure([float(g) for g in args.gaps.split(",")], args.samples, WAITS[args.wait])))
 
 
 if __name__ == "__main__":

@@ -4,13 +4,18 @@ assertions: speed is measured only by running the bench)."""
 
 from __future__ import annotations
 
-from bench.cold_wake import PIECES, core_piece, measure, parse_piece, table
+import time
+
+import pytest
+
+from bench.cold_wake import PIECES, WAITS, _spin, core_piece, main, measure, noop_piece, parse_piece, table
 
 
 def test_the_pieces_run_the_gateway_on_s1_bytes() -> None:
     for seed in (1, 7):
         parse_piece(seed)()  # raises unless the reader returned S1's request with its body
         core_piece(seed)()  # raises unless the first read made the stream committable
+        noop_piece(seed)()
 
 
 def test_each_gap_is_slept_before_the_runs_it_labels() -> None:
@@ -27,3 +32,18 @@ def test_the_table_has_a_row_per_gap_and_piece() -> None:
     text = table(rows)
     assert text.count("\n") == 1 + len(rows)
     assert "| none (hot) | parse |" in text and "| 1 ms | core |" in text
+
+
+def test_a_spun_gap_is_a_busy_loop_not_a_sleep() -> None:
+    """`--wait spin` passes each gap in `_spin`, a loop on the clock: the process keeps its core."""
+    assert WAITS["sleep"] is time.sleep and WAITS["spin"] is _spin and len(WAITS) == 2
+    t0 = time.perf_counter()
+    _spin(0.002)
+    assert time.perf_counter() - t0 >= 0.002  # it returns only once the gap has passed
+
+
+def test_main_spins_the_gaps_it_is_asked_to(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["--gaps", "0,1", "--samples", "1", "--wait", "spin"])
+    out = capsys.readouterr().out
+    assert out.startswith("gaps spun, not slept")
+    assert "| 1 ms | noop |" in out
