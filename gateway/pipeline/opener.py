@@ -61,13 +61,9 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
     provider, tr = rt.provider(d), translator(rt, ctx, d, body)
     ttl = provider.learn_ttl_s
     headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
-    t_sent = time.perf_counter()
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM):
-        opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), t_sent)
-        req = tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False)
-        _hold(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error, headers))
-        confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, ttl)
-        return opened
+        return await _asked_for_a_body(rt, ctx, api, d, tr, body, headers)
+    t_sent = time.perf_counter()
     options = not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS)
     added = options and tr.sends_stream_options and "stream_options" not in body  # by us, not the client
     with FirstTokenDeadline(d) as deadline:
@@ -93,6 +89,16 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
         opened.close()
         raise
     rt.learned.learn(d, ctx.api, Fact.NO_STREAM, ttl)  # from a real answer only, never from an error body
+    return opened
+
+
+async def _asked_for_a_body(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment, tr: Translator,
+                            body: dict[str, Any], headers: dict[str, str]) -> OpenedStream:
+    """A deployment that answered a stream request with a body is asked for one, held as the stream."""
+    opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), time.perf_counter())
+    req = tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False)
+    _hold(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error, headers))
+    confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
     return opened
 
 
