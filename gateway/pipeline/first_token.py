@@ -104,8 +104,8 @@ class KeepAlive(Generic[T]):
         self.loop = rt.upstream.loop
         self.attempts = attempts
         self.client: StreamResponse | None = None
-        self._writer: asyncio.Task[None] | None = None
-        self._stop: asyncio.Event | None = None  # made with the writer: most streams never need one
+        # the keep-alive writer and the event that stops it, made together: most streams never need them
+        self._writer: tuple[asyncio.Task[None], asyncio.Event] | None = None
 
     async def __aenter__(self) -> KeepAlive[T]:
         return self
@@ -134,8 +134,8 @@ class KeepAlive(Generic[T]):
         return result
 
     def _start_writer(self) -> None:
-        self._stop = stop = asyncio.Event()
-        self._writer = asyncio.ensure_future(self._keep_alive(stop))
+        stop = asyncio.Event()
+        self._writer = asyncio.ensure_future(self._keep_alive(stop)), stop
 
     async def _keep_alive(self, stop: asyncio.Event) -> None:
         if self.client is None:
@@ -149,11 +149,12 @@ class KeepAlive(Generic[T]):
         """Let the writer finish the write it is in, then end; its failure (a client gone) is the
         relay's to meet on its own next write."""
         writer, self._writer = self._writer, None
-        if writer is None or self._stop is None:
+        if writer is None:
             return
-        self._stop.set()
+        task, stop = writer
+        stop.set()
         with contextlib.suppress(Exception):
-            await writer
+            await task
 
     async def commit(self, won: Won) -> StreamResponse:
         if self.client is None:
