@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -230,12 +231,24 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def python_build() -> str:
+    """How this interpreter was built, which moves every CPU figure here by 10-20% (bench/README.md, "#34
+    point 4, seventh look"): whether libpython is a shared library (read from this process's own
+    mappings: a distribution's sysconfig may describe another of its builds) and whether its configure
+    asked for PGO and LTO (Debian builds them without recording it there)."""
+    maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else ""
+    linked = "libpython shared" if "libpython" in maps else "libpython linked in"
+    args = str(sysconfig.get_config_var("CONFIG_ARGS") or "")
+    asked = [flag for flag in ("--enable-optimizations", "--with-lto") if flag in args]
+    return f"{sys.executable}: {linked}; configure: {' '.join(asked) or 'no PGO/LTO flags recorded'}"
+
+
 def machine(redaction_off_because: str, nofile: int, nginx_bin: str) -> dict[str, str]:
     mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
     nginx_v = subprocess.run([nginx_bin, "-v"], capture_output=True, text=True, check=False).stderr.strip()
     return {
         "nproc": str(os.cpu_count()), "CPU": _cpu_model(), "RAM": f"{mem_kib / 1024 / 1024:.1f} GiB",
-        "kernel": platform.release(), "Python": platform.python_version(),
+        "kernel": platform.release(), "Python": platform.python_version(), "Python build": python_build(),
         "aiohttp": version("aiohttp"), "uvloop": version("uvloop"), "orjson": version("orjson"),
         "nginx": nginx_v.replace("nginx version: ", ""),
         "gateway redaction": f"OFF in every target: {redaction_off_because}" if redaction_off_because

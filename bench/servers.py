@@ -155,13 +155,13 @@ def check_config(path: Path) -> str:
 
 
 def start_gateway(name: str, workdir: Path, config: Path, workers: int = 1, source: Path = ROOT,
-                  lag: Path | None = None) -> Server:
+                  lag: Path | None = None, python: str = sys.executable) -> Server:
     """`source`: the checkout whose `gateway` package runs (`python -m` puts the working directory
     first on the import path), for an A/B run against another commit. `lag`: run it under the loop-lag
-    probe (`bench/loop_lag.py`), writing `<lag>-<pid>.txt`."""
+    probe (`bench/loop_lag.py`), writing `<lag>-<pid>.txt`. `python`: the interpreter (an A/B of two
+    builds of it: a venv of the other interpreter with the gateway's dependencies)."""
     port = free_port()
-    launch = [sys.executable, str(ROOT / "bench" / "loop_lag.py"), str(lag)] if lag else [sys.executable, "-m",
-                                                                                         "gateway"]
+    launch = [python, str(ROOT / "bench" / "loop_lag.py"), str(lag)] if lag else [python, "-m", "gateway"]
     argv = [*launch, "serve", "--config", str(config), "--port", str(port),
             "--metrics-port", str(free_port()), "--workers", str(workers)]
     server = spawn(name, argv, workdir, port, cwd=source)

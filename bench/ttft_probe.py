@@ -19,6 +19,8 @@ SCHED_FIFO 1 (root), which takes the other processes on a shared machine out of 
     python -m bench.ttft_probe --rounds 3 --harness raw,loadgen --targets direct,gateway-noredact,nginx --rt
     python -m bench.ttft_probe --rounds 6 --harness raw --targets direct,gateway-noredact,gateway-noredact-base \
         --baseline ../base        # an A/B: the older checkout's gateway in the same rounds
+    python -m bench.ttft_probe --rounds 5 --harness raw --targets direct,gateway-noredact,gateway-noredact-base \
+        --base-python ../venv-pgo/bin/python   # an A/B of two builds of the interpreter, same code
 """
 
 from __future__ import annotations
@@ -121,28 +123,29 @@ def _self_cpu() -> float:
 
 
 GATEWAYS = ("gateway", "gateway-noredact")
-BASE = "-base"  # a gateway target with this suffix runs the --baseline checkout's code
+BASE = "-base"  # a gateway target with this suffix runs the --baseline checkout's code, or --base-python
 KNOWN = frozenset({*GATEWAYS, *(g + BASE for g in GATEWAYS), "nginx", "pyrelay"})
 
 
-def check_targets(targets: list[str], baseline: Path | None) -> list[str]:
-    """The targets that run the `baseline` checkout. Refused before anything starts: an unknown target,
-    or a `-base` one without the checkout to run."""
+def check_targets(targets: list[str], baseline: Path | None, base_python: str | None = None) -> list[str]:
+    """The targets that run the `baseline` checkout or the `base_python` interpreter. Refused before anything
+    starts: an unknown target, or a `-base` one with neither."""
     if not targets or targets[0] != "direct":
         raise SystemExit("--targets must start with direct (the baseline)")
     unknown = [t for t in targets[1:] if t not in KNOWN]
     if unknown:
         raise SystemExit(f"unknown targets {unknown}")
     based = [t for t in targets if t.endswith(BASE)]
-    if based and baseline is None:
-        raise SystemExit(f"{based} run another checkout: give it with --baseline")
+    if based and baseline is None and base_python is None:
+        raise SystemExit(f"{based} run another checkout or interpreter: give --baseline or --base-python")
     return based
 
 
-def start_targets(workdir: Path, targets: list[str], lag: bool,
-                  baseline: Path | None = None) -> dict[str, servers.Server]:
+def start_targets(workdir: Path, targets: list[str], lag: bool, baseline: Path | None = None,
+                  base_python: str | None = None) -> dict[str, servers.Server]:
     """The fake upstream (target `direct`, started first) and the other targets, by name. A gateway target
-    named `...-base` runs the `baseline` checkout's code (an A/B in the same rounds)."""
+    named `...-base` runs the `baseline` checkout's code and/or under `base_python` (an A/B in the same
+    rounds); the clients and the fake upstream run under this interpreter whatever the target."""
     upstream = servers.start_upstream(workdir)
     started = {"direct": upstream}
     try:
@@ -155,9 +158,11 @@ def start_targets(workdir: Path, targets: list[str], lag: bool,
                 config = workdir / f"{target}.yaml"
                 redaction = target.removesuffix(BASE) == "gateway"
                 config.write_text(servers.gateway_config(upstream.port, redaction=redaction))
-                source = baseline if baseline is not None and target.endswith(BASE) else servers.ROOT
+                based = target.endswith(BASE)
+                source = baseline if baseline is not None and based else servers.ROOT
+                python = base_python if base_python is not None and based else sys.executable
                 started[target] = servers.start_gateway(target, workdir, config, source=source,
-                                                        lag=workdir / f"lag-{target}" if lag else None)
+                                                        lag=workdir / f"lag-{target}" if lag else None, python=python)
     except BaseException:
         stop_all(started)
         raise
@@ -211,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
                         "runs --baseline's code")
     p.add_argument("--baseline", type=Path, help="another checkout (a `git worktree` of an older commit) for the "
                    "`-base` targets")
+    p.add_argument("--base-python", help="the interpreter of the `-base` targets (with --baseline or without: "
+                   "this checkout), e.g. a venv of another build of Python holding the gateway's dependencies")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--requests", type=int, default=200, help="per harness, target and round")
     p.add_argument("--warmup", type=int, default=32)
@@ -223,12 +230,12 @@ def main(argv: list[str] | None = None) -> None:
                         "no longer delay their wake-ups, which shows what a run-queue wait adds")
     args = p.parse_args(argv)
     harnesses, targets = args.harness.split(","), args.targets.split(",")
-    check_targets(targets, args.baseline)
+    check_targets(targets, args.baseline, args.base_python)
     for h in harnesses:
         habits_of(h)
     results: dict[tuple[str, str], list[Round]] = {(h, t): [] for h in harnesses for t in targets}
     with tempfile.TemporaryDirectory(prefix="ttft-probe-") as tmp:
-        started = start_targets(Path(tmp), targets, args.lag, args.baseline)
+        started = start_targets(Path(tmp), targets, args.lag, args.baseline, args.base_python)
         try:
             if args.rt:
                 realtime([s.pid for s in started.values()])

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from bench.bench_sse_reads import READS, cases_for, chat_body, decoder_feed
 from bench.loadgen import LoadSpec, _MessagesText, _SSEText, run_load
 from bench.procstat import usage
+from bench.run import python_build
 from bench.textgen import expected_text, messages_events, stream_events
 from bench.upstream import start_upstream
 
@@ -160,3 +163,11 @@ async def test_the_hostile_clients_bodies_are_within_the_limits_and_get_answered
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_the_report_says_how_its_interpreter_is_linked() -> None:
+    """Read from the process's mappings; checked here against the dynamic loader's view of the binary."""
+    needed = subprocess.run(["ldd", sys.executable], capture_output=True, text=True, check=True).stdout
+    said = python_build()
+    assert said.startswith(sys.executable)
+    assert ("libpython shared" in said) == ("libpython" in needed)

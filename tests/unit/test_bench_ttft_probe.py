@@ -110,3 +110,8 @@ def test_targets_are_checked_before_anything_starts(targets: list[str]) -> None:
 def test_a_base_target_runs_the_given_checkout(tmp_path: Path) -> None:
     targets = ["direct", "gateway-noredact", "gateway-noredact-base", "gateway-base", "nginx"]
     assert check_targets(targets, tmp_path) == ["gateway-noredact-base", "gateway-base"]
+
+
+def test_a_base_target_may_differ_by_interpreter_alone() -> None:
+    targets = ["direct", "gateway-noredact", "gateway-noredact-base"]
+    assert check_targets(targets, None, "/opt/other/bin/python") == ["gateway-noredact-base"]
