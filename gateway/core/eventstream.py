@@ -275,7 +275,7 @@ def _event_type(inner: bytes) -> str:
     if inner.startswith(_TYPE_PREFIX):
         end = inner.find(b'"', len(_TYPE_PREFIX))
         name = inner[len(_TYPE_PREFIX):end]
-        if end > 0 and b"\\" not in name:
+        if end > 0 and name.find(b"\\") < 0:  # not `in`: see `core.sse`
             return name.decode()
     obj = orjson.loads(inner)
     if not isinstance(obj, dict):

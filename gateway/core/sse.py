@@ -12,6 +12,11 @@ Follows WHATWG HTML §9.2.5/§9.2.6 ("Parsing/Interpreting an event stream"):
   not followed by a blank line is discarded at end of stream (§9.2.5: "any pending data must be
   discarded").
 Data stays bytes: the JSON parser reads bytes directly, so nothing is decoded twice.
+
+Byte tests are `buf.find(x) >= 0`, not `x in buf`: CPython 3.11's `bytes.__contains__` first tries its
+argument as an integer (`Objects/bytes_methods.c`, `_Py_bytes_contains`), so every `x in buf` with a bytes
+`x` raises and clears a TypeError with a formatted message: ~0.05 µs hot per test, and on a stream's first
+read, cold, the exception machinery's code on top of the search (issue #34, `bench/README.md`).
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ class SSEDecoder:
         the region may also hold whole lines of an unfinished event (streams whose events have two
         lines, `event:` and `data:`, as Anthropic's): they stay buffered as bytes, read with the rest.
         What is buffered holds no blank line, so the region's end is searched for in `chunk` alone."""
-        if self._data or self._event is not None or self._skip_lf or b"\r" in chunk:
+        if self._data or self._event is not None or self._skip_lf or chunk.find(b"\r") >= 0:
             return None
         if not self._bom_checked:  # a BOM split across reads is left to the line parser
             if self._buf or len(chunk) < 3:
@@ -100,7 +105,7 @@ class SSEDecoder:
             return self._no_event_end(chunk, lines_ok)
         rest = chunk[end:]
         limit = self._limit
-        if (not lines_ok and b"\n" in rest) or len(rest) > limit:
+        if (not lines_ok and rest.find(b"\n") >= 0) or len(rest) > limit:
             return None
         kept = self._buf
         if self._more:
@@ -124,12 +129,13 @@ class SSEDecoder:
         ends with (the read begins with the blank line's LF), or else the buffer grows by a piece."""
         if chunk[:1] == b"\n" and (self._more[-1] if self._more else self._buf)[-1:] == b"\n":
             rest, limit = chunk[1:], self._limit
-            if (not lines_ok and b"\n" in rest) or len(rest) > limit or len(self._buf) + self._more_len + 1 > limit:
+            too_long = len(rest) > limit or len(self._buf) + self._more_len + 1 > limit
+            if too_long or (not lines_ok and rest.find(b"\n") >= 0):
                 return None
             region = self._joined(b"\n")
             self._buf = rest
             return region
-        if (not lines_ok and b"\n" in chunk) or len(self._buf) + self._more_len + len(chunk) > self._limit:
+        if (not lines_ok and chunk.find(b"\n") >= 0) or len(self._buf) + self._more_len + len(chunk) > self._limit:
             return None
         if chunk:
             self._more.append(chunk)
@@ -170,7 +176,7 @@ class SSEDecoder:
             self._skip_lf = False
             if chunk[0] == 0x0A:
                 chunk = chunk[1:]
-        if self._bom_checked and b"\n" not in chunk and b"\r" not in chunk:
+        if self._bom_checked and chunk.find(b"\n") < 0 and chunk.find(b"\r") < 0:
             return self._grow(chunk)
         if self._more:
             buf = self._joined(chunk)
@@ -186,7 +192,7 @@ class SSEDecoder:
             self._bom_checked = True
             if buf.startswith(BOM):
                 buf = buf[3:]
-        if b"\r" in buf:
+        if buf.find(b"\r") >= 0:
             if buf.endswith(b"\r"):
                 self._skip_lf = True
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
@@ -243,7 +249,7 @@ class SSEDecoder:
                 raise SSEError("an upstream event exceeds the size limit")
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
-        elif name == b"id" and b"\x00" not in value:
+        elif name == b"id" and value.find(b"\x00") < 0:
             self._id = value.decode("utf-8", "replace")
         # `retry` and unknown fields are ignored (§9.2.6)
 
@@ -266,7 +272,7 @@ def data_lines(region: bytes) -> list[bytes] | None:
     parts = head.split(b"\n\ndata: ")
     # any other line end (a multi-line event, a comment or field line, a blank run) is left in a part;
     # the join and memchr cost a fraction of one `count` over the region
-    if b"\n" in b"".join(parts):
+    if b"".join(parts).find(b"\n") >= 0:
         return None
     parts[0] = parts[0][6:]
     return parts
@@ -276,7 +282,7 @@ def encode_data(data: bytes) -> bytes:
     """One `data:` event for any payload. Compact JSON has no line break and goes out as one line;
     an upstream's multi-line event (its `data` lines joined with LF) goes out a `data:` line per line,
     which the client's parser joins back into the same value (`encode_multiline`)."""
-    if b"\n" in data or b"\r" in data:
+    if data.find(b"\n") >= 0 or data.find(b"\r") >= 0:
         return encode_multiline(data)
     return b"data: " + data + b"\n\n"
 
@@ -284,7 +290,7 @@ def encode_data(data: bytes) -> bytes:
 def encode_event(event: str, data: bytes) -> bytes:
     """A named event, as the Responses and Messages APIs send them; any payload (see `encode_data`)."""
     name = event.encode()
-    if b"\n" in data or b"\r" in data or b"\n" in name or b"\r" in name:
+    if data.find(b"\n") >= 0 or data.find(b"\r") >= 0 or name.find(b"\n") >= 0 or name.find(b"\r") >= 0:
         return encode_multiline(data, event)
     return b"event: " + name + b"\ndata: " + data + b"\n\n"
 

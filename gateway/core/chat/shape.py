@@ -85,7 +85,7 @@ class ContentShape:
         if self._unmatched >= MAX_UNMATCHED_LEARNS:
             return
         self._unmatched += 1
-        if b"\n" in raw:
+        if raw.find(b"\n") >= 0:  # not `in`: see `core.sse`
             return  # a multi-line event's data: its envelope is no one-line `data:` to forward by bytes
         token = orjson.dumps(text)
         start = raw.find(token)

@@ -99,7 +99,7 @@ class MessagesStream:
         out = self._feed_region(data)
         if out is not None:
             return out
-        end = self.decoder.event_end(data) if b"\r" not in data else -1
+        end = self.decoder.event_end(data) if data.find(b"\r") < 0 else -1  # not `in`: see `core.sse`
         if end <= 0:
             return self._feed_events(data)
         # the read finishes an event the last one began: that one alone the slow way, then the rest
