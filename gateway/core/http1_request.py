@@ -238,9 +238,17 @@ def response_head(status: int, headers: dict[str, str], date: str, *, length: in
     return "\r\n".join(lines).encode("latin-1")
 
 
+# the size lines of chunks under 2 KiB (an SSE write is a few events): a chunk's framing is then a lookup,
+# not `bytes %`'s formatting code, which a stream's first write would run cold (issue #34); ~90 KiB
+_SIZE_LINES = tuple(b"%x\r\n" % n for n in range(2048))
+
+
 def chunk(data: bytes) -> bytes:
     """One chunk of a chunked body (never empty: a zero-size chunk ends the body)."""
-    return b"%x\r\n%b\r\n" % (len(data), data)
+    size = len(data)
+    if size < 2048:
+        return _SIZE_LINES[size] + data + b"\r\n"
+    return b"%x\r\n%b\r\n" % (size, data)
 
 
 LAST_CHUNK = b"0\r\n\r\n"

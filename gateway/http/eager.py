@@ -36,7 +36,9 @@ def start_eagerly(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Non
         return None if task.done() else task
     rest = _Rest(coro)
     context = contextvars.copy_context()
-    task = loop.create_task(rest, context=context)
+    # named: 3.11's Task formats a "Task-<n>" name for a task given none, code a request's first step
+    # would run cold (issue #34); `loop.create_task` is this call when no task factory is set, as here
+    task = asyncio.Task(rest, loop=loop, name="request", context=context)
     asyncio.tasks._enter_task(loop, task)  # what 3.12's eager start does
     try:
         context.run(rest.first_step)

@@ -52,7 +52,7 @@ class RequestReader:
     ones (MAX_PIPELINED reached, or an `Upgrade` request): serve them, then close."""
 
     __slots__ = ("_body", "_continue_sent", "_error", "_fields", "_gauge", "_head", "_in_head", "_parser",
-                 "_ready", "_refeed", "_refeeding", "_size", "_started", "_target", "_unfed", "max_body",
+                 "_ready", "_refeed", "_refeeding", "_size", "_started", "_target", "_target_len", "_unfed", "max_body",
                  "saturated")
 
     def __init__(self, max_body: int):
@@ -70,6 +70,7 @@ class RequestReader:
         self._in_head = True
         self._started = False
         self._target: list[bytes] = []
+        self._target_len = 0
         self._fields: FieldCollector | None = None
         self._head: RequestHead | None = None
         self._body: bytes | bytearray = b""
@@ -207,7 +208,8 @@ class RequestReader:
         if self._refeeding:
             return
         self._target.append(part)
-        if sum(map(len, self._target)) > MAX_TARGET:
+        self._target_len += len(part)
+        if self._target_len > MAX_TARGET:
             raise RequestError(414, "request target too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -215,7 +217,7 @@ class RequestReader:
             return
         fields = self._fields
         if fields is None:
-            fields = self._fields = FieldCollector(sum(map(len, self._target)))
+            fields = self._fields = FieldCollector(self._target_len)
         if self._in_head:
             fields.add(name, value)
         else:  # a trailer field (RFC 9112 §7.1.2): counted against the limits, then dropped

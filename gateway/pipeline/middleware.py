@@ -32,7 +32,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 def _request_id(request: GatewayRequest) -> str:
     given = request.headers.get("x-request-id", "")
-    return given if _SAFE_ID.match(given) else REQUEST_IDS.new()
+    return given if given and _SAFE_ID.match(given) else REQUEST_IDS.new()
 
 
 def error_response(err: GatewayError, request_id: str, anthropic: bool = False) -> Response:

@@ -222,3 +222,11 @@ def test_a_line_near_its_limit_after_a_pipelined_body_gets_the_same_verdict(pipe
                 assert exc.status == whole, f"split at {i}"
                 continue
             assert len(got) == 2 and (got[1][0].path, len(got[1][1])) == whole, f"split at {i}"
+
+
+@pytest.mark.parametrize("size", [1, 15, 16, 2047, 2048, 70_000])
+def test_a_chunk_is_framed_by_its_hex_size_whether_its_size_line_is_in_the_table_or_not(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    framed = chunk(data)
+    line, _, rest = framed.partition(b"\r\n")
+    assert int(line, 16) == size and rest == data + b"\r\n"

@@ -190,7 +190,11 @@ class ChatStream:
     def commit(self, filt: ChatOutputFilter) -> bytes:
         """The held preamble, the first token and the rest of the committing read, for the client."""
         self.filt = filt
-        self.meta = next((ch.obj for ch in self.preamble if ch.obj), {})
+        self.meta = {}
+        for ch in self.preamble:  # not `next(<genexpr>)`: see `wire.has_output_token`
+            if ch.obj:
+                self.meta = ch.obj
+                break
         first = _apply(filt, self.preamble)
         if self.unread:
             first += self._relay_events(filt, self.unread)

@@ -170,8 +170,13 @@ def parse_usage(obj: dict[str, Any]) -> Usage | None:
 
 
 def has_output_token(events: list[StreamEvent]) -> bool:
-    """True when the events contain an output token (CONTRACT §4.1)."""
-    return any(type(e) is OutputDelta or type(e) is ToolCallDelta for e in events)
+    """True when the events contain an output token (CONTRACT §4.1). A loop, not `any(<genexpr>)`: a
+    generator left at its first hit is closed by raising GeneratorExit into it, exception machinery a
+    stream's first token would run cold (issue #34)."""
+    for e in events:  # noqa: SIM110 - the loop is the point (see above)
+        if type(e) is OutputDelta or type(e) is ToolCallDelta:
+            return True
+    return False
 
 
 _FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_content", DeltaKind.REFUSAL: "refusal"}
