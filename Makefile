@@ -26,7 +26,7 @@ $(RUN_STAMP): pyproject.toml
 run: $(RUN_STAMP)
 	$(RUN_VENV)/bin/gateway serve $(ARGS)
 
-# System tools the tests drive for real (redis-server, prometheus/promtool, ...).
+# System tools the tests drive for real (redis-server, prometheus/promtool, valgrind, ...).
 tools:
 	bash scripts/ensure-tools.sh
 

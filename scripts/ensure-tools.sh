@@ -6,6 +6,8 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v promtool >/dev/null || need+=(prometheus)
 # the control plane's tests run a real PostgreSQL server (tests/postgres_server.py finds its binaries here)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
+# bench.footprint's test measures the first-token code's footprint under callgrind
+command -v valgrind >/dev/null || need+=(valgrind)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
