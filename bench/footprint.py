@@ -8,8 +8,8 @@ can be judged by them. For each piece of `bench.cold_wake` (parse, core, noop) t
 callgrind, collecting only inside `sys.call_tracing` (after 3 warm-up runs: imports, the specialising
 interpreter), and reports the instructions of one run and the distinct 64-byte lines of code executed
 ("code lines"), 4 KiB pages and functions, per shared object, with the top functions by code lines.
-The default is one run per measurement because a cold hop runs its piece once. The `noop` piece is the
-floor: the interpreter's call into the piece, no gateway code.
+One run per measurement by default, as a cold hop runs its piece once; the hash seed is fixed (str
+hashes steer dict probes). The `noop` piece is the floor: the call into a piece, no gateway code.
 
 The interpreter must have symbols for `sys_call_tracing` (pyenv and python.org builds do): on a stripped
 build callgrind collects nothing, and this says so and exits non-zero. Needs valgrind.
@@ -167,7 +167,11 @@ def callgrind_argv(python: str, piece: str, runs: int, out: Path) -> list[str]:
 def measure_piece(python: str, piece: str, runs: int, outdir: Path) -> Footprint:
     """One valgrind run of `piece` under `python`, from this checkout (so its `bench` and `gateway` run)."""
     out = outdir / f"callgrind.{piece}.out"
-    done = subprocess.run(callgrind_argv(python, piece, runs, out), cwd=ROOT, capture_output=True, text=True)
+    # str hashes are salted per process, and dict probes and set orders follow them: one seed for all
+    # runs keeps the counts the same from run to run (about 1% apart otherwise)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(callgrind_argv(python, piece, runs, out), cwd=ROOT, env=env, capture_output=True,
+                          text=True)
     if done.returncode != 0:
         raise SystemExit(f"valgrind failed on the {piece} piece (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return collected(piece, read_callgrind(out))
@@ -202,8 +206,8 @@ def piece_detail(name: str, fp: Footprint) -> list[str]:
 
 
 def report(results: dict[str, Footprint], runs: int, python: str) -> str:
-    head = [f"{python}, {runs} run(s) per piece after {WARMUP_RUNS} to warm up; code lines: distinct 64-byte "
-            f"lines of machine code executed; {SYMBOLS_NOTE}", ""]
+    head = [f"{python}, {runs} run(s) per piece after {WARMUP_RUNS} to warm up, PYTHONHASHSEED=0; code lines: "
+            f"distinct 64-byte lines of machine code executed; {SYMBOLS_NOTE}", ""]
     rows = head + summary_table(results, runs)
     for name, fp in results.items():
         rows += piece_detail(name, fp)
