@@ -9,8 +9,9 @@ callgrind, collecting only inside `sys.call_tracing` (after 3 warm-up runs: impo
 interpreter), and reports the instructions of one run and the distinct 64-byte lines of code executed
 ("code lines"), 4 KiB pages and functions, per shared object, with the top functions by code lines.
 One run per measurement by default, as a cold hop runs its piece once; the hash seed is fixed (str
-hashes steer dict probes), so the same environment gives the same counts (another one, whose size moves
-the stack and heap, may move them ~0.2%). The `noop` piece is the floor: the call into a piece, no gateway code.
+hashes steer dict probes), so the same code and environment give the same counts; what moves the heap's
+layout (the environment's size, any code loaded before) moves them ~0.2%, and code lines by a few, mostly
+in malloc: read smaller changes as none. The `noop` piece is the floor: the call into a piece, no gateway code.
 
 The interpreter must have symbols for `sys_call_tracing` (pyenv and python.org builds do): on a stripped
 build callgrind collects nothing, and this says so and exits non-zero. Needs valgrind.
