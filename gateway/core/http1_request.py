@@ -39,6 +39,9 @@ _REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized
             429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
             500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway",
             503: "Service Unavailable", 504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
+# status and reason, written once: a stream's first write formats no integer (issue #34, a cold hop's
+# cost is the code it runs)
+_STATUS_TEXT = {status: f"{status} {reason}" for status, reason in _REASONS.items()}
 
 
 class RequestError(ValueError):
@@ -218,8 +221,8 @@ def response_head(status: int, headers: dict[str, str], date: str, *, length: in
                   keep_alive: bool, http10: bool) -> bytes:
     """Status line and headers. `length` None: the body is chunked (HTTP/1.1) or runs to the close
     (HTTP/1.0). Values come from our own code and config; a line break would inject a header line."""
-    reason = _REASONS.get(status, "Status")
-    lines = [f"HTTP/1.{0 if http10 else 1} {status} {reason}", f"Date: {date}"]
+    text = _STATUS_TEXT.get(status) or f"{status} Status"
+    lines = [("HTTP/1.0 " if http10 else "HTTP/1.1 ") + text, f"Date: {date}"]
     for name, value in headers.items():
         if "\n" in value or "\r" in value:
             raise ValueError(f"header {name} holds a line break")

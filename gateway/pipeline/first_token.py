@@ -35,6 +35,8 @@ KEEPALIVE_EVERY_S = 5.0
 # preamble is a handful (role chunk, filter results, lifecycle events, a ping every few seconds).
 PREAMBLE_MAX_BYTES = 4 * 1024 * 1024
 PREAMBLE_MAX_EVENTS = 1000
+# attempt counts as header values, written once: the commit formats no integer (issue #34)
+_COUNTS = tuple(str(n) for n in range(32))
 
 
 S = TypeVar("S", bound=StreamCore)
@@ -82,7 +84,8 @@ async def commit(request: Request, ctx: RequestContext, won: Won | None) -> Stre
                "X-Accel-Buffering": "no", "x-request-id": ctx.request_id}
     if won is not None:
         headers["x-gateway-deployment"] = won.deployment.label
-        headers["x-gateway-attempts"] = str(won.attempts)
+        n = won.attempts
+        headers["x-gateway-attempts"] = _COUNTS[n] if n < len(_COUNTS) else str(n)
     resp = StreamResponse(status=200, headers=headers)  # headers leave with the first write
     await resp.prepare(request)
     return resp
