@@ -52,7 +52,7 @@ class RequestReader:
     ones (MAX_PIPELINED reached, or an `Upgrade` request): serve them, then close."""
 
     __slots__ = ("_body", "_continue_sent", "_error", "_fields", "_gauge", "_head", "_in_head", "_parser",
-                 "_ready", "_refeed", "_refeeding", "_size", "_started", "_target", "_target_len", "_unfed", "max_body",
+                 "_ready", "_refeed", "_refeeding", "_size", "_started", "_target", "_unfed", "max_body",
                  "saturated")
 
     def __init__(self, max_body: int):
@@ -69,8 +69,8 @@ class RequestReader:
     def _new_message(self) -> None:
         self._in_head = True
         self._started = False
-        self._target: list[bytes] = []
-        self._target_len = 0
+        # the request target: llhttp is given whole lines (`_take_head`), so it comes in one piece
+        self._target = b""
         self._fields: FieldCollector | None = None
         self._head: RequestHead | None = None
         self._body: bytes | bytearray = b""
@@ -207,9 +207,8 @@ class RequestReader:
     def on_url(self, part: bytes) -> None:
         if self._refeeding:
             return
-        self._target.append(part)
-        self._target_len += len(part)
-        if self._target_len > MAX_TARGET:
+        self._target += part
+        if len(self._target) > MAX_TARGET:
             raise RequestError(414, "request target too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -217,7 +216,7 @@ class RequestReader:
             return
         fields = self._fields
         if fields is None:
-            fields = self._fields = FieldCollector(self._target_len)
+            fields = self._fields = FieldCollector(len(self._target))
         if self._in_head:
             fields.add(name, value)
         else:  # a trailer field (RFC 9112 §7.1.2): counted against the limits, then dropped
@@ -229,7 +228,7 @@ class RequestReader:
     def on_headers_complete(self) -> None:
         if not self._refeeding:
             fields = self._fields.fields if self._fields is not None else {}
-            target = b"".join(self._target).decode("latin-1")
+            target = self._target.decode("latin-1")
             method = self._parser.get_method().decode("ascii")
             self._head = request_head(method, target, self._parser.get_http_version(), fields, self.max_body)
         self._in_head = False
