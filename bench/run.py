@@ -48,8 +48,8 @@ class Pool:
     """The servers of a run, started on first use; `fresh` restarts one for a memory measurement."""
 
     def __init__(self, workdir: Path, baseline: Path | None = None, tracing: bool = False,
-                 store_url: str | None = None, ledger_journal: str | None = None) -> None:
-        self.workdir, self.baseline = workdir, baseline
+                 store_url: str | None = None, ledger_journal: str | None = None, sched_slice_us: int = 0) -> None:
+        self.workdir, self.baseline, self.slice_us = workdir, baseline, sched_slice_us
         self.nginx_bin = servers.ensure_nginx()
         self.upstream = servers.start_upstream(workdir)
         self.sink = servers.start_otlp_sink(workdir) if tracing else None
@@ -72,20 +72,22 @@ class Pool:
             for target, endpoint in (("gateway-traced", f"http://127.0.0.1:{self.sink.port}"),
                                      ("gateway-traced-down", f"http://127.0.0.1:{servers.free_port()}")):
                 path = workdir / f"{target}.yaml"
-                path.write_text(servers.gateway_config(self.upstream.port, redact != plain, endpoint))
+                path.write_text(servers.gateway_config(self.upstream.port, redact != plain, endpoint,
+                                                       sched_slice_us=sched_slice_us))
                 self.traced[target] = path
         path = workdir / "gateway-faults.yaml"  # S2f: a first deployment that starts failing mid-run
-        path.write_text(servers.gateway_config(self.upstream.port, redact != plain, faults=True))
+        path.write_text(servers.gateway_config(self.upstream.port, redact != plain, faults=True,
+                                               sched_slice_us=sched_slice_us))
         self.traced["gateway-faults"] = path
         if store_url is not None:  # the control plane on: a spend row per request, group-committed
             path = workdir / "gateway-store.yaml"
             path.write_text(servers.gateway_config(self.upstream.port, redact != plain, store_url=store_url,
-                                                   ledger_journal=ledger_journal))
+                                                   ledger_journal=ledger_journal, sched_slice_us=sched_slice_us))
             self.traced["gateway-store"] = path
 
     def _write_config(self, redaction: bool) -> Path:
         path = self.workdir / ("gateway-redact.yaml" if redaction else "gateway-plain.yaml")
-        path.write_text(servers.gateway_config(self.upstream.port, redaction))
+        path.write_text(servers.gateway_config(self.upstream.port, redaction, sched_slice_us=self.slice_us))
         return path
 
     def get(self, target: str, fresh: bool = False) -> Server:
@@ -104,7 +106,7 @@ class Pool:
         if target.startswith("gateway-base"):  # the baseline checkout, with the config of the target it pairs
             assert self.baseline is not None
             paired = target.replace("gateway-base", "gateway")
-            config = self.traced.get(paired) or self.configs[True]
+            config = servers.without_slice(self.traced.get(paired) or self.configs[True], target)
             return servers.start_gateway(target, self.workdir, config, source=self.baseline, lag=lag)
         config = self.traced.get(target) or self.configs[target != "gateway-noredact"]
         return servers.start_gateway(target, self.workdir, config, workers=2 if target == "gateway-w2" else 1,
@@ -270,6 +272,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--store", nargs="?", const="sqlite", help="also measure gateway-store in S1 and S2: the "
                    "control plane's store on (a spend row per request); a postgresql:// URL, or a SQLite file "
                    "in the run's temp dir when given without one")
+    p.add_argument("--sched-slice-us", type=int, default=0, help="server.sched_slice_us for this checkout's "
+                   "gateway targets (a `gateway-base` target runs without it: with --baseline, an A/B of it)")
     p.add_argument("--ledger-journal", choices=("auto", "off", "on"), default="auto", help="with --store: "
                    "the store's ledger journal as configured by default (auto: SQLite on, PostgreSQL off), off, or "
                    "on (a directory in the run's temp dir)")
@@ -302,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         scenarios = [replace(sc, targets=(*sc.targets[:-1], "gateway-store", sc.targets[-1]))
                      if sc.key in ("S1", "S2") else sc for sc in scenarios]
     journal = {"auto": None, "off": "off", "on": str(workdir / "ledger")}[args.ledger_journal]
-    pool = Pool(workdir, baseline, tracing=args.tracing, store_url=store_url, ledger_journal=journal)
+    pool = Pool(workdir, baseline, tracing=args.tracing, store_url=store_url, ledger_journal=journal,
+                sched_slice_us=args.sched_slice_us)
     print(f"servers' logs: {workdir}", flush=True)
     try:
         info = machine(pool.redaction_off_because, nofile, pool.nginx_bin)

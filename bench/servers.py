@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -113,7 +114,8 @@ def start_otlp_sink(workdir: Path) -> Server:
 
 
 def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | None = None,
-                   store_url: str | None = None, faults: bool = False, ledger_journal: str | None = None) -> str:
+                   store_url: str | None = None, faults: bool = False, ledger_journal: str | None = None,
+                   sched_slice_us: int = 0) -> str:
     """The brief's minimal config: one OpenAI-compatible upstream, no auth, warnings-only logging (the
     per-request info line stays out of the measurement); and the same fake upstream as an `anthropic`
     provider behind model `ma`, for the Messages API scenarios. With `otlp_endpoint`, every request is
@@ -121,15 +123,16 @@ def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | Non
     every request's spend row is journaled (SQLite, or `ledger_journal`) or committed (group commit) before
     its last byte. With `faults`, model `m`
     tries a deployment under the upstream's `/fail/` prefix first (a 503 once the upstream's faults are
-    armed) and falls back to the plain one."""
+    armed) and falls back to the plain one. `sched_slice_us`: `server.sched_slice_us` (0: not set)."""
     timeouts = "timeouts: {connect_s: 5, first_token_s: 60, idle_s: 60, total_s: 600}"
     mode = "default" if redaction else "'off'"
     base = f"http://127.0.0.1:{upstream_port}"
     flaky = "{provider: flaky, model: up-model}, " if faults else ""
     flaky_provider = (f',\n            flaky: {{type: openai, base_url: "{base}/fail/v1", api_key: x, {timeouts}}}'
                       if faults else "")
+    slice_us = f", sched_slice_us: {sched_slice_us}" if sched_slice_us else ""
     lines = [
-        "server: {host: 127.0.0.1, keepalive_after_s: 30}",
+        f"server: {{host: 127.0.0.1, keepalive_after_s: 30{slice_us}}}",
         "auth: {allow_unauthenticated: true}",
         f'providers: {{up: {{type: openai, base_url: "{base}/v1", api_key: x, {timeouts}}},',
         f'            anth: {{type: anthropic, base_url: "{base}", api_key: x, {timeouts}}}{flaky_provider}}}',
@@ -145,6 +148,14 @@ def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | Non
         journal = f', ledger_journal: "{ledger_journal}"' if ledger_journal else ""
         lines.append(f'store: {{url: "{store_url}"{journal}}}')
     return "\n".join(lines) + "\n"
+
+
+def without_slice(config: Path, name: str) -> Path:
+    """A copy of a bench config without `server.sched_slice_us`: what a `-base` target runs beside it (an
+    older checkout may not know the key; an A/B of the setting runs the same code without it)."""
+    path = config.with_name(f"{name}.yaml")
+    path.write_text(re.sub(r", sched_slice_us: \d+", "", config.read_text()))
+    return path
 
 
 def check_config(path: Path) -> str:

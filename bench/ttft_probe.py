@@ -142,10 +142,11 @@ def check_targets(targets: list[str], baseline: Path | None, base_python: str | 
 
 
 def start_targets(workdir: Path, targets: list[str], lag: bool, baseline: Path | None = None,
-                  base_python: str | None = None) -> dict[str, servers.Server]:
+                  base_python: str | None = None, sched_slice_us: int = 0) -> dict[str, servers.Server]:
     """The fake upstream (target `direct`, started first) and the other targets, by name. A gateway target
     named `...-base` runs the `baseline` checkout's code and/or under `base_python` (an A/B in the same
-    rounds); the clients and the fake upstream run under this interpreter whatever the target."""
+    rounds); the clients and the fake upstream run under this interpreter whatever the target.
+    `sched_slice_us`: `server.sched_slice_us` of the gateway targets that are not `-base`."""
     upstream = servers.start_upstream(workdir)
     started = {"direct": upstream}
     try:
@@ -157,8 +158,9 @@ def start_targets(workdir: Path, targets: list[str], lag: bool, baseline: Path |
             elif target != "direct":
                 config = workdir / f"{target}.yaml"
                 redaction = target.removesuffix(BASE) == "gateway"
-                config.write_text(servers.gateway_config(upstream.port, redaction=redaction))
                 based = target.endswith(BASE)
+                config.write_text(servers.gateway_config(upstream.port, redaction=redaction,
+                                                         sched_slice_us=0 if based else sched_slice_us))
                 source = baseline if baseline is not None and based else servers.ROOT
                 python = base_python if base_python is not None and based else sys.executable
                 started[target] = servers.start_gateway(target, workdir, config, source=source,
@@ -218,6 +220,8 @@ def main(argv: list[str] | None = None) -> None:
                    "`-base` targets")
     p.add_argument("--base-python", help="the interpreter of the `-base` targets (with --baseline or without: "
                    "this checkout), e.g. a venv of another build of Python holding the gateway's dependencies")
+    p.add_argument("--sched-slice-us", type=int, default=0, help="server.sched_slice_us of the gateway targets "
+                   "that do not end in `-base` (with `-base` targets of this checkout: an A/B of the setting)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--requests", type=int, default=200, help="per harness, target and round")
     p.add_argument("--warmup", type=int, default=32)
@@ -235,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
         habits_of(h)
     results: dict[tuple[str, str], list[Round]] = {(h, t): [] for h in harnesses for t in targets}
     with tempfile.TemporaryDirectory(prefix="ttft-probe-") as tmp:
-        started = start_targets(Path(tmp), targets, args.lag, args.baseline, args.base_python)
+        started = start_targets(Path(tmp), targets, args.lag, args.baseline, args.base_python,
+                                args.sched_slice_us)
         try:
             if args.rt:
                 realtime([s.pid for s in started.values()])

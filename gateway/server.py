@@ -21,6 +21,7 @@ from gateway.config.types import Config
 from gateway.errors import StartupError
 from gateway.http import HttpServer
 from gateway.observe.metrics import Metrics, create_metrics
+from gateway.scheduling import Outcome, set_thread_slice
 
 T = TypeVar("T")
 
@@ -100,8 +101,11 @@ async def _reload(app: App, api: HttpServer | None, path: str | None, lock: asyn
         finally:
             sys.setswitchinterval(interval)
             gc.enable()
+        was = app.runtime.config.server.sched_slice_us
         app.apply_reload(prepared)
         gc.freeze()
+        if config.server.sched_slice_us != was:
+            request_slice(config.server.sched_slice_us)
         if api is not None:
             api.tls = app.tls if api.tls is not None else None
             fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -112,6 +116,15 @@ async def _reload(app: App, api: HttpServer | None, path: str | None, lock: asyn
 def _prepare_reload(app: App, path: str) -> tuple[Config, Reload]:
     config = load_config(path)
     return config, app.prepare_reload(config)
+
+
+def request_slice(us: int) -> Outcome:
+    """`server.sched_slice_us` for the loop's thread (the caller); logged once per change. 0 at start
+    makes no call: the process is left as it was started."""
+    outcome, reason = set_thread_slice(us)
+    level = log.warning if outcome in (Outcome.REFUSED, Outcome.IGNORED, Outcome.UNSUPPORTED) else log.info
+    level("sched_slice", slice_us=us, outcome=outcome.value, **({"reason": reason} if reason else {}))
+    return outcome
 
 
 def _tune_gc() -> None:
@@ -137,6 +150,8 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
             app = App(config, metrics)
         except ValueError as exc:  # a certificate that does not load
             raise StartupError(str(exc)) from None
+        if s.sched_slice_us:
+            request_slice(s.sched_slice_us)
         cap = connection_cap(s.max_connections, raise_fd_limit())
         api = await _bind("server.port", s.host, s.port,
                           start_api(app, s.host, s.port, reuse_port=reuse_port, max_connections=cap))

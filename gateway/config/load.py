@@ -26,6 +26,8 @@ from gateway.config.safety_config import guardrail, profile, rule_validator
 from gateway.config.telemetry import KEYS as TELEMETRY_KEYS
 from gateway.config.telemetry import telemetry_config
 from gateway.config.types import (
+    SLICE_MAX_US,
+    SLICE_MIN_US,
     ApiKey,
     AuthConfig,
     CacheConfig,
@@ -60,9 +62,20 @@ def _server(s: Section) -> ServerConfig:
         request_head_timeout_s=s.number("request_head_timeout_s", d.request_head_timeout_s, 0.1),
         send_timeout_s=s.number("send_timeout_s", d.send_timeout_s, 0.1),
         loop_turn_ms=s.number("loop_turn_ms", d.loop_turn_ms),
+        sched_slice_us=_sched_slice(s),
         tls=edges.tls(Section(s.raw.get("tls"), s.at("tls"), s.errs, ("cert_file", "key_file", "key_password"))),
         cors=edges.cors(Section(s.raw.get("cors"), s.at("cors"), s.errs, ("allow_origins", "max_age_s"))),
     )
+
+
+def _sched_slice(s: Section) -> int:
+    """0 (the kernel's default) or a slice Linux accepts as given: it clamps to 0.1-100 ms, and a value
+    it would change is refused here rather than silently become another."""
+    us = s.integer("sched_slice_us", 0, 0)
+    if us and not SLICE_MIN_US <= us <= SLICE_MAX_US:
+        s.errs.add(s.at("sched_slice_us"), f"must be 0 (the kernel's default) or {SLICE_MIN_US}-{SLICE_MAX_US}")
+        return 0
+    return us
 
 
 def _api_key(path: str, raw: Any, errs: Errors) -> ApiKey:
@@ -234,7 +247,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
         server=_server(Section(top.raw.get("server"), "server", errs,
                                 ("host", "port", "metrics_port", "max_body_bytes", "drain_s",
                                  "keepalive_after_s", "max_connections", "request_head_timeout_s",
-                                 "send_timeout_s", "loop_turn_ms", "tls", "cors"))),
+                                 "send_timeout_s", "loop_turn_ms", "sched_slice_us", "tls", "cors"))),
         auth=auth,
         state=StateConfig(backend=st.choice("backend", ("memory", "redis"), "memory"),  # type: ignore[arg-type]
                           redis_url=st.get("redis_url", str, "redis://127.0.0.1:6379/0")),

@@ -49,6 +49,9 @@ class Egress:
     no_proxy: tuple[str, ...] = ()
 
 
+SLICE_MIN_US, SLICE_MAX_US = 100, 100_000  # the slices Linux takes as given (it clamps others)
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -61,6 +64,7 @@ class ServerConfig:
     request_head_timeout_s: float = 15.0  # a request's first byte to the end of its head (408)
     send_timeout_s: float = 30.0  # a client that reads nothing of its response this long is cut
     loop_turn_ms: float = 2.0  # request steps one loop iteration runs before the rest wait (0: no limit)
+    sched_slice_us: int = 0  # the loop thread's EEVDF slice suggestion (0: the kernel's default)
     tls: TlsConfig | None = None
     cors: CorsConfig = CorsConfig()
 

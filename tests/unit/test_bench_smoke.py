@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench import servers
 from bench.bench_sse_reads import READS, cases_for, chat_body, decoder_feed
 from bench.loadgen import LoadSpec, _MessagesText, _SSEText, run_load
 from bench.procstat import usage
@@ -171,3 +172,14 @@ def test_the_report_says_how_its_interpreter_is_linked() -> None:
     said = python_build()
     assert said.startswith(sys.executable)
     assert ("libpython shared" in said) == ("libpython" in needed)
+
+
+def test_the_bench_config_takes_a_slice_and_its_base_copy_drops_it(tmp_path: Path) -> None:
+    """`--sched-slice-us`: the gateway accepts the bench's config with the setting, and the `-base` target's
+    copy is the same config without it (an older checkout may not know the key)."""
+    plain = servers.gateway_config(8000, redaction=False)
+    config = tmp_path / "gateway.yaml"
+    config.write_text(servers.gateway_config(8000, redaction=False, sched_slice_us=250))
+    assert "sched_slice_us: 250" in config.read_text()
+    assert servers.check_config(config) == ""
+    assert servers.without_slice(config, "gateway-base").read_text() == plain

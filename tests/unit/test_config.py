@@ -36,6 +36,10 @@ def test_env_interpolation_with_and_without_default() -> None:
     ({"server": {"port": "eighty"}}, "server.port: must be int, got str"),
     ({"server": {"nope": 1}}, "server.nope: unknown key"),
     ({"server": {"loop_turn_ms": -1}}, "server.loop_turn_ms: must be >= 0"),
+    ({"server": {"sched_slice_us": 50}}, "server.sched_slice_us: must be 0 (the kernel's default) or 100-100000"),
+    ({"server": {"sched_slice_us": 200_000}},
+     "server.sched_slice_us: must be 0 (the kernel's default) or 100-100000"),
+    ({"server": {"sched_slice_us": -1}}, "server.sched_slice_us: must be >= 0"),
     ({"models": [{"name": "m", "deployments": [{"provider": "q", "model": "x"}]}]},
      'models[0].deployments[0].provider: unknown provider "q"'),
     ({"models": [{"name": "m", "routing": "random", "deployments": [{"provider": "p", "model": "x"}]}]},
@@ -70,6 +74,11 @@ def test_custom_rule_may_not_shadow_a_builtin_and_terms_may_not_be_blank() -> No
                     "guardrails": [{"name": "g", "type": "terms", "terms": ["ok", "  "]}]})
     assert 'redaction.profiles.r.custom[0].name: "email" is a built-in rule name; choose another' in found
     assert "guardrails[0].terms[1]: must not be blank" in found
+
+
+def test_the_sched_slice_is_off_unless_set() -> None:
+    assert parse_config(BASE, env={"KEY": "k"}).server.sched_slice_us == 0
+    assert parse_config({**BASE, "server": {"sched_slice_us": 100}}, env={"KEY": "k"}).server.sched_slice_us == 100
 
 
 def test_the_loop_turn_reaches_the_servers_limits_in_seconds() -> None:

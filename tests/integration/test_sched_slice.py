@@ -1,0 +1,76 @@
+"""`server.sched_slice_us` in a running gateway: its event loop's thread runs with the slice from the
+config, a SIGHUP with the setting taken out gives the kernel's default back, and both changes are logged
+once with their outcome."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from gateway.scheduling import Outcome, set_thread_slice, thread_slice_ns
+from tests.harness import free_port
+
+CONFIG = """
+server: {{host: 127.0.0.1{slice}}}
+auth: {{keys: [{{name: t, key: k}}]}}
+providers: {{demo: {{type: mock, ttft_ms: 1, token_delay_ms: 0}}}}
+models: [{{name: a, deployments: [{{provider: demo, model: d}}]}}]
+"""
+
+
+def kernel_takes_slices() -> tuple[bool, int | None]:
+    """Whether this kernel applies a slice (asked in a thread of the test's own), and its default."""
+    out: list[tuple[bool, int | None]] = []
+
+    def probe() -> None:
+        default = thread_slice_ns()
+        out.append((set_thread_slice(400)[0] is Outcome.APPLIED, default))
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    return out[0]
+
+
+def slice_logs(lines: list[bytes], count: int) -> list[dict[str, object]]:
+    deadline = time.monotonic() + 15
+    while True:
+        found = [json.loads(line) for line in list(lines) if b'"sched_slice"' in line]
+        if len(found) >= count:
+            return found
+        assert time.monotonic() < deadline, f"{len(found)} sched_slice lines, expected {count}: {lines!r}"
+        time.sleep(0.02)  # the log is the process's output: poll it
+
+
+def test_the_loop_thread_takes_the_configured_slice_and_a_reload_gives_it_back(tmp_path: Path) -> None:
+    applies, default = kernel_takes_slices()
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(CONFIG.format(slice=", sched_slice_us: 300"))
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port",
+                             str(free_port()), "--metrics-port", str(free_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = proc.stdout
+    assert out is not None
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(out.readline, b"")), daemon=True)
+    reader.start()
+    try:
+        first = slice_logs(lines, 1)[0]
+        assert first["slice_us"] == 300
+        assert first["outcome"] == ("applied" if applies else "ignored")
+        assert thread_slice_ns(proc.pid) == (300_000 if applies else 0)  # the main thread runs the loop
+        cfg.write_text(CONFIG.format(slice=""))
+        proc.send_signal(signal.SIGHUP)
+        second = slice_logs(lines, 2)[1]
+        assert (second["slice_us"], second["outcome"]) == (0, "applied")
+        assert thread_slice_ns(proc.pid) == default
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
