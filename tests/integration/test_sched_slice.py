@@ -23,13 +23,13 @@ models: [{{name: a, deployments: [{{provider: demo, model: d}}]}}]
 """
 
 
-def kernel_takes_slices() -> tuple[bool, int | None]:
-    """Whether this kernel applies a slice (asked in a thread of the test's own), and its default."""
-    out: list[tuple[bool, int | None]] = []
+def kernel_takes_slices() -> tuple[Outcome, int | None]:
+    """What this kernel does with a slice (asked in a thread of the test's own), and its default."""
+    out: list[tuple[Outcome, int | None]] = []
 
     def probe() -> None:
         default = thread_slice_ns()
-        out.append((set_thread_slice(400)[0] is Outcome.APPLIED, default))
+        out.append((set_thread_slice(400)[0], default))
 
     t = threading.Thread(target=probe)
     t.start()
@@ -48,7 +48,8 @@ def slice_logs(lines: list[bytes], count: int) -> list[dict[str, object]]:
 
 
 def test_the_loop_thread_takes_the_configured_slice_and_a_reload_gives_it_back(tmp_path: Path) -> None:
-    applies, default = kernel_takes_slices()
+    outcome, default = kernel_takes_slices()
+    expected = {Outcome.APPLIED: 300_000, Outcome.IGNORED: 0}.get(outcome, default)
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(CONFIG.format(slice=", sched_slice_us: 300"))
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port",
@@ -62,12 +63,12 @@ def test_the_loop_thread_takes_the_configured_slice_and_a_reload_gives_it_back(t
     try:
         first = slice_logs(lines, 1)[0]
         assert first["slice_us"] == 300
-        assert first["outcome"] == ("applied" if applies else "ignored")
-        assert thread_slice_ns(proc.pid) == (300_000 if applies else 0)  # the main thread runs the loop
+        assert first["outcome"] == outcome.value
+        assert thread_slice_ns(proc.pid) == expected  # the main thread runs the loop
         cfg.write_text(CONFIG.format(slice=""))
         proc.send_signal(signal.SIGHUP)
         second = slice_logs(lines, 2)[1]
-        assert (second["slice_us"], second["outcome"]) == (0, "applied")
+        assert (second["slice_us"], second["outcome"]) == (0, "refused" if outcome is Outcome.REFUSED else "applied")
         assert thread_slice_ns(proc.pid) == default
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

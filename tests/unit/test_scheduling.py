@@ -35,18 +35,22 @@ def proc_slice_ns(tid: int) -> int | None:
 
 
 def test_a_thread_runs_with_the_slice_it_asked_for() -> None:
-    def run() -> tuple[Outcome, int | None, int | None, int | None]:
-        tid = threading.get_native_id()
-        outcome, _ = set_thread_slice(250)
-        return outcome, thread_slice_ns(), proc_slice_ns(tid), thread_slice_ns(0)
+    default = in_fresh_thread(thread_slice_ns)
 
-    outcome, got, from_proc, _ = in_fresh_thread(run)
-    assert outcome in (Outcome.APPLIED, Outcome.IGNORED)
+    def run() -> tuple[Outcome, str, int | None, int | None]:
+        tid = threading.get_native_id()
+        outcome, reason = set_thread_slice(250)
+        return outcome, reason, thread_slice_ns(), proc_slice_ns(tid)
+
+    outcome, reason, got, from_proc = in_fresh_thread(run)
     if outcome is Outcome.APPLIED:
         assert got == 250_000
         assert from_proc in (None, 250_000)
-    else:
+    elif outcome is Outcome.IGNORED:
         assert got == 0, "a kernel that reports a slice must have applied it"
+    else:  # a sandbox that denies the call: said so, with the reason, and nothing changed
+        assert outcome is Outcome.REFUSED and reason
+        assert got == default
 
 
 def test_zero_gives_the_kernels_default_back() -> None:
@@ -61,7 +65,7 @@ def test_zero_gives_the_kernels_default_back() -> None:
     first, changed, second, back = in_fresh_thread(run)
     if first is Outcome.APPLIED:
         assert changed == 3_000_000 != default
-    assert second is Outcome.APPLIED
+    assert second is (Outcome.REFUSED if first is Outcome.REFUSED else Outcome.APPLIED)
     assert back == default
 
 
