@@ -37,13 +37,14 @@ def kernel_takes_slices() -> tuple[Outcome, int | None]:
     return out[0]
 
 
-def slice_logs(lines: list[bytes], count: int) -> list[dict[str, object]]:
+def logged(lines: list[bytes], event: str, count: int = 1) -> list[dict[str, object]]:
     deadline = time.monotonic() + 15
+    tag = f'"event":"{event}"'.encode()
     while True:
-        found = [json.loads(line) for line in list(lines) if b'"sched_slice"' in line]
+        found = [json.loads(line) for line in list(lines) if tag in line]
         if len(found) >= count:
             return found
-        assert time.monotonic() < deadline, f"{len(found)} sched_slice lines, expected {count}: {lines!r}"
+        assert time.monotonic() < deadline, f"{len(found)} {event} lines, expected {count}: {lines!r}"
         time.sleep(0.02)  # the log is the process's output: poll it
 
 
@@ -61,13 +62,14 @@ def test_the_loop_thread_takes_the_configured_slice_and_a_reload_gives_it_back(t
     reader = threading.Thread(target=lambda: lines.extend(iter(out.readline, b"")), daemon=True)
     reader.start()
     try:
-        first = slice_logs(lines, 1)[0]
+        first = logged(lines, "sched_slice")[0]
         assert first["slice_us"] == 300
         assert first["outcome"] == outcome.value
         assert thread_slice_ns(proc.pid) == expected  # the main thread runs the loop
         cfg.write_text(CONFIG.format(slice=""))
+        logged(lines, "listening")  # the slice is set before the signal handlers are: SIGHUP only after this
         proc.send_signal(signal.SIGHUP)
-        second = slice_logs(lines, 2)[1]
+        second = logged(lines, "sched_slice", 2)[1]
         assert (second["slice_us"], second["outcome"]) == (0, "refused" if outcome is Outcome.REFUSED else "applied")
         assert thread_slice_ns(proc.pid) == default
         proc.send_signal(signal.SIGTERM)
