@@ -72,23 +72,24 @@ class Pool:
             for target, endpoint in (("gateway-traced", f"http://127.0.0.1:{self.sink.port}"),
                                      ("gateway-traced-down", f"http://127.0.0.1:{servers.free_port()}")):
                 path = workdir / f"{target}.yaml"
-                path.write_text(servers.gateway_config(self.upstream.port, redact != plain, endpoint,
-                                                       sched_slice_us=sched_slice_us))
+                path.write_text(self._config_text(redact != plain, otlp_endpoint=endpoint))
                 self.traced[target] = path
         path = workdir / "gateway-faults.yaml"  # S2f: a first deployment that starts failing mid-run
-        path.write_text(servers.gateway_config(self.upstream.port, redact != plain, faults=True,
-                                               sched_slice_us=sched_slice_us))
+        path.write_text(self._config_text(redact != plain, faults=True))
         self.traced["gateway-faults"] = path
         if store_url is not None:  # the control plane on: a spend row per request, group-committed
             path = workdir / "gateway-store.yaml"
-            path.write_text(servers.gateway_config(self.upstream.port, redact != plain, store_url=store_url,
-                                                   ledger_journal=ledger_journal, sched_slice_us=sched_slice_us))
+            path.write_text(self._config_text(redact != plain, store_url=store_url, ledger_journal=ledger_journal))
             self.traced["gateway-store"] = path
 
     def _write_config(self, redaction: bool) -> Path:
         path = self.workdir / ("gateway-redact.yaml" if redaction else "gateway-plain.yaml")
-        path.write_text(servers.gateway_config(self.upstream.port, redaction, sched_slice_us=self.slice_us))
+        path.write_text(self._config_text(redaction))
         return path
+
+    def _config_text(self, redaction: bool, **extra: Any) -> str:
+        """A gateway target's config: the fake upstream, `--sched-slice-us`, and what the target adds."""
+        return servers.gateway_config(self.upstream.port, redaction, sched_slice_us=self.slice_us, **extra)
 
     def get(self, target: str, fresh: bool = False) -> Server:
         if target == "direct":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import os
 import platform
 import struct
@@ -41,6 +42,7 @@ class Outcome(enum.Enum):
     REFUSED = "refused"  # the call failed (e.g. a seccomp profile that denies it)
 
 
+@functools.cache
 def _syscall() -> tuple[ctypes.CDLL, int, int] | None:
     numbers = _SYSCALLS.get(platform.machine())
     if not sys.platform.startswith("linux") or numbers is None:
@@ -48,10 +50,15 @@ def _syscall() -> tuple[ctypes.CDLL, int, int] | None:
     return ctypes.CDLL(None, use_errno=True), numbers[0], numbers[1]
 
 
+def _call(libc: ctypes.CDLL, nr: int, *args: object) -> None:
+    if libc.syscall(nr, *args) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
 def _get(libc: ctypes.CDLL, nr: int, tid: int) -> tuple[int, ...]:
     buf = ctypes.create_string_buffer(_ATTR.size)
-    if libc.syscall(nr, tid, buf, _ATTR.size, 0) != 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    _call(libc, nr, tid, buf, _ATTR.size, 0)
     return _ATTR.unpack(buf.raw)
 
 
@@ -79,8 +86,7 @@ def set_thread_slice(us: int) -> tuple[Outcome, str]:
         keep = flags & _RESET_ON_FORK  # the utilization clamps are not flagged, so left as they are
         attr = ctypes.create_string_buffer(_ATTR.pack(_ATTR.size, policy, keep, nice, priority, us * 1000,
                                                       0, 0, 0, 0), _ATTR.size)
-        if libc.syscall(set_nr, 0, attr, 0) != 0:
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        _call(libc, set_nr, 0, attr, 0)
         now = int(_get(libc, get_nr, 0)[5])
     except OSError as exc:
         return Outcome.REFUSED, exc.strerror or str(exc)
