@@ -4,7 +4,9 @@ can drive them with the official `openai` SDK, sync or async, exactly as users d
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import subprocess
 import threading
 import time
 import urllib.request
@@ -128,3 +130,45 @@ async def wait_until(cond: Callable[[], bool], deadline_s: float = 2.0) -> None:
     async with asyncio.timeout(deadline_s):
         while not cond():  # noqa: ASYNC110 - there is no event to wait on
             await asyncio.sleep(0.005)
+
+
+class ProcessLog:
+    """The output lines of a `gateway serve` subprocess (stdout and stderr together), read by a thread of
+    its own; `wait` blocks until enough lines carry an event, woken by each line read, never by a timer."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]):
+        assert proc.stdout is not None
+        self.lines: list[bytes] = []
+        self._out = proc.stdout
+        self._ended = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in iter(self._out.readline, b""):
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def with_event(self, event: str) -> list[bytes]:
+        tag = f'"event":"{event}"'.encode()
+        with self._changed:
+            return [line for line in self.lines if tag in line]
+
+    def wait(self, event: str, count: int = 1, timeout_s: float = 15.0, what: str = "") -> list[dict[str, Any]]:
+        """The first `count` lines of `event`, parsed; fails at the deadline or when the output ends first."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while len(found := self.with_event(event)) < count:
+                left = deadline - time.monotonic()
+                failure = what or f"{len(found)} {event} lines, expected {count}: {self.lines!r}"
+                assert left > 0 and not self._ended, failure
+                self._changed.wait(left)
+        return [json.loads(line) for line in found[:count]]
+
+    def join(self, timeout_s: float) -> None:
+        self._reader.join(timeout_s)

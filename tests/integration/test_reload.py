@@ -10,7 +10,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from itertools import pairwise
 from pathlib import Path
@@ -22,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from gateway.server import _reload
 from tests.chat_scripts import chunk, text_stream
 from tests.fake_upstream import FakeUpstream, Pause, Script, sse
-from tests.harness import GatewayServer, LoopThread, free_port
+from tests.harness import GatewayServer, LoopThread, ProcessLog, free_port
 
 CONFIG = """
 server: {{host: 127.0.0.1}}
@@ -64,22 +63,17 @@ def test_sighup_reloads_and_rejects_a_bad_file(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGHUP)
         assert wait_for(port, ["a", "b"]) == ["a", "b"]
         cfg.write_text(CONFIG.format(models="{name: c, deployments: [{provider: nope, model: d}]}"))
-        lines: list[bytes] = []
-        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")), daemon=True)
-        reader.start()
+        log = ProcessLog(proc)
         proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while not any(b'"reload_rejected"' in line for line in lines):
-            assert time.monotonic() < deadline, "the bad file was not reported"
-            time.sleep(0.02)
+        log.wait("reload_rejected", timeout_s=10, what="the bad file was not reported")
         assert models_of(port) == ["a", "b"], "the old config stays"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-        reader.join(5)
+        log.join(5)
     finally:
         if proc.poll() is None:
             proc.kill()
-    rejected = next(line for line in lines if b'"reload_rejected"' in line)
+    rejected = log.with_event("reload_rejected")[0]
     assert b'unknown provider' in rejected
 
 
@@ -134,31 +128,23 @@ def test_a_key_passphrase_from_the_environment_and_a_reload_that_cannot_load_its
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env={**os.environ, "GW_TLS_KEY_PASSWORD": "s3cret-pass"})
-    lines: list[bytes] = []
-    assert proc.stdout is not None
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")), daemon=True)
-    reader.start()
+    log = ProcessLog(proc)
     try:
-        deadline = time.monotonic() + 15
-        while not any(b'"listening"' in line for line in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, lines
-            time.sleep(0.02)  # start-up is asynchronous: poll its log line
+        log.wait("listening")
         assert tls_models(port, ca) == ["a"]
         cfg.write_text(TLS_CONFIG.format(**fields, pw=""))
         proc.send_signal(signal.SIGHUP)
-        while not any(b'"reload_rejected"' in line for line in lines):
-            assert time.monotonic() < deadline + 10, "the key that does not load was not reported"
-            time.sleep(0.02)
+        log.wait("reload_rejected", timeout_s=10, what="the key that does not load was not reported")
         assert tls_models(port, ca) == ["a"], "the old certificate serves on"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-        reader.join(5)
+        log.join(5)
     finally:
         if proc.poll() is None:
             proc.kill()
-    rejected = next(line for line in lines if b'"reload_rejected"' in line)
+    rejected = log.with_event("reload_rejected")[0]
     assert b"the key is encrypted and server.tls.key_password is not set" in rejected
-    assert b"s3cret-pass" not in b"".join(lines)
+    assert b"s3cret-pass" not in b"".join(log.lines)
 
 
 def test_a_reload_compiles_off_the_loop_and_a_stream_keeps_flowing(servers: LoopThread, upstream: FakeUpstream,

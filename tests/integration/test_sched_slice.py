@@ -4,16 +4,14 @@ once with their outcome."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from gateway.scheduling import Outcome, set_thread_slice, thread_slice_ns
-from tests.harness import free_port
+from tests.harness import ProcessLog, free_port
 
 CONFIG = """
 server: {{host: 127.0.0.1{slice}}}
@@ -37,17 +35,6 @@ def kernel_takes_slices() -> tuple[Outcome, int | None]:
     return out[0]
 
 
-def logged(lines: list[bytes], event: str, count: int = 1) -> list[dict[str, object]]:
-    deadline = time.monotonic() + 15
-    tag = f'"event":"{event}"'.encode()
-    while True:
-        found = [json.loads(line) for line in list(lines) if tag in line]
-        if len(found) >= count:
-            return found
-        assert time.monotonic() < deadline, f"{len(found)} {event} lines, expected {count}: {lines!r}"
-        time.sleep(0.02)  # the log is the process's output: poll it
-
-
 def test_the_loop_thread_takes_the_configured_slice_and_a_reload_gives_it_back(tmp_path: Path) -> None:
     outcome, default = kernel_takes_slices()
     expected = {Outcome.APPLIED: 300_000, Outcome.IGNORED: 0}.get(outcome, default)
@@ -56,20 +43,16 @@ def test_the_loop_thread_takes_the_configured_slice_and_a_reload_gives_it_back(t
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port",
                              str(free_port()), "--metrics-port", str(free_port())],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = proc.stdout
-    assert out is not None
-    lines: list[bytes] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(out.readline, b"")), daemon=True)
-    reader.start()
+    log = ProcessLog(proc)
     try:
-        first = logged(lines, "sched_slice")[0]
+        first = log.wait("sched_slice")[0]
         assert first["slice_us"] == 300
         assert first["outcome"] == outcome.value
         assert thread_slice_ns(proc.pid) == expected  # the main thread runs the loop
         cfg.write_text(CONFIG.format(slice=""))
-        logged(lines, "listening")  # the slice is set before the signal handlers are: SIGHUP only after this
+        log.wait("listening")  # the slice is set before the signal handlers are: SIGHUP only after this
         proc.send_signal(signal.SIGHUP)
-        second = logged(lines, "sched_slice", 2)[1]
+        second = log.wait("sched_slice", 2)[1]
         assert (second["slice_us"], second["outcome"]) == (0, "refused" if outcome is Outcome.REFUSED else "applied")
         assert thread_slice_ns(proc.pid) == default
         proc.send_signal(signal.SIGTERM)
