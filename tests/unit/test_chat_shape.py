@@ -91,6 +91,19 @@ def test_a_new_envelope_is_learned_again() -> None:
     assert shape.match(openai("y").replace(b"fp_1", b"fp_2")) == ("y", *_span(changed.replace(b'"x"', b'"y"')))
 
 
+def test_learns_in_a_row_take_effect_in_their_order() -> None:
+    """A learn waits for the shape's next use; learns with no use between them still run in order, so
+    the last envelope that proves out is the one matched, and a later unprovable chunk keeps it."""
+    other = openai("x").replace(b"fp_1", b"fp_2")
+    shape = ContentShape()
+    shape.learn(openai("x"), "x")
+    shape.learn(other, "x")
+    shape.learn(b'{"choices":[{"index":0,"delta":{"content":"\\u0041"}}]}', "A")  # no split: kept as is
+    assert shape.match(openai("y")) is None
+    assert shape.match(other.replace(b'"x"', b'"y"')) is not None
+    assert shape.index == 0
+
+
 def _span(raw: bytes) -> tuple[int, int]:
     start = raw.index(b'"content":') + len(b'"content":')
     return start, raw.index(b'"', start + 1) + 1

@@ -64,7 +64,7 @@ def string_token(text: str) -> bytes:
 class ContentShape:
     """Per stream. `learn` from a parsed content-only chunk; `match` later chunks by their bytes."""
 
-    __slots__ = ("_head", "_padded", "_prefix", "_suffix", "_tail", "_unmatched", "index")
+    __slots__ = ("_head", "_index", "_padded", "_pending", "_prefix", "_suffix", "_tail", "_unmatched")
 
     def __init__(self) -> None:
         self._head = b""
@@ -72,16 +72,42 @@ class ContentShape:
         self._padded = False  # the tail ends with an `obfuscation` string that changes per chunk
         self._unmatched = 0  # learns since the last match: a stream whose envelope changes per chunk
         self._prefix = self._suffix = b""  # the SSE event around a matched chunk's content token
-        self.index = 0  # the choice index every matching chunk carries
+        self._index = 0  # the choice index every matching chunk carries
+        self._pending: tuple[bytes, str] | None = None  # a learn not yet done (see `learn`)
 
     @property
     def learned(self) -> bool:
+        if self._pending is not None:
+            self._settle()
         return bool(self._head)
+
+    @property
+    def index(self) -> int:
+        """The choice index every matching chunk carries."""
+        if self._pending is not None:
+            self._settle()
+        return self._index
 
     def learn(self, raw: bytes, text: str) -> None:
         """`raw` parsed to a content-only chunk with content `text` (non-empty). Keeps its envelope if
         the split is proven; otherwise keeps the previous shape. A stream whose envelope changes on
-        every chunk (per-chunk ids, Azure's filter results) stops being learned after a few tries."""
+        every chunk (per-chunk ids, Azure's filter results) stops being learned after a few tries.
+
+        The learning itself waits until the shape is next used (`match`, `runs`, `index`, `learned`,
+        or the next `learn`), in the same order as if it ran now: a stream's first content chunk is
+        parsed whole, and its envelope serves only the chunks after it, so the first token does not
+        wait for the split and its probe parse (issue #34: the first token's way out)."""
+        if self._pending is not None:
+            self._settle()
+        self._pending = (raw, text)
+
+    def _settle(self) -> None:
+        assert self._pending is not None
+        raw, text = self._pending
+        self._pending = None
+        self._learn(raw, text)
+
+    def _learn(self, raw: bytes, text: str) -> None:
         if self._unmatched >= MAX_UNMATCHED_LEARNS:
             return
         self._unmatched += 1
@@ -98,13 +124,15 @@ class ContentShape:
             tail, padded = tail[:cut + len(_OBFUSCATION_KEY)], True
         index = _probe(head, tail, padded)
         if index is not None:
-            self._head, self._tail, self._padded, self.index = head, tail, padded, index
+            self._head, self._tail, self._padded, self._index = head, tail, padded, index
             self._prefix, self._suffix = b"data: " + head, tail + b"\n\n"
 
     def match(self, raw: bytes) -> tuple[str, int, int] | None:
         """(content, start, end) of a chunk of the learned shape, `raw[start:end]` being the content's
         string token; None when the chunk needs the full parse. `plain_string`, inlined: this runs for
         every chunk."""
+        if self._pending is not None:
+            self._settle()
         head = self._head
         if not head or not raw.startswith(head):
             return None
@@ -146,6 +174,8 @@ class ContentShape:
         which needs no unescaping when it holds no quote, backslash or control byte (RFC 8259 §7)
         and reads as UTF-8. Each test runs over the whole read at C speed (`map`, one join, one
         regex scan) instead of once per chunk in Python."""
+        if self._pending is not None:
+            self._settle()
         if not self._head or self._padded:
             return None
         hq, tq = self._head + b'"', b'"' + self._tail  # around a content token's inside
@@ -184,7 +214,7 @@ class Run:
 
     def __init__(self, shape: ContentShape, datas: list[bytes], texts: list[str]):
         self._prefix, self._suffix = shape._prefix, shape._suffix  # the learned event around a content token
-        self.index = shape.index  # the choice every chunk of the run belongs to
+        self.index = shape._index  # the choice every chunk of the run belongs to (`runs` settled it)
         self.datas, self.texts = datas, texts  # each chunk's bytes, and its content
 
     def events(self, released: list[str]) -> bytes:
