@@ -4,6 +4,8 @@ tests/unit/test_upstream_framing.py."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.core.http1 import HTTPError, request_bytes
 
@@ -22,3 +24,21 @@ def test_framing_headers_are_ours(name: str) -> None:
     """The caller cannot frame the request differently from its body (RFC 9112 §6.1, §6.3)."""
     raw = request_bytes("POST", "/", "h", {name: "evil"}, b"abc")
     assert raw == b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc"
+
+
+_TEXT = st.text(alphabet="ab:\r\n ", max_size=6)
+
+
+@given(st.dictionaries(st.text(alphabet="xyz\r\n", min_size=1, max_size=4), _TEXT, max_size=5))
+def test_any_line_break_in_any_field_is_refused(headers: dict[str, str]) -> None:
+    """One scan checks every field at once; whichever field carries a CR or an LF, alone or in a
+    pair, the request is refused, and a request without one carries each field as one line."""
+    broken = any("\r" in n + v or "\n" in n + v for n, v in headers.items())
+    try:
+        raw = request_bytes("POST", "/", "h", headers, b"")
+    except HTTPError:
+        assert broken
+        return
+    assert not broken
+    lines = raw.split(b"\r\n")
+    assert all(f"{n}: {v}".encode() in lines for n, v in headers.items())

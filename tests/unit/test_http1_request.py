@@ -230,3 +230,19 @@ def test_a_chunk_is_framed_by_its_hex_size_whether_its_size_line_is_in_the_table
     framed = chunk(data)
     line, _, rest = framed.partition(b"\r\n")
     assert int(line, 16) == size and rest == data + b"\r\n"
+
+
+@given(st.dictionaries(st.text(alphabet="xyz\r\n", min_size=1, max_size=4),
+                       st.text(alphabet="ab:\r\n ", max_size=6), max_size=5))
+def test_a_response_field_with_a_line_break_is_never_written(headers: dict[str, str]) -> None:
+    """One scan checks every field at once: a CR or an LF anywhere in any field refuses the head."""
+    broken = any("\r" in n + v or "\n" in n + v for n, v in headers.items())
+    try:
+        head = response_head(200, headers, "D", length=0, keep_alive=True, http10=False)
+    except ValueError:
+        assert broken
+        return
+    assert not broken
+    lines = head.split(b"\r\n")
+    assert lines[:2] == [b"HTTP/1.1 200 OK", b"Date: D"]
+    assert lines[2:2 + len(headers)] == [f"{n}: {v}".encode() for n, v in headers.items()]
