@@ -179,10 +179,14 @@ def _target(url: str, label: str) -> _Target:
 def _forwarded(own: Mapping[str, str], allowed: tuple[str, ...], client: Mapping[str, str]) -> dict[str, str]:
     headers = dict(own)
     if allowed and client:
-        taken = {k.lower() for k in own}
+        taken: set[str] | None = None  # the translator's own names, lower-cased when a client sent one
         for name in allowed:  # lower-case, and never a credential (config.edges.NEVER_FORWARDED)
             value = client.get(name)
-            if value is not None and name not in taken:
+            if value is None:
+                continue
+            if taken is None:
+                taken = {k.lower() for k in own}
+            if name not in taken:
                 headers[name] = value
     return headers
 
