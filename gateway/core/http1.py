@@ -24,16 +24,12 @@ class ResponseHead:
 def request_bytes(method: str, target: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
     """One request, head and body in one buffer. Header names and values must not carry line breaks
     (they would inject lines): they come from config and translators, and are checked here anyway."""
-    fields = [f"{name}: {value}" for name, value in headers.items() if name.lower() not in _FRAMING]
-    if fields:
-        joined = "\r\n".join(fields)
-        # one scan for all fields: the joints are the only line breaks a well-formed block holds
-        if joined.count("\n") >= len(fields) or joined.count("\r") >= len(fields):
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}"]
+    for name, value in headers.items():
+        if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+            continue
+        line = f"{name}: {value}"
+        if "\n" in line or "\r" in line:
             raise HTTPError("a header name or value holds a line break")
-        return (f"{method} {target} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n{joined}\r\n\r\n"
-                .encode("latin-1") + body)
-    return f"{method} {target} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
-
-
-# the fields that frame the request: ours alone (RFC 9112 §6.1, §6.3, §9.6)
-_FRAMING = frozenset(("host", "content-length", "transfer-encoding", "connection"))
+        lines.append(line)
+    return "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body

@@ -31,8 +31,8 @@ _TEXT = st.text(alphabet="ab:\r\n ", max_size=6)
 
 @given(st.dictionaries(st.text(alphabet="xyz\r\n", min_size=1, max_size=4), _TEXT, max_size=5))
 def test_any_line_break_in_any_field_is_refused(headers: dict[str, str]) -> None:
-    """One scan checks every field at once; whichever field carries a CR or an LF, alone or in a
-    pair, the request is refused, and a request without one carries each field as one line."""
+    """Whichever field carries a CR or an LF, alone or in a pair, in its name or its value, the request
+    is refused; a request without one carries each field as one line."""
     broken = any("\r" in n + v or "\n" in n + v for n, v in headers.items())
     try:
         raw = request_bytes("POST", "/", "h", headers, b"")

@@ -232,11 +232,11 @@ def test_a_chunk_is_framed_by_its_hex_size_whether_its_size_line_is_in_the_table
     assert int(line, 16) == size and rest == data + b"\r\n"
 
 
-@given(st.dictionaries(st.text(alphabet="xyz\r\n", min_size=1, max_size=4),
+@given(st.dictionaries(st.text(alphabet="xyz-", min_size=1, max_size=4),
                        st.text(alphabet="ab:\r\n ", max_size=6), max_size=5))
 def test_a_response_field_with_a_line_break_is_never_written(headers: dict[str, str]) -> None:
-    """One scan checks every field at once: a CR or an LF anywhere in any field refuses the head."""
-    broken = any("\r" in n + v or "\n" in n + v for n, v in headers.items())
+    """A CR or an LF, alone or in a pair, in any field's value refuses the head (names are our code's)."""
+    broken = any("\r" in v or "\n" in v for v in headers.values())
     try:
         head = response_head(200, headers, "D", length=0, keep_alive=True, http10=False)
     except ValueError:
