@@ -77,8 +77,7 @@ class ContentShape:
 
     @property
     def learned(self) -> bool:
-        if self._pending is not None:
-            self._settle()
+        self._settle()
         return bool(self._head)
 
     @property
@@ -97,15 +96,16 @@ class ContentShape:
         or the next `learn`), in the same order as if it ran now: a stream's first content chunk is
         parsed whole, and its envelope serves only the chunks after it, so the first token does not
         wait for the split and its probe parse (issue #34: the first token's way out)."""
-        if self._pending is not None:
-            self._settle()
+        self._settle()
         self._pending = (raw, text)
 
     def _settle(self) -> None:
-        assert self._pending is not None
-        raw, text = self._pending
-        self._pending = None
-        self._learn(raw, text)
+        """Do the pending learn, if any. The readers run once a read or once a chunk (`index`, `match`,
+        `runs`) test `_pending` themselves before calling this: no call when nothing waits."""
+        if self._pending is not None:
+            raw, text = self._pending
+            self._pending = None
+            self._learn(raw, text)
 
     def _learn(self, raw: bytes, text: str) -> None:
         if self._unmatched >= MAX_UNMATCHED_LEARNS:
