@@ -13,7 +13,9 @@ Each round runs every target in turn (order reversed every other round) with eve
 = the target's p50 (p90) less direct's from the same harness and round; the report gives the median of
 the rounds and each round's. Per request it also reports the client's CPU and the server's CPU and
 run-queue wait (`/proc/<pid>/schedstat`: woken, waiting for a core). `--rt` runs servers and clients at
-SCHED_FIFO 1 (root), which takes the other processes on a shared machine out of the measurement.
+SCHED_FIFO 1 (root), which takes the other processes on a shared machine out of the measurement. `--pin`
+gives the relay under test (gateway, nginx, pyrelay) the last CPU to itself and runs the clients and the
+fake upstream on the others, as a deployment with a CPU request of its own serves remote clients.
 
     python -m bench.ttft_probe --rounds 5 --harness raw,raw:new:split:nagle,sdk,loadgen
     python -m bench.ttft_probe --rounds 3 --harness raw,loadgen --targets direct,gateway-noredact,nginx --rt
@@ -179,6 +181,31 @@ def realtime(pids: list[int]) -> None:
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
 
 
+def split_cpus(cpus: set[int]) -> tuple[set[int], set[int]]:
+    """`--pin`'s layout: the relay under test gets the last CPU to itself; the clients, the load generator
+    and the fake upstream share the others, as a deployment's clients and provider run elsewhere."""
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs two CPUs or more")
+    last = max(cpus)
+    return {last}, cpus - {last}
+
+
+def pin(started: dict[str, servers.Server]) -> None:
+    """Every thread of the relays under test (their children too: nginx's worker) on the relay's CPU, the
+    fake upstream's and this process's on the others. Threads and processes made later inherit the
+    affinity of the thread that makes them: this one's client threads and load generator included."""
+    relay, rest = split_cpus(os.sched_getaffinity(0))
+    for name, server in started.items():
+        for pid in tree(server.pid):
+            _set_affinity(pid, rest if name == "direct" else relay)
+    _set_affinity(os.getpid(), rest)
+
+
+def _set_affinity(pid: int, cpus: set[int]) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):  # affinity is a thread's own (sched_setaffinity(2))
+        os.sched_setaffinity(int(tid), cpus)
+
+
 def stop_all(started: dict[str, servers.Server]) -> None:
     for server in reversed(list(started.values())):
         server.stop()
@@ -232,6 +259,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rt", action="store_true",
                    help="run servers and clients at SCHED_FIFO priority 1 (root): other processes on the machine "
                         "no longer delay their wake-ups, which shows what a run-queue wait adds")
+    p.add_argument("--pin", action="store_true",
+                   help="the relay under test (gateway, nginx, pyrelay) on a CPU of its own, the clients and the "
+                        "fake upstream on the others: no target waits behind the load for a core")
     args = p.parse_args(argv)
     harnesses, targets = args.harness.split(","), args.targets.split(",")
     check_targets(targets, args.baseline, args.base_python)
@@ -244,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             if args.rt:
                 realtime([s.pid for s in started.values()])
+            if args.pin:
+                pin(started)
             def one(h: str, t: str, n: int) -> Round:
                 return measure(h, started[t].url, n, args.concurrency, args.ramp_ms / 1000, started[t].pid)
 

@@ -5,13 +5,15 @@ only by running the probe)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
 
 from bench import servers
+from bench.procstat import tree
 from bench.raw_client import ChunkedSSE, Habits, run_clients
-from bench.ttft_probe import Round, check_targets, habits_of, report
+from bench.ttft_probe import Round, check_targets, habits_of, pin, report, split_cpus
 from bench.upstream import _SSE_HEAD, answer_steps, start_upstream
 
 BODY = {"model": "m", "stream": True, "bench": {"ttft_ms": 0, "chunks": 4, "chunk_chars": 5, "gap_ms": 1, "seed": 3}}
@@ -115,3 +117,41 @@ def test_a_base_target_runs_the_given_checkout(tmp_path: Path) -> None:
 def test_a_base_target_may_differ_by_interpreter_alone() -> None:
     targets = ["direct", "gateway-noredact", "gateway-noredact-base"]
     assert check_targets(targets, None, "/opt/other/bin/python") == ["gateway-noredact-base"]
+
+
+def test_pin_gives_the_relay_the_last_cpu() -> None:
+    assert split_cpus({0, 1}) == ({1}, {0})
+    assert split_cpus({0, 2, 5}) == ({5}, {0, 2})
+    with pytest.raises(SystemExit):
+        split_cpus({3})
+
+
+def _affinities(pid: int) -> list[set[int]]:
+    return [os.sched_getaffinity(int(tid)) for p in tree(pid) for tid in os.listdir(f"/proc/{p}/task")]
+
+
+def test_pin_moves_every_thread_of_the_relay_and_keeps_the_rest_apart(tmp_path: Path) -> None:
+    """`--pin` on started processes: every thread of the relay on its CPU, the fake upstream and this
+    process (whose threads the clients are) on the others; this process's affinity is put back after."""
+    cpus = os.sched_getaffinity(0)
+    upstream = servers.start_upstream(tmp_path)
+    relay = None
+    try:
+        relay = servers.start_pyrelay(tmp_path, upstream.port)
+        if len(cpus) < 2:  # a one-CPU machine has no layout to give: refused, nothing moved
+            with pytest.raises(SystemExit):
+                pin({"direct": upstream, "pyrelay": relay})
+            assert _affinities(relay.pid) == [cpus] * len(_affinities(relay.pid))
+            return
+        pin({"direct": upstream, "pyrelay": relay})
+        relay_cpus, rest = split_cpus(cpus)
+        assert set(map(frozenset, _affinities(relay.pid))) == {frozenset(relay_cpus)}
+        assert set(map(frozenset, _affinities(upstream.pid))) == {frozenset(rest)}
+        own = {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir("/proc/self/task")}
+        assert own == {frozenset(rest)}
+    finally:
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), cpus)
+        if relay is not None:
+            relay.stop()
+        upstream.stop()
