@@ -28,6 +28,7 @@ fake upstream on the others, as a deployment with a CPU request of its own serve
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -203,7 +204,8 @@ def pin(started: dict[str, servers.Server]) -> None:
 
 def _set_affinity(pid: int, cpus: set[int]) -> None:
     for tid in os.listdir(f"/proc/{pid}/task"):  # affinity is a thread's own (sched_setaffinity(2))
-        os.sched_setaffinity(int(tid), cpus)
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended since the listing
+            os.sched_setaffinity(int(tid), cpus)
 
 
 def stop_all(started: dict[str, servers.Server]) -> None:
