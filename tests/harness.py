@@ -165,8 +165,9 @@ class ProcessLog:
         with self._changed:
             while len(found := self.with_event(event)) < count:
                 left = deadline - time.monotonic()
-                failure = what or f"{len(found)} {event} lines, expected {count}: {self.lines!r}"
-                assert left > 0 and not self._ended, failure
+                # the message is formatted only when the assertion fails, not on every line read
+                assert left > 0 and not self._ended, \
+                    what or f"{len(found)} {event} lines, expected {count}: {self.lines!r}"
                 self._changed.wait(left)
         return [json.loads(line) for line in found[:count]]
 

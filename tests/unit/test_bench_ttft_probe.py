@@ -141,7 +141,7 @@ def test_pin_moves_every_thread_of_the_relay_and_keeps_the_rest_apart(tmp_path: 
         if len(cpus) < 2:  # a one-CPU machine has no layout to give: refused, nothing moved
             with pytest.raises(SystemExit):
                 pin({"direct": upstream, "pyrelay": relay})
-            assert _affinities(relay.pid) == [cpus] * len(_affinities(relay.pid))
+            assert all(a == cpus for a in _affinities(relay.pid))
             return
         pin({"direct": upstream, "pyrelay": relay})
         relay_cpus, rest = split_cpus(cpus)
