@@ -5,8 +5,9 @@ Why not aiohttp's server: per streamed request it built request and response obj
 and middleware chain and a writer stack that profiles put at a tenth of the gateway's CPU; this server
 reads a request whole (bodies are bounded by `server.max_body_bytes`), hands it to one function and
 writes what that returns. Keep-alive connections idle longer than `keepalive_s`, and heads slower than
-`head_timeout_s` (408), are closed by one sweep a second (no timer per request); a client that reads
-nothing of a response for `send_timeout_s` is cut; past `max_connections` a new connection gets one 503.
+`head_timeout_s` (408), are closed by one sweep a second (no timer per request), which also formats
+the Date headers of the next seconds (`dates.py`); a client that reads nothing of a response for
+`send_timeout_s` is cut; past `max_connections` a new connection gets one 503.
 Over TLS a connection counts from its accept (`tls.py`): its handshake is inside `max_connections` and
 must end within `head_timeout_s`; past the limit a TLS connection is closed at once (no 503 can be sent
 before a handshake). Every refusal is counted by reason and logged at most once a second per reason.
@@ -23,12 +24,12 @@ import ssl
 import time
 from collections import Counter
 from dataclasses import dataclass
-from email.utils import formatdate
 from typing import Any, Protocol
 
 import structlog
 
 from gateway.http.connection import Endpoint, HttpConnection
+from gateway.http.dates import HttpDates
 from gateway.http.messages import Request, Response, StreamResponse, json_response
 from gateway.http.tls import TlsListener, listening_sockets
 from gateway.http.turns import TURN_S, TURNS
@@ -70,8 +71,7 @@ class HttpServer:
         self.closing = False
         self._listener: asyncio.base_events.Server | None = None
         self._sweep: asyncio.TimerHandle | None = None
-        self._date_at = -1
-        self._date = ""
+        self.dates = HttpDates()
         self.port = 0
         self.tls: ssl.SSLContext | None = None  # swapped on reload: new handshakes use the new one
         self._tls_listeners: list[TlsListener] = []
@@ -87,11 +87,8 @@ class HttpServer:
         self._refusals[reason] += 1
 
     def date(self) -> str:
-        """The Date header (RFC 9110 §6.6.1), formatted once a second."""
-        now = int(time.time())
-        if now != self._date_at:
-            self._date_at, self._date = now, formatdate(now, usegmt=True)
-        return self._date
+        """The Date header (RFC 9110 §6.6.1), formatted ahead by the sweep (`dates.py`)."""
+        return self.dates.at(int(time.time()))
 
     def set_limits(self, limits: ServerLimits) -> None:
         """At start and on reload: the limits apply to what comes next (open connections keep going)."""
@@ -110,6 +107,7 @@ class HttpServer:
             self._listener = await self.loop.create_server(lambda: HttpConnection(self), host, port,
                                                            reuse_port=reuse_port or None, backlog=backlog)
             self.port = int(self._listener.sockets[0].getsockname()[1])
+        self.dates.prepare(int(time.time()))
         self._sweep = self.loop.call_later(1.0, self._sweep_idle)
         return self.port
 
@@ -122,6 +120,7 @@ class HttpServer:
         for reason, count in self._refusals.items():  # a flood of refusals is a line a second, not a line each
             log.warning("http_refused", reason=reason, count=count, connections=len(self.connections))
         self._refusals.clear()
+        self.dates.prepare(int(time.time()))
         self._sweep = self.loop.call_later(1.0, self._sweep_idle)
 
     async def shutdown(self, drain_s: float) -> None:

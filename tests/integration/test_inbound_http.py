@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import socket
+import time
+from email.utils import parsedate_to_datetime
 
 import orjson
 
@@ -175,3 +177,15 @@ def test_request_ids_are_unique_32_hex_digits_and_a_safe_given_one_is_kept(gatew
     assert ids[3] == "abc-1"
     fresh = ids[:3] + ids[4:]
     assert len(set(fresh)) == 4 and all(len(i) == 32 and int(i, 16) >= 0 for i in fresh)
+
+
+def test_a_response_carries_the_date_made_ahead_by_the_sweep(servers: LoopThread, gateway: GatewayServer) -> None:
+    with connect(gateway) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        _, headers, _ = read_response(sock, bytearray())
+    sent = parsedate_to_datetime(headers["date"]).timestamp()
+    assert abs(sent - time.time()) <= 2.0 and headers["date"].endswith(" GMT")
+    api = gateway.api
+    assert api is not None
+    # a response only finds or formats its own second: the next one is there only if the sweep made it
+    servers.run(wait_until(lambda: int(time.time()) + 1 in api.dates, 3.0))
