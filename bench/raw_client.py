@@ -36,6 +36,10 @@ class Habits:
     # each connection in its own process: no interpreter lock shared between connections, so a client
     # thread that holds it while the OS runs another process cannot delay another connection's reads
     procs: bool = False
+    # a pause after each request: with a pause of a second or more, a worker's requests each fall in a
+    # second of their own, as on a gateway serving a few requests a second (what is done once a second,
+    # every request of such a gateway pays)
+    pause_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -160,6 +164,7 @@ def raw_worker(url: str, habits: Habits, seeds: Callable[[], int | None], out: S
         if sample is not None:
             out.ttft_ms.append(sample.ttft_s * 1000)
             out.ttfb_ms.append(sample.ttfb_s * 1000)
+        _pause(habits)
     if sock is not None:
         sock.close()
 
@@ -186,6 +191,7 @@ def sdk_worker(url: str, habits: Habits, seeds: Callable[[], int | None], out: S
             out.ttft_ms.append((t_first - t0) * 1000)
         else:
             out.errors += 1
+        _pause(habits)
     client.close()
 
 
@@ -258,6 +264,11 @@ def _process_worker(kind: str, url: str, habits: Habits, requests: int, counter:
     out.cpu_s = usage.ru_utime + usage.ru_stime
     send.send(out)
     send.close()
+
+
+def _pause(habits: Habits) -> None:
+    if habits.pause_s:
+        time.sleep(habits.pause_s)  # a client's think time, not a synchronisation
 
 
 def _pace(t_start: float, offset_s: float) -> None:

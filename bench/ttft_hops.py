@@ -14,6 +14,7 @@ way (`pyrelay`, `nginx`: the floors the gateway's hops compare with). Needs tcpd
 (CAP_NET_RAW).
 
     python -m bench.ttft_hops --requests 400 --concurrency 8 [--target pyrelay]
+    python -m bench.ttft_hops --requests 100 --concurrency 1 --idle   # a request a second
 """
 
 from __future__ import annotations
@@ -99,10 +100,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests", type=int, default=400)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--rt", action="store_true", help="servers and client at SCHED_FIFO 1 (see bench.ttft_probe)")
+    p.add_argument("--idle", action="store_true",
+                   help="a second's pause after each request (bench.ttft_probe's `idle`): a gateway at a request "
+                        "a second per client")
     p.add_argument("--target", default="gateway-noredact", choices=["gateway-noredact", "gateway", "pyrelay", "nginx"],
                    help="what sits between the client and the upstream")
     args = p.parse_args(argv)
     target = args.target
+    habits = raw_client.Habits(pause_s=ttft_probe.IDLE_PAUSE_S if args.idle else 0.0)
     with tempfile.TemporaryDirectory(prefix="ttft-hops-") as tmp:
         started = ttft_probe.start_targets(Path(tmp), ["direct", target], False)
         up_port, gw_port = started["direct"].port, started[target].port
@@ -117,8 +122,8 @@ def main(argv: list[str] | None = None) -> None:
             def run() -> None:
                 for name in ("direct", target):
                     t_split[0] = time.time()  # the capture's clock: the gateway's run starts after this
-                    got[name] = raw_client.run_clients("raw", started[name].url, raw_client.Habits(),
-                                                       args.requests, args.concurrency)
+                    got[name] = raw_client.run_clients("raw", started[name].url, habits, args.requests,
+                                                       args.concurrency)
             packets = capture(f"tcp port {up_port} or tcp port {gw_port}", run)
         finally:
             ttft_probe.stop_all(started)

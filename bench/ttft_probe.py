@@ -2,11 +2,13 @@
 20 chunks of 8 characters 5 ms apart), direct to the fake upstream and through the gateway (redaction off
 unless `--targets` names `gateway`), measured by several harnesses in the same rounds:
 
-- `raw[:new][:split][:nagle][:procs]`: a raw-socket reader (`bench/raw_client.py`, no code shared with the
-  bench's load generator); `new`: a connection per request (else keep-alive), `split`: head and body in
-  two writes, `nagle`: TCP_NODELAY off in the client, `procs`: each connection its own process (else a
-  thread, all of them in this process under one interpreter lock);
-- `sdk[:procs]`: the official `openai` SDK's streaming, timed as its user would;
+- `raw[:new][:split][:nagle][:procs][:idle]`: a raw-socket reader (`bench/raw_client.py`, no code shared
+  with the bench's load generator); `new`: a connection per request (else keep-alive), `split`: head and
+  body in two writes, `nagle`: TCP_NODELAY off in the client, `procs`: each connection its own process
+  (else a thread, all of them in this process under one interpreter lock), `idle`: a second's pause
+  after each request (with `--concurrency 1`, a gateway serving a request a second: each one the first
+  of its second);
+- `sdk[:procs][:idle]`: the official `openai` SDK's streaming, timed as its user would;
 - `loadgen`: the project's own load generator (`bench.loadgen`, aiohttp), as `make bench` runs it.
 
 Each round runs every target in turn (order reversed every other round) with every harness. Added TTFT
@@ -43,6 +45,8 @@ from bench import servers
 from bench.procstat import tree
 from bench.raw_client import CHUNK_CHARS, CHUNKS, CONCURRENCY, GAP_MS, TTFT_MS, Habits, run_clients
 
+IDLE_PAUSE_S = 1.0  # `idle`: with S1's ~0.15 s per request, each request of a worker in a later second
+
 
 def run_loadgen(url: str, requests: int, concurrency: int = CONCURRENCY,
                 ramp_s: float = 0.0) -> tuple[list[float], float]:
@@ -67,11 +71,11 @@ def habits_of(spec: str) -> tuple[str, Habits]:
     """`raw`, `raw:new`, `raw:new:split:nagle`, `raw:procs`, `sdk`, `sdk:procs`, `loadgen`: a client and its
     habits."""
     kind, *flags = spec.split(":")
-    unknown = set(flags) - {"new", "split", "nagle", "procs"}
+    unknown = set(flags) - {"new", "split", "nagle", "procs", "idle"}
     if kind not in ("raw", "sdk", "loadgen") or unknown or (kind == "loadgen" and flags):
         raise SystemExit(f"unknown harness {spec!r}")
     return kind, Habits(new_conn="new" in flags, nodelay="nagle" not in flags, split="split" in flags,
-                        procs="procs" in flags)
+                        procs="procs" in flags, pause_s=IDLE_PAUSE_S if "idle" in flags else 0.0)
 
 
 @dataclass(slots=True)
@@ -240,7 +244,7 @@ def report(results: dict[tuple[str, str], list[Round]], harnesses: list[str], ta
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="S1's TTFT by clients independent of bench/loadgen.py")
     p.add_argument("--harness", default="raw,raw:new:split:nagle,sdk,loadgen",
-                   help="comma-separated: raw[:new][:split][:nagle][:procs], sdk[:procs], loadgen")
+                   help="comma-separated: raw[:new][:split][:nagle][:procs][:idle], sdk[:procs][:idle], loadgen")
     p.add_argument("--targets", default="direct,gateway-noredact",
                    help="direct, gateway-noredact (redaction off), gateway (secrets+pii), nginx, pyrelay "
                         "(bench.pyrelay: bytes through a uvloop process); a gateway target ending in `-base` "

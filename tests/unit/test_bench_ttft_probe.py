@@ -42,7 +42,8 @@ def test_chunked_sse_ignores_the_role_event_and_done() -> None:
 
 
 @pytest.mark.parametrize("habits", [Habits(), Habits(new_conn=True), Habits(new_conn=True, nodelay=False, split=True),
-                                    Habits(split=True), Habits(procs=True), Habits(new_conn=True, procs=True)])
+                                    Habits(split=True), Habits(procs=True), Habits(new_conn=True, procs=True),
+                                    Habits(pause_s=0.01)])
 async def test_raw_client_against_the_fake_upstream(habits: Habits) -> None:
     server = await start_upstream()
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
@@ -89,6 +90,7 @@ def test_harness_names() -> None:
     assert habits_of("raw:new:split:nagle") == ("raw", Habits(new_conn=True, nodelay=False, split=True))
     assert habits_of("loadgen")[0] == "loadgen"
     assert habits_of("sdk:procs") == ("sdk", Habits(procs=True))
+    assert habits_of("raw:idle") == ("raw", Habits(pause_s=1.0))
     for unknown in ("raw:fast", "loadgen:procs"):
         with pytest.raises(SystemExit):
             habits_of(unknown)
