@@ -1,12 +1,13 @@
 """The Date header (RFC 9110 §6.6.1: a server with a clock sends it in every response), made off the
 first token's way out.
 
-`email.utils.formatdate` goes through `datetime` and measured ~3 µs hot but ~75 µs cold, which is what
-it is on a gateway at a few requests a second: each response there is the first of its second, so each
-first token paid for it. The server's once-a-second sweep calls `prepare`, which formats the current
-second and the next `AHEAD` ones; a response then only looks its second up. A second not prepared (a
-clock step, a loop held longer than `AHEAD` seconds, a server that is not listening) is formatted on
-the spot, and the strings held stay at most `AHEAD + 1`.
+`email.utils.formatdate` goes through `datetime` and measured ~3 µs hot but ~100 µs after 50 ms asleep
+(bench/README.md, fourteenth look), which is what it is on a gateway at a few requests a second: each
+response there is the first of its second, so each first token paid for it. The server's once-a-second
+sweep calls `prepare`, which formats the current second and the next `AHEAD` ones; a response then
+only looks its second up. A second not prepared (a clock step, a loop held longer than `AHEAD`
+seconds, a server that is not listening) is formatted on the spot, and the strings held stay at most
+`AHEAD + 1`.
 """
 
 from __future__ import annotations
