@@ -9,6 +9,7 @@ the loop running something else that long. Wall-clock gaps also hold the time th
 
 from __future__ import annotations
 
+import gc
 import http.client
 import itertools
 import sys
@@ -30,6 +31,12 @@ BOUND_S = 0.1
 # the heavy request's client), the default 5 ms adds tens of ms to a gap that the gateway, alone in its
 # process, never sees. 1 ms keeps the probes' own wait small.
 SWITCH_S = 0.001
+# The gateway's server freezes its start-up heap (`gateway/server.py`: `gc.collect`, `gc.freeze`), so a
+# full collection never walks it. The in-process gateway of these tests shares the pytest process's heap,
+# which late in a run holds ~450k objects: a full collection that an allocation on the loop's thread
+# happens to trigger walks them all, 0.3-0.5 s of the loop's CPU (seen in CI, and logged with
+# `gc.callbacks` in the thread named "servers"), a pause the gateway alone never has. So the probes
+# freeze the heap as the server does at its start, for the measured window only.
 
 
 def paced_stream(words: int) -> Script:
@@ -90,6 +97,8 @@ class Probes:
         """Start both; returns once the stream flows (a gate, not a sleep): the window's start."""
         self._switch = sys.getswitchinterval()
         sys.setswitchinterval(SWITCH_S)
+        gc.collect()
+        gc.freeze()
         self.stream.start()
         assert self.stream.flowing.wait(20), "the concurrent stream is flowing before the heavy request is sent"
         self.health.start()
@@ -101,6 +110,7 @@ class Probes:
         self.stream.join(20)
         self.health.join(20)
         sys.setswitchinterval(self._switch)
+        gc.unfreeze()
 
     def report(self, what: str, t0: float, t1: float) -> tuple[float, float]:
         """Worst loop CPU (stream gap, /healthz wait) overlapping [t0, t1]; asserts both kept being served.
