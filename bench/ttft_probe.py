@@ -68,8 +68,8 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def habits_of(spec: str) -> tuple[str, Habits]:
-    """`raw`, `raw:new`, `raw:new:split:nagle`, `raw:procs`, `sdk`, `sdk:procs`, `loadgen`: a client and its
-    habits."""
+    """`raw`, `raw:new`, `raw:new:split:nagle`, `raw:procs`, `raw:idle`, `sdk`, `sdk:procs`, `loadgen`: a
+    client and its habits."""
     kind, *flags = spec.split(":")
     unknown = set(flags) - {"new", "split", "nagle", "procs", "idle"}
     if kind not in ("raw", "sdk", "loadgen") or unknown or (kind == "loadgen" and flags):

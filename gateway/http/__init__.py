@@ -107,8 +107,7 @@ class HttpServer:
             self._listener = await self.loop.create_server(lambda: HttpConnection(self), host, port,
                                                            reuse_port=reuse_port or None, backlog=backlog)
             self.port = int(self._listener.sockets[0].getsockname()[1])
-        self.dates.prepare(int(time.time()))
-        self._sweep = self.loop.call_later(1.0, self._sweep_idle)
+        self._sweep_idle()  # the first sweep at once: it makes the Date headers ahead and sets the timer
         return self.port
 
     def _sweep_idle(self) -> None:
