@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import hostile, loop_lag, servers
+from bench.affinity import set_process_affinity, set_tree_affinity, split_cpus
 from bench.procstat import usage
 from bench.report import Measure, markdown, summarize, verdicts
 from bench.scenarios import Scenario, select
@@ -48,9 +49,16 @@ class Pool:
     """The servers of a run, started on first use; `fresh` restarts one for a memory measurement."""
 
     def __init__(self, workdir: Path, baseline: Path | None = None, tracing: bool = False,
-                 store_url: str | None = None, ledger_journal: str | None = None, sched_slice_us: int = 0) -> None:
+                 store_url: str | None = None, ledger_journal: str | None = None, sched_slice_us: int = 0,
+                 pin: bool = False) -> None:
         self.workdir, self.baseline, self.slice_us = workdir, baseline, sched_slice_us
         self.nginx_bin = servers.ensure_nginx()
+        # `--pin`: this process first, so the fake upstream, the sink and every load generator inherit the
+        # clients' CPUs; each relay is moved to its own CPU when it starts (bench/affinity.py)
+        self.relay_cpus: set[int] | None = None
+        if pin:
+            self.relay_cpus, rest = split_cpus(os.sched_getaffinity(0))
+            set_process_affinity(os.getpid(), rest)
         self.upstream = servers.start_upstream(workdir)
         self.sink = servers.start_otlp_sink(workdir) if tracing else None
         self.running: dict[str, Server] = {}
@@ -101,6 +109,12 @@ class Pool:
         return self.running[target]
 
     def _start(self, target: str) -> Server:
+        server = self._spawn(target)
+        if self.relay_cpus is not None:
+            set_tree_affinity(server.pid, self.relay_cpus)
+        return server
+
+    def _spawn(self, target: str) -> Server:
         if target == "nginx":
             return servers.start_nginx(self.workdir, self.upstream.port, self.nginx_bin)
         lag = self.lag_prefix(target)
@@ -275,6 +289,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    "in the run's temp dir when given without one")
     p.add_argument("--sched-slice-us", type=int, default=0, help="server.sched_slice_us for this checkout's "
                    "gateway targets (a `gateway-base` target runs without it: with --baseline, an A/B of it)")
+    p.add_argument("--pin", action="store_true", help="every relay target (the gateways, nginx) on a CPU of its "
+                   "own, the load generators and the fake upstream on the others, as in a deployment: no relay "
+                   "waits behind the load for a core (direct's figures then come from the others' CPUs)")
     p.add_argument("--ledger-journal", choices=("auto", "off", "on"), default="auto", help="with --store: "
                    "the store's ledger journal as configured by default (auto: SQLite on, PostgreSQL off), off, or "
                    "on (a directory in the run's temp dir)")
@@ -308,10 +325,12 @@ def main(argv: list[str] | None = None) -> int:
                      if sc.key in ("S1", "S2") else sc for sc in scenarios]
     journal = {"auto": None, "off": "off", "on": str(workdir / "ledger")}[args.ledger_journal]
     pool = Pool(workdir, baseline, tracing=args.tracing, store_url=store_url, ledger_journal=journal,
-                sched_slice_us=args.sched_slice_us)
+                sched_slice_us=args.sched_slice_us, pin=args.pin)
     print(f"servers' logs: {workdir}", flush=True)
     try:
         info = machine(pool.redaction_off_because, nofile, pool.nginx_bin)
+        info["layout"] = (f"--pin: relays on CPU {sorted(pool.relay_cpus)}, clients and upstream on the others"
+                          if pool.relay_cpus is not None else "shared cores: relays, clients and upstream together")
         for sc in scenarios:
             print(f"{sc.key}: {sc.title}", flush=True)
             raw[sc.key] = run_scenario(pool, sc)

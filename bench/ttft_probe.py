@@ -30,7 +30,6 @@ fake upstream on the others, as a deployment with a CPU request of its own serve
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import resource
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import servers
+from bench.affinity import set_process_affinity, set_tree_affinity, split_cpus
 from bench.procstat import tree
 from bench.raw_client import CHUNK_CHARS, CHUNKS, CONCURRENCY, GAP_MS, TTFT_MS, Habits, run_clients
 
@@ -186,30 +186,14 @@ def realtime(pids: list[int]) -> None:
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
 
 
-def split_cpus(cpus: set[int]) -> tuple[set[int], set[int]]:
-    """`--pin`'s layout: the relay under test gets the last CPU to itself; the clients, the load generator
-    and the fake upstream share the others, as a deployment's clients and provider run elsewhere."""
-    if len(cpus) < 2:
-        raise SystemExit("--pin needs two CPUs or more")
-    last = max(cpus)
-    return {last}, cpus - {last}
-
-
 def pin(started: dict[str, servers.Server]) -> None:
     """Every thread of the relays under test (their children too: nginx's worker) on the relay's CPU, the
     fake upstream's and this process's on the others. Threads and processes made later inherit the
     affinity of the thread that makes them: this one's client threads and load generator included."""
     relay, rest = split_cpus(os.sched_getaffinity(0))
     for name, server in started.items():
-        for pid in tree(server.pid):
-            _set_affinity(pid, rest if name == "direct" else relay)
-    _set_affinity(os.getpid(), rest)
-
-
-def _set_affinity(pid: int, cpus: set[int]) -> None:
-    for tid in os.listdir(f"/proc/{pid}/task"):  # affinity is a thread's own (sched_setaffinity(2))
-        with contextlib.suppress(ProcessLookupError):  # a thread that ended since the listing
-            os.sched_setaffinity(int(tid), cpus)
+        set_tree_affinity(server.pid, rest if name == "direct" else relay)
+    set_process_affinity(os.getpid(), rest)
 
 
 def stop_all(started: dict[str, servers.Server]) -> None:

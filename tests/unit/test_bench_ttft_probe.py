@@ -13,7 +13,8 @@ import pytest
 from bench import servers
 from bench.procstat import tree
 from bench.raw_client import ChunkedSSE, Habits, run_clients
-from bench.ttft_probe import Round, check_targets, habits_of, pin, report, split_cpus
+from bench.affinity import split_cpus
+from bench.ttft_probe import Round, check_targets, habits_of, pin, report
 from bench.upstream import _SSE_HEAD, answer_steps, start_upstream
 
 BODY = {"model": "m", "stream": True, "bench": {"ttft_ms": 0, "chunks": 4, "chunk_chars": 5, "gap_ms": 1, "seed": 3}}
