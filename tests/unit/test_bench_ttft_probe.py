@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench import servers
+from bench.affinity import split_cpus
 from bench.procstat import tree
 from bench.raw_client import ChunkedSSE, Habits, run_clients
-from bench.affinity import split_cpus
 from bench.ttft_probe import Round, check_targets, habits_of, pin, report
 from bench.upstream import _SSE_HEAD, answer_steps, start_upstream
 
