@@ -84,6 +84,13 @@ class InvalidApiKey(GatewayError):
     status, type, code, outcome = 401, "invalid_request_error", "invalid_api_key", "auth_error"
 
 
+class ExpiredApiKey(InvalidApiKey):
+    """A known key past its `expires_at`: told apart from an unknown one, to the client and in the log
+    line (docs/reference.md, Errors)."""
+
+    code = "expired_api_key"
+
+
 class ModelNotFound(GatewayError):
     status, type, code, outcome = 404, "invalid_request_error", "model_not_found", "client_error"
 
