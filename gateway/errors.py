@@ -108,6 +108,20 @@ class ModelNotAllowed(ModelNotFound):
     outcome, reason = "auth_error", "model_not_allowed"
 
 
+class ResponseNotFound(GatewayError):
+    """A `previous_response_id` with no record of its creator: unknown, whoever created it upstream
+    (docs/responses-bridge.md, ownership). The upstream is never asked."""
+
+    status, type, code, outcome = 404, "invalid_request_error", "previous_response_not_found", "client_error"
+
+    @classmethod
+    def named(cls, response_id: str, *, owned_by_another: bool = False) -> ResponseNotFound:
+        err = cls(f"Previous response with id {response_id[:128]!r} not found.", param="previous_response_id")
+        if owned_by_another:  # the same answer to the client; the log line's `reason` tells operators
+            err.reason = "response_not_owned"
+        return err
+
+
 class NotFound(GatewayError):
     status, type, code, outcome = 404, "invalid_request_error", "not_found", "client_error"
 
