@@ -30,7 +30,6 @@ from gateway.pipeline.attempt_io import (
     FirstTokenDeadline,
     Opened,
     Transcoded,
-    fetch_body,
     fetch_whole,
     forwardable,
     raise_for_status,
@@ -96,10 +95,18 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
 
 async def _asked_for_a_body(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment, tr: Translator,
                             body: dict[str, Any], headers: dict[str, str]) -> OpenedStream:
-    """A deployment that answered a stream request with a body is asked for one, held as the stream."""
+    """A deployment that answered a stream request with a body is asked for one, held as the stream.
+    If it streams after all, its stream is read as one (an in-band error classified as on any stream)."""
     opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), time.perf_counter())
     req = tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False)
-    _hold(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error, headers))
+    whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
+    if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
+        coder = tr.framing.transcoder
+        resp = opened.response = whole if coder is None else Transcoded(whole, coder())
+        await until_first_token(resp, opened.stream, d.label)
+        opened.t_first = time.perf_counter()
+        return opened
+    _hold(opened, tr, whole.body)
     confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
     return opened
 

@@ -16,6 +16,7 @@ import pytest
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
 from tests import responses_scripts as r
+from tests.chat_scripts import completion
 from tests.fake_upstream import FakeUpstream, Script, sse
 from tests.harness import GatewayServer
 
@@ -116,3 +117,16 @@ def test_a_whole_stream_to_a_body_request_is_the_body(upstream: FakeUpstream, gw
     upstream.enqueue(ANT, a.text_stream(["hel", "lo"]))
     message = claude(gw).messages.create(model="claude", max_tokens=5, messages=HI)  # type: ignore[arg-type]
     assert [b.text for b in message.content if b.type == "text"] == ["hello"]
+
+
+def test_a_stream_after_a_learned_body_is_read_as_a_stream(upstream: FakeUpstream, gw: GatewayServer) -> None:
+    """A deployment that answered a stream request with a body is asked for bodies (learned); if it then
+    streams with an in-band rate limit, that is a 429 too, not a malformed body."""
+    upstream.enqueue(CHAT, completion("learned"))
+    first = oai(gw).chat.completions.create(model="m", messages=HI, stream=True)  # type: ignore[arg-type]
+    assert "".join(c.choices[0].delta.content or "" for c in first if c.choices) == "learned"
+    upstream.defaults[CHAT] = chat_rate_limited()
+    with pytest.raises(openai.RateLimitError) as info:
+        list(oai(gw).chat.completions.create(model="m", messages=HI, stream=True))  # type: ignore[arg-type]
+    assert (info.value.status_code, info.value.code) == (429, "rate_limit_exceeded")
+    assert [b.get("stream") for b in upstream.bodies(CHAT)] == [True, None, None], "asked for bodies, as learned"
