@@ -162,13 +162,13 @@ def test_a_wrong_type_is_a_400(upstream: FakeUpstream, make: Callable[[], Gatewa
     assert upstream.bodies(RESP) == []
 
 
-def test_replicas_share_ownership_through_redis(upstream: FakeUpstream, make: Callable[[], GatewayServer],
-                                                state: dict[str, Any]) -> None:
-    if state["backend"] != "redis":
-        pytest.skip("one replica's memory is its own (docs/responses-bridge.md)")
-    first, second = make(), make()
+def test_replicas_share_ownership_through_redis(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+                                                redis_server: RedisServer, tmp_path: Path) -> None:
+    state = {"backend": "redis", "redis_url": redis_server.url, "response_owner_ttl_s": TTL_S}
+    first, second = (make_gateway(config(upstream.base_url, state, f"sqlite:///{tmp_path}/{name}.db"))
+                     for name in ("a", "b"))
     rid = create(upstream, first, ALICE, "resp_{shared}", stream=True)
-    raw = redis.Redis.from_url(state["redis_url"])
+    raw = redis.Redis.from_url(redis_server.url)
     key = owner_key(rid)
     assert key.startswith("llmgw:owner:{") and key.endswith("}"), "hash-tagged, as the other keys are"
     deadline = time.monotonic() + 2  # the write runs after the first token: poll for it, bounded
