@@ -14,13 +14,17 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from gateway.config.types import ApiKey, AuthConfig
-from gateway.errors import InvalidApiKey, ModelNotAllowed
+from gateway.errors import ExpiredApiKey, InvalidApiKey, ModelNotAllowed
 
 
 class KeySource(Protocol):
     """More keys beside the config's: the store's, cached in this replica (`gateway.store.KeyCache`)."""
 
     def find(self, digest: bytes) -> ApiKey | None: ...
+
+    def expired(self, digest: bytes) -> bool:
+        """The secret names a key past its `expires_at` (then `find` gives None)."""
+        ...
 
 
 class KeyRing:
@@ -53,6 +57,8 @@ class KeyRing:
         stored = self._stored.find(digest) if self._stored is not None else None
         if stored is not None:
             return stored
+        if self._stored is not None and self._stored.expired(digest):
+            raise ExpiredApiKey("the gateway key has expired")
         if self._allow_anonymous:
             return None
         raise InvalidApiKey("invalid gateway key")
