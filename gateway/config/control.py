@@ -46,7 +46,7 @@ def _admin_key(path: str, raw: Any, errs: Errors) -> AdminKey:
 def admin_config(s: Section, auth: AuthConfig) -> AdminConfig:
     """`admin.keys`; refuses a secret used twice, or used as a gateway key too (named by path only)."""
     keys = tuple(_admin_key(p, raw, s.errs) for p, raw in s.items("keys"))
-    gateway = {k.key_sha256 or digest_hex(k.key) for k in auth.keys if k.key_sha256 or k.key}
+    gateway = {k.key_sha256 or digest_hex(k.key or "") for k in auth.keys if k.key_sha256 or k.key}
     seen_names: set[str] = set()
     seen: set[str] = set()
     for i, k in enumerate(keys):
