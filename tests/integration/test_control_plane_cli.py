@@ -58,6 +58,8 @@ def test_migrate_then_admin_cli(tmp_path: Path) -> None:
         assert [a["action"] for a in audit["data"]][:2] == ["key.revoke", "key.rotate"]  # type: ignore[attr-defined]
         wrong = _gateway("admin", "keys", "list", env={**env, "GATEWAY_ADMIN_KEY": "nope"})
         assert wrong.returncode == 1 and wrong.stderr.startswith("gateway admin: 401 invalid_api_key: "), wrong.stderr
+        token_wins = _gateway("admin", "keys", "list", env={**env, "GATEWAY_ADMIN_TOKEN": "not-a-token"})
+        assert token_wins.returncode == 1 and "401 invalid_api_key" in token_wins.stderr
     finally:
         gw.stop()
     unset = _gateway("admin", "keys", "list", env={"GATEWAY_ADMIN_URL": "", "GATEWAY_ADMIN_KEY": ""})
