@@ -26,7 +26,7 @@ from gateway.apis.messages_tokens import count_tokens
 from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.apis.spend import key_spend
-from gateway.config.types import Config, ServerConfig, TlsConfig
+from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
 from gateway.core.http1_request import RequestHead
 from gateway.errors import StartupError
@@ -220,7 +220,8 @@ class _RefusalCounter:
 
 
 def server_limits(s: ServerConfig, max_connections: int | None = None) -> ServerLimits:
-    return ServerLimits(max_body_bytes=s.max_body_bytes, max_connections=max_connections or s.max_connections,
+    cap = max_connections or s.max_connections or DEFAULT_MAX_CONNECTIONS
+    return ServerLimits(max_body_bytes=s.max_body_bytes, max_connections=cap,
                         head_timeout_s=s.request_head_timeout_s, send_timeout_s=s.send_timeout_s,
                         turn_s=s.loop_turn_ms / 1000)
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
 
 import structlog
 
 from gateway import __version__
-from gateway.config import ConfigError, config_path_from_env, embedded_default, load_config
+from gateway.config import ConfigError, config_path_from_env, embedded_default, load_config, with_listen_overrides
 from gateway.config.types import Config
 from gateway.errors import StartupError
 from gateway.observe.logs import configure_logging
@@ -76,14 +75,7 @@ def _load(args: argparse.Namespace) -> Config:
     errors = compile_check(config)
     if errors:
         raise ConfigError(errors)
-    server = config.server
-    server = dataclasses.replace(
-        server,
-        host=args.host or server.host,
-        port=args.port if args.port is not None else server.port,
-        metrics_port=args.metrics_port if args.metrics_port is not None else server.metrics_port,
-    )
-    return dataclasses.replace(config, server=server)
+    return with_listen_overrides(config, args.host, args.port, args.metrics_port)
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from aiohttp import web
 from gateway.app import App, Reload, create_metrics_app, server_limits
 from gateway.app import serve_api as start_api
 from gateway.config import ConfigError, load_config
-from gateway.config.types import Config
+from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config
 from gateway.errors import StartupError
 from gateway.http import HttpServer
 from gateway.observe.metrics import Metrics, create_metrics
@@ -62,10 +62,13 @@ def raise_fd_limit() -> int:
     return soft
 
 
-def connection_cap(configured: int, fd_limit: int) -> int:
+def connection_cap(configured: int | None, fd_limit: int) -> int:
     """`server.max_connections`, lowered to what the file descriptor limit can hold: past that the
-    process would fail accepts (EMFILE) instead of answering 503."""
+    process would fail accepts (EMFILE) instead of answering 503. Unset, the default is simply what
+    fits, quietly; only a value the operator chose is worth a warning when it cannot hold."""
     fits = max(1, (fd_limit - FDS_RESERVED) // FDS_PER_CONNECTION)
+    if configured is None:
+        return min(DEFAULT_MAX_CONNECTIONS, fits)
     if configured > fits:
         log.warning("max_connections_lowered", configured=configured, effective=fits, fd_limit=fd_limit)
     return min(configured, fits)

@@ -29,7 +29,9 @@ def key_identity(s: Section, path: str) -> tuple[str, str, str]:
     if not NAME.match(name):
         s.errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
     key, digest = s.get("key", str, ""), s.get("key_sha256", str, "").lower()
-    if bool(key) == bool(digest):
+    # a `${NAME}` left unset is given, and already one error (docs/reference.md, Commands)
+    given_unset = s.errs.unset(s.at("key")) or s.errs.unset(s.at("key_sha256"))
+    if bool(key) == bool(digest) and not given_unset:
         s.errs.add(path, "exactly one of key or key_sha256 is required")
     if digest and not re.fullmatch(r"[0-9a-f]{64}", digest):
         s.errs.add(s.at("key_sha256"), "must be 64 hex characters")
@@ -44,19 +46,21 @@ def _admin_key(path: str, raw: Any, errs: Errors) -> AdminKey:
 def admin_config(s: Section, auth: AuthConfig) -> AdminConfig:
     """`admin.keys`; refuses a secret used twice, or used as a gateway key too (named by path only)."""
     keys = tuple(_admin_key(p, raw, s.errs) for p, raw in s.items("keys"))
-    gateway = {k.key_sha256 or digest_hex(k.key or "") for k in auth.keys}
+    gateway = {k.key_sha256 or digest_hex(k.key or "") for k in auth.keys if k.key_sha256 or k.key}
     seen_names: set[str] = set()
     seen: set[str] = set()
     for i, k in enumerate(keys):
         path = f"{s.at('keys')}[{i}]"
+        if k.name in seen_names:
+            s.errs.add(f"{path}.name", f'duplicate admin key name "{k.name}"')
+        seen_names.add(k.name)
+        if s.errs.unset(f"{path}.key") or s.errs.unset(f"{path}.key_sha256"):
+            continue  # its secret is unknown: nothing to compare, and its one error is out
         if k.key_sha256 in gateway:
             s.errs.add(path, "this admin key is also a gateway key (auth.keys): use different secrets")
         if k.key_sha256 in seen:
             s.errs.add(path, "duplicate admin key secret")
-        if k.name in seen_names:
-            s.errs.add(f"{path}.name", f'duplicate admin key name "{k.name}"')
         seen.add(k.key_sha256)
-        seen_names.add(k.name)
     return AdminConfig(keys=keys)
 
 

@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -45,12 +46,32 @@ from gateway.config.types import (
 from gateway.providers.registry import PROVIDERS
 
 
+def port_clash(port: int, metrics_port: int) -> str | None:
+    """The problem when the API and /metrics would share a port (0 picks a free one for each)."""
+    if port and port == metrics_port:
+        return (f"the same port as server.port ({port}): /metrics is served on a port of its own, never on "
+                "the API port; give server.metrics_port (or --metrics-port) another")
+    return None
+
+
+def with_listen_overrides(config: Config, host: str | None, port: int | None, metrics_port: int | None) -> Config:
+    """`serve --host/--port/--metrics-port` over the file's `server`, checked as the file's own values are."""
+    s = config.server
+    server = replace(s, host=host or s.host, port=s.port if port is None else port,
+                     metrics_port=s.metrics_port if metrics_port is None else metrics_port)
+    clash = port_clash(server.port, server.metrics_port)
+    if clash:
+        raise ConfigError([f"server.metrics_port: {clash}"])
+    return replace(config, server=server)
+
+
 def _server(s: Section) -> ServerConfig:
     d = ServerConfig()
     port = s.integer("port", d.port, 0)
     metrics_port = s.integer("metrics_port", d.metrics_port, 0)
-    if port and port == metrics_port:
-        s.errs.add(s.at("metrics_port"), "must differ from server.port")
+    clash = port_clash(port, metrics_port)
+    if clash:
+        s.errs.add(s.at("metrics_port"), clash)
     return ServerConfig(
         host=s.get("host", str, d.host),
         port=port,
@@ -58,7 +79,7 @@ def _server(s: Section) -> ServerConfig:
         max_body_bytes=s.integer("max_body_bytes", d.max_body_bytes, 1),
         drain_s=s.number("drain_s", d.drain_s),
         keepalive_after_s=s.number("keepalive_after_s", d.keepalive_after_s),
-        max_connections=s.integer("max_connections", d.max_connections, 1),
+        max_connections=s.optional_int("max_connections"),
         request_head_timeout_s=s.number("request_head_timeout_s", d.request_head_timeout_s, 0.1),
         send_timeout_s=s.number("send_timeout_s", d.send_timeout_s, 0.1),
         loop_turn_ms=s.number("loop_turn_ms", d.loop_turn_ms),

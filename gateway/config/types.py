@@ -52,6 +52,9 @@ class Egress:
 SLICE_MIN_US, SLICE_MAX_US = 100, 100_000  # the slices Linux takes as given (it clamps others)
 
 
+DEFAULT_MAX_CONNECTIONS = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -60,7 +63,9 @@ class ServerConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     drain_s: float = 30.0
     keepalive_after_s: float = 10.0
-    max_connections: int = 10_000  # open client connections; past it a new one gets 503
+    # open client connections; past it a new one gets 503. None: DEFAULT_MAX_CONNECTIONS, or what the file
+    # descriptor limit holds when that is less (docs/extensions.md, server)
+    max_connections: int | None = None
     request_head_timeout_s: float = 15.0  # a request's first byte to the end of its head (408)
     send_timeout_s: float = 30.0  # a client that reads nothing of its response this long is cut
     loop_turn_ms: float = 2.0  # request steps one loop iteration runs before the rest wait (0: no limit)

@@ -32,6 +32,18 @@ def test_env_interpolation_with_and_without_default() -> None:
         "providers.p.api_key: environment variable KEY is not set and has no default"]
 
 
+
+def test_an_unset_key_variable_is_one_error_not_two() -> None:
+    """A key whose secret is `${NAME}` unset: the unset variable, and no "exactly one of key or
+    key_sha256" or secret clash about the empty value it left (docs/reference.md, Commands)."""
+    raw = {**BASE, "auth": {"keys": [{"name": "a", "key": "${A_KEY}"}, {"name": "b", "key": "${B_KEY}"}]},
+           "admin": {"keys": [{"name": "p", "key": "${ADMIN_KEY}"}]}, "store": {"url": "sqlite:///x.db"}}
+    assert errors(raw, {"KEY": "k"}) == [
+        "auth.keys[0].key: environment variable A_KEY is not set and has no default",
+        "auth.keys[1].key: environment variable B_KEY is not set and has no default",
+        "admin.keys[0].key: environment variable ADMIN_KEY is not set and has no default"]
+
+
 @pytest.mark.parametrize(("patch", "expected"), [
     ({"server": {"port": "eighty"}}, "server.port: must be int, got str"),
     ({"server": {"nope": 1}}, "server.nope: unknown key"),
