@@ -84,6 +84,18 @@ class InvalidApiKey(GatewayError):
     status, type, code, outcome = 401, "invalid_request_error", "invalid_api_key", "auth_error"
 
 
+class ExpiredApiKey(GatewayError):
+    """A key past its `expires_at`, or an expired IdP token (docs/reference.md, Errors)."""
+
+    status, type, code, outcome = 401, "invalid_request_error", "expired_api_key", "auth_error"
+
+
+class PermissionDenied(GatewayError):
+    """A valid IdP token whose groups map to no team or model (docs/identity.md)."""
+
+    status, type, code, outcome = 403, "permission_error", "permission_denied", "auth_error"
+
+
 class ModelNotFound(GatewayError):
     status, type, code, outcome = 404, "invalid_request_error", "model_not_found", "client_error"
 

@@ -97,12 +97,38 @@ class ApiKey:
     budget_period: Literal["day", "month"] = "day"
     team: TeamLimits | None = None  # stored keys only; `models` is then already the two lists' intersection
     expires_at: float | None = None  # epoch seconds (stored keys)
+    subject: str | None = None  # an IdP token's `sub` (docs/identity.md); None for a key
+
+
+@dataclass(frozen=True, slots=True)
+class JwtGroup:
+    """An `auth.jwt.groups` entry: an IdP group's team and models (None: every model)."""
+
+    group: str
+    team: str | None = None
+    models: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JwtConfig:
+    """`auth.jwt`: IdP-issued tokens beside keys (docs/identity.md)."""
+
+    issuer: str
+    audience: str
+    jwks_url: str | None = None  # None: discovered from {issuer}/.well-known/openid-configuration
+    team_claim: str | None = None
+    groups_claim: str = "groups"
+    groups: tuple[JwtGroup, ...] = ()
+    leeway_s: float = 60.0
+    refetch_s: float = 30.0  # at most one JWKS fetch per this long for unknown `kid`s
+    timeout_s: float = 5.0  # one discovery or JWKS fetch
 
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
     keys: tuple[ApiKey, ...] = ()
     allow_unauthenticated: bool = False
+    jwt: JwtConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
