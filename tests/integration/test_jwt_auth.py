@@ -5,6 +5,7 @@ API key. Every refusal is checked to reach no upstream."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import time
 import urllib.error
@@ -17,6 +18,9 @@ import jwt
 import openai
 import pytest
 from cryptography.hazmat.primitives import serialization
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from gateway.config import parse_config
 from gateway.config.types import Config
@@ -139,7 +143,6 @@ def _forged(idp: FakeIdp, case: str) -> str:
 
 
 def _hmac_token(claims: dict[str, Any], secret: bytes, kid: str) -> str:
-    import hashlib
     import hmac
     head = b64url(json.dumps({"alg": "HS256", "typ": "JWT", "kid": kid}).encode())
     body = b64url(json.dumps(claims).encode())
@@ -217,3 +220,30 @@ def test_discovery_or_a_given_jwks_url(idp: FakeIdp, upstream: FakeUpstream,
     upstream.enqueue(CHAT, completion("ok"))
     assert post(gw, CHAT, idp.token(["ml-eng"]), {"model": "m", "messages": HI})[0] == 200
     assert idp.discovery_fetches == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header=st.dictionaries(st.sampled_from(["alg", "kid", "typ", "crit", "x5u"]),
+                              st.sampled_from(["RS256", "none", "HS256", "EdDSA", "", "x" * 300]) | st.integers()
+                              | st.lists(st.integers(), max_size=2), max_size=4),
+       payload=st.dictionaries(st.sampled_from(["iss", "aud", "exp", "nbf", "groups", "sub", "team"]),
+                               st.text(max_size=12) | st.integers() | st.lists(st.text(max_size=5), max_size=3)
+                               | st.none(), max_size=7),
+       sig=st.binary(max_size=64))
+def test_fuzzed_tokens_never_get_a_5xx(gw: GatewayServer, upstream: FakeUpstream, header: dict[str, Any],
+                                       payload: dict[str, Any], sig: bytes) -> None:
+    token = ".".join(b64url(p) for p in (json.dumps(header).encode(), json.dumps(payload).encode(), sig))
+    status, body, _ = post(gw, CHAT, token, {"model": "m", "messages": HI})
+    assert status in (401, 403), body
+    assert upstream.received == []
+
+
+def test_the_log_line_names_the_subject_hashed(gw: GatewayServer, idp: FakeIdp, upstream: FakeUpstream) -> None:
+    upstream.enqueue(CHAT, completion("ok"))
+    token = idp.token(["ml-eng"], sub="alice@example.com")
+    with capture_logs() as logs:
+        assert post(gw, CHAT, token, {"model": "m", "messages": HI})[0] == 200
+    line = next(e for e in logs if e["event"] == "request")
+    assert line["key"] == "jwt:ml"
+    assert line["subject_hash"] == hashlib.sha256(b"alice@example.com").hexdigest()[:32]
+    assert "alice" not in json.dumps(logs, default=str) and token not in json.dumps(logs, default=str)
