@@ -18,7 +18,7 @@ import yaml
 
 from gateway.config import edges
 from gateway.config.aliases import Named, compile_names, not_a_model
-from gateway.config.control import STORE_KEYS, admin_config, key_identity, store_config
+from gateway.config.control import ADMIN_KEYS, STORE_KEYS, admin_config, key_identity, store_config
 from gateway.config.identity import JWT_KEYS, jwt_config
 from gateway.config.provider_config import provider_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
@@ -243,7 +243,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
     st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url"))
     c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
     lg = Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
-    admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ("keys",)), auth)
+    admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ADMIN_KEYS), auth)
     store = store_config(Section(top.raw.get("store"), "store", errs, STORE_KEYS), admin)
     config = Config(
         server=_server(Section(top.raw.get("server"), "server", errs,
@@ -293,10 +293,11 @@ _EVERY_SECTION: dict[str, Any] = {
     "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}]}],
     "guardrails": [{"name": "g", "terms": ["x"]}],
     "redaction": {"profiles": {"r": {"custom": [{"name": "c", "pattern": "x"}]}}},
-    "admin": {"keys": [{"name": "a", "key": "y"}]},
+    "admin": {"keys": [{"name": "a", "key": "y"}], "jwt_groups": {"g": {"role": "viewer"}},
+              "console": {"oidc_client_id": "c"}},
 }
 _NAMED = (("providers.p.", "providers.<name>."), ("redaction.profiles.r.", "redaction.profiles.<name>."),
-          ("auth.jwt.groups.g.", "auth.jwt.groups.<group>."))
+          ("auth.jwt.groups.g.", "auth.jwt.groups.<group>."), ("admin.jwt_groups.g.", "admin.jwt_groups.<group>."))
 
 
 def config_keys() -> set[str]:

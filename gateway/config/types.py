@@ -137,17 +137,39 @@ class StateConfig:
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
 
 
+AdminRole = Literal["admin", "team_admin", "viewer"]
+ADMIN_ROLES: tuple[AdminRole, ...] = ("admin", "team_admin", "viewer")  # strongest first
+
+
 @dataclass(frozen=True, slots=True)
 class AdminKey:
     """A control-plane key (`admin.keys`): valid on /admin/v1 only, never as a gateway key."""
 
     name: str
     key_sha256: str = field(repr=False)  # hex digest: a plain `key` is digested at load
+    role: AdminRole = "admin"
+    team: str | None = None  # a team_admin's team
+
+
+@dataclass(frozen=True, slots=True)
+class AdminJwtGroup:
+    """An `admin.jwt_groups` entry: IdP group -> admin role (and a team_admin's team)."""
+
+    group: str
+    role: AdminRole
+    team: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
     keys: tuple[AdminKey, ...] = ()
+    jwt_groups: tuple[AdminJwtGroup, ...] = ()
+    console_oidc_client_id: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any admin credential can exist: config keys, IdP groups, or (with a store) stored ones."""
+        return bool(self.keys or self.jwt_groups)
 
 
 @dataclass(frozen=True, slots=True)
