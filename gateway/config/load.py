@@ -240,7 +240,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
         for mi, mname in enumerate(key.models or ()):
             if mname not in models:
                 errs.add(f"auth.keys[{ki}].models[{mi}]", not_a_model(mname, model_names))
-    st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url"))
+    st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url", "response_owner_ttl_s"))
     c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
     lg = Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
     admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ADMIN_KEYS), auth)
@@ -252,7 +252,8 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
                                  "send_timeout_s", "loop_turn_ms", "sched_slice_us", "tls", "cors"))),
         auth=auth,
         state=StateConfig(backend=st.choice("backend", ("memory", "redis"), "memory"),  # type: ignore[arg-type]
-                          redis_url=st.get("redis_url", str, "redis://127.0.0.1:6379/0")),
+                          redis_url=st.get("redis_url", str, "redis://127.0.0.1:6379/0"),
+                          response_owner_ttl_s=st.number("response_owner_ttl_s", 30 * 86_400.0, 1.0)),
         providers=MappingProxyType(providers), models=MappingProxyType(models),
         guardrails=MappingProxyType(guardrails), redaction_profiles=MappingProxyType(profiles),
         cache=CacheConfig(enabled=c.get("enabled", bool, False), ttl_s=c.number("ttl_s", 300.0, 0.001),

@@ -135,6 +135,8 @@ class AuthConfig:
 class StateConfig:
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
+    # how long the gateway remembers which key and team created a response id (docs/responses-bridge.md)
+    response_owner_ttl_s: float = 30 * 86_400.0
 
 
 AdminRole = Literal["admin", "team_admin", "viewer"]

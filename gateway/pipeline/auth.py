@@ -15,7 +15,7 @@ from typing import Protocol
 
 from gateway.config.types import ApiKey, AuthConfig
 from gateway.core.policy.identity import looks_like_jwt
-from gateway.errors import InvalidApiKey, ModelNotAllowed
+from gateway.errors import ExpiredApiKey, InvalidApiKey, ModelNotAllowed
 from gateway.pipeline.jwt_auth import JwtAuth, SigningKeyUnknown
 
 __all__ = ["KeyRing", "KeySource", "SigningKeyUnknown"]
@@ -25,6 +25,10 @@ class KeySource(Protocol):
     """More keys beside the config's: the store's, cached in this replica (`gateway.store.KeyCache`)."""
 
     def find(self, digest: bytes) -> ApiKey | None: ...
+
+    def expired(self, digest: bytes) -> bool:
+        """The secret names a key past its `expires_at` (then `find` gives None)."""
+        ...
 
 
 class KeyRing:
@@ -58,6 +62,8 @@ class KeyRing:
         stored = self._stored.find(digest) if self._stored is not None else None
         if stored is not None:
             return stored
+        if self._stored is not None and self._stored.expired(digest):
+            raise ExpiredApiKey("the gateway key has expired")
         if self.jwt is not None and looks_like_jwt(presented):
             return self.jwt.principal(presented)  # raises SigningKeyUnknown: `after_refetch` then
         if self._allow_anonymous:

@@ -17,6 +17,7 @@ from gateway.config.types import CacheConfig, StateConfig
 
 Period = Literal["day", "month"]
 LimitName = Literal["rpm", "tpm"]
+MAX_PENDING_OWNER_WRITES = 1024  # response-owner writes in flight to a shared store, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,23 @@ class Reservation:
     shared: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseOwner:
+    """Who created a response id the gateway relayed: the key's name and its team's (None: no team;
+    a key of None: an unauthenticated caller)."""
+
+    key: str | None
+    team: str | None = None
+
+    def admits(self, key: str | None, team: str | None) -> bool:
+        """The creating key, or another key of the same team (docs/responses-bridge.md, ownership)."""
+        return key == self.key or (team is not None and team == self.team)
+
+
+# a response id longer than this was never given out by an upstream: unknown, without a lookup
+MAX_RESPONSE_ID_CHARS = 256
+
+
 class StateBackend(Protocol):
     async def check_request(
         self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
@@ -65,6 +83,16 @@ class StateBackend(Protocol):
     async def cache_get(self, cache_key: str) -> bytes | None: ...
 
     async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None: ...
+
+    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+        """Remember who created `response_id` for `ttl_s`. Never waits: a shared store's write runs in
+        the background (bounded: over `MAX_PENDING_OWNER_WRITES` in flight, the write is dropped and
+        logged), and `response_owner` of the same id on this replica waits for it."""
+        ...
+
+    async def response_owner(self, response_id: str) -> ResponseOwner | None:
+        """Who created `response_id`; None when nobody is on record (unknown, expired, or never ours)."""
+        ...
 
     async def healthy(self) -> bool:
         """For /readyz: False while the shared store is unreachable."""

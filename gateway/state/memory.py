@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gateway.config.types import CacheConfig
-from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, period_id
+from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, ResponseOwner, period_id
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of
 
 
@@ -58,6 +58,10 @@ class _KeyWindows:
         self.tpm.roll(minute)
 
 
+# response ids remembered at most, oldest dropped first (an id dropped is unknown: a 404, never a leak)
+MAX_RESPONSE_OWNERS = 100_000
+
+
 class MemoryBackend:
     """`StateBackend` held in this process. `clock` (monotonic seconds) drives cache expiry only."""
 
@@ -68,6 +72,7 @@ class MemoryBackend:
         self._swept_minute = 0
         self._spend: dict[tuple[str, Period], tuple[str, float]] = {}
         self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._owners: OrderedDict[str, tuple[float, ResponseOwner]] = OrderedDict()  # id -> (expiry, owner)
 
     async def check_request(
         self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
@@ -138,6 +143,21 @@ class MemoryBackend:
         while len(self._cache) > self._max_entries:
             self._cache.popitem(last=False)  # least recently used first
 
+    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+        self._owners[response_id] = (self._clock() + ttl_s, owner)
+        self._owners.move_to_end(response_id)
+        while len(self._owners) > MAX_RESPONSE_OWNERS:
+            self._owners.popitem(last=False)
+
+    async def response_owner(self, response_id: str) -> ResponseOwner | None:
+        entry = self._owners.get(response_id)
+        if entry is None:
+            return None
+        if entry[0] <= self._clock():
+            del self._owners[response_id]
+            return None
+        return entry[1]
+
     def tracked_keys(self) -> int:
         """Keys whose rate windows are held (for tests and metrics: proves the pruning)."""
         return len(self._windows)
@@ -152,3 +172,4 @@ class MemoryBackend:
     async def close(self) -> None:
         self._windows.clear()
         self._cache.clear()
+        self._owners.clear()

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import orjson
 import structlog
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
@@ -29,7 +30,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config.types import CacheConfig
 from gateway.state import lua
-from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, period_id
+from gateway.state.base import (
+    ALLOWED,
+    MAX_PENDING_OWNER_WRITES,
+    LimitDecision,
+    Period,
+    Reservation,
+    ResponseOwner,
+    period_id,
+)
 from gateway.state.memory import MemoryBackend
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of, previous_weight
 
@@ -51,6 +60,21 @@ def spend_key(key: str, period: Period, now: float) -> str:
 
 def cache_redis_key(cache_key: str) -> str:
     return f"{PREFIX}cache:{cache_key}"
+
+
+def owner_key(response_id: str) -> str:
+    return f"{PREFIX}owner:{{{_tag(response_id)}}}"
+
+
+def _owner_of(raw: object) -> ResponseOwner | None:
+    """A stored `[key, team]`; anything else is no record (unknown), never an error."""
+    try:
+        value = orjson.loads(raw) if isinstance(raw, bytes) else None
+    except orjson.JSONDecodeError:
+        return None
+    if not (isinstance(value, list) and len(value) == 2 and all(v is None or isinstance(v, str) for v in value)):
+        return None
+    return ResponseOwner(key=value[0], team=value[1])
 
 
 def _tag(key: str) -> str:
@@ -132,6 +156,7 @@ class RedisBackend:
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
         self._unsynced: dict[str, tuple[float, int]] = {}
         self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
+        self._owner_writes: dict[str, asyncio.Task[None]] = {}  # response id -> its write in flight
 
     @property
     def degraded(self) -> bool:
@@ -303,6 +328,48 @@ class RedisBackend:
 
         await self._run(remote, local)
 
+    # -- response ownership ----------------------------------------------------------------------
+
+    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+        if len(self._owner_writes) >= MAX_PENDING_OWNER_WRITES:
+            _log().warning("response_owner_not_recorded", reason="too many writes in flight",
+                           in_flight=len(self._owner_writes))
+            return
+        task = asyncio.get_running_loop().create_task(self._write_owner(response_id, owner, ttl_s))
+        self._owner_writes[response_id] = task
+        task.add_done_callback(lambda done: self._owner_written(response_id, done))
+
+    def _owner_written(self, response_id: str, task: asyncio.Task[None]) -> None:
+        if self._owner_writes.get(response_id) is task:
+            del self._owner_writes[response_id]
+        if not task.cancelled() and task.exception() is not None:
+            _log().warning("response_owner_not_recorded", reason=type(task.exception()).__name__)
+
+    async def _write_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+        value, ttl_ms = orjson.dumps([owner.key, owner.team]), max(1, round(ttl_s * 1000))
+
+        async def remote() -> None:
+            await self._redis.set(owner_key(response_id), value, px=ttl_ms)
+
+        async def local() -> None:
+            self._local.record_response_owner(response_id, owner, ttl_s)
+
+        await self._run(remote, local)
+
+    async def response_owner(self, response_id: str) -> ResponseOwner | None:
+        pending = self._owner_writes.get(response_id)
+        if pending is not None:  # written from this replica a moment ago: read it after the write
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)  # bounded: the write has its own deadline
+
+        async def remote() -> ResponseOwner | None:
+            return _owner_of(await self._redis.get(owner_key(response_id)))
+
+        async def local() -> ResponseOwner | None:
+            return await self._local.response_owner(response_id)
+
+        return await self._run(remote, local)
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def healthy(self) -> bool:
@@ -317,6 +384,8 @@ class RedisBackend:
         return True
 
     async def close(self) -> None:
+        for task in list(self._owner_writes.values()):
+            task.cancel()
         if self._probe is not None:
             self._probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -47,6 +47,12 @@ class KeyCache:
                 return None
         return key
 
+    def expired(self, digest: bytes) -> bool:
+        """Whether this secret names a stored key past its own `expires_at` (not a secret past a
+        rotation's grace: that one is simply no longer valid)."""
+        hit = self._by_digest.get(digest)
+        return hit is not None and hit[0].expires_at is not None and self._clock() >= hit[0].expires_at
+
 
 def api_key(k: StoredKey, team: Team | None) -> ApiKey:
     lim = k.limits

@@ -91,3 +91,10 @@ def test_the_ledger_journal_is_auto_unless_set() -> None:
     assert parse_config({**BASE, "store": {"url": "sqlite:///x.db"}}, env={"KEY": "k"}).store.ledger_journal == "auto"
     pg = {"url": "postgresql://u@h/db", "ledger_journal": "/var/lib/gateway/ledger"}
     assert parse_config({**BASE, "store": pg}, env={"KEY": "k"}).store.ledger_journal == "/var/lib/gateway/ledger"
+
+
+def test_response_owners_are_kept_30_days_unless_set() -> None:
+    assert parse_config(BASE, env={"KEY": "k"}).state.response_owner_ttl_s == 30 * 86_400
+    custom = parse_config({**BASE, "state": {"response_owner_ttl_s": 3600}}, env={"KEY": "k"})
+    assert custom.state.response_owner_ttl_s == 3600
+    assert errors({**BASE, "state": {"response_owner_ttl_s": 0}}) == ["state.response_owner_ttl_s: must be >= 1"]
