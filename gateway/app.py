@@ -95,6 +95,8 @@ class App:
                 await self.control.start()
             except StoreUnavailable as exc:  # start needs the schema; later outages are served from cache
                 raise StartupError(f"store.url: cannot open the store: {exc}") from None
+        if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
+            await jwt.jwks.refresh()  # bounded by auth.jwt.timeout_s; a failure leaves a refetch to come
 
     async def close(self) -> None:
         self.upstream.close()

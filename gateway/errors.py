@@ -91,6 +91,12 @@ class ExpiredApiKey(InvalidApiKey):
     code = "expired_api_key"
 
 
+class PermissionDenied(GatewayError):
+    """A valid IdP token whose groups map to no team or model (docs/identity.md)."""
+
+    status, type, code, outcome = 403, "permission_error", "permission_denied", "auth_error"
+
+
 class ModelNotFound(GatewayError):
     status, type, code, outcome = 404, "invalid_request_error", "model_not_found", "client_error"
 

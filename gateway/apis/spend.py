@@ -19,7 +19,7 @@ from gateway.state.base import period_id
 
 async def key_spend(request: GatewayRequest) -> Response:
     rt = request.app.runtime
-    key = rt.keyring.authenticate(request.headers, x_api_key=True)
+    key = await rt.keyring.caller(request.headers, x_api_key=True)
     if key is None:  # auth.allow_unauthenticated and no key sent: there is no key to account to
         raise InvalidApiKey("send the gateway key whose spend to read: Authorization: Bearer <key>")
     now = time.time()

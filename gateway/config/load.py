@@ -19,7 +19,8 @@ import yaml
 
 from gateway.config import edges
 from gateway.config.aliases import Named, compile_names, not_a_model
-from gateway.config.control import STORE_KEYS, admin_config, key_identity, store_config
+from gateway.config.control import ADMIN_KEYS, STORE_KEYS, admin_config, key_identity, store_config
+from gateway.config.identity import JWT_KEYS, jwt_config
 from gateway.config.provider_config import provider_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
@@ -112,10 +113,11 @@ def _api_key(path: str, raw: Any, errs: Errors) -> ApiKey:
     )
 
 
-def _auth(s: Section) -> AuthConfig:
+def _auth(s: Section, models: Mapping[str, ModelConfig]) -> AuthConfig:
     keys = tuple(_api_key(p, raw, s.errs) for p, raw in s.items("keys"))
     _unique_keys(s.at("keys"), keys, s.errs)
-    return AuthConfig(keys=keys, allow_unauthenticated=s.get("allow_unauthenticated", bool, False))
+    jwt = jwt_config(Section(s.raw.get("jwt"), s.at("jwt"), s.errs, JWT_KEYS), models)
+    return AuthConfig(keys=keys, allow_unauthenticated=s.get("allow_unauthenticated", bool, False), jwt=jwt)
 
 
 def _unique_keys(path: str, keys: tuple[ApiKey, ...], errs: Errors) -> None:
@@ -254,7 +256,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
     model_names, problems = compile_names(named)
     for path, problem in problems:
         errs.add(path, problem)
-    auth = _auth(Section(top.raw.get("auth"), "auth", errs, ("keys", "allow_unauthenticated")))
+    auth = _auth(Section(top.raw.get("auth"), "auth", errs, ("keys", "allow_unauthenticated", "jwt")), models)
     for ki, key in enumerate(auth.keys):
         for mi, mname in enumerate(key.models or ()):
             if mname not in models:
@@ -262,7 +264,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
     st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url", "response_owner_ttl_s"))
     c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
     lg = Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
-    admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ("keys",)), auth)
+    admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ADMIN_KEYS), auth)
     store = store_config(Section(top.raw.get("store"), "store", errs, STORE_KEYS), admin)
     config = Config(
         server=_server(Section(top.raw.get("server"), "server", errs,
@@ -285,7 +287,8 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
     )
     if not models:
         errs.add("models", "at least one model is required")
-    if not config.auth.keys and not config.auth.allow_unauthenticated and store.url is None:
+    if not config.auth.keys and not config.auth.allow_unauthenticated and store.url is None \
+            and config.auth.jwt is None:
         errs.add("auth", "no keys configured: add auth.keys or set auth.allow_unauthenticated: true")
     return config
 
@@ -306,14 +309,17 @@ def load_config(path: str, env: Mapping[str, str] | None = None) -> Config:
 
 # One entry of every list and named mapping, so that parsing it builds every section there is.
 _EVERY_SECTION: dict[str, Any] = {
-    "auth": {"keys": [{"name": "k", "key": "x"}]},
+    "auth": {"keys": [{"name": "k", "key": "x"}],
+             "jwt": {"issuer": "https://idp", "audience": "a", "groups": {"g": {"team": "t"}}}},
     "providers": {"p": {"type": "mock"}},
     "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}]}],
     "guardrails": [{"name": "g", "terms": ["x"]}],
     "redaction": {"profiles": {"r": {"custom": [{"name": "c", "pattern": "x"}]}}},
-    "admin": {"keys": [{"name": "a", "key": "y"}]},
+    "admin": {"keys": [{"name": "a", "key": "y"}], "jwt_groups": {"g": {"role": "viewer"}},
+              "console": {"oidc_client_id": "c"}},
 }
-_NAMED = (("providers.p.", "providers.<name>."), ("redaction.profiles.r.", "redaction.profiles.<name>."))
+_NAMED = (("providers.p.", "providers.<name>."), ("redaction.profiles.r.", "redaction.profiles.<name>."),
+          ("auth.jwt.groups.g.", "auth.jwt.groups.<group>."), ("admin.jwt_groups.g.", "admin.jwt_groups.<group>."))
 
 
 def config_keys() -> set[str]:

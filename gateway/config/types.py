@@ -102,12 +102,38 @@ class ApiKey:
     budget_period: Literal["day", "month"] = "day"
     team: TeamLimits | None = None  # stored keys only; `models` is then already the two lists' intersection
     expires_at: float | None = None  # epoch seconds (stored keys)
+    subject: str | None = None  # an IdP token's `sub` (docs/identity.md); None for a key
+
+
+@dataclass(frozen=True, slots=True)
+class JwtGroup:
+    """An `auth.jwt.groups` entry: an IdP group's team and models (None: every model)."""
+
+    group: str
+    team: str | None = None
+    models: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JwtConfig:
+    """`auth.jwt`: IdP-issued tokens beside keys (docs/identity.md)."""
+
+    issuer: str
+    audience: str
+    jwks_url: str | None = None  # None: discovered from {issuer}/.well-known/openid-configuration
+    team_claim: str | None = None
+    groups_claim: str = "groups"
+    groups: tuple[JwtGroup, ...] = ()
+    leeway_s: float = 60.0
+    refetch_s: float = 30.0  # at most one JWKS fetch per this long for unknown `kid`s
+    timeout_s: float = 5.0  # one discovery or JWKS fetch
 
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
     keys: tuple[ApiKey, ...] = ()
     allow_unauthenticated: bool = False
+    jwt: JwtConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,17 +144,39 @@ class StateConfig:
     response_owner_ttl_s: float = 30 * 86_400.0
 
 
+AdminRole = Literal["admin", "team_admin", "viewer"]
+ADMIN_ROLES: tuple[AdminRole, ...] = ("admin", "team_admin", "viewer")  # strongest first
+
+
 @dataclass(frozen=True, slots=True)
 class AdminKey:
     """A control-plane key (`admin.keys`): valid on /admin/v1 only, never as a gateway key."""
 
     name: str
     key_sha256: str = field(repr=False)  # hex digest: a plain `key` is digested at load
+    role: AdminRole = "admin"
+    team: str | None = None  # a team_admin's team
+
+
+@dataclass(frozen=True, slots=True)
+class AdminJwtGroup:
+    """An `admin.jwt_groups` entry: IdP group -> admin role (and a team_admin's team)."""
+
+    group: str
+    role: AdminRole
+    team: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
     keys: tuple[AdminKey, ...] = ()
+    jwt_groups: tuple[AdminJwtGroup, ...] = ()
+    console_oidc_client_id: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any admin credential can exist: config keys, IdP groups, or (with a store) stored ones."""
+        return bool(self.keys or self.jwt_groups)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from gateway.core.policy.affinity import session_digest
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.observe.context import REQUESTED_MODEL_CHARS, Admission, RequestContext
 from gateway.pipeline.attempts import Won
-from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.slicer import TextSlot
@@ -61,7 +61,10 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
     """Authenticate, parse, resolve and authorise. What is known on the way (the key, the name asked
     for) is kept on `request.admission` at once, so a refusal's log line still says who asked what."""
     rt = request.app.runtime
-    key = rt.keyring.authenticate(request.headers, x_api_key=api.x_api_key)
+    try:
+        key = rt.keyring.authenticate(request.headers, x_api_key=api.x_api_key)
+    except SigningKeyUnknown:  # an IdP token signed by a key not yet fetched: one refetch may bring it
+        key = await rt.keyring.after_refetch(request.headers, x_api_key=api.x_api_key)
     request.admission = Admission(key)
     body = await read_json(rt, request)
     name = body.get("model")

@@ -15,6 +15,7 @@ from gateway.core.policy.affinity import SeenSessions
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
 from gateway.observe.metrics import Metrics
 from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.jwt_auth import Jwks, JwtAuth
 from gateway.pipeline.learned import Learned
 from gateway.pipeline.safety import Safety, compile_safety
 from gateway.pipeline.slicer import Slicer
@@ -75,7 +76,8 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         upstream=upstream,
         metrics=metrics,
         safety=compile_safety(config),
-        keyring=KeyRing(config.auth, control.cache if control is not None else None),
+        keyring=KeyRing(config.auth, control.cache if control is not None else None,
+                        _jwt_auth(config, upstream, control, previous)),
         learned=previous.learned if previous else Learned(metrics),
         breakers=previous.breakers if previous else {},
         inflight=previous.inflight if previous else {},
@@ -84,3 +86,15 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         control=control,
         sessions=previous.sessions if previous else SeenSessions(),
     )
+
+
+def _jwt_auth(config: Config, upstream: Upstream, control: ControlPlane | None,
+              previous: Runtime | None) -> JwtAuth | None:
+    """`auth.jwt`'s verifier; a reload with the same IdP keeps the keys already fetched."""
+    cfg = config.auth.jwt
+    if cfg is None:
+        return None
+    old = previous.keyring.jwt if previous is not None else None
+    same_idp = old is not None and (old.cfg.issuer, old.cfg.jwks_url) == (cfg.issuer, cfg.jwks_url)
+    jwks = old.jwks if same_idp and old is not None else Jwks(cfg, upstream.get_json)
+    return JwtAuth(cfg, jwks, control.cache if control is not None else None)

@@ -134,6 +134,14 @@ class Upstream:
         any failure; a body over 1 MiB is one."""
         req = UpstreamRequest("POST", url, {"content-type": "application/json", "accept": "application/json"},
                               orjson.dumps(payload), False)
+        return await self._small_json(req, url, timeout_s, label)
+
+    async def get_json(self, url: str, timeout_s: float, label: str) -> Any:
+        """A small JSON document (an IdP's discovery document and JWKS), as `post_json`."""
+        req = UpstreamRequest("GET", url, {"accept": "application/json"}, b"", False)
+        return await self._small_json(req, url, timeout_s, label)
+
+    async def _small_json(self, req: UpstreamRequest, url: str, timeout_s: float, label: str) -> Any:
         target = _target(url, label)
         proxy = route(target.host, target.port, target.tls, None, True, self.egress)
         try:
