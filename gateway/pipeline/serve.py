@@ -89,6 +89,7 @@ async def _complete(rt: Runtime, ctx: RequestContext, served: ServedApi, request
         return served.read_answer(obj, parsed.events)
 
     won, parsed = await run_attempts(rt, ctx, attempt)
+    rt.learn_served_name(won.deployment, ctx.model.name, parsed.obj.get("model"))
     return await answer_body(rt, ctx, request.app.state, won, parsed.obj, mask, read,
                              cacheable=served.answer_cacheable(parsed.obj))
 
