@@ -31,3 +31,11 @@ def test_make_test_still_installs_the_test_extra() -> None:
     run_plan = subprocess.run(["make", "-n", "-B", "RUN_VENV=/nonexistent-run", "run"], cwd=ROOT, check=True,
                               capture_output=True, text=True, timeout=60).stdout
     assert "pip install -q -e ." in run_plan and "[test]" not in run_plan
+
+
+def test_make_run_adds_the_extras_asked_for() -> None:
+    """`make run EXTRAS=aws,gcp` (README, docs/cloud-providers.md): the cloud providers' extras in the run
+    venv, under a stamp of their own so asking for them later installs them into an existing venv."""
+    plan = subprocess.run(["make", "-n", "-B", "RUN_VENV=/nonexistent-run", "EXTRAS=aws,gcp", "run"], cwd=ROOT,
+                          check=True, capture_output=True, text=True, timeout=60).stdout
+    assert "pip install -q -e .'[aws,gcp]'" in plan and "/nonexistent-run/.installed-stamp-aws-gcp" in plan
