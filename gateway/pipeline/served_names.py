@@ -17,16 +17,21 @@ from gateway.config.aliases import ALIAS, ModelNames
 from gateway.config.types import ApiKey, ModelConfig
 
 MAX_LEARNED = 1024  # reported names kept; past it the oldest learned is forgotten
+MAX_RESOLVED = 1024  # reported names the config resolves itself, remembered so as not to check them again
 MAX_MODELS_PER_NAME = 16  # models one reported name may reach (two models on one upstream are already rare)
 
 
 class LearnedNames:
     """Reported upstream name -> the models whose answers carried it, oldest learned first out."""
 
-    __slots__ = ("_names",)
+    __slots__ = ("_checked_with", "_names", "_resolved")
 
     def __init__(self) -> None:
         self._names: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # names the config already resolves (an alias glob matches the snapshot an upstream reports: the
+        # common case), valid for the compiled names they were checked with; a reload starts them afresh
+        self._resolved: set[str] = set()
+        self._checked_with: ModelNames | None = None
 
     def __len__(self) -> int:
         return len(self._names)
@@ -43,8 +48,17 @@ class LearnedNames:
         known = self._names.get(reported)
         if known is not None and model in known:
             return
-        if not ALIAS.match(reported) or names.resolve(reported) is not None or names.served_as(reported):
-            return  # not a name a client could send back, or one that already resolves
+        if names is not self._checked_with:
+            self._resolved.clear()
+            self._checked_with = names
+        if reported in self._resolved:
+            return
+        if not ALIAS.match(reported):
+            return  # not a name a client could send back
+        if names.resolve(reported) is not None or names.served_as(reported):
+            if len(self._resolved) < MAX_RESOLVED:
+                self._resolved.add(reported)
+            return
         if known is None:
             while len(self._names) >= MAX_LEARNED:
                 self._names.popitem(last=False)

@@ -51,3 +51,13 @@ def test_the_learned_map_is_bounded() -> None:
     for i in range(MAX_MODELS_PER_NAME + 5):
         many.learn("snap", f"m{i}", "dep-x", NAMES)
     assert len(many.models("snap")) == MAX_MODELS_PER_NAME
+
+
+def test_a_name_the_config_resolves_is_remembered_per_compiled_config() -> None:
+    learned = LearnedNames()
+    learned.learn("glob-snap-1", "c", "dep-z", NAMES)
+    learned.learn("glob-snap-1", "c", "dep-z", NAMES)
+    assert learned.models("glob-snap-1") == ()
+    reloaded, _ = compile_names([Named("models[0]", "c", (), ("dep-z",))])  # no glob any more
+    learned.learn("glob-snap-1", "c", "dep-z", reloaded)
+    assert learned.models("glob-snap-1") == ("c",)
