@@ -6,8 +6,15 @@ runs the agents themselves to check the list is what they send."""
 
 from __future__ import annotations
 
+import pytest
+import yaml
+
 from gateway.config import parse_config
-from tests.agent_defaults import DOCS_ENV, docs_agent_config, pinned_defaults, pins
+from tests.agent_defaults import DOCS_ENV, ROOT, docs_agent_config, pinned_defaults, pins
+
+EXAMPLE = ROOT / "deploy" / "config" / "real-providers.example.yaml"
+EXAMPLE_ENV = {k: f"test-{k.lower()}" for k in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_KEY",
+                                                  "TEAM_A_KEY", "TEAM_B_KEY")}
 
 
 def test_the_default_names_are_listed_for_the_pinned_versions() -> None:
@@ -19,11 +26,15 @@ def test_the_default_names_are_listed_for_the_pinned_versions() -> None:
         assert entry["default_models"], package
 
 
-def test_the_docs_config_reaches_a_model_for_every_default_name() -> None:
-    config = parse_config(docs_agent_config(), env=DOCS_ENV)
+@pytest.mark.parametrize("example", ["docs/agents.md", "deploy/config/real-providers.example.yaml"])
+def test_the_example_configs_reach_a_model_for_every_default_name(example: str) -> None:
+    if example == "docs/agents.md":
+        config = parse_config(docs_agent_config(), env=DOCS_ENV)
+    else:
+        config = parse_config(yaml.safe_load(EXAMPLE.read_text()), env=EXAMPLE_ENV)
     for package, entry in pinned_defaults().items():
         for name in entry["default_models"]:
             model = config.resolve_model(name)
-            assert model is not None, f"{package}'s default {name!r} reaches no model of docs/agents.md"
+            assert model is not None, f"{package}'s default {name!r} reaches no model of {example}"
     assert config.resolve_model("gpt-6.2-sol").name == "codex"  # type: ignore[union-attr]
     assert config.resolve_model("claude-opus-5-5").name == "sonnet"  # type: ignore[union-attr]
