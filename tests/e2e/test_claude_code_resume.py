@@ -3,9 +3,9 @@ transcript records the `model` its answers carried, which is the deployment's up
 (configured, or a snapshot name the upstream reported), not a name of the gateway's model, and a resumed
 session names its model by it. Headless and offline: `claude -p` with Claude Code's own default model names
 (reaching the models through their aliases), then `claude -p --resume <session id> --model <the model its
-transcript recorded>`. The pinned Claude Code restores the transcript's model itself only in its
-interactive resume; headless `-p --resume` keeps its default, so the test hands it the recorded name, as
-the interactive resume (or a user copying it) does."""
+transcript recorded>`. In these runs the pinned Claude Code (2.1.328) resumed with its default name, both
+headless and interactive (a pty), so the test hands it the recorded name, as a client that restores the
+session's model (or a user copying it from the transcript) does."""
 
 from __future__ import annotations
 
