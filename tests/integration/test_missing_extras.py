@@ -8,8 +8,10 @@ where its credentials come from; the client learns neither."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gateway.config import parse_config
+from tests.e2e.processes import Process
 from tests.harness import GatewayServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +34,7 @@ models:
     deployments: [{deployments}]
 """
 BEDROCK = ("  bedrock-us: {type: bedrock, region: us-east-1}", "{provider: bedrock-us, model: amazon.nova-pro-v1:0}")
+MOCK = ("  demo: {type: mock}", "{provider: demo, model: demo-1}")
 VERTEX = ("  vertex-eu: {type: vertex, project: p, location: europe-west1}",
           "{provider: vertex-eu, model: gemini-2.5-pro}")
 
@@ -42,8 +46,8 @@ def write_config(tmp_path: Path, *providers: tuple[str, str]) -> Path:
     return path
 
 
-def gateway(tmp_path: Path, blocked: tuple[str, ...], *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m gateway <args>` with the extras in `blocked` not importable."""
+def blocked_env(tmp_path: Path, blocked: tuple[str, ...]) -> dict[str, str]:
+    """The environment of a Python that cannot import the extras in `blocked`, and no cloud credentials."""
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     modules = [m for extra in blocked for m in BLOCKS[extra]]
@@ -52,6 +56,12 @@ def gateway(tmp_path: Path, blocked: tuple[str, ...], *args: str) -> subprocess.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GOOGLE_", "GATEWAY_"))}
     env.update(PYTHONPATH=f"{site}{os.pathsep}{ROOT}", AWS_EC2_METADATA_DISABLED="true", HOME=str(tmp_path),
                GCE_METADATA_HOST="127.0.0.1:9", GCE_METADATA_IP="127.0.0.1:9")
+    return env
+
+
+def gateway(tmp_path: Path, blocked: tuple[str, ...], *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m gateway <args>` with the extras in `blocked` not importable."""
+    env = blocked_env(tmp_path, blocked)
     return subprocess.run([sys.executable, "-m", "gateway", *args], env=env, cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
 
@@ -95,6 +105,25 @@ def test_serve_refuses_to_start_without_the_extra(tmp_path: Path) -> None:
                    "--port", str(port), "--metrics-port", str(metrics))
     assert done.returncode == 1 and done.stdout == ""
     assert "pip install 'llm-gateway[aws]'" in one_line(done.stderr)
+
+
+def test_a_reload_to_a_config_that_needs_a_missing_extra_is_rejected(tmp_path: Path) -> None:
+    config = write_config(tmp_path, MOCK)
+    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(free_port()),
+            "--metrics-port", str(free_port())]
+    proc = Process("gateway", argv, '"listening"', blocked_env(tmp_path, ("aws",)))
+    proc.start(deadline_s=30)
+    try:
+        write_config(tmp_path, MOCK, BEDROCK)
+        proc.send(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while not any('"reload_rejected"' in line for line in proc.lines) and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the drained output for a condition, with a deadline
+        rejected = [line for line in proc.lines if '"reload_rejected"' in line]
+        assert rejected and "llm-gateway[aws]" in rejected[0], proc.output()
+        assert proc.alive()
+    finally:
+        proc.stop()
 
 
 @pytest.fixture
