@@ -26,6 +26,7 @@ from gateway.apis.messages_tokens import count_tokens
 from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.apis.spend import key_spend
+from gateway.config.extras import missing_extras
 from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
 from gateway.core.http1_request import RequestHead
@@ -122,6 +123,9 @@ class App:
         if (tls is None) != (self.tls is None):
             raise ValueError("server.tls: turning TLS on or off needs a restart")
         context = tls_context(tls) if tls is not None else None
+        missing = missing_extras(config.providers.values())
+        if missing is not None:
+            raise ValueError(missing)
         old = self.runtime
         if config.store != self.config.store:
             log.warning("store_change_needs_restart", message="store.* is read at start; a reload keeps it")

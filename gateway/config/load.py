@@ -252,7 +252,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
         if m.name in models:
             errs.add(f"{mpath}.name", f'duplicate model "{m.name}"')
         models[m.name] = m
-        named.append(Named(mpath, m.name, m.aliases))
+        named.append(Named(mpath, m.name, m.aliases, tuple(d.model for d in m.deployments)))
     model_names, problems = compile_names(named)
     for path, problem in problems:
         errs.add(path, problem)

@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 
 import structlog
 
+from gateway.config.extras import credentials_fix
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind
 from gateway.core.policy.affinity import affinity_result
@@ -241,6 +242,10 @@ def after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Fail
         ctx.fallbacks.add((d.label, Fact.NO_STREAM_OPTIONS))  # learned only if the retry without succeeds
     elif failure.kind is FailureKind.STREAM_REJECTED:
         ctx.fallbacks.add((d.label, Fact.NO_STREAM if ctx.stream else Fact.STREAM_ONLY))
+    if failure.kind is FailureKind.UPSTREAM_AUTH:  # our credentials: say where they come from
+        log.warning("upstream_attempt_failed", deployment=d.label, kind=failure.kind.value, status=failure.status,
+                    code=failure.code, fix=credentials_fix(rt.provider(d)))
+        return
     log.info("upstream_attempt_failed", deployment=d.label, kind=failure.kind.value, status=failure.status,
              code=failure.code)
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config.types import Config, Deployment, ModelConfig, ProviderConfig
+from gateway.config.types import ApiKey, Config, Deployment, ModelConfig, ProviderConfig
 from gateway.core.policy.affinity import SeenSessions
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
 from gateway.observe.metrics import Metrics
@@ -18,6 +18,7 @@ from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.jwt_auth import Jwks, JwtAuth
 from gateway.pipeline.learned import Learned
 from gateway.pipeline.safety import Safety, compile_safety
+from gateway.pipeline.served_names import LearnedNames, served_model
 from gateway.pipeline.slicer import Slicer
 from gateway.providers.base import Translator
 from gateway.providers.registry import Translators, build_translators
@@ -41,6 +42,7 @@ class Runtime:
     clock: Callable[[], float] = time.time  # epoch seconds for the rate limits (tests drive their own)
     control: ControlPlane | None = None  # the store's keys, teams and ledger (`store.url`), kept on reload
     sessions: SeenSessions = field(default_factory=SeenSessions)  # affinity's `new` sessions, kept on reload
+    served_names: LearnedNames = field(default_factory=LearnedNames)  # upstream-reported names, kept on reload
 
     def provider(self, d: Deployment) -> ProviderConfig:
         return self.config.providers[d.provider]
@@ -61,9 +63,19 @@ class Runtime:
     def allowed(self, d: Deployment) -> bool:
         return self.breaker(d).allow(time.monotonic())
 
-    def model(self, name: str) -> ModelConfig | None:
-        """The configured model a request's `model` names: by its name or an alias (CONTRACT §10)."""
-        return self.config.resolve_model(name)
+    def model(self, name: str, key: ApiKey | None = None) -> ModelConfig | None:
+        """The configured model a request's `model` names: by its name or an alias, else by an upstream
+        model name the gateway gave back in an answer, the first such model `key` may use
+        (docs/agents.md, "Names the gateway gave back")."""
+        model = self.config.resolve_model(name)
+        if model is not None:
+            return model
+        return served_model(name, key, self.config.model_names, self.served_names, self.config.models.get)
+
+    def learn_served_name(self, d: Deployment, model: str, reported: object) -> None:
+        """An answer of deployment `d` of `model` carried `reported` as its model: kept if it is a name
+        the config does not resolve, so a client may send it back."""
+        self.served_names.learn(reported, model, d.model, self.config.model_names)
 
 
 def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
@@ -85,6 +97,7 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         clock=previous.clock if previous else time.time,
         control=control,
         sessions=previous.sessions if previous else SeenSessions(),
+        served_names=previous.served_names if previous else LearnedNames(),
     )
 
 

@@ -95,6 +95,7 @@ async def _complete(rt: Runtime, ctx: RequestContext, served: ServedApi, request
     won, parsed = await run_attempts(rt, ctx, attempt)
     if served.owned is not None:
         ownership.record(rt, request.app.state, ctx, served.owned, won.deployment, served.owned.body_id(parsed.obj))
+    rt.learn_served_name(won.deployment, ctx.model.name, parsed.obj.get("model"))
     return await answer_body(rt, ctx, request.app.state, won, parsed.obj, mask, read,
                              cacheable=served.answer_cacheable(parsed.obj))
 

@@ -182,7 +182,6 @@ def test_the_agents_config_serves_the_codex_config_toml_model(agents_gateway: Ga
     assert _reaches_a_model(agents_gateway, "/v1/responses", codex["model"])
 
 
-@pytest.mark.xfail(strict=True, reason="docs/agents.md's aliases for Codex's own default land with #56 finding 5")
 def test_the_agents_config_serves_codexs_default_name(agents_gateway: GatewayProcess) -> None:
     for name in _pinned("@openai/codex"):
         assert _reaches_a_model(agents_gateway, "/v1/responses", name), f"{name}: not a name of docs/agents.md's models"
