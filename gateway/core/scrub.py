@@ -2,10 +2,12 @@
 
 An upstream's error may echo our own credentials back ("Incorrect API key provided: sk-...", a proxy
 quoting the `Proxy-Authorization` it got, an API manager quoting its subscription header). A
-`Scrubber` is compiled once per config (`pipeline.safety.compile_safety`) from every secret the
-gateway sends upstream; it masks each of them exactly (the longest first, so a secret that contains
-another is masked whole), then any `Bearer <token>` or `Authorization: Basic <token>`, then whatever
-the built-in `secrets` redaction rules find.
+`Scrubber` is compiled once per config (`pipeline.safety.compile_safety`) from every secret written in
+it that the gateway sends upstream, and reads the credentials the request signers obtain at run time
+(`core.minted`: AWS keys and session tokens, Google access tokens) as they are when it runs. It masks
+each of them exactly (the signers' first, then the configured ones, each the longest first, so a secret
+that contains another is masked whole), then any `Bearer <token>` or `Authorization: Basic <token>`,
+then whatever the built-in `secrets` redaction rules find.
 
 Its cost is bounded, whatever the upstream sends: the exact masks are C-speed string replaces over the
 whole text; what follows runs on at most `MAX_FIELD` characters of one text and `MAX_TOTAL` of one
@@ -24,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from gateway.core.events import Failure, InbandError, StreamEvent
+from gateway.core.minted import MIN_SECRET, MintedSecrets
 from gateway.core.redact.window import Redactor, mask_marker
 
-MIN_SECRET = 4  # a shorter configured value ("1", "v2") cannot be told from ordinary text
 MAX_FIELD = 4096  # characters of one upstream text kept, after the exact masks
 MAX_TOTAL = 16384  # characters of one failure or error object through the rules
 MAX_NODES = 4096  # values of one error object walked; what lies beyond is dropped
@@ -35,7 +37,8 @@ MAX_NODES = 4096  # values of one error object walked; what lies beyond is dropp
 MAX_DEPTH = 64
 CUT = " [cut]"
 
-_KEY_MARK = mask_marker("provider_key")  # every configured secret: keys, header values, proxy credentials
+# every exact secret: keys, header values, proxy credentials, the signers' credentials
+_KEY_MARK = mask_marker("provider_key")
 _BEARER_MARK = mask_marker("bearer_token")
 _BASIC_MARK = mask_marker("basic_credentials")
 # RFC 6750 §2.1: "Bearer" 1*SP b64token; we mask up to the next whitespace or quote, whatever it holds
@@ -71,23 +74,27 @@ E = TypeVar("E", bound=FailedEvent)
 
 @dataclass(frozen=True, slots=True)
 class Scrubber:
-    """Compiled once per config; immutable and shared by every request."""
+    """Compiled once per config; immutable and shared by every request. `minted` is the process's one
+    set of signer credentials (it outlives a reload: the signers are the process's), read at each use."""
 
     secrets: tuple[str, ...]  # longest first
     rules: Redactor
+    minted: MintedSecrets | None = None
 
     @classmethod
-    def compile(cls, secrets: Iterable[str]) -> Scrubber:
+    def compile(cls, secrets: Iterable[str], minted: MintedSecrets | None = None) -> Scrubber:
         unique = {s for s in secrets if len(s) >= MIN_SECRET}
-        return cls(tuple(sorted(unique, key=lambda s: (-len(s), s))), Redactor.compile(["secrets"], []))
+        return cls(tuple(sorted(unique, key=lambda s: (-len(s), s))), Redactor.compile(["secrets"], []), minted)
 
     def text(self, text: str, budget: _Budget | None = None) -> str:
         """`text` itself (the same object) when there is nothing to mask or cut, so callers can test `is`."""
         budget = budget or _Budget()
         original = text
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, _KEY_MARK)
+        # the signers' first: a short configured value (a header's "2024-01-01") could otherwise cut a
+        # token that happens to contain it, and leave the rest of the token in clear
+        if self.minted is not None:
+            text = _mask_exact(text, self.minted.secrets)
+        text = _mask_exact(text, self.secrets)
         keep = min(MAX_FIELD, budget.chars)
         if len(text) > keep:
             text = text[:keep] + CUT
@@ -155,6 +162,13 @@ class Scrubber:
         rest = self.json({k: v for k, v in resp.items() if k != "output"}, b)
         outer = self.json({k: v for k, v in obj.items() if k != "response"}, b)
         return {**outer, "response": {**rest, "output": resp["output"]}}
+
+
+def _mask_exact(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, _KEY_MARK)
+    return text
 
 
 @functools.lru_cache(maxsize=64)
