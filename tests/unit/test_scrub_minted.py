@@ -40,7 +40,7 @@ def test_a_current_token_leaves_keep_s_after_its_expiry() -> None:
     m.prune(3659)
     assert m.secrets == ("ya29.token-one",)
     m.prune(3660)  # expired and never replaced (the token endpoint is down): nothing signs with it now
-    assert m.secrets == () and m.next_deadline() is None
+    assert not m.secrets and m.next_deadline() is None
 
 
 def test_a_replaced_token_leaves_at_the_sooner_of_its_expiry_and_keep_s() -> None:
@@ -110,8 +110,8 @@ def test_a_token_is_masked_whole_even_when_a_configured_value_is_inside_it() -> 
 
 
 def test_compile_safety_shares_the_process_set() -> None:
-    cfg = parse_config({"auth": {"allow_unauthenticated": True},
-                        "providers": {"p": {"type": "openai", "base_url": "http://up.test/v1", "api_key": "sk-configured-0001"}},
+    provider = {"type": "openai", "base_url": "http://up.test/v1", "api_key": "sk-configured-0001"}
+    cfg = parse_config({"auth": {"allow_unauthenticated": True}, "providers": {"p": provider},
                         "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}]}]}, env={})
     minted = MintedSecrets()
     scrubber = compile_safety(cfg, minted).scrubber
@@ -147,7 +147,7 @@ async def test_minted_credentials_drop_a_replaced_token_on_their_own_timer() -> 
     assert m.secrets.secrets == ("ya29.second",)
     m.release("vertex", keep_s=0.05)
     await _gone(m, "ya29.second", 5.0)
-    assert m.secrets.secrets == ()
+    assert not m.secrets.secrets
 
 
 async def test_a_closed_registry_arms_no_timer() -> None:
