@@ -288,3 +288,30 @@ def test_credentials_rotated_while_a_request_is_open_are_masked_in_it_and_in_the
     assert any(s in echo(rig.fake.received[1].headers) for s in rig.secrets() - first), "signed with the new"
     assert_none_shows(rig.secrets(), got, "the client's bytes")
     assert_none_shows(rig.secrets(), settled_logs(servers, logs, 2), "a log line")
+
+
+@pytest.mark.parametrize("rig", ["vertex-gemini"], indirect=True)
+def test_a_reload_s_new_signers_tell_the_scrubber_too(rig: Rig, servers: LoopThread,
+                                                       logs: list[MutableMapping[str, Any]]) -> None:
+    """A reload starts new signers (new tokens) and closes the old ones: the new runtime's scrubber masks
+    the new signer's token, and the old one's still (a request of the old runtime may be answered)."""
+    app = rig.gw.app
+    assert app is not None
+    old = app.upstream.signers["p"]
+    servers.run(_reload(app, app.prepare_reload(rig.gw.config)))
+    servers.run(wait_until(lambda: app.upstream.signers["p"] is not old and len(rig.secrets()) == 2, 10.0))
+    assert servers.run(_scrubbed(app, "; ".join(rig.secrets()))).count(MASKED) == 2
+    rig.fake.enqueue(rig.path(False), status_script(rig.protocol))
+    got = ask(rig.gw, "chat", False)
+    assert isinstance(rig.fake, FakeGoogle)
+    assert MASKED in got and rig.fake.received[-1].headers["Authorization"].endswith(rig.fake.issued[-1])
+    assert_none_shows(rig.secrets(), got, "the client's bytes")
+    assert_none_shows(rig.secrets(), settled_logs(servers, logs, 1), "a log line")
+
+
+async def _reload(app: Any, reload: Any) -> None:
+    app.apply_reload(reload)  # on the loop, as SIGHUP's handler does
+
+
+async def _scrubbed(app: Any, text: str) -> str:
+    return str(app.runtime.safety.scrubber.text(text))
