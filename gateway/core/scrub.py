@@ -9,11 +9,11 @@ each of them exactly (the signers' first, then the configured ones, each the lon
 that contains another is masked whole), then any `Bearer <token>` or `Authorization: Basic <token>`,
 then whatever the built-in `secrets` redaction rules find.
 
-Its cost is bounded, whatever the upstream sends: the exact masks are C-speed string replaces over the
-whole text; what follows runs on at most `MAX_FIELD` characters of one text and `MAX_TOTAL` of one
-failure or error object (a text beyond is cut there), and a JSON walk visits at most `MAX_NODES`
-values. So a hostile 1 MiB error costs a few milliseconds of the event loop, not seconds. Pure: text in,
-text out.
+Its cost is bounded, whatever the upstream sends: a text is cut first (at most `MAX_FIELD` characters of
+one text and `MAX_TOTAL` of one failure or error object, moved back before any secret the cut would
+split), then the exact masks are C-speed string replaces over what is kept and the rules run on it; a
+JSON walk visits at most `MAX_NODES` values. So a hostile 1 MiB error costs a few milliseconds of the
+event loop, not seconds, however many credentials the signers hold. Pure: text in, text out.
 """
 
 from __future__ import annotations
@@ -90,14 +90,18 @@ class Scrubber:
         """`text` itself (the same object) when there is nothing to mask or cut, so callers can test `is`."""
         budget = budget or _Budget()
         original = text
+        keep = min(MAX_FIELD, budget.chars)
+        minted = self.minted.secrets if self.minted is not None else ()
+        cut = len(text) > keep
+        if cut:  # only what can be kept is masked: the cost does not grow with the upstream's text
+            text = text[:_clear_cut(text, keep, minted, self.secrets)]
         # the signers' first: a short configured value (a header's "2024-01-01") could otherwise cut a
         # token that happens to contain it, and leave the rest of the token in clear
-        if self.minted is not None:
-            text = _mask_exact(text, self.minted.secrets)
-        text = _mask_exact(text, self.secrets)
-        keep = min(MAX_FIELD, budget.chars)
+        text = _mask_exact(_mask_exact(text, minted), self.secrets)
         if len(text) > keep:
-            text = text[:keep] + CUT
+            text, cut = text[:keep], True
+        if cut:
+            text += CUT
         budget.chars -= min(len(text), budget.chars)
         if "earer" in text or "EARER" in text:
             text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + _BEARER_MARK, text)
@@ -164,7 +168,26 @@ class Scrubber:
         return {**outer, "response": {**rest, "output": resp["output"]}}
 
 
+def _clear_cut(text: str, at: int, *groups: tuple[str, ...]) -> int:
+    """The last position at or before `at` that no occurrence of a secret straddles: a cut there leaves
+    no part of one (a secret cut in two would be masked in neither half). Each look is a find in a
+    window twice the secret's length around the cut; each move goes back, so at most `at` of them."""
+    moved = True
+    while moved and at > 0:
+        moved = False
+        for secrets in groups:
+            for secret in secrets:
+                n = len(secret)
+                # an occurrence wholly inside this window starts before `at` and ends after it
+                start = text.find(secret, max(0, at - n + 1), at + n - 1)
+                if start != -1:
+                    at, moved = start, True
+    return at
+
+
 def _mask_exact(text: str, secrets: tuple[str, ...]) -> str:
+    if not secrets or len(text) < len(secrets[-1]):  # longest first: the last is the shortest
+        return text
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, _KEY_MARK)

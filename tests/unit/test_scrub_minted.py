@@ -11,7 +11,7 @@ import time
 
 from gateway.config import parse_config
 from gateway.core.minted import MAX_RETIRED, MintedSecrets
-from gateway.core.scrub import Scrubber
+from gateway.core.scrub import CUT, MAX_FIELD, Scrubber
 from gateway.pipeline.safety import compile_safety
 from gateway.upstream.signing import KEEP_MARGIN_S, MintedCredentials, keep_s
 
@@ -156,3 +156,32 @@ async def test_a_closed_registry_arms_no_timer() -> None:
     m.hold("aws", OLD, keep_s=0.01)
     m.hold("aws", NEW, keep_s=0.01)
     assert m._timer is None  # the app closed its upstream: nothing left behind on the loop
+
+
+def test_a_cut_never_splits_a_secret_and_a_long_text_is_masked_only_where_it_is_kept() -> None:
+    minted = MintedSecrets()
+    token = "IQoJsessionTOKENnotRuleShaped/0123456789+abcdef=="
+    minted.hold("aws", [token], now=0, keep_s=1)
+    s = Scrubber.compile([], minted)
+    for before in range(MAX_FIELD - len(token) - 2, MAX_FIELD + 2):  # the token across the cut, each way
+        out = s.text("x" * before + token + " tail " * 300_000)
+        assert out.endswith(CUT) and len(out) <= MAX_FIELD + len(CUT)
+        assert token[:4] not in out and token[-4:] not in out, f"no part of the token, cut after {before}"
+
+
+def test_a_cut_moves_back_past_a_chain_of_overlapping_occurrences() -> None:
+    # a value that overlaps itself ("abab…") repeated across the cut: each occurrence the cut would split
+    # moves it back, never into a part of one
+    s = Scrubber.compile(["abababab"])
+    out = s.text("y" * (MAX_FIELD - 40) + "ab" * 400)
+    assert "abab" not in out and out.endswith(CUT)
+
+
+def test_many_held_credentials_and_a_huge_hostile_text_stay_bounded() -> None:
+    minted = MintedSecrets()
+    for i in range(MAX_RETIRED + 5):
+        minted.hold("vertex", [f"ya29.rotating-token-{i:06d}"], now=i, keep_s=10_000)
+    s = Scrubber.compile(["configured-provider-key"], minted)
+    tokens = " ".join(f"ya29.rotating-token-{i:06d}" for i in range(4, MAX_RETIRED + 5))  # every one held
+    out = s.text(tokens + " configured-provider-key " * 50_000)  # about 1.2 MB
+    assert "ya29.rotating" not in out and "configured-provider-key" not in out and out.endswith(CUT)
