@@ -160,13 +160,17 @@ class Safety:
 
 
 def upstream_secrets(config: Config) -> Iterator[str]:
-    """Every configured secret the gateway sends upstream: provider keys, every value of
-    `providers.<name>.headers` (API-management keys ride there), and the credentials of every proxy
-    URL (the providers' own and HTTPS_PROXY / HTTP_PROXY), in each form a proxy may quote them."""
+    """Every configured secret the gateway sends upstream: provider keys (a `bedrock` provider's AWS keys
+    too: to Bedrock, or to STS for its `role_arn`), every value of `providers.<name>.headers`
+    (API-management keys ride there), and the credentials of every proxy URL (the providers' own and
+    HTTPS_PROXY / HTTP_PROXY), in each form a proxy may quote them. What the signers get at run time is
+    not here: `upstream.signing.MintedCredentials`."""
     proxies = [config.egress.https, config.egress.http]
     for p in config.providers.values():
         if p.api_key:
             yield p.api_key
+        if p.aws is not None:
+            yield from (v for v in (p.aws.access_key_id, p.aws.secret_access_key, p.aws.session_token) if v)
         yield from p.headers.values()
         proxies.append(p.proxy)
     for proxy in proxies:

@@ -185,3 +185,14 @@ def test_many_held_credentials_and_a_huge_hostile_text_stay_bounded() -> None:
     tokens = " ".join(f"ya29.rotating-token-{i:06d}" for i in range(4, MAX_RETIRED + 5))  # every one held
     out = s.text(tokens + " configured-provider-key " * 50_000)  # about 1.2 MB
     assert "ya29.rotating" not in out and "configured-provider-key" not in out and out.endswith(CUT)
+
+
+def test_aws_keys_written_in_the_config_are_configured_secrets() -> None:
+    # with `role_arn` they only go to STS, and the signer holds the assumed role's instead: masked anyway
+    bedrock = {"type": "bedrock", "region": "us-east-1", "aws_access_key_id": "AKIACFG01",
+               "aws_secret_access_key": "cfg-secret-0001", "aws_session_token": "cfgTOKEN01",
+               "role_arn": "arn:aws:iam::123456789012:role/r"}
+    cfg = parse_config({"auth": {"allow_unauthenticated": True}, "providers": {"b": bedrock},
+                        "models": [{"name": "m", "deployments": [{"provider": "b", "model": "x"}]}]}, env={})
+    out = compile_safety(cfg).scrubber.text("AKIACFG01 cfg-secret-0001 cfgTOKEN01")
+    assert out == f"{MARK} {MARK} {MARK}"
