@@ -4,9 +4,9 @@ credentials also bare (a token without its scheme word). Bedrock signed with key
 the environment, from a role assumed with keys of the config, and from web identity, both through a
 scripted STS; Vertex with a service account's tokens (Claude and Gemini), one rotating while a request
 is open and between two requests; the Gemini API's key. Chat, Responses and Messages, through the official
-SDKs on loopback: an error status on a stream and on a body, an error after the first token, and Bedrock's
-count_tokens. The credentials are not shaped like anything the built-in `secrets` rules know: only the
-signers' own masks can catch them.
+SDKs on loopback: an error status on a stream and on a body, an in-band error before the first token and
+one after it, and Bedrock's count_tokens. The credentials are not shaped like anything the built-in
+`secrets` rules know: only the signers' own masks can catch them.
 """
 
 from __future__ import annotations
@@ -60,6 +60,18 @@ def status_script(protocol: str) -> Callable[[dict[str, str]], Script]:
         if protocol == "anthropic":
             return an.error_body(400, "invalid_request_error", echo(headers))
         return json_script(g.error("INVALID_ARGUMENT", 400, echo(headers)), 400)
+    return made
+
+
+def inband_script(protocol: str) -> Callable[[dict[str, str]], Script]:
+    """A 200 stream whose first event is an error the client's own (passed through, not retried)."""
+    def made(headers: dict[str, str]) -> Script:
+        said = echo(headers)
+        if protocol == "bedrock":
+            return Script([chunk(an.message_start()) + exception("validationException", said)], headers=EVENTSTREAM)
+        if protocol == "anthropic":
+            return an.stream([an.message_start(), an.error_event("invalid_request_error", said)])
+        return Script([g.sse([g.error("INVALID_ARGUMENT", 400, said)])])
     return made
 
 
@@ -229,7 +241,9 @@ def settled_logs(servers: LoopThread, logs: list[MutableMapping[str, Any]], n: i
     return repr(logs)
 
 
-CASES = [("status_stream", True), ("status_body", False), ("after", True)]
+SCRIPTS = {"status_stream": status_script, "status_body": status_script, "inband_before": inband_script,
+           "after": after_script}
+CASES = [("status_stream", True), ("status_body", False), ("inband_before", True), ("after", True)]
 
 
 @pytest.mark.parametrize("api", ["chat", "responses", "messages"])
@@ -237,8 +251,7 @@ CASES = [("status_stream", True), ("status_body", False), ("after", True)]
 def test_no_signer_credential_reaches_a_client_byte_or_a_log_line(
         rig: Rig, api: str, servers: LoopThread, logs: list[MutableMapping[str, Any]]) -> None:
     for case, stream in CASES:
-        script = after_script(rig.protocol) if case == "after" else status_script(rig.protocol)
-        rig.fake.enqueue(rig.path(stream), script)
+        rig.fake.enqueue(rig.path(stream), SCRIPTS[case](rig.protocol))
         got = ask(rig.gw, api, stream)
         quoted = echo(rig.fake.received[-1].headers)
         assert any(s in quoted for s in rig.secrets()), "the upstream quoted a credential we sent"
