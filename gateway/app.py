@@ -87,7 +87,7 @@ class App:
         return self.tracing.start(request.headers, api, request.path, self.runtime.config.providers)
 
     async def start(self) -> None:
-        self.upstream.signers = await start_signers(self.config.providers, auth_of)
+        self.upstream.signers = await start_signers(self.config.providers, auth_of, self.upstream.minted)
         metrics = self.metrics
         self._state = create_backend(self.config.state, self.config.cache,
                                     on_degraded=lambda reason: metrics.state_degraded_op())
@@ -144,7 +144,7 @@ class App:
             self._signers_task = asyncio.ensure_future(self._swap_signers(reload.runtime.config))
 
     async def _swap_signers(self, config: Config) -> None:
-        new = await start_signers(config.providers, auth_of)
+        new = await start_signers(config.providers, auth_of, self.upstream.minted)
         old, self.upstream.signers = self.upstream.signers, new
         await close_signers(old)
 
