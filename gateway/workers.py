@@ -7,14 +7,18 @@ import asyncio
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 
 import structlog
 
 from gateway.config.types import Config
 
 log = structlog.get_logger("gateway")
+REAP_S = 60.0  # a worker's drain (server.drain_s) is bounded well below this
 
 
 def _worker(config: Config, path: str | None) -> None:
@@ -51,13 +55,46 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
             if p.pid is not None and p.is_alive():
                 os.kill(p.pid, sig)
 
-    code = asyncio.run(run_server(config, path, serve_api=False, serve_metrics=True, reuse_port=False,
-                                  metrics=metrics, forward=forward))
+    try:
+        return asyncio.run(run_server(config, path, serve_api=False, serve_metrics=True, reuse_port=False,
+                                      metrics=metrics, forward=forward, workers_gone=lambda: _all_exited(procs)))
+    except BaseException:  # the supervisor cannot go on (its metrics port taken): nor do its workers
+        forward(signal.SIGTERM)
+        raise
+    finally:
+        _reap(procs, worker_gone)
+
+
+async def _all_exited(procs: list[BaseProcess]) -> None:
+    """Returns once every worker process has exited (each one's sentinel becomes readable)."""
+    loop = asyncio.get_running_loop()
+    everyone_gone = loop.create_future()
+    alive = {p.sentinel for p in procs}
+
+    def exited(fd: int) -> None:
+        loop.remove_reader(fd)
+        alive.discard(fd)
+        if not alive and not everyone_gone.done():
+            everyone_gone.set_result(None)
+
+    for fd in alive:
+        loop.add_reader(fd, exited, fd)
+    try:
+        await everyone_gone
+    finally:
+        for fd in alive:
+            loop.remove_reader(fd)
+
+
+def _reap(procs: list[BaseProcess], gone: Callable[[int], None]) -> None:
+    """Join every worker (killed if a drain outlives its bound); its live gauges leave the aggregate."""
     for p in procs:
-        p.join()
+        p.join(REAP_S)
+        if p.is_alive():
+            p.kill()
+            p.join()
         if p.pid is not None:
-            worker_gone(p.pid)
-    return code
+            gone(p.pid)
 
 
 def install_uvloop() -> None:
