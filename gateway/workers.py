@@ -10,7 +10,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.process import BaseProcess
 
 import structlog
@@ -65,7 +65,7 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
         _reap(procs, worker_gone)
 
 
-async def _all_exited(procs: list[BaseProcess]) -> None:
+async def _all_exited(procs: Sequence[BaseProcess]) -> None:
     """Returns once every worker process has exited (each one's sentinel becomes readable)."""
     loop = asyncio.get_running_loop()
     everyone_gone = loop.create_future()
@@ -86,7 +86,7 @@ async def _all_exited(procs: list[BaseProcess]) -> None:
             loop.remove_reader(fd)
 
 
-def _reap(procs: list[BaseProcess], gone: Callable[[int], None]) -> None:
+def _reap(procs: Sequence[BaseProcess], gone: Callable[[int], None]) -> None:
     """Join every worker (killed if a drain outlives its bound); its live gauges leave the aggregate."""
     for p in procs:
         p.join(REAP_S)
