@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from gateway.state.base import seconds_until_reset
-from tests.control_plane import ADMIN_KEY, GatewayProcess, admin_call, raw_config
+from tests.control_plane import GatewayProcess, admin_call, raw_config
 from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer
 
