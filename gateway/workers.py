@@ -41,9 +41,11 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
     metrics = create_metrics()
     if config.state.backend == "memory":
         # each worker keeps its own counters: a key gets up to `count` times its rpm, tpm and budget
+        shared = " (budgets follow the other workers' spend through the store's ledger, a second or so late)" \
+            if config.store.url is not None else ""
         log.warning("workers_with_local_limits", workers=count, message=f"--workers {count} with state.backend "
                     f"memory: every worker enforces rate limits and budgets on its own, so a key may use up "
-                    f"to {count}x its limits; set state.backend: redis to share them")
+                    f"to {count}x its limits{shared}; set state.backend: redis to share them")
         metrics.local_limits(count)
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_worker, args=(config, path), daemon=False) for _ in range(count)]
