@@ -33,6 +33,7 @@ SHARED_CHECK_S = 5.0  # how often a replica looks whether Redis lost the period'
 # memory state: a month's rows are read every this many looks (a day's at every one): the month's query
 # reads up to 31 days of the ledger, too much to repeat every second
 MONTH_EVERY_LOOKS = 10
+SLOW_READ_FACTOR = 20  # the pause after a look is at least this many times what it took: <= 5% of the store
 
 
 def period_start(period: Period, now: float) -> str:
@@ -66,9 +67,13 @@ class BudgetSync:
             self._task = None
 
     async def _run(self) -> None:
+        took = 0.0
         while True:
-            await asyncio.sleep(self._interval)  # a timer between looks, not synchronisation
+            # a timer between looks, not synchronisation; a large ledger (a slow read) is read less often
+            await asyncio.sleep(max(self._interval, took * SLOW_READ_FACTOR))
+            started = time.monotonic()
             await self._sync_bounded()
+            took = time.monotonic() - started
 
     async def _sync_bounded(self) -> bool:
         try:
