@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from multiprocessing.process import BaseProcess
 
@@ -18,7 +19,7 @@ import structlog
 from gateway.config.types import Config
 
 log = structlog.get_logger("gateway")
-REAP_S = 60.0  # a worker's drain (server.drain_s) is bounded well below this
+REAP_SLACK_S = 30.0  # a worker still alive this long after its drain (server.drain_s) ended is killed
 
 
 def _worker(config: Config, path: str | None) -> None:
@@ -64,7 +65,7 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
         forward(signal.SIGTERM)
         raise
     finally:
-        _reap(procs, worker_gone)
+        _reap(procs, config.server.drain_s + REAP_SLACK_S, worker_gone)
 
 
 async def _all_exited(procs: Sequence[BaseProcess]) -> None:
@@ -88,10 +89,11 @@ async def _all_exited(procs: Sequence[BaseProcess]) -> None:
             loop.remove_reader(fd)
 
 
-def _reap(procs: Sequence[BaseProcess], gone: Callable[[int], None]) -> None:
-    """Join every worker (killed if a drain outlives its bound); its live gauges leave the aggregate."""
+def _reap(procs: Sequence[BaseProcess], within_s: float, gone: Callable[[int], None]) -> None:
+    """Join every worker (killed if it outlives its drain by far); its live gauges leave the aggregate."""
+    deadline = time.monotonic() + within_s
     for p in procs:
-        p.join(REAP_S)
+        p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
             p.kill()
             p.join()
