@@ -78,9 +78,22 @@ def _until(cond: Callable[[], bool], deadline_s: float = 15.0) -> None:
 
 
 def _new_key(port: int, name: str, **limits: Any) -> str:
+    """A stored key, once every process behind `port` knows it (`--workers`: each worker's cache follows
+    the store on its own poll): ten reads of its spend in a row answer 200, which spends nothing."""
     status, body = admin_call(port, "POST", "keys", {"name": name, **limits})
     assert status == 201, body
-    return str(body["key"])
+    key, streak = str(body["key"]), [0]
+
+    def known() -> bool:
+        try:
+            _spend(port, key)
+            streak[0] += 1
+        except urllib.error.HTTPError:
+            streak[0] = 0
+        return streak[0] >= 10
+
+    _until(known)
+    return key
 
 
 def _cost_of_one(port: int) -> float:
