@@ -35,6 +35,7 @@ from gateway.http import HttpServer, Request, ServerLimits
 from gateway.http.messages import Channel, Response, StreamResponse
 from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
+from gateway.pipeline.budget_sync import BudgetSync
 from gateway.pipeline.exchange import GatewayRequest, Handler
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from gateway.observe.tracing import Tracing
 
 log = structlog.get_logger("gateway")
+BUDGET_REFRESH_MIN_S = 1.0  # memory state: the other processes' spend read from the ledger at most this often
 
 
 class App:
@@ -62,6 +64,7 @@ class App:
         self.control = _control_plane(config, self.metrics)
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics, control=self.control)
         self._state: StateBackend | None = None
+        self._budgets: BudgetSync | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
         self.apis: Mapping[str, ClientApi] = {api.path: api for api in CLIENT_APIS}  # by route
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
@@ -96,14 +99,25 @@ class App:
                 await self.control.start()
             except StoreUnavailable as exc:  # start needs the schema; later outages are served from cache
                 raise StartupError(f"store.url: cannot open the store: {exc}") from None
+            await self._start_budgets(self.control, self._state)
         if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
             await jwt.jwks.refresh()  # bounded by auth.jwt.timeout_s; a failure leaves a refetch to come
+
+    async def _start_budgets(self, control: ControlPlane, state: StateBackend) -> None:
+        """Budgets start from the ledger's spend for the period, before the first request (bounded)."""
+        store = self.config.store
+        self._budgets = BudgetSync(control.store, state, max(store.poll_s, BUDGET_REFRESH_MIN_S),
+                                   store.connect_timeout_s)
+        await self._budgets.load()
+        self._budgets.start()
 
     async def close(self) -> None:
         self.upstream.close()
         await close_signers(self.upstream.signers)
         if self.tracing is not None:  # the last export may wait on the collector: not on the loop
             await asyncio.to_thread(self.tracing.shutdown)
+        if self._budgets is not None:
+            await self._budgets.close()
         if self._state is not None:
             await self._state.close()
         if self.control is not None:

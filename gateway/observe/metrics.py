@@ -105,7 +105,8 @@ class Metrics:
         self.spans_dropped.inc(n)
 
     def store_health(self, ok: bool) -> None:
-        self.child(self.store_up).set(1 if ok else 0)
+        # a gauge without labels is set directly: prometheus_client's `labels()` refuses one (--workers)
+        self.store_up.set(1 if ok else 0)
 
     def store_error(self, op: str) -> None:
         self.child(self.store_errors, op).inc()

@@ -8,9 +8,10 @@ its operations is atomic with respect to the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
 from gateway.config.types import CacheConfig, StateConfig
@@ -80,6 +81,24 @@ class StateBackend(Protocol):
 
     async def spend(self, key: str, period: Period, now: float) -> float: ...
 
+    # Budgets start from the store's ledger (docs/keys-teams-spend.md, Budgets): `pipeline/budget_sync.py`
+    # reads the period's spend per counter and hands it here.
+    @property
+    def spend_shared(self) -> bool:
+        """True: one counter for every process (Redis), seeded once a period from the whole ledger.
+        False: this process's own counters, to which the ledger adds every other process's spend."""
+        ...
+
+    async def spend_seeded(self, period: Period, now: float) -> bool:
+        """Whether the period's counters were already seeded (shared ones: by any process)."""
+        ...
+
+    async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
+        """The ledger's spend of the period per counter: the whole ledger's when `spend_shared` (each
+        counter raised to it, never lowered: what it holds already is not counted twice), else every
+        other process's (replacing the previous figure; this process's own spend is counted here)."""
+        ...
+
     async def cache_get(self, cache_key: str) -> bytes | None: ...
 
     async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None: ...
@@ -105,6 +124,16 @@ def period_id(period: Period, now: float) -> str:
     """The budget period that `now` (epoch seconds) falls in, in UTC: `2024-05-31` or `2024-05`."""
     stamp = datetime.fromtimestamp(now, UTC)
     return stamp.strftime("%Y-%m-%d") if period == "day" else stamp.strftime("%Y-%m")
+
+
+def seconds_until_reset(period: Period, now: float) -> int:
+    """Whole seconds (at least 1) from `now` until the budget period ends: the next UTC midnight, or the
+    first of the next month."""
+    stamp = datetime.fromtimestamp(now, UTC)
+    start = stamp.replace(hour=0, minute=0, second=0, microsecond=0)
+    next_month = (start.replace(day=1) + timedelta(days=32)).replace(day=1)
+    end = start + timedelta(days=1) if period == "day" else next_month
+    return max(1, math.ceil(end.timestamp() - now))
 
 
 def create_backend(config: StateConfig, cache: CacheConfig, on_degraded: Callable[[str], None]) -> StateBackend:

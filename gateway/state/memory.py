@@ -2,14 +2,15 @@
 
 No method awaits anything, so each operation runs to completion without interleaving: check-and-count
 is atomic without locks. Memory stays bounded: rate windows of keys idle for two minutes are dropped,
-one spend figure is kept per key and period kind, and the cache is an LRU of at most `max_entries`.
+one spend figure is kept per key and period kind (plus, with a store, the other processes' spend from
+its ledger), and the cache is an LRU of at most `max_entries`.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from gateway.config.types import CacheConfig
@@ -71,6 +72,8 @@ class MemoryBackend:
         self._windows: dict[str, _KeyWindows] = {}
         self._swept_minute = 0
         self._spend: dict[tuple[str, Period], tuple[str, float]] = {}
+        # every other process's spend of the period, per counter, from the store's ledger (seed_spend)
+        self._others: dict[Period, tuple[str, Mapping[str, float]]] = {}
         self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._owners: OrderedDict[str, tuple[float, ResponseOwner]] = OrderedDict()  # id -> (expiry, owner)
 
@@ -122,8 +125,22 @@ class MemoryBackend:
         # else: a late add for a period already closed here; it no longer limits anything
 
     async def spend(self, key: str, period: Period, now: float) -> float:
+        pid = period_id(period, now)
         held = self._spend.get((key, period))
-        return held[1] if held is not None and held[0] == period_id(period, now) else 0.0
+        own = held[1] if held is not None and held[0] == pid else 0.0
+        others = self._others.get(period)
+        return own + (others[1].get(key, 0.0) if others is not None and others[0] == pid else 0.0)
+
+    @property
+    def spend_shared(self) -> bool:
+        return False
+
+    async def spend_seeded(self, period: Period, now: float) -> bool:
+        others = self._others.get(period)
+        return others is not None and others[0] == period_id(period, now)
+
+    async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
+        self._others[period] = (period_id(period, now), dict(ledger))
 
     async def cache_get(self, cache_key: str) -> bytes | None:
         entry = self._cache.get(cache_key)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -48,6 +48,7 @@ PREFIX = "llmgw:"
 RATE_TTL_S = 180  # a bucket is read as "current" then "previous": two minutes, plus clock-skew slack
 SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 63 * 86_400}
 _FAILURES = (RedisError, OSError, TimeoutError)
+SEED_CHUNK = 500  # counters seeded per pipelined round trip
 
 
 def rate_key(key: str, limit: str, minute: int) -> str:
@@ -56,6 +57,10 @@ def rate_key(key: str, limit: str, minute: int) -> str:
 
 def spend_key(key: str, period: Period, now: float) -> str:
     return f"{PREFIX}spend:{{{_tag(key)}}}:{period_id(period, now)}"
+
+
+def seeded_key(period: Period, now: float) -> str:
+    return f"{PREFIX}spend-seeded:{period_id(period, now)}"
 
 
 def cache_redis_key(cache_key: str) -> str:
@@ -146,6 +151,7 @@ class RedisBackend:
         self._check = self._redis.register_script(lua.CHECK_REQUEST)
         self._settle = self._redis.register_script(lua.SETTLE_TOKENS)
         self._add_spend = self._redis.register_script(lua.ADD_SPEND)
+        self._seed = self._redis.register_script(lua.SEED_SPEND)
         self._deadline_s = 2 * op_timeout_s
         self._probe_interval_s = probe_interval_s
         self._on_degraded = on_degraded
@@ -302,6 +308,35 @@ class RedisBackend:
 
     def _remember(self, key: str, period: Period, now: float, total: float) -> None:
         self._known_spend[(key, period)] = (period_id(period, now), total)
+
+    @property
+    def spend_shared(self) -> bool:
+        return True
+
+    async def spend_seeded(self, period: Period, now: float) -> bool:
+        """Redis holds the period's seed marker; a Redis that restarted empty does not. Unreachable: True
+        (nothing to do until it answers; the next look seeds it)."""
+        async def remote() -> bool:
+            return bool(await self._redis.exists(seeded_key(period, now)))
+
+        async def local() -> bool:
+            return True
+
+        return await self._run(remote, local)
+
+    async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
+        """Each counter raised to the ledger's figure (`lua.SEED_SPEND`), then the period's marker set.
+        Raises what Redis raises: the caller tries again later."""
+        ttl = SPEND_TTL_S[period]
+        items = list(ledger.items())
+        for start in range(0, len(items), SEED_CHUNK):
+            async with asyncio.timeout(self._deadline_s * 4):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for key, usd in items[start:start + SEED_CHUNK]:
+                        await self._seed(keys=[spend_key(key, period, now)], args=[repr(usd), ttl], client=pipe)
+                    await pipe.execute()
+        async with asyncio.timeout(self._deadline_s):
+            await self._redis.set(seeded_key(period, now), b"1", ex=ttl)
 
     # -- cache ---------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from gateway.store.types import (
     Invalid,
     Limits,
     Missing,
+    PeriodSpend,
     Secret,
     Snapshot,
     SpendQuery,
@@ -240,6 +241,28 @@ class Store:
 
         async def run(tx: Tx) -> list[SpendTotal]:
             return [_total(q.group_by, r) for r in await tx.rows(sql, params)]
+
+        return await self._db.transact(run, write=False)
+
+    async def period_spend(self, since: str, exclude_row_prefix: str | None = None) -> PeriodSpend:
+        """Spend from day `since` on, per key and per team (budgets start from it); rows whose id starts
+        with `exclude_row_prefix` (one process's own, `pipeline/ids.py`) left out."""
+        sql = "SELECT key_name, team, SUM(cost_usd) FROM gw_spend WHERE day >= ?"
+        params = [since]
+        if exclude_row_prefix is not None:
+            sql += " AND row_id NOT LIKE ?"
+            params.append(exclude_row_prefix + "%")  # hex digits: no LIKE wildcard in it
+        sql += " GROUP BY key_name, team"
+
+        async def run(tx: Tx) -> PeriodSpend:
+            out = PeriodSpend(since)
+            for key, team, cost in await tx.rows(sql, params):
+                usd = float(cost or 0.0)
+                if key is not None:
+                    out.keys[key] = out.keys.get(key, 0.0) + usd
+                if team is not None:
+                    out.teams[team] = out.teams.get(team, 0.0) + usd
+            return out
 
         return await self._db.transact(run, write=False)
 

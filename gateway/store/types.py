@@ -122,6 +122,15 @@ class SpendTotal:
 
 
 @dataclass(frozen=True, slots=True)
+class PeriodSpend:
+    """The ledger's spend from a day on (inclusive), per key name and per team: what budgets start from."""
+
+    since: str  # YYYY-MM-DD
+    keys: dict[str, float] = field(default_factory=dict)
+    teams: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
     ts: float
     admin: str
