@@ -198,3 +198,7 @@ def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token
     if first_token:
         d = won.deployment
         ctx.rec.upstream_first_token(ctx.model.name, d, seconds)
+        # learned for every model (cheap: a few float operations), shown for those routed by it
+        average = rt.latency.observe(ctx.api, d.label, seconds, rt.mono())
+        if ctx.model.routing == "latency" or ctx.model.routing == "cost":
+            ctx.rec.deployment_ttft(ctx.model.name, d, ctx.api, average)

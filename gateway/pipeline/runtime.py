@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from gateway.config.types import Config, Deployment, ModelConfig, ProviderConfig
 from gateway.core.policy.affinity import SeenSessions
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
+from gateway.core.policy.latency import LatencyBook
 from gateway.observe.metrics import Metrics
 from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.learned import Learned
@@ -40,6 +41,10 @@ class Runtime:
     clock: Callable[[], float] = time.time  # epoch seconds for the rate limits (tests drive their own)
     control: ControlPlane | None = None  # the store's keys, teams and ledger (`store.url`), kept on reload
     sessions: SeenSessions = field(default_factory=SeenSessions)  # affinity's `new` sessions, kept on reload
+    # learned upstream TTFTs (`routing: latency`, cost's ties), per replica and kept on reload, on their
+    # own monotonic clock (tests drive their own to skip the 30 s a probe waits for)
+    latency: LatencyBook = field(default_factory=LatencyBook)
+    mono: Callable[[], float] = time.monotonic
 
     def provider(self, d: Deployment) -> ProviderConfig:
         return self.config.providers[d.provider]
@@ -83,4 +88,6 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         clock=previous.clock if previous else time.time,
         control=control,
         sessions=previous.sessions if previous else SeenSessions(),
+        latency=previous.latency if previous else LatencyBook(),
+        mono=previous.mono if previous else time.monotonic,
     )
