@@ -31,8 +31,8 @@ rotation is skipped and, once its probe succeeds, its sessions return to it.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from gateway.core.policy.tiers import Routable, RouteTable, Routing, Signals, order_tier
