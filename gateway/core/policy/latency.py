@@ -22,6 +22,7 @@ same upstreams, which is the latency its own requests will see.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 HALF_LIFE_S = 30.0
 STALE_S = 30.0
@@ -78,6 +79,22 @@ class LatencyBook:
         per_api = self._by_api.get(api)
         e = per_api.get(label) if per_api is not None else None
         return e.total / e.weight if e is not None and e.weight > 0.0 else None
+
+    def read(self, api: str, labels: Sequence[str], now: float, probe: bool) -> tuple[list[float], int]:
+        """One request's view of a tier, in one pass: each label's average (`inf` while unknown) and, when
+        `probe`, the position of the first deployment due a probe, claimed (-1: none is due)."""
+        per_api = self._by_api.get(api)
+        if per_api is None:
+            per_api = self._by_api[api] = {}
+        stale, due, out = self.stale_s, -1, []
+        for k, label in enumerate(labels):
+            e = per_api.get(label)
+            if e is None:
+                e = per_api[label] = _Average()
+            if probe and due < 0 and now - e.at >= stale and now - e.probed_at >= stale:
+                e.probed_at, due = now, k
+            out.append(e.total / e.weight if e.weight > 0.0 else math.inf)
+        return out, due
 
     def claim_probe(self, api: str, label: str, now: float) -> bool:
         """Whether this deployment is due a probe (no sample for `stale_s`, and no probe sent in that

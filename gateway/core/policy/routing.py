@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Protocol
 
 from gateway.core.policy.tiers import Routable, RouteTable, Routing, Signals, order_tier
@@ -66,21 +65,19 @@ def route(deployments: Sequence[Routable], table: RouteTable, routing: Routing, 
           session: str | None = None) -> list[int]:
     """Every deployment index in the order a request tries them, tier by tier, breakers not consulted.
     `session`: the model has `affinity: session` and the request named one (see the module docstring)."""
+    if routing == "ordered":  # affinity changes nothing here: only the first may be a first choice
+        return list(table.flat)
     out: list[int] = []
     for t, tier in enumerate(table.tiers):
         # a session's ranking replaces the order of the first choices, the one thing the draws decide
-        draws = sig if t or session is None else replace(sig, rand=_no_draw)
-        order, firsts = order_tier(deployments, tier, routing, draws, t == 0)
+        draws = sig if t or session is None else sig.without_draws()
+        order, firsts = order_tier(deployments, tier, table.labels[t], routing, draws, t == 0)
         if t == 0 and session is not None and len(firsts) > 1:
             ranked = iter(sorted(firsts, key=lambda i: -rendezvous_weight(deployments[i].label, session)))
             chosen = set(firsts)
             order = [next(ranked) if i in chosen else i for i in order]
         out += order
     return out
-
-
-def _no_draw() -> float:
-    return 0.5
 
 
 def candidate_order(

@@ -60,42 +60,57 @@ class RouteTable:
     (`config.types.ModelConfig.table`), not per request."""
 
     tiers: tuple[tuple[int, ...], ...]
+    labels: tuple[tuple[str, ...], ...]  # the deployments' labels, tier by tier
+    flat: tuple[int, ...]  # every index, tier by tier: `ordered`'s whole plan
 
     @staticmethod
     def of(deployments: Sequence[Routable]) -> RouteTable:
         levels = sorted({d.tier for d in deployments})
-        return RouteTable(tuple(tuple(i for i, d in enumerate(deployments) if d.tier == t) for t in levels))
+        tiers = tuple(tuple(i for i, d in enumerate(deployments) if d.tier == t) for t in levels)
+        labels = tuple(tuple(deployments[i].label for i in tier) for tier in tiers)
+        return RouteTable(tiers, labels, tuple(i for tier in tiers for i in tier))
 
 
-@dataclass(frozen=True, slots=True)
 class Signals:
-    """What one request's routing reads besides the config: made once per request."""
+    """What one request's routing reads besides the config: made once per request (a plain class: a
+    frozen dataclass's __init__ costs a microsecond more, on every request)."""
 
-    inflight: Mapping[str, int]
-    rand: Callable[[], float]
-    book: LatencyBook | None = None  # learned TTFTs (latency, cost's ties); None: nothing learned
-    api: str = ""
-    now: float = 0.0  # the book's clock
-    input_tokens: int = 0  # cost's estimate of the request
-    output_tokens: int = DEFAULT_OUTPUT_TOKENS
+    __slots__ = ("api", "book", "inflight", "input_tokens", "now", "output_tokens", "rand")
+
+    def __init__(self, inflight: Mapping[str, int], rand: Callable[[], float], book: LatencyBook | None = None,
+                 api: str = "", now: float = 0.0, input_tokens: int = 0,
+                 output_tokens: int = DEFAULT_OUTPUT_TOKENS) -> None:
+        self.inflight, self.rand = inflight, rand
+        self.book = book  # learned TTFTs (latency, cost's ties); None: nothing learned
+        self.api, self.now = api, now  # the book's key and clock
+        self.input_tokens, self.output_tokens = input_tokens, output_tokens  # cost's estimate of the request
+
+    def without_draws(self) -> Signals:
+        return Signals(self.inflight, _no_draw, self.book, self.api, self.now, self.input_tokens,
+                       self.output_tokens)
+
+
+def _no_draw() -> float:
+    return 0.5
 
 
 # (the tier's order, the deployments of it the policy may pick first)
 TierOrder = tuple[list[int], list[int]]
 
 
-def order_tier(deployments: Sequence[Routable], tier: Sequence[int], routing: Routing, sig: Signals,
-               first_tier: bool) -> TierOrder:
-    """One tier's deployments (indexes into `deployments`) in the order `routing` tries them."""
+def order_tier(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], routing: Routing,
+               sig: Signals, first_tier: bool) -> TierOrder:
+    """One tier's deployments (indexes into `deployments`, `labels` theirs) in the order `routing` tries
+    them."""
     if routing == "ordered":
         order = list(tier)
         return order, order[:1]
     if routing == "weighted":
         return _weighted(deployments, tier, sig.rand)
     if routing == "latency" and sig.book is not None:
-        return _latency(deployments, tier, sig, first_tier)
+        return _latency(deployments, tier, labels, sig, first_tier)
     if routing == "cost":
-        return _cost(deployments, tier, sig)
+        return _cost(deployments, tier, labels, sig)
     order = _balanced(deployments, tier, sig)
     return order, order
 
@@ -119,40 +134,39 @@ def _weighted(deployments: Sequence[Routable], tier: Sequence[int], rand: Callab
     return drawn + [i for i in tier if i not in keys], drawn
 
 
-def _latency(deployments: Sequence[Routable], tier: Sequence[int], sig: Signals, first_tier: bool) -> TierOrder:
-    book, api = sig.book, sig.api
-    assert book is not None
-    probe = -1
-    if first_tier:  # probes stay in the first tier: a later one gets no traffic while this one serves
-        for i in tier:
-            if book.claim_probe(api, deployments[i].label, sig.now):
-                probe = i
-                break
-    averages = {i: book.average(api, deployments[i].label) for i in tier}
-    known = [a for a in averages.values() if a is not None]
-    if not known:
-        near = _balanced(deployments, [i for i in tier if i != probe], sig)
-        return ([probe] if probe >= 0 else []) + near, near
-    best = min(known)
+def _latency(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], sig: Signals,
+             first_tier: bool) -> TierOrder:
+    assert sig.book is not None
+    # probes stay in the first tier: a later one gets no traffic while this one serves
+    averages, due = sig.book.read(sig.api, labels, sig.now, first_tier)
+    lead = [tier[due]] if due >= 0 else []
+    best = min(averages)
+    if best == math.inf:  # nothing known yet: shared
+        shared = _balanced(deployments, [i for k, i in enumerate(tier) if k != due], sig)
+        return lead + shared, shared
     limit = best + max(best * LATENCY_MARGIN, LATENCY_MARGIN_S)
-    near_set = [i for i in tier if i != probe and (a := averages[i]) is not None and a <= limit]
-    near = _balanced(deployments, near_set, sig)
-    rest = sorted((i for i in tier if i != probe and i not in near_set),
-                  key=lambda i: _or_inf(averages[i]))
-    return ([probe] if probe >= 0 else []) + near + rest, near
+    near: list[int] = []
+    rest: list[int] = []
+    for k, i in enumerate(tier):
+        if k != due:
+            (near if averages[k] <= limit else rest).append(i)
+    if len(near) > 1:
+        near = _balanced(deployments, near, sig)
+    if len(rest) > 1:
+        position = {i: averages[k] for k, i in enumerate(tier)}
+        rest.sort(key=position.__getitem__)
+    return lead + near + rest, near
 
 
-def _cost(deployments: Sequence[Routable], tier: Sequence[int], sig: Signals) -> TierOrder:
-    book, api = sig.book, sig.api
+def _cost(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], sig: Signals) -> TierOrder:
+    book = sig.book
+    latencies = book.read(sig.api, labels, sig.now, False)[0] if book is not None else [0.0] * len(tier)
     keys: dict[int, tuple[float, float]] = {}
-    for i in tier:
-        d = deployments[i]
-        price = sig.input_tokens * d.price.input + sig.output_tokens * d.price.output
-        keys[i] = (price, _or_inf(book.average(api, d.label)) if book is not None else 0.0)
+    for k, i in enumerate(tier):
+        price = deployments[i].price
+        keys[i] = (sig.input_tokens * price.input + sig.output_tokens * price.output, latencies[k])
     order = sorted(tier, key=keys.__getitem__)
     cheapest = keys[order[0]][0]
     return order, [i for i in order if keys[i][0] == cheapest]
 
 
-def _or_inf(value: float | None) -> float:
-    return math.inf if value is None else value
