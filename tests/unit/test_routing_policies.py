@@ -118,6 +118,17 @@ def test_no_session_id_reaches_a_later_tier_a_fallback_only_or_a_dearer_deployme
         assert len(homes) > 1  # affinity still spreads sessions over the first choices
 
 
+def test_under_weighted_sessions_make_their_homes_in_proportion_to_the_weights() -> None:
+    """A 5% canary with affinity on is home to about 5% of sessions (not half: a plain rendezvous hash
+    would split them evenly), and a session keeps its home whatever the draws."""
+    deps = (dep("main", weight=95), dep("canary", weight=5))
+    table, rand = RouteTable.of(deps), random.Random(2).random
+    sessions = [random.Random(i).randbytes(16).hex() for i in range(2000)]
+    homes = [route(deps, table, "weighted", Signals({}, rand), s)[0] for s in sessions]
+    assert abs(homes.count(1) / 2000 - 0.05) <= 0.02
+    assert homes == [route(deps, table, "weighted", Signals({}, rand), s)[0] for s in sessions]
+
+
 # -- latency ----------------------------------------------------------------------------------------
 
 

@@ -18,8 +18,9 @@ taken by a deployment that the request does not reach because an earlier one ser
 Session affinity (docs/agents.md): a request of a session (`affinity.session_digest`) on a model with
 `affinity: session` ranks, by rendezvous (highest-random-weight) hashing of the session over the
 deployment labels, only the deployments the policy may pick for a first attempt: those of the first tier,
-under `weighted` those with weight > 0, under `ordered` only the first (so affinity changes nothing
-there), under `latency` those within the margin of the fastest, under `cost` the cheapest. They take the
+under `weighted` those with weight > 0 (in proportion to it), under `ordered` only the first (so affinity
+changes nothing there), under `latency` those within the margin of the fastest, under `cost` the
+cheapest. They take the
 places the policy gave them, in the session's order; every other deployment keeps its place. So a client
 choosing its session id can never reach a fallback-only, more expensive or later-tier deployment while
 the policy's own first choices can serve. Every replica computes the same ranking with no shared state;
@@ -31,6 +32,7 @@ rotation is skipped and, once its probe succeeds, its sessions return to it.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
@@ -73,11 +75,24 @@ def route(deployments: Sequence[Routable], table: RouteTable, routing: Routing, 
         draws = sig if t or session is None else sig.without_draws()
         order, firsts = order_tier(deployments, tier, table.labels[t], routing, draws, t == 0)
         if t == 0 and session is not None and len(firsts) > 1:
-            ranked = iter(sorted(firsts, key=lambda i: -rendezvous_weight(deployments[i].label, session)))
+            ranked = iter(_session_ranking(deployments, firsts, session, weighted=routing == "weighted"))
             chosen = set(firsts)
             order = [next(ranked) if i in chosen else i for i in order]
         out += order
     return out
+
+
+def _session_ranking(deployments: Sequence[Routable], firsts: list[int], session: str, *,
+                     weighted: bool) -> list[int]:
+    """The session's ranking of the first choices. Under `weighted`, weighted rendezvous hashing (each
+    deployment's key is `weight / -ln(u)`, `u` its hash in (0, 1)): sessions make their homes in
+    proportion to the weights, so a 5% canary is home to about 5% of sessions, not half of them. With
+    equal weights the key orders as the hash does: the plain ranking."""
+    if not weighted:
+        return sorted(firsts, key=lambda i: -rendezvous_weight(deployments[i].label, session))
+    keys = {i: deployments[i].weight / -math.log((rendezvous_weight(deployments[i].label, session) + 0.5) / 2**64)
+            for i in firsts}
+    return sorted(firsts, key=lambda i: -keys[i])
 
 
 def candidate_order(
