@@ -192,3 +192,20 @@ def test_no_session_id_reaches_a_later_tier_while_the_first_serves(
         assert got == {"home1/up": 200}  # affinity does not apply: the client cannot choose home2 either
     else:
         assert got["home1/up"] > 40 and got["home2/up"] > 40  # sessions still spread over the first tier
+
+
+def test_a_hedge_starts_on_the_next_deployment_of_the_same_policy(
+        servers: tuple[LoopThread, FakeUpstream], start: Callable[[Any], GatewayServer]) -> None:
+    """Under `latency` the hedge goes to the next fastest, not the next in config order."""
+    _, upstream = servers
+    ttft = {"fast": 0.005, "slow": 0.150, "mid": 0.060}
+    for n, s in ttft.items():
+        upstream.defaults[path(n)] = answer_after(s)
+    # the hedge comes after every deployment's usual first token, so no probe is hedged away
+    gw = start(config(upstream.base_url, "latency", [{"name": n} for n in ttft], hedge_after_ms=250))
+    served_by(gw, 20, stream=True, workers=1)  # each probed once, then learned
+    upstream.enqueue(path("fast"), answer_after(0.600))  # the fastest is late this once
+    before = len(upstream.received)
+    served_by(gw, 1, stream=True, workers=1)
+    assert [r.path.split("/")[1] for r in upstream.received[before:]] == ["fast", "mid"]
+    assert gw.sample("llm_gateway_hedges_total", winner="hedge") == 1
