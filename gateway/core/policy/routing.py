@@ -73,7 +73,7 @@ def route(deployments: Sequence[Routable], table: RouteTable, routing: Routing, 
     for t, tier in enumerate(table.tiers):
         # a session's ranking replaces the order of the first choices, the one thing the draws decide
         draws = sig if t or session is None else sig.without_draws()
-        order, firsts = order_tier(deployments, tier, table.labels[t], routing, draws, t == 0)
+        order, firsts = order_tier(deployments, tier, table.tier_labels[t], routing, draws, t == 0)
         if t == 0 and session is not None and len(firsts) > 1:
             ranked = iter(_session_ranking(deployments, firsts, session, weighted=routing == "weighted"))
             chosen = set(firsts)

@@ -60,7 +60,7 @@ class RouteTable:
     (`config.types.ModelConfig.table`), not per request."""
 
     tiers: tuple[tuple[int, ...], ...]
-    labels: tuple[tuple[str, ...], ...]  # the deployments' labels, tier by tier
+    tier_labels: tuple[tuple[str, ...], ...]  # the deployments' labels, tier by tier
     flat: tuple[int, ...]  # every index, tier by tier: `ordered`'s whole plan
 
     @staticmethod
