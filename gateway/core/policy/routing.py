@@ -69,6 +69,8 @@ def route(deployments: Sequence[Routable], table: RouteTable, routing: Routing, 
     `session`: the model has `affinity: session` and the request named one (see the module docstring)."""
     if routing == "ordered":  # affinity changes nothing here: only the first may be a first choice
         return list(table.flat)
+    if session is None and len(table.tiers) == 1:  # the common case, without the loop's bookkeeping
+        return order_tier(deployments, table.tiers[0], table.tier_labels[0], routing, sig, True)[0]
     out: list[int] = []
     for t, tier in enumerate(table.tiers):
         # a session's ranking replaces the order of the first choices, the one thing the draws decide

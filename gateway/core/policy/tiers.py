@@ -153,9 +153,12 @@ def _latency(deployments: Sequence[Routable], tier: Sequence[int], labels: Seque
     if len(near) > 1:
         near = _balanced(deployments, near, sig)
     if len(rest) > 1:
-        position = {i: averages[k] for k, i in enumerate(tier)}
+        position = dict(zip(tier, averages, strict=True))
         rest.sort(key=position.__getitem__)
-    return lead + near + rest, near
+    order = near + rest if rest else near[:]
+    if lead:
+        order[:0] = lead
+    return order, near
 
 
 def _cost(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], sig: Signals) -> TierOrder:
