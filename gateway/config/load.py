@@ -44,6 +44,7 @@ from gateway.config.types import (
     ServerConfig,
     StateConfig,
 )
+from gateway.core.policy.tiers import ROUTING_POLICIES
 from gateway.providers.registry import PROVIDERS
 
 
@@ -140,7 +141,7 @@ def _unique_keys(path: str, keys: tuple[ApiKey, ...], errs: Errors) -> None:
 
 
 def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:
-    s = Section(raw, path, errs, ("provider", "model", "price", "prefill"))
+    s = Section(raw, path, errs, ("provider", "model", "price", "prefill", "tier", "weight"))
     provider = s.get("provider", str, "")
     if provider not in providers:
         errs.add(s.at("provider"), f'unknown provider "{provider}"' if provider else "required")
@@ -157,7 +158,8 @@ def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], er
     )
     kind = PROVIDERS.get(providers[provider].type) if provider in providers else None
     prefill = s.get("prefill", bool, kind is not None and kind.prefill)  # unset: the type's own (Anthropic's)
-    return Deployment(provider=provider, model=model, price=price, prefill=prefill)
+    return Deployment(provider=provider, model=model, price=price, prefill=prefill,
+                      tier=s.integer("tier", 0), weight=s.number("weight", 1.0))
 
 
 def _retry(s: Section) -> RetryPolicy:
@@ -179,6 +181,8 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     deployments = tuple(_deployment(p, r, ctx.providers, ctx.errs) for p, r in s.items("deployments"))
     if not deployments:
         ctx.errs.add(s.at("deployments"), "at least one deployment is required")
+    routing = s.choice("routing", ROUTING_POLICIES, "ordered")
+    _check_routing(s, routing, deployments)
     guardrails = s.strings("guardrails")
     for i, g in enumerate(guardrails):
         if g not in ctx.guardrail_names:
@@ -188,13 +192,24 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
         ctx.errs.add(s.at("redaction"), f'unknown redaction profile "{redaction}"')
     return ModelConfig(
         name=name, deployments=deployments,
-        routing=s.choice("routing", ("ordered", "balanced"), "ordered"),  # type: ignore[arg-type]
+        routing=routing,  # type: ignore[arg-type]
         retry=_retry(Section(s.raw.get("retry"), s.at("retry"), ctx.errs,
                               ("max_attempts", "per_deployment", "initial_backoff_ms", "max_backoff_ms"))),
         hedge_after_ms=s.number("hedge_after_ms", 0.0), guardrails=guardrails,
         cache=s.get("cache", bool, False), redaction=redaction, continuation=_on_off(s, "continuation"),
         aliases=s.strings("aliases"), affinity=s.choice("affinity", ("off", "session"), "off"),  # type: ignore[arg-type]
     )
+
+
+def _check_routing(s: Section, routing: str, deployments: tuple[Deployment, ...]) -> None:
+    """What the policies need of the deployments (docs/routing.md): some weight above 0; with `cost`, a
+    price on every deployment (an unpriced one would look free and win every request)."""
+    if deployments and all(d.weight == 0 for d in deployments):
+        s.errs.add(s.at("deployments"), "every weight is 0: at least one deployment needs a weight above 0")
+    if routing == "cost" and deployments:
+        for path, raw in s.items("deployments"):
+            if isinstance(raw, dict) and raw.get("price") is None:
+                s.errs.add(f"{path}.price", "required with routing: cost")
 
 
 def _on_off(s: Section, key: str) -> bool:

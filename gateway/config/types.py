@@ -11,7 +11,7 @@ from typing import Literal
 
 from gateway.config.aliases import ModelNames
 from gateway.core.policy.retry import RetryPolicy
-from gateway.core.policy.routing import Routing
+from gateway.core.policy.routing import RouteTable, Routing
 from gateway.core.proxy import Proxy
 from gateway.providers.settings import AwsSettings, BreakerConfig, ProviderConfig, Timeouts
 
@@ -214,6 +214,8 @@ class Deployment:
     # continues a trailing assistant message (CONTRACT §4.9); unset in the config: the provider type's
     # default, resolved at load (anthropic natively; OpenAI-compatible servers only when declared)
     prefill: bool = False
+    tier: int = 0  # a lower tier is always tried first (docs/routing.md)
+    weight: float = 1.0  # `routing: weighted`'s share; 0: a fallback only
     # `provider/model`: the value of `x-gateway-deployment` and the `deployment` label; formatted once
     # here, not at each of the dozen reads a request makes
     label: str = field(init=False, compare=False, repr=False)
@@ -235,6 +237,12 @@ class ModelConfig:
     aliases: tuple[str, ...] = ()  # other names clients may send, exact or glob (`config.aliases`)
     affinity: Literal["off", "session"] = "off"  # session: keep a session on one deployment (CONTRACT §10)
     continuation: bool = False  # continue a stream that fails after the first token (CONTRACT §4.9)
+    # the deployments by tier, compiled here once (and again when a request narrows `deployments` to
+    # those serving its API), never per request
+    table: RouteTable = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "table", RouteTable.of(self.deployments))
 
 
 @dataclass(frozen=True, slots=True)

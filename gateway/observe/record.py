@@ -84,6 +84,14 @@ class RequestRecorder:
         """A session's request of an `affinity: session` model was served: kept, moved or new."""
         self.m.child(self.m.affinity, model, result).inc()
 
+    def routed(self, model: str, d: Deployment, policy: str) -> None:
+        """Routing's first choice for the request (not its fallbacks or hedge), by the model's policy."""
+        self.m.child(self.m.routing_decisions, model, d.label, policy).inc()
+
+    def deployment_ttft(self, model: str, d: Deployment, api: str, average: float) -> None:
+        """The learned upstream TTFT average of `d` for `api`, after this request's sample."""
+        self.m.child(self.m.deployment_ttft, model, d.label, api).set(average)
+
     def hedge_won(self, model: str, winner: str) -> None:
         self.m.child(self.m.hedges, model, winner).inc()
 

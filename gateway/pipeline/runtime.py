@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from gateway.config.types import ApiKey, Config, Deployment, ModelConfig, ProviderConfig
 from gateway.core.policy.affinity import SeenSessions
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
+from gateway.core.policy.latency import LatencyBook
 from gateway.observe.metrics import Metrics
 from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.jwt_auth import Jwks, JwtAuth
@@ -43,6 +44,10 @@ class Runtime:
     control: ControlPlane | None = None  # the store's keys, teams and ledger (`store.url`), kept on reload
     sessions: SeenSessions = field(default_factory=SeenSessions)  # affinity's `new` sessions, kept on reload
     served_names: LearnedNames = field(default_factory=LearnedNames)  # upstream-reported names, kept on reload
+    # learned upstream TTFTs (`routing: latency`, cost's ties), per replica and kept on reload, on their
+    # own monotonic clock (tests drive their own to skip the 30 s a probe waits for)
+    latency: LatencyBook = field(default_factory=LatencyBook)
+    mono: Callable[[], float] = time.monotonic
 
     def provider(self, d: Deployment) -> ProviderConfig:
         return self.config.providers[d.provider]
@@ -98,6 +103,8 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         control=control,
         sessions=previous.sessions if previous else SeenSessions(),
         served_names=previous.served_names if previous else LearnedNames(),
+        latency=previous.latency if previous else LatencyBook(),
+        mono=previous.mono if previous else time.monotonic,
     )
 
 

@@ -184,3 +184,11 @@ def test_provisioning_points_grafana_at_the_dashboards_and_prometheus() -> None:
     sources = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yaml").read_text())
     (source,) = sources["datasources"]
     assert source["type"] == "prometheus" and source["url"].startswith("http://prometheus:")
+
+
+def test_one_overview_panel_shows_routing_choices_and_the_learned_ttft() -> None:
+    """Issue #59: a panel with both routing metrics, so a canary's share and why latency moved are read
+    together."""
+    panels = [[t["expr"] for t in p["targets"]] for p in _panels(_committed()["llm-gateway-overview.json"])]
+    assert any(any("llm_gateway_routing_decisions_total" in e for e in exprs)
+               and any("llm_gateway_deployment_ttft_seconds" in e for e in exprs) for exprs in panels)

@@ -55,7 +55,7 @@ def test_an_unset_key_variable_is_one_error_not_two() -> None:
     ({"models": [{"name": "m", "deployments": [{"provider": "q", "model": "x"}]}]},
      'models[0].deployments[0].provider: unknown provider "q"'),
     ({"models": [{"name": "m", "routing": "random", "deployments": [{"provider": "p", "model": "x"}]}]},
-     'models[0].routing: must be one of ordered, balanced, got "random"'),
+     'models[0].routing: must be one of ordered, balanced, weighted, latency, cost, got "random"'),
     ({"guardrails": [{"name": "g", "type": "regex", "patterns": ["("]}]}, "guardrails[0].patterns[0]: invalid"),
     ({"redaction": {"profiles": {"r": {"rules": ["nonsense"]}}}},
      'redaction.profiles.r.rules[0]: unknown rule or rule set "nonsense"'),
