@@ -23,7 +23,7 @@ async def key_spend(request: GatewayRequest) -> Response:
     if key is None:  # auth.allow_unauthenticated and no key sent: there is no key to account to
         raise InvalidApiKey("send the gateway key whose spend to read: Authorization: Bearer <key>")
     now = time.time()
-    spent = await request.app.state.spend(key.name, key.budget_period, now)
+    spent = await request.app.state.spend(key.counter, key.budget_period, now)  # by id: a reused name starts at 0
     body: dict[str, object] = {
         "object": "gateway.key_spend", "key": key.name, "period": key.budget_period,
         "period_id": period_id(key.budget_period, now), "spend_usd": round(spent, 8),

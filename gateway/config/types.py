@@ -97,6 +97,13 @@ class ApiKey:
     budget_period: Literal["day", "month"] = "day"
     team: TeamLimits | None = None  # stored keys only; `models` is then already the two lists' intersection
     expires_at: float | None = None  # epoch seconds (stored keys)
+    id: str | None = None  # stored keys: unique for ever, unlike the name, which a new key may reuse
+
+    @property
+    def counter(self) -> str:
+        """What its limits and spend are counted under in the state backend: a stored key's id (a new
+        key under a revoked key's name starts from nothing), a config key's name. `/` is in no name."""
+        return self.name if self.id is None else f"key/{self.id}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,4 +57,4 @@ def api_key(k: StoredKey, team: Team | None) -> ApiKey:
         limits = TeamLimits(name=team.name, rpm=t.rpm, tpm=t.tpm, budget_usd=t.budget_usd,
                             budget_period=t.budget_period)
     return ApiKey(name=k.name, models=models, rpm=lim.rpm, tpm=lim.tpm, budget_usd=lim.budget_usd,
-                  budget_period=lim.budget_period, team=limits, expires_at=k.expires_at)
+                  budget_period=lim.budget_period, team=limits, expires_at=k.expires_at, id=k.id)
