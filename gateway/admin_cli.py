@@ -13,8 +13,11 @@ import os
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
+
+PAGE = 1000  # rows a list request asks for: the API's largest page
 
 
 def add_parser(sub: Any) -> None:
@@ -82,6 +85,21 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
     return "GET", "/admin/v1/audit", None
 
 
+def all_pages(call: Callable[[str], Any], url: str, page_size: int = PAGE) -> Any:
+    """A list answer with every page's rows in `data`: lists come a page at a time, the next one `after`
+    the last name (keys, teams) or id (audit) of the one before (docs/keys-teams-spend.md, "Lists")."""
+    if not url.endswith(("/keys", "/teams", "/audit")):
+        return call(url)
+    answer = call(f"{url}?limit={page_size}")
+    rows: list[Any] = list(answer.get("data") or [])
+    while answer.get("has_more") and answer.get("data"):
+        last = answer["data"][-1]
+        after = last["id"] if url.endswith("/audit") else last["name"]
+        answer = call(f"{url}?limit={page_size}&after={quote(str(after), safe='')}")
+        rows.extend(answer.get("data") or [])
+    return {**answer, "data": rows, "has_more": False}
+
+
 def run(args: argparse.Namespace, env: dict[str, str] | None = None) -> int:
     env = dict(os.environ) if env is None else env
     base, key = env.get("GATEWAY_ADMIN_URL", "").rstrip("/"), env.get("GATEWAY_ADMIN_KEY", "")
@@ -90,11 +108,15 @@ def run(args: argparse.Namespace, env: dict[str, str] | None = None) -> int:
         return 2
     method, path, body = request_for(args)
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
-    try:
+
+    def call(url: str) -> Any:
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as resp:
-            answer = json.loads(resp.read() or b"{}")
+            return json.loads(resp.read() or b"{}")
+
+    try:
+        answer = all_pages(call, base + path) if method == "GET" else call(base + path)
     except urllib.error.HTTPError as exc:
         print(exc.read().decode(errors="replace"), file=sys.stderr)
         return 1

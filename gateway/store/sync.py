@@ -25,7 +25,11 @@ from gateway.store.store import CHANNEL, Store
 from gateway.store.types import SkippedRow, Snapshot, StoreUnavailable
 
 log = structlog.get_logger("gateway")
-MAX_BACKOFF_S = 5.0  # a poll that keeps failing unexpectedly is retried at least this often
+# a poll that keeps failing unexpectedly is retried at least this often: once the cause is gone, a
+# revocation still reaches every replica within 2 s (docs/keys-teams-spend.md)
+MAX_BACKOFF_S = 1.0
+LISTEN_RETRY_S = 5.0
+LOG_EVERY = 60  # failures in a row: the first is logged, then one in this many
 
 
 class StoreSync:
@@ -110,8 +114,9 @@ class StoreSync:
 
     def _failed(self, event: str, exc: BaseException) -> None:
         self.failures += 1
-        log.error(event, error=type(exc).__name__, failures=self.failures, retry_in_s=round(self._period(), 2),
-                  message="the cache keeps its last snapshot; retrying")
+        if self.failures % LOG_EVERY == 1:
+            log.error(event, error=type(exc).__name__, failures=self.failures, retry_in_s=round(self._period(), 2),
+                      message="the cache keeps its last snapshot; retrying")
         self._health(False, type(exc).__name__)  # store_up 0, and counted as a failed refresh
 
     async def _listen(self, url: str) -> None:
@@ -121,7 +126,7 @@ class StoreSync:
                 await PgDatabase(url, self._connect_timeout).listen(CHANNEL, self._wake.set)
             except Exception as exc:  # notifications only hurry the poll: go on
                 log.warning("store_listen_failed", error=type(exc).__name__)
-                await asyncio.sleep(MAX_BACKOFF_S)
+                await asyncio.sleep(LISTEN_RETRY_S)
 
     async def close(self) -> None:
         for task in self._tasks:
