@@ -250,7 +250,7 @@ async def audit(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: 
 
 
 def _query(request: GatewayRequest) -> dict[str, str]:
-    return dict(parse_qsl(request.head.query))
+    return dict(parse_qsl(request.head.query, keep_blank_values=True))
 
 
 _ROUTES: dict[str, dict[str, Handler]] = {
