@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import openai
 import psycopg
+import pytest
 
 from tests.control_plane import admin_call, store_config
 from tests.harness import GatewayServer, LoopThread
@@ -24,38 +25,45 @@ def _database(pg: PostgresServer) -> str:
     return pg.url.rsplit("/", 1)[0] + "/" + db
 
 
-def _gateway(servers: LoopThread, url: str) -> Iterator[GatewayServer]:
-    gw = GatewayServer(store_config(url, ledger_wait_s=WAIT_S))
+@pytest.fixture
+def postgres() -> Iterator[PostgresServer]:
+    with PostgresServer() as pg:
+        yield pg
+
+
+@pytest.fixture
+def gateway(servers: LoopThread, postgres: PostgresServer) -> Iterator[GatewayServer]:
+    gw = GatewayServer(store_config(_database(postgres), ledger_wait_s=WAIT_S))
     servers.run(gw.start())
     yield gw
     servers.run(gw.stop())
 
 
-def test_a_hung_postgres_costs_one_wait_not_one_per_answer(servers: LoopThread) -> None:
-    with PostgresServer() as pg:
-        for gw in _gateway(servers, _database(pg)):
-            key = admin_call(gw.port, "POST", "keys", {"name": "busy"})[1]["key"]
-            client = openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0, timeout=30)
+def test_a_hung_postgres_costs_one_wait_not_one_per_answer(gateway: GatewayServer, postgres: PostgresServer) -> None:
+    key = admin_call(gateway.port, "POST", "keys", {"name": "busy"})[1]["key"]
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0, timeout=30)
 
-            def chat() -> None:
-                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    def chat() -> None:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
 
+    chat()
+    control = gateway.app.runtime.control
+    assert control is not None
+    ledger = control.ledger
+    postgres.pause()
+    try:
+        chat()  # its commit hangs: the answer comes after one wait ...
+        assert ledger.failing  # ... and marks the store failing at once (not at the driver's timeout)
+        t0 = time.monotonic()
+        for _ in range(3):
             chat()
-            ledger = gw.app.runtime.control.ledger
-            pg.pause()
-            try:
-                chat()  # its commit hangs: the answer comes after one wait ...
-                assert ledger.failing  # ... and marks the store failing at once (not at the driver's timeout)
-                t0 = time.monotonic()
-                for _ in range(3):
-                    chat()
-                waited = time.monotonic() - t0
-                assert waited < WAIT_S, f"the next answers waited for the ledger ({waited:.1f} s)"
-            finally:
-                pg.resume()
-            deadline = time.monotonic() + 30
-            while ledger.failing:  # the kept rows are committed once it answers: polled against a deadline
-                assert time.monotonic() < deadline, "the ledger did not recover"
-                time.sleep(0.05)
-            status, spend = admin_call(gw.port, "GET", "spend?group_by=key")
-            assert status == 200 and [r["requests"] for r in spend["data"]] == [5]  # none lost, none twice
+        waited = time.monotonic() - t0
+        assert waited < WAIT_S, f"the next answers waited for the ledger ({waited:.1f} s)"
+    finally:
+        postgres.resume()
+    deadline = time.monotonic() + 30
+    while ledger.failing:  # the kept rows are committed once it answers: polled against a deadline
+        assert time.monotonic() < deadline, "the ledger did not recover"
+        time.sleep(0.05)
+    status, spend = admin_call(gateway.port, "GET", "spend?group_by=key")
+    assert status == 200 and [r["requests"] for r in spend["data"]] == [5]  # none lost, none twice
