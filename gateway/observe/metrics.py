@@ -170,8 +170,7 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                   multiprocess_mode="max", **kw),
         store_up=Gauge("store_up", "1 while the control plane's store (store.url) answers, 0 while it does not "
                        "(stored keys are then served from each replica's cache)", [], multiprocess_mode="min", **kw),
-        store_errors=Counter("store_errors", "Failed store operations, and stored rows skipped as unreadable "
-                             "(op=row, once per change of the row)", ["op"], **kw),
+        store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
         team_requests=Counter("team_requests", "Answered requests of stored keys, by team", ["team", "model"], **kw),
         team_cost=Counter("team_cost_usd", "Spend of stored keys, by team", ["team", "model"], **kw),
         affinity=Counter("affinity", "Session requests of affinity models: served by the session's own "
@@ -211,7 +210,7 @@ def add_process_collectors(registry: CollectorRegistry) -> None:
     GCCollector(registry=registry)
 
 
-STORE_OPS = ("refresh", "ledger", "admin", "row")
+STORE_OPS = ("refresh", "ledger", "admin")
 HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "send_stall", "bad_request", "too_large", "upgrade",
                         "tls_handshake")
 STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_timeout", "malformed",

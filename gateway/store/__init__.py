@@ -29,7 +29,7 @@ class StoreHooks:
     """What the store reports (the metrics are observe/'s): its health, and each failed operation."""
 
     health: Callable[[bool], None]
-    error: Callable[[str], None]  # the operation: refresh, ledger, admin, row (one skipped, once per change)
+    error: Callable[[str], None]  # the operation: refresh (a row skipped counts once per change), ledger, admin
 
 
 async def _journal(store: Store, setting: str) -> SpendJournal | None:

@@ -81,7 +81,7 @@ class StoreSync:
             if self._skipped.get(ident) != row.fingerprint:
                 log.error("store_row_skipped", table=row.table, name=row.name, column=row.column, reason=row.reason,
                           message="this row is left out until it is fixed or deleted; every other row syncs")
-                self._on_error("row")
+                self._on_error("refresh")  # the sync's operation: what it could not read
         self._skipped = seen
 
     def _health(self, up: bool, reason: str) -> None:

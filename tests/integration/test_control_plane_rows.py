@@ -177,7 +177,7 @@ def test_unreadable_rows_are_skipped_once_and_every_other_key_keeps_syncing(
         _within(2.0, lambda gw=gw: _status(gw, victim) == 401 and _status(gw, fresh) == 200)  # type: ignore[misc]
         # ... and the bad rows, unchanged, are neither logged nor counted again
         assert len(_skipped_lines(gw)) == bad
-        assert _metric(gw, "llm_gateway_store_errors_total", 'op="row"') == bad
+        assert _metric(gw, "llm_gateway_store_errors_total", 'op="refresh"') == bad
         assert _metric(gw, "llm_gateway_store_up") == 1
     line = next(s for s in _skipped_lines(a) if '"bad-json"' in s)
     assert '"column":"models"' in line and '"table":"gw_keys"' in line
