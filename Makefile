@@ -3,9 +3,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-# `make run` gets a venv of its own with the runtime dependencies only (no SDKs, linters, Helm tooling)
+# `make run` gets a venv of its own with the runtime dependencies only (no SDKs, linters, Helm tooling);
+# `make run EXTRAS=aws,gcp` adds pyproject's extras (aws: Bedrock's botocore, gcp: Vertex's google-auth)
 RUN_VENV ?= .venv-run
-RUN_STAMP := $(RUN_VENV)/.installed-stamp
+EXTRAS ?=
+comma := ,
+RUN_STAMP := $(RUN_VENV)/.installed-stamp$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)))
 PYTEST_ARGS ?=
 ARGS ?=
 
@@ -20,7 +23,7 @@ $(STAMP): pyproject.toml
 $(RUN_STAMP): pyproject.toml
 	test -x $(RUN_VENV)/bin/python || $(PY) -m venv $(RUN_VENV)
 	$(RUN_VENV)/bin/python -m pip install -q -U pip
-	$(RUN_VENV)/bin/python -m pip install -q -e .
+	$(RUN_VENV)/bin/python -m pip install -q -e .$(if $(EXTRAS),'[$(EXTRAS)]')
 	touch $(RUN_STAMP)
 
 run: $(RUN_STAMP)

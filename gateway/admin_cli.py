@@ -1,8 +1,8 @@
-"""`gateway admin …`: the control plane's API from a shell (CONTRACT §11).
+"""`gateway admin …`: the control plane's API from a shell (docs/keys-teams-spend.md).
 
-Reads GATEWAY_ADMIN_URL (the gateway's base URL, e.g. http://127.0.0.1:8080) and GATEWAY_ADMIN_KEY, its
-own inputs; prints the API's JSON answer. A plain HTTP client (urllib): an operator's tool, not part of
-the serving process.
+Reads GATEWAY_ADMIN_URL (the gateway's base URL, e.g. http://127.0.0.1:8080) and GATEWAY_ADMIN_KEY (or
+GATEWAY_ADMIN_TOKEN, which wins), its own inputs; prints the answer as a table, or its JSON with `--json`.
+A plain HTTP client (urllib): an operator's tool, not part of the serving process.
 """
 
 from __future__ import annotations
@@ -17,34 +17,48 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from gateway.admin_cli_view import Failure, diagnose_base_url, diagnose_failure, render
+
+LIMITS = ("models", "rpm", "tpm", "budget_usd", "budget_period")
+KEY_CLEARABLE = (*LIMITS, "team", "expires_at")
 PAGE = 1000  # rows a list request asks for: the API's largest page
 
 
 def add_parser(sub: Any) -> None:
     a = sub.add_parser("admin", help="drive the control plane API (GATEWAY_ADMIN_URL, GATEWAY_ADMIN_KEY)")
     asub = a.add_subparsers(dest="admin_command", required=True)
+    out = argparse.ArgumentParser(add_help=False)
+    out.add_argument("--json", action="store_true", help="print the API's JSON answer instead of a table")
     keys = asub.add_parser("keys", help="gateway keys").add_subparsers(dest="keys_command", required=True)
-    c = keys.add_parser("create", help="create a key; prints its secret once")
+    c = keys.add_parser("create", parents=[out], help="create a key; prints its secret once")
     c.add_argument("name")
-    _limit_args(c)
-    c.add_argument("--team")
-    c.add_argument("--expires-at", help="ISO 8601 time, e.g. 2026-12-31T00:00:00Z")
-    keys.add_parser("list", help="list keys (no secrets)")
-    r = keys.add_parser("revoke", help="revoke a key now")
-    r.add_argument("name")
-    ro = keys.add_parser("rotate", help="a new secret; the old one works --grace-s longer")
+    _key_args(c)
+    keys.add_parser("list", parents=[out], help="list keys (no secrets)")
+    keys.add_parser("get", parents=[out], help="read one key (no secret)").add_argument("name")
+    u = keys.add_parser("update", parents=[out], help="change a key's limits, team, expiry or metadata")
+    u.add_argument("name")
+    _key_args(u)
+    _clear_arg(u, KEY_CLEARABLE)
+    keys.add_parser("revoke", parents=[out], help="revoke a key now").add_argument("name")
+    ro = keys.add_parser("rotate", parents=[out], help="a new secret; the old one works --grace-s longer")
     ro.add_argument("name")
     ro.add_argument("--grace-s", type=float, default=0.0)
     teams = asub.add_parser("teams", help="teams").add_subparsers(dest="teams_command", required=True)
-    tc = teams.add_parser("create", help="create a team")
+    tc = teams.add_parser("create", parents=[out], help="create a team")
     tc.add_argument("name")
     _limit_args(tc)
-    teams.add_parser("list", help="list teams")
-    s = asub.add_parser("spend", help="spend by key, team, model, deployment, day")
+    teams.add_parser("list", parents=[out], help="list teams")
+    teams.add_parser("get", parents=[out], help="read one team").add_argument("name")
+    tu = teams.add_parser("update", parents=[out], help="change a team's limits")
+    tu.add_argument("name")
+    _limit_args(tu)
+    _clear_arg(tu, LIMITS)
+    teams.add_parser("delete", parents=[out], help="delete a team that has no keys").add_argument("name")
+    s = asub.add_parser("spend", parents=[out], help="spend by key, team, model, deployment, day")
     s.add_argument("--group-by", default="team", help="comma-separated: key,team,model,deployment,day")
     s.add_argument("--from", dest="day_from", help="YYYY-MM-DD (inclusive)")
     s.add_argument("--to", dest="day_to", help="YYYY-MM-DD (inclusive)")
-    asub.add_parser("audit", help="the audit log of admin actions")
+    asub.add_parser("audit", parents=[out], help="the audit log of admin actions")
 
 
 def _limit_args(p: argparse.ArgumentParser) -> None:
@@ -55,73 +69,169 @@ def _limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-period", choices=("day", "month"))
 
 
+def _key_args(p: argparse.ArgumentParser) -> None:
+    _limit_args(p)
+    p.add_argument("--team")
+    p.add_argument("--expires-at", help="ISO 8601 time, e.g. 2026-12-31T00:00:00Z")
+    p.add_argument("--metadata", type=_json_object, help='a JSON object, e.g. \'{"owner": "alice@example.com"}\'')
+
+
+def _clear_arg(p: argparse.ArgumentParser, fields: tuple[str, ...]) -> None:
+    p.add_argument("--clear", type=_field_list(fields), default=[],
+                   help=f"comma-separated fields to remove (set to null): {','.join(fields)}")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not valid JSON") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"owner\": \"alice\"}'")
+    return value
+
+
+def _field_list(allowed: tuple[str, ...]) -> Any:
+    def parse(text: str) -> list[str]:
+        fields = [f.strip() for f in text.split(",") if f.strip()]
+        unknown = [f for f in fields if f not in allowed]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown field {unknown[0]!r} (one of {', '.join(allowed)})")
+        return fields
+    return parse
+
+
 def _limits(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"models": args.models.split(",") if args.models else None, "rpm": args.rpm,
                            "tpm": args.tpm, "budget_usd": args.budget_usd, "budget_period": args.budget_period}
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _key_body(args: argparse.Namespace) -> dict[str, Any]:
+    body = _limits(args)
+    body.update({f: v for f, v in (("team", args.team), ("expires_at", args.expires_at)) if v})
+    if args.metadata is not None:
+        body["metadata"] = args.metadata
+    return body
+
+
+def _cleared(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, **{f: None for f in args.clear}}
+
+
+def _keys_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
+    k, path = args.keys_command, "/admin/v1/keys"
+    if k == "create":
+        return "POST", path, {"name": args.name, **_key_body(args)}
+    if k == "list":
+        return "GET", path, None
+    one = f"{path}/{quote(args.name, safe='')}"
+    if k == "get":
+        return "GET", one, None
+    if k == "update":
+        return "PATCH", one, _cleared(args, _key_body(args))
+    if k == "revoke":
+        return "DELETE", one, None
+    return "POST", one + "/rotate", {"grace_s": args.grace_s}
+
+
+def _teams_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
+    t, path = args.teams_command, "/admin/v1/teams"
+    if t == "create":
+        return "POST", path, {"name": args.name, **_limits(args)}
+    if t == "list":
+        return "GET", path, None
+    one = f"{path}/{quote(args.name, safe='')}"
+    if t == "update":
+        return "PATCH", one, _cleared(args, _limits(args))
+    return ("DELETE" if t == "delete" else "GET"), one, None
+
+
 def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
     """The method, path and body that an `admin` command sends."""
     cmd = args.admin_command
     if cmd == "keys":
-        k = args.keys_command
-        if k == "create":
-            body = {"name": args.name, **_limits(args)}
-            body.update({f: v for f, v in (("team", args.team), ("expires_at", args.expires_at)) if v})
-            return "POST", "/admin/v1/keys", body
-        if k == "list":
-            return "GET", "/admin/v1/keys", None
-        if k == "revoke":
-            return "DELETE", f"/admin/v1/keys/{quote(args.name, safe='')}", None
-        return "POST", f"/admin/v1/keys/{quote(args.name, safe='')}/rotate", {"grace_s": args.grace_s}
+        return _keys_request(args)
     if cmd == "teams":
-        if args.teams_command == "create":
-            return "POST", "/admin/v1/teams", {"name": args.name, **_limits(args)}
-        return "GET", "/admin/v1/teams", None
+        return _teams_request(args)
     if cmd == "spend":
         q = {"group_by": args.group_by, "from": args.day_from, "to": args.day_to}
         return "GET", "/admin/v1/spend?" + urlencode({k: v for k, v in q.items() if v}), None
     return "GET", "/admin/v1/audit", None
 
 
-def all_pages(call: Callable[[str], Any], url: str, page_size: int = PAGE) -> Any:
+def _credential(env: dict[str, str]) -> str:
+    return env.get("GATEWAY_ADMIN_TOKEN", "") or env.get("GATEWAY_ADMIN_KEY", "")
+
+
+def _metrics_page(base: str) -> bytes | None:
+    """What `base`/metrics answers: a gateway's metrics port serves Prometheus text there."""
+    try:
+        with urllib.request.urlopen(base + "/metrics", timeout=5) as resp:
+            body: bytes = resp.read(4096)
+            return body
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def _call(base: str, credential: str, args: argparse.Namespace) -> dict[str, Any] | Failure:
+    """The command's answer (a list with every page's rows), or the status and body of a failure;
+    raises OSError when unreachable."""
+    method, path, body = request_for(args)
+    data = json.dumps(body).encode() if body is not None else None
+
+    def call(url: str) -> dict[str, Any] | Failure:
+        req = urllib.request.Request(url, data=data, method=method, headers={
+            "Authorization": f"Bearer {credential}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            return Failure(exc.code, exc.read())
+        try:
+            answer = json.loads(raw or b"{}")
+        except ValueError:
+            return Failure(200, raw)
+        return answer if isinstance(answer, dict) else Failure(200, raw)
+
+    return all_pages(call, base + path) if method == "GET" else call(base + path)
+
+
+def all_pages(call: Callable[[str], dict[str, Any] | Failure], url: str,
+              page_size: int = PAGE) -> dict[str, Any] | Failure:
     """A list answer with every page's rows in `data`: lists come a page at a time, the next one `after`
     the last name (keys, teams) or id (audit) of the one before (docs/keys-teams-spend.md, "Lists")."""
     if not url.endswith(("/keys", "/teams", "/audit")):
         return call(url)
     answer = call(f"{url}?limit={page_size}")
-    rows: list[Any] = list(answer.get("data") or [])
-    while answer.get("has_more") and answer.get("data"):
-        last = answer["data"][-1]
-        after = last["id"] if url.endswith("/audit") else last["name"]
+    rows: list[Any] = []
+    while not isinstance(answer, Failure):
+        page = answer.get("data")
+        rows.extend(page if isinstance(page, list) else [])
+        if not answer.get("has_more") or not page:
+            return {**answer, "data": rows, "has_more": False}
+        after = page[-1].get("id") if url.endswith("/audit") else page[-1].get("name")
         answer = call(f"{url}?limit={page_size}&after={quote(str(after), safe='')}")
-        rows.extend(answer.get("data") or [])
-    return {**answer, "data": rows, "has_more": False}
+    return answer
 
 
 def run(args: argparse.Namespace, env: dict[str, str] | None = None) -> int:
     env = dict(os.environ) if env is None else env
-    base, key = env.get("GATEWAY_ADMIN_URL", "").rstrip("/"), env.get("GATEWAY_ADMIN_KEY", "")
-    if not base or not key:
-        print("gateway admin: set GATEWAY_ADMIN_URL and GATEWAY_ADMIN_KEY", file=sys.stderr)
+    base, credential = env.get("GATEWAY_ADMIN_URL", "").strip().rstrip("/"), _credential(env)
+    if not base or not credential:
+        print("gateway admin: set GATEWAY_ADMIN_URL and GATEWAY_ADMIN_KEY (or GATEWAY_ADMIN_TOKEN)", file=sys.stderr)
         return 2
-    method, path, body = request_for(args)
-    data = json.dumps(body).encode() if body is not None else None
-
-    def call(url: str) -> Any:
-        req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read() or b"{}")
-
+    wrong = diagnose_base_url(base)
+    if wrong:
+        print(f"gateway admin: {wrong}", file=sys.stderr)
+        return 2
     try:
-        answer = all_pages(call, base + path) if method == "GET" else call(base + path)
-    except urllib.error.HTTPError as exc:
-        print(exc.read().decode(errors="replace"), file=sys.stderr)
-        return 1
+        answer = _call(base, credential, args)
     except (urllib.error.URLError, OSError) as exc:
         print(f"gateway admin: cannot reach {base}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
         return 1
-    print(json.dumps(answer, indent=2))
+    if isinstance(answer, Failure):
+        print(f"gateway admin: {diagnose_failure(base, answer, lambda: _metrics_page(base))}", file=sys.stderr)
+        return 1
+    print(json.dumps(answer, indent=2) if args.json else render(answer))
     return 0

@@ -26,7 +26,8 @@ from gateway.apis.messages_tokens import count_tokens
 from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.apis.spend import key_spend
-from gateway.config.types import Config, ServerConfig, TlsConfig
+from gateway.config.extras import missing_extras
+from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
 from gateway.core.http1_request import RequestHead
 from gateway.errors import StartupError
@@ -34,6 +35,7 @@ from gateway.http import HttpServer, Request, ServerLimits
 from gateway.http.messages import Channel, Response, StreamResponse
 from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
+from gateway.pipeline.budget_sync import BudgetSync
 from gateway.pipeline.exchange import GatewayRequest, Handler
 from gateway.pipeline.middleware import handle
 from gateway.pipeline.runtime import Runtime, build_runtime
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from gateway.observe.tracing import Tracing
 
 log = structlog.get_logger("gateway")
+BUDGET_REFRESH_MIN_S = 1.0  # memory state: the other processes' spend read from the ledger at most this often
 
 
 class App:
@@ -61,6 +64,7 @@ class App:
         self.control = _control_plane(config, self.metrics)
         self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics, control=self.control)
         self._state: StateBackend | None = None
+        self._budgets: BudgetSync | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
         self.apis: Mapping[str, ClientApi] = {api.path: api for api in CLIENT_APIS}  # by route
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
@@ -86,7 +90,7 @@ class App:
         return self.tracing.start(request.headers, api, request.path, self.runtime.config.providers)
 
     async def start(self) -> None:
-        self.upstream.signers = await start_signers(self.config.providers, auth_of)
+        self.upstream.signers = await start_signers(self.config.providers, auth_of, self.upstream.minted)
         metrics = self.metrics
         self._state = create_backend(self.config.state, self.config.cache,
                                     on_degraded=lambda reason: metrics.state_degraded_op())
@@ -95,12 +99,25 @@ class App:
                 await self.control.start()
             except StoreUnavailable as exc:  # start needs the schema; later outages are served from cache
                 raise StartupError(f"store.url: cannot open the store: {exc}") from None
+            await self._start_budgets(self.control, self._state)
+        if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
+            await jwt.jwks.refresh()  # bounded by auth.jwt.timeout_s; a failure leaves a refetch to come
+
+    async def _start_budgets(self, control: ControlPlane, state: StateBackend) -> None:
+        """Budgets start from the ledger's spend for the period, before the first request (bounded)."""
+        store = self.config.store
+        self._budgets = BudgetSync(control.store, state, max(store.poll_s, BUDGET_REFRESH_MIN_S),
+                                   store.connect_timeout_s)
+        await self._budgets.load()
+        self._budgets.start()
 
     async def close(self) -> None:
         self.upstream.close()
         await close_signers(self.upstream.signers)
         if self.tracing is not None:  # the last export may wait on the collector: not on the loop
             await asyncio.to_thread(self.tracing.shutdown)
+        if self._budgets is not None:
+            await self._budgets.close()
         if self._state is not None:
             await self._state.close()
         if self.control is not None:
@@ -120,6 +137,9 @@ class App:
         if (tls is None) != (self.tls is None):
             raise ValueError("server.tls: turning TLS on or off needs a restart")
         context = tls_context(tls) if tls is not None else None
+        missing = missing_extras(config.providers.values())
+        if missing is not None:
+            raise ValueError(missing)
         old = self.runtime
         if config.store != self.config.store:
             log.warning("store_change_needs_restart", message="store.* is read at start; a reload keeps it")
@@ -138,7 +158,7 @@ class App:
             self._signers_task = asyncio.ensure_future(self._swap_signers(reload.runtime.config))
 
     async def _swap_signers(self, config: Config) -> None:
-        new = await start_signers(config.providers, auth_of)
+        new = await start_signers(config.providers, auth_of, self.upstream.minted)
         old, self.upstream.signers = self.upstream.signers, new
         await close_signers(old)
 
@@ -220,7 +240,8 @@ class _RefusalCounter:
 
 
 def server_limits(s: ServerConfig, max_connections: int | None = None) -> ServerLimits:
-    return ServerLimits(max_body_bytes=s.max_body_bytes, max_connections=max_connections or s.max_connections,
+    cap = max_connections or s.max_connections or DEFAULT_MAX_CONNECTIONS
+    return ServerLimits(max_body_bytes=s.max_body_bytes, max_connections=cap,
                         head_timeout_s=s.request_head_timeout_s, send_timeout_s=s.send_timeout_s,
                         turn_s=s.loop_turn_ms / 1000)
 

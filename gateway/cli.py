@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
 
 import structlog
 
 from gateway import __version__
-from gateway.config import ConfigError, config_path_from_env, embedded_default, load_config
+from gateway.config import ConfigError, config_path_from_env, embedded_default, load_config, with_listen_overrides
+from gateway.config.extras import missing_extras
 from gateway.config.types import Config
 from gateway.errors import StartupError
 from gateway.observe.logs import configure_logging
@@ -58,6 +58,16 @@ def _invalid(errors: list[str]) -> int:
     return 2
 
 
+def _missing_extras(config: Config) -> int | None:
+    """An extra a provider needs is not installed: one line that names it, exit 1 (docs/cloud-providers.md,
+    "Extras"); else None."""
+    line = missing_extras(config.providers.values())
+    if line is None:
+        return None
+    print(f"gateway: {line}", file=sys.stderr)
+    return 1
+
+
 def check_config(path: str) -> int:
     try:
         config = load_config(path)
@@ -66,6 +76,9 @@ def check_config(path: str) -> int:
     errors = compile_check(config)
     if errors:
         return _invalid(errors)
+    missing = _missing_extras(config)
+    if missing is not None:
+        return missing
     print(f"{path}: valid ({len(config.models)} models, {len(config.providers)} providers)")
     return 0
 
@@ -76,14 +89,7 @@ def _load(args: argparse.Namespace) -> Config:
     errors = compile_check(config)
     if errors:
         raise ConfigError(errors)
-    server = config.server
-    server = dataclasses.replace(
-        server,
-        host=args.host or server.host,
-        port=args.port if args.port is not None else server.port,
-        metrics_port=args.metrics_port if args.metrics_port is not None else server.metrics_port,
-    )
-    return dataclasses.replace(config, server=server)
+    return with_listen_overrides(config, args.host, args.port, args.metrics_port)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -91,6 +97,9 @@ def serve(args: argparse.Namespace) -> int:
         config = _load(args)
     except ConfigError as exc:
         return _invalid(exc.errors)
+    missing = _missing_extras(config)
+    if missing is not None:
+        return missing
     configure_logging(config.logging.level, config.logging.format)
     if config.is_demo:
         log.warning("demo_mode", message="no config given: serving the built-in demo model 'demo' from the "

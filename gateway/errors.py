@@ -84,6 +84,19 @@ class InvalidApiKey(GatewayError):
     status, type, code, outcome = 401, "invalid_request_error", "invalid_api_key", "auth_error"
 
 
+class ExpiredApiKey(InvalidApiKey):
+    """A known key past its `expires_at`: told apart from an unknown one, to the client and in the log
+    line (docs/reference.md, Errors)."""
+
+    code = "expired_api_key"
+
+
+class PermissionDenied(GatewayError):
+    """A valid IdP token whose groups map to no team or model (docs/identity.md)."""
+
+    status, type, code, outcome = 403, "permission_error", "permission_denied", "auth_error"
+
+
 class ModelNotFound(GatewayError):
     status, type, code, outcome = 404, "invalid_request_error", "model_not_found", "client_error"
 
@@ -99,6 +112,20 @@ class ModelNotAllowed(ModelNotFound):
     `outcome` label (operators' eyes) tell them apart."""
 
     outcome, reason = "auth_error", "model_not_allowed"
+
+
+class ResponseNotFound(GatewayError):
+    """A `previous_response_id` with no record of its creator: unknown, whoever created it upstream
+    (docs/responses-bridge.md, ownership). The upstream is never asked."""
+
+    status, type, code, outcome = 404, "invalid_request_error", "previous_response_not_found", "client_error"
+
+    @classmethod
+    def named(cls, response_id: str, *, owned_by_another: bool = False) -> ResponseNotFound:
+        err = cls(f"Previous response with id {response_id[:128]!r} not found.", param="previous_response_id")
+        if owned_by_another:  # the same answer to the client; the log line's `reason` tells operators
+            err.reason = "response_not_owned"
+        return err
 
 
 class NotFound(GatewayError):

@@ -17,7 +17,7 @@ from aiohttp import web
 from gateway.app import App, Reload, create_metrics_app, server_limits
 from gateway.app import serve_api as start_api
 from gateway.config import ConfigError, load_config
-from gateway.config.types import Config
+from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig
 from gateway.errors import StartupError
 from gateway.http import HttpServer
 from gateway.observe.metrics import Metrics, create_metrics
@@ -62,10 +62,13 @@ def raise_fd_limit() -> int:
     return soft
 
 
-def connection_cap(configured: int, fd_limit: int) -> int:
+def connection_cap(configured: int | None, fd_limit: int) -> int:
     """`server.max_connections`, lowered to what the file descriptor limit can hold: past that the
-    process would fail accepts (EMFILE) instead of answering 503."""
+    process would fail accepts (EMFILE) instead of answering 503. Unset, the default is simply what
+    fits, quietly; only a value the operator chose is worth a warning when it cannot hold."""
     fits = max(1, (fd_limit - FDS_RESERVED) // FDS_PER_CONNECTION)
+    if configured is None:
+        return min(DEFAULT_MAX_CONNECTIONS, fits)
     if configured > fits:
         log.warning("max_connections_lowered", configured=configured, effective=fits, fd_limit=fd_limit)
     return min(configured, fits)
@@ -136,28 +139,32 @@ def _tune_gc() -> None:
     gc.set_threshold(10_000, 50, 100)
 
 
+STARTUP_CLEANUP_S = 5.0  # what a failed start may spend closing what it opened (the store's threads)
+
+
 async def run_server(config: Config, path: str | None, *, serve_api: bool, serve_metrics: bool,
                      reuse_port: bool, metrics: Metrics | None = None,
-                     forward: Callable[[int], None] | None = None) -> int:
-    """Serve until SIGTERM/SIGINT. `forward` also receives every signal (the workers' supervisor)."""
+                     forward: Callable[[int], None] | None = None,
+                     workers_gone: Callable[[], Awaitable[None]] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT. `forward` also receives every signal (the workers' supervisor);
+    `workers_gone` returns once every worker has exited: the supervisor then stops with a StartupError."""
     metrics = metrics or create_metrics()
     s = config.server
     runners: list[web.AppRunner] = []
     app: App | None = None
     api: HttpServer | None = None
-    if serve_api:
-        try:
-            app = App(config, metrics)
-        except ValueError as exc:  # a certificate that does not load
-            raise StartupError(str(exc)) from None
-        if s.sched_slice_us:
-            request_slice(s.sched_slice_us)
-        cap = connection_cap(s.max_connections, raise_fd_limit())
-        api = await _bind("server.port", s.host, s.port,
-                          start_api(app, s.host, s.port, reuse_port=reuse_port, max_connections=cap))
-    if serve_metrics:
-        runners.append(await _bind("server.metrics_port", s.host, s.metrics_port,
-                                   _start_metrics(create_metrics_app(metrics), s.host, s.metrics_port)))
+    try:
+        if serve_api:
+            app = _new_app(config, metrics)
+            api = await _start_api(app, s, reuse_port)
+        if serve_metrics:
+            runners.append(await _bind("server.metrics_port", s.host, s.metrics_port,
+                                       _start_metrics(create_metrics_app(metrics), s.host, s.metrics_port)))
+    except BaseException:
+        # a failed start closes what it opened (the store's connections and threads), so the process
+        # can exit with its one line instead of lingering (docs/reference.md, Start-up)
+        await _close_after_failed_start(app, api)
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     reload_lock = asyncio.Lock()
@@ -176,6 +183,7 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, on_signal, sig)
+    watcher = _watch_workers(workers_gone, stop)
     _tune_gc()
     log.info("listening", host=s.host, port=s.port if serve_api else None,
              metrics_port=s.metrics_port if serve_metrics else None)
@@ -187,4 +195,52 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
     for runner in runners:
         await runner.cleanup()
     log.info("stopped")
+    if watcher is not None and watcher.done() and not watcher.cancelled() and watcher.result():
+        raise StartupError("every worker exited (their own lines above say why)")
+    if watcher is not None:
+        watcher.cancel()
     return 0
+
+
+def _new_app(config: Config, metrics: Metrics) -> App:
+    try:
+        app = App(config, metrics)
+    except ValueError as exc:  # a certificate that does not load
+        raise StartupError(str(exc)) from None
+    if config.server.sched_slice_us:
+        request_slice(config.server.sched_slice_us)
+    return app
+
+
+async def _start_api(app: App, s: ServerConfig, reuse_port: bool) -> HttpServer:
+    cap = connection_cap(s.max_connections, raise_fd_limit())
+    return await _bind("server.port", s.host, s.port,
+                       start_api(app, s.host, s.port, reuse_port=reuse_port, max_connections=cap))
+
+
+async def _close_after_failed_start(app: App | None, api: HttpServer | None) -> None:
+    """Bounded: a store that hangs must not keep a failed start alive."""
+    try:
+        async with asyncio.timeout(STARTUP_CLEANUP_S):
+            if api is not None:
+                await api.shutdown(0)
+            if app is not None:
+                await app.close()
+    except Exception as exc:  # the start's own error is the one to report
+        log.warning("startup_cleanup_failed", error=type(exc).__name__)
+
+
+def _watch_workers(workers_gone: Callable[[], Awaitable[None]] | None,
+                   stop: asyncio.Event) -> asyncio.Task[bool] | None:
+    """The supervisor's watch: True once every worker exited before a signal asked them to (then stop)."""
+    if workers_gone is None:
+        return None
+
+    async def watch() -> bool:
+        await workers_gone()
+        if stop.is_set():
+            return False  # they exited because we asked them to
+        stop.set()
+        return True
+
+    return asyncio.get_running_loop().create_task(watch())

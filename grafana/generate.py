@@ -228,6 +228,16 @@ def overview_upstream() -> list[Panel | Row]:
                    "Hedged requests per second (a second attempt started because the first token was late) "
                    "by which attempt produced the first token: primary or hedge.",
                    [Query(f"sum by (model, winner) (rate(llm_gateway_hedges_total{{{M}}}[{RI}]))", "{{model}} {{winner}}")], unit="ops"),
+        timeseries("Routing: first choices by deployment, and the learned TTFT",
+                   "Left axis: requests per second by the deployment routing chose first (not fallbacks "
+                   "or hedges) and the model's policy (ordered, balanced, weighted, latency, cost): a "
+                   "canary's share, a tier taking over. Also: the learned upstream TTFT average (30 s "
+                   "half-life) per deployment and API that latency and cost route by, highest replica "
+                   "shown; absent until learned.",
+                   [Query(f"sum by (model, deployment, policy) (rate(llm_gateway_routing_decisions_total{{{M}}}"
+                          f"[{RI}]))", "{{model}} · {{deployment}} ({{policy}})"),
+                    Query(f"max by (model, deployment, api) (llm_gateway_deployment_ttft_seconds{{{M}}})",
+                          "TTFT {{deployment}} {{api}}")], unit="short"),
         timeseries("Stream failures after the first token",
                    "Streams that failed after the first token, by deployment and reason (upstream error, "
                    "idle stall, output guardrail). The client got partial text and one error event.",

@@ -1,12 +1,13 @@
 """Small builders for Grafana dashboard JSON (schema 39, Grafana 10/11), used by generate.py.
 
 Only what the gateway's dashboards need: time series, stats, heatmaps, rows, and the datasource, job,
-instance, model, provider and key template variables. Layout is computed, so panels are listed in
+instance, model, provider, key and team template variables. Layout is computed, so panels are listed in
 reading order.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,8 +88,40 @@ def heatmap(title: str, description: str, expr: str) -> Panel:
     return Panel("heatmap", title, description, (Query(expr, "{{le}}", fmt="heatmap"),), 12, 8, {}, options)
 
 
+# The metrics that carry a `key` or `team` label (docs/reference.md, Metrics): every query made of them
+# only is narrowed to the dashboard's $key or $team variable, so picking a key or a team changes every
+# panel that can show it, whichever way its query was written. A query that also reads a metric without
+# the label (attempts per request) is left whole: narrowing one side of a ratio would mislead.
+NARROWED_BY: dict[str, frozenset[str]] = {
+    "key": frozenset({"llm_gateway_requests_total", "llm_gateway_tokens_total", "llm_gateway_cost_usd_total",
+                      "llm_gateway_rate_limited_total"}),
+    "team": frozenset({"llm_gateway_team_requests_total", "llm_gateway_team_cost_usd_total"}),
+}
+_SELECTOR = re.compile(r"\b(llm_gateway_[a-z_]+)\{([^}]*)\}")
+
+
+def narrowable(expr: str) -> list[str]:
+    """The labels of NARROWED_BY that every metric `expr` reads carries."""
+    metrics = {m.group(1) for m in _SELECTOR.finditer(expr)}
+    return [label for label, have in NARROWED_BY.items() if metrics and metrics <= have]
+
+
+def narrow(expr: str) -> str:
+    """`expr` with `key=~"$key"` / `team=~"$team"` in every selector, where every metric has the label."""
+    labels = narrowable(expr)
+
+    def add(m: re.Match[str]) -> str:
+        matchers = m.group(2)
+        for label in labels:
+            wanted = f'{label}=~"${label}"'
+            if wanted not in matchers:
+                matchers = f"{matchers}, {wanted}" if matchers.strip() else wanted
+        return f"{m.group(1)}{{{matchers}}}"
+    return _SELECTOR.sub(add, expr) if labels else expr
+
+
 def _target(ref: str, q: Query) -> JSON:
-    return {"refId": ref, "datasource": DS, "expr": q.expr, "legendFormat": q.legend or "__auto",
+    return {"refId": ref, "datasource": DS, "expr": narrow(q.expr), "legendFormat": q.legend or "__auto",
             "range": not q.instant, "instant": q.instant, "format": q.fmt, "editorMode": "code"}
 
 
@@ -141,6 +174,9 @@ def variables() -> list[JSON]:
                         '{job=~"$job", instance=~"$instance", model=~"$model"}, provider)'),
         _query_variable("key", "Key", 'label_values(llm_gateway_requests_total{job=~"$job", '
                         'instance=~"$instance", model=~"$model"}, key)'),
+        # the control plane's teams (stored keys): narrows the panels of team-labelled metrics
+        _query_variable("team", "Team", 'label_values(llm_gateway_team_requests_total{job=~"$job", '
+                        'instance=~"$instance", model=~"$model"}, team)'),
     ]
 
 

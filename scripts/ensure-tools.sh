@@ -8,6 +8,8 @@ command -v promtool >/dev/null || need+=(prometheus)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 # bench.footprint's test measures the first-token code's footprint under callgrind
 command -v valgrind >/dev/null || need+=(valgrind)
+# No helm binary: Debian, PyPI and npm have none. The chart's tests (and scripts/chart.py) render and
+# lint it with Helm's Go library through helm-python-sdk, a test dependency (helm/llm-gateway/README.md).
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive

@@ -97,8 +97,17 @@ CONTINUATION_METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for
           mode=("prefill", "regenerate"), outcome=("ok", "diverged", "failed")),
 )})
 
+# Routing's (docs/routing.md): decisions present at 0 from start; the learned TTFT only once learned, and
+# only for models routed by `latency` or `cost`.
+ROUTING_METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in (
+    _spec("llm_gateway_routing_decisions_total", "counter", "model deployment policy",
+          policy=("ordered", "balanced", "weighted", "latency", "cost")),
+    _spec("llm_gateway_deployment_ttft_seconds", "gauge", "model deployment api"),
+)})
+
 # Every name a PromQL query may use for a contract metric, mapped to its spec.
 SERIES: Mapping[str, MetricSpec] = MappingProxyType(
-    {series: spec for spec in (*METRICS.values(), *CONTROL_PLANE_METRICS.values(), *CONTINUATION_METRICS.values())
+    {series: spec for spec in (*METRICS.values(), *CONTROL_PLANE_METRICS.values(), *CONTINUATION_METRICS.values(),
+                               *ROUTING_METRICS.values())
      for series in spec.series_names}
 )

@@ -55,8 +55,9 @@ def admin_call(port: int, method: str, path: str, body: Any = None, key: str = A
 class GatewayProcess:
     """`gateway serve --config` in a process of its own (so it can be killed with SIGKILL)."""
 
-    def __init__(self, tmp: Path, raw: dict[str, Any], name: str = "gw"):
+    def __init__(self, tmp: Path, raw: dict[str, Any], name: str = "gw", extra_args: tuple[str, ...] = ()):
         self.port, self.metrics_port = free_port(), free_port()
+        self.extra_args = extra_args  # e.g. ("--workers", "2")
         self.config_path = tmp / f"{name}.yaml"
         self.config_path.write_text(yaml.safe_dump(raw))
         self.log_path = tmp / f"{name}.log"
@@ -64,7 +65,7 @@ class GatewayProcess:
 
     def start(self) -> None:
         args = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
-                "--port", str(self.port), "--metrics-port", str(self.metrics_port)]
+                "--port", str(self.port), "--metrics-port", str(self.metrics_port), *self.extra_args]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
         deadline = time.monotonic() + 20

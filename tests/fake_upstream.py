@@ -1,6 +1,7 @@
 """A scripted LLM provider on 127.0.0.1: the only fake in the integration tests.
 
-Each request to a path takes the next `Script` queued for it (or the path's default): a status, headers
+Each request to a path takes the next `Script` queued for it (or the path's default; or one made from the
+request's headers by a queued function, for an upstream that quotes what it got): a status, headers
 and parts — bytes to write, a `Pause` (pacing inside the scenario, not test synchronisation), a `Gate`
 (wait until the test says so: synchronisation with what a client has seen), `Hang` (wait until the
 gateway goes away) or `Close` (drop the connection). It records every request it got and
@@ -14,6 +15,7 @@ import ssl
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +74,9 @@ class Received:
     peer_port: int = 0  # which TCP connection carried it (keep-alive reuse shows as one port)
 
 
+ScriptFor = Callable[[dict[str, str]], Script]  # the answer to a request with these headers
+
+
 def sse(obj: Any) -> bytes:
     return b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
 
@@ -82,7 +87,7 @@ def json_script(obj: Any, status: int = 200, headers: dict[str, str] | None = No
 
 class FakeUpstream:
     def __init__(self) -> None:
-        self.queues: dict[str, deque[Script]] = defaultdict(deque)
+        self.queues: dict[str, deque[Script | ScriptFor]] = defaultdict(deque)
         self.defaults: dict[str, Script] = {}
         self.received: list[Received] = []
         self.closed_at: list[float] = []
@@ -98,7 +103,7 @@ class FakeUpstream:
     def base_url(self) -> str:
         return f"{'https' if self.tls is not None else 'http'}://127.0.0.1:{self.port}"
 
-    def enqueue(self, path: str, *scripts: Script) -> None:
+    def enqueue(self, path: str, *scripts: Script | ScriptFor) -> None:
         self.queues[path].extend(scripts)
 
     def bodies(self, path: str) -> list[Any]:
@@ -124,7 +129,8 @@ class FakeUpstream:
         self.received.append(Received(request.path, dict(request.headers), body, dict(request.query),
                                       peer_port=peer[1] if peer else 0))
         queue = self.queues.get(request.path)
-        script = queue.popleft() if queue else self.defaults.get(request.path)
+        queued = queue.popleft() if queue else self.defaults.get(request.path)
+        script = queued(dict(request.headers)) if callable(queued) else queued
         if script is None:
             return web.json_response({"error": {"message": "no script", "type": "test"}}, status=599)
         self.served.append(script.tag)

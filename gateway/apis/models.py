@@ -19,7 +19,7 @@ from gateway.pipeline.request import is_anthropic
 async def list_models(request: GatewayRequest) -> Response:
     rt = request.app.runtime
     anthropic = is_anthropic(request)
-    key = rt.keyring.authenticate(request.headers, x_api_key=anthropic)
+    key = await rt.keyring.caller(request.headers, x_api_key=anthropic)
     names = KeyRing.visible(key, list(rt.config.models))
     if anthropic:
         return json_response({"data": [_anthropic_model(n) for n in names], "has_more": False,
@@ -33,9 +33,9 @@ async def retrieve_model(request: GatewayRequest) -> Response:
     (a model the key may not use is not disclosed either)."""
     rt = request.app.runtime
     anthropic = is_anthropic(request)
-    key = rt.keyring.authenticate(request.headers, x_api_key=anthropic)
+    key = await rt.keyring.caller(request.headers, x_api_key=anthropic)
     name = unquote(request.path.rpartition("/")[2])
-    model = rt.model(name)
+    model = rt.model(name, key)
     if model is None or not KeyRing.visible(key, [model.name]):
         raise ModelNotFound.named(name)
     return json_response(_anthropic_model(name) if anthropic else _model(name))

@@ -19,7 +19,7 @@ from gateway.core.stages import StageFactory
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.http import Response, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.pipeline.api import ServedApi, replayed
+from gateway.pipeline.api import Owned, ServedApi, replayed
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.safety import TextMap
 from gateway.pipeline.serve import serve
@@ -88,10 +88,36 @@ def completed(obj: dict[str, Any]) -> bool:
     return obj.get("status") == "completed"
 
 
+def continued(body: dict[str, Any]) -> str | None:
+    """The id a request continues (`previous_response_id`), bound to its creator (pipeline.ownership)."""
+    rid = body.get("previous_response_id")
+    if rid is None or isinstance(rid, str):
+        return rid
+    raise InvalidRequest("previous_response_id must be a string", param="previous_response_id")
+
+
+def stored(body: dict[str, Any]) -> bool:
+    return body.get("store") is not False  # OpenAI keeps responses unless told not to
+
+
+def body_id(obj: dict[str, Any]) -> str | None:
+    rid = obj.get("id")
+    return rid if isinstance(rid, str) else None
+
+
+def stream_id(stream: ResponsesStream) -> str | None:
+    """The id `response.created` named (held in the preamble until the first token)."""
+    rid = stream.assembler.meta.get("id")
+    return rid if isinstance(rid, str) else None
+
+
+OWNED = Owned(continued, stored, body_id, stream_id)
+
+
 SERVED = ServedApi(
     RESPONSES, input_slots, ResponsesStream, output_filter, error_event, map_texts, read_answer, streamed_answer,
     hit_stream, cacheable=self_contained, answer_cacheable=completed, streamed_answer_masked=True,
-    prefill=prefill_input,
+    prefill=prefill_input, owned=OWNED,
 )
 
 

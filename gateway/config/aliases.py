@@ -89,6 +89,10 @@ class ModelNames:
 
     exact: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # name -> model
     globs: tuple[tuple[str, str], ...] = ()  # (glob, model), config order
+    # a deployment's upstream model name -> the models served under it, config order (docs/agents.md,
+    # "Names the gateway gave back"): looked up only when no name or alias matches
+    upstream: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    order: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # model -> config position
 
     def resolve(self, requested: str) -> str | None:
         """The configured model's name `requested` reaches, or None."""
@@ -100,14 +104,20 @@ class ModelNames:
                 return name
         return None
 
+    def served_as(self, upstream_name: str) -> tuple[str, ...]:
+        """The models a deployment serves under `upstream_name` (its configured `model`), config order."""
+        return self.upstream.get(upstream_name, ())
+
 
 @dataclass(frozen=True, slots=True)
 class Named:
-    """One model's names as written: where (`models[2]`), its name and its aliases."""
+    """One model's names as written: where (`models[2]`), its name, its aliases, and the upstream model
+    names of its deployments (names the gateway gives back in answers)."""
 
     path: str
     name: str
     aliases: tuple[str, ...]
+    upstream: tuple[str, ...] = ()
 
 
 def compile_names(models: list[Named]) -> tuple[ModelNames, list[tuple[str, str]]]:
@@ -132,8 +142,20 @@ def compile_names(models: list[Named]) -> tuple[ModelNames, list[tuple[str, str]
             else:
                 exact.setdefault(alias, (m.name, path))
     index = ModelNames(MappingProxyType({n: owner for n, (owner, _) in exact.items()}),
-                       tuple((g, owner) for g, owner, _ in globs))
+                       tuple((g, owner) for g, owner, _ in globs), _upstream_names(models),
+                       MappingProxyType({m.name: i for i, m in enumerate(models)}))
     return index, problems
+
+
+def _upstream_names(models: list[Named]) -> Mapping[str, tuple[str, ...]]:
+    """Each upstream model name -> the models whose deployments use it, each once, in config order."""
+    out: dict[str, list[str]] = {}
+    for m in models:
+        for upstream in m.upstream:
+            served = out.setdefault(upstream, [])
+            if m.name not in served:
+                served.append(m.name)
+    return MappingProxyType({name: tuple(served) for name, served in out.items()})
 
 
 def not_a_model(name: str, index: ModelNames) -> str:

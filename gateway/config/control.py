@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, cast
 
 from gateway.config.reader import Errors, Section
 from gateway.config.safety_config import NAME
-from gateway.config.types import AdminConfig, AdminKey, AuthConfig, StoreConfig
+from gateway.config.types import (
+    ADMIN_ROLES,
+    AdminConfig,
+    AdminJwtGroup,
+    AdminKey,
+    AdminRole,
+    AuthConfig,
+    StoreConfig,
+)
 
 STORE_KEYS = ("url", "poll_s", "ledger_wait_s", "connect_timeout_s", "ledger_journal")
 _URL = re.compile(r"^(sqlite:///.+|postgres(ql)?://.+)$")
@@ -29,35 +37,71 @@ def key_identity(s: Section, path: str) -> tuple[str, str, str]:
     if not NAME.match(name):
         s.errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
     key, digest = s.get("key", str, ""), s.get("key_sha256", str, "").lower()
-    if bool(key) == bool(digest):
+    # a `${NAME}` left unset is given, and already one error (docs/reference.md, Commands)
+    given_unset = s.errs.unset(s.at("key")) or s.errs.unset(s.at("key_sha256"))
+    if bool(key) == bool(digest) and not given_unset:
         s.errs.add(path, "exactly one of key or key_sha256 is required")
     if digest and not re.fullmatch(r"[0-9a-f]{64}", digest):
         s.errs.add(s.at("key_sha256"), "must be 64 hex characters")
     return name, key, digest
 
 
+ADMIN_KEYS = ("keys", "jwt_groups", "console")
+
+
+def _role(s: Section, path: str) -> tuple[AdminRole, str | None]:
+    """`role` (default admin) and `team`: a team_admin needs its team; the other roles take none."""
+    role = cast(AdminRole, s.choice("role", ADMIN_ROLES, "admin"))
+    team = s.get("team", str, "").strip() or None
+    if role == "team_admin" and team is None:
+        s.errs.add(s.at("team"), "required for role team_admin: the team it manages")
+    if role != "team_admin" and team is not None:
+        s.errs.add(s.at("team"), f"only a team_admin has a team (role is {role})")
+    return role, team
+
+
 def _admin_key(path: str, raw: Any, errs: Errors) -> AdminKey:
-    name, key, digest = key_identity(Section(raw, path, errs, ("name", "key", "key_sha256")), path)
-    return AdminKey(name=name, key_sha256=digest or digest_hex(key))
+    s = Section(raw, path, errs, ("name", "key", "key_sha256", "role", "team"))
+    name, key, digest = key_identity(s, path)
+    role, team = _role(s, path)
+    return AdminKey(name=name, key_sha256=digest or digest_hex(key), role=role, team=team)
+
+
+def _jwt_group(s: Section, group: str, raw: Any) -> AdminJwtGroup:
+    path = f"{s.at('jwt_groups')}.{group}"
+    if isinstance(raw, str):  # `platform-admins: admin`
+        raw = {"role": raw}
+    role, team = _role(Section(raw, path, s.errs, ("role", "team")), path)
+    return AdminJwtGroup(group=group, role=role, team=team)
 
 
 def admin_config(s: Section, auth: AuthConfig) -> AdminConfig:
-    """`admin.keys`; refuses a secret used twice, or used as a gateway key too (named by path only)."""
+    """`admin.keys`, `admin.jwt_groups`, `admin.console`; refuses a secret used twice, or used as a
+    gateway key too (named by path only)."""
+    groups = tuple(_jwt_group(s, str(g), raw) for g, raw in s.get("jwt_groups", dict, {}).items())
+    if groups and auth.jwt is None:
+        s.errs.add(s.at("jwt_groups"), "needs auth.jwt: the IdP whose tokens carry these groups")
+    console = Section(s.raw.get("console"), s.at("console"), s.errs, ("oidc_client_id",))
+    client_id = console.get("oidc_client_id", str, "").strip() or None
+    if client_id is not None and auth.jwt is None:
+        console.errs.add(console.at("oidc_client_id"), "needs auth.jwt: the console signs in through that IdP")
     keys = tuple(_admin_key(p, raw, s.errs) for p, raw in s.items("keys"))
-    gateway = {k.key_sha256 or digest_hex(k.key or "") for k in auth.keys}
+    gateway = {k.key_sha256 or digest_hex(k.key or "") for k in auth.keys if k.key_sha256 or k.key}
     seen_names: set[str] = set()
     seen: set[str] = set()
     for i, k in enumerate(keys):
         path = f"{s.at('keys')}[{i}]"
+        if k.name in seen_names:
+            s.errs.add(f"{path}.name", f'duplicate admin key name "{k.name}"')
+        seen_names.add(k.name)
+        if s.errs.unset(f"{path}.key") or s.errs.unset(f"{path}.key_sha256"):
+            continue  # its secret is unknown: nothing to compare, and its one error is out
         if k.key_sha256 in gateway:
             s.errs.add(path, "this admin key is also a gateway key (auth.keys): use different secrets")
         if k.key_sha256 in seen:
             s.errs.add(path, "duplicate admin key secret")
-        if k.name in seen_names:
-            s.errs.add(f"{path}.name", f'duplicate admin key name "{k.name}"')
         seen.add(k.key_sha256)
-        seen_names.add(k.name)
-    return AdminConfig(keys=keys)
+    return AdminConfig(keys=keys, jwt_groups=groups, console_oidc_client_id=client_id)
 
 
 def store_config(s: Section, admin: AdminConfig) -> StoreConfig:
@@ -65,8 +109,9 @@ def store_config(s: Section, admin: AdminConfig) -> StoreConfig:
     url = s.get("url", str, "") or None
     if url is not None and not _URL.match(url):
         s.errs.add(s.at("url"), "must be sqlite:///<path> or postgresql://user:pass@host:port/db")
-    if url is None and admin.keys:
-        s.errs.add(s.at("url"), "required with admin.keys: the control plane keeps keys in the store")
+    if url is None and admin.enabled:
+        s.errs.add(s.at("url"), "required with admin.keys or admin.jwt_groups: the control plane keeps keys "
+                                "in the store")
     journal = s.get("ledger_journal", str, d.ledger_journal).strip()
     if not journal:
         s.errs.add(s.at("ledger_journal"), "must be auto, off or a directory")

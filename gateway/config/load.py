@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -18,7 +19,8 @@ import yaml
 
 from gateway.config import edges
 from gateway.config.aliases import Named, compile_names, not_a_model
-from gateway.config.control import STORE_KEYS, admin_config, key_identity, store_config
+from gateway.config.control import ADMIN_KEYS, STORE_KEYS, admin_config, key_identity, store_config
+from gateway.config.identity import JWT_KEYS, jwt_config
 from gateway.config.provider_config import provider_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
@@ -42,15 +44,36 @@ from gateway.config.types import (
     ServerConfig,
     StateConfig,
 )
+from gateway.core.policy.tiers import ROUTING_POLICIES
 from gateway.providers.registry import PROVIDERS
+
+
+def port_clash(port: int, metrics_port: int) -> str | None:
+    """The problem when the API and /metrics would share a port (0 picks a free one for each)."""
+    if port and port == metrics_port:
+        return (f"the same port as server.port ({port}): /metrics is served on a port of its own, never on "
+                "the API port; give server.metrics_port (or --metrics-port) another")
+    return None
+
+
+def with_listen_overrides(config: Config, host: str | None, port: int | None, metrics_port: int | None) -> Config:
+    """`serve --host/--port/--metrics-port` over the file's `server`, checked as the file's own values are."""
+    s = config.server
+    server = replace(s, host=host or s.host, port=s.port if port is None else port,
+                     metrics_port=s.metrics_port if metrics_port is None else metrics_port)
+    clash = port_clash(server.port, server.metrics_port)
+    if clash:
+        raise ConfigError([f"server.metrics_port: {clash}"])
+    return replace(config, server=server)
 
 
 def _server(s: Section) -> ServerConfig:
     d = ServerConfig()
     port = s.integer("port", d.port, 0)
     metrics_port = s.integer("metrics_port", d.metrics_port, 0)
-    if port and port == metrics_port:
-        s.errs.add(s.at("metrics_port"), "must differ from server.port")
+    clash = port_clash(port, metrics_port)
+    if clash:
+        s.errs.add(s.at("metrics_port"), clash)
     return ServerConfig(
         host=s.get("host", str, d.host),
         port=port,
@@ -58,7 +81,7 @@ def _server(s: Section) -> ServerConfig:
         max_body_bytes=s.integer("max_body_bytes", d.max_body_bytes, 1),
         drain_s=s.number("drain_s", d.drain_s),
         keepalive_after_s=s.number("keepalive_after_s", d.keepalive_after_s),
-        max_connections=s.integer("max_connections", d.max_connections, 1),
+        max_connections=s.optional_int("max_connections"),
         request_head_timeout_s=s.number("request_head_timeout_s", d.request_head_timeout_s, 0.1),
         send_timeout_s=s.number("send_timeout_s", d.send_timeout_s, 0.1),
         loop_turn_ms=s.number("loop_turn_ms", d.loop_turn_ms),
@@ -91,10 +114,11 @@ def _api_key(path: str, raw: Any, errs: Errors) -> ApiKey:
     )
 
 
-def _auth(s: Section) -> AuthConfig:
+def _auth(s: Section, models: Mapping[str, ModelConfig]) -> AuthConfig:
     keys = tuple(_api_key(p, raw, s.errs) for p, raw in s.items("keys"))
     _unique_keys(s.at("keys"), keys, s.errs)
-    return AuthConfig(keys=keys, allow_unauthenticated=s.get("allow_unauthenticated", bool, False))
+    jwt = jwt_config(Section(s.raw.get("jwt"), s.at("jwt"), s.errs, JWT_KEYS), models)
+    return AuthConfig(keys=keys, allow_unauthenticated=s.get("allow_unauthenticated", bool, False), jwt=jwt)
 
 
 def _unique_keys(path: str, keys: tuple[ApiKey, ...], errs: Errors) -> None:
@@ -117,7 +141,7 @@ def _unique_keys(path: str, keys: tuple[ApiKey, ...], errs: Errors) -> None:
 
 
 def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], errs: Errors) -> Deployment:
-    s = Section(raw, path, errs, ("provider", "model", "price", "prefill"))
+    s = Section(raw, path, errs, ("provider", "model", "price", "prefill", "tier", "weight"))
     provider = s.get("provider", str, "")
     if provider not in providers:
         errs.add(s.at("provider"), f'unknown provider "{provider}"' if provider else "required")
@@ -134,7 +158,8 @@ def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], er
     )
     kind = PROVIDERS.get(providers[provider].type) if provider in providers else None
     prefill = s.get("prefill", bool, kind is not None and kind.prefill)  # unset: the type's own (Anthropic's)
-    return Deployment(provider=provider, model=model, price=price, prefill=prefill)
+    return Deployment(provider=provider, model=model, price=price, prefill=prefill,
+                      tier=s.integer("tier", 0), weight=s.number("weight", 1.0))
 
 
 def _retry(s: Section) -> RetryPolicy:
@@ -156,6 +181,8 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     deployments = tuple(_deployment(p, r, ctx.providers, ctx.errs) for p, r in s.items("deployments"))
     if not deployments:
         ctx.errs.add(s.at("deployments"), "at least one deployment is required")
+    routing = s.choice("routing", ROUTING_POLICIES, "ordered")
+    _check_routing(s, routing, deployments)
     guardrails = s.strings("guardrails")
     for i, g in enumerate(guardrails):
         if g not in ctx.guardrail_names:
@@ -165,13 +192,24 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
         ctx.errs.add(s.at("redaction"), f'unknown redaction profile "{redaction}"')
     return ModelConfig(
         name=name, deployments=deployments,
-        routing=s.choice("routing", ("ordered", "balanced"), "ordered"),  # type: ignore[arg-type]
+        routing=routing,  # type: ignore[arg-type]
         retry=_retry(Section(s.raw.get("retry"), s.at("retry"), ctx.errs,
                               ("max_attempts", "per_deployment", "initial_backoff_ms", "max_backoff_ms"))),
         hedge_after_ms=s.number("hedge_after_ms", 0.0), guardrails=guardrails,
         cache=s.get("cache", bool, False), redaction=redaction, continuation=_on_off(s, "continuation"),
         aliases=s.strings("aliases"), affinity=s.choice("affinity", ("off", "session"), "off"),  # type: ignore[arg-type]
     )
+
+
+def _check_routing(s: Section, routing: str, deployments: tuple[Deployment, ...]) -> None:
+    """What the policies need of the deployments (docs/routing.md): some weight above 0; with `cost`, a
+    price on every deployment (an unpriced one would look free and win every request)."""
+    if deployments and all(d.weight == 0 for d in deployments):
+        s.errs.add(s.at("deployments"), "every weight is 0: at least one deployment needs a weight above 0")
+    if routing == "cost" and deployments:
+        for path, raw in s.items("deployments"):
+            if isinstance(raw, dict) and raw.get("price") is None:
+                s.errs.add(f"{path}.price", "required with routing: cost")
 
 
 def _on_off(s: Section, key: str) -> bool:
@@ -229,19 +267,19 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
         if m.name in models:
             errs.add(f"{mpath}.name", f'duplicate model "{m.name}"')
         models[m.name] = m
-        named.append(Named(mpath, m.name, m.aliases))
+        named.append(Named(mpath, m.name, m.aliases, tuple(d.model for d in m.deployments)))
     model_names, problems = compile_names(named)
     for path, problem in problems:
         errs.add(path, problem)
-    auth = _auth(Section(top.raw.get("auth"), "auth", errs, ("keys", "allow_unauthenticated")))
+    auth = _auth(Section(top.raw.get("auth"), "auth", errs, ("keys", "allow_unauthenticated", "jwt")), models)
     for ki, key in enumerate(auth.keys):
         for mi, mname in enumerate(key.models or ()):
             if mname not in models:
                 errs.add(f"auth.keys[{ki}].models[{mi}]", not_a_model(mname, model_names))
-    st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url"))
+    st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url", "response_owner_ttl_s"))
     c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
     lg = Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
-    admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ("keys",)), auth)
+    admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ADMIN_KEYS), auth)
     store = store_config(Section(top.raw.get("store"), "store", errs, STORE_KEYS), admin)
     config = Config(
         server=_server(Section(top.raw.get("server"), "server", errs,
@@ -250,7 +288,8 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
                                  "send_timeout_s", "loop_turn_ms", "sched_slice_us", "tls", "cors"))),
         auth=auth,
         state=StateConfig(backend=st.choice("backend", ("memory", "redis"), "memory"),  # type: ignore[arg-type]
-                          redis_url=st.get("redis_url", str, "redis://127.0.0.1:6379/0")),
+                          redis_url=st.get("redis_url", str, "redis://127.0.0.1:6379/0"),
+                          response_owner_ttl_s=st.number("response_owner_ttl_s", 30 * 86_400.0, 1.0)),
         providers=MappingProxyType(providers), models=MappingProxyType(models),
         guardrails=MappingProxyType(guardrails), redaction_profiles=MappingProxyType(profiles),
         cache=CacheConfig(enabled=c.get("enabled", bool, False), ttl_s=c.number("ttl_s", 300.0, 0.001),
@@ -263,7 +302,8 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
     )
     if not models:
         errs.add("models", "at least one model is required")
-    if not config.auth.keys and not config.auth.allow_unauthenticated and store.url is None:
+    if not config.auth.keys and not config.auth.allow_unauthenticated and store.url is None \
+            and config.auth.jwt is None:
         errs.add("auth", "no keys configured: add auth.keys or set auth.allow_unauthenticated: true")
     return config
 
@@ -284,14 +324,17 @@ def load_config(path: str, env: Mapping[str, str] | None = None) -> Config:
 
 # One entry of every list and named mapping, so that parsing it builds every section there is.
 _EVERY_SECTION: dict[str, Any] = {
-    "auth": {"keys": [{"name": "k", "key": "x"}]},
+    "auth": {"keys": [{"name": "k", "key": "x"}],
+             "jwt": {"issuer": "https://idp", "audience": "a", "groups": {"g": {"team": "t"}}}},
     "providers": {"p": {"type": "mock"}},
     "models": [{"name": "m", "deployments": [{"provider": "p", "model": "x"}]}],
     "guardrails": [{"name": "g", "terms": ["x"]}],
     "redaction": {"profiles": {"r": {"custom": [{"name": "c", "pattern": "x"}]}}},
-    "admin": {"keys": [{"name": "a", "key": "y"}]},
+    "admin": {"keys": [{"name": "a", "key": "y"}], "jwt_groups": {"g": {"role": "viewer"}},
+              "console": {"oidc_client_id": "c"}},
 }
-_NAMED = (("providers.p.", "providers.<name>."), ("redaction.profiles.r.", "redaction.profiles.<name>."))
+_NAMED = (("providers.p.", "providers.<name>."), ("redaction.profiles.r.", "redaction.profiles.<name>."),
+          ("auth.jwt.groups.g.", "auth.jwt.groups.<group>."), ("admin.jwt_groups.g.", "admin.jwt_groups.<group>."))
 
 
 def config_keys() -> set[str]:

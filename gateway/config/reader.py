@@ -34,6 +34,10 @@ class Errors:
             return  # "must be int, got str" after "PORT is not set" would send the reader astray
         self.items.append(f"{path}: {problem}")
 
+    def unset(self, path: str) -> bool:
+        """Whether `path` held a `${NAME}` that is unset (its value is empty, and already reported)."""
+        return path in self._unset_env
+
     def unset_env(self, path: str, name: str) -> None:
         self.add(path, f"environment variable {name} is not set and has no default")
         self._unset_env.add(path)

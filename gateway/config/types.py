@@ -11,7 +11,7 @@ from typing import Literal
 
 from gateway.config.aliases import ModelNames
 from gateway.core.policy.retry import RetryPolicy
-from gateway.core.policy.routing import Routing
+from gateway.core.policy.routing import RouteTable, Routing
 from gateway.core.proxy import Proxy
 from gateway.providers.settings import AwsSettings, BreakerConfig, ProviderConfig, Timeouts
 
@@ -52,6 +52,9 @@ class Egress:
 SLICE_MIN_US, SLICE_MAX_US = 100, 100_000  # the slices Linux takes as given (it clamps others)
 
 
+DEFAULT_MAX_CONNECTIONS = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -60,7 +63,9 @@ class ServerConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     drain_s: float = 30.0
     keepalive_after_s: float = 10.0
-    max_connections: int = 10_000  # open client connections; past it a new one gets 503
+    # open client connections; past it a new one gets 503. None: DEFAULT_MAX_CONNECTIONS, or what the file
+    # descriptor limit holds when that is less (docs/extensions.md, server)
+    max_connections: int | None = None
     request_head_timeout_s: float = 15.0  # a request's first byte to the end of its head (408)
     send_timeout_s: float = 30.0  # a client that reads nothing of its response this long is cut
     loop_turn_ms: float = 2.0  # request steps one loop iteration runs before the rest wait (0: no limit)
@@ -97,25 +102,62 @@ class ApiKey:
     budget_period: Literal["day", "month"] = "day"
     team: TeamLimits | None = None  # stored keys only; `models` is then already the two lists' intersection
     expires_at: float | None = None  # epoch seconds (stored keys)
+    subject: str | None = None  # an IdP token's `sub` (docs/identity.md); None for a key
     id: str | None = None  # stored keys: unique for ever, unlike the name, which a new key may reuse
 
     @property
     def counter(self) -> str:
         """What its limits and spend are counted under in the state backend: a stored key's id (a new
-        key under a revoked key's name starts from nothing), a config key's name. `/` is in no name."""
-        return self.name if self.id is None else f"key/{self.id}"
+        key under a revoked key's name starts from nothing), else its name. `/` is in no key name."""
+        return key_counter(self.name, self.id)
+
+
+def key_counter(name: str, key_id: str | None) -> str:
+    """`ApiKey.counter` of a key's name and id: the ledger's rows map to the same counters."""
+    return name if key_id is None else f"key/{key_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class JwtGroup:
+    """An `auth.jwt.groups` entry: an IdP group's team and models (None: every model)."""
+
+    group: str
+    team: str | None = None
+    models: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JwtConfig:
+    """`auth.jwt`: IdP-issued tokens beside keys (docs/identity.md)."""
+
+    issuer: str
+    audience: str
+    jwks_url: str | None = None  # None: discovered from {issuer}/.well-known/openid-configuration
+    team_claim: str | None = None
+    groups_claim: str = "groups"
+    groups: tuple[JwtGroup, ...] = ()
+    leeway_s: float = 60.0
+    refetch_s: float = 30.0  # at most one JWKS fetch per this long for unknown `kid`s
+    timeout_s: float = 5.0  # one discovery or JWKS fetch
 
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
     keys: tuple[ApiKey, ...] = ()
     allow_unauthenticated: bool = False
+    jwt: JwtConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StateConfig:
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
+    # how long the gateway remembers which key and team created a response id (docs/responses-bridge.md)
+    response_owner_ttl_s: float = 30 * 86_400.0
+
+
+AdminRole = Literal["admin", "team_admin", "viewer"]
+ADMIN_ROLES: tuple[AdminRole, ...] = ("admin", "team_admin", "viewer")  # strongest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +166,29 @@ class AdminKey:
 
     name: str
     key_sha256: str = field(repr=False)  # hex digest: a plain `key` is digested at load
+    role: AdminRole = "admin"
+    team: str | None = None  # a team_admin's team
+
+
+@dataclass(frozen=True, slots=True)
+class AdminJwtGroup:
+    """An `admin.jwt_groups` entry: IdP group -> admin role (and a team_admin's team)."""
+
+    group: str
+    role: AdminRole
+    team: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
     keys: tuple[AdminKey, ...] = ()
+    jwt_groups: tuple[AdminJwtGroup, ...] = ()
+    console_oidc_client_id: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any admin credential can exist: config keys, IdP groups, or (with a store) stored ones."""
+        return bool(self.keys or self.jwt_groups)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +226,8 @@ class Deployment:
     # continues a trailing assistant message (CONTRACT §4.9); unset in the config: the provider type's
     # default, resolved at load (anthropic natively; OpenAI-compatible servers only when declared)
     prefill: bool = False
+    tier: int = 0  # a lower tier is always tried first (docs/routing.md)
+    weight: float = 1.0  # `routing: weighted`'s share; 0: a fallback only
     # `provider/model`: the value of `x-gateway-deployment` and the `deployment` label; formatted once
     # here, not at each of the dozen reads a request makes
     label: str = field(init=False, compare=False, repr=False)
@@ -187,6 +249,12 @@ class ModelConfig:
     aliases: tuple[str, ...] = ()  # other names clients may send, exact or glob (`config.aliases`)
     affinity: Literal["off", "session"] = "off"  # session: keep a session on one deployment (CONTRACT §10)
     continuation: bool = False  # continue a stream that fails after the first token (CONTRACT §4.9)
+    # the deployments by tier, compiled here once (and again when a request narrows `deployments` to
+    # those serving its API), never per request
+    table: RouteTable = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "table", RouteTable.of(self.deployments))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,16 +2,18 @@
 
 An upstream's error may echo our own credentials back ("Incorrect API key provided: sk-...", a proxy
 quoting the `Proxy-Authorization` it got, an API manager quoting its subscription header). A
-`Scrubber` is compiled once per config (`pipeline.safety.compile_safety`) from every secret the
-gateway sends upstream; it masks each of them exactly (the longest first, so a secret that contains
-another is masked whole), then any `Bearer <token>` or `Authorization: Basic <token>`, then whatever
-the built-in `secrets` redaction rules find.
+`Scrubber` is compiled once per config (`pipeline.safety.compile_safety`) from every secret written in
+it that the gateway sends upstream, and reads the credentials the request signers obtain at run time
+(`core.minted`: AWS keys and session tokens, Google access tokens) as they are when it runs. It masks
+each of them exactly (the signers' first, then the configured ones, each the longest first, so a secret
+that contains another is masked whole), then any `Bearer <token>` or `Authorization: Basic <token>`,
+then whatever the built-in `secrets` redaction rules find.
 
-Its cost is bounded, whatever the upstream sends: the exact masks are C-speed string replaces over the
-whole text; what follows runs on at most `MAX_FIELD` characters of one text and `MAX_TOTAL` of one
-failure or error object (a text beyond is cut there), and a JSON walk visits at most `MAX_NODES`
-values. So a hostile 1 MiB error costs a few milliseconds of the event loop, not seconds. Pure: text in,
-text out.
+Its cost is bounded, whatever the upstream sends: a text is cut first (at most `MAX_FIELD` characters of
+one text and `MAX_TOTAL` of one failure or error object, moved back before any secret the cut would
+split), then the exact masks are C-speed string replaces over what is kept and the rules run on it; a
+JSON walk visits at most `MAX_NODES` values. So a hostile 1 MiB error costs a few milliseconds of the
+event loop, not seconds, however many credentials the signers hold. Pure: text in, text out.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from gateway.core.events import Failure, InbandError, StreamEvent
+from gateway.core.minted import MIN_SECRET, MintedSecrets
 from gateway.core.redact.window import Redactor, mask_marker
 
-MIN_SECRET = 4  # a shorter configured value ("1", "v2") cannot be told from ordinary text
 MAX_FIELD = 4096  # characters of one upstream text kept, after the exact masks
 MAX_TOTAL = 16384  # characters of one failure or error object through the rules
 MAX_NODES = 4096  # values of one error object walked; what lies beyond is dropped
@@ -35,7 +37,8 @@ MAX_NODES = 4096  # values of one error object walked; what lies beyond is dropp
 MAX_DEPTH = 64
 CUT = " [cut]"
 
-_KEY_MARK = mask_marker("provider_key")  # every configured secret: keys, header values, proxy credentials
+# every exact secret: keys, header values, proxy credentials, the signers' credentials
+_KEY_MARK = mask_marker("provider_key")
 _BEARER_MARK = mask_marker("bearer_token")
 _BASIC_MARK = mask_marker("basic_credentials")
 # RFC 6750 §2.1: "Bearer" 1*SP b64token; we mask up to the next whitespace or quote, whatever it holds
@@ -71,26 +74,34 @@ E = TypeVar("E", bound=FailedEvent)
 
 @dataclass(frozen=True, slots=True)
 class Scrubber:
-    """Compiled once per config; immutable and shared by every request."""
+    """Compiled once per config; immutable and shared by every request. `minted` is the process's one
+    set of signer credentials (it outlives a reload: the signers are the process's), read at each use."""
 
     secrets: tuple[str, ...]  # longest first
     rules: Redactor
+    minted: MintedSecrets | None = None
 
     @classmethod
-    def compile(cls, secrets: Iterable[str]) -> Scrubber:
+    def compile(cls, secrets: Iterable[str], minted: MintedSecrets | None = None) -> Scrubber:
         unique = {s for s in secrets if len(s) >= MIN_SECRET}
-        return cls(tuple(sorted(unique, key=lambda s: (-len(s), s))), Redactor.compile(["secrets"], []))
+        return cls(tuple(sorted(unique, key=lambda s: (-len(s), s))), Redactor.compile(["secrets"], []), minted)
 
     def text(self, text: str, budget: _Budget | None = None) -> str:
         """`text` itself (the same object) when there is nothing to mask or cut, so callers can test `is`."""
         budget = budget or _Budget()
         original = text
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, _KEY_MARK)
         keep = min(MAX_FIELD, budget.chars)
+        minted = self.minted.secrets if self.minted is not None else ()
+        cut = len(text) > keep
+        if cut:  # only what can be kept is masked: the cost does not grow with the upstream's text
+            text = text[:_clear_cut(text, keep, minted, self.secrets)]
+        # the signers' first: a short configured value (a header's "2024-01-01") could otherwise cut a
+        # token that happens to contain it, and leave the rest of the token in clear
+        text = _mask_exact(_mask_exact(text, minted), self.secrets)
         if len(text) > keep:
-            text = text[:keep] + CUT
+            text, cut = text[:keep], True
+        if cut:
+            text += CUT
         budget.chars -= min(len(text), budget.chars)
         if "earer" in text or "EARER" in text:
             text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + _BEARER_MARK, text)
@@ -155,6 +166,32 @@ class Scrubber:
         rest = self.json({k: v for k, v in resp.items() if k != "output"}, b)
         outer = self.json({k: v for k, v in obj.items() if k != "response"}, b)
         return {**outer, "response": {**rest, "output": resp["output"]}}
+
+
+def _clear_cut(text: str, at: int, *groups: tuple[str, ...]) -> int:
+    """The last position at or before `at` that no occurrence of a secret straddles: a cut there leaves
+    no part of one (a secret cut in two would be masked in neither half). Each look is a find in a
+    window twice the secret's length around the cut; each move goes back, so at most `at` of them."""
+    moved = True
+    while moved and at > 0:
+        moved = False
+        for secrets in groups:
+            for secret in secrets:
+                n = len(secret)
+                # an occurrence wholly inside this window starts before `at` and ends after it
+                start = text.find(secret, max(0, at - n + 1), at + n - 1)
+                if start != -1:
+                    at, moved = start, True
+    return at
+
+
+def _mask_exact(text: str, secrets: tuple[str, ...]) -> str:
+    if not secrets or len(text) < len(secrets[-1]):  # longest first: the last is the shortest
+        return text
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, _KEY_MARK)
+    return text
 
 
 @functools.lru_cache(maxsize=64)

@@ -119,6 +119,10 @@ class StreamCore(Protocol):
         answer was in text: one answer, no tool call begun, not inside reasoning. None: it cannot be
         continued (the stream ends with one error event, as without continuation)."""
 
+    def reported_model(self) -> object:
+        """Before the commit: the model the held answer says it came from (its first event's `model`),
+        as the upstream wrote it (any JSON value; the caller checks it)."""
+
     def end_reason(self) -> str | None:
         """How a whole answer ended, in the API's words (chat's `finish_reason`, Messages' `stop_reason`,
         Responses' status): a continuing attempt's, for the stream it continued."""

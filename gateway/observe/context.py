@@ -80,6 +80,7 @@ class RequestContext:
     # whenever the client named one; it ranks the deployments where the model has `affinity: session`
     session: str | None = None
     affinity: str | None = None  # kept, moved or new: how a session of an affinity model was served
+    body_bytes: int = 0  # the request body's size: `routing: cost` estimates its input tokens from it
     continued: str | None = None  # the last continuation's `mode:outcome` (CONTRACT §4.9), for the log line
 
     def stream_ended(self, usage: Usage | None, first_token_at: float | None) -> None:

@@ -74,6 +74,8 @@ class Metrics:
     team_cost: Any
     continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
     affinity: Any = None  # always set by `create_metrics`
+    routing_decisions: Any = None  # always set by `create_metrics`
+    deployment_ttft: Any = None  # always set by `create_metrics`
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -105,7 +107,8 @@ class Metrics:
         self.spans_dropped.inc(n)
 
     def store_health(self, ok: bool) -> None:
-        self.child(self.store_up).set(1 if ok else 0)
+        # a gauge without labels is set directly: prometheus_client's `labels()` refuses one (--workers)
+        self.store_up.set(1 if ok else 0)
 
     def store_error(self, op: str) -> None:
         self.child(self.store_errors, op).inc()
@@ -176,6 +179,13 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         affinity=Counter("affinity", "Session requests of affinity models: served by the session's own "
                          "deployment (kept), by the next of its ranking (moved), or a session's first (new)",
                          ["model", "result"], **kw),
+        routing_decisions=Counter("routing_decisions", "The deployment routing chose first for a request "
+                                  "(not fallbacks or hedges), by the model's policy",
+                                  ["model", "deployment", "policy"], **kw),
+        # each process's own average; with --workers the most recent write of any of them
+        deployment_ttft=Gauge("deployment_ttft_seconds", "The learned upstream TTFT average (30 s half-life) "
+                              "the latency policy routes by", ["model", "deployment", "api"],
+                              multiprocess_mode="mostrecent", **kw),
         continuations=Counter("continuations", "Continuation attempts of streams that failed after the first "
                               "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
     )
@@ -253,6 +263,8 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
                     m.requests.labels(api.name, model.name, stream, "ok", key)
         for winner in ("primary", "hedge"):
             m.hedges.labels(model.name, winner)
+        for d in model.deployments:
+            m.routing_decisions.labels(model.name, d.label, model.routing)
         _preinitialise_options(m, model)
 
 

@@ -8,6 +8,8 @@ the hot path costs one method call per write, as before.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -81,6 +83,14 @@ class RequestRecorder:
     def affinity(self, model: str, result: str) -> None:
         """A session's request of an `affinity: session` model was served: kept, moved or new."""
         self.m.child(self.m.affinity, model, result).inc()
+
+    def routed(self, model: str, d: Deployment, policy: str) -> None:
+        """Routing's first choice for the request (not its fallbacks or hedge), by the model's policy."""
+        self.m.child(self.m.routing_decisions, model, d.label, policy).inc()
+
+    def deployment_ttft(self, model: str, d: Deployment, api: str, average: float) -> None:
+        """The learned upstream TTFT average of `d` for `api`, after this request's sample."""
+        self.m.child(self.m.deployment_ttft, model, d.label, api).set(average)
 
     def hedge_won(self, model: str, winner: str) -> None:
         self.m.child(self.m.hedges, model, winner).inc()
@@ -199,7 +209,14 @@ class RequestRecorder:
             guardrails=dict(ctx.verdicts) if ctx else {}, stream_error=ctx.stream_error if ctx else None,
             cache_hit=ctx.cache_hit if ctx else False, continued=ctx.continued if ctx else None,
             session_hash=ctx.session if ctx else None, affinity=ctx.affinity if ctx else None,
+            subject_hash=subject_hash(key.subject) if key is not None and key.subject else None,
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def subject_hash(subject: str) -> str:
+    """An IdP token's `sub` as the log line names it (docs/identity.md): hashed, as session ids are."""
+    return hashlib.sha256(subject.encode()).hexdigest()[:32]
 
 
 def _deployment(ctx: RequestContext | None, end: End) -> str | None:

@@ -29,6 +29,18 @@ def always(_body: Body) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class Owned:
+    """An API whose answers an upstream keeps, named by an id a later request may continue (the
+    Responses API's `previous_response_id`): an id works only for its creator's key or team
+    (docs/responses-bridge.md, ownership). `continued` raises InvalidRequest on an id of the wrong type."""
+
+    continued: Callable[[Body], str | None]  # the id a request continues
+    stored: Callable[[Body], bool]  # the request asks the upstream to keep its answer
+    body_id: Callable[[Body], str | None]  # a whole answer's id
+    stream_id: Callable[[Any], str | None]  # a streamed answer's id (its core), once known
+
+
+@dataclass(frozen=True, slots=True)
 class ServedApi:
     api: ClientApi  # name, route, key headers, error shape, schema (its row of the support matrix)
     # where the prompt's text lives, for input redaction and guardrails (raises InvalidRequest on a
@@ -49,6 +61,7 @@ class ServedApi:
     streamed_answer_masked: bool = False
     # the request with the answer's text so far as its trailing assistant turn (continuation, CONTRACT §4.9)
     prefill: Callable[[Body, str], Body] = prefill_messages
+    owned: Owned | None = None  # answers kept upstream by id, bound to their creator
 
 
 class _NoParser:

@@ -156,9 +156,46 @@ def raise_inband(events: list[StreamEvent]) -> None:
             raise UpstreamError(e.failure)
 
 
-async def fetch_body(rt: Runtime, d: Deployment, req: UpstreamRequest, classify: Classify,
-                     client_headers: Mapping[str, str]) -> bytes:
-    """A whole non-stream answer, or the classified failure."""
+class WholeAnswer:
+    """A 200 answer already read whole, as the response surface a stream core's reader takes: its
+    bytes in one chunk. A non-stream request that an upstream answered with a stream anyway is read
+    through the API's stream core like any stream (docs/reference.md, Errors: in-band errors)."""
+
+    __slots__ = ("_headers", "_left", "body")
+
+    def __init__(self, body: bytes, headers: Mapping[str, str]) -> None:
+        self.body, self._headers, self._left = body, headers, body
+
+    @property
+    def status(self) -> int:
+        return 200
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._headers
+
+    @property
+    def is_event_stream(self) -> bool:
+        return self._headers.get("content-type", "").startswith("text/event-stream")
+
+    async def next_chunk(self) -> bytes:
+        data, self._left = self._left, b""
+        return data
+
+    async def read_body(self, limit: int = MAX_BODY_BYTES) -> bytes:
+        data, self._left = self._left[:limit], b""
+        return data
+
+    def finish(self) -> None:
+        self._left = b""
+
+    def close(self) -> None:
+        self._left = b""
+
+
+async def fetch_whole(rt: Runtime, d: Deployment, req: UpstreamRequest, classify: Classify,
+                      client_headers: Mapping[str, str]) -> WholeAnswer:
+    """A whole non-stream answer with its headers, or the classified failure."""
     resp = await rt.upstream.open(rt.provider(d), req, d.label, client_headers)
     try:
         body = await resp.read_body()
@@ -167,4 +204,10 @@ async def fetch_body(rt: Runtime, d: Deployment, req: UpstreamRequest, classify:
     if resp.status != 200:
         unexpected(resp.status, d.label)
         raise UpstreamError(classify(resp.status, resp.headers, body[:ERROR_BODY_LIMIT]))
-    return body
+    return WholeAnswer(body, resp.headers)
+
+
+async def fetch_body(rt: Runtime, d: Deployment, req: UpstreamRequest, classify: Classify,
+                     client_headers: Mapping[str, str]) -> bytes:
+    """A whole non-stream answer, or the classified failure."""
+    return (await fetch_whole(rt, d, req, classify, client_headers)).body

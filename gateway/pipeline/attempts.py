@@ -15,13 +15,16 @@ from typing import Generic, TypeVar
 
 import structlog
 
+from gateway.config.extras import credentials_fix
 from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind
 from gateway.core.policy.affinity import affinity_result
 from gateway.core.policy.breaker import counts_against_deployment
 from gateway.core.policy.learned import Fact
 from gateway.core.policy.retry import Action, AttemptState, decide, final_error
-from gateway.core.policy.routing import candidate_order
+from gateway.core.policy.routing import Signals, route
+from gateway.core.policy.tiers import DEFAULT_OUTPUT_TOKENS
+from gateway.core.usage_estimate import tokens_of
 from gateway.errors import (
     GatewayError,
     UpstreamClientError,
@@ -74,8 +77,10 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
     failures: list[Failure] = []
     # Breakers are asked lazily, just before a deployment is tried: asking admits a half-open probe.
     session = ctx.session if model.affinity == "session" else None  # CONTRACT §10: the session's ranking
-    order = candidate_order(model.deployments, model.routing, rt.inflight, rt.rand.random, session)
+    order = route(model.deployments, model.table, model.routing, _signals(rt, ctx), session)
     pos, total, on_this = _next_allowed(rt, order, model.deployments, 0), 0, 0
+    if pos < len(order):
+        ctx.rec.routed(model.name, model.deployments[order[pos]], model.routing)
     while pos < len(order):
         d = model.deployments[order[pos]]
         total += 1
@@ -123,6 +128,20 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
         if decision.action is Action.NEXT:
             pos, on_this = _next_allowed(rt, order, model.deployments, pos + 1), 0
     raise give_up_error(model.name, failures)
+
+
+def _signals(rt: Runtime, ctx: RequestContext) -> Signals:
+    """What this request's routing reads (docs/routing.md): the learned TTFTs only where the policy uses
+    them, the token estimate only under `cost` (its prompt from the body's size, ~4 bytes a token)."""
+    routing = ctx.model.routing
+    if routing == "ordered" or routing == "balanced" or routing == "weighted":
+        return Signals(rt.inflight, rt.rand.random)
+    if routing == "latency":
+        return Signals(rt.inflight, rt.rand.random, rt.latency, ctx.api, rt.mono())
+    body = ctx.body
+    cap = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
+    output = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else DEFAULT_OUTPUT_TOKENS
+    return Signals(rt.inflight, rt.rand.random, rt.latency, ctx.api, rt.mono(), tokens_of(ctx.body_bytes), output)
 
 
 class _HedgeFailed(Exception):
@@ -241,6 +260,10 @@ def after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Fail
         ctx.fallbacks.add((d.label, Fact.NO_STREAM_OPTIONS))  # learned only if the retry without succeeds
     elif failure.kind is FailureKind.STREAM_REJECTED:
         ctx.fallbacks.add((d.label, Fact.NO_STREAM if ctx.stream else Fact.STREAM_ONLY))
+    if failure.kind is FailureKind.UPSTREAM_AUTH:  # our credentials: say where they come from
+        log.warning("upstream_attempt_failed", deployment=d.label, kind=failure.kind.value, status=failure.status,
+                    code=failure.code, fix=credentials_fix(rt.provider(d)))
+        return
     log.info("upstream_attempt_failed", deployment=d.label, kind=failure.kind.value, status=failure.status,
              code=failure.code)
 

@@ -14,7 +14,11 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from gateway.config.types import ApiKey, AuthConfig
-from gateway.errors import InvalidApiKey, ModelNotAllowed
+from gateway.core.policy.identity import looks_like_jwt
+from gateway.errors import ExpiredApiKey, InvalidApiKey, ModelNotAllowed
+from gateway.pipeline.jwt_auth import JwtAuth, SigningKeyUnknown
+
+__all__ = ["KeyRing", "KeySource", "SigningKeyUnknown"]
 
 
 class KeySource(Protocol):
@@ -22,11 +26,16 @@ class KeySource(Protocol):
 
     def find(self, digest: bytes) -> ApiKey | None: ...
 
+    def expired(self, digest: bytes) -> bool:
+        """The secret names a key past its `expires_at` (then `find` gives None)."""
+        ...
+
 
 class KeyRing:
-    def __init__(self, auth: AuthConfig, stored: KeySource | None = None):
+    def __init__(self, auth: AuthConfig, stored: KeySource | None = None, jwt: JwtAuth | None = None):
         self._stored = stored
-        self._open = auth.allow_unauthenticated and not auth.keys and stored is None
+        self.jwt = jwt  # IdP tokens beside keys (`auth.jwt`, docs/identity.md)
+        self._open = auth.allow_unauthenticated and not auth.keys and stored is None and jwt is None
         self._by_digest: dict[bytes, ApiKey] = {}
         for k in auth.keys:
             digest = bytes.fromhex(k.key_sha256) if k.key_sha256 else _digest(k.key or "")
@@ -53,9 +62,30 @@ class KeyRing:
         stored = self._stored.find(digest) if self._stored is not None else None
         if stored is not None:
             return stored
+        if self._stored is not None and self._stored.expired(digest):
+            raise ExpiredApiKey("the gateway key has expired")
+        if self.jwt is not None and looks_like_jwt(presented):
+            return self.jwt.principal(presented)  # raises SigningKeyUnknown: `after_refetch` then
         if self._allow_anonymous:
             return None
         raise InvalidApiKey("invalid gateway key")
+
+    async def caller(self, headers: Mapping[str, str], *, x_api_key: bool = False) -> ApiKey | None:
+        """`authenticate`, with the one JWKS refetch an unknown signing key may earn."""
+        try:
+            return self.authenticate(headers, x_api_key=x_api_key)
+        except SigningKeyUnknown:
+            return await self.after_refetch(headers, x_api_key=x_api_key)
+
+    async def after_refetch(self, headers: Mapping[str, str], *, x_api_key: bool = False) -> ApiKey | None:
+        """`authenticate` again after a token named a signing key the cached JWKS lacks: one refetch
+        (at most one per `auth.jwt.refetch_s`), then a `kid` still unknown is an invalid token."""
+        assert self.jwt is not None
+        await self.jwt.refetch()
+        try:
+            return self.authenticate(headers, x_api_key=x_api_key)
+        except SigningKeyUnknown:
+            raise InvalidApiKey("invalid token", headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
 
     @staticmethod
     def authorize(key: ApiKey | None, model: str, requested: str) -> None:

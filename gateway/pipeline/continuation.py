@@ -111,8 +111,10 @@ class Continuation:
         return False
 
     def _candidates(self, failed: Deployment) -> list[Deployment]:
-        """The model's other deployments that serve the API, in its order after the one that failed."""
-        ds = self.ctx.model.deployments
+        """The model's other deployments that serve the API, in its order after the one that failed (tier
+        by tier, config order inside: a later tier only after every deployment of the earlier ones)."""
+        model = self.ctx.model
+        ds = [model.deployments[i] for i in model.table.flat]
         at = next((i for i, d in enumerate(ds) if d.label == failed.label), -1)
         return [d for d in (*ds[at + 1:], *ds[:max(at, 0)])
                 if d.label != failed.label and self.rt.translator(self.ctx.schema, d) is not None]

@@ -198,3 +198,7 @@ def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token
     if first_token:
         d = won.deployment
         ctx.rec.upstream_first_token(ctx.model.name, d, seconds)
+        routing = ctx.model.routing
+        if routing == "latency" or routing == "cost":  # learned where routing reads it (docs/routing.md)
+            average = rt.latency.observe(ctx.api, d.label, seconds, rt.mono())
+            ctx.rec.deployment_ttft(ctx.model.name, d, ctx.api, average)

@@ -15,7 +15,7 @@ from gateway.config.types import TeamLimits
 from gateway.errors import BudgetExceeded, RateLimited
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
-from gateway.state.base import LimitDecision, StateBackend
+from gateway.state.base import LimitDecision, Period, StateBackend, seconds_until_reset
 from gateway.state.window import WindowCounts, headroom
 
 log = structlog.get_logger("gateway")
@@ -43,7 +43,7 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens
     if key.budget_usd is not None:
         spent = await state.spend(key.counter, key.budget_period, now)
         if spent >= key.budget_usd:
-            raise BudgetExceeded(f"the budget of key {key.name} for this {key.budget_period} is used up")
+            raise budget_refusal(f"key {key.name}", key.budget_period, now)
     tpm = key.tpm if tokens else None
     if key.rpm is None and tpm is None:
         return
@@ -63,7 +63,7 @@ async def admit_team(rt: Runtime, state: StateBackend, ctx: RequestContext, team
     if team.budget_usd is not None:
         spent = await state.spend(team.counter, team.budget_period, now)
         if spent >= team.budget_usd:
-            raise BudgetExceeded(f"the budget of team {team.name} for this {team.budget_period} is used up")
+            raise budget_refusal(f"team {team.name}", team.budget_period, now)
     if team.rpm is None and team.tpm is None:
         return
     reserve = estimate_tokens(ctx) if team.tpm is not None else 0
@@ -73,6 +73,13 @@ async def admit_team(rt: Runtime, state: StateBackend, ctx: RequestContext, team
         retry = max(1, int(decision.retry_after_s + 0.999))
         raise RateLimited(f"team {team.name} is over its {limit} limit", headers={"Retry-After": str(retry)})
     ctx.team_reservation = reservation
+
+
+def budget_refusal(whose: str, period: Period, now: float) -> BudgetExceeded:
+    """429 `budget_exceeded`: `Retry-After` is when the period resets and `x-should-retry: false` tells
+    the SDKs not to retry sooner (docs/reference.md, Errors): a retry before then is refused again."""
+    return BudgetExceeded(f"the budget of {whose} for this {period} is used up",
+                          headers={"Retry-After": str(seconds_until_reset(period, now)), "x-should-retry": "false"})
 
 
 def ratelimit_headers(rpm: int | None, tpm: int | None, decision: LimitDecision, now: float) -> dict[str, str]:

@@ -30,10 +30,11 @@ from gateway.pipeline.attempt_io import (
     FirstTokenDeadline,
     Opened,
     Transcoded,
-    fetch_body,
+    fetch_whole,
     forwardable,
     raise_for_status,
     raise_inband,
+    with_response_wait,
 )
 from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
@@ -94,10 +95,18 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
 
 async def _asked_for_a_body(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment, tr: Translator,
                             body: dict[str, Any], headers: dict[str, str]) -> OpenedStream:
-    """A deployment that answered a stream request with a body is asked for one, held as the stream."""
+    """A deployment that answered a stream request with a body is asked for one, held as the stream.
+    If it streams after all, its stream is read as one (an in-band error classified as on any stream)."""
     opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), time.perf_counter())
     req = tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False)
-    _hold(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error, headers))
+    whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
+    if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
+        coder = tr.framing.transcoder
+        resp = opened.response = whole if coder is None else Transcoded(whole, coder())
+        await until_first_token(resp, opened.stream, d.label)
+        opened.t_first = time.perf_counter()
+        return opened
+    _hold(opened, tr, whole.body)
     confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
     return opened
 
@@ -139,7 +148,9 @@ def _may_be_options(f: Failure) -> bool:
 
 
 async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment) -> ParsedBody:
-    """One attempt of a non-stream request: the whole answer, or the classified failure."""
+    """One attempt of a non-stream request: the whole answer, or the classified failure. An upstream
+    that streams anyway has its stream read through the API's stream core, so an in-band error in it is
+    classified as on a streamed request (an in-band rate limit is a 429, never a malformed body)."""
     tr = translator(rt, ctx, d)
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY):
         streamed = await _fetch_streamed(rt, ctx, api, d, tr)
@@ -147,7 +158,10 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
         return streamed
     headers = forwardable(rt, d, ctx.client_headers)
     req = tr.request(ctx.body, d.model, stream=False, client_headers=headers, send_stream_options=False)
-    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, headers))
+    whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
+    if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
+        return await _assembled(rt, api, tr, d.label, whole)
+    parsed = tr.parse_body(whole.body)
     raise_inband(parsed.events)
     return parsed
 
@@ -160,19 +174,28 @@ async def _fetch_streamed(rt: Runtime, ctx: RequestContext, api: ServedApi, d: D
     headers = forwardable(rt, d, ctx.client_headers)
     req = tr.request(ctx.body, d.model, stream=True, client_headers=headers, send_stream_options=True)
     resp: UpstreamResponse = await rt.upstream.open(rt.provider(d), req, d.label, headers)
-    stream = api.stream_core(tr.stream_parser(), d.label)
     try:
         await raise_for_status(resp, tr.classify_http_error, d.label)
-        if tr.framing.transcoder is not None:
-            resp = Transcoded(resp, tr.framing.transcoder())
-        await _read_all(resp, stream, api, d.label)
-    except StreamFailed as exc:
-        raise UpstreamError(exc.failure) from None
+        return await _assembled(rt, api, tr, d.label, resp)
     finally:
         resp.close()
+
+
+async def _assembled(rt: Runtime, api: ServedApi, tr: Translator, label: str,
+                     resp: UpstreamResponse) -> ParsedBody:
+    """A 200 stream read whole through the API's stream core and assembled into the body; a failure in
+    it is the attempt's, with the wait the response asked for (as `first_token.until_first_token`)."""
+    stream = api.stream_core(tr.stream_parser(), label)
+    if tr.framing.transcoder is not None:
+        resp = Transcoded(resp, tr.framing.transcoder())
+    try:
+        await _read_all(resp, stream, api, label)
+    except StreamFailed as exc:
+        raise UpstreamError(with_response_wait(exc.failure, resp.headers)) from None
     end = stream.upstream_end(rt.safety.scrubber)
     if end is not None:
-        raise UpstreamError(end.failure or Failure(FailureKind.EARLY_EOF, end.message))
+        failure = end.failure or Failure(FailureKind.EARLY_EOF, end.message)
+        raise UpstreamError(with_response_wait(failure, resp.headers))
     obj = api.streamed_answer(stream)
     usage = stream.assembler.usage
     return ParsedBody(obj, [usage] if usage is not None else [])

@@ -21,7 +21,7 @@ from gateway.core.policy.affinity import session_digest
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.observe.context import REQUESTED_MODEL_CHARS, Admission, RequestContext
 from gateway.pipeline.attempts import Won
-from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.slicer import TextSlot
@@ -61,14 +61,17 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
     """Authenticate, parse, resolve and authorise. What is known on the way (the key, the name asked
     for) is kept on `request.admission` at once, so a refusal's log line still says who asked what."""
     rt = request.app.runtime
-    key = rt.keyring.authenticate(request.headers, x_api_key=api.x_api_key)
+    try:
+        key = rt.keyring.authenticate(request.headers, x_api_key=api.x_api_key)
+    except SigningKeyUnknown:  # an IdP token signed by a key not yet fetched: one refetch may bring it
+        key = await rt.keyring.after_refetch(request.headers, x_api_key=api.x_api_key)
     request.admission = Admission(key)
     body = await read_json(rt, request)
     name = body.get("model")
     if not isinstance(name, str) or not name:
         raise InvalidRequest("you must provide a model parameter", param="model")
     request.admission = Admission(key, name[:REQUESTED_MODEL_CHARS])
-    model = rt.model(name)
+    model = rt.model(name, key)
     if model is None:
         raise ModelNotFound.named(name)
     KeyRing.authorize(key, model.name, name)
@@ -82,7 +85,7 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
                          t_start=request.t0,
                          client_headers={**request.headers, "x-request-id": request.request_id},
                          response_headers=request.extra_headers,
-                         session=session_digest(request.headers, body))
+                         session=session_digest(request.headers, body), body_bytes=len(request.body))
     request.ctx = ctx
     return rt, ctx
 

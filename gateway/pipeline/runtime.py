@@ -10,13 +10,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config.types import Config, Deployment, ModelConfig, ProviderConfig
+from gateway.config.types import ApiKey, Config, Deployment, ModelConfig, ProviderConfig
 from gateway.core.policy.affinity import SeenSessions
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
+from gateway.core.policy.latency import LatencyBook
 from gateway.observe.metrics import Metrics
 from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.jwt_auth import Jwks, JwtAuth
 from gateway.pipeline.learned import Learned
 from gateway.pipeline.safety import Safety, compile_safety
+from gateway.pipeline.served_names import LearnedNames, served_model
 from gateway.pipeline.slicer import Slicer
 from gateway.providers.base import Translator
 from gateway.providers.registry import Translators, build_translators
@@ -40,6 +43,11 @@ class Runtime:
     clock: Callable[[], float] = time.time  # epoch seconds for the rate limits (tests drive their own)
     control: ControlPlane | None = None  # the store's keys, teams and ledger (`store.url`), kept on reload
     sessions: SeenSessions = field(default_factory=SeenSessions)  # affinity's `new` sessions, kept on reload
+    served_names: LearnedNames = field(default_factory=LearnedNames)  # upstream-reported names, kept on reload
+    # learned upstream TTFTs (`routing: latency`, cost's ties), per replica and kept on reload, on their
+    # own monotonic clock (tests drive their own to skip the 30 s a probe waits for)
+    latency: LatencyBook = field(default_factory=LatencyBook)
+    mono: Callable[[], float] = time.monotonic
 
     def provider(self, d: Deployment) -> ProviderConfig:
         return self.config.providers[d.provider]
@@ -60,9 +68,19 @@ class Runtime:
     def allowed(self, d: Deployment) -> bool:
         return self.breaker(d).allow(time.monotonic())
 
-    def model(self, name: str) -> ModelConfig | None:
-        """The configured model a request's `model` names: by its name or an alias (CONTRACT §10)."""
-        return self.config.resolve_model(name)
+    def model(self, name: str, key: ApiKey | None = None) -> ModelConfig | None:
+        """The configured model a request's `model` names: by its name or an alias, else by an upstream
+        model name the gateway gave back in an answer, the first such model `key` may use
+        (docs/agents.md, "Names the gateway gave back")."""
+        model = self.config.resolve_model(name)
+        if model is not None:
+            return model
+        return served_model(name, key, self.config.model_names, self.served_names, self.config.models.get)
+
+    def learn_served_name(self, d: Deployment, model: str, reported: object) -> None:
+        """An answer of deployment `d` of `model` carried `reported` as its model: kept if it is a name
+        the config does not resolve, so a client may send it back."""
+        self.served_names.learn(reported, model, d.model, self.config.model_names)
 
 
 def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
@@ -74,8 +92,9 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         translators=build_translators(config.providers),
         upstream=upstream,
         metrics=metrics,
-        safety=compile_safety(config),
-        keyring=KeyRing(config.auth, control.cache if control is not None else None),
+        safety=compile_safety(config, upstream.minted.secrets),
+        keyring=KeyRing(config.auth, control.cache if control is not None else None,
+                        _jwt_auth(config, upstream, control, previous)),
         learned=previous.learned if previous else Learned(metrics),
         breakers=previous.breakers if previous else {},
         inflight=previous.inflight if previous else {},
@@ -83,4 +102,19 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         clock=previous.clock if previous else time.time,
         control=control,
         sessions=previous.sessions if previous else SeenSessions(),
+        served_names=previous.served_names if previous else LearnedNames(),
+        latency=previous.latency if previous else LatencyBook(),
+        mono=previous.mono if previous else time.monotonic,
     )
+
+
+def _jwt_auth(config: Config, upstream: Upstream, control: ControlPlane | None,
+              previous: Runtime | None) -> JwtAuth | None:
+    """`auth.jwt`'s verifier; a reload with the same IdP keeps the keys already fetched."""
+    cfg = config.auth.jwt
+    if cfg is None:
+        return None
+    old = previous.keyring.jwt if previous is not None else None
+    same_idp = old is not None and (old.cfg.issuer, old.cfg.jwks_url) == (cfg.issuer, cfg.jwks_url)
+    jwks = old.jwks if same_idp and old is not None else Jwks(cfg, upstream.get_json)
+    return JwtAuth(cfg, jwks, control.cache if control is not None else None)

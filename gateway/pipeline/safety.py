@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gateway.config.types import Config, GuardrailConfig, Proxy, RedactionProfile
 from gateway.core.events import DeltaKind
+from gateway.core.minted import MintedSecrets
 from gateway.core.scrub import Scrubber
 
 if TYPE_CHECKING:
@@ -153,17 +154,23 @@ class ModelSafety:
 @dataclass(frozen=True, slots=True)
 class Safety:
     models: dict[str, ModelSafety]
-    scrubber: Scrubber  # our upstream credentials out of every upstream failure text (CONTRACT §5.3)
+    # our upstream credentials, configured and minted by the signers, out of every upstream failure text
+    # (docs/extensions.md, "secrets in upstream texts")
+    scrubber: Scrubber
 
 
 def upstream_secrets(config: Config) -> Iterator[str]:
-    """Every configured secret the gateway sends upstream: provider keys, every value of
-    `providers.<name>.headers` (API-management keys ride there), and the credentials of every proxy
-    URL (the providers' own and HTTPS_PROXY / HTTP_PROXY), in each form a proxy may quote them."""
+    """Every configured secret the gateway sends upstream: provider keys (a `bedrock` provider's AWS keys
+    too: to Bedrock, or to STS for its `role_arn`), every value of `providers.<name>.headers`
+    (API-management keys ride there), and the credentials of every proxy URL (the providers' own and
+    HTTPS_PROXY / HTTP_PROXY), in each form a proxy may quote them. What the signers get at run time is
+    not here: `upstream.signing.MintedCredentials`."""
     proxies = [config.egress.https, config.egress.http]
     for p in config.providers.values():
         if p.api_key:
             yield p.api_key
+        if p.aws is not None:
+            yield from (v for v in (p.aws.access_key_id, p.aws.secret_access_key, p.aws.session_token) if v)
         yield from p.headers.values()
         proxies.append(p.proxy)
     for proxy in proxies:
@@ -202,7 +209,9 @@ def _guardrail(g: GuardrailConfig) -> Guardrail:
     return Guardrail(g, TextGuard.compile(g.name, g.type, g.terms, g.patterns))
 
 
-def compile_safety(config: Config) -> Safety:
+def compile_safety(config: Config, minted: MintedSecrets | None = None) -> Safety:
+    """`minted`: the process's signer credentials (`upstream.signing.MintedCredentials`), which the
+    scrubber reads as they are at each use; None where nothing is sent (`check-config`)."""
     used = {m.redaction for m in config.models.values()}
     redactors = {name: _redactor(p) for name, p in config.redaction_profiles.items() if name in used}
     guards = {name: _guardrail(g) for name, g in config.guardrails.items()}
@@ -222,4 +231,4 @@ def compile_safety(config: Config) -> Safety:
             audit_guards=tuple(g for g in out if g.config.mode == "audit"
                                or (g.config.mode == "stream" and g.text is None)),
         )
-    return Safety(models, Scrubber.compile(upstream_secrets(config)))
+    return Safety(models, Scrubber.compile(upstream_secrets(config), minted))

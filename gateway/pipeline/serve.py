@@ -13,7 +13,7 @@ from gateway.config.types import Deployment
 from gateway.core.stream import Answer, StreamCore
 from gateway.http import Response, StreamResponse
 from gateway.observe.context import RequestContext
-from gateway.pipeline import cache
+from gateway.pipeline import cache, ownership
 from gateway.pipeline.api import Body, ServedApi
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.attempts import run_attempts
@@ -40,6 +40,8 @@ async def serve(request: GatewayRequest, served: ServedApi) -> Response | Stream
     keep_serving(ctx, lambda d: rt.translator(api.schema, d), api.title or api.name, ctx.body)
     state = request.app.state
     await admit(rt, state, ctx)
+    if served.owned is not None:
+        await ownership.check_continued(state, served.owned, ctx)
     await check_input(rt, ctx, text)
     if served.cacheable(ctx.body) and cache.wanted(rt, request, ctx):
         hit = await cache.lookup(state, ctx)
@@ -60,6 +62,8 @@ async def _stream(request: GatewayRequest, rt: Runtime, ctx: RequestContext, ser
         run = safety.start()
         filt = served.output_filter(run.factory if run is not None else None, ctx.forward_usage)
         resume = Continuation(rt, ctx, served) if ctx.model.continuation else None
+        if served.owned is not None:  # the loop's next turn: after the first token's write
+            rt.upstream.loop.call_soon(ownership.record_streamed, rt, request.app.state, ctx, served.owned, opened)
         await Relay(rt, ctx, opened, client, safety, run, filt, resume).run()
         if ctx.cache_store and ctx.stream_error is None:
             await _store_streamed(rt, request, ctx, served, opened.stream)
@@ -89,6 +93,9 @@ async def _complete(rt: Runtime, ctx: RequestContext, served: ServedApi, request
         return served.read_answer(obj, parsed.events)
 
     won, parsed = await run_attempts(rt, ctx, attempt)
+    if served.owned is not None:
+        ownership.record(rt, request.app.state, ctx, served.owned, won.deployment, served.owned.body_id(parsed.obj))
+    rt.learn_served_name(won.deployment, ctx.model.name, parsed.obj.get("model"))
     return await answer_body(rt, ctx, request.app.state, won, parsed.obj, mask, read,
                              cacheable=served.answer_cacheable(parsed.obj))
 

@@ -147,6 +147,13 @@ def unserved(tr: Translator | None, body: Mapping[str, Any]) -> Unserved | None:
     return tr.unserved(body) if _per_request(tr) else None
 
 
+def keeps_answers(tr: Translator | None) -> bool:
+    """Whether the cell's upstream itself keeps what it answers, under an id a later request may name
+    (an OpenAI Responses upstream: `previous_response_id`); a bridge keeps nothing. A marker attribute,
+    read as `per_request` is."""
+    return getattr(tr, "keeps_answers", False) is True
+
+
 def bound(tr: Translator, body: Mapping[str, Any]) -> Translator:
     return tr.bind(body) if _per_request(tr) else tr
 

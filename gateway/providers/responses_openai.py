@@ -69,6 +69,7 @@ class ResponsesPassThrough:
 
     framing = SSE
     sends_stream_options = False  # the `response` object always carries its usage
+    keeps_answers = True  # the upstream stores its responses: `providers.base.keeps_answers`
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint

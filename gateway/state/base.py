@@ -8,15 +8,17 @@ its operations is atomic with respect to the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
 from gateway.config.types import CacheConfig, StateConfig
 
 Period = Literal["day", "month"]
 LimitName = Literal["rpm", "tpm"]
+MAX_PENDING_OWNER_WRITES = 1024  # response-owner writes in flight to a shared store, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,23 @@ class Reservation:
     shared: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseOwner:
+    """Who created a response id the gateway relayed: the key's name and its team's (None: no team;
+    a key of None: an unauthenticated caller)."""
+
+    key: str | None
+    team: str | None = None
+
+    def admits(self, key: str | None, team: str | None) -> bool:
+        """The creating key, or another key of the same team (docs/responses-bridge.md, ownership)."""
+        return key == self.key or (team is not None and team == self.team)
+
+
+# a response id longer than this was never given out by an upstream: unknown, without a lookup
+MAX_RESPONSE_ID_CHARS = 256
+
+
 class StateBackend(Protocol):
     async def check_request(
         self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
@@ -62,9 +81,37 @@ class StateBackend(Protocol):
 
     async def spend(self, key: str, period: Period, now: float) -> float: ...
 
+    # Budgets start from the store's ledger (docs/keys-teams-spend.md, Budgets): `pipeline/budget_sync.py`
+    # reads the period's spend per counter and hands it here.
+    @property
+    def spend_shared(self) -> bool:
+        """True: one counter for every process (Redis), seeded once a period from the whole ledger.
+        False: this process's own counters, to which the ledger adds every other process's spend."""
+        ...
+
+    async def spend_seeded(self, period: Period, now: float) -> bool:
+        """Whether the period's counters were already seeded (shared ones: by any process)."""
+        ...
+
+    async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
+        """The ledger's spend of the period per counter: the whole ledger's when `spend_shared` (each
+        counter raised to it, never lowered: what it holds already is not counted twice), else every
+        other process's (replacing the previous figure; this process's own spend is counted here)."""
+        ...
+
     async def cache_get(self, cache_key: str) -> bytes | None: ...
 
     async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None: ...
+
+    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+        """Remember who created `response_id` for `ttl_s`. Never waits: a shared store's write runs in
+        the background (bounded: over `MAX_PENDING_OWNER_WRITES` in flight, the write is dropped and
+        logged), and `response_owner` of the same id on this replica waits for it."""
+        ...
+
+    async def response_owner(self, response_id: str) -> ResponseOwner | None:
+        """Who created `response_id`; None when nobody is on record (unknown, expired, or never ours)."""
+        ...
 
     async def healthy(self) -> bool:
         """For /readyz: False while the shared store is unreachable."""
@@ -77,6 +124,16 @@ def period_id(period: Period, now: float) -> str:
     """The budget period that `now` (epoch seconds) falls in, in UTC: `2024-05-31` or `2024-05`."""
     stamp = datetime.fromtimestamp(now, UTC)
     return stamp.strftime("%Y-%m-%d") if period == "day" else stamp.strftime("%Y-%m")
+
+
+def seconds_until_reset(period: Period, now: float) -> int:
+    """Whole seconds (at least 1) from `now` until the budget period ends: the next UTC midnight, or the
+    first of the next month."""
+    stamp = datetime.fromtimestamp(now, UTC)
+    start = stamp.replace(hour=0, minute=0, second=0, microsecond=0)
+    next_month = (start.replace(day=1) + timedelta(days=32)).replace(day=1)
+    end = start + timedelta(days=1) if period == "day" else next_month
+    return max(1, math.ceil(end.timestamp() - now))
 
 
 def create_backend(config: StateConfig, cache: CacheConfig, on_degraded: Callable[[str], None]) -> StateBackend:

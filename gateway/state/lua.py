@@ -4,6 +4,7 @@ Key layout (all under `llmgw:`; the `{…}` hash tag keeps one key's buckets in 
   llmgw:rl:{<key>}:rpm:<minute>        requests counted in that fixed minute
   llmgw:rl:{<key>}:tpm:<minute>        tokens counted in that fixed minute
   llmgw:spend:{<key>}:<period id>      USD spent in a UTC day (2024-05-31) or month (2024-05)
+  llmgw:spend-seeded:<period id>       set once the period's spend counters were seeded from the ledger
   llmgw:cache:<sha256>                 a cached response body (plain SET with PX, no script needed)
 """
 
@@ -57,4 +58,16 @@ ADD_SPEND = """
 local v = redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return v
+"""
+
+# KEYS: the spend key of one period. ARGV: the ledger's spend of that period (usd), ttl seconds.
+# Raised to the ledger's figure, never lowered: what the counter holds already was counted by the
+# replicas that spent it, so a seed never counts it twice (docs/keys-teams-spend.md, Budgets).
+SEED_SPEND = """
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+  return 1
+end
+return 0
 """

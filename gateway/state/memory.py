@@ -2,18 +2,19 @@
 
 No method awaits anything, so each operation runs to completion without interleaving: check-and-count
 is atomic without locks. Memory stays bounded: rate windows of keys idle for two minutes are dropped,
-one spend figure is kept per key and period kind, and the cache is an LRU of at most `max_entries`.
+one spend figure is kept per key and period kind (plus, with a store, the other processes' spend from
+its ledger), and the cache is an LRU of at most `max_entries`.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from gateway.config.types import CacheConfig
-from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, period_id
+from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, ResponseOwner, period_id
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of
 
 
@@ -58,6 +59,10 @@ class _KeyWindows:
         self.tpm.roll(minute)
 
 
+# response ids remembered at most, oldest dropped first (an id dropped is unknown: a 404, never a leak)
+MAX_RESPONSE_OWNERS = 100_000
+
+
 class MemoryBackend:
     """`StateBackend` held in this process. `clock` (monotonic seconds) drives cache expiry only."""
 
@@ -67,7 +72,10 @@ class MemoryBackend:
         self._windows: dict[str, _KeyWindows] = {}
         self._swept_minute = 0
         self._spend: dict[tuple[str, Period], tuple[str, float]] = {}
+        # every other process's spend of the period, per counter, from the store's ledger (seed_spend)
+        self._others: dict[Period, tuple[str, Mapping[str, float]]] = {}
         self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._owners: OrderedDict[str, tuple[float, ResponseOwner]] = OrderedDict()  # id -> (expiry, owner)
 
     async def check_request(
         self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
@@ -117,8 +125,22 @@ class MemoryBackend:
         # else: a late add for a period already closed here; it no longer limits anything
 
     async def spend(self, key: str, period: Period, now: float) -> float:
+        pid = period_id(period, now)
         held = self._spend.get((key, period))
-        return held[1] if held is not None and held[0] == period_id(period, now) else 0.0
+        own = held[1] if held is not None and held[0] == pid else 0.0
+        others = self._others.get(period)
+        return own + (others[1].get(key, 0.0) if others is not None and others[0] == pid else 0.0)
+
+    @property
+    def spend_shared(self) -> bool:
+        return False
+
+    async def spend_seeded(self, period: Period, now: float) -> bool:
+        others = self._others.get(period)
+        return others is not None and others[0] == period_id(period, now)
+
+    async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
+        self._others[period] = (period_id(period, now), dict(ledger))
 
     async def cache_get(self, cache_key: str) -> bytes | None:
         entry = self._cache.get(cache_key)
@@ -138,6 +160,21 @@ class MemoryBackend:
         while len(self._cache) > self._max_entries:
             self._cache.popitem(last=False)  # least recently used first
 
+    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+        self._owners[response_id] = (self._clock() + ttl_s, owner)
+        self._owners.move_to_end(response_id)
+        while len(self._owners) > MAX_RESPONSE_OWNERS:
+            self._owners.popitem(last=False)
+
+    async def response_owner(self, response_id: str) -> ResponseOwner | None:
+        entry = self._owners.get(response_id)
+        if entry is None:
+            return None
+        if entry[0] <= self._clock():
+            del self._owners[response_id]
+            return None
+        return entry[1]
+
     def tracked_keys(self) -> int:
         """Keys whose rate windows are held (for tests and metrics: proves the pruning)."""
         return len(self._windows)
@@ -152,3 +189,4 @@ class MemoryBackend:
     async def close(self) -> None:
         self._windows.clear()
         self._cache.clear()
+        self._owners.clear()

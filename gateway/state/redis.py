@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import orjson
 import structlog
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
@@ -29,7 +30,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config.types import CacheConfig
 from gateway.state import lua
-from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, period_id
+from gateway.state.base import (
+    ALLOWED,
+    MAX_PENDING_OWNER_WRITES,
+    LimitDecision,
+    Period,
+    Reservation,
+    ResponseOwner,
+    period_id,
+)
 from gateway.state.memory import MemoryBackend
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of, previous_weight
 
@@ -39,6 +48,7 @@ PREFIX = "llmgw:"
 RATE_TTL_S = 180  # a bucket is read as "current" then "previous": two minutes, plus clock-skew slack
 SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 63 * 86_400}
 _FAILURES = (RedisError, OSError, TimeoutError)
+SEED_CHUNK = 500  # counters seeded per pipelined round trip
 
 
 def rate_key(key: str, limit: str, minute: int) -> str:
@@ -49,8 +59,27 @@ def spend_key(key: str, period: Period, now: float) -> str:
     return f"{PREFIX}spend:{{{_tag(key)}}}:{period_id(period, now)}"
 
 
+def seeded_key(period: Period, now: float) -> str:
+    return f"{PREFIX}spend-seeded:{period_id(period, now)}"
+
+
 def cache_redis_key(cache_key: str) -> str:
     return f"{PREFIX}cache:{cache_key}"
+
+
+def owner_key(response_id: str) -> str:
+    return f"{PREFIX}owner:{{{_tag(response_id)}}}"
+
+
+def _owner_of(raw: object) -> ResponseOwner | None:
+    """A stored `[key, team]`; anything else is no record (unknown), never an error."""
+    try:
+        value = orjson.loads(raw) if isinstance(raw, bytes) else None
+    except orjson.JSONDecodeError:
+        return None
+    if not (isinstance(value, list) and len(value) == 2 and all(v is None or isinstance(v, str) for v in value)):
+        return None
+    return ResponseOwner(key=value[0], team=value[1])
 
 
 def _tag(key: str) -> str:
@@ -122,6 +151,7 @@ class RedisBackend:
         self._check = self._redis.register_script(lua.CHECK_REQUEST)
         self._settle = self._redis.register_script(lua.SETTLE_TOKENS)
         self._add_spend = self._redis.register_script(lua.ADD_SPEND)
+        self._seed = self._redis.register_script(lua.SEED_SPEND)
         self._deadline_s = 2 * op_timeout_s
         self._probe_interval_s = probe_interval_s
         self._on_degraded = on_degraded
@@ -132,6 +162,7 @@ class RedisBackend:
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
         self._unsynced: dict[str, tuple[float, int]] = {}
         self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
+        self._owner_writes: dict[str, asyncio.Task[None]] = {}  # response id -> its write in flight
 
     @property
     def degraded(self) -> bool:
@@ -278,6 +309,35 @@ class RedisBackend:
     def _remember(self, key: str, period: Period, now: float, total: float) -> None:
         self._known_spend[(key, period)] = (period_id(period, now), total)
 
+    @property
+    def spend_shared(self) -> bool:
+        return True
+
+    async def spend_seeded(self, period: Period, now: float) -> bool:
+        """Redis holds the period's seed marker; a Redis that restarted empty does not. Unreachable: True
+        (nothing to do until it answers; the next look seeds it)."""
+        async def remote() -> bool:
+            return bool(await self._redis.exists(seeded_key(period, now)))
+
+        async def local() -> bool:
+            return True
+
+        return await self._run(remote, local)
+
+    async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
+        """Each counter raised to the ledger's figure (`lua.SEED_SPEND`), then the period's marker set.
+        Raises what Redis raises: the caller tries again later."""
+        ttl = SPEND_TTL_S[period]
+        items = list(ledger.items())
+        for start in range(0, len(items), SEED_CHUNK):
+            async with asyncio.timeout(self._deadline_s * 4):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for key, usd in items[start:start + SEED_CHUNK]:
+                        await self._seed(keys=[spend_key(key, period, now)], args=[repr(usd), ttl], client=pipe)
+                    await pipe.execute()
+        async with asyncio.timeout(self._deadline_s):
+            await self._redis.set(seeded_key(period, now), b"1", ex=ttl)
+
     # -- cache ---------------------------------------------------------------------------------
 
     async def cache_get(self, cache_key: str) -> bytes | None:
@@ -303,6 +363,48 @@ class RedisBackend:
 
         await self._run(remote, local)
 
+    # -- response ownership ----------------------------------------------------------------------
+
+    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+        if len(self._owner_writes) >= MAX_PENDING_OWNER_WRITES:
+            _log().warning("response_owner_not_recorded", reason="too many writes in flight",
+                           in_flight=len(self._owner_writes))
+            return
+        task = asyncio.get_running_loop().create_task(self._write_owner(response_id, owner, ttl_s))
+        self._owner_writes[response_id] = task
+        task.add_done_callback(lambda done: self._owner_written(response_id, done))
+
+    def _owner_written(self, response_id: str, task: asyncio.Task[None]) -> None:
+        if self._owner_writes.get(response_id) is task:
+            del self._owner_writes[response_id]
+        if not task.cancelled() and task.exception() is not None:
+            _log().warning("response_owner_not_recorded", reason=type(task.exception()).__name__)
+
+    async def _write_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+        value, ttl_ms = orjson.dumps([owner.key, owner.team]), max(1, round(ttl_s * 1000))
+
+        async def remote() -> None:
+            await self._redis.set(owner_key(response_id), value, px=ttl_ms)
+
+        async def local() -> None:
+            self._local.record_response_owner(response_id, owner, ttl_s)
+
+        await self._run(remote, local)
+
+    async def response_owner(self, response_id: str) -> ResponseOwner | None:
+        pending = self._owner_writes.get(response_id)
+        if pending is not None:  # written from this replica a moment ago: read it after the write
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)  # bounded: the write has its own deadline
+
+        async def remote() -> ResponseOwner | None:
+            return _owner_of(await self._redis.get(owner_key(response_id)))
+
+        async def local() -> ResponseOwner | None:
+            return await self._local.response_owner(response_id)
+
+        return await self._run(remote, local)
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def healthy(self) -> bool:
@@ -317,6 +419,8 @@ class RedisBackend:
         return True
 
     async def close(self) -> None:
+        for task in list(self._owner_writes.values()):
+            task.cancel()
         if self._probe is not None:
             self._probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -19,6 +19,7 @@ class KeyCache:
         self.version = -1  # nothing loaded yet
         self.names: frozenset[str] = frozenset()
         self.teams: frozenset[str] = frozenset()
+        self.team_limits: dict[str, TeamLimits] = {}  # by name: what an IdP token's team obeys
         self._clock = clock
 
     def load(self, snap: Snapshot) -> None:
@@ -30,6 +31,7 @@ class KeyCache:
             if key is not None:
                 by_digest[bytes.fromhex(s.digest)] = (key, s.expires_at)
         self._by_digest, self.names, self.teams = by_digest, frozenset(keys), frozenset(teams)
+        self.team_limits = {t.name: team_limits(t) for t in snap.teams}
         self.version = snap.version
 
     def find(self, digest: bytes) -> ApiKey | None:
@@ -45,6 +47,12 @@ class KeyCache:
                 return None
         return key
 
+    def expired(self, digest: bytes) -> bool:
+        """Whether this secret names a stored key past its own `expires_at` (not a secret past a
+        rotation's grace: that one is simply no longer valid)."""
+        hit = self._by_digest.get(digest)
+        return hit is not None and hit[0].expires_at is not None and self._clock() >= hit[0].expires_at
+
 
 def api_key(k: StoredKey, team: Team | None) -> ApiKey:
     lim = k.limits
@@ -54,7 +62,11 @@ def api_key(k: StoredKey, team: Team | None) -> ApiKey:
         t = team.limits
         if t.models is not None:
             models = t.models if models is None else tuple(m for m in models if m in t.models)
-        limits = TeamLimits(name=team.name, rpm=t.rpm, tpm=t.tpm, budget_usd=t.budget_usd,
-                            budget_period=t.budget_period)
+        limits = team_limits(team)
     return ApiKey(name=k.name, models=models, rpm=lim.rpm, tpm=lim.tpm, budget_usd=lim.budget_usd,
                   budget_period=lim.budget_period, team=limits, expires_at=k.expires_at, id=k.id)
+
+
+def team_limits(team: Team) -> TeamLimits:
+    t = team.limits
+    return TeamLimits(name=team.name, rpm=t.rpm, tpm=t.tpm, budget_usd=t.budget_usd, budget_period=t.budget_period)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from gateway.config.types import key_counter
 from gateway.store import rows as parse
 from gateway.store.db import Database, Tx, open_database
 from gateway.store.migrations import migrate
@@ -25,6 +26,7 @@ from gateway.store.types import (
     Limits,
     Missing,
     Page,
+    PeriodSpend,
     SkippedRow,
     Snapshot,
     SpendQuery,
@@ -268,6 +270,29 @@ class Store:
 
         async def run(tx: Tx) -> list[SpendTotal]:
             return [_total(groups, r) for r in await tx.rows(sql, params)]
+
+        return await self._db.transact(run, write=False)
+
+    async def period_spend(self, since: str, exclude_row_prefix: str | None = None) -> PeriodSpend:
+        """Spend from day `since` on, per key (its `ApiKey.counter`) and per team (budgets start from it);
+        rows whose id starts with `exclude_row_prefix` (one process's own, `pipeline/ids.py`) left out."""
+        sql = "SELECT key_name, key_id, team, SUM(cost_usd) FROM gw_spend WHERE day >= ?"
+        params = [since]
+        if exclude_row_prefix is not None:
+            sql += " AND row_id NOT LIKE ?"
+            params.append(exclude_row_prefix + "%")  # hex digits: no LIKE wildcard in it
+        sql += " GROUP BY key_name, key_id, team"
+
+        async def run(tx: Tx) -> PeriodSpend:
+            out = PeriodSpend(since)
+            for key, key_id, team, cost in await tx.rows(sql, params):
+                usd = float(cost or 0.0)
+                if key is not None:  # by the key's state counter: its id, so a reused name starts at 0
+                    counter = key_counter(key, key_id)
+                    out.keys[counter] = out.keys.get(counter, 0.0) + usd
+                if team is not None:
+                    out.teams[team] = out.teams.get(team, 0.0) + usd
+            return out
 
         return await self._db.transact(run, write=False)
 

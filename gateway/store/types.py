@@ -148,6 +148,16 @@ class SpendTotal:
 
 
 @dataclass(frozen=True, slots=True)
+class PeriodSpend:
+    """The ledger's spend from a day on (inclusive), per key (`ApiKey.counter`: a stored key's id, a config
+    key's name) and per team: what budgets start from."""
+
+    since: str  # YYYY-MM-DD
+    keys: dict[str, float] = field(default_factory=dict)
+    teams: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
     ts: float
     admin: str

@@ -32,7 +32,7 @@ from gateway.upstream import google as _google  # noqa: F401  (registers the "go
 from gateway.upstream.connection import _FINISHING, HttpResponse, PoolKey, _Conn, _Pool
 from gateway.upstream.errors import UpstreamError, UpstreamResponse
 from gateway.upstream.mock import MockResponse
-from gateway.upstream.signing import Signer
+from gateway.upstream.signing import MintedCredentials, Signer
 from gateway.upstream.tunnel import open_tunnel, proxy_failure, route
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
@@ -60,6 +60,9 @@ class Upstream:
         self._tls: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.signers: Mapping[str, Signer] = {}  # provider name -> its request signer (`upstream.signing`)
+        # every credential the signers get, for the scrubber; the process's, like the signers: it
+        # outlives a reload, so a request of the old config is scrubbed of the new signers' too
+        self.minted = MintedCredentials()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -71,6 +74,7 @@ class Upstream:
 
     def close(self) -> None:
         self._pool.close()
+        self.minted.close()
 
     def tls_context(self) -> ssl.SSLContext:
         """The system's trust store (OpenSSL's default paths, so `SSL_CERT_FILE` works as it does for
@@ -134,6 +138,14 @@ class Upstream:
         any failure; a body over 1 MiB is one."""
         req = UpstreamRequest("POST", url, {"content-type": "application/json", "accept": "application/json"},
                               orjson.dumps(payload), False)
+        return await self._small_json(req, url, timeout_s, label)
+
+    async def get_json(self, url: str, timeout_s: float, label: str) -> Any:
+        """A small JSON document (an IdP's discovery document and JWKS), as `post_json`."""
+        req = UpstreamRequest("GET", url, {"accept": "application/json"}, b"", False)
+        return await self._small_json(req, url, timeout_s, label)
+
+    async def _small_json(self, req: UpstreamRequest, url: str, timeout_s: float, label: str) -> Any:
         target = _target(url, label)
         proxy = route(target.host, target.port, target.tls, None, True, self.egress)
         try:

@@ -6,7 +6,8 @@ Credentials are resolved and refreshed in a worker thread, never on the event lo
 does blocking HTTP: IMDS, STS, the container endpoint). The thread refreshes every `refresh_every_s`;
 botocore's refreshable credentials fetch new ones once they are within its advisory window of their
 expiry (15 minutes), so a request never waits for a refresh and never signs with expired keys while
-the source answers. `sign` reads the frozen credentials in hand: no I/O, no lock.
+the source answers. `sign` reads the frozen credentials in hand: no I/O, no lock. Each set taken
+(key id, secret, session token) is handed to the scrubber before `sign` can use it (`signing.MintedCredentials`).
 
 botocore is imported here only when a `bedrock` provider is configured (`pip install llm-gateway[aws]`).
 """
@@ -22,7 +23,7 @@ import structlog
 from gateway.core.events import Failure, FailureKind
 from gateway.providers.settings import AwsSettings, ProviderConfig
 from gateway.upstream.errors import UpstreamError
-from gateway.upstream.signing import SIGNERS
+from gateway.upstream.signing import DISCARD, SIGNERS, CredentialSink, keep_s
 
 log = structlog.get_logger("gateway")
 
@@ -56,10 +57,13 @@ def resolve_credentials(aws: AwsSettings) -> Any:
 class SigV4Signer:
     """`upstream.signing.Signer` for auth kind "sigv4": one per `bedrock` provider."""
 
-    def __init__(self, provider: ProviderConfig, refresh_every_s: float = 60.0) -> None:
+    def __init__(self, provider: ProviderConfig, minted: CredentialSink | None = None,
+                 refresh_every_s: float = 60.0) -> None:
         self.name = provider.name
         self.aws = provider.aws or AwsSettings()
         self.refresh_every_s = refresh_every_s
+        self._minted = minted if minted is not None else DISCARD
+        self._keep_s = keep_s(provider)
         self._source: Any = None  # botocore credentials (refreshable or not), resolved in a thread
         self._frozen: Any = None  # botocore ReadOnlyCredentials: what `sign` reads
         self._task: asyncio.Task[None] | None = None
@@ -79,15 +83,21 @@ class SigV4Signer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._minted.release(self, self._keep_s)
 
     async def refresh(self) -> None:
         """One pass, in a thread: resolve the chain if it found nothing yet, then take the current frozen
         credentials (botocore refreshes them first when they are near expiry). A failure keeps the
         credentials in hand and is logged (its kind only: never a key, never the source's text)."""
         try:
-            self._frozen = await asyncio.to_thread(self._current)
+            frozen = await asyncio.to_thread(self._current)
         except Exception as exc:  # botocore's credential errors have no common base worth naming
             log.warning("aws_credentials_failed", provider=self.name, error=type(exc).__name__)
+        else:
+            if frozen is not None:  # masked before any request is signed with them
+                values = (frozen.access_key, frozen.secret_key, frozen.token)
+                self._minted.hold(self, [v for v in values if v], self._keep_s)
+            self._frozen = frozen
         self.refreshes += 1
 
     def _current(self) -> Any:

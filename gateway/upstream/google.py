@@ -5,8 +5,9 @@ authorized user's or a workload identity federation JSON), else Application Defa
 (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's ADC file, the metadata server on GCE / GKE workload
 identity). google-auth does blocking HTTP to get a token, so every load and refresh runs in a thread
 (`asyncio.to_thread`), never on the loop; a background task refreshes the token ahead of its expiry, so
-`sign` only reads the token in hand. google-auth is imported lazily: only a configured `vertex`
-provider needs it (`pip install llm-gateway[gcp]`).
+`sign` only reads the token in hand. Each token is handed to the scrubber before `sign` can use it,
+and leaves it after its expiry or its replacement (`signing.MintedCredentials`). google-auth is imported
+lazily: only a configured `vertex` provider needs it (`pip install llm-gateway[gcp]`).
 
 Never logged: the token, the file's contents. A failure is logged by its exception's type only.
 """
@@ -26,7 +27,7 @@ import structlog
 from gateway.config.types import ProviderConfig
 from gateway.core.events import Failure, FailureKind
 from gateway.upstream.errors import UpstreamError
-from gateway.upstream.signing import SIGNERS
+from gateway.upstream.signing import DISCARD, SIGNERS, CredentialSink, keep_s
 
 log = structlog.get_logger("gateway")
 
@@ -107,8 +108,10 @@ class _Token:
 class GoogleSigner:
     """One per `vertex` provider: `authorization: Bearer <token>` on each request."""
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: ProviderConfig, minted: CredentialSink | None = None) -> None:
         self.provider = provider
+        self._minted = minted if minted is not None else DISCARD
+        self._keep_s = keep_s(provider)
         self._credentials: Any = None
         self._token: _Token | None = None
         self._task: asyncio.Task[None] | None = None
@@ -143,8 +146,9 @@ class GoogleSigner:
             raise ValueError("the credentials gave no token")
         remaining = _remaining_s(credentials)
         quota = getattr(credentials, "quota_project_id", None)
-        self._token = _Token(value, time.monotonic() + remaining if remaining is not None else None,
-                             quota if isinstance(quota, str) and quota else None)
+        expires_at = time.monotonic() + remaining if remaining is not None else None
+        self._minted.hold(self, (value,), self._keep_s, expires_at)  # masked before any request carries it
+        self._token = _Token(value, expires_at, quota if isinstance(quota, str) and quota else None)
         self.refreshes += 1
         return refresh_delay(remaining)
 
@@ -171,6 +175,7 @@ class GoogleSigner:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self._minted.release(self, self._keep_s)
 
 
 SIGNERS["google"] = GoogleSigner

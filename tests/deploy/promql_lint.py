@@ -28,7 +28,7 @@ GROUPING = frozenset({"by", "without", "on", "ignoring", "group_left", "group_ri
 # Grafana's variables, replaced by values a test Prometheus can evaluate.
 GRAFANA_VARS: Mapping[str, str] = {
     "$__rate_interval": "1m", "$__range": "5m", "$__interval": "15s", "$model": "demo", "$provider": "demo",
-    "$job": "llm-gateway", "$instance": "127.0.0.1:[0-9]+", "$key": "team-a",
+    "$job": "llm-gateway", "$instance": "127.0.0.1:[0-9]+", "$key": "team-a", "$team": "search",
 }
 
 

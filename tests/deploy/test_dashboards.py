@@ -99,10 +99,10 @@ def test_every_query_uses_only_contract_metrics_and_labels(name: str) -> None:
 def test_template_variables_and_datasource(name: str) -> None:
     board = _committed()[name]
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert set(variables) >= {"datasource", "job", "instance", "model", "provider", "key"}
+    assert set(variables) >= {"datasource", "job", "instance", "model", "provider", "key", "team"}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    for var in ("model", "provider", "key"):
+    for var in ("model", "provider", "key", "team"):
         query = variables[var]["query"]["query"]
         m = re.fullmatch(r"label_values\((\w+)(\{.*\})?, (\w+)\)", query)
         assert m and m.group(1) in SERIES and m.group(3) == var, query
@@ -125,6 +125,24 @@ def test_every_query_is_narrowed_to_the_selected_jobs_and_instances_and_draws_no
         for sel in parse(expr).selectors:
             got = {(m.label, m.op, m.value) for m in sel.matchers}
             assert {("job", "=~", "$job"), ("instance", "=~", "$instance")} <= got, (title, sel.name)
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+@pytest.mark.parametrize("label", ["key", "team"])
+def test_key_and_team_narrow_every_panel_whose_metrics_have_them(name: str, label: str) -> None:
+    """Every query whose metrics all carry `key` (`team`), by the contract's labels, has `key=~"$key"`
+    (`team=~"$team"`) in each selector: picking a key or a team changes every panel that can show it.
+    A query that also reads a metric without the label (attempts per request) stays whole."""
+    narrowed = 0
+    for title, expr in _exprs(_committed()[name]):
+        selectors = parse(expr).selectors
+        if not selectors or not all(label in SERIES[s.name].labels_of(s.name) for s in selectors):
+            continue
+        for sel in selectors:
+            assert (label, "=~", f"${label}") in {(m.label, m.op, m.value) for m in sel.matchers}, (title, sel.name)
+        narrowed += 1
+    if name == "llm-gateway-overview.json":  # what each variable must reach at least: the per-key/team rows
+        assert narrowed >= {"key": 10, "team": 3}[label]
 
 
 def test_the_overview_slices_requests_tokens_and_cost_by_key() -> None:
@@ -166,3 +184,11 @@ def test_provisioning_points_grafana_at_the_dashboards_and_prometheus() -> None:
     sources = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yaml").read_text())
     (source,) = sources["datasources"]
     assert source["type"] == "prometheus" and source["url"].startswith("http://prometheus:")
+
+
+def test_one_overview_panel_shows_routing_choices_and_the_learned_ttft() -> None:
+    """Issue #59: a panel with both routing metrics, so a canary's share and why latency moved are read
+    together."""
+    panels = [[t["expr"] for t in p["targets"]] for p in _panels(_committed()["llm-gateway-overview.json"])]
+    assert any(any("llm_gateway_routing_decisions_total" in e for e in exprs)
+               and any("llm_gateway_deployment_ttft_seconds" in e for e in exprs) for exprs in panels)

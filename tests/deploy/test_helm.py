@@ -450,6 +450,27 @@ def test_ttft_slo_thresholds_are_chart_values(chart: helm.Chart) -> None:
                      for g in source]
 
 
+def _runbook_urls(chart: helm.Chart, values: dict[str, Any]) -> dict[str, str]:
+    rule = only(render(chart, values), "PrometheusRule")
+    return {r["alert"]: r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]
+            if "alert" in r}
+
+
+def test_runbook_links_take_the_base_url_from_values(chart: helm.Chart) -> None:
+    relative = _runbook_urls(chart, ALL_ON)
+    assert relative and all(u.startswith("docs/runbook.md#") for u in relative.values())
+    values = copy.deepcopy(ALL_ON)
+    values["metrics"]["prometheusRule"]["runbookBaseUrl"] = "https://git.example.com/acme/llm-gateway/blob/v1/"
+    linked = _runbook_urls(chart, values)
+    assert linked == {a: "https://git.example.com/acme/llm-gateway/blob/v1/" + u for a, u in relative.items()}
+    runbook = (ROOT / "docs" / "runbook.md").read_text().lower()
+    for url in relative.values():  # every anchor names a heading of the runbook
+        assert f"## {url.split('#')[1]}" in runbook.replace("### ", "## "), url
+    values["metrics"]["prometheusRule"]["runbookBaseUrl"] = "not a url"
+    with pytest.raises(helm.HelmValuesError):
+        render(chart, values)
+
+
 def test_a_ttft_slo_threshold_must_be_a_bucket_bound(chart: helm.Chart) -> None:
     values = copy.deepcopy(ALL_ON)
     values["metrics"]["prometheusRule"]["ttftSlo"] = {"defaultThresholdSeconds": 4, "thresholds": []}
@@ -596,3 +617,19 @@ def test_a_bedrock_provider_config_passes_check_config(chart: helm.Chart, tmp_pa
     result = check_config(gateway_config(docs), secret_env(docs), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert gateway_config(docs)["providers"]["bedrock-us"] == {"type": "bedrock", "region": "us-east-1"}
+
+
+def test_the_readmes_chart_commands_run_without_a_helm_binary(tmp_path: Path) -> None:
+    """helm/llm-gateway/README.md's block for `make test`'s venv (no helm binary to be had from the
+    registries it installs from): lint passes, the render has the Deployment and the PrometheusRule."""
+    from tests.docs_blocks import block
+
+    script = block("helm/llm-gateway/README.md", "chart-template").text
+    script = script.replace(".venv/bin/python", sys.executable)
+    script = script.replace("scripts/chart.py", str(ROOT / "scripts" / "chart.py"))
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "llm-gateway: ok"
+    kinds = [d["kind"] for d in yaml.safe_load_all((tmp_path / "rendered.yaml").read_text()) if d]
+    assert "Deployment" in kinds and "PrometheusRule" in kinds

@@ -228,10 +228,10 @@ def test_every_dashboard_query_returns_data(prometheus: str, traffic: Traffic) -
     assert failures == {}
 
 
-def test_template_variables_list_the_job_instance_model_provider_and_key(
+def test_template_variables_list_the_job_instance_model_provider_key_and_team(
         prometheus: str, traffic: Traffic, gateway: tuple[int, int]) -> None:
     expected = {"job": "llm-gateway", "instance": f"127.0.0.1:{gateway[1]}", "model": "demo", "provider": "demo",
-                "key": "team-a"}
+                "key": "team-a", "team": "search"}
     for path in sorted((ROOT / "grafana" / "dashboards").glob("*.json")):
         board = json.loads(path.read_text(encoding="utf-8"))
         variables = [v for v in board["templating"]["list"] if v["type"] == "query"]

@@ -60,6 +60,10 @@ class Process:
     def output(self, last: int = 60) -> str:
         return "".join(self.lines[-last:])
 
+    def send(self, sig: int) -> None:
+        assert self._proc is not None
+        self._proc.send_signal(sig)
+
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

@@ -50,15 +50,16 @@ PINNED = {"ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL, "ANTHRO
           "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL, "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL}
 
 
-def claude(gw: GatewayServer, prompt: str, home: Path, *, pinned: bool = True) -> dict[str, Any]:
+def claude(gw: GatewayServer, prompt: str, home: Path, *, pinned: bool = True,
+           args: tuple[str, ...] = ()) -> dict[str, Any]:
     """One headless run, bounded; its JSON result. `pinned`: every model role set to the gateway's `MODEL`;
-    else Claude Code sends its own default model names."""
+    else Claude Code sends its own default model names. `args`: more of its options (`--resume <id>`)."""
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{gw.port}",
            "ANTHROPIC_API_KEY": GW_KEY, **(PINNED if pinned else {}), "DISABLE_AUTOUPDATER": "1",
            "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "CLAUDE_CODE_MAX_RETRIES": "0"}
     assert CLAUDE.exists(), "run `make e2e-deps` (scripts/e2e-deps.sh installs Claude Code)"
-    done = subprocess.run([str(CLAUDE), "-p", prompt, "--output-format", "json"], env=env, cwd=home,
+    done = subprocess.run([str(CLAUDE), "-p", prompt, "--output-format", "json", *args], env=env, cwd=home,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert done.returncode == 0, f"claude failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     result: dict[str, Any] = orjson.loads(done.stdout)

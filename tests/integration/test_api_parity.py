@@ -97,8 +97,12 @@ def test_a_self_contained_responses_request_is_cached_streamed_and_not(upstream:
                          ids=["store-default", "store-true", "previous-response"])
 def test_a_responses_request_that_is_not_self_contained_is_never_cached(
         upstream: FakeUpstream, gw: GatewayServer, extra: dict[str, Any]) -> None:
-    upstream.enqueue(RESPONSES, body_script(Answer().message(["one"])), body_script(Answer().message(["two"])))
     c = _client(gw)
+    if "previous_response_id" in extra:  # an id the gateway relayed (docs/responses-bridge.md, ownership)
+        upstream.enqueue(RESPONSES, body_script(Answer("resp_1").message(["zero"])))
+        assert c.responses.create(model="gpt", input="zero").id == "resp_1"
+        upstream.received.clear()
+    upstream.enqueue(RESPONSES, body_script(Answer().message(["one"])), body_script(Answer().message(["two"])))
     got = [c.responses.with_raw_response.create(model="gpt", input="hi", **extra) for _ in range(2)]
     assert [r.parse().output_text for r in got] == ["one", "two"]
     assert all("x-gateway-cache" not in r.headers for r in got) and len(upstream.received) == 2

@@ -65,7 +65,7 @@ def test_requests_tokens_and_cost_are_labelled_with_the_key_and_each_key_reads_i
     assert status == 200
     assert body == {"object": "gateway.key_spend", "key": "team-a", "period": "month",
                     "period_id": period_id("month", time.time()), "spend_usd": pytest.approx(2 * COST),
-                    "budget_usd": 1.0, "remaining_usd": pytest.approx(1 - 2 * COST)}
+                    "budget_usd": 1.0, "remaining_usd": pytest.approx(1 - 2 * COST), "limited_by": "key"}
     status, body = spend(gw, {"api-key": "key-b"})  # a key without a budget has its spend kept too
     assert (status, body["key"], body["spend_usd"], body["budget_usd"]) == (200, "team-b", pytest.approx(COST), None)
     status, body = spend(gw, {"x-api-key": "key-b"})  # the Messages API's header, as the docstring says

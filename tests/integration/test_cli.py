@@ -107,6 +107,8 @@ def demo() -> Iterator[tuple[subprocess.Popen[str], int]]:
         proc.kill()
         pytest.fail("gateway did not start: " + "".join(lines))
     assert any("demo_mode" in line for line in lines), "the demo logs a warning"
+    # the default max_connections is what the fd limit holds: a default start does not warn about it
+    assert not any("max_connections_lowered" in line for line in lines), lines
     yield proc, port
     if proc.poll() is None:
         proc.kill()
@@ -140,3 +142,44 @@ def test_embedded_default_serves_the_responses_api_too(demo: tuple[subprocess.Po
     assert c.responses.create(model="demo", input="hi").output_text == final.output_text
     e = c.embeddings.create(model="demo", input=["a", "b"])
     assert len(e.data) == 2
+
+
+def test_the_same_port_for_the_api_and_metrics_is_a_config_error_naming_both(tmp_path: Path) -> None:
+    port = free_port()
+    by_flags = run("serve", "--port", str(port), "--metrics-port", str(port),
+                   env={"GATEWAY_CONFIG": ""})
+    assert by_flags.returncode == 2
+    assert by_flags.stderr.startswith(f"server.metrics_port: the same port as server.port ({port}): "), by_flags.stderr
+    assert "cannot listen" not in by_flags.stderr
+    path = tmp_path / "same.yaml"
+    path.write_text(f"server: {{port: {port}, metrics_port: {port}}}\nauth: {{allow_unauthenticated: true}}\n"
+                    "providers: {d: {type: mock}}\nmodels: [{name: m, deployments: [{provider: d, model: x}]}]\n")
+    checked = run("check-config", str(path))
+    assert checked.returncode == 2 and "server.metrics_port: the same port as server.port" in checked.stderr
+    assert "--metrics-port" in checked.stderr
+
+
+def test_an_explicit_max_connections_over_the_fd_limit_still_warns(tmp_path: Path) -> None:
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY or hard > 1 << 24:
+        pytest.skip("no finite fd limit to exceed")
+    port, mport = free_port(), free_port()
+    path = tmp_path / "many.yaml"
+    path.write_text(f"server: {{port: {port}, metrics_port: {mport}, max_connections: {hard}}}\n"
+                    "auth: {allow_unauthenticated: true}\n"
+                    "providers: {d: {type: mock}}\nmodels: [{name: m, deployments: [{provider: d, model: x}]}]\n")
+    proc = subprocess.Popen([*GATEWAY, "serve", "--config", str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if '"listening"' in line:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    assert any('"max_connections_lowered"' in line and f'"configured":{hard}' in line for line in lines), lines

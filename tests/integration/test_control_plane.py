@@ -11,6 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from structlog.testing import capture_logs
 
 from tests.control_plane import ADMIN_KEY, CONFIG_KEY, admin_call, store_config
 from tests.harness import GatewayServer, LoopThread
@@ -119,8 +120,16 @@ def test_rotation_keeps_the_old_key_for_its_grace_only(gateway: GatewayServer) -
 
 def test_expired_key_is_refused(gateway: GatewayServer) -> None:
     status, created = admin_call(gateway.port, "POST", "keys", {"name": "temp", "expires_at": time.time() + 1})
-    assert status == 201
-    _until(lambda: not _works(gateway, created["key"]), deadline_s=5.0)  # refused once its time has come
+    assert status == 201  # a past expires_at is refused (docs/keys-teams-spend.md): one that passes soon
+    _until(lambda: not _works(gateway, created["key"]), deadline_s=5.0)
+    with capture_logs() as logs, pytest.raises(openai.AuthenticationError) as refused:
+        _chat(gateway, created["key"])
+    # told apart from an unknown key, to the client and in the log line (docs/reference.md, Errors)
+    assert (refused.value.status_code, refused.value.code) == (401, "expired_api_key")
+    assert [e["reason"] for e in logs if e["event"] == "request"] == ["expired_api_key"]
+    with pytest.raises(openai.AuthenticationError) as unknown:
+        _chat(gateway, created["key"] + "x")
+    assert unknown.value.code == "invalid_api_key"
     admin_call(gateway.port, "PATCH", "keys/temp", {"expires_at": None})
     assert _chat(gateway, created["key"])
 

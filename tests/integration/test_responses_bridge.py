@@ -163,12 +163,19 @@ def test_previous_response_id_to_a_bridge_is_a_400_that_says_so(upstream: FakeUp
 
 
 def test_previous_response_id_goes_only_to_the_responses_upstream(upstream: FakeUpstream, gw: GatewayServer) -> None:
-    upstream.enqueue(RESPONSES_PATH, stream_script(Answer().message(["Continued."]).stream_events()))
+    # the id must be one the gateway relayed from the Responses upstream (docs/responses-bridge.md,
+    # ownership): Claude is overloaded, so the first answer comes from it
+    upstream.enqueue(a.PATH, a.error_body(529, "overloaded_error"))
+    upstream.enqueue(RESPONSES_PATH, stream_script(Answer("resp_1").message(["First."]).stream_events()),
+                     stream_script(Answer("resp_2").message(["Continued."]).stream_events()))
+    with client(gw).responses.stream(model="claude-or-gpt", input="hi") as s:
+        assert s.get_final_response().id == "resp_1"
+    asked_claude = len(upstream.bodies(a.PATH))
     with client(gw).responses.stream(model="claude-or-gpt", input="and then?", previous_response_id="resp_1") as s:
         final = s.get_final_response()
     assert final.output_text == "Continued."
-    assert upstream.bodies(RESPONSES_PATH)[0]["previous_response_id"] == "resp_1"
-    assert upstream.bodies(a.PATH) == []
+    assert upstream.bodies(RESPONSES_PATH)[1]["previous_response_id"] == "resp_1"
+    assert len(upstream.bodies(a.PATH)) == asked_claude, "only the first request asked Claude"
 
 
 def test_a_chat_only_server_without_usage_or_done_still_completes(upstream: FakeUpstream, gw: GatewayServer) -> None:

@@ -283,3 +283,38 @@ async def test_create_backend_builds_a_redis_backend(server: RedisServer) -> Non
         assert await backend.healthy()
     finally:
         await backend.close()
+
+
+async def test_response_owners_are_shared_bounded_and_survive_an_outage(
+        server: RedisServer, make: Factory, raw: Redis) -> None:
+    from gateway.state.base import ResponseOwner
+    from gateway.state.redis import owner_key
+
+    first, second = make(), make()
+    alice = ResponseOwner("alice", "ml")
+    first.record_response_owner("resp_{1}", alice, ttl_s=60)
+    # read on the replica that wrote it, at once: it waits for its own write in flight
+    assert await first.response_owner("resp_{1}") == alice
+    assert await second.response_owner("resp_{1}") == alice, "shared by every replica"
+    assert 0 < await raw.pttl(owner_key("resp_{1}")) <= 60_000
+    assert owner_key("resp_{1}") == "llmgw:owner:{resp_(1)}", "one hash tag, braces inside it replaced"
+    await raw.set(owner_key("resp_bad"), b"not json")
+    assert await second.response_owner("resp_bad") is None, "an unreadable record is no record"
+    assert await second.response_owner("resp_none") is None
+    server.kill()
+    second.record_response_owner("resp_2", alice, ttl_s=60)  # written locally while Redis is away
+    assert await second.response_owner("resp_2") == alice
+
+
+async def test_response_owner_writes_in_flight_are_bounded(make: Factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.state import redis as redis_state
+    from gateway.state.base import ResponseOwner
+
+    monkeypatch.setattr(redis_state, "MAX_PENDING_OWNER_WRITES", 1)
+    backend = make()
+    with capture_logs() as logs:
+        backend.record_response_owner("resp_a", ResponseOwner("alice"), ttl_s=60)
+        backend.record_response_owner("resp_b", ResponseOwner("alice"), ttl_s=60)  # over the bound: dropped
+    assert [e["event"] for e in logs] == ["response_owner_not_recorded"]
+    assert await backend.response_owner("resp_a") == ResponseOwner("alice")
+    assert await backend.response_owner("resp_b") is None

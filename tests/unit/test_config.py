@@ -32,6 +32,18 @@ def test_env_interpolation_with_and_without_default() -> None:
         "providers.p.api_key: environment variable KEY is not set and has no default"]
 
 
+
+def test_an_unset_key_variable_is_one_error_not_two() -> None:
+    """A key whose secret is `${NAME}` unset: the unset variable, and no "exactly one of key or
+    key_sha256" or secret clash about the empty value it left (docs/reference.md, Commands)."""
+    raw = {**BASE, "auth": {"keys": [{"name": "a", "key": "${A_KEY}"}, {"name": "b", "key": "${B_KEY}"}]},
+           "admin": {"keys": [{"name": "p", "key": "${ADMIN_KEY}"}]}, "store": {"url": "sqlite:///x.db"}}
+    assert errors(raw, {"KEY": "k"}) == [
+        "auth.keys[0].key: environment variable A_KEY is not set and has no default",
+        "auth.keys[1].key: environment variable B_KEY is not set and has no default",
+        "admin.keys[0].key: environment variable ADMIN_KEY is not set and has no default"]
+
+
 @pytest.mark.parametrize(("patch", "expected"), [
     ({"server": {"port": "eighty"}}, "server.port: must be int, got str"),
     ({"server": {"nope": 1}}, "server.nope: unknown key"),
@@ -43,7 +55,7 @@ def test_env_interpolation_with_and_without_default() -> None:
     ({"models": [{"name": "m", "deployments": [{"provider": "q", "model": "x"}]}]},
      'models[0].deployments[0].provider: unknown provider "q"'),
     ({"models": [{"name": "m", "routing": "random", "deployments": [{"provider": "p", "model": "x"}]}]},
-     'models[0].routing: must be one of ordered, balanced, got "random"'),
+     'models[0].routing: must be one of ordered, balanced, weighted, latency, cost, got "random"'),
     ({"guardrails": [{"name": "g", "type": "regex", "patterns": ["("]}]}, "guardrails[0].patterns[0]: invalid"),
     ({"redaction": {"profiles": {"r": {"rules": ["nonsense"]}}}},
      'redaction.profiles.r.rules[0]: unknown rule or rule set "nonsense"'),
@@ -91,3 +103,10 @@ def test_the_ledger_journal_is_auto_unless_set() -> None:
     assert parse_config({**BASE, "store": {"url": "sqlite:///x.db"}}, env={"KEY": "k"}).store.ledger_journal == "auto"
     pg = {"url": "postgresql://u@h/db", "ledger_journal": "/var/lib/gateway/ledger"}
     assert parse_config({**BASE, "store": pg}, env={"KEY": "k"}).store.ledger_journal == "/var/lib/gateway/ledger"
+
+
+def test_response_owners_are_kept_30_days_unless_set() -> None:
+    assert parse_config(BASE, env={"KEY": "k"}).state.response_owner_ttl_s == 30 * 86_400
+    custom = parse_config({**BASE, "state": {"response_owner_ttl_s": 3600}}, env={"KEY": "k"})
+    assert custom.state.response_owner_ttl_s == 3600
+    assert errors({**BASE, "state": {"response_owner_ttl_s": 0}}) == ["state.response_owner_ttl_s: must be >= 1"]

@@ -186,3 +186,22 @@ async def test_create_backend_defaults_to_memory_and_is_healthy() -> None:
     assert await backend.healthy()
     await backend.close()
     assert calls == []
+
+
+async def test_response_owners_expire_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.state import memory
+    from gateway.state.base import ResponseOwner
+
+    clock = ManualClock()
+    backend = MemoryBackend(clock=clock)
+    alice = ResponseOwner("alice", "ml")
+    backend.record_response_owner("resp_1", alice, ttl_s=60)
+    assert await backend.response_owner("resp_1") == alice
+    assert alice.admits("alice", None) and alice.admits("bob", "ml") and not alice.admits("bob", None)
+    assert not ResponseOwner("carol").admits("dave", None), "no team shares nothing"
+    clock.now += 60
+    assert await backend.response_owner("resp_1") is None, "expired: unknown"
+    monkeypatch.setattr(memory, "MAX_RESPONSE_OWNERS", 3)
+    for i in range(5):
+        backend.record_response_owner(f"resp_{i}", alice, ttl_s=60)
+    assert [await backend.response_owner(f"resp_{i}") for i in range(5)] == [None, None, alice, alice, alice]

@@ -241,6 +241,12 @@ class ChatStream:
     def resume_point(self) -> str | None:
         return self.assembler.resume_text() if self.filt is not None and self.filt.refusal is None else None
 
+    def reported_model(self) -> object:
+        for ch in self.preamble:  # every chunk carries the model; the first with an object says it
+            if ch.obj:
+                return ch.obj.get("model")
+        return None
+
     def end_reason(self) -> str | None:
         return self.assembler.finish_reason(0)
 

@@ -253,6 +253,12 @@ class MessagesStream:
     def resume_point(self) -> str | None:
         return self.assembler.resume_text() if self.filt is not None and self.filt.refusal is None else None
 
+    def reported_model(self) -> object:
+        for ev in self.preamble:  # `message_start` leads, its `message` names the model
+            if ev.type == "message_start" and ev.obj is not None and isinstance(msg := ev.obj.get("message"), dict):
+                return msg.get("model")
+        return None
+
     def end_reason(self) -> str | None:
         return self.assembler.stop_reason
 

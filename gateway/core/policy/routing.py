@@ -1,8 +1,9 @@
-"""The order in which a request tries a model's deployments (CONTRACT §2 `routing`, §4.2).
+"""The order in which a request tries a model's deployments (docs/routing.md; docs/reference.md,
+`routing` and `tier`).
 
-- ordered: config order ("tried in this order").
-- balanced: least in-flight first, ties broken at random, so equal deployments share the load; the
-  others follow by the same key as fallbacks.
+Tiers first: every deployment of a lower `tier` is tried before any of a higher one, so a later tier gets
+no traffic while an earlier one can serve. Inside a tier the model's `routing` policy orders them
+(`core.policy.tiers`: ordered, balanced, weighted, latency, cost).
 
 Either way a deployment whose breaker does not allow it is skipped. If every breaker refuses, the
 plan is empty and the request fails at once (502): while every deployment is out of rotation, fast
@@ -14,26 +15,35 @@ passed, `allow()` admits that deployment's probe, so the next request carries th
 taken by a deployment that the request does not reach because an earlier one served it. Prefer
 `iter_plan` in the attempt loop; `plan_order` asks about every deployment up front.
 
-Session affinity (CONTRACT §10): a request of a session (`affinity.session_digest`) on a model with
-`affinity: session` walks the session's own ranking, whatever `routing` says: rendezvous
-(highest-random-weight) hashing of the session over the deployment labels. Every replica computes the
-same ranking with no shared state; the session's home is the first, its failover and hedge the next, and
-a deployment coming back or leaving moves only the sessions it ranks first (the others keep their order).
-The breaker is still asked lazily, so a home out of rotation is skipped and, once its probe succeeds,
-its sessions return to it.
+Session affinity (docs/agents.md): a request of a session (`affinity.session_digest`) on a model with
+`affinity: session` ranks, by rendezvous (highest-random-weight) hashing of the session over the
+deployment labels, only the deployments the policy may pick for a first attempt: those of the first tier,
+under `weighted` those with weight > 0 (in proportion to it), under `ordered` only the first (so affinity
+changes nothing there), under `latency` those within the margin of the fastest, under `cost` the
+cheapest. They take the
+places the policy gave them, in the session's order; every other deployment keeps its place. So a client
+choosing its session id can never reach a fallback-only, more expensive or later-tier deployment while
+the policy's own first choices can serve. Every replica computes the same ranking with no shared state;
+the session's home is the first, its failover and hedge the next, and a deployment coming back or
+leaving moves only the sessions it ranks first. The breaker is still asked lazily, so a home out of
+rotation is skipped and, once its probe succeeds, its sessions return to it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
-Routing = Literal["ordered", "balanced"]
+from gateway.core.policy.tiers import Routable, RouteTable, Routing, Signals, order_tier
+
+__all__ = ["Labelled", "RouteTable", "Routing", "Signals", "candidate_order", "iter_plan", "plan_order",
+           "rendezvous_order", "route"]
 
 
 class Labelled(Protocol):
-    """What routing reads of a deployment (`config.types.Deployment`): its label."""
+    """What rendezvous hashing reads of a deployment: its label."""
 
     @property
     def label(self) -> str: ...
@@ -53,27 +63,53 @@ def rendezvous_order(deployments: Sequence[Labelled], session: str) -> list[int]
     return sorted(range(len(deployments)), key=lambda i: -weights[i])
 
 
+def route(deployments: Sequence[Routable], table: RouteTable, routing: Routing, sig: Signals,
+          session: str | None = None) -> list[int]:
+    """Every deployment index in the order a request tries them, tier by tier, breakers not consulted.
+    `session`: the model has `affinity: session` and the request named one (see the module docstring)."""
+    if routing == "ordered":  # affinity changes nothing here: only the first may be a first choice
+        return list(table.flat)
+    if session is None and len(table.tiers) == 1:  # the common case, without the loop's bookkeeping
+        return order_tier(deployments, table.tiers[0], table.tier_labels[0], routing, sig, True)[0]
+    out: list[int] = []
+    for t, tier in enumerate(table.tiers):
+        # a session's ranking replaces the order of the first choices, the one thing the draws decide
+        draws = sig if t or session is None else sig.without_draws()
+        order, firsts = order_tier(deployments, tier, table.tier_labels[t], routing, draws, t == 0)
+        if t == 0 and session is not None and len(firsts) > 1:
+            ranked = iter(_session_ranking(deployments, firsts, session, weighted=routing == "weighted"))
+            chosen = set(firsts)
+            order = [next(ranked) if i in chosen else i for i in order]
+        out += order
+    return out
+
+
+def _session_ranking(deployments: Sequence[Routable], firsts: list[int], session: str, *,
+                     weighted: bool) -> list[int]:
+    """The session's ranking of the first choices. Under `weighted`, weighted rendezvous hashing (each
+    deployment's key is `weight / -ln(u)`, `u` its hash in (0, 1)): sessions make their homes in
+    proportion to the weights, so a 5% canary is home to about 5% of sessions, not half of them. With
+    equal weights the key orders as the hash does: the plain ranking."""
+    if not weighted:
+        return sorted(firsts, key=lambda i: -rendezvous_weight(deployments[i].label, session))
+    keys = {i: deployments[i].weight / -math.log((rendezvous_weight(deployments[i].label, session) + 0.5) / 2**64)
+            for i in firsts}
+    return sorted(firsts, key=lambda i: -keys[i])
+
+
 def candidate_order(
-    deployments: Sequence[Labelled],
+    deployments: Sequence[Routable],
     routing: Routing,
     inflight: Mapping[str, int],
     rand: Callable[[], float],
     session: str | None = None,
 ) -> list[int]:
-    """Every deployment index in routing order (the session's ranking when `session` is given: the
-    model has `affinity: session` and the request named one), breakers not consulted."""
-    if session is not None:
-        return rendezvous_order(deployments, session)
-    indexes = list(range(len(deployments)))
-    if routing == "ordered":
-        return indexes
-    # One random draw per deployment breaks ties; sort is stable, so equal draws keep config order.
-    keys = {i: (inflight.get(deployments[i].label, 0), rand()) for i in indexes}
-    return sorted(indexes, key=keys.__getitem__)
+    """`route` with nothing learned (latency routes as balanced then) and a table made on the spot."""
+    return route(deployments, RouteTable.of(deployments), routing, Signals(inflight, rand), session)
 
 
 def iter_plan(
-    deployments: Sequence[Labelled],
+    deployments: Sequence[Routable],
     routing: Routing,
     inflight: Mapping[str, int],
     allowed: Callable[[str], bool],
@@ -96,7 +132,7 @@ def iter_plan(
 
 
 def plan_order(
-    deployments: Sequence[Labelled],
+    deployments: Sequence[Routable],
     routing: Routing,
     inflight: Mapping[str, int],
     allowed: Callable[[str], bool],

@@ -185,6 +185,12 @@ class ResponsesStream:
         key = self.assembler.resume_key()
         return self.assembler.texts()[key] if key is not None else None
 
+    def reported_model(self) -> object:
+        for ev in self.preamble:  # `response.created` leads, its `response` names the model
+            if ev.obj is not None and isinstance(resp := ev.obj.get("response"), dict):
+                return resp.get("model")
+        return None
+
     def end_reason(self) -> str | None:
         return self.assembler.status
 

@@ -1,0 +1,175 @@
+"""The routing policies inside one tier (docs/routing.md): each orders a tier's deployments and names the
+ones it may pick for a first attempt, which is all session affinity may rank (so a client's session id can
+never choose a fallback-only or last-resort deployment).
+
+- ordered: config order; only the first may be a first choice.
+- balanced: least in flight first, ties at random; any may be a first choice.
+- weighted: a draw in proportion to `weight` (weighted sampling without replacement: each deployment's
+  key is `u ** (1 / weight)` for a uniform `u`, highest first), then the weight-0 ones in config order,
+  which serve only as fallbacks.
+- latency: the lowest learned upstream TTFT wins; those within `LATENCY_MARGIN` (10%) or
+  `LATENCY_MARGIN_S` (20 ms) of it share the load as `balanced` does; slower ones follow, fastest first,
+  and deployments with no data last. While nothing is known the whole tier is shared. A deployment due a
+  probe (`latency.LatencyBook.claim_probe`) goes first, once.
+- cost: the lowest price for the request's estimated tokens first, equal prices by learned latency.
+
+Everything is a pure function of its inputs and the `rand` draws, so a seeded source gives the same order.
+The per-request work is a handful of float operations per deployment of a tier; no policy allocates more
+than the small lists it returns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from gateway.core.policy.latency import LatencyBook
+
+Routing = Literal["ordered", "balanced", "weighted", "latency", "cost"]
+ROUTING_POLICIES: tuple[Routing, ...] = ("ordered", "balanced", "weighted", "latency", "cost")
+LATENCY_MARGIN = 0.10
+LATENCY_MARGIN_S = 0.020
+DEFAULT_OUTPUT_TOKENS = 1000  # `cost` without the request's max_tokens
+
+
+class Priced(Protocol):
+    @property
+    def input(self) -> float: ...
+    @property
+    def output(self) -> float: ...
+
+
+class Routable(Protocol):
+    """What routing reads of a deployment (`config.types.Deployment`)."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def tier(self) -> int: ...
+    @property
+    def weight(self) -> float: ...
+    @property
+    def price(self) -> Priced: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTable:
+    """A model's deployments grouped by tier, lowest first, config order inside: compiled once per config
+    (`config.types.ModelConfig.table`), not per request."""
+
+    tiers: tuple[tuple[int, ...], ...]
+    tier_labels: tuple[tuple[str, ...], ...]  # the deployments' labels, tier by tier
+    flat: tuple[int, ...]  # every index, tier by tier: `ordered`'s whole plan
+
+    @staticmethod
+    def of(deployments: Sequence[Routable]) -> RouteTable:
+        levels = sorted({d.tier for d in deployments})
+        tiers = tuple(tuple(i for i, d in enumerate(deployments) if d.tier == t) for t in levels)
+        labels = tuple(tuple(deployments[i].label for i in tier) for tier in tiers)
+        return RouteTable(tiers, labels, tuple(i for tier in tiers for i in tier))
+
+
+class Signals:
+    """What one request's routing reads besides the config: made once per request (a plain class: a
+    frozen dataclass's __init__ costs a microsecond more, on every request)."""
+
+    __slots__ = ("api", "book", "inflight", "input_tokens", "now", "output_tokens", "rand")
+
+    def __init__(self, inflight: Mapping[str, int], rand: Callable[[], float], book: LatencyBook | None = None,
+                 api: str = "", now: float = 0.0, input_tokens: int = 0,
+                 output_tokens: int = DEFAULT_OUTPUT_TOKENS) -> None:
+        self.inflight, self.rand = inflight, rand
+        self.book = book  # learned TTFTs (latency, cost's ties); None: nothing learned
+        self.api, self.now = api, now  # the book's key and clock
+        self.input_tokens, self.output_tokens = input_tokens, output_tokens  # cost's estimate of the request
+
+    def without_draws(self) -> Signals:
+        return Signals(self.inflight, _no_draw, self.book, self.api, self.now, self.input_tokens,
+                       self.output_tokens)
+
+
+def _no_draw() -> float:
+    return 0.5
+
+
+# (the tier's order, the deployments of it the policy may pick first)
+TierOrder = tuple[list[int], list[int]]
+
+
+def order_tier(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], routing: Routing,
+               sig: Signals, first_tier: bool) -> TierOrder:
+    """One tier's deployments (indexes into `deployments`, `labels` theirs) in the order `routing` tries
+    them."""
+    if routing == "ordered":
+        order = list(tier)
+        return order, order[:1]
+    if routing == "weighted":
+        return _weighted(deployments, tier, sig.rand)
+    if routing == "latency" and sig.book is not None:
+        return _latency(deployments, tier, labels, sig, first_tier)
+    if routing == "cost":
+        return _cost(deployments, tier, labels, sig)
+    order = _balanced(deployments, tier, sig)
+    return order, order
+
+
+def _balanced(deployments: Sequence[Routable], indexes: Sequence[int], sig: Signals) -> list[int]:
+    # One draw per deployment breaks ties; sort is stable, so equal draws keep config order.
+    inflight, rand = sig.inflight, sig.rand
+    keys = {i: (inflight.get(deployments[i].label, 0), rand()) for i in indexes}
+    return sorted(indexes, key=keys.__getitem__)
+
+
+def _weighted(deployments: Sequence[Routable], tier: Sequence[int], rand: Callable[[], float]) -> TierOrder:
+    keys: dict[int, float] = {}
+    for i in tier:
+        w = deployments[i].weight
+        if w > 0.0:
+            keys[i] = rand() ** (1.0 / w)
+    drawn = sorted(keys, key=keys.__getitem__, reverse=True)
+    if not drawn:  # a tier of weight-0 deployments only: fallbacks, in config order
+        return list(tier), []
+    return drawn + [i for i in tier if i not in keys], drawn
+
+
+def _latency(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], sig: Signals,
+             first_tier: bool) -> TierOrder:
+    assert sig.book is not None
+    # probes stay in the first tier: a later one gets no traffic while this one serves
+    averages, due = sig.book.read(sig.api, labels, sig.now, first_tier)
+    lead = [tier[due]] if due >= 0 else []
+    best = min(averages)
+    if best == math.inf:  # nothing known yet: shared
+        shared = _balanced(deployments, [i for k, i in enumerate(tier) if k != due], sig)
+        return lead + shared, shared
+    limit = best + max(best * LATENCY_MARGIN, LATENCY_MARGIN_S)
+    near: list[int] = []
+    rest: list[int] = []
+    for k, i in enumerate(tier):
+        if k != due:
+            (near if averages[k] <= limit else rest).append(i)
+    if len(near) > 1:
+        near = _balanced(deployments, near, sig)
+    if len(rest) > 1:
+        position = dict(zip(tier, averages, strict=True))
+        rest.sort(key=position.__getitem__)
+    order = near + rest if rest else near[:]
+    if lead:
+        order[:0] = lead
+    return order, near
+
+
+def _cost(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], sig: Signals) -> TierOrder:
+    book = sig.book
+    latencies = book.read(sig.api, labels, sig.now, False)[0] if book is not None else [0.0] * len(tier)
+    keys: dict[int, tuple[float, float]] = {}
+    for k, i in enumerate(tier):
+        price = deployments[i].price
+        keys[i] = (sig.input_tokens * price.input + sig.output_tokens * price.output, latencies[k])
+    order = sorted(tier, key=keys.__getitem__)
+    cheapest = keys[order[0]][0]
+    return order, [i for i in order if keys[i][0] == cheapest]
+
+

@@ -1,0 +1,203 @@
+"""IdP tokens as bearer credentials on the data plane (docs/identity.md).
+
+A token is accepted only when PyJWT verifies its signature with a key of the issuer's JWKS chosen by
+`kid`, with an asymmetric algorithm that fits the key's type (`none`, HMAC and a key/algorithm mismatch
+are refused, so no algorithm confusion), and `iss`, `aud`, `exp` and `nbf` hold within the leeway. Its
+groups then grant a team and models (`core.policy.identity.grant_for`).
+
+The cost stays off the request path: a verified token is kept (by digest) until it expires, so each
+token is verified once; the JWKS is fetched at start and again only for an unknown `kid`, at most once
+per `refetch_s`, while the cached keys keep working through an IdP outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import jwt
+import structlog
+
+from gateway.config.types import ApiKey, JwtConfig, TeamLimits
+from gateway.core.policy.identity import GroupRule, RefetchGate, Refusal, TokenCache, grant_for
+from gateway.errors import ExpiredApiKey, InvalidApiKey, PermissionDenied
+
+log = structlog.get_logger("gateway")
+
+# the algorithms each JWK key type may verify; a symmetric (`oct`) key verifies nothing
+_FAMILY = {
+    "RSA": frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"}),
+    "EC": frozenset({"ES256", "ES384", "ES512"}),
+    "OKP": frozenset({"EdDSA"}),
+}
+_EC_CURVE = {"ES256": "P-256", "ES384": "P-384", "ES512": "P-521"}
+MAX_KEYS = 64  # keys of one JWKS kept; an IdP publishes two or three
+_INVALID_TOKEN = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+
+FetchJson = Callable[[str, float, str], Awaitable[Any]]
+
+
+class TeamSource(Protocol):
+    """The store's teams as this replica caches them (`gateway.store.KeyCache`)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def team_limits(self) -> Mapping[str, TeamLimits]: ...
+
+
+class SigningKeyUnknown(Exception):
+    """A token names a `kid` the cached JWKS does not hold: worth one refetch (`JwtAuth.refetch`)."""
+
+
+def invalid_token() -> InvalidApiKey:
+    return InvalidApiKey("invalid token", headers=dict(_INVALID_TOKEN))
+
+
+class Jwks:
+    """The issuer's signing keys by `kid`, fetched through the gateway's own outbound client."""
+
+    def __init__(self, cfg: JwtConfig, fetch: FetchJson) -> None:
+        self._cfg, self._fetch = cfg, fetch
+        self._jwks_url = cfg.jwks_url
+        self.keys: dict[str, dict[str, Any]] = {}
+        self._inflight: asyncio.Future[None] | None = None
+        self.fetches = 0  # how many times the JWKS was asked for (tests, the log line)
+
+    async def refresh(self) -> None:
+        """Fetch the JWKS (one fetch at a time: concurrent callers share it). A failure keeps the keys."""
+        if self._inflight is not None:
+            return await asyncio.shield(self._inflight)
+        self._inflight = asyncio.ensure_future(self._fetch_keys())
+        try:
+            await asyncio.shield(self._inflight)
+        finally:
+            self._inflight = None
+
+    async def _fetch_keys(self) -> None:
+        self.fetches += 1
+        try:
+            url = self._jwks_url or await self._discover()
+            doc = await self._fetch(url, self._cfg.timeout_s, "jwks")
+        except Exception as exc:  # an IdP outage must never fail a request that a cached key verifies
+            log.warning("jwks_fetch_failed", issuer=self._cfg.issuer, error=type(exc).__name__)
+            return
+        keys = _usable_keys(doc)
+        if keys:
+            self.keys = keys
+            log.info("jwks_loaded", issuer=self._cfg.issuer, keys=len(keys))
+        else:
+            log.warning("jwks_fetch_failed", issuer=self._cfg.issuer, error="no usable signing key")
+
+    async def _discover(self) -> str:
+        base = self._cfg.issuer.rstrip("/")
+        doc = await self._fetch(f"{base}/.well-known/openid-configuration", self._cfg.timeout_s, "oidc discovery")
+        url = doc.get("jwks_uri") if isinstance(doc, dict) else None
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise ValueError("the discovery document has no jwks_uri")
+        self._jwks_url = url
+        return url
+
+
+def _usable_keys(doc: Any) -> dict[str, dict[str, Any]]:
+    raw = doc.get("keys") if isinstance(doc, dict) else None
+    out: dict[str, dict[str, Any]] = {}
+    for k in raw if isinstance(raw, list) else ():
+        if not isinstance(k, dict) or k.get("kty") not in _FAMILY or k.get("use", "sig") != "sig":
+            continue
+        kid = k.get("kid")
+        out[kid if isinstance(kid, str) else ""] = k
+        if len(out) >= MAX_KEYS:
+            break
+    return out
+
+
+class JwtAuth:
+    """Verifies tokens and maps them to the principal the pipeline counts (an `ApiKey` named `jwt:<team>`)."""
+
+    def __init__(self, cfg: JwtConfig, jwks: Jwks, teams: TeamSource | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg, self.jwks, self._teams, self._clock = cfg, jwks, teams, clock
+        self._rules = tuple(GroupRule(g.group, g.team, g.models) for g in cfg.groups)
+        self._config_teams = frozenset(g.team for g in cfg.groups if g.team)
+        self._verified: TokenCache[tuple[ApiKey, int]] = TokenCache()
+        self._prepared: dict[tuple[str, str], jwt.PyJWK] = {}
+        self._gate = RefetchGate(cfg.refetch_s)
+
+    def principal(self, token: str) -> ApiKey:
+        """The caller a token names. Raises InvalidApiKey, TokenExpired, PermissionDenied, or
+        SigningKeyUnknown (then `refetch` and ask again)."""
+        now = self._clock()
+        digest = hashlib.sha256(token.encode()).digest()
+        version = self._teams.version if self._teams is not None else 0
+        hit = self._verified.get(digest, now)
+        if hit is not None and hit[1] == version:  # a store change of team limits rebuilds the principal
+            return hit[0]
+        claims = self._verify(token)
+        key = self._grant(claims)
+        exp = claims.get("exp")
+        until = float(exp) + self.cfg.leeway_s if isinstance(exp, int | float) else now + 300.0
+        self._verified.put(digest, (key, version), until)
+        return key
+
+    async def refetch(self) -> bool:
+        """One JWKS fetch for an unknown `kid`, unless one ran within `refetch_s`: whether it ran."""
+        if not self._gate.try_pass(time.monotonic()):
+            return False
+        await self.jwks.refresh()
+        self._prepared.clear()
+        return True
+
+    def _verify(self, token: str) -> dict[str, Any]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except Exception:
+            raise invalid_token() from None
+        key = self._key(header)
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, key, algorithms=[key.algorithm_name], audience=self.cfg.audience, issuer=self.cfg.issuer,
+                leeway=self.cfg.leeway_s, options={"require": ["exp", "iss", "aud"]})
+        except jwt.ExpiredSignatureError:
+            raise ExpiredApiKey("expired token", headers=dict(_INVALID_TOKEN)) from None
+        except Exception:  # every other refusal, and whatever a hostile token makes a parser raise
+            raise invalid_token() from None
+        return claims
+
+    def _key(self, header: dict[str, Any]) -> jwt.PyJWK:
+        alg, kid = header.get("alg"), header.get("kid")
+        if not isinstance(alg, str) or not any(alg in f for f in _FAMILY.values()):
+            raise invalid_token()  # `none`, HS256 and anything we would not verify: refused unread
+        keys = self.jwks.keys
+        if kid is None and len(keys) == 1:
+            kid = next(iter(keys))
+        if not isinstance(kid, str) or kid not in keys:
+            raise SigningKeyUnknown()
+        prepared = self._prepared.get((kid, alg))
+        if prepared is None:
+            jwk = keys[kid]
+            fits = alg in _FAMILY[jwk["kty"]] and jwk.get("alg", alg) == alg and (
+                jwk["kty"] != "EC" or jwk.get("crv") == _EC_CURVE.get(alg))
+            if not fits:
+                raise invalid_token()
+            try:
+                prepared = jwt.PyJWK(jwk, algorithm=alg)
+            except Exception:
+                raise invalid_token() from None
+            self._prepared[(kid, alg)] = prepared
+        return prepared
+
+    def _grant(self, claims: dict[str, Any]) -> ApiKey:
+        stored = self._teams.team_limits if self._teams is not None else {}
+        g = grant_for(claims, self._rules, self.cfg.groups_claim, self.cfg.team_claim,
+                      self._config_teams | frozenset(stored))
+        if isinstance(g, Refusal):
+            denied = PermissionDenied("this token's groups grant no access to the gateway")
+            denied.reason = f"jwt_{g.why.replace(' ', '_')}"
+            raise denied
+        team = stored.get(g.team) or TeamLimits(name=g.team)
+        return ApiKey(name=f"jwt:{g.team}", models=g.models, team=team, subject=g.subject or None)

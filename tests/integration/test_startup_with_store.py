@@ -1,0 +1,69 @@
+"""Start-up failures with a store configured (issue #56): the store's connections and threads are closed,
+so a port in use is one line on stderr and exit 1, promptly, on SQLite and PostgreSQL alike; with
+`--workers` a supervisor whose workers all fail to start exits 1 too, saying so in one line of its own,
+instead of waiting for ever."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.control_plane import raw_config
+from tests.postgres_server import PostgresServer
+from tests.redis_server import free_port
+
+EXIT_WITHIN_S = 20  # a hang fails here; a prompt exit is well under a second of the gateway's own work
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    with PostgresServer() as pg:
+        yield pg
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/gw.db"
+    pg: PostgresServer = request.getfixturevalue("postgres")
+    return pg.url
+
+
+def _serve_on_a_taken_port(tmp_path: Path, store_url: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(yaml.safe_dump(raw_config(store_url)))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        t0 = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port),
+                                 "--metrics-port", str(free_port()), *extra], capture_output=True, text=True,
+                                timeout=EXIT_WITHIN_S, env={**os.environ})
+        print(f"exited after {time.monotonic() - t0:.2f} s")
+    return result, port
+
+
+def test_a_port_in_use_with_a_store_is_one_line_and_exit_1(tmp_path: Path, store_url: str) -> None:
+    result, port = _serve_on_a_taken_port(tmp_path, store_url)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"gateway: cannot listen on 127.0.0.1:{port} (server.port): address already in use"]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_workers_that_all_fail_to_start_end_the_supervisor_with_exit_1(tmp_path: Path, store_url: str) -> None:
+    result, port = _serve_on_a_taken_port(tmp_path, store_url, "--workers", "2")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    taken = f"gateway: cannot listen on 127.0.0.1:{port} (server.port): address already in use"
+    assert lines == [taken, taken, "gateway: every worker exited (their own lines above say why)"]
+    assert "Traceback" not in result.stdout + result.stderr
