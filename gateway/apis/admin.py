@@ -126,8 +126,9 @@ def _handler(method: str, parts: list[str]) -> Handler:
 # -- keys -----------------------------------------------------------------------------------------
 
 def key_view(k: StoredKey) -> dict[str, Any]:
-    return {"object": "gateway.key", "name": k.name, "id": k.id, "team": k.team, **_limits_view(k.limits),
-            "expires_at": f.iso(k.expires_at), "metadata": orjson.loads(k.metadata), "created_at": f.iso(k.created_at)}
+    return {"object": "gateway.key", "name": k.name, "team": k.team, **_limits_view(k.limits),
+            "expires_at": f.iso(k.expires_at), "metadata": orjson.loads(k.metadata), "created_at": f.iso(k.created_at),
+            "id": k.id}
 
 
 def _limits_view(lim: Limits) -> dict[str, Any]:
