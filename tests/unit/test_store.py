@@ -125,7 +125,8 @@ def test_an_admin_key_that_is_also_a_gateway_key_is_a_config_error() -> None:
 def test_store_config_errors_name_their_keys() -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(_config(admin={"keys": [{"name": "a", "key": "other"}]}), env={})
-    assert err.value.errors == ["store.url: required with admin.keys: the control plane keeps keys in the store"]
+    assert err.value.errors == ["store.url: required with admin.keys or admin.jwt_groups: the control plane keeps "
+                                "keys in the store"]
     with pytest.raises(ConfigError) as err:
         parse_config(_config(store={"url": "mysql://x"}), env={})
     assert err.value.errors[0].startswith("store.url: must be sqlite:///")
