@@ -103,6 +103,18 @@ class ApiKey:
     team: TeamLimits | None = None  # stored keys only; `models` is then already the two lists' intersection
     expires_at: float | None = None  # epoch seconds (stored keys)
     subject: str | None = None  # an IdP token's `sub` (docs/identity.md); None for a key
+    id: str | None = None  # stored keys: unique for ever, unlike the name, which a new key may reuse
+
+    @property
+    def counter(self) -> str:
+        """What its limits and spend are counted under in the state backend: a stored key's id (a new
+        key under a revoked key's name starts from nothing), else its name. `/` is in no key name."""
+        return key_counter(self.name, self.id)
+
+
+def key_counter(name: str, key_id: str | None) -> str:
+    """`ApiKey.counter` of a key's name and id: the ledger's rows map to the same counters."""
+    return name if key_id is None else f"key/{key_id}"
 
 
 @dataclass(frozen=True, slots=True)
