@@ -58,6 +58,7 @@ class Usage:
     cached_input: int = 0
     cache_creation_input: int = 0
     reasoning: int = 0
+    cache_creation_input_1h: int = 0  # the part of `cache_creation_input` written for an hour (Anthropic)
 
     def as_openai(self) -> dict[str, object]:
         return {

@@ -81,6 +81,7 @@ class RequestContext:
     session: str | None = None
     affinity: str | None = None  # kept, moved or new: how a session of an affinity model was served
     continued: str | None = None  # the last continuation's `mode:outcome` (CONTRACT §4.9), for the log line
+    cache_markers_dropped: int = 0  # the client's cache markers over Anthropic's limit (docs/caching.md)
 
     def stream_ended(self, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,

@@ -39,7 +39,7 @@ from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
-from gateway.providers.base import MAX_BODY_BYTES, ParsedBody, Translator, bound
+from gateway.providers.base import MAX_BODY_BYTES, ParsedBody, Translator, UpstreamRequest, bound, with_auto_breakpoints
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 OpenedStream = Opened[StreamCore]
@@ -47,10 +47,19 @@ OpenedStream = Opened[StreamCore]
 
 def translator(rt: Runtime, ctx: RequestContext, d: Deployment, body: dict[str, Any] | None = None) -> Translator:
     """`d`'s cell for this request (bound to it when its parsers must know the request: the Responses
-    bridge, `providers.base.PerRequest`)."""
+    bridge, `providers.base.PerRequest`); the twin that adds cache breakpoints when the model says
+    `prompt_cache: {breakpoints: auto}` (docs/caching.md)."""
     tr = rt.translator(ctx.schema, d)
     assert tr is not None, "only deployments whose provider serves the API are candidates (`keep_serving`)"
+    if ctx.model.auto_breakpoints:
+        tr = with_auto_breakpoints(tr)
     return bound(tr, ctx.body if body is None else body)
+
+
+def _noted(ctx: RequestContext, req: UpstreamRequest) -> UpstreamRequest:
+    """The request as built; the client's cache markers it dropped go to the log line."""
+    ctx.cache_markers_dropped = req.cache_markers_dropped
+    return req
 
 
 async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment,
@@ -68,7 +77,8 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
     added = options and tr.sends_stream_options and "stream_options" not in body  # by us, not the client
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
-            req = tr.request(body, d.model, stream=True, client_headers=headers, send_stream_options=options)
+            req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers,
+                                         send_stream_options=options))
             resp = deadline.track(await rt.upstream.open(provider, req, d.label, headers))
             # the stream core is built once the request is out and its head is back, while the model
             # thinks: not on the request's way out (issue #34, the "in" hop of the added TTFT)
@@ -96,7 +106,7 @@ async def _asked_for_a_body(rt: Runtime, ctx: RequestContext, api: ServedApi, d:
                             body: dict[str, Any], headers: dict[str, str]) -> OpenedStream:
     """A deployment that answered a stream request with a body is asked for one, held as the stream."""
     opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), time.perf_counter())
-    req = tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False)
+    req = _noted(ctx, tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False))
     _hold(opened, tr, await fetch_body(rt, d, req, tr.classify_http_error, headers))
     confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
     return opened
@@ -146,7 +156,8 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
         return streamed
     headers = forwardable(rt, d, ctx.client_headers)
-    req = tr.request(ctx.body, d.model, stream=False, client_headers=headers, send_stream_options=False)
+    req = _noted(ctx, tr.request(ctx.body, d.model, stream=False, client_headers=headers,
+                                 send_stream_options=False))
     parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, headers))
     raise_inband(parsed.events)
     return parsed
@@ -158,7 +169,7 @@ async def _fetch_streamed(rt: Runtime, ctx: RequestContext, api: ServedApi, d: D
     and assembled into the body the client asked for. Nothing reaches the client before the whole
     answer, so a failure anywhere in the stream is still an attempt's failure, retried like any other."""
     headers = forwardable(rt, d, ctx.client_headers)
-    req = tr.request(ctx.body, d.model, stream=True, client_headers=headers, send_stream_options=True)
+    req = _noted(ctx, tr.request(ctx.body, d.model, stream=True, client_headers=headers, send_stream_options=True))
     resp: UpstreamResponse = await rt.upstream.open(rt.provider(d), req, d.label, headers)
     stream = api.stream_core(tr.stream_parser(), d.label)
     try:

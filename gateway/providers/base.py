@@ -7,6 +7,7 @@ support matrix.
 
 from __future__ import annotations
 
+import copy
 import email.utils
 import time
 from collections.abc import Mapping
@@ -31,6 +32,8 @@ class UpstreamRequest:
     headers: Mapping[str, str]
     body: bytes
     stream: bool
+    # the client's cache markers dropped over Anthropic's limit (`convert.cache_markers`), for the log line
+    cache_markers_dropped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,32 @@ def unserved(tr: Translator | None, body: Mapping[str, Any]) -> Unserved | None:
 
 def bound(tr: Translator, body: Mapping[str, Any]) -> Translator:
     return tr.bind(body) if _per_request(tr) else tr
+
+
+class AddsBreakpoints:
+    """An Anthropic-format cell (`anthropic`, Bedrock, Vertex): its Messages body goes through
+    `convert.cache_markers.fit`, with automatic breakpoints in its `auto_breakpoints()` twin, the cell a
+    model with `prompt_cache: {breakpoints: auto}` uses (docs/caching.md)."""
+
+    adds_breakpoints = True
+    auto = False
+
+    def auto_breakpoints(self) -> Any:
+        twin = self.__dict__.get("_auto_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin.auto = True
+            self.__dict__["_auto_twin"] = twin
+        return twin
+
+
+def with_auto_breakpoints(tr: Translator) -> Translator:
+    """`tr`'s twin that adds breakpoints for clients that send none; `tr` itself when its provider
+    takes no Anthropic markers (a marker attribute, as for `per_request`: no runtime protocol check)."""
+    if getattr(tr, "adds_breakpoints", False) is True:
+        twin: Translator = tr.auto_breakpoints()  # type: ignore[attr-defined]
+        return twin
+    return tr
 
 
 def not_an_object(data: bytes) -> list[ChatChunk]:
