@@ -61,11 +61,16 @@ class Usage:
     cache_creation_input_1h: int = 0  # the part of `cache_creation_input` written for an hour (Anthropic)
 
     def as_openai(self) -> dict[str, object]:
+        """OpenAI's usage object; cache writes (which OpenAI's caches never report) as
+        `prompt_tokens_details.cache_write_tokens` when there were any, as a translated body has them."""
+        details: dict[str, int] = {"cached_tokens": self.cached_input}
+        if self.cache_creation_input:
+            details["cache_write_tokens"] = self.cache_creation_input
         return {
             "prompt_tokens": self.input,
             "completion_tokens": self.output,
             "total_tokens": self.input + self.output,
-            "prompt_tokens_details": {"cached_tokens": self.cached_input},
+            "prompt_tokens_details": details,
             "completion_tokens_details": {"reasoning_tokens": self.reasoning},
         }
 
