@@ -93,6 +93,7 @@ class FailureKind(StrEnum):
     TOTAL_TIMEOUT = "total_timeout"
     STREAM_REJECTED = "stream_rejected"  # upstream refuses `stream: true` (learn once)
     STREAM_OPTIONS_REJECTED = "stream_options_rejected"  # upstream refuses stream_options
+    CACHE_KEY_REJECTED = "prompt_cache_key_rejected"  # upstream refuses OpenAI's prompt_cache_key (learn once)
     NOT_FOUND = "upstream_not_found"  # the deployment has no such endpoint or model: next deployment
     EMPTY = "empty_answer"  # a clean end with no output at all: the next deployment may answer
 

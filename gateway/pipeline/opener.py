@@ -10,7 +10,9 @@ Learn-once fallbacks (CONTRACT §4.6), per deployment and API: the `stream_optio
 rejected (a 400/422 that names it or no parameter), is dropped for one retry and learned when that retry
 succeeds; a deployment that answers a stream request with a body is asked for a body from then on (read
 under `total_s`: a whole answer takes as long as it takes) and its answer held as the stream it would
-have been; one that rejects `stream: false` is streamed and its stream assembled into the body.
+have been; one that rejects `stream: false` is streamed and its stream assembled into the body. A 400/422
+naming OpenAI's `prompt_cache_key` or `prompt_cache_retention` when the client sent one is retried once
+without them, and learned (`no_prompt_cache_key`) when that retry succeeds (docs/caching.md).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
                       body: dict[str, Any] | None = None) -> OpenedStream:
     """One streamed attempt: open, read until the first output token under `first_token_s`. `body`: the
     request to send when it is not the client's (a continuation's)."""
-    body = ctx.body if body is None else body
+    body = _cache_key_kept(rt, ctx, d, ctx.body if body is None else body)
     provider, tr = rt.provider(d), translator(rt, ctx, d, body)
     ttl = provider.learn_ttl_s
     headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
@@ -83,7 +85,8 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
             # the stream core is built once the request is out and its head is back, while the model
             # thinks: not on the request's way out (issue #34, the "in" hop of the added TTFT)
             opened = deadline.track(Opened(d, resp, api.stream_core(tr.stream_parser(), d.label), t_sent))
-            await check_status(resp, tr.classify_http_error, d, added_options=added)
+            await check_status(resp, tr.classify_http_error, d, added_options=added,
+                               cache_key=_carries_cache_key(body))
             framing, ctype = tr.framing, resp.headers.get("content-type", "")
             first = b"" if framing.is_stream(ctype, b"") else await resp.next_chunk()
             if framing.is_stream(ctype, first):
@@ -123,7 +126,8 @@ def _hold(opened: OpenedStream, tr: Translator, body: bytes) -> None:
     opened.t_first = time.perf_counter()
 
 
-async def check_status(resp: UpstreamResponse, classify: Classify, d: Deployment, added_options: bool) -> None:
+async def check_status(resp: UpstreamResponse, classify: Classify, d: Deployment, added_options: bool,
+                       cache_key: bool = False) -> None:
     """A rejection of the `stream_options` we added is told by its status alone: providers name the
     parameter (`param: stream_options`), or not (Azure: `param: ""`), or answer 422 (vLLM-style
     validation). It is retried once without, unless the rejection names another parameter or a
@@ -135,7 +139,7 @@ async def check_status(resp: UpstreamResponse, classify: Classify, d: Deployment
         f = exc.failure
         if added_options and f.status in (400, 422) and f.kind is FailureKind.HTTP_4XX and _may_be_options(f):
             raise UpstreamError(dataclasses.replace(f, kind=FailureKind.STREAM_OPTIONS_REJECTED)) from None
-        raise
+        raise _cache_key_rejection(exc, cache_key) from None
 
 
 # codes that name what is wrong with the request's content, whatever else it carries
@@ -148,17 +152,46 @@ def _may_be_options(f: Failure) -> bool:
     return (not f.param or f.param.startswith("stream_options")) and f.code not in _CONTENT_CODES
 
 
+CACHE_KEY_FIELDS = ("prompt_cache_key", "prompt_cache_retention")  # OpenAI's, passed to OpenAI-type servers
+
+
+def _carries_cache_key(body: dict[str, Any]) -> bool:
+    return "prompt_cache_key" in body or "prompt_cache_retention" in body
+
+
+def _cache_key_kept(rt: Runtime, ctx: RequestContext, d: Deployment, body: dict[str, Any]) -> dict[str, Any]:
+    """The body, without OpenAI's prompt-cache fields for a deployment that rejects them (learn-once)."""
+    if not _carries_cache_key(body) or not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_PROMPT_CACHE_KEY):
+        return body
+    return {k: v for k, v in body.items() if k not in CACHE_KEY_FIELDS}
+
+
+def _cache_key_rejection(exc: UpstreamError, carried: bool) -> UpstreamError:
+    """A 400/422 that names a prompt-cache field the request carried: a learn-once rejection; any other
+    failure as it was. Servers name the field in `param`, or only in the message (a validator's list of
+    unknown fields), so both are read; a rejection for another reason fails again without it."""
+    f = exc.failure
+    named = f.param.startswith("prompt_cache") if f.param else "prompt_cache" in f.message
+    if carried and named and f.status in (400, 422) and f.kind is FailureKind.HTTP_4XX:
+        return UpstreamError(dataclasses.replace(f, kind=FailureKind.CACHE_KEY_REJECTED))
+    return exc
+
+
 async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment) -> ParsedBody:
     """One attempt of a non-stream request: the whole answer, or the classified failure."""
-    tr = translator(rt, ctx, d)
+    body = _cache_key_kept(rt, ctx, d, ctx.body)
+    tr = translator(rt, ctx, d, body)
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY):
         streamed = await _fetch_streamed(rt, ctx, api, d, tr)
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
         return streamed
     headers = forwardable(rt, d, ctx.client_headers)
-    req = _noted(ctx, tr.request(ctx.body, d.model, stream=False, client_headers=headers,
-                                 send_stream_options=False))
-    parsed = tr.parse_body(await fetch_body(rt, d, req, tr.classify_http_error, headers))
+    req = _noted(ctx, tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False))
+    try:
+        answer = await fetch_body(rt, d, req, tr.classify_http_error, headers)
+    except UpstreamError as exc:
+        raise _cache_key_rejection(exc, _carries_cache_key(body)) from None
+    parsed = tr.parse_body(answer)
     raise_inband(parsed.events)
     return parsed
 

@@ -28,13 +28,16 @@ from structlog.testing import capture_logs
 
 from gateway.config import parse_config
 from tests.anthropic_cache_upstream import OUTPUT_TOKENS, CachingClaudeUpstream, Served
+from tests.chat_scripts import completion, error_script
 from tests.fake_google import LOCATION, PROJECT
+from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread
 
 TIMEOUTS = {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}
 MODELS = {"anthropic": "claude-sonnet-4-5", "bedrock": "anthropic.claude-sonnet-4-5-v1", "vertex": "claude-sonnet-4-5"}
 PRICE = {"input": 3.0, "output": 15.0, "cached_input": 0.3, "cache_write": 3.75, "cache_creation_input_1h": 6.0}
 TURNS = 10
+CHAT = "/v1/chat/completions"
 EPHEMERAL = {"type": "ephemeral"}
 HOUR = {"type": "ephemeral", "ttl": "1h"}
 
@@ -322,3 +325,38 @@ def _spend_rows(db: Path, count: int, deadline_s: float = 10.0) -> list[tuple[in
             assert len(rows) == count
             return rows
         time.sleep(0.02)
+
+
+# --- OpenAI's prompt_cache_key to OpenAI-type upstreams, learned once where it is refused -------------------
+
+def test_prompt_cache_key_reaches_openai_type_upstreams_and_a_refusal_is_learned_once(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway()  # model `m` on an OpenAI-compatible server (tests/harness.py)
+    client = openai.OpenAI(base_url=gw.base_url, api_key="any", max_retries=0, timeout=30)
+    refusal = error_script(400, None, "Unrecognized request argument supplied: prompt_cache_key",
+                           param="prompt_cache_key")
+    upstream.enqueue(CHAT, completion("first"), refusal, completion("second"), completion("third"))
+    ask: Any = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "prompt_cache_key": "session-1",
+                "prompt_cache_retention": "24h"}
+    assert client.chat.completions.create(**ask).choices[0].message.content == "first"
+    with capture_logs() as logs:
+        assert client.chat.completions.create(**ask).choices[0].message.content == "second"
+    assert client.chat.completions.create(**ask).choices[0].message.content == "third"
+    sent = upstream.bodies(CHAT)
+    assert [(b.get("prompt_cache_key"), b.get("prompt_cache_retention")) for b in sent] == [
+        ("session-1", "24h"), ("session-1", "24h"), (None, None), (None, None)]
+    assert any(e.get("event") == "learned_upstream_fact" and e["fact"] == "no_prompt_cache_key" for e in logs)
+    assert gw.sample("llm_gateway_learned_fallbacks", deployment="up/up-model", api="chat",
+                     fact="no_prompt_cache_key") == 1
+
+
+def test_a_refusal_for_another_reason_is_not_learned(upstream: FakeUpstream,
+                                                     make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway()
+    client = openai.OpenAI(base_url=gw.base_url, api_key="any", max_retries=0, timeout=30)
+    upstream.enqueue(CHAT, error_script(400, None, "messages must not be empty", param="messages"))
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                       prompt_cache_key="session-1")
+    assert len(upstream.bodies(CHAT)) == 1
+    assert gw.sample("llm_gateway_learned_fallbacks", fact="no_prompt_cache_key") == 0
