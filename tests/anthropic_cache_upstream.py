@@ -16,6 +16,7 @@ another shape, and a 1-hour marker after a 5-minute one.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +170,8 @@ class CachingClaudeUpstream(FakeGoogle):
         self.caches: dict[str, PromptCache] = {}
         self.log: list[Served] = []
         self.sent: list[dict[str, Any]] = []  # every model request body, in order
+        # the next answers' content, each its content-block events and stop reason; then "answer <n>" texts
+        self.replies: deque[tuple[list[dict[str, Any]], str]] = deque()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path
@@ -191,7 +194,8 @@ class CachingClaudeUpstream(FakeGoogle):
         read, write, write_1h = self.caches.setdefault(f"{shape}/{deployment}", PromptCache()).use(blocks)
         served = Served(deployment, shape, stream, where, sum(b.tokens for b in blocks), read, write, write_1h)
         self.log.append(served)
-        return await _answer(request, served, len(self.log))
+        reply = self.replies.popleft() if self.replies else None
+        return await _answer(request, served, len(self.log), reply)
 
 
 def _route(path: str) -> tuple[str, str, bool]:
@@ -223,14 +227,17 @@ def anthropic_usage(s: Served) -> dict[str, Any]:
 OUTPUT_TOKENS = 5
 
 
-async def _answer(request: web.Request, s: Served, n: int) -> web.StreamResponse:
+async def _answer(request: web.Request, s: Served, n: int,
+                  reply: tuple[list[dict[str, Any]], str] | None) -> web.StreamResponse:
     text = f"answer {n}"
     if s.shape == "converse":
         return await _converse_answer(request, s, text)
     usage = anthropic_usage(s)
-    events = [a.message_start(f"msg_{n}", usage), a.ping(), *a.text_block(0, [text]),
-              a.message_delta("end_turn", {"output_tokens": OUTPUT_TOKENS}), a.message_stop()]
+    blocks, stop = reply if reply is not None else (a.text_block(0, [text]), "end_turn")
+    events = [a.message_start(f"msg_{n}", usage), a.ping(), *blocks,
+              a.message_delta(stop, {"output_tokens": OUTPUT_TOKENS}), a.message_stop()]
     if not s.stream:
+        assert reply is None, "scripted replies are streamed"
         return web.json_response({"id": f"msg_{n}", "type": "message", "role": "assistant", "model": s.deployment,
                                   "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
                                   "stop_sequence": None, "usage": {**usage, "output_tokens": OUTPUT_TOKENS}})
