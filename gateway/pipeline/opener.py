@@ -41,7 +41,15 @@ from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
-from gateway.providers.base import MAX_BODY_BYTES, ParsedBody, Translator, UpstreamRequest, bound, with_auto_breakpoints
+from gateway.providers.base import (
+    MAX_BODY_BYTES,
+    Breakpoints,
+    ParsedBody,
+    Translator,
+    UpstreamRequest,
+    bound,
+    with_breakpoints,
+)
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 OpenedStream = Opened[StreamCore]
@@ -53,8 +61,7 @@ def translator(rt: Runtime, ctx: RequestContext, d: Deployment, body: dict[str, 
     `prompt_cache: {breakpoints: auto}` (docs/caching.md)."""
     tr = rt.translator(ctx.schema, d)
     assert tr is not None, "only deployments whose provider serves the API are candidates (`keep_serving`)"
-    if ctx.model.auto_breakpoints:
-        tr = with_auto_breakpoints(tr)
+    tr = with_breakpoints(tr, Breakpoints(scan=ctx.cache_marked, auto=ctx.model.auto_breakpoints))
     return bound(tr, ctx.body if body is None else body)
 
 

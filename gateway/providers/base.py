@@ -154,28 +154,48 @@ def bound(tr: Translator, body: Mapping[str, Any]) -> Translator:
     return tr.bind(body) if _per_request(tr) else tr
 
 
+@dataclass(frozen=True, slots=True)
+class Breakpoints:
+    """What an Anthropic-format cell does with cache markers for one request (`convert.cache_markers.fit`)."""
+
+    scan: bool = True  # the client may have sent markers: fit them to Anthropic's limits
+    auto: bool = False  # with none from the client: add them (`prompt_cache: {breakpoints: auto}`)
+
+
+FIT = Breakpoints()
+MARKER_KEY = b'"cache_control"'
+
+
+def may_carry_markers(raw: bytes) -> bool:
+    """Whether a client's JSON body may hold a `cache_control` key. False only when it cannot: the key is
+    not in its bytes and no `\\u` escape could spell it otherwise (a string value equal to the name is a
+    harmless yes). Two byte searches, so a body without markers is never walked for them."""
+    return MARKER_KEY in raw or b"\\u" in raw
+
+
 class AddsBreakpoints:
     """An Anthropic-format cell (`anthropic`, Bedrock, Vertex): its Messages body goes through
-    `convert.cache_markers.fit`, with automatic breakpoints in its `auto_breakpoints()` twin, the cell a
-    model with `prompt_cache: {breakpoints: auto}` uses (docs/caching.md)."""
+    `convert.cache_markers.fit` as its `breakpoints` say; `with_breakpoints` gives its twin for another
+    setting, the one a request uses (docs/caching.md)."""
 
     adds_breakpoints = True
-    auto = False
+    breakpoints = FIT
 
-    def auto_breakpoints(self) -> Any:
-        twin = self.__dict__.get("_auto_twin")
+    def with_breakpoints(self, breakpoints: Breakpoints) -> Any:
+        twins: dict[Breakpoints, Any] = self.__dict__.setdefault("_twins", {FIT: self})
+        twin = twins.get(breakpoints)
         if twin is None:
-            twin = copy.copy(self)
-            twin.auto = True
-            self.__dict__["_auto_twin"] = twin
+            twin = twins[breakpoints] = copy.copy(self)
+            twin.__dict__["_twins"] = twins
+            twin.breakpoints = breakpoints
         return twin
 
 
-def with_auto_breakpoints(tr: Translator) -> Translator:
-    """`tr`'s twin that adds breakpoints for clients that send none; `tr` itself when its provider
-    takes no Anthropic markers (a marker attribute, as for `per_request`: no runtime protocol check)."""
-    if getattr(tr, "adds_breakpoints", False) is True:
-        twin: Translator = tr.auto_breakpoints()  # type: ignore[attr-defined]
+def with_breakpoints(tr: Translator, breakpoints: Breakpoints) -> Translator:
+    """`tr`'s twin for a request's `breakpoints`; `tr` itself when its provider takes no Anthropic
+    markers (a marker attribute, as for `per_request`: no runtime protocol check)."""
+    if breakpoints != FIT and getattr(tr, "adds_breakpoints", False) is True:
+        twin: Translator = tr.with_breakpoints(breakpoints)  # type: ignore[attr-defined]
         return twin
     return tr
 

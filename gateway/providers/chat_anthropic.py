@@ -57,7 +57,7 @@ class AnthropicChat(AddsBreakpoints):
                 send_stream_options: bool) -> UpstreamRequest:
         # Anthropic always reports usage in a stream: there is no stream_options to send
         out = anthropic_body(body, model, stream=stream)
-        dropped = fit(out, auto=self.auto)
+        dropped = fit(out, auto=self.breakpoints.auto, scan=self.breakpoints.scan)
         return UpstreamRequest("POST", f"{self.root}/v1/messages", self.headers_for(stream),
                                orjson.dumps(out), stream, dropped)
 

@@ -89,7 +89,8 @@ class BedrockChat(AddsBreakpoints):
                 send_stream_options: bool) -> UpstreamRequest:
         anthropic = anthropic_body(body, model, stream=stream)
         claude = is_claude(model)
-        dropped = fit(anthropic, auto=self.auto and claude)  # Converse's cachePoints are made of the markers
+        bp = self.breakpoints  # Converse's cachePoints are made of the markers; auto is for Claude only
+        dropped = fit(anthropic, auto=bp.auto and claude, scan=bp.scan)
         out = claude_body(anthropic, {}) if claude else converse_body(anthropic)
         return UpstreamRequest("POST", self.endpoint.url(model, stream), self.endpoint.headers_for(stream),
                                orjson.dumps(out), stream, dropped)

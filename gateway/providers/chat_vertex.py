@@ -141,7 +141,7 @@ class VertexChat(AddsBreakpoints):
             return self.gemini.request(body, model, stream=stream, client_headers=client_headers,
                                        send_stream_options=False)
         anthropic = anthropic_body(body, model, stream=stream)
-        dropped = fit(anthropic, auto=self.auto)
+        dropped = fit(anthropic, auto=self.breakpoints.auto, scan=self.breakpoints.scan)
         return UpstreamRequest("POST", self.endpoint.claude_url(model, stream), self.endpoint.claude_headers(stream),
                                claude_body(anthropic, stream), stream, dropped)
 

@@ -75,7 +75,7 @@ class AnthropicMessages(AddsBreakpoints):
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
         out = dict(body)  # Anthropic streams always carry usage: nothing to ask
-        dropped = fit(out, auto=self.auto)
+        dropped = fit(out, auto=self.breakpoints.auto, scan=self.breakpoints.scan)
         out["model"] = model
         if stream:
             out["stream"] = True

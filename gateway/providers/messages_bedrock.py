@@ -78,7 +78,8 @@ class BedrockMessages(AddsBreakpoints):
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
         claude, anthropic = is_claude(model), dict(body)
-        dropped = fit(anthropic, auto=self.auto and claude)  # Converse's cachePoints are made of the markers
+        bp = self.breakpoints  # Converse's cachePoints are made of the markers; auto is for Claude only
+        dropped = fit(anthropic, auto=bp.auto and claude, scan=bp.scan)
         out = claude_body(anthropic, client_headers) if claude else converse_body(anthropic)
         return UpstreamRequest("POST", self.endpoint.url(model, stream), self.endpoint.headers_for(stream),
                                orjson.dumps(out), stream, dropped)

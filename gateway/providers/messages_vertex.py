@@ -42,7 +42,7 @@ class VertexMessages(AddsBreakpoints):
         if beta:
             headers["anthropic-beta"] = beta  # Claude Code's betas, as on Anthropic's own API
         out = dict(body)
-        dropped = fit(out, auto=self.auto)
+        dropped = fit(out, auto=self.breakpoints.auto, scan=self.breakpoints.scan)
         return UpstreamRequest("POST", endpoint.claude_url(model, stream), headers, claude_body(out, stream),
                                stream, dropped)
 

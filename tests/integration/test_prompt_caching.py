@@ -265,6 +265,19 @@ def test_markers_over_four_are_dropped_from_the_oldest_and_logged(claude: Cachin
     assert claude.sent[-1]["system"] == [{"type": "text", "text": "rules"}]
 
 
+def test_markers_spelled_with_escapes_are_fitted_too(claude: CachingClaudeUpstream, gw: GatewayServer) -> None:
+    """A key written `cache\\u005fcontrol` is `cache_control` to every JSON reader: the byte check that
+    spares unmarked bodies the walk must not let six of them through."""
+    blocks = ",".join(f'{{"type": "text", "text": "b{i}", "cache\\u005fcontrol": {{"type": "ephemeral"}}}}'
+                      for i in range(6))
+    body = f'{{"model": "anthropic", "max_tokens": 8, "messages": [{{"role": "user", "content": [{blocks}]}}]}}'
+    req = urllib.request.Request(f"http://127.0.0.1:{gw.port}/v1/messages", body.encode(),
+                                 {"content-type": "application/json", "anthropic-version": "2023-06-01"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+    assert [path for path, _ in claude.log[-1].markers] == [f"messages[0].content[{j}]" for j in (2, 3, 4, 5)]
+
+
 def test_a_fifth_marker_is_what_the_fake_refuses(claude: CachingClaudeUpstream, gw: GatewayServer) -> None:
     """The fake is strict where Anthropic is: without the gateway's limit, five markers are a 400."""
     blocks = [{"type": "text", "text": f"b{i}", "cache_control": EPHEMERAL} for i in range(5)]

@@ -11,6 +11,7 @@ import pytest
 from gateway.config import ConfigError, parse_config
 from gateway.core.events import Usage
 from gateway.observe.metrics import usage_cost
+from gateway.providers.base import may_carry_markers
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.cache_markers import fit, marker
 from gateway.providers.convert.responses_chat_request import chat_body
@@ -135,3 +136,15 @@ def test_prompt_cache_config_and_cache_prices() -> None:
     usage = Usage(input=1170, output=10, cached_input=1000, cache_creation_input=70, cache_creation_input_1h=20)
     want = (100 * 3 + 1000 * 3 + 50 * 3.75 + 20 * 6) / 1e6
     assert usage_cost(usage, price) == pytest.approx(want)
+
+
+def test_a_body_is_walked_for_markers_only_when_its_bytes_may_hold_one() -> None:
+    assert may_carry_markers(b'{"messages": [{"role": "user", "content": "hi"}]}') is False
+    assert may_carry_markers(b'{"system": [{"type": "text", "text": "s", "cache_control": {}}]}') is True
+    assert may_carry_markers(b'{"c": {"cache\\u005fcontrol": {}}}') is True  # an escape could spell it
+    assert may_carry_markers(b'{"text": "a \\"cache_control\\" in prose"}') is False  # inside a string
+    unmarked: dict[str, Any] = {"system": "rules", "messages": [{"role": "user", "content": "hi"}]}
+    out = dict(unmarked)
+    assert fit(out, auto=False, scan=False) == 0 and out == unmarked
+    fit(out, auto=True, scan=False)
+    assert marked(out) == ["system[0]", "m0.0"]

@@ -42,9 +42,15 @@ def marker(value: Any) -> dict[str, str] | None:
     return {"type": "ephemeral", "ttl": ttl} if ttl in TTLS else {"type": "ephemeral"}
 
 
-def fit(body: dict[str, Any], *, auto: bool) -> int:
+def fit(body: dict[str, Any], *, auto: bool, scan: bool = True) -> int:
     """Make `body`'s breakpoints ones Anthropic accepts (see the module doc), in place on `body`'s own
-    keys, copying any container it changes. Returns how many of the client's markers were dropped."""
+    keys, copying any container it changes. Returns how many of the client's markers were dropped.
+    `scan=False`: the client's body is known to carry none (`providers.base.may_carry_markers`), so it is
+    not walked for them."""
+    if not scan:
+        if auto:
+            _add_auto(body)
+        return 0
     slots = _marked(body)
     if not slots:
         if auto:
@@ -145,9 +151,14 @@ def _add_auto(body: dict[str, Any]) -> None:
     elif isinstance(system, list) and system and isinstance(system[-1], dict):
         editor.edit((SYSTEM, len(system) - 1, 0), EPHEMERAL)
     messages = body.get("messages")
-    users = [i for i, m in enumerate(messages if isinstance(messages, list) else ())
-             if isinstance(m, dict) and m.get("role") == "user"]
-    for i in users[-2:]:
+    turns: list[Any] = messages if isinstance(messages, list) else []
+    users: list[int] = []
+    for i in range(len(turns) - 1, -1, -1):  # from the end: the last two, not a walk of the conversation
+        if isinstance(turns[i], dict) and turns[i].get("role") == "user":
+            users.append(i)
+            if len(users) == 2:
+                break
+    for i in reversed(users):
         _mark_turn(editor, i)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway.core.events import InbandError
 from gateway.core.responses.wire import response_events
-from gateway.providers.base import ParsedBody, Translator, Unserved, UpstreamRequest, with_auto_breakpoints
+from gateway.providers.base import Breakpoints, ParsedBody, Translator, Unserved, UpstreamRequest, with_breakpoints
 from gateway.providers.convert.responses_chat_request import Echo, chat_body, echo_of
 from gateway.providers.convert.responses_chat_stream import ResponsesFromChat, response_from_completion
 from gateway.providers.convert.via_chat import ViaChat
@@ -42,8 +42,8 @@ class ResponsesViaChat(ViaChat):
         """The chat cell's: the bridge's Anthropic-format cells take automatic breakpoints too."""
         return getattr(self.chat, "adds_breakpoints", False) is True
 
-    def auto_breakpoints(self) -> ResponsesViaChat:
-        return ResponsesViaChat(with_auto_breakpoints(self.chat), self.echo)
+    def with_breakpoints(self, breakpoints: Breakpoints) -> ResponsesViaChat:
+        return ResponsesViaChat(with_breakpoints(self.chat, breakpoints), self.echo)
 
     def bind(self, body: Mapping[str, Any]) -> ResponsesViaChat:
         return ResponsesViaChat(self.chat, echo_of(body))
