@@ -148,3 +148,12 @@ def test_a_body_is_walked_for_markers_only_when_its_bytes_may_hold_one() -> None
     assert fit(out, auto=False, scan=False) == 0 and out == unmarked
     fit(out, auto=True, scan=False)
     assert marked(out) == ["system[0]", "m0.0"]
+
+
+def test_a_top_level_cache_control_counts_as_the_newest_breakpoint_and_stops_auto() -> None:
+    body = {**body_with(4), "cache_control": E}
+    assert fit(body, auto=True) == 1
+    assert marked(body) == ["system[0]", "m0.0", "m1.0"] and body["cache_control"] == E
+    automatic: dict[str, Any] = {"cache_control": E, "system": "s", "messages": [{"role": "user", "content": "hi"}]}
+    fit(automatic, auto=True)
+    assert marked(automatic) == []  # the client asked for Anthropic's own placement: nothing added

@@ -8,7 +8,7 @@ it leaves:
 - at most `MAX_BREAKPOINTS` markers: Anthropic answers a fifth with a 400, so the extra ones are dropped
   from the oldest (the front of the prefix: tools, then system, then messages) and the number dropped is
   returned for the log line's `cache_markers_dropped`; the newest markers are the ones the next turn
-  reads from;
+  reads from (a top-level `cache_control`, Anthropic's automatic caching, counts as the newest);
 - a 1-hour marker after a 5-minute one would be refused too (longer TTLs must come first): it is sent
   as a 5-minute one;
 - with `auto` (a model's `prompt_cache: {breakpoints: auto}`) and no marker from the client: markers at
@@ -52,11 +52,13 @@ def fit(body: dict[str, Any], *, auto: bool, scan: bool = True) -> int:
             _add_auto(body)
         return 0
     slots = _marked(body)
-    if not slots:
+    # a top-level `cache_control` (Anthropic's automatic caching) is a breakpoint on the last block: the newest
+    top = 1 if "cache_control" in body else 0
+    if not slots and not top:
         if auto:
             _add_auto(body)
         return 0
-    dropped = max(0, len(slots) - MAX_BREAKPOINTS)
+    dropped = min(len(slots), max(0, len(slots) + top - MAX_BREAKPOINTS))
     editor = _Editor(body)
     for slot in slots[:dropped]:
         editor.edit(slot, None)
