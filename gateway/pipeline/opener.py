@@ -43,11 +43,11 @@ from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
 from gateway.providers.base import (
     MAX_BODY_BYTES,
-    Breakpoints,
     ParsedBody,
     Translator,
     UpstreamRequest,
     bound,
+    breakpoints_for,
     with_breakpoints,
 )
 from gateway.upstream import UpstreamError, UpstreamResponse
@@ -61,7 +61,7 @@ def translator(rt: Runtime, ctx: RequestContext, d: Deployment, body: dict[str, 
     `prompt_cache: {breakpoints: auto}` (docs/caching.md)."""
     tr = rt.translator(ctx.schema, d)
     assert tr is not None, "only deployments whose provider serves the API are candidates (`keep_serving`)"
-    tr = with_breakpoints(tr, Breakpoints(scan=ctx.cache_marked, auto=ctx.model.auto_breakpoints))
+    tr = with_breakpoints(tr, breakpoints_for(ctx.cache_marked, ctx.model.auto_breakpoints))
     return bound(tr, ctx.body if body is None else body)
 
 

@@ -163,6 +163,12 @@ class Breakpoints:
 
 
 FIT = Breakpoints()
+# every setting, made once: a request picks one (`breakpoints_for`) instead of building it
+_SETTINGS = {(scan, auto): Breakpoints(scan, auto) for scan in (True, False) for auto in (True, False)}
+
+
+def breakpoints_for(scan: bool, auto: bool) -> Breakpoints:
+    return _SETTINGS[scan, auto]
 MARKER_KEY = b'"cache_control"'
 
 
