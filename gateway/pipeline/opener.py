@@ -189,7 +189,7 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
     body = _cache_key_kept(rt, ctx, d, ctx.body)
     tr = translator(rt, ctx, d, body)
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY):
-        streamed = await _fetch_streamed(rt, ctx, api, d, tr)
+        streamed = await _fetch_streamed(rt, ctx, api, d, tr, body)
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
         return streamed
     headers = forwardable(rt, d, ctx.client_headers)
@@ -204,12 +204,12 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
 
 
 async def _fetch_streamed(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment,
-                          tr: Translator) -> ParsedBody:
+                          tr: Translator, body: dict[str, Any]) -> ParsedBody:
     """A non-stream request to a deployment that only streams (it rejected `stream: false`): streamed,
     and assembled into the body the client asked for. Nothing reaches the client before the whole
     answer, so a failure anywhere in the stream is still an attempt's failure, retried like any other."""
     headers = forwardable(rt, d, ctx.client_headers)
-    req = _noted(ctx, tr.request(ctx.body, d.model, stream=True, client_headers=headers, send_stream_options=True))
+    req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers, send_stream_options=True))
     resp: UpstreamResponse = await rt.upstream.open(rt.provider(d), req, d.label, headers)
     stream = api.stream_core(tr.stream_parser(), d.label)
     try:
