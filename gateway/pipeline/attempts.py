@@ -230,7 +230,8 @@ async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Atte
     finally:
         rt.inflight[label] -= 1
     rt.breaker(d).record_success(time.monotonic())
-    confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_PROMPT_CACHE_KEY, rt.provider(d).learn_ttl_s)
+    if ctx.fallbacks:  # a request trying a fallback: one without prompt_cache_key is confirmed here
+        confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_PROMPT_CACHE_KEY, rt.provider(d).learn_ttl_s)
     ctx.rec.attempt_ended(ctx.model.name, d, "ok")
     return result
 

@@ -164,11 +164,14 @@ class Breakpoints:
 
 FIT = Breakpoints()
 # every setting, made once: a request picks one (`breakpoints_for`) instead of building it
-_SETTINGS = {(scan, auto): Breakpoints(scan, auto) for scan in (True, False) for auto in (True, False)}
+_SETTINGS = {(scan, auto): FIT if (scan, auto) == (True, False) else Breakpoints(scan, auto)
+             for scan in (True, False) for auto in (True, False)}
 
 
 def breakpoints_for(scan: bool, auto: bool) -> Breakpoints:
     return _SETTINGS[scan, auto]
+
+
 MARKER_KEY = b'"cache_control"'
 
 
@@ -200,7 +203,7 @@ class AddsBreakpoints:
 def with_breakpoints(tr: Translator, breakpoints: Breakpoints) -> Translator:
     """`tr`'s twin for a request's `breakpoints`; `tr` itself when its provider takes no Anthropic
     markers (a marker attribute, as for `per_request`: no runtime protocol check)."""
-    if breakpoints != FIT and getattr(tr, "adds_breakpoints", False) is True:
+    if breakpoints is not FIT and getattr(tr, "adds_breakpoints", False) is True:
         twin: Translator = tr.with_breakpoints(breakpoints)  # type: ignore[attr-defined]
         return twin
     return tr
