@@ -191,7 +191,9 @@ class AddsBreakpoints:
     breakpoints = FIT
 
     def with_breakpoints(self, breakpoints: Breakpoints) -> Any:
-        twins: dict[Breakpoints, Any] = self.__dict__.setdefault("_twins", {FIT: self})
+        twins: dict[Breakpoints, Any] | None = self.__dict__.get("_twins")
+        if twins is None:
+            twins = self.__dict__["_twins"] = {FIT: self}
         twin = twins.get(breakpoints)
         if twin is None:
             twin = twins[breakpoints] = copy.copy(self)
