@@ -187,7 +187,6 @@ class AddsBreakpoints:
     `convert.cache_markers.fit` as its `breakpoints` say; `with_breakpoints` gives its twin for another
     setting, the one a request uses (docs/caching.md)."""
 
-    adds_breakpoints = True
     breakpoints = FIT
 
     def with_breakpoints(self, breakpoints: Breakpoints) -> Any:
@@ -204,11 +203,11 @@ class AddsBreakpoints:
 
 def with_breakpoints(tr: Translator, breakpoints: Breakpoints) -> Translator:
     """`tr`'s twin for a request's `breakpoints`; `tr` itself when its provider takes no Anthropic
-    markers (a marker attribute, as for `per_request`: no runtime protocol check)."""
-    if breakpoints is not FIT and getattr(tr, "adds_breakpoints", False) is True:
-        twin: Translator = tr.with_breakpoints(breakpoints)  # type: ignore[attr-defined]
-        return twin
-    return tr
+    markers (a class test: `getattr` with a default would build an AttributeError on every miss)."""
+    if breakpoints is FIT or not isinstance(tr, AddsBreakpoints):
+        return tr
+    twin: Translator = tr.with_breakpoints(breakpoints)
+    return twin
 
 
 def not_an_object(data: bytes) -> list[ChatChunk]:
