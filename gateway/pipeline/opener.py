@@ -168,7 +168,8 @@ def _carries_cache_key(body: dict[str, Any]) -> bool:
 
 def _cache_key_kept(rt: Runtime, ctx: RequestContext, d: Deployment, body: dict[str, Any]) -> dict[str, Any]:
     """The body, without OpenAI's prompt-cache fields for a deployment that rejects them (learn-once)."""
-    if not _carries_cache_key(body) or not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_PROMPT_CACHE_KEY):
+    if ("prompt_cache_key" not in body and "prompt_cache_retention" not in body) or not wants(
+            rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_PROMPT_CACHE_KEY):
         return body
     return {k: v for k, v in body.items() if k not in CACHE_KEY_FIELDS}
 
