@@ -157,3 +157,11 @@ def test_a_top_level_cache_control_counts_as_the_newest_breakpoint_and_stops_aut
     automatic: dict[str, Any] = {"cache_control": E, "system": "s", "messages": [{"role": "user", "content": "hi"}]}
     fit(automatic, auto=True)
     assert marked(automatic) == []  # the client asked for Anthropic's own placement: nothing added
+
+
+def test_a_null_cache_control_is_no_marker() -> None:
+    body = body_with(4)
+    body["messages"] = [*body["messages"], {"role": "user", "content": [{"type": "text", "text": "x",
+                                                                          "cache_control": None}]}]
+    assert fit(body, auto=False) == 0
+    assert marked(body) == ["tools[0]", "system[0]", "m0.0", "m1.0", "m2.0"]  # untouched, None included

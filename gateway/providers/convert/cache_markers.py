@@ -53,7 +53,7 @@ def fit(body: dict[str, Any], *, auto: bool, scan: bool = True) -> int:
         return 0
     slots = _marked(body)
     # a top-level `cache_control` (Anthropic's automatic caching) is a breakpoint on the last block: the newest
-    top = 1 if "cache_control" in body else 0
+    top = 1 if body.get("cache_control") is not None else 0
     if not slots and not top:
         if auto:
             _add_auto(body)
@@ -71,17 +71,17 @@ def _marked(body: Mapping[str, Any]) -> list[Slot]:
     out: list[Slot] = []
     tools = body.get("tools")
     for i, tool in enumerate(tools if isinstance(tools, list) else ()):
-        if isinstance(tool, dict) and "cache_control" in tool:
+        if isinstance(tool, dict) and tool.get("cache_control") is not None:
             out.append((TOOLS, i, 0))
     system = body.get("system")
     for i, block in enumerate(system if isinstance(system, list) else ()):
-        if isinstance(block, dict) and "cache_control" in block:
+        if isinstance(block, dict) and block.get("cache_control") is not None:
             out.append((SYSTEM, i, 0))
     messages = body.get("messages")
     for i, m in enumerate(messages if isinstance(messages, list) else ()):
         content = m.get("content") if isinstance(m, dict) else None
         for j, block in enumerate(content if isinstance(content, list) else ()):
-            if isinstance(block, dict) and "cache_control" in block:
+            if isinstance(block, dict) and block.get("cache_control") is not None:
                 out.append((MESSAGES, i, j))
     return out
 
