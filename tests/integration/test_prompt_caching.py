@@ -293,9 +293,10 @@ def test_bedrock_converse_gets_cache_points(claude: CachingClaudeUpstream, gw: G
     chat = Chat(gw)
     chat.run("converse", "converse", "earlier", 2, marked=True)
     start = len(claude.log)
-    chat.run("converse", "converse", "measured", TURNS, marked=True)
+    seen = chat.run("converse", "converse", "measured", TURNS, marked=True)
     served = claude.log[start:]
     assert {s.shape for s in served} == {"converse"}
+    assert seen == [(s.total, s.read, s.write) for s in served]  # Converse's usage, streams and bodies
     assert read_share(served) >= 0.9
     body = claude.sent[-1]
     point = {"cachePoint": {"type": "default"}}
