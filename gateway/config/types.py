@@ -215,7 +215,8 @@ class Price:
     input: float = 0.0
     output: float = 0.0
     cached_input: float | None = None
-    cache_creation_input: float | None = None
+    cache_creation_input: float | None = None  # `cache_write` in the config is the same price
+    cache_creation_input_1h: float | None = None  # Anthropic's 1-hour cache writes; unset: the one above
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +250,9 @@ class ModelConfig:
     aliases: tuple[str, ...] = ()  # other names clients may send, exact or glob (`config.aliases`)
     affinity: Literal["off", "session"] = "off"  # session: keep a session on one deployment (CONTRACT §10)
     continuation: bool = False  # continue a stream that fails after the first token (CONTRACT §4.9)
+    # `prompt_cache: {breakpoints: auto}`: Anthropic cache breakpoints for requests that carry none
+    # (docs/caching.md)
+    auto_breakpoints: bool = False
     # the deployments by tier, compiled here once (and again when a request narrows `deployments` to
     # those serving its API), never per request
     table: RouteTable = field(init=False, compare=False, repr=False)

@@ -203,6 +203,8 @@ class RequestRecorder:
             duration_ms=round(self._duration * 1000, 2),
             input_tokens=usage.input if usage else None, output_tokens=usage.output if usage else None,
             cached_tokens=usage.cached_input if usage else None,
+            cache_creation_tokens=usage.cache_creation_input if usage else None,
+            cache_markers_dropped=ctx.cache_markers_dropped if ctx else 0,
             reasoning_tokens=usage.reasoning if usage else None,
             estimated=ctx.usage_estimated if ctx else False,
             cost_usd=round(ctx.cost_usd, 8) if ctx else 0.0, redactions=ctx.redactions if ctx else 0,
