@@ -1,0 +1,125 @@
+"""The admin console end to end in Chromium: sign in with an admin key, a team with a budget, a key in
+it whose copied secret the official openai SDK uses, its spend in the chart and the table, the stats
+page, then rotate and revoke (the next SDK call gets 401). The admin key never leaves the tab's memory."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.console_env import Console, go, screenshot, sign_in
+from tests.control_plane import ADMIN_KEY
+
+
+def sdk_call(console: Console, key: str) -> str:
+    client = openai.OpenAI(base_url=console.proc.base_url, api_key=key, max_retries=0)
+    answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    return answer.choices[0].message.content or ""
+
+
+def create_team(page: Page, name: str, budget: str) -> None:
+    go(page, "Teams")
+    page.get_by_label("Name").fill(name)
+    page.get_by_label("Budget (USD)").fill(budget)
+    page.get_by_label("Budget period").select_option("month")
+    page.get_by_role("button", name="Create team").click()
+    expect(page.get_by_role("cell", name=name, exact=True)).to_be_visible()
+
+
+def create_key(page: Page, name: str, team: str) -> str:
+    """The secret, as the copy button put it on the clipboard."""
+    go(page, "Keys")
+    page.get_by_label("Name").fill(name)
+    page.get_by_label("Team").select_option(team)
+    page.get_by_label("Requests per minute").fill("60")
+    page.get_by_label("Metadata (JSON object)").fill('{"owner": "alice"}')
+    page.get_by_role("button", name="Create key").click()
+    shown = page.get_by_label(f"New secret for {name}").input_value()
+    page.get_by_role("button", name="Copy").click()
+    expect(page.locator("#status")).to_contain_text("Copied")
+    copied: str = page.evaluate("navigator.clipboard.readText()")
+    assert copied == shown and copied.startswith("sk-gw-")
+    return copied
+
+
+def rotate(page: Page, name: str) -> str:
+    go(page, "Keys")
+    row = page.get_by_role("row").filter(has_text=name)
+    row.get_by_label(f"Grace seconds for {name}").fill("0")
+    row.get_by_role("button", name="Rotate").click()
+    return page.get_by_label(f"New secret for {name}").input_value()
+
+
+def revoke(page: Page, name: str) -> None:
+    row = page.get_by_role("row").filter(has_text=name)
+    row.get_by_role("button", name="Revoke").click()
+    row.get_by_role("button", name="Confirm revoke").click()
+    expect(page.locator("#status")).to_contain_text(f"Key {name} revoked")
+    expect(page.get_by_role("cell", name=name, exact=True)).to_have_count(0)
+
+
+def check_spend(page: Page, console: Console, key_name: str) -> None:
+    _, rows = console.api("GET", "spend?group_by=key")
+    cost = next(r["cost_usd"] for r in rows["data"] if r["key"] == key_name)
+    assert cost > 0
+    go(page, "Spend")
+    page.get_by_label("Group by").select_option("key")
+    page.get_by_role("button", name="Show").click()
+    row = page.get_by_role("row").filter(has_text=key_name)
+    expect(row).to_contain_text(f"${cost:.4f}")  # the table
+    expect(row.get_by_role("cell").nth(1)).to_have_text("1")
+    chart = page.get_by_role("img", name="Cost by key", exact=False)
+    expect(chart).to_contain_text(key_name)  # a bar, labelled, with its value
+    expect(chart).to_contain_text(f"${cost:.4f}")
+    screenshot(page, "spend")
+
+
+def test_key_lifecycle_with_the_openai_sdk(page: Page, console: Console) -> None:
+    sign_in(page, console)
+    expect(page.get_by_role("heading", name="Keys")).to_be_visible()
+    create_team(page, "research", "5")
+    secret = create_key(page, "alice-laptop", "research")
+    screenshot(page, "keys")
+    assert sdk_call(console, secret) == "Hello from upstream"
+
+    check_spend(page, console, "alice-laptop")
+    go(page, "Teams")
+    expect(page.get_by_role("row").filter(has_text="research")).to_contain_text("of $5.00")
+    screenshot(page, "teams")
+    go(page, "Stats")
+    model_row = page.get_by_role("row").filter(has=page.get_by_role("cell", name="m", exact=True))
+    expect(model_row.get_by_role("cell").nth(1)).to_have_text("1")  # this replica's one request of m
+    expect(page.get_by_role("img", name="Error rate")).to_contain_text("0.0 %")
+    screenshot(page, "stats")
+
+    new_secret = rotate(page, "alice-laptop")
+    assert new_secret != secret
+    with pytest.raises(openai.AuthenticationError):
+        sdk_call(console, secret)
+    assert sdk_call(console, new_secret) == "Hello from upstream"
+    revoke(page, "alice-laptop")
+    with pytest.raises(openai.AuthenticationError):
+        sdk_call(console, new_secret)
+    go(page, "Audit log")
+    expect(page.get_by_role("cell", name="alice-laptop", exact=True).first).to_be_visible()
+    screenshot(page, "audit")
+
+    # the admin key stayed in the tab's memory: not in the address, a cookie, storage, logs or audit
+    assert ADMIN_KEY not in page.url
+    assert page.context.cookies() == []
+    assert page.evaluate("localStorage.length + sessionStorage.length") == 0
+    assert ADMIN_KEY not in page.content()
+    assert ADMIN_KEY not in console.log() and secret not in console.log()
+    _, audit = console.api("GET", "audit?limit=1000")
+    assert audit["data"] and ADMIN_KEY not in str(audit)
+
+
+def test_sign_in_page_and_a_refused_key(page: Page, console: Console) -> None:
+    page.goto(console.url)
+    screenshot(page, "sign-in")
+    page.get_by_label("Admin key").fill("adm-wrong-key")
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    expect(page.locator("#status")).to_contain_text("refused (401)")
+    expect(page.get_by_label("Admin key")).to_be_visible()
+    expect(page.get_by_label("Admin key")).to_have_value("")  # the secret is not kept in the DOM
