@@ -17,8 +17,9 @@ MIN_WINDOW_S = 60
 
 
 def window_of(query: str) -> int:
-    raw = dict(parse_qsl(query)).get("window_s", str(MAX_WINDOW_S))
-    if not raw.isdigit() or not MIN_WINDOW_S <= int(raw) <= MAX_WINDOW_S:
+    raw = dict(parse_qsl(query, keep_blank_values=True)).get("window_s", str(MAX_WINDOW_S))
+    # ASCII digits, few of them, before int(): "²".isdigit() holds, and int() of a long string raises
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not MIN_WINDOW_S <= int(raw) <= MAX_WINDOW_S:
         raise InvalidRequest(f"window_s must be an integer from {MIN_WINDOW_S} to {MAX_WINDOW_S}",
                              param="window_s")
     return int(raw)

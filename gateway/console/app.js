@@ -99,7 +99,9 @@ async function boot() {
     if (secret) enter(secret);
   });
   $("signout").addEventListener("click", () => { leave(); status("Signed out.", "ok"); });
-  for (const b of $("nav").querySelectorAll("button")) b.addEventListener("click", () => ctx.show(b.dataset.page));
+  for (const b of $("nav").querySelectorAll("button")) {
+    b.addEventListener("click", () => { status(""); ctx.show(b.dataset.page); });
+  }
   if (config.oidc) {
     $("sso").hidden = false;
     $("ssobutton").addEventListener("click", () => oidc.start(config.oidc).catch((e) => status(explain(e), "error")));

@@ -57,7 +57,7 @@ export function text(v) {
 }
 
 export const usd = (v) => (v === null || v === undefined ? "—" : "$" + Number(v).toFixed(v < 1 ? 4 : 2));
-export const ms = (v) => (v === null || v === undefined ? "—" : (v * 1000).toFixed(0) + " ms");
+export const ms = (v) => (v === null || v === undefined ? "—" : (v * 1000).toFixed(1) + " ms");
 export const pct = (v) => (v === null || v === undefined ? "—" : (v * 100).toFixed(1) + " %");
 
 export function today(offsetDays = 0) {

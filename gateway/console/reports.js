@@ -46,9 +46,9 @@ export async function statsPage(root, ctx) {
   clear(root).append(h("h1", null, "Last hour, this replica"),
     h("p", { class: "hint" }, "From the gateway replica that answered: its own requests of the last hour. ", refresh),
     h("div", { class: "charts" },
-      barChart("Time to first token p50 / p95 (ms)", rows.flatMap((r) => [
-        { label: r.model + " p50", value: r.ttft_p50_s === null ? 0 : r.ttft_p50_s * 1000 },
-        { label: r.model + " p95", value: r.ttft_p95_s === null ? 0 : r.ttft_p95_s * 1000 }]), (v) => v.toFixed(0) + " ms"),
+      barChart("Time to first token p50 / p95 (ms)", rows.filter((r) => r.ttft_p50_s !== null).flatMap((r) => [
+        { label: r.model + " p50", value: r.ttft_p50_s * 1000 },
+        { label: r.model + " p95", value: r.ttft_p95_s * 1000 }]), (v) => v.toFixed(1) + " ms"),
       barChart("Error rate", rows.map((r) => ({ label: r.model, value: r.error_rate })), pct, { alt: true })),
     table([
       { label: "Model", value: (r) => r.model, cls: "mono" },

@@ -10,7 +10,7 @@ function periodStart(period) {
 function meter(spent, budget) {
   if (budget === null || budget === undefined) return h("span", null, usd(spent) + " (no budget)");
   const share = budget > 0 ? spent / budget : 1;
-  const svg = s("svg", { class: "meter", viewBox: "0 0 100 10", role: "img",
+  const svg = s("svg", { class: "meter", viewBox: "0 0 100 10", preserveAspectRatio: "none", role: "img",
     "aria-label": Math.round(share * 100) + " percent of the budget" },
   s("rect", { class: "track", x: 0, y: 0, width: 100, height: 10, rx: 4 }),
   s("rect", { class: share >= 1 ? "over" : "fill", x: 0, y: 0, width: Math.min(100, share * 100), height: 10, rx: 4 }));

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.chat_scripts import completion
+from tests.chat_scripts import text_stream
 from tests.control_plane import ADMIN_KEY, GatewayProcess, admin_call
 from tests.fake_upstream import FakeUpstream
 
@@ -66,7 +66,7 @@ def start_console(tmp: Path, raw: dict[str, Any]) -> Iterator[Console]:
 
 @pytest.fixture
 def answering(upstream: FakeUpstream) -> FakeUpstream:
-    upstream.defaults["/v1/chat/completions"] = completion("Hello from upstream")
+    upstream.defaults["/v1/chat/completions"] = text_stream(["Hello", " from", " upstream"])
     return upstream
 
 

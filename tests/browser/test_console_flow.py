@@ -13,9 +13,23 @@ from tests.control_plane import ADMIN_KEY
 
 
 def sdk_call(console: Console, key: str) -> str:
+    """One streamed chat completion (so the stats page has a time to first token); its text."""
     client = openai.OpenAI(base_url=console.proc.base_url, api_key=key, max_retries=0)
-    answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-    return answer.choices[0].message.content or ""
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+                                            stream_options={"include_usage": True})
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+def seed(console: Console) -> None:
+    """Two other teams with keys and traffic, so the pages show more than one row."""
+    for team, budget, period in (("platform", 50, "month"), ("support", 0.1, "day")):
+        assert console.api("POST", "teams", {"name": team, "budget_usd": budget, "budget_period": period})[0] == 201
+    for name, team, calls in (("ci-runner", "platform", 3), ("support-bot", "support", 2)):
+        status, created = console.api("POST", "keys", {"name": name, "team": team, "rpm": 600,
+                                                       "metadata": {"owner": f"{team}@example.com"}})
+        assert status == 201
+        for _ in range(calls):
+            sdk_call(console, created["key"])
 
 
 def create_team(page: Page, name: str, budget: str) -> None:
@@ -76,6 +90,7 @@ def check_spend(page: Page, console: Console, key_name: str) -> None:
 
 
 def test_key_lifecycle_with_the_openai_sdk(page: Page, console: Console) -> None:
+    seed(console)
     sign_in(page, console)
     expect(page.get_by_role("heading", name="Keys")).to_be_visible()
     create_team(page, "research", "5")
@@ -89,7 +104,8 @@ def test_key_lifecycle_with_the_openai_sdk(page: Page, console: Console) -> None
     screenshot(page, "teams")
     go(page, "Stats")
     model_row = page.get_by_role("row").filter(has=page.get_by_role("cell", name="m", exact=True))
-    expect(model_row.get_by_role("cell").nth(1)).to_have_text("1")  # this replica's one request of m
+    expect(model_row.get_by_role("cell").nth(1)).to_have_text("6")  # this replica's requests of m
+    expect(model_row.get_by_role("cell").nth(4)).to_contain_text(" ms")  # a TTFT p50, streamed
     expect(page.get_by_role("img", name="Error rate")).to_contain_text("0.0 %")
     screenshot(page, "stats")
 
