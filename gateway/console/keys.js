@@ -2,6 +2,9 @@
 import { call, listAll } from "./api.js";
 import { clear, field, h, table, text, usd } from "./dom.js";
 
+// a new secret, shown above the list once the list is read again (then dropped: shown once)
+let pendingSecret = null;
+
 const num = (v) => (v.trim() === "" ? null : Number(v));
 
 // The form's values as the API's fields: only what was filled in (`partial`: an edit sends blanks as null).
@@ -53,8 +56,7 @@ function createForm(ctx, teams, onDone) {
   if (ctx.me.role === "team_admin") {
     clear(teamSelect).append(h("option", { value: ctx.me.team || "" }, ctx.me.team || "(no team)"));
   }
-  const form = h("form", { class: "card", "aria-labelledby": "create-key-title" },
-    h("h2", { id: "create-key-title" }, "Create a key"),
+  const form = h("form", { "aria-label": "Create a key" },
     h("div", { class: "grid" },
       field("key-name", "Name", h("input", { name: "name", required: true, autocomplete: "off" })),
       field("key-team", "Team", teamSelect), ...limitInputs("key")),
@@ -71,16 +73,17 @@ function createForm(ctx, teams, onDone) {
     await ctx.run(async () => {
       const answer = await call("POST", "keys", body);
       form.reset();
+      form.closest("details").open = false; // the secret and the list in view
       onDone(secretPanel("Key " + answer.name + " created", answer, ctx));
       ctx.status("Key " + answer.name + " created.", "ok");
     });
   });
-  return form;
+  return h("details", { class: "card" }, h("summary", null, "Create a key"), form);
 }
 
 function editForm(ctx, key, onDone) {
-  const form = h("form", { class: "card", "aria-labelledby": "edit-key-title" },
-    h("h2", { id: "edit-key-title" }, "Limits of " + key.name),
+  const form = h("form", { class: "card", "aria-label": "Limits of " + key.name },
+    h("h2", null, "Limits of " + key.name),
     h("div", { class: "grid" }, ...limitInputs("edit")),
     h("button", { type: "submit", class: "primary" }, "Save limits"));
   const el = form.elements;
@@ -132,6 +135,8 @@ export async function keysPage(root, ctx) {
   const [keys, teams] = await Promise.all([listAll("keys"),
     ctx.me.role === "admin" ? listAll("teams").catch(() => []) : Promise.resolve([])]);
   const panel = h("div");
+  if (pendingSecret) panel.append(pendingSecret);
+  pendingSecret = null;
   const reload = () => ctx.show("keys");
   const columns = [
     { label: "Name", value: (k) => k.name, cls: "mono" },
@@ -145,6 +150,6 @@ export async function keysPage(root, ctx) {
   ];
   if (ctx.can.writeKeys) columns.push({ label: "Actions", cls: "actions", value: (k) => actions(ctx, k, panel, reload) });
   clear(root).append(h("h1", null, "Keys"),
-    ctx.can.writeKeys ? createForm(ctx, teams, (el) => clear(panel).append(el)) : null,
+    ctx.can.writeKeys ? createForm(ctx, teams, (el) => { pendingSecret = el; reload(); }) : null,
     panel, table(columns, keys));
 }

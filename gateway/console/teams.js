@@ -29,8 +29,7 @@ async function spendByTeam() {
 function createForm(ctx) {
   const period = h("select", { name: "budget_period" }, h("option", { value: "day" }, "day"),
     h("option", { value: "month" }, "month"));
-  const form = h("form", { class: "card", "aria-labelledby": "create-team-title" },
-    h("h2", { id: "create-team-title" }, "Create a team"),
+  const form = h("form", { "aria-label": "Create a team" },
     h("div", { class: "grid" },
       field("team-name", "Name", h("input", { name: "name", required: true, autocomplete: "off" })),
       field("team-budget", "Budget (USD)", h("input", { name: "budget_usd", type: "number", min: 0, step: "any" })),
@@ -51,7 +50,7 @@ function createForm(ctx) {
       ctx.show("teams");
     });
   });
-  return form;
+  return h("details", { class: "card" }, h("summary", null, "Create a team"), form);
 }
 
 export async function teamsPage(root, ctx) {

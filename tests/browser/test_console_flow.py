@@ -34,6 +34,7 @@ def seed(console: Console) -> None:
 
 def create_team(page: Page, name: str, budget: str) -> None:
     go(page, "Teams")
+    page.get_by_text("Create a team").click()
     page.get_by_label("Name").fill(name)
     page.get_by_label("Budget (USD)").fill(budget)
     page.get_by_label("Budget period").select_option("month")
@@ -44,6 +45,7 @@ def create_team(page: Page, name: str, budget: str) -> None:
 def create_key(page: Page, name: str, team: str) -> str:
     """The secret, as the copy button put it on the clipboard."""
     go(page, "Keys")
+    page.get_by_text("Create a key").click()
     page.get_by_label("Name").fill(name)
     page.get_by_label("Team").select_option(team)
     page.get_by_label("Requests per minute").fill("60")
@@ -52,9 +54,22 @@ def create_key(page: Page, name: str, team: str) -> str:
     shown = page.get_by_label(f"New secret for {name}").input_value()
     page.get_by_role("button", name="Copy").click()
     expect(page.locator("#status")).to_contain_text("Copied")
+    expect(page.get_by_role("cell", name=name, exact=True)).to_be_visible()  # listed at once
     copied: str = page.evaluate("navigator.clipboard.readText()")
     assert copied == shown and copied.startswith("sk-gw-")
     return copied
+
+
+def change_limits(page: Page, console: Console, name: str) -> None:
+    go(page, "Keys")
+    page.get_by_role("row").filter(has_text=name).get_by_role("button", name="Limits").click()
+    form = page.get_by_role("form", name=f"Limits of {name}")
+    form.get_by_label("Requests per minute").fill("120")
+    form.get_by_label("Expires at").fill("2099-01-02T03:04")
+    form.get_by_role("button", name="Save limits").click()
+    expect(page.get_by_role("row").filter(has_text=name)).to_contain_text("120")
+    _, key = console.api("GET", f"keys/{name}")
+    assert key["rpm"] == 120 and key["expires_at"].startswith("2099-01-02") and key["team"] == "research"
 
 
 def rotate(page: Page, name: str) -> str:
@@ -109,6 +124,7 @@ def test_key_lifecycle_with_the_openai_sdk(page: Page, console: Console) -> None
     expect(page.get_by_role("img", name="Error rate")).to_contain_text("0.0 %")
     screenshot(page, "stats")
 
+    change_limits(page, console, "alice-laptop")
     new_secret = rotate(page, "alice-laptop")
     assert new_secret != secret
     with pytest.raises(openai.AuthenticationError):
@@ -139,3 +155,19 @@ def test_sign_in_page_and_a_refused_key(page: Page, console: Console) -> None:
     expect(page.locator("#status")).to_contain_text("refused (401)")
     expect(page.get_by_label("Admin key")).to_be_visible()
     expect(page.get_by_label("Admin key")).to_have_value("")  # the secret is not kept in the DOM
+
+
+def test_keyboard_only(page: Page, console: Console) -> None:
+    """Sign in and move between pages with the keyboard alone: the key field has focus on load, Enter
+    submits, Tab reaches the pages' buttons in order and Enter opens one."""
+    page.goto(console.url)
+    expect(page.get_by_label("Admin key")).to_be_focused()
+    page.keyboard.type(ADMIN_KEY)
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Keys")).to_be_visible()
+    page.locator("#nav").get_by_role("button", name="Keys").focus()
+    page.keyboard.press("Tab")
+    expect(page.locator("#nav").get_by_role("button", name="Teams")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Teams and budgets")).to_be_visible()
+    expect(page.locator("#nav").get_by_role("button", name="Teams")).to_have_attribute("aria-current", "page")
