@@ -67,3 +67,11 @@ def test_pkce_sign_in_opens_the_console(page: Page, console: Console, browser: B
     sso_sign_in(page, console)
     page.locator("#who").filter(has_text="·").wait_for(timeout=3000)
     expect(page.get_by_role("heading", name="Keys")).to_be_visible()
+
+
+def test_a_callback_not_started_here_is_refused(page: Page, console: Console, idp: FakeIdp) -> None:
+    """A code the page did not ask for (a forged or replayed link) is never exchanged."""
+    page.goto(console.origin + "/admin/callback?code=stolen&state=forged")
+    expect(page.locator("#status")).to_contain_text("not started here")
+    assert idp.exchanges == [] and "code=" not in page.url
+    expect(page.get_by_label("Admin key")).to_be_visible()
