@@ -21,6 +21,7 @@ import orjson
 import structlog
 
 from gateway.apis import admin_fields as f
+from gateway.apis import admin_stats
 from gateway.config.types import Config
 from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, MethodNotAllowed, NotFound
 from gateway.http import Response, json_response
@@ -262,4 +263,5 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "teams/{name}": {"GET": read_team, "PATCH": patch_team, "DELETE": delete_team},
     "spend": {"GET": spend},
     "audit": {"GET": audit},
+    "stats": {"GET": admin_stats.stats},
 }

@@ -21,6 +21,7 @@ from gateway.config.types import Deployment
 from gateway.core.events import Usage
 from gateway.observe.metrics import Metrics, usage_cost
 from gateway.observe.recorder import NO_TRACE, RequestTrace
+from gateway.observe.stats_window import WINDOW
 
 if TYPE_CHECKING:
     from gateway.observe.context import Admission, RequestContext
@@ -108,6 +109,7 @@ class RequestRecorder:
     def first_token(self, model: str, provider: str, seconds: float) -> None:
         """The first output token written to the client (TTFT; `provider` is `cache` for a hit)."""
         self.m.child(self.m.ttft, self.api, model, provider).observe(seconds)
+        WINDOW.first_token(model, seconds)  # the console's last hour (observe/stats_window.py)
 
     def text_delay(self, seconds: float) -> None:
         """Per write: how long the text spent inside the gateway."""
@@ -185,6 +187,8 @@ class RequestRecorder:
         stream = "true" if ctx and ctx.stream else "false"
         m.child(m.requests, api, model, stream, end.outcome, ctx.key_name if ctx else adm.key_name).inc()
         m.child(m.duration, api, model, stream, end.outcome).observe(duration)
+        if ctx is not None:
+            WINDOW.request(model, end.outcome)
         self.trace.finish(ctx, end.status, end.outcome)
 
     def log_line(self, ctx: RequestContext | None, adm: Admission, end: End) -> None:
