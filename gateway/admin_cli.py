@@ -13,6 +13,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -20,6 +21,7 @@ from gateway.admin_cli_view import Failure, diagnose_base_url, diagnose_failure,
 
 LIMITS = ("models", "rpm", "tpm", "budget_usd", "budget_period")
 KEY_CLEARABLE = (*LIMITS, "team", "expires_at")
+PAGE = 1000  # rows a list request asks for: the API's largest page
 
 
 def add_parser(sub: Any) -> None:
@@ -173,21 +175,44 @@ def _metrics_page(base: str) -> bytes | None:
 
 
 def _call(base: str, credential: str, args: argparse.Namespace) -> dict[str, Any] | Failure:
-    """The command's answer, or the status and body of a failure; raises OSError when unreachable."""
+    """The command's answer (a list with every page's rows), or the status and body of a failure;
+    raises OSError when unreachable."""
     method, path, body = request_for(args)
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Authorization": f"Bearer {credential}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            raw = resp.read()
-    except urllib.error.HTTPError as exc:
-        return Failure(exc.code, exc.read())
-    try:
-        answer = json.loads(raw or b"{}")
-    except ValueError:
-        return Failure(200, raw)
-    return answer if isinstance(answer, dict) else Failure(200, raw)
+
+    def call(url: str) -> dict[str, Any] | Failure:
+        req = urllib.request.Request(url, data=data, method=method, headers={
+            "Authorization": f"Bearer {credential}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            return Failure(exc.code, exc.read())
+        try:
+            answer = json.loads(raw or b"{}")
+        except ValueError:
+            return Failure(200, raw)
+        return answer if isinstance(answer, dict) else Failure(200, raw)
+
+    return all_pages(call, base + path) if method == "GET" else call(base + path)
+
+
+def all_pages(call: Callable[[str], dict[str, Any] | Failure], url: str,
+              page_size: int = PAGE) -> dict[str, Any] | Failure:
+    """A list answer with every page's rows in `data`: lists come a page at a time, the next one `after`
+    the last name (keys, teams) or id (audit) of the one before (docs/keys-teams-spend.md, "Lists")."""
+    if not url.endswith(("/keys", "/teams", "/audit")):
+        return call(url)
+    answer = call(f"{url}?limit={page_size}")
+    rows: list[Any] = []
+    while not isinstance(answer, Failure):
+        page = answer.get("data")
+        rows.extend(page if isinstance(page, list) else [])
+        if not answer.get("has_more") or not page:
+            return {**answer, "data": rows, "has_more": False}
+        after = page[-1].get("id") if url.endswith("/audit") else page[-1].get("name")
+        answer = call(f"{url}?limit={page_size}&after={quote(str(after), safe='')}")
+    return answer
 
 
 def run(args: argparse.Namespace, env: dict[str, str] | None = None) -> int:

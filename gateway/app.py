@@ -20,6 +20,7 @@ from gateway.apis.admin import PREFIX as ADMIN_PREFIX
 from gateway.apis.admin import admin
 from gateway.apis.catalog import CHAT, CLIENT_APIS, COUNT_TOKENS, EMBEDDINGS, MESSAGES, RESPONSES
 from gateway.apis.chat import chat_completions
+from gateway.apis.console import ROUTES as CONSOLE_ROUTES
 from gateway.apis.embeddings import embeddings_handler
 from gateway.apis.messages import messages
 from gateway.apis.messages_tokens import count_tokens
@@ -226,6 +227,7 @@ def _routes() -> dict[str, dict[str, Handler]]:
         "/healthz": {"GET": healthz},
         "/readyz": {"GET": readyz},
         ADMIN_PREFIX: {"*": admin},  # every method of every path under it
+        **CONSOLE_ROUTES,  # the admin console's page and files (docs/console.md)
     }
 
 

@@ -252,8 +252,8 @@ def overview_upstream() -> list[Panel | Row]:
 
 def overview_tokens() -> list[Panel | Row]:
     tok = "llm_gateway_tokens_total"
-    inp = f"sum by (model) (rate({tok}{{{MP}, type=\"input\"}}[{RI}]))"
-    cached = f"sum by (model) (rate({tok}{{{MP}, type=\"cached_input\"}}[{RI}]))"
+    inp = f"sum by (model, provider) (rate({tok}{{{MP}, type=\"input\"}}[{RI}]))"
+    cached = f"sum by (model, provider) (rate({tok}{{{MP}, type=\"cached_input\"}}[{RI}]))"
     return [
         Row("Tokens and cost"),
         timeseries("Tokens per second by type",
@@ -266,10 +266,11 @@ def overview_tokens() -> list[Panel | Row]:
                    "fallback traffic is charged to the deployment that served it. 0 without prices.",
                    [Query(f"(sum by (model, provider) (rate(llm_gateway_cost_usd_total{{{MP}}}[{RI}])) "
                           "* 3600)", "{{model}} · {{provider}}")], unit="currencyUSD"),
-        timeseries("Cached share of input tokens",
-                   "Share of input tokens read from the provider's prompt cache, by model. Cached tokens "
-                   "are cheaper and faster; a drop means prompts stopped sharing a prefix.",
-                   [Query(ratio_or_zero(cached, inp), "{{model}}")], unit="percentunit"),
+        timeseries("Cache-read share of input tokens",
+                   "Share of input tokens read from the provider's prompt cache, by model and the provider of "
+                   "the deployment that served (docs/caching.md). Cached tokens are cheaper and faster; a drop "
+                   "means prompts stopped sharing a prefix or lost their cache markers.",
+                   [Query(ratio_or_zero(cached, inp), "{{model}} · {{provider}}")], unit="percentunit"),
         timeseries("Output tokens per request by model",
                    "Mean output tokens per successful request, by model.",
                    [Query(f"sum by (model) (rate({tok}{{{MP}, type=\"output\"}}[{RI}]))\n"

@@ -8,6 +8,8 @@ command -v promtool >/dev/null || need+=(prometheus)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 # bench.footprint's test measures the first-token code's footprint under callgrind
 command -v valgrind >/dev/null || need+=(valgrind)
+# the admin console's browser tests (tests/browser) drive Debian's Chromium through Playwright
+command -v chromium >/dev/null || need+=(chromium)
 # No helm binary: Debian, PyPI and npm have none. The chart's tests (and scripts/chart.py) render and
 # lint it with Helm's Go library through helm-python-sdk, a test dependency (helm/llm-gateway/README.md).
 if [ ${#need[@]} -gt 0 ]; then

@@ -2,11 +2,17 @@
 the discovery document at `{issuer}/.well-known/openid-configuration`, a JWKS at its `jwks_uri`, and
 tokens signed with keys generated for each run (RSA, P-256 and Ed25519). It rotates keys, can go down
 (every request answered 503) and counts the JWKS fetches, so tests see what the gateway asked of it.
+
+For a browser's sign-in (the admin console) it is also an authorization server: the authorization
+endpoint signs the user in at once (as `login_groups`) and redirects back with a one-time code, and the
+token endpoint gives a token only for that code, its client and redirect URI, and the PKCE verifier
+whose S256 challenge came with it (RFC 7636); every exchange is kept in `exchanges`.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import time
 import uuid
@@ -52,6 +58,18 @@ def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
+CORS = {"Access-Control-Allow-Origin": "*"}  # a browser page reads discovery and the token endpoint
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One call of the token endpoint: what was sent, and whether a token was given."""
+
+    form: dict[str, str]
+    granted: bool
+    access_token: str | None
+
+
 @dataclass
 class FakeIdp:
     keys: list[SigningKey] = field(default_factory=lambda: [new_key("RS256"), new_key("ES256"), new_key("EdDSA")])
@@ -59,6 +77,10 @@ class FakeIdp:
     jwks_fetches: int = 0
     discovery_fetches: int = 0
     port: int = 0
+    login_groups: list[str] = field(default_factory=lambda: ["ml-eng"])
+    authorizations: list[dict[str, str]] = field(default_factory=list)  # the query of each /auth
+    exchanges: list[Exchange] = field(default_factory=list)
+    _codes: dict[str, dict[str, str]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
 
     @property
@@ -69,6 +91,8 @@ class FakeIdp:
         app = web.Application()
         app.router.add_get("/realms/test/.well-known/openid-configuration", self._discovery)
         app.router.add_get("/realms/test/protocol/openid-connect/certs", self._jwks)
+        app.router.add_get("/realms/test/protocol/openid-connect/auth", self._authorize)
+        app.router.add_post("/realms/test/protocol/openid-connect/token", self._token)
         self._runner, self.port = await serve_on_loopback(app)
 
     async def stop(self) -> None:
@@ -95,13 +119,37 @@ class FakeIdp:
         if self.down:
             return web.Response(status=503)
         self.discovery_fetches += 1
-        return web.json_response({"issuer": self.issuer,
+        return web.json_response({"issuer": self.issuer, "scopes_supported": ["openid", "groups"],
                                   "jwks_uri": f"{self.issuer}/protocol/openid-connect/certs",
                                   "authorization_endpoint": f"{self.issuer}/protocol/openid-connect/auth",
-                                  "token_endpoint": f"{self.issuer}/protocol/openid-connect/token"})
+                                  "token_endpoint": f"{self.issuer}/protocol/openid-connect/token"},
+                                 headers=CORS)
 
     async def _jwks(self, request: web.Request) -> web.Response:
         self.jwks_fetches += 1
         if self.down:
             return web.Response(status=503)
         return web.json_response({"keys": [k.public_jwk() for k in self.keys]})
+
+    async def _authorize(self, request: web.Request) -> web.Response:
+        q = dict(request.query)
+        self.authorizations.append(q)
+        if q.get("response_type") != "code" or q.get("code_challenge_method") != "S256" or "code_challenge" not in q:
+            return web.Response(status=400, text="PKCE S256 and response_type=code are required")
+        code = uuid.uuid4().hex
+        self._codes[code] = q
+        target = f"{q['redirect_uri']}?code={code}&state={q.get('state', '')}"
+        raise web.HTTPFound(target)
+
+    async def _token(self, request: web.Request) -> web.Response:
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        asked = self._codes.pop(form.get("code", ""), None)  # one use, granted or not
+        verifier = form.get("code_verifier", "").encode()
+        granted = (asked is not None and form.get("grant_type") == "authorization_code"
+                   and form.get("client_id") == asked["client_id"] and form.get("redirect_uri") == asked["redirect_uri"]
+                   and b64url(hashlib.sha256(verifier).digest()) == asked["code_challenge"])
+        token = self.token(self.login_groups) if granted else None
+        self.exchanges.append(Exchange(form, granted, token))
+        if token is None:
+            return web.json_response({"error": "invalid_grant"}, status=400, headers=CORS)
+        return web.json_response({"access_token": token, "token_type": "Bearer", "expires_in": 300}, headers=CORS)

@@ -5,6 +5,7 @@ when the tests run as root (postgres refuses root).
     with PostgresServer() as pg:
         url = pg.url            # postgresql://gateway@127.0.0.1:<port>/postgres
         pg.stop(); pg.start()   # down and back on the same port, the data kept
+        pg.pause(); pg.resume() # hung (SIGSTOP) and answering again
 """
 
 from __future__ import annotations
@@ -88,6 +89,30 @@ class PostgresServer:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    def pause(self) -> None:
+        """A hung server: SIGSTOP to it and to every process it started (each backend puts itself in a
+        session of its own, so a process group would miss them); connections stay open, nothing answers."""
+        for pid in self._processes():
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in reversed(self._processes()):
+            os.kill(pid, signal.SIGCONT)
+
+    def _processes(self) -> list[int]:
+        """The server's pid, then its children's (from /proc)."""
+        assert self._proc is not None
+        main = self._proc.pid
+        children = []
+        for stat in glob.glob("/proc/[0-9]*/stat"):
+            try:
+                fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # a process that ended meanwhile
+            if int(fields[1]) == main:  # ppid, the field after the state
+                children.append(int(stat.split("/")[2]))
+        return [main, *children]
 
     def close(self) -> None:
         self.stop()

@@ -21,12 +21,23 @@ import orjson
 import structlog
 
 from gateway.apis import admin_fields as f
+from gateway.apis import admin_stats
 from gateway.config.types import Config
 from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, MethodNotAllowed, NotFound
 from gateway.http import Response, json_response
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.store import ControlPlane
-from gateway.store.types import Actor, Conflict, Invalid, Limits, Missing, StoredKey, StoreUnavailable, Team
+from gateway.store.types import (
+    Actor,
+    Conflict,
+    Invalid,
+    Limits,
+    Missing,
+    StoredKey,
+    StoreUnavailable,
+    Team,
+    Unparsable,
+)
 
 log = structlog.get_logger("gateway")
 PREFIX = "/admin/v1/"
@@ -39,6 +50,12 @@ class NameTaken(GatewayError):
 
 class StoreDown(GatewayError):
     status, type, code, outcome = 503, "api_error", "store_unavailable", "upstream_error"
+
+
+class RowUnreadable(GatewayError):
+    """A stored row written by hand or by an older version that cannot be read (never one this API wrote)."""
+
+    status, type, code, outcome = 500, "api_error", "store_row_unreadable", "error"
 
 
 async def admin(request: GatewayRequest) -> Response:
@@ -57,15 +74,19 @@ async def admin(request: GatewayRequest) -> Response:
     except GatewayError as exc:
         status = exc.status
         raise
-    except (Conflict, Missing, Invalid, StoreUnavailable) as exc:
+    except (Conflict, Missing, Invalid, StoreUnavailable, Unparsable) as exc:
         status = _STATUS[type(exc)]
         raise _error(control, exc) from None
+    except Exception as exc:  # a bug must cost one 500 in the API's shape, never the connection
+        log.exception("admin_failed", route=handler.__name__, error=type(exc).__name__)
+        raise GatewayError("internal error of the control plane") from None
     finally:  # one line per admin request: who, what, the answer (never a body: it may hold a secret)
         log.info("admin_request", request_id=request.request_id, admin=actor.admin, method=request.method,
                  route=handler.__name__, name=parts[1][:128] if len(parts) > 1 else None, status=status)
 
 
-_STATUS: dict[type[Exception], int] = {Conflict: 409, Missing: 404, Invalid: 400, StoreUnavailable: 503}
+_STATUS: dict[type[Exception], int] = {Conflict: 409, Missing: 404, Invalid: 400, StoreUnavailable: 503,
+                                        Unparsable: 500}
 
 
 def _error(control: ControlPlane, exc: Exception) -> GatewayError:
@@ -75,6 +96,8 @@ def _error(control: ControlPlane, exc: Exception) -> GatewayError:
         return NotFound(str(exc))
     if isinstance(exc, Invalid):
         return InvalidRequest(str(exc), param=exc.param)
+    if isinstance(exc, Unparsable):
+        return RowUnreadable(str(exc))
     control.hooks.error("admin")
     return StoreDown(str(exc))
 
@@ -105,7 +128,8 @@ def _handler(method: str, parts: list[str]) -> Handler:
 
 def key_view(k: StoredKey) -> dict[str, Any]:
     return {"object": "gateway.key", "name": k.name, "team": k.team, **_limits_view(k.limits),
-            "expires_at": f.iso(k.expires_at), "metadata": orjson.loads(k.metadata), "created_at": f.iso(k.created_at)}
+            "expires_at": f.iso(k.expires_at), "metadata": orjson.loads(k.metadata), "created_at": f.iso(k.created_at),
+            "id": k.id}
 
 
 def _limits_view(lim: Limits) -> dict[str, Any]:
@@ -125,8 +149,8 @@ async def create_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, pa
     if any(k.name == name for k in config.auth.keys):
         raise NameTaken(f"a key named {name} exists (in the config file)")
     key = StoredKey(name=name, limits=f.limits(data, Limits(), frozenset(config.models)),
-                    team=f.team_of(data, None), expires_at=f.expires_at(data, None),
-                    metadata=f.metadata(data, "{}"), created_at=actor.now)
+                    team=f.team_of(data, None), expires_at=f.expires_at(data, None, actor.now),
+                    metadata=f.metadata(data, "{}"), created_at=actor.now, id="k-" + secrets.token_hex(12))
     secret, digest = _new_secret()
     await cp.store.create_key(actor, key, digest)
     await cp.changed()
@@ -134,7 +158,8 @@ async def create_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, pa
 
 
 async def list_keys(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    return json_response({"object": "list", "data": [key_view(k) for k in await cp.store.list_keys()]})
+    keys, more = await cp.store.list_keys(f.page(_query(request)))
+    return json_response({"object": "list", "data": [key_view(k) for k in keys], "has_more": more})
 
 
 async def read_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
@@ -146,7 +171,7 @@ async def patch_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, par
     old = await cp.store.get_key(parts[1])
     models = frozenset(request.app.runtime.config.models)
     new = replace(old, limits=f.limits(data, old.limits, models), team=f.team_of(data, old.team),
-                  expires_at=f.expires_at(data, old.expires_at), metadata=f.metadata(data, old.metadata))
+                  expires_at=f.expires_at(data, old.expires_at, actor.now), metadata=f.metadata(data, old.metadata))
     await cp.store.update_key(actor, new, data)
     await cp.changed()
     return json_response(key_view(new))
@@ -183,7 +208,8 @@ async def create_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, p
 
 
 async def list_teams(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    return json_response({"object": "list", "data": [team_view(t) for t in await cp.store.list_teams()]})
+    teams, more = await cp.store.list_teams(f.page(_query(request)))
+    return json_response({"object": "list", "data": [team_view(t) for t in teams], "has_more": more})
 
 
 async def read_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
@@ -208,7 +234,7 @@ async def delete_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, p
 # -- spend and audit ------------------------------------------------------------------------------
 
 async def spend(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    q = f.spend_query(dict(parse_qsl(request.head.query)))
+    q = f.spend_query(_query(request))
     await cp.ledger.settle()  # this process's journaled rows are in, not just those of the last commit
     rows = await cp.store.spend(q)
     data = [{**dict(r.group), "requests": r.requests, "input_tokens": r.input_tokens,
@@ -219,17 +245,14 @@ async def spend(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: 
 
 
 async def audit(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    params = dict(parse_qsl(request.head.query))
-    try:
-        limit = int(params.get("limit", "100"))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= 1000:
-        raise InvalidRequest("limit must be an integer from 1 to 1000", param="limit")
-    entries = await cp.store.audit(limit)
-    data = [{"at": f.iso(e.ts), "admin": e.admin, "action": e.action, "name": e.target,
+    entries, more = await cp.store.audit(f.page(_query(request), numeric=True))
+    data = [{"id": e.id, "at": f.iso(e.ts), "admin": e.admin, "action": e.action, "name": e.target,
              "detail": orjson.loads(e.detail)} for e in entries]
-    return json_response({"object": "list", "data": data})
+    return json_response({"object": "list", "data": data, "has_more": more})
+
+
+def _query(request: GatewayRequest) -> dict[str, str]:
+    return dict(parse_qsl(request.head.query, keep_blank_values=True))
 
 
 _ROUTES: dict[str, dict[str, Handler]] = {
@@ -240,4 +263,5 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "teams/{name}": {"GET": read_team, "PATCH": patch_team, "DELETE": delete_team},
     "spend": {"GET": spend},
     "audit": {"GET": audit},
+    "stats": {"GET": admin_stats.stats},
 }

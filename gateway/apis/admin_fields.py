@@ -1,4 +1,8 @@
-"""The control plane's request bodies -> typed values (CONTRACT §11): every bad field is a 400 naming it."""
+"""The control plane's request bodies -> typed values: every bad field is a 400 naming it.
+
+Each value is checked against what every later read can hold (`store/rows.py`), so a value that is
+stored can always be listed and shown (docs/keys-teams-spend.md, "Validation").
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,20 @@ from typing import Any
 
 import orjson
 
-from gateway.config.safety_config import NAME
 from gateway.errors import InvalidRequest
-from gateway.store.types import GROUPS, Limits, SpendQuery
+from gateway.store.rows import MAX_INT
+from gateway.store.types import GROUPS, Limits, Page, SpendQuery
 
 LIMIT_FIELDS = ("models", "rpm", "tpm", "budget_usd", "budget_period")
 KEY_FIELDS = ("name", "team", "expires_at", "metadata", *LIMIT_FIELDS)
 TEAM_FIELDS = ("name", *LIMIT_FIELDS)
-_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # whole string (fullmatch): "alice\n" is not "alice"
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # ASCII digits, two each for month and day
 MAX_METADATA = 4096
+MAX_MODELS = 1000
+MAX_DEPTH = 32  # metadata: well within what the JSON encoder writes back (a list answer nests it deeper)
+MAX_FUTURE_S = 100 * 365.25 * 86400  # expires_at: within 100 years
+MAX_PAGE, DEFAULT_PAGE = 1000, 100
 
 
 def json_object(body: bytes, allowed: tuple[str, ...]) -> dict[str, Any]:
@@ -35,8 +44,8 @@ def json_object(body: bytes, allowed: tuple[str, ...]) -> dict[str, Any]:
 
 def name_of(data: dict[str, Any]) -> str:
     name = data.get("name")
-    if not isinstance(name, str) or not NAME.match(name):
-        raise InvalidRequest("name is required: letters, digits, _ . : - (max 63)", param="name")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise InvalidRequest("name is required: 1 to 64 of letters, digits, _ . -", param="name")
     return name
 
 
@@ -44,8 +53,8 @@ def _count(data: dict[str, Any], field: str) -> int | None:
     v = data[field]
     if v is None:
         return None
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise InvalidRequest(f"{field} must be a positive integer or null", param=field)
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT:
+        raise InvalidRequest(f"{field} must be an integer from 1 to 2^53, or null", param=field)
     return v
 
 
@@ -54,7 +63,8 @@ def limits(data: dict[str, Any], base: Limits, models: frozenset[str]) -> Limits
     out = base
     if "models" in data:
         m = data["models"]
-        if m is not None and (not isinstance(m, list) or not all(isinstance(x, str) for x in m)):
+        if m is not None and (not isinstance(m, list) or len(m) > MAX_MODELS
+                              or not all(isinstance(x, str) for x in m)):
             raise InvalidRequest("models must be a list of model names or null", param="models")
         for x in m or ():
             if x not in models:
@@ -66,8 +76,8 @@ def limits(data: dict[str, Any], base: Limits, models: frozenset[str]) -> Limits
         out = replace(out, tpm=_count(data, "tpm"))
     if "budget_usd" in data:
         b = data["budget_usd"]
-        if b is not None and (not isinstance(b, int | float) or isinstance(b, bool) or b < 0):
-            raise InvalidRequest("budget_usd must be a number >= 0 or null", param="budget_usd")
+        if b is not None and (not isinstance(b, int | float) or isinstance(b, bool) or not 0 <= b <= MAX_INT):
+            raise InvalidRequest("budget_usd must be a number from 0 to 2^53, or null", param="budget_usd")
         out = replace(out, budget_usd=None if b is None else float(b))
     if "budget_period" in data:
         if data["budget_period"] not in ("day", "month"):
@@ -80,28 +90,36 @@ def team_of(data: dict[str, Any], default: str | None) -> str | None:
     if "team" not in data:
         return default
     t = data["team"]
-    if t is not None and (not isinstance(t, str) or not NAME.match(t)):
+    if t is not None and (not isinstance(t, str) or not NAME.fullmatch(t)):
         raise InvalidRequest("team must be a team name or null", param="team")
     return t
 
 
-def expires_at(data: dict[str, Any], default: float | None) -> float | None:
-    """Epoch seconds, or an ISO 8601 time (`2026-12-31T00:00:00Z`); null: never."""
+def expires_at(data: dict[str, Any], default: float | None, now: float) -> float | None:
+    """Epoch seconds, or an ISO 8601 time (`2026-12-31T00:00:00Z`; no offset: UTC); null: never. A
+    future instant within 100 years: a past one is a mistake, a later one a unit mix-up (milliseconds)."""
     if "expires_at" not in data:
         return default
     v = data["expires_at"]
     if v is None:
         return None
+    t = _instant(v)
+    if t is None or not now < t <= now + MAX_FUTURE_S:
+        raise InvalidRequest("expires_at must be a future time within 100 years (ISO 8601 or epoch seconds), "
+                             "or null", param="expires_at")
+    return t
+
+
+def _instant(v: Any) -> float | None:
     if isinstance(v, int | float) and not isinstance(v, bool):
-        return float(v)
-    if isinstance(v, str):
+        return float(v) if abs(v) < 1e15 else None  # far beyond 100 years either way; float() of a huge int fails
+    if isinstance(v, str) and len(v) <= 64:
         try:
             stamp = datetime.fromisoformat(v.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-        else:
             return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
-    raise InvalidRequest("expires_at must be an ISO 8601 time, epoch seconds or null", param="expires_at")
+        except (ValueError, OverflowError):
+            return None
+    return None
 
 
 def metadata(data: dict[str, Any], default: str) -> str:
@@ -110,12 +128,23 @@ def metadata(data: dict[str, Any], default: str) -> str:
     m = data["metadata"]
     if m is None:
         return "{}"
-    if not isinstance(m, dict):
-        raise InvalidRequest("metadata must be a JSON object", param="metadata")
+    if not isinstance(m, dict) or _depth(m) > MAX_DEPTH:
+        raise InvalidRequest(f"metadata must be a JSON object, nested {MAX_DEPTH} deep at most", param="metadata")
     text = orjson.dumps(m).decode()
     if len(text) > MAX_METADATA:
         raise InvalidRequest(f"metadata is over {MAX_METADATA} bytes", param="metadata")
     return text
+
+
+def _depth(v: Any) -> int:
+    """How deeply a parsed JSON value nests (a scalar: 0); stops counting past MAX_DEPTH."""
+    stack, deepest = [(v, 0)], 0
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, dict | list) and d <= MAX_DEPTH:
+            deepest = max(deepest, d + 1)
+            stack.extend((child, d + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def grace(data: dict[str, Any]) -> float:
@@ -132,16 +161,38 @@ def spend_query(params: dict[str, str]) -> SpendQuery:
             raise InvalidRequest(f"group_by takes {', '.join(GROUPS)}", param="group_by")
     if len(set(groups)) != len(groups):
         raise InvalidRequest("group_by names a field twice", param="group_by")
-    days = {}
+    days: dict[str, str] = {}
     for field in ("from", "to"):
         v = params.get(field)
         if v is not None:
-            try:
-                datetime.strptime(v, "%Y-%m-%d")
-            except ValueError:
-                raise InvalidRequest(f"{field} must be a date YYYY-MM-DD", param=field) from None
-            days[field] = v if _DAY.match(v) else None
+            if not _DAY.fullmatch(v) or not _is_date(v):
+                raise InvalidRequest(f"{field} must be a date YYYY-MM-DD", param=field)
+            days[field] = v
+    if "from" in days and "to" in days and days["from"] > days["to"]:
+        raise InvalidRequest("from is after to", param="from")
     return SpendQuery(group_by=groups, day_from=days.get("from"), day_to=days.get("to"))
+
+
+def _is_date(v: str) -> bool:
+    try:
+        datetime.strptime(v, "%Y-%m-%d")
+    except ValueError:
+        return False
+    return True
+
+
+def page(params: dict[str, str], *, numeric: bool = False) -> Page:
+    """`limit` (1..1000, default 100) and `after` (the last name, or with `numeric` id, seen)."""
+    raw = params.get("limit", str(DEFAULT_PAGE))
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 7 and 1 <= int(raw) <= MAX_PAGE):
+        raise InvalidRequest(f"limit must be an integer from 1 to {MAX_PAGE}", param="limit")
+    after = params.get("after")
+    if after is not None:
+        ok = after.isascii() and after.isdigit() and len(after) <= 18 if numeric else 0 < len(after) <= 256
+        if not ok:
+            raise InvalidRequest("after must be the last " + ("id" if numeric else "name") + " of the previous "
+                                 "page", param="after")
+    return Page(limit=int(raw), after=after)
 
 
 def iso(t: float | None) -> str | None:

@@ -26,7 +26,7 @@ async def key_spend(request: GatewayRequest) -> Response:
         raise InvalidApiKey("send the gateway key whose spend to read: Authorization: Bearer <key>")
     now = time.time()
     state = request.app.state
-    own = _figures(key.budget_period, now, await state.spend(key.name, key.budget_period, now), key.budget_usd)
+    own = _figures(key.budget_period, now, await state.spend(key.counter, key.budget_period, now), key.budget_usd)
     body: dict[str, object] = {"object": "gateway.key_spend", "key": key.name, **own}
     binding: tuple[str, dict[str, object]] | None = ("key", own) if key.budget_usd is not None else None
     team = key.team

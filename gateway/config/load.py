@@ -148,18 +148,34 @@ def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], er
     model = s.get("model", str, "")
     if not model:
         errs.add(s.at("model"), "required")
-    p = Section(s.raw.get("price"), s.at("price"), errs,
-                 ("input", "output", "cached_input", "cache_creation_input"))
-    price = Price(
-        input=p.number("input", 0.0), output=p.number("output", 0.0),
-        cached_input=p.number("cached_input", 0.0) if p.has("cached_input") else None,
-        cache_creation_input=p.number("cache_creation_input", 0.0) if p.has("cache_creation_input")
-        else None,
-    )
+    price = _price(Section(s.raw.get("price"), s.at("price"), errs,
+                           ("input", "output", "cached_input", "cache_creation_input", "cache_write",
+                            "cache_creation_input_1h")))
     kind = PROVIDERS.get(providers[provider].type) if provider in providers else None
     prefill = s.get("prefill", bool, kind is not None and kind.prefill)  # unset: the type's own (Anthropic's)
     return Deployment(provider=provider, model=model, price=price, prefill=prefill,
                       tier=s.integer("tier", 0), weight=s.number("weight", 1.0))
+
+
+def _price(p: Section) -> Price:
+    """USD per million tokens; a cache price left unset is charged as input (docs/caching.md, Cost)."""
+    def optional(key: str) -> float | None:
+        return p.number(key, 0.0) if p.has(key) else None
+    if p.has("cache_creation_input") and p.has("cache_write"):
+        p.errs.add(p.at("cache_write"), "the same price as cache_creation_input: give one of them")
+    return Price(input=p.number("input", 0.0), output=p.number("output", 0.0), cached_input=optional("cached_input"),
+                 cache_creation_input=optional("cache_creation_input") if p.has("cache_creation_input")
+                 else optional("cache_write"),
+                 cache_creation_input_1h=optional("cache_creation_input_1h"))
+
+
+def _prompt_cache(s: Section) -> bool:
+    """`prompt_cache: {breakpoints: off | auto}`: True for auto (YAML reads a bare `off` as false)."""
+    p = Section(s.raw.get("prompt_cache"), s.at("prompt_cache"), s.errs, ("breakpoints",))
+    value: bool | str = p.get("breakpoints", (bool, str), False)
+    if value not in (False, "off", "auto"):
+        p.errs.add(p.at("breakpoints"), 'must be "off" or "auto"')
+    return value == "auto"
 
 
 def _retry(s: Section) -> RetryPolicy:
@@ -174,7 +190,8 @@ def _retry(s: Section) -> RetryPolicy:
 
 def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     s = Section(raw, path, ctx.errs, ("name", "deployments", "routing", "retry", "hedge_after_ms",
-                                       "guardrails", "cache", "redaction", "continuation", "aliases", "affinity"))
+                                       "guardrails", "cache", "redaction", "continuation", "aliases", "affinity",
+                                       "prompt_cache"))
     name = s.get("name", str, "")
     if not _NAME.match(name):
         ctx.errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
@@ -198,6 +215,7 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
         hedge_after_ms=s.number("hedge_after_ms", 0.0), guardrails=guardrails,
         cache=s.get("cache", bool, False), redaction=redaction, continuation=_on_off(s, "continuation"),
         aliases=s.strings("aliases"), affinity=s.choice("affinity", ("off", "session"), "off"),  # type: ignore[arg-type]
+        auto_breakpoints=_prompt_cache(s),
     )
 
 

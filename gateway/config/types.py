@@ -103,6 +103,18 @@ class ApiKey:
     team: TeamLimits | None = None  # stored keys only; `models` is then already the two lists' intersection
     expires_at: float | None = None  # epoch seconds (stored keys)
     subject: str | None = None  # an IdP token's `sub` (docs/identity.md); None for a key
+    id: str | None = None  # stored keys: unique for ever, unlike the name, which a new key may reuse
+
+    @property
+    def counter(self) -> str:
+        """What its limits and spend are counted under in the state backend: a stored key's id (a new
+        key under a revoked key's name starts from nothing), else its name. `/` is in no key name."""
+        return key_counter(self.name, self.id)
+
+
+def key_counter(name: str, key_id: str | None) -> str:
+    """`ApiKey.counter` of a key's name and id: the ledger's rows map to the same counters."""
+    return name if key_id is None else f"key/{key_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +215,8 @@ class Price:
     input: float = 0.0
     output: float = 0.0
     cached_input: float | None = None
-    cache_creation_input: float | None = None
+    cache_creation_input: float | None = None  # `cache_write` in the config is the same price
+    cache_creation_input_1h: float | None = None  # Anthropic's 1-hour cache writes; unset: the one above
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +250,9 @@ class ModelConfig:
     aliases: tuple[str, ...] = ()  # other names clients may send, exact or glob (`config.aliases`)
     affinity: Literal["off", "session"] = "off"  # session: keep a session on one deployment (CONTRACT §10)
     continuation: bool = False  # continue a stream that fails after the first token (CONTRACT §4.9)
+    # `prompt_cache: {breakpoints: auto}`: Anthropic cache breakpoints for requests that carry none
+    # (docs/caching.md)
+    auto_breakpoints: bool = False
     # the deployments by tier, compiled here once (and again when a request narrows `deployments` to
     # those serving its API), never per request
     table: RouteTable = field(init=False, compare=False, repr=False)

@@ -111,4 +111,5 @@ def add_usage(a: Usage | None, b: Usage | None) -> Usage | None:
     if a is None or b is None:
         return a if b is None else b
     return Usage(a.input + b.input, a.output + b.output, a.cached_input + b.cached_input,
-                 a.cache_creation_input + b.cache_creation_input, a.reasoning + b.reasoning)
+                 a.cache_creation_input + b.cache_creation_input, a.reasoning + b.reasoning,
+                 a.cache_creation_input_1h + b.cache_creation_input_1h)

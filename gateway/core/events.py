@@ -58,13 +58,19 @@ class Usage:
     cached_input: int = 0
     cache_creation_input: int = 0
     reasoning: int = 0
+    cache_creation_input_1h: int = 0  # the part of `cache_creation_input` written for an hour (Anthropic)
 
     def as_openai(self) -> dict[str, object]:
+        """OpenAI's usage object; cache writes (which OpenAI's caches never report) as
+        `prompt_tokens_details.cache_write_tokens` when there were any, as a translated body has them."""
+        details: dict[str, int] = {"cached_tokens": self.cached_input}
+        if self.cache_creation_input:
+            details["cache_write_tokens"] = self.cache_creation_input
         return {
             "prompt_tokens": self.input,
             "completion_tokens": self.output,
             "total_tokens": self.input + self.output,
-            "prompt_tokens_details": {"cached_tokens": self.cached_input},
+            "prompt_tokens_details": details,
             "completion_tokens_details": {"reasoning_tokens": self.reasoning},
         }
 
@@ -87,6 +93,7 @@ class FailureKind(StrEnum):
     TOTAL_TIMEOUT = "total_timeout"
     STREAM_REJECTED = "stream_rejected"  # upstream refuses `stream: true` (learn once)
     STREAM_OPTIONS_REJECTED = "stream_options_rejected"  # upstream refuses stream_options
+    CACHE_KEY_REJECTED = "prompt_cache_key_rejected"  # upstream refuses OpenAI's prompt_cache_key (learn once)
     NOT_FOUND = "upstream_not_found"  # the deployment has no such endpoint or model: next deployment
     EMPTY = "empty_answer"  # a clean end with no output at all: the next deployment may answer
 

@@ -82,6 +82,9 @@ class RequestContext:
     affinity: str | None = None  # kept, moved or new: how a session of an affinity model was served
     body_bytes: int = 0  # the request body's size: `routing: cost` estimates its input tokens from it
     continued: str | None = None  # the last continuation's `mode:outcome` (CONTRACT §4.9), for the log line
+    cache_markers_dropped: int = 0  # the client's cache markers over Anthropic's limit (docs/caching.md)
+    # the body may carry cache markers (`providers.base.may_carry_markers`); False: none to fit
+    cache_marked: bool = True
 
     def stream_ended(self, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,

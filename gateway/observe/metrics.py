@@ -313,6 +313,9 @@ def usage_cost(usage: Usage, price: Price) -> float:
     """USD for one answer: uncached input, cached input and cache writes at their own prices."""
     cached_price = price.cached_input if price.cached_input is not None else price.input
     creation_price = price.cache_creation_input if price.cache_creation_input is not None else price.input
+    hour_price = price.cache_creation_input_1h if price.cache_creation_input_1h is not None else creation_price
     uncached = max(0, usage.input - usage.cached_input - usage.cache_creation_input)
+    hour = min(usage.cache_creation_input_1h, usage.cache_creation_input)
     return (uncached * price.input + usage.cached_input * cached_price
-            + usage.cache_creation_input * creation_price + usage.output * price.output) / 1_000_000
+            + (usage.cache_creation_input - hour) * creation_price + hour * hour_price
+            + usage.output * price.output) / 1_000_000

@@ -21,6 +21,7 @@ from gateway.config.types import Deployment
 from gateway.core.events import Usage
 from gateway.observe.metrics import Metrics, usage_cost
 from gateway.observe.recorder import NO_TRACE, RequestTrace
+from gateway.observe.stats_window import WINDOW
 
 if TYPE_CHECKING:
     from gateway.observe.context import Admission, RequestContext
@@ -108,6 +109,7 @@ class RequestRecorder:
     def first_token(self, model: str, provider: str, seconds: float) -> None:
         """The first output token written to the client (TTFT; `provider` is `cache` for a hit)."""
         self.m.child(self.m.ttft, self.api, model, provider).observe(seconds)
+        WINDOW.first_token(model, seconds)  # the console's last hour (observe/stats_window.py)
 
     def text_delay(self, seconds: float) -> None:
         """Per write: how long the text spent inside the gateway."""
@@ -185,6 +187,8 @@ class RequestRecorder:
         stream = "true" if ctx and ctx.stream else "false"
         m.child(m.requests, api, model, stream, end.outcome, ctx.key_name if ctx else adm.key_name).inc()
         m.child(m.duration, api, model, stream, end.outcome).observe(duration)
+        if ctx is not None:
+            WINDOW.request(model, end.outcome)
         self.trace.finish(ctx, end.status, end.outcome)
 
     def log_line(self, ctx: RequestContext | None, adm: Admission, end: End) -> None:
@@ -203,6 +207,8 @@ class RequestRecorder:
             duration_ms=round(self._duration * 1000, 2),
             input_tokens=usage.input if usage else None, output_tokens=usage.output if usage else None,
             cached_tokens=usage.cached_input if usage else None,
+            cache_creation_tokens=usage.cache_creation_input if usage else None,
+            cache_markers_dropped=ctx.cache_markers_dropped if ctx else 0,
             reasoning_tokens=usage.reasoning if usage else None,
             estimated=ctx.usage_estimated if ctx else False,
             cost_usd=round(ctx.cost_usd, 8) if ctx else 0.0, redactions=ctx.redactions if ctx else 0,

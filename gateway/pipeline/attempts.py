@@ -34,6 +34,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.observe.context import RequestContext
+from gateway.pipeline.learned import confirm
 from gateway.pipeline.runtime import Runtime
 from gateway.upstream import UpstreamError
 
@@ -47,7 +48,8 @@ ATTEMPT_OUTCOME = {
     FailureKind.EARLY_EOF: "inband_error", FailureKind.MALFORMED: "inband_error",
     FailureKind.FIRST_TOKEN_TIMEOUT: "first_token_timeout", FailureKind.IDLE_TIMEOUT: "idle_timeout",
     FailureKind.TOTAL_TIMEOUT: "idle_timeout", FailureKind.STREAM_REJECTED: "http_4xx",
-    FailureKind.STREAM_OPTIONS_REJECTED: "http_4xx", FailureKind.EMPTY: "empty",
+    FailureKind.STREAM_OPTIONS_REJECTED: "http_4xx", FailureKind.CACHE_KEY_REJECTED: "http_4xx",
+    FailureKind.EMPTY: "empty",
     FailureKind.NOT_FOUND: "http_4xx",
 }
 
@@ -247,6 +249,8 @@ async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Atte
     finally:
         rt.inflight[label] -= 1
     rt.breaker(d).record_success(time.monotonic())
+    if ctx.fallbacks:  # a request trying a fallback: one without prompt_cache_key is confirmed here
+        confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_PROMPT_CACHE_KEY, rt.provider(d).learn_ttl_s)
     ctx.rec.attempt_ended(ctx.model.name, d, "ok")
     return result
 
@@ -260,6 +264,8 @@ def after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Fail
         ctx.fallbacks.add((d.label, Fact.NO_STREAM_OPTIONS))  # learned only if the retry without succeeds
     elif failure.kind is FailureKind.STREAM_REJECTED:
         ctx.fallbacks.add((d.label, Fact.NO_STREAM if ctx.stream else Fact.STREAM_ONLY))
+    elif failure.kind is FailureKind.CACHE_KEY_REJECTED:
+        ctx.fallbacks.add((d.label, Fact.NO_PROMPT_CACHE_KEY))
     if failure.kind is FailureKind.UPSTREAM_AUTH:  # our credentials: say where they come from
         log.warning("upstream_attempt_failed", deployment=d.label, kind=failure.kind.value, status=failure.status,
                     code=failure.code, fix=credentials_fix(rt.provider(d)))

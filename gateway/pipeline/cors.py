@@ -1,5 +1,6 @@
 """Opt-in CORS (Fetch standard §3.2) for browser clients of the API: a preflight answer, and the fields
-an allowed origin's actual responses carry. Off while `server.cors.allow_origins` is empty.
+an allowed origin's actual responses carry. Off while `server.cors.allow_origins` is empty, and always
+off for the control plane and its console (`/admin/`).
 
 A preflight is answered before authentication (browsers send it without credentials); the actual
 request is authenticated as any other. The requested headers are echoed back for an allowed origin,
@@ -18,6 +19,13 @@ EXPOSED = ("x-request-id, retry-after, x-gateway-deployment, x-gateway-attempts,
            "x-ratelimit-limit-requests, x-ratelimit-remaining-requests, x-ratelimit-reset-requests, "
            "x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens")
 METHODS = "GET, POST, OPTIONS"
+ADMIN_PATHS = "/admin/"
+
+
+def applies(cors: CorsConfig, path: str) -> bool:
+    """CORS is for the API's browser clients; the control plane (`/admin/`) is never readable from
+    another origin, whatever `allow_origins` says (docs/reference.md, `server.cors`)."""
+    return bool(cors.allow_origins) and not path.startswith(ADMIN_PATHS)
 
 
 def _allowed(cors: CorsConfig, origin: str) -> bool:

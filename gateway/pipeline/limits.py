@@ -41,14 +41,14 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens
     if key.team is not None:  # a stored key in a team: the team's limits first, then the key's own
         await admit_team(rt, state, ctx, key.team, now)
     if key.budget_usd is not None:
-        spent = await state.spend(key.name, key.budget_period, now)
+        spent = await state.spend(key.counter, key.budget_period, now)
         if spent >= key.budget_usd:
             raise budget_refusal(f"key {key.name}", key.budget_period, now)
     tpm = key.tpm if tokens else None
     if key.rpm is None and tpm is None:
         return
     reserve = estimate_tokens(ctx) if tpm is not None else 0
-    decision, reservation = await state.check_request(key.name, key.rpm, tpm, reserve, now)
+    decision, reservation = await state.check_request(key.counter, key.rpm, tpm, reserve, now)
     ctx.response_headers.update(ratelimit_headers(key.rpm, tpm, decision, now))  # on the answer, 429 or not
     if not decision.allowed:
         limit = decision.limit or "rpm"
@@ -129,7 +129,7 @@ async def settle(state: StateBackend, ctx: RequestContext) -> None:
         if ctx.team_reservation is not None:
             await state.settle_tokens(ctx.team_reservation, actual)
         if ctx.cost_usd > 0:
-            await state.add_spend(key.name, key.budget_period, ctx.cost_usd, time.time())
+            await state.add_spend(key.counter, key.budget_period, ctx.cost_usd, time.time())
             if key.team is not None:
                 await state.add_spend(key.team.counter, key.team.budget_period, ctx.cost_usd, time.time())
     except Exception as exc:  # state failures degrade inside the backend; this is a last resort

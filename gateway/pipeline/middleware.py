@@ -17,7 +17,7 @@ from gateway.http import Response, StreamResponse
 from gateway.observe.context import Admission, RequestContext
 from gateway.observe.logs import info_enabled
 from gateway.observe.record import End, RequestRecorder, stream_outcome
-from gateway.pipeline.cors import cors_headers, preflight
+from gateway.pipeline.cors import applies, cors_headers, preflight
 from gateway.pipeline.exchange import GatewayRequest, Handler
 from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.ledger import commit_spend
@@ -67,7 +67,7 @@ async def handle(request: GatewayRequest) -> Response | StreamResponse:
     extra = request.extra_headers
     extra["x-request-id"] = rid
     cors = request.app.runtime.config.server.cors
-    if cors.allow_origins and "origin" in request.headers:
+    if "origin" in request.headers and applies(cors, request.path):
         if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return preflight(cors, request.headers)
         extra.update(cors_headers(cors, request.headers))

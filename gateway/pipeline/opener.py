@@ -10,7 +10,9 @@ Learn-once fallbacks (CONTRACT §4.6), per deployment and API: the `stream_optio
 rejected (a 400/422 that names it or no parameter), is dropped for one retry and learned when that retry
 succeeds; a deployment that answers a stream request with a body is asked for a body from then on (read
 under `total_s`: a whole answer takes as long as it takes) and its answer held as the stream it would
-have been; one that rejects `stream: false` is streamed and its stream assembled into the body.
+have been; one that rejects `stream: false` is streamed and its stream assembled into the body. A 400/422
+naming OpenAI's `prompt_cache_key` or `prompt_cache_retention` when the client sent one is retried once
+without them, and learned (`no_prompt_cache_key`) when that retry succeeds (docs/caching.md).
 """
 
 from __future__ import annotations
@@ -40,7 +42,15 @@ from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
-from gateway.providers.base import MAX_BODY_BYTES, ParsedBody, Translator, bound
+from gateway.providers.base import (
+    MAX_BODY_BYTES,
+    ParsedBody,
+    Translator,
+    UpstreamRequest,
+    bound,
+    breakpoints_for,
+    with_breakpoints,
+)
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 OpenedStream = Opened[StreamCore]
@@ -48,17 +58,25 @@ OpenedStream = Opened[StreamCore]
 
 def translator(rt: Runtime, ctx: RequestContext, d: Deployment, body: dict[str, Any] | None = None) -> Translator:
     """`d`'s cell for this request (bound to it when its parsers must know the request: the Responses
-    bridge, `providers.base.PerRequest`)."""
+    bridge, `providers.base.PerRequest`); the twin that adds cache breakpoints when the model says
+    `prompt_cache: {breakpoints: auto}` (docs/caching.md)."""
     tr = rt.translator(ctx.schema, d)
     assert tr is not None, "only deployments whose provider serves the API are candidates (`keep_serving`)"
+    tr = with_breakpoints(tr, breakpoints_for(ctx.cache_marked, ctx.model.auto_breakpoints))
     return bound(tr, ctx.body if body is None else body)
+
+
+def _noted(ctx: RequestContext, req: UpstreamRequest) -> UpstreamRequest:
+    """The request as built; the client's cache markers it dropped go to the log line."""
+    ctx.cache_markers_dropped = req.cache_markers_dropped
+    return req
 
 
 async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment,
                       body: dict[str, Any] | None = None) -> OpenedStream:
     """One streamed attempt: open, read until the first output token under `first_token_s`. `body`: the
     request to send when it is not the client's (a continuation's)."""
-    body = ctx.body if body is None else body
+    body = _cache_key_kept(rt, ctx, d, ctx.body if body is None else body)
     provider, tr = rt.provider(d), translator(rt, ctx, d, body)
     ttl = provider.learn_ttl_s
     headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
@@ -69,12 +87,14 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
     added = options and tr.sends_stream_options and "stream_options" not in body  # by us, not the client
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
-            req = tr.request(body, d.model, stream=True, client_headers=headers, send_stream_options=options)
+            req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers,
+                                         send_stream_options=options))
             resp = deadline.track(await rt.upstream.open(provider, req, d.label, headers))
             # the stream core is built once the request is out and its head is back, while the model
             # thinks: not on the request's way out (issue #34, the "in" hop of the added TTFT)
             opened = deadline.track(Opened(d, resp, api.stream_core(tr.stream_parser(), d.label), t_sent))
-            await check_status(resp, tr.classify_http_error, d, added_options=added)
+            await check_status(resp, tr.classify_http_error, d, added_options=added,
+                               cache_key=_carries_cache_key(body))
             framing, ctype = tr.framing, resp.headers.get("content-type", "")
             first = b"" if framing.is_stream(ctype, b"") else await resp.next_chunk()
             if framing.is_stream(ctype, first):
@@ -98,7 +118,7 @@ async def _asked_for_a_body(rt: Runtime, ctx: RequestContext, api: ServedApi, d:
     """A deployment that answered a stream request with a body is asked for one, held as the stream.
     If it streams after all, its stream is read as one (an in-band error classified as on any stream)."""
     opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), time.perf_counter())
-    req = tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False)
+    req = _noted(ctx, tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False))
     whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
     if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
         coder = tr.framing.transcoder
@@ -122,7 +142,8 @@ def _hold(opened: OpenedStream, tr: Translator, body: bytes) -> None:
     opened.t_first = time.perf_counter()
 
 
-async def check_status(resp: UpstreamResponse, classify: Classify, d: Deployment, added_options: bool) -> None:
+async def check_status(resp: UpstreamResponse, classify: Classify, d: Deployment, added_options: bool,
+                       cache_key: bool = False) -> None:
     """A rejection of the `stream_options` we added is told by its status alone: providers name the
     parameter (`param: stream_options`), or not (Azure: `param: ""`), or answer 422 (vLLM-style
     validation). It is retried once without, unless the rejection names another parameter or a
@@ -134,7 +155,7 @@ async def check_status(resp: UpstreamResponse, classify: Classify, d: Deployment
         f = exc.failure
         if added_options and f.status in (400, 422) and f.kind is FailureKind.HTTP_4XX and _may_be_options(f):
             raise UpstreamError(dataclasses.replace(f, kind=FailureKind.STREAM_OPTIONS_REJECTED)) from None
-        raise
+        raise _cache_key_rejection(exc, cache_key) from None
 
 
 # codes that name what is wrong with the request's content, whatever else it carries
@@ -147,18 +168,48 @@ def _may_be_options(f: Failure) -> bool:
     return (not f.param or f.param.startswith("stream_options")) and f.code not in _CONTENT_CODES
 
 
+CACHE_KEY_FIELDS = ("prompt_cache_key", "prompt_cache_retention")  # OpenAI's, passed to OpenAI-type servers
+
+
+def _carries_cache_key(body: dict[str, Any]) -> bool:
+    return "prompt_cache_key" in body or "prompt_cache_retention" in body
+
+
+def _cache_key_kept(rt: Runtime, ctx: RequestContext, d: Deployment, body: dict[str, Any]) -> dict[str, Any]:
+    """The body, without OpenAI's prompt-cache fields for a deployment that rejects them (learn-once)."""
+    if ("prompt_cache_key" not in body and "prompt_cache_retention" not in body) or not wants(
+            rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_PROMPT_CACHE_KEY):
+        return body
+    return {k: v for k, v in body.items() if k not in CACHE_KEY_FIELDS}
+
+
+def _cache_key_rejection(exc: UpstreamError, carried: bool) -> UpstreamError:
+    """A 400/422 that names a prompt-cache field the request carried: a learn-once rejection; any other
+    failure as it was. Servers name the field in `param`, or only in the message (a validator's list of
+    unknown fields), so both are read; a rejection for another reason fails again without it."""
+    f = exc.failure
+    named = f.param.startswith("prompt_cache") if f.param else "prompt_cache" in f.message
+    if carried and named and f.status in (400, 422) and f.kind is FailureKind.HTTP_4XX:
+        return UpstreamError(dataclasses.replace(f, kind=FailureKind.CACHE_KEY_REJECTED))
+    return exc
+
+
 async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment) -> ParsedBody:
     """One attempt of a non-stream request: the whole answer, or the classified failure. An upstream
     that streams anyway has its stream read through the API's stream core, so an in-band error in it is
     classified as on a streamed request (an in-band rate limit is a 429, never a malformed body)."""
-    tr = translator(rt, ctx, d)
+    body = _cache_key_kept(rt, ctx, d, ctx.body)
+    tr = translator(rt, ctx, d, body)
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY):
-        streamed = await _fetch_streamed(rt, ctx, api, d, tr)
+        streamed = await _fetch_streamed(rt, ctx, api, d, tr, body)
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
         return streamed
     headers = forwardable(rt, d, ctx.client_headers)
-    req = tr.request(ctx.body, d.model, stream=False, client_headers=headers, send_stream_options=False)
-    whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
+    req = _noted(ctx, tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False))
+    try:
+        whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
+    except UpstreamError as exc:
+        raise _cache_key_rejection(exc, _carries_cache_key(body)) from None
     if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
         return await _assembled(rt, api, tr, d.label, whole)
     parsed = tr.parse_body(whole.body)
@@ -167,12 +218,12 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
 
 
 async def _fetch_streamed(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment,
-                          tr: Translator) -> ParsedBody:
+                          tr: Translator, body: dict[str, Any]) -> ParsedBody:
     """A non-stream request to a deployment that only streams (it rejected `stream: false`): streamed,
     and assembled into the body the client asked for. Nothing reaches the client before the whole
     answer, so a failure anywhere in the stream is still an attempt's failure, retried like any other."""
     headers = forwardable(rt, d, ctx.client_headers)
-    req = tr.request(ctx.body, d.model, stream=True, client_headers=headers, send_stream_options=True)
+    req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers, send_stream_options=True))
     resp: UpstreamResponse = await rt.upstream.open(rt.provider(d), req, d.label, headers)
     try:
         await raise_for_status(resp, tr.classify_http_error, d.label)

@@ -25,7 +25,7 @@ from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.slicer import TextSlot
-from gateway.providers.base import Translator, Unserved, unserved
+from gateway.providers.base import Translator, Unserved, may_carry_markers, unserved
 
 INLINE_DEPTH_BYTES = 64 * 1024  # a smaller body's depth is walked at once: ~1 ms at worst
 DEPTH_STEP_VALUES = 2000  # values visited per step of a bigger body's walk: ~0.5 ms
@@ -85,7 +85,8 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
                          t_start=request.t0,
                          client_headers={**request.headers, "x-request-id": request.request_id},
                          response_headers=request.extra_headers,
-                         session=session_digest(request.headers, body), body_bytes=len(request.body))
+                         session=session_digest(request.headers, body), body_bytes=len(request.body),
+                         cache_marked=may_carry_markers(request.body))
     request.ctx = ctx
     return rt, ctx
 

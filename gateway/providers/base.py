@@ -7,6 +7,7 @@ support matrix.
 
 from __future__ import annotations
 
+import copy
 import email.utils
 import time
 from collections.abc import Mapping
@@ -31,6 +32,8 @@ class UpstreamRequest:
     headers: Mapping[str, str]
     body: bytes
     stream: bool
+    # the client's cache markers dropped over Anthropic's limit (`convert.cache_markers`), for the log line
+    cache_markers_dropped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,62 @@ def keeps_answers(tr: Translator | None) -> bool:
 
 def bound(tr: Translator, body: Mapping[str, Any]) -> Translator:
     return tr.bind(body) if _per_request(tr) else tr
+
+
+@dataclass(frozen=True, slots=True)
+class Breakpoints:
+    """What an Anthropic-format cell does with cache markers for one request (`convert.cache_markers.fit`)."""
+
+    scan: bool = True  # the client may have sent markers: fit them to Anthropic's limits
+    auto: bool = False  # with none from the client: add them (`prompt_cache: {breakpoints: auto}`)
+
+
+FIT = Breakpoints()
+# every setting, made once: a request picks one (`breakpoints_for`) instead of building it
+_SETTINGS = {(scan, auto): FIT if (scan, auto) == (True, False) else Breakpoints(scan, auto)
+             for scan in (True, False) for auto in (True, False)}
+
+
+def breakpoints_for(scan: bool, auto: bool) -> Breakpoints:
+    return _SETTINGS[scan, auto]
+
+
+MARKER_KEY = b'"cache_control"'
+
+
+def may_carry_markers(raw: bytes) -> bool:
+    """Whether a client's JSON body may hold a `cache_control` key. False only when it cannot: the key is
+    not in its bytes and no `\\u` escape could spell it otherwise (a string value equal to the name is a
+    harmless yes). Two byte searches, so a body without markers is never walked for them."""
+    return MARKER_KEY in raw or b"\\u" in raw
+
+
+class AddsBreakpoints:
+    """An Anthropic-format cell (`anthropic`, Bedrock, Vertex): its Messages body goes through
+    `convert.cache_markers.fit` as its `breakpoints` say; `with_breakpoints` gives its twin for another
+    setting, the one a request uses (docs/caching.md)."""
+
+    breakpoints = FIT
+
+    def with_breakpoints(self, breakpoints: Breakpoints) -> Any:
+        twins: dict[Breakpoints, Any] | None = self.__dict__.get("_twins")
+        if twins is None:
+            twins = self.__dict__["_twins"] = {FIT: self}
+        twin = twins.get(breakpoints)
+        if twin is None:
+            twin = twins[breakpoints] = copy.copy(self)
+            twin.__dict__["_twins"] = twins
+            twin.breakpoints = breakpoints
+        return twin
+
+
+def with_breakpoints(tr: Translator, breakpoints: Breakpoints) -> Translator:
+    """`tr`'s twin for a request's `breakpoints`; `tr` itself when its provider takes no Anthropic
+    markers (a class test: `getattr` with a default would build an AttributeError on every miss)."""
+    if breakpoints is FIT or not isinstance(tr, AddsBreakpoints):
+        return tr
+    twin: Translator = tr.with_breakpoints(breakpoints)
+    return twin
 
 
 def not_an_object(data: bytes) -> list[ChatChunk]:

@@ -16,7 +16,7 @@ import orjson
 
 from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
 from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
-from gateway.providers.base import SSE, ParsedBody, UpstreamRequest, retry_after_s
+from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest, retry_after_s
 from gateway.providers.chat_openai import parse_openai_body
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.anthropic_stream import (
@@ -25,10 +25,11 @@ from gateway.providers.convert.anthropic_stream import (
     message_events,
     openai_usage,
 )
+from gateway.providers.convert.cache_markers import fit
 from gateway.providers.settings import ProviderConfig
 
 
-class AnthropicChat:
+class AnthropicChat(AddsBreakpoints):
     """Translator for provider type `anthropic`."""
 
     framing = SSE
@@ -56,8 +57,9 @@ class AnthropicChat:
                 send_stream_options: bool) -> UpstreamRequest:
         # Anthropic always reports usage in a stream: there is no stream_options to send
         out = anthropic_body(body, model, stream=stream)
+        dropped = fit(out, auto=self.breakpoints.auto, scan=self.breakpoints.scan)
         return UpstreamRequest("POST", f"{self.root}/v1/messages", self.headers_for(stream),
-                               orjson.dumps(out), stream)
+                               orjson.dumps(out), stream, dropped)
 
     def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest:
         """Anthropic serves no embeddings. The request goes to the configured host anyway, so the

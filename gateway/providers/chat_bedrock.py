@@ -18,7 +18,7 @@ import orjson
 
 from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import ChatChunk, Framing, ParsedBody, UpstreamRequest
+from gateway.providers.base import AddsBreakpoints, ChatChunk, Framing, ParsedBody, UpstreamRequest
 from gateway.providers.chat_anthropic import parse_anthropic_body
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
@@ -36,6 +36,7 @@ from gateway.providers.convert.bedrock_endpoint import (
     claude_body,
     is_claude,
 )
+from gateway.providers.convert.cache_markers import fit
 from gateway.providers.settings import ProviderConfig
 
 MALFORMED = Failure(FailureKind.MALFORMED, "upstream sent an event that is not a JSON object")
@@ -74,7 +75,7 @@ class BedrockChatStreamParser:
         return out
 
 
-class BedrockChat:
+class BedrockChat(AddsBreakpoints):
     """Translator for provider type `bedrock`, chat schema."""
 
     framing: Framing = EVENTSTREAM
@@ -87,9 +88,12 @@ class BedrockChat:
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
         anthropic = anthropic_body(body, model, stream=stream)
-        out = claude_body(anthropic, {}) if is_claude(model) else converse_body(anthropic)
+        claude = is_claude(model)
+        bp = self.breakpoints  # Converse's cachePoints are made of the markers; auto is for Claude only
+        dropped = fit(anthropic, auto=bp.auto and claude, scan=bp.scan)
+        out = claude_body(anthropic, {}) if claude else converse_body(anthropic)
         return UpstreamRequest("POST", self.endpoint.url(model, stream), self.endpoint.headers_for(stream),
-                               orjson.dumps(out), stream)
+                               orjson.dumps(out), stream, dropped)
 
     def stream_parser(self) -> BedrockChatStreamParser:
         return BedrockChatStreamParser(int(self._clock()))

@@ -22,11 +22,12 @@ import orjson
 
 from gateway.core.events import Failure
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import SSE, ParsedBody, UpstreamRequest
+from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest
 from gateway.providers.chat_anthropic import classify_anthropic_http_error, parse_anthropic_body
 from gateway.providers.chat_gemini import Clock, GoogleChat
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
+from gateway.providers.convert.cache_markers import fit
 from gateway.providers.convert.google_errors import classify_google_http_error
 from gateway.providers.convert.google_stream import GoogleStreamParser, parse_google_body
 from gateway.providers.settings import ProviderConfig
@@ -122,7 +123,7 @@ def classify_vertex_http_error(status: int, headers: Mapping[str, str], body: by
     return classify_google_http_error(status, headers, body)
 
 
-class VertexChat:
+class VertexChat(AddsBreakpoints):
     """Translator for provider type `vertex`."""
 
     framing = SSE
@@ -139,9 +140,10 @@ class VertexChat:
         if not is_claude(model):
             return self.gemini.request(body, model, stream=stream, client_headers=client_headers,
                                        send_stream_options=False)
-        out = claude_body(anthropic_body(body, model, stream=stream), stream)
+        anthropic = anthropic_body(body, model, stream=stream)
+        dropped = fit(anthropic, auto=self.breakpoints.auto, scan=self.breakpoints.scan)
         return UpstreamRequest("POST", self.endpoint.claude_url(model, stream), self.endpoint.claude_headers(stream),
-                               out, stream)
+                               claude_body(anthropic, stream), stream, dropped)
 
     def stream_parser(self) -> ByFirstEvent:
         created = int(self._clock())

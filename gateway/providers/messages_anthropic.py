@@ -18,8 +18,9 @@ import orjson
 from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.messages.wire import MessagesEvent, classify_anthropic_error, malformed, parse_event
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import SSE, ParsedBody, UpstreamRequest
+from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
+from gateway.providers.convert.cache_markers import fit
 from gateway.providers.settings import ProviderConfig
 
 PASSTHROUGH_HEADERS = ("anthropic-version", "anthropic-beta")
@@ -62,7 +63,7 @@ def passthrough_headers(client_headers: Mapping[str, str]) -> dict[str, str]:
     return {h: client_headers[h] for h in PASSTHROUGH_HEADERS if client_headers.get(h)}
 
 
-class AnthropicMessages:
+class AnthropicMessages(AddsBreakpoints):
     """Provider type `anthropic`: the chat cell's headers, root URL and error classification."""
 
     framing = SSE
@@ -74,13 +75,15 @@ class AnthropicMessages:
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
         out = dict(body)  # Anthropic streams always carry usage: nothing to ask
+        dropped = fit(out, auto=self.breakpoints.auto, scan=self.breakpoints.scan)
         out["model"] = model
         if stream:
             out["stream"] = True
         else:
             out.pop("stream", None)
         headers = {**self.endpoint.headers_for(stream), **passthrough_headers(client_headers)}
-        return UpstreamRequest("POST", f"{self.endpoint.root}/v1/messages", headers, orjson.dumps(out), stream)
+        return UpstreamRequest("POST", f"{self.endpoint.root}/v1/messages", headers, orjson.dumps(out), stream,
+                               dropped)
 
     def stream_parser(self) -> AnthropicMessagesStreamParser:
         return AnthropicMessagesStreamParser()

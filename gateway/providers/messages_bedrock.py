@@ -20,7 +20,7 @@ import orjson
 from gateway.core.events import Failure
 from gateway.core.messages.wire import MessagesEvent, malformed, parse_event
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import Framing, ParsedBody, UpstreamRequest
+from gateway.providers.base import AddsBreakpoints, Framing, ParsedBody, UpstreamRequest
 from gateway.providers.chat_bedrock import anthropic_answer, converse_json
 from gateway.providers.convert.bedrock_converse import CONVERSE_EVENTS, ConverseEvents, converse_body
 from gateway.providers.convert.bedrock_endpoint import (
@@ -33,6 +33,7 @@ from gateway.providers.convert.bedrock_endpoint import (
     is_claude,
 )
 from gateway.providers.convert.bedrock_endpoint import count_tokens_answer as bedrock_count_answer
+from gateway.providers.convert.cache_markers import fit
 from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
 from gateway.providers.settings import ProviderConfig
 
@@ -65,7 +66,7 @@ class BedrockMessagesStreamParser:
         return [parse_event(e, None) for e in self._converse.finish()] if self._converse is not None else []
 
 
-class BedrockMessages:
+class BedrockMessages(AddsBreakpoints):
     """Translator for provider type `bedrock`, Messages schema."""
 
     framing: Framing = EVENTSTREAM
@@ -76,9 +77,12 @@ class BedrockMessages:
 
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
-        out = claude_body(body, client_headers) if is_claude(model) else converse_body(body)
+        claude, anthropic = is_claude(model), dict(body)
+        bp = self.breakpoints  # Converse's cachePoints are made of the markers; auto is for Claude only
+        dropped = fit(anthropic, auto=bp.auto and claude, scan=bp.scan)
+        out = claude_body(anthropic, client_headers) if claude else converse_body(anthropic)
         return UpstreamRequest("POST", self.endpoint.url(model, stream), self.endpoint.headers_for(stream),
-                               orjson.dumps(out), stream)
+                               orjson.dumps(out), stream, dropped)
 
     def stream_parser(self) -> BedrockMessagesStreamParser:
         return BedrockMessagesStreamParser()

@@ -13,14 +13,15 @@ from typing import Any
 
 from gateway.core.events import Failure
 from gateway.core.messages.stream import MessagesStreamParser
-from gateway.providers.base import SSE, ParsedBody, UpstreamRequest
+from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest
 from gateway.providers.chat_vertex import ByFirstEvent, VertexChat, claude_body, is_anthropic_body, is_claude
+from gateway.providers.convert.cache_markers import fit
 from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
 from gateway.providers.messages_gemini import MessagesViaGoogle
 from gateway.providers.settings import ProviderConfig
 
 
-class VertexMessages:
+class VertexMessages(AddsBreakpoints):
     """Provider type `vertex`."""
 
     framing = SSE
@@ -40,8 +41,10 @@ class VertexMessages:
         beta = client_headers.get("anthropic-beta")
         if beta:
             headers["anthropic-beta"] = beta  # Claude Code's betas, as on Anthropic's own API
-        return UpstreamRequest("POST", endpoint.claude_url(model, stream), headers, claude_body(dict(body), stream),
-                               stream)
+        out = dict(body)
+        dropped = fit(out, auto=self.breakpoints.auto, scan=self.breakpoints.scan)
+        return UpstreamRequest("POST", endpoint.claude_url(model, stream), headers, claude_body(out, stream),
+                               stream, dropped)
 
     def stream_parser(self) -> MessagesStreamParser:
         parser: MessagesStreamParser = ByFirstEvent(AnthropicMessagesStreamParser, self.gemini.stream_parser)

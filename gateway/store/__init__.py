@@ -29,7 +29,7 @@ class StoreHooks:
     """What the store reports (the metrics are observe/'s): its health, and each failed operation."""
 
     health: Callable[[bool], None]
-    error: Callable[[str], None]  # the operation: refresh, ledger, admin
+    error: Callable[[str], None]  # the operation: refresh (a row skipped counts once per change), ledger, admin
 
 
 async def _journal(store: Store, setting: str) -> SpendJournal | None:
@@ -74,7 +74,8 @@ class ControlPlane:
             hooks.health(up)
 
         listen = cfg.url if store.dialect == "postgresql" else None
-        self._sync = StoreSync(store, self.cache, cfg.poll_s, health, listen, cfg.connect_timeout_s)
+        self._sync = StoreSync(store, self.cache, cfg.poll_s, health, listen, cfg.connect_timeout_s,
+                               on_error=hooks.error)
         await self._sync.start()
         self._ledger = SpendLedger(store, cfg.ledger_wait_s, lambda: hooks.error("ledger"),
                                    journal=await _journal(store, cfg.ledger_journal))

@@ -64,7 +64,7 @@ def api_key(k: StoredKey, team: Team | None) -> ApiKey:
             models = t.models if models is None else tuple(m for m in models if m in t.models)
         limits = team_limits(team)
     return ApiKey(name=k.name, models=models, rpm=lim.rpm, tpm=lim.tpm, budget_usd=lim.budget_usd,
-                  budget_period=lim.budget_period, team=limits, expires_at=k.expires_at)
+                  budget_period=lim.budget_period, team=limits, expires_at=k.expires_at, id=k.id)
 
 
 def team_limits(team: Team) -> TeamLimits:

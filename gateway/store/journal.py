@@ -157,7 +157,8 @@ def parse_rows(data: bytes) -> list[SpendRow]:
             values = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(values, list) and len(values) == _FIELDS:
+        # a line of the version before keys had ids has one field less (`key_id`: None)
+        if isinstance(values, list) and _FIELDS - 1 <= len(values) <= _FIELDS:
             rows.append(SpendRow(*values))
     return rows
 

@@ -20,7 +20,8 @@ meanwhile go in its next batch.
 
 The requests of one batch wait on one future, not one each. Waiting is bounded per batch, not per
 request: one timer, armed by the first waiter after a commit, releases every waiting request `wait_s`
-later if no commit came first (a hung store); the requests after it wait again, under a timer of their own.
+later if no commit came first (a hung store), and marks the store failing: the requests after it do not
+wait until a commit succeeds again, so a hung store costs one wait, not one per request.
 
 Measured before the journal (S2 on a shared 2-core machine): the commit is a third to a half of what
 waiting for it costs a request, the rest is the wait (the request suspended, its last write a loop
@@ -220,9 +221,16 @@ class SpendLedger:
             log.error("ledger_rows_dropped", count=over)
 
     def _expire(self) -> None:
-        """`wait_s` since the first waiter and no commit since: stop every request waiting."""
+        """`wait_s` since the first waiter and no commit since: stop every request waiting, and mark the
+        store failing, so later requests do not wait at all until a commit succeeds (a hung database
+        costs one wait, not one per answer: docs/keys-teams-spend.md, "When the store is down")."""
         self._deadline = None
-        self._waiters = None  # the next rows wait again, under a timer of their own
+        self._waiters = None
+        if not self.failing:
+            self.failing = True
+            self._on_error()
+            log.warning("ledger_unavailable", reason="a commit missed its wait", queued=len(self._queue),
+                        message="requests stop waiting for the ledger; its rows are kept in memory and retried")
         _release(self._queue)
 
     async def close(self) -> None:

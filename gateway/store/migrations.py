@@ -34,6 +34,17 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         """CREATE TABLE gw_audit (id {id}, ts DOUBLE PRECISION NOT NULL, admin TEXT NOT NULL,
             action TEXT NOT NULL, target TEXT NOT NULL, detail TEXT NOT NULL)""",
     )),
+    # keys get an id of their own and ledger rows carry it: spend belongs to a key, not to its name, which
+    # a new key may reuse after a revocation. The rows of the key that has the name now (from its
+    # creation on) are its own; those of a revoked predecessor keep no id.
+    (2, (
+        "ALTER TABLE gw_keys ADD COLUMN id TEXT",
+        "UPDATE gw_keys SET id = 'legacy-' || name WHERE id IS NULL",
+        "CREATE UNIQUE INDEX gw_keys_id ON gw_keys (id)",
+        "ALTER TABLE gw_spend ADD COLUMN key_id TEXT",
+        """UPDATE gw_spend SET key_id = (SELECT k.id FROM gw_keys k WHERE k.name = gw_spend.key_name
+            AND gw_spend.ts >= k.created_at) WHERE key_name IS NOT NULL""",
+    )),
 )
 LATEST = MIGRATIONS[-1][0]
 _ID = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgresql": "BIGSERIAL PRIMARY KEY"}

@@ -8,11 +8,14 @@ slow admin query never delays a response's last byte.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
+from gateway.config.types import key_counter
+from gateway.store import rows as parse
 from gateway.store.db import Database, Tx, open_database
 from gateway.store.migrations import migrate
 from gateway.store.types import (
@@ -22,32 +25,39 @@ from gateway.store.types import (
     Invalid,
     Limits,
     Missing,
+    Page,
     PeriodSpend,
-    Secret,
+    SkippedRow,
     Snapshot,
     SpendQuery,
     SpendRow,
     SpendTotal,
     StoredKey,
     Team,
+    Unparsable,
 )
 
+T = TypeVar("T")
+FIRST_PAGE = Page()
 CHANNEL = "gw_changes"
-_KEY_COLS = "name, team, models, rpm, tpm, budget_usd, budget_period, expires_at, metadata, created_at"
+_KEY_COLS = "name, team, models, rpm, tpm, budget_usd, budget_period, expires_at, metadata, created_at, id"
 _TEAM_COLS = "name, models, rpm, tpm, budget_usd, budget_period, created_at"
 # in SpendRow's field order: a row is its own parameters
 _SPEND_COLS = ("row_id, request_id, ts, day, key_name, team, model, deployment, api, outcome, input_tokens, "
-               "output_tokens, cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, cost_usd")
-_SPEND_INSERT = (f"INSERT INTO gw_spend ({_SPEND_COLS}) VALUES ({', '.join('?' * 16)}) "
+               "output_tokens, cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, cost_usd, key_id")
+_SPEND_INSERT = (f"INSERT INTO gw_spend ({_SPEND_COLS}) VALUES ({', '.join('?' * 17)}) "
                  "ON CONFLICT (row_id) DO NOTHING")
 # PostgreSQL: the batch as one JSON parameter (an array of rows, each an array in column order), expanded
 # by the server: one round trip, and one text parameter to encode (orjson) instead of a value each
 _SPEND_PG_TYPES = ("text", "text", "float8", "text", "text", "text", "text", "text", "text", "text",
-                   "int8", "int8", "int8", "int8", "int8", "float8")
+                   "int8", "int8", "int8", "int8", "int8", "float8", "text")
 _SPEND_INSERT_PG = (f"INSERT INTO gw_spend ({_SPEND_COLS}) SELECT "
                     + ", ".join(f"(e->>{i})::{t}" for i, t in enumerate(_SPEND_PG_TYPES))
                     + " FROM json_array_elements(?::json) AS e ON CONFLICT (row_id) DO NOTHING")
-_GROUP_COL = {"key": "key_name", "team": "team", "model": "model", "deployment": "deployment", "day": "day"}
+# `key` is grouped by its id too (`key_id` in the answer): a reused name's spend stays apart from the
+# spend of the revoked key that had the name before (docs/keys-teams-spend.md, "Spend")
+_GROUP_COL = {"key": "key_name", "key_id": "key_id", "team": "team", "model": "model", "deployment": "deployment",
+              "day": "day"}
 
 
 class Store:
@@ -87,11 +97,12 @@ class Store:
     async def snapshot(self) -> Snapshot:
         async def run(tx: Tx) -> Snapshot:
             version = int((await tx.rows("SELECT version FROM gw_meta WHERE id = 1"))[0][0])
-            keys = tuple(_key(r) for r in await tx.rows(f"SELECT {_KEY_COLS} FROM gw_keys"))
-            secrets = tuple(Secret(r[0], r[1], r[2]) for r in
-                            await tx.rows("SELECT digest, key_name, expires_at FROM gw_key_secrets"))
-            teams = tuple(_team(r) for r in await tx.rows(f"SELECT {_TEAM_COLS} FROM gw_teams"))
-            return Snapshot(version, keys, secrets, teams)
+            skipped: list[SkippedRow] = []
+            keys = _readable("gw_keys", parse.key, await tx.rows(f"SELECT {_KEY_COLS} FROM gw_keys"), skipped)
+            secrets = _readable("gw_key_secrets", parse.secret,
+                                await tx.rows("SELECT digest, key_name, expires_at FROM gw_key_secrets"), skipped)
+            teams = _readable("gw_teams", parse.team, await tx.rows(f"SELECT {_TEAM_COLS} FROM gw_teams"), skipped)
+            return Snapshot(version, tuple(keys), tuple(secrets), tuple(teams), tuple(skipped))
 
         return await self._db.transact(run, write=False)
 
@@ -102,25 +113,23 @@ class Store:
             if await tx.rows("SELECT 1 FROM gw_keys WHERE name = ?", (key.name,)):
                 raise Conflict(f"a key named {key.name} exists")
             await _check_team(tx, key.team)
-            await tx.exec(f"INSERT INTO gw_keys ({_KEY_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _key_row(key))
+            await tx.exec(f"INSERT INTO gw_keys ({_KEY_COLS}) VALUES ({', '.join('?' * 11)})", _key_row(key))
             await tx.exec("INSERT INTO gw_key_secrets (digest, key_name, created_at, expires_at) "
                           "VALUES (?, ?, ?, NULL)", (digest, key.name, actor.now))
             await self._changed(tx, actor, "key.create", key.name, _limits_detail(key.limits, team=key.team))
 
         await self._db.transact(run)
 
-    async def list_keys(self) -> list[StoredKey]:
-        async def run(tx: Tx) -> list[StoredKey]:
-            return [_key(r) for r in await tx.rows(f"SELECT {_KEY_COLS} FROM gw_keys ORDER BY name")]
-
-        return await self._db.transact(run, write=False)
+    async def list_keys(self, page: Page = FIRST_PAGE) -> tuple[list[StoredKey], bool]:
+        """One page by name, rows that cannot be read left out (the sync logs them); has more."""
+        return await self._page(f"SELECT {_KEY_COLS} FROM gw_keys", "gw_keys", parse.key, page)
 
     async def get_key(self, name: str) -> StoredKey:
         async def run(tx: Tx) -> StoredKey:
             rows = await tx.rows(f"SELECT {_KEY_COLS} FROM gw_keys WHERE name = ?", (name,))
             if not rows:
                 raise Missing(f"no key named {name}")
-            return _key(rows[0])
+            return _one("key", name, parse.key, rows[0])
 
         return await self._db.transact(run, write=False)
 
@@ -175,18 +184,37 @@ class Store:
 
         await self._db.transact(run)
 
-    async def list_teams(self) -> list[Team]:
-        async def run(tx: Tx) -> list[Team]:
-            return [_team(r) for r in await tx.rows(f"SELECT {_TEAM_COLS} FROM gw_teams ORDER BY name")]
+    async def list_teams(self, page: Page = FIRST_PAGE) -> tuple[list[Team], bool]:
+        return await self._page(f"SELECT {_TEAM_COLS} FROM gw_teams", "gw_teams", parse.team, page)
 
-        return await self._db.transact(run, write=False)
+    async def _page(self, select: str, table: str, read: Callable[[tuple[Any, ...]], T],
+                    page: Page) -> tuple[list[T], bool]:
+        """Rows by name after `page.after`, `page.limit` readable ones at most, and whether more follow;
+        fetched a page at a time until it is full, so rows that cannot be read never end a listing."""
+        out: list[T] = []
+        after = page.after
+
+        async def run(tx: Tx) -> list[tuple[Any, ...]]:
+            where = " WHERE name > ?" if after is not None else " WHERE name IS NOT NULL"
+            return await tx.rows(select + where + " ORDER BY name LIMIT ?",
+                                 (after, page.limit + 1) if after is not None else (page.limit + 1,))
+
+        while True:
+            rows = await self._db.transact(run, write=False)
+            for r in rows:
+                if len(out) == page.limit:
+                    return out, True  # a row follows the full page
+                after = r[0]
+                out.extend(_readable(table, read, [r], []))
+            if len(rows) <= page.limit:
+                return out, False
 
     async def get_team(self, name: str) -> Team:
         async def run(tx: Tx) -> Team:
             rows = await tx.rows(f"SELECT {_TEAM_COLS} FROM gw_teams WHERE name = ?", (name,))
             if not rows:
                 raise Missing(f"no team named {name}")
-            return _team(rows[0])
+            return _one("team", name, parse.team, rows[0])
 
         return await self._db.transact(run, write=False)
 
@@ -226,7 +254,8 @@ class Store:
         return self._ledger.batch_now(_SPEND_INSERT, rows)
 
     async def spend(self, q: SpendQuery) -> list[SpendTotal]:
-        cols = [_GROUP_COL[g] for g in q.group_by]  # names from a fixed table, never from the request
+        groups = tuple(g for field in q.group_by for g in ((field, "key_id") if field == "key" else (field,)))
+        cols = [_GROUP_COL[g] for g in groups]  # names from a fixed table, never from the request
         where, params = [], []
         if q.day_from:
             where.append("day >= ?")
@@ -240,39 +269,46 @@ class Store:
                + (" GROUP BY " + ", ".join(cols) + " ORDER BY " + ", ".join(cols) if cols else ""))
 
         async def run(tx: Tx) -> list[SpendTotal]:
-            return [_total(q.group_by, r) for r in await tx.rows(sql, params)]
+            return [_total(groups, r) for r in await tx.rows(sql, params)]
 
         return await self._db.transact(run, write=False)
 
     async def period_spend(self, since: str, exclude_row_prefix: str | None = None) -> PeriodSpend:
-        """Spend from day `since` on, per key and per team (budgets start from it); rows whose id starts
-        with `exclude_row_prefix` (one process's own, `pipeline/ids.py`) left out."""
-        sql = "SELECT key_name, team, SUM(cost_usd) FROM gw_spend WHERE day >= ?"
+        """Spend from day `since` on, per key (its `ApiKey.counter`) and per team (budgets start from it);
+        rows whose id starts with `exclude_row_prefix` (one process's own, `pipeline/ids.py`) left out."""
+        sql = "SELECT key_name, key_id, team, SUM(cost_usd) FROM gw_spend WHERE day >= ?"
         params = [since]
         if exclude_row_prefix is not None:
             sql += " AND row_id NOT LIKE ?"
             params.append(exclude_row_prefix + "%")  # hex digits: no LIKE wildcard in it
-        sql += " GROUP BY key_name, team"
+        sql += " GROUP BY key_name, key_id, team"
 
         async def run(tx: Tx) -> PeriodSpend:
             out = PeriodSpend(since)
-            for key, team, cost in await tx.rows(sql, params):
+            for key, key_id, team, cost in await tx.rows(sql, params):
                 usd = float(cost or 0.0)
-                if key is not None:
-                    out.keys[key] = out.keys.get(key, 0.0) + usd
+                if key is not None:  # by the key's state counter: its id, so a reused name starts at 0
+                    counter = key_counter(key, key_id)
+                    out.keys[counter] = out.keys.get(counter, 0.0) + usd
                 if team is not None:
                     out.teams[team] = out.teams.get(team, 0.0) + usd
             return out
 
         return await self._db.transact(run, write=False)
 
-    async def audit(self, limit: int = 100) -> list[AuditEntry]:
-        async def run(tx: Tx) -> list[AuditEntry]:
-            rows = await tx.rows("SELECT ts, admin, action, target, detail FROM gw_audit ORDER BY id DESC LIMIT ?",
-                                 (limit,))
-            return [AuditEntry(float(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+    async def audit(self, page: Page = FIRST_PAGE) -> tuple[list[AuditEntry], bool]:
+        """Newest first; `page.after`: the id of the last entry seen (the next page is older)."""
+        before = int(page.after) if page.after is not None else None
 
-        return await self._db.transact(run, write=False)
+        async def run(tx: Tx) -> list[tuple[Any, ...]]:
+            cols = "SELECT ts, admin, action, target, detail, id FROM gw_audit"
+            if before is None:
+                return await tx.rows(cols + " ORDER BY id DESC LIMIT ?", (page.limit + 1,))
+            return await tx.rows(cols + " WHERE id < ? ORDER BY id DESC LIMIT ?", (before, page.limit + 1))
+
+        rows = await self._db.transact(run, write=False)
+        return [AuditEntry(float(r[0]), r[1], r[2], r[3], r[4], int(r[5])) for r in rows[:page.limit]], \
+            len(rows) > page.limit
 
     async def _changed(self, tx: Tx, actor: Actor, action: str, target: str, detail: dict[str, Any]) -> None:
         await tx.exec("INSERT INTO gw_audit (ts, admin, action, target, detail) VALUES (?, ?, ?, ?, ?)",
@@ -291,26 +327,36 @@ def _models_json(models: tuple[str, ...] | None) -> str | None:
     return None if models is None else orjson.dumps(list(models)).decode()
 
 
-def _limits(models: str | None, rpm: Any, tpm: Any, budget: Any, period: str) -> Limits:
-    return Limits(models=None if models is None else tuple(orjson.loads(models)),
-                  rpm=None if rpm is None else int(rpm), tpm=None if tpm is None else int(tpm),
-                  budget_usd=None if budget is None else float(budget),
-                  budget_period="month" if period == "month" else "day")
+def _readable(table: str, read: Callable[[tuple[Any, ...]], T], rows: list[tuple[Any, ...]],
+              skipped: list[SkippedRow]) -> list[T]:
+    """`read` of each row; the ones it cannot read go to `skipped` instead."""
+    out: list[T] = []
+    for r in rows:
+        try:
+            out.append(read(r))
+        except parse.Unreadable as exc:
+            name = r[1] if table == "gw_key_secrets" else r[0]  # a secret by its key's name, never its digest
+            skipped.append(SkippedRow(table, _printable(name), exc.column, exc.reason, hash(repr(r))))
+    return out
 
 
-def _key(r: tuple[Any, ...]) -> StoredKey:
-    return StoredKey(name=r[0], team=r[1], limits=_limits(r[2], r[3], r[4], r[5], r[6]),
-                     expires_at=None if r[7] is None else float(r[7]), metadata=r[8], created_at=float(r[9]))
+def _one(kind: str, name: str, read: Callable[[tuple[Any, ...]], T], row: tuple[Any, ...]) -> T:
+    try:
+        return read(row)
+    except parse.Unreadable as exc:
+        raise Unparsable(f"the stored {kind} {name} cannot be read ({exc}): delete it, or fix it in the "
+                         "database") from None
+
+
+def _printable(v: Any) -> str:
+    s = v if isinstance(v, str) else repr(v)
+    return "".join(c if c.isprintable() else "?" for c in s[:64])
 
 
 def _key_row(k: StoredKey) -> tuple[Any, ...]:
     lim = k.limits
     return (k.name, k.team, _models_json(lim.models), lim.rpm, lim.tpm, lim.budget_usd, lim.budget_period,
-            k.expires_at, k.metadata, k.created_at)
-
-
-def _team(r: tuple[Any, ...]) -> Team:
-    return Team(name=r[0], limits=_limits(r[1], r[2], r[3], r[4], r[5]), created_at=float(r[6]))
+            k.expires_at, k.metadata, k.created_at, k.id)
 
 
 def _team_row(t: Team) -> tuple[Any, ...]:

@@ -25,6 +25,10 @@ class Missing(StoreError):
     """No such key or team (404)."""
 
 
+class Unparsable(StoreError):
+    """A stored row that cannot be read (500 naming its column): written by hand or by an older version."""
+
+
 class Invalid(StoreError):
     """A field the store refuses (400), e.g. a team that does not exist; `param` names the field."""
 
@@ -59,6 +63,7 @@ class StoredKey:
     expires_at: float | None = None
     metadata: str = "{}"  # JSON object, as given
     created_at: float = 0.0
+    id: str | None = None  # unique for ever: spend belongs to it, not to the name (which may be reused)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,17 @@ class Secret:
 
 
 @dataclass(frozen=True, slots=True)
+class SkippedRow:
+    """A stored row the gateway cannot read (`store/rows.py`), left out of a snapshot or a list."""
+
+    table: str
+    name: str  # its key or team name, made printable and cut short (never a secret's digest)
+    column: str
+    reason: str
+    fingerprint: int  # changes when the row does: logged and counted once per change, not per poll
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything a replica caches: read whole whenever the store's version moves."""
 
@@ -78,6 +94,15 @@ class Snapshot:
     keys: tuple[StoredKey, ...] = ()
     secrets: tuple[Secret, ...] = ()
     teams: tuple[Team, ...] = ()
+    skipped: tuple[SkippedRow, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a list: `limit` at most; `has_more` when rows after the last one exist."""
+
+    limit: int = 100
+    after: str | None = None  # the last name (keys, teams) or id (audit) of the previous page
 
 
 class SpendRow(NamedTuple):
@@ -101,6 +126,7 @@ class SpendRow(NamedTuple):
     cache_creation_input_tokens: int = 0
     reasoning_tokens: int = 0
     cost_usd: float = 0.0
+    key_id: str | None = None  # a stored key's id (its spend, whatever its name); None for a config key
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +149,8 @@ class SpendTotal:
 
 @dataclass(frozen=True, slots=True)
 class PeriodSpend:
-    """The ledger's spend from a day on (inclusive), per key name and per team: what budgets start from."""
+    """The ledger's spend from a day on (inclusive), per key (`ApiKey.counter`: a stored key's id, a config
+    key's name) and per team: what budgets start from."""
 
     since: str  # YYYY-MM-DD
     keys: dict[str, float] = field(default_factory=dict)
@@ -137,6 +164,7 @@ class AuditEntry:
     action: str  # key.create, key.update, key.revoke, key.rotate, team.create, team.update, team.delete
     target: str
     detail: str = "{}"  # JSON: the fields changed (never a secret)
+    id: int = 0  # ascending; a page of the audit log starts after one
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,9 @@ def test_rotation_keeps_the_old_key_for_its_grace_only(gateway: GatewayServer) -
 
 
 def test_expired_key_is_refused(gateway: GatewayServer) -> None:
-    _, created = admin_call(gateway.port, "POST", "keys", {"name": "temp", "expires_at": "2001-01-01T00:00:00Z"})
+    status, created = admin_call(gateway.port, "POST", "keys", {"name": "temp", "expires_at": time.time() + 1})
+    assert status == 201  # a past expires_at is refused (docs/keys-teams-spend.md): one that passes soon
+    _until(lambda: not _works(gateway, created["key"]), deadline_s=5.0)
     with capture_logs() as logs, pytest.raises(openai.AuthenticationError) as refused:
         _chat(gateway, created["key"])
     # told apart from an unknown key, to the client and in the log line (docs/reference.md, Errors)

@@ -78,8 +78,9 @@ def test_a_codex_style_request_becomes_a_chat_body() -> None:
                                                       "parameters": SHELL["parameters"]}}
     assert patch["function"]["parameters"]["required"] == ["input"]
     assert "start: /.+/" in patch["function"]["description"]
-    for dropped in ("store", "include", "prompt_cache_key", "text", "input", "instructions", "stream", "model"):
+    for dropped in ("store", "include", "text", "input", "instructions", "stream", "model"):
         assert dropped not in out
+    assert out["prompt_cache_key"] == body["prompt_cache_key"]  # for OpenAI-type chat servers (docs/caching.md)
 
 
 @pytest.mark.parametrize(("choice", "want"), [

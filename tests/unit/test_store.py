@@ -32,7 +32,7 @@ async def _store(tmp_path: Path) -> Store:
 
 async def test_migrations_apply_once(tmp_path: Path) -> None:
     store = await Store.open(f"sqlite:///{tmp_path}/s.db")
-    assert await store.migrate() == [1]
+    assert await store.migrate() == [1, 2]
     assert await store.migrate() == []
     assert await store.version() == 0
     await store.close()
@@ -64,7 +64,7 @@ async def test_spend_groups_and_days(tmp_path: Path) -> None:
         ((("team", None),), 1, 2.5), ((("team", "t"),), 2, 2.0)]
     one_day = await store.spend(SpendQuery(group_by=("key", "day"), day_from="2026-12-02", day_to="2026-12-02"))
     assert [(t.group, t.input_tokens, t.output_tokens) for t in one_day] == [
-        ((("key", "a"), ("day", "2026-12-02")), 10, 5)]
+        ((("key", "a"), ("key_id", None), ("day", "2026-12-02")), 10, 5)]
     everything = await store.spend(SpendQuery(group_by=()))
     assert [(t.group, t.requests) for t in everything] == [((), 3)]
     await store.close()
@@ -78,7 +78,7 @@ async def test_writes_are_audited_and_move_the_version(tmp_path: Path) -> None:
     snap = await store.snapshot()
     assert snap.version == 3
     assert sorted((s.digest[:2], s.expires_at) for s in snap.secrets) == [("ab", ACTOR.now + 30), ("cd", None)]
-    assert [(a.action, a.target, a.admin) for a in await store.audit()] == [
+    assert [(a.action, a.target, a.admin) for a in (await store.audit())[0]] == [
         ("key.rotate", "k", "ops"), ("key.create", "k", "ops"), ("team.create", "t", "ops")]
     await store.close()
 
@@ -125,7 +125,8 @@ def test_an_admin_key_that_is_also_a_gateway_key_is_a_config_error() -> None:
 def test_store_config_errors_name_their_keys() -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(_config(admin={"keys": [{"name": "a", "key": "other"}]}), env={})
-    assert err.value.errors == ["store.url: required with admin.keys: the control plane keeps keys in the store"]
+    assert err.value.errors == ["store.url: required with admin.keys or admin.jwt_groups: the control plane keeps "
+                                "keys in the store"]
     with pytest.raises(ConfigError) as err:
         parse_config(_config(store={"url": "mysql://x"}), env={})
     assert err.value.errors[0].startswith("store.url: must be sqlite:///")

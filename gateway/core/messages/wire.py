@@ -109,6 +109,7 @@ class UsageCounts:
     cache_creation: int = 0
     output: int = 0
     thinking: int = 0
+    cache_creation_1h: int = 0  # `cache_creation.ephemeral_1h_input_tokens`: the 1-hour part of the writes
     seen: bool = False
 
     def update(self, u: Any) -> None:
@@ -120,6 +121,10 @@ class UsageCounts:
             v = _int(u.get(key))
             if v is not None:
                 setattr(self, attr, v)
+        split = u.get("cache_creation")
+        v = _int(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else None
+        if v is not None:
+            self.cache_creation_1h = v
         details = u.get("output_tokens_details")
         v = _int(details.get("thinking_tokens")) if isinstance(details, dict) else None
         if v is not None:
@@ -129,7 +134,7 @@ class UsageCounts:
         # Anthropic's input_tokens excludes cache reads and writes; OpenAI's prompt_tokens includes them
         return Usage(input=self.input + self.cache_read + self.cache_creation, output=self.output,
                      cached_input=self.cache_read, cache_creation_input=self.cache_creation,
-                     reasoning=self.thinking)
+                     reasoning=self.thinking, cache_creation_input_1h=min(self.cache_creation_1h, self.cache_creation))
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ class Fact(StrEnum):
     NO_STREAM = "no_stream"  # a stream request is answered buffered and re-emitted as a stream
     STREAM_ONLY = "stream_only"  # a non-stream request is streamed and assembled into a body
     NO_PREFILL = "no_prefill"  # rejects a trailing assistant message: continued by regenerating (§4.9)
+    NO_PROMPT_CACHE_KEY = "no_prompt_cache_key"  # asked without `prompt_cache_key` / `prompt_cache_retention`
 
 
 @dataclass(frozen=True, slots=True)

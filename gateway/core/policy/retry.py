@@ -91,6 +91,7 @@ _RULE_OF: Mapping[FailureKind, _Rule] = MappingProxyType(
         FailureKind.HTTP_4XX: _Rule.PASS,
         FailureKind.STREAM_OPTIONS_REJECTED: _Rule.LEARN,
         FailureKind.STREAM_REJECTED: _Rule.LEARN,
+        FailureKind.CACHE_KEY_REJECTED: _Rule.LEARN,
         FailureKind.CONTEXT_LENGTH: _Rule.MOVE,
         FailureKind.QUOTA: _Rule.MOVE,
         FailureKind.UPSTREAM_AUTH: _Rule.MOVE,

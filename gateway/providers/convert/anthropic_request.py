@@ -10,7 +10,8 @@ role merged, since Anthropic wants user and assistant to alternate), `max_comple
 any, named -> tool), `parallel_tool_calls: false` -> `disable_parallel_tool_use`, `reasoning_effort`
 -> `thinking` with a token budget, `user` / `safety_identifier` -> `metadata.user_id`, `stream`.
 Content parts: text, image_url (https URL or base64 data URL), file (base64 PDF data URL), and a
-`cache_control` on a part or a message is carried onto the Anthropic block (prompt caching).
+`cache_control` on a part, a message or a tool is carried onto the Anthropic block as Anthropic takes it
+(`convert.cache_markers.marker`: `ephemeral`, with a `ttl` of 5m or 1h; prompt caching, docs/caching.md).
 Anthropic-native fields a client may add to the body: `top_k`, `thinking` (wins over
 `reasoning_effort`).
 Dropped: everything else, e.g. n, logprobs, top_logprobs, seed, presence_penalty, frequency_penalty,
@@ -27,6 +28,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+
+from gateway.providers.convert.cache_markers import marker
 
 Block = dict[str, Any]
 Turn = dict[str, Any]
@@ -120,8 +123,8 @@ def _trim_final_assistant(turns: list[Turn]) -> None:
 
 
 def _with_cache_control(blocks: list[Block], message: Mapping[str, Any]) -> list[Block]:
-    cc = message.get("cache_control")
-    if isinstance(cc, dict) and blocks:
+    cc = marker(message.get("cache_control"))
+    if cc is not None and blocks:
         blocks[-1]["cache_control"] = cc
     return blocks
 
@@ -131,8 +134,8 @@ def _text_block(text: Any, part: Mapping[str, Any] | None = None) -> list[Block]
     if not isinstance(text, str) or not text.strip():
         return []
     block: Block = {"type": "text", "text": text}
-    cc = part.get("cache_control") if part is not None else None
-    if isinstance(cc, dict):
+    cc = marker(part.get("cache_control")) if part is not None else None
+    if cc is not None:
         block["cache_control"] = cc
     return [block]
 
@@ -169,8 +172,7 @@ def _image_block(part: Mapping[str, Any]) -> list[Block]:
     else:
         source = {"type": "url", "url": url}
     block: Block = {"type": "image", "source": source}
-    if isinstance(part.get("cache_control"), dict):
-        block["cache_control"] = part["cache_control"]
+    _mark(block, part)
     return [block]
 
 
@@ -183,9 +185,14 @@ def _document_block(part: Mapping[str, Any]) -> list[Block]:
         return []
     block: Block = {"type": "document", "source": {"type": "base64", "media_type": m.group(1),
                                                    "data": m.group(3)}}
-    if isinstance(part.get("cache_control"), dict):
-        block["cache_control"] = part["cache_control"]
+    _mark(block, part)
     return [block]
+
+
+def _mark(block: Block, part: Mapping[str, Any]) -> None:
+    cc = marker(part.get("cache_control"))
+    if cc is not None:
+        block["cache_control"] = cc
 
 
 def _assistant_blocks(m: Mapping[str, Any]) -> list[Block]:
@@ -272,8 +279,7 @@ def _tools(tools: Any) -> list[Block]:
                        "input_schema": params if isinstance(params, dict) else {"type": "object", "properties": {}}}
         if isinstance(fn.get("description"), str):
             tool["description"] = fn["description"]
-        if isinstance(t.get("cache_control"), dict):
-            tool["cache_control"] = t["cache_control"]
+        _mark(tool, t)
         out.append(tool)
     return out
 

@@ -11,9 +11,9 @@ Request (Anthropic -> Converse): `system` -> `system[].text`; blocks text -> `te
 `image` (format from the media type), base64 PDF -> `document`, tool_use -> `toolUse`, tool_result ->
 `toolResult` (`status: error` for `is_error`), thinking -> `reasoningContent.reasoningText`,
 redacted_thinking -> `reasoningContent.redactedContent`; a `cache_control` adds a `cachePoint` after its
-block; `max_tokens`, `temperature`, `top_p`, `stop_sequences` -> `inferenceConfig`; `tools` and
-`tool_choice` (auto, any, tool; none sends no choice) -> `toolConfig`. Image URLs have no Converse form
-(only bytes or S3) and are dropped.
+block (a tool's: after it in `toolConfig.tools`); `max_tokens`, `temperature`, `top_p`, `stop_sequences`
+-> `inferenceConfig`; `tools` and `tool_choice` (auto, any, tool; none sends no choice) -> `toolConfig`.
+Image URLs have no Converse form (only bytes or S3) and are dropped.
 Answer (Converse -> Anthropic): content blocks the other way round; `stopReason` (end_turn, tool_use,
 max_tokens, stop_sequence pass; guardrail_intervened and content_filtered -> refusal); `usage`
 (`inputTokens` excludes cache reads and writes, as Anthropic's `input_tokens` does).
@@ -50,7 +50,8 @@ def converse_body(anthropic: Mapping[str, Any]) -> dict[str, Any]:
               if anthropic.get(src) is not None}
     if config:
         out["inferenceConfig"] = config
-    tools = [_tool(t) for t in anthropic.get("tools") or () if isinstance(t, dict) and t.get("name")]
+    tools = [spec for t in anthropic.get("tools") or () if isinstance(t, dict) and t.get("name")
+             for spec in _tool(t)]
     if tools:
         out["toolConfig"] = {"tools": tools}
         choice = _tool_choice(anthropic.get("tool_choice"))
@@ -130,11 +131,12 @@ def _tool_result(block: Mapping[str, Any]) -> Block:
     return {"toolResult": result}
 
 
-def _tool(tool: Mapping[str, Any]) -> Block:
+def _tool(tool: Mapping[str, Any]) -> list[Block]:
+    """A tool's spec, and a `cachePoint` after it when it carries a `cache_control`."""
     spec: Block = {"name": tool["name"], "inputSchema": {"json": tool.get("input_schema") or {"type": "object"}}}
     if tool.get("description"):
         spec["description"] = tool["description"]
-    return {"toolSpec": spec}
+    return [{"toolSpec": spec}, _CACHE_POINT] if tool.get("cache_control") else [{"toolSpec": spec}]
 
 
 def _tool_choice(choice: Any) -> Block | None:

@@ -14,7 +14,15 @@ from typing import Any
 
 from gateway.core.events import InbandError
 from gateway.core.responses.wire import response_events
-from gateway.providers.base import ParsedBody, Translator, Unserved, UpstreamRequest
+from gateway.providers.base import (
+    AddsBreakpoints,
+    Breakpoints,
+    ParsedBody,
+    Translator,
+    Unserved,
+    UpstreamRequest,
+    with_breakpoints,
+)
 from gateway.providers.convert.responses_chat_request import Echo, chat_body, echo_of
 from gateway.providers.convert.responses_chat_stream import ResponsesFromChat, response_from_completion
 from gateway.providers.convert.via_chat import ViaChat
@@ -24,7 +32,7 @@ NO_STATE = Unserved("previous_response_id is not supported by this model's deplo
                     "previous_response_id")
 
 
-class ResponsesViaChat(ViaChat):
+class ResponsesViaChat(ViaChat, AddsBreakpoints):
     """The Responses API on a provider's chat cell. Built once per config; `bind` gives the per-request
     translator whose parsers know the request (`Echo`)."""
 
@@ -36,6 +44,12 @@ class ResponsesViaChat(ViaChat):
 
     def unserved(self, body: Mapping[str, Any]) -> Unserved | None:
         return NO_STATE if body.get("previous_response_id") is not None else None
+
+    def with_breakpoints(self, breakpoints: Breakpoints) -> ResponsesViaChat:
+        """The bridge over its chat cell's twin (an Anthropic-format cell's: breakpoints through the
+        bridge too); itself when the chat cell takes no markers."""
+        chat = with_breakpoints(self.chat, breakpoints)
+        return self if chat is self.chat else ResponsesViaChat(chat, self.echo)
 
     def bind(self, body: Mapping[str, Any]) -> ResponsesViaChat:
         return ResponsesViaChat(self.chat, echo_of(body))

@@ -18,8 +18,12 @@ mode), `parallel_tool_calls`, `text.format` (`json_object`, `json_schema`) -> `r
 Dropped: `reasoning` input items (a chat request has no field for earlier reasoning; the Anthropic cell
 turns thinking off for a continued tool loop for the same reason), `item_reference` (it names stored
 state), hosted tools (`web_search`, `file_search`, `code_interpreter`, `mcp`, ...: a chat server cannot
-run them), `include`, `store`, `truncation`, `background`, `prompt_cache_key` (read by the gateway for
-session affinity, never needed upstream), `text.verbosity`, `stream_options`, `metadata`, `service_tier`.
+run them), `include`, `store`, `truncation`, `background`, `text.verbosity`, `stream_options`, `metadata`,
+`service_tier`.
+Prompt caching (docs/caching.md): `prompt_cache_key` and `prompt_cache_retention` go to the chat body (an
+OpenAI-type chat server takes them; the Anthropic conversion drops them), and a `cache_control` on a
+content part, a message or tool output item, or a tool is kept on the chat part, message or tool, where
+the Anthropic conversion reads it (a marked text keeps its parts instead of being joined into one string).
 """
 
 from __future__ import annotations
@@ -73,6 +77,9 @@ def chat_body(body: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(effort, str) and effort != "none":
         out["reasoning_effort"] = effort
     _text_format(body.get("text"), out)
+    for key in ("prompt_cache_key", "prompt_cache_retention"):
+        if isinstance(body.get(key), str):
+            out[key] = body[key]
     tools = _tools(body.get("tools"))
     if tools:
         out["tools"] = tools
@@ -109,23 +116,36 @@ def _item(item: dict[str, Any], out: list[Message]) -> None:
         args = orjson.dumps({CUSTOM_INPUT: value if isinstance(value, str) else ""}).decode()
         _call(out, item.get("call_id"), item.get("name"), args)
     elif itype in ("function_call_output", "custom_tool_call_output"):
-        out.append({"role": "tool", "tool_call_id": str(item.get("call_id") or ""),
-                    "content": _output_text(item.get("output"))})
+        out.append(_marked({"role": "tool", "tool_call_id": str(item.get("call_id") or ""),
+                            "content": _output_text(item.get("output"))}, item))
 
 
 def _message(item: dict[str, Any]) -> Message | None:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         return None
-    content = item.get("content")
-    if role != "user":  # system and assistant turns are text in every chat server
-        return {"role": "system" if role == "developer" else role, "content": _joined(content)}
+    return _marked(_message_content(role, item.get("content")), item)
+
+
+def _message_content(role: str, content: Any) -> Message:
     if isinstance(content, str):
-        return {"role": "user", "content": content}
+        return {"role": "system" if role == "developer" else role, "content": content}
     parts = [p for part in (content if isinstance(content, list) else ()) for p in _part(part)]
-    if all(p["type"] == "text" for p in parts):
+    marked = any("cache_control" in p for p in parts)
+    if role != "user":  # system and assistant turns are text in every chat server
+        texts = [p for p in parts if p["type"] == "text"]
+        return {"role": "system" if role == "developer" else role,
+                "content": texts if marked else "".join(p["text"] for p in texts)}
+    if not marked and all(p["type"] == "text" for p in parts):
         return {"role": "user", "content": "".join(p["text"] for p in parts)}
     return {"role": "user", "content": parts}
+
+
+def _marked(out: dict[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """`out` with the `cache_control` its Responses source carries (a prompt-cache marker), if any."""
+    if isinstance(source.get("cache_control"), dict):
+        out["cache_control"] = source["cache_control"]
+    return out
 
 
 def _joined(content: Any) -> str:
@@ -140,19 +160,19 @@ def _part(part: Any) -> list[dict[str, Any]]:
         return []
     ptype = part.get("type")
     if ptype in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
-        return [{"type": "text", "text": part["text"]}]
+        return [_marked({"type": "text", "text": part["text"]}, part)]
     if ptype == "refusal" and isinstance(part.get("refusal"), str):
-        return [{"type": "text", "text": part["refusal"]}]
+        return [_marked({"type": "text", "text": part["refusal"]}, part)]
     if ptype == "input_image" and isinstance(part.get("image_url"), str):
         image: dict[str, Any] = {"url": part["image_url"]}
         if part.get("detail") in ("low", "high", "auto"):
             image["detail"] = part["detail"]
-        return [{"type": "image_url", "image_url": image}]
+        return [_marked({"type": "image_url", "image_url": image}, part)]
     if ptype == "input_file" and isinstance(part.get("file_data"), str):
         file = {"file_data": part["file_data"]}
         if isinstance(part.get("filename"), str):
             file["filename"] = part["filename"]
-        return [{"type": "file", "file": file}]
+        return [_marked({"type": "file", "file": file}, part)]
     return []
 
 
@@ -185,9 +205,9 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                 fn["description"] = t["description"]
             if isinstance(t.get("strict"), bool):
                 fn["strict"] = t["strict"]
-            out.append({"type": "function", "function": fn})
+            out.append(_marked({"type": "function", "function": fn}, t))
         elif t.get("type") == "custom":
-            out.append({"type": "function", "function": _custom(t)})
+            out.append(_marked({"type": "function", "function": _custom(t)}, t))
     return out
 
 

@@ -1,0 +1,110 @@
+"""This process's own recent numbers per model, for `GET /admin/v1/stats` (docs/console.md, Stats).
+
+The Prometheus histograms count since the process started (and, with `--workers`, are shared files),
+so they cannot answer "the last hour"; this keeps a small ring of one-minute buckets per model instead,
+fed by the request recorder (`observe.record`). Everything is bounded: 60 buckets per model, at most
+`SAMPLES` time-to-first-token samples per bucket (a reservoir), at most `MAX_MODELS` models (model
+names are the configured ones, so the cap is only a guard across reloads).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+BUCKET_S = 60
+BUCKETS = 60  # one hour: the longest window answered
+MAX_WINDOW_S = BUCKET_S * BUCKETS
+SAMPLES = 256
+MAX_MODELS = 512
+# the `outcome`s counted as errors: the gateway or its upstream failed (docs/reference.md, Metrics);
+# a client's own mistake, a limit or a guardrail's refusal is the gateway working as configured
+ERROR_OUTCOMES = frozenset({"upstream_error", "timeout"})
+
+
+class _Bucket:
+    __slots__ = ("errors", "minute", "requests", "seen", "ttft")
+
+    def __init__(self, minute: int):
+        self.minute, self.requests, self.errors, self.seen = minute, 0, 0, 0
+        self.ttft: list[float] = []
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStats:
+    model: str
+    requests: int
+    errors: int
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+
+class RollingStats:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, seed: int | None = None):
+        self._clock = clock
+        self._models: dict[str, list[_Bucket | None]] = {}
+        self._random = random.Random(seed)
+
+    def _bucket(self, model: str) -> _Bucket | None:
+        ring = self._models.get(model)
+        if ring is None:
+            if len(self._models) >= MAX_MODELS:
+                return None
+            ring = self._models[model] = [None] * BUCKETS
+        minute = int(self._clock() // BUCKET_S)
+        b = ring[minute % BUCKETS]
+        if b is None or b.minute != minute:  # a bucket an hour old is reused
+            b = ring[minute % BUCKETS] = _Bucket(minute)
+        return b
+
+    def request(self, model: str, outcome: str) -> None:
+        """A request for `model` ended with `outcome`."""
+        b = self._bucket(model)
+        if b is not None:
+            b.requests += 1
+            b.errors += outcome in ERROR_OUTCOMES
+
+    def first_token(self, model: str, seconds: float) -> None:
+        b = self._bucket(model)
+        if b is None:
+            return
+        b.seen += 1
+        if len(b.ttft) < SAMPLES:
+            b.ttft.append(seconds)
+        else:  # reservoir sampling: every sample of the minute equally likely to be kept
+            i = self._random.randrange(b.seen)
+            if i < SAMPLES:
+                b.ttft[i] = seconds
+
+    def snapshot(self, window_s: int) -> list[ModelStats]:
+        """Per model with a request in the last `window_s` (rounded up to whole minutes), by name."""
+        now = int(self._clock() // BUCKET_S)
+        oldest = now - min(BUCKETS, max(1, -(-window_s // BUCKET_S))) + 1
+        out = []
+        for model in sorted(self._models):
+            live = [b for b in self._models[model] if b is not None and oldest <= b.minute <= now]
+            requests = sum(b.requests for b in live)
+            if not requests:
+                continue
+            samples = sorted(s for b in live for s in b.ttft)
+            out.append(ModelStats(model, requests, sum(b.errors for b in live),
+                                  _quantile(samples, 0.5), _quantile(samples, 0.95)))
+        return out
+
+
+def _quantile(sorted_samples: list[float], q: float) -> float | None:
+    """Nearest rank."""
+    if not sorted_samples:
+        return None
+    rank = max(1, -(-int(q * 1000) * len(sorted_samples) // 1000))
+    return sorted_samples[min(rank, len(sorted_samples)) - 1]
+
+
+# this process's window: a replica's own numbers (with `--workers`, each worker keeps its own)
+WINDOW = RollingStats()

@@ -1,0 +1,167 @@
+"""Anthropic cache breakpoints on a Messages body (`providers.convert.cache_markers`, docs/caching.md), the
+markers carried from Chat and Responses clients, and the `prompt_cache` / cache price config."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gateway.config import ConfigError, parse_config
+from gateway.core.events import Usage
+from gateway.observe.metrics import usage_cost
+from gateway.providers.base import may_carry_markers
+from gateway.providers.convert.anthropic_request import anthropic_body
+from gateway.providers.convert.cache_markers import fit, marker
+from gateway.providers.convert.responses_chat_request import chat_body
+
+E: Any = {"type": "ephemeral"}
+H: Any = {"type": "ephemeral", "ttl": "1h"}
+
+
+def body_with(markers: int) -> dict[str, Any]:
+    return {"tools": [{"name": "t", "input_schema": {}, "cache_control": H}],
+            "system": [{"type": "text", "text": "s", "cache_control": H}],
+            "messages": [{"role": "user" if i % 2 == 0 else "assistant",
+                          "content": [{"type": "text", "text": f"m{i}", "cache_control": E}]}
+                         for i in range(markers - 2)]}
+
+
+def marked(body: dict[str, Any]) -> list[str]:
+    out = [f"tools[{i}]" for i, t in enumerate(body.get("tools", ())) if "cache_control" in t]
+    system = body.get("system")
+    out += [f"system[{i}]" for i, b in enumerate(system if isinstance(system, list) else ()) if "cache_control" in b]
+    for i, m in enumerate(body["messages"]):
+        content = m["content"]
+        out += [f"m{i}.{j}" for j, b in enumerate(content if isinstance(content, list) else ())
+                if "cache_control" in b]
+    return out
+
+
+def test_four_markers_pass_untouched_and_more_are_dropped_from_the_oldest_without_changing_the_client_body() -> None:
+    four = body_with(4)
+    assert fit(dict(four), auto=True) == 0
+    client = body_with(7)
+    before = copy.deepcopy(client)
+    out = dict(client)
+    assert fit(out, auto=False) == 3
+    assert marked(out) == ["m1.0", "m2.0", "m3.0", "m4.0"]  # the newest four: the next turn reads from them
+    assert client == before
+
+
+def test_a_one_hour_marker_after_a_five_minute_one_is_sent_as_five_minutes() -> None:
+    body: dict[str, Any] = {"tools": [{"name": "t", "cache_control": E}],
+                            "system": [{"type": "text", "text": "s", "cache_control": H}],
+                            "messages": [{"role": "user", "content": "hi"}]}
+    fit(body, auto=False)
+    assert body["system"][0]["cache_control"] == E and body["tools"][0]["cache_control"] == E
+
+
+def test_auto_marks_tools_system_and_the_last_two_user_turns_only_when_the_client_marked_nothing() -> None:
+    body: dict[str, Any] = {
+        "tools": [{"name": "a"}, {"name": "b"}], "system": "rules",
+        "messages": [{"role": "user", "content": "one"}, {"role": "assistant", "content": "x"},
+                     {"role": "user", "content": [{"type": "text", "text": "two"}]},
+                     {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"},
+                                                       {"type": "tool_use", "id": "c", "name": "a", "input": {}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "r"}]}]}
+    before = copy.deepcopy(body)
+    out = dict(body)
+    assert fit(out, auto=True) == 0
+    assert marked(out) == ["tools[1]", "system[0]", "m2.0", "m4.0"]
+    assert out["system"] == [{"type": "text", "text": "rules", "cache_control": E}]
+    assert body == before
+    off = dict(body)
+    fit(off, auto=False)
+    assert off == before
+    client = copy.deepcopy(body)
+    client["messages"][0]["content"] = [{"type": "text", "text": "one", "cache_control": E}]
+    fit(client, auto=True)
+    assert marked(client) == ["m0.0"]  # the client's own marker: nothing added
+
+
+def test_markers_from_chat_parts_and_tools_take_anthropics_form() -> None:
+    out = anthropic_body({"messages": [
+        {"role": "system", "content": [{"type": "text", "text": "s", "cache_control": {"type": "x", "ttl": "2h"}}]},
+        {"role": "user", "content": [{"type": "text", "text": "u", "cache_control": H}]}],
+        "tools": [{"type": "function", "function": {"name": "f"}, "cache_control": {"type": "ephemeral"}}]},
+        "claude", stream=False)
+    assert out["system"][0]["cache_control"] == E
+    assert out["messages"][0]["content"][0]["cache_control"] == H
+    assert out["tools"][0]["cache_control"] == E
+    assert marker("yes") is None
+
+
+def test_the_responses_bridge_keeps_markers_on_parts_items_and_tools() -> None:
+    out = chat_body({"input": [
+        {"type": "message", "role": "developer",
+         "content": [{"type": "input_text", "text": "rules", "cache_control": H}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a", "cache_control": E},
+                                                        {"type": "input_text", "text": "b"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "plain"}]},
+        {"type": "function_call_output", "call_id": "c", "output": "r", "cache_control": E}],
+        "tools": [{"type": "function", "name": "f", "parameters": {}, "cache_control": H}],
+        "prompt_cache_key": "s1", "prompt_cache_retention": "24h"})
+    system, user, plain, tool = out["messages"]
+    assert system == {"role": "system", "content": [{"type": "text", "text": "rules", "cache_control": H}]}
+    assert user["content"][0] == {"type": "text", "text": "a", "cache_control": E}
+    assert plain == {"role": "user", "content": "plain"}  # no marker: joined as before
+    assert tool["cache_control"] == E and out["tools"][0]["cache_control"] == H
+    assert (out["prompt_cache_key"], out["prompt_cache_retention"]) == ("s1", "24h")
+    anthropic = anthropic_body(out, "claude", stream=False)
+    assert anthropic["system"][0]["cache_control"] == H and anthropic["tools"][0]["cache_control"] == H
+    assert anthropic["messages"][-1]["content"][-1]["cache_control"] == E
+
+
+def _config(model: dict[str, Any], price: dict[str, Any] | None = None) -> Any:
+    return parse_config({"auth": {"allow_unauthenticated": True}, "providers": {"a": {
+        "type": "anthropic", "base_url": "http://127.0.0.1:9", "api_key": "k"}},
+        "models": [{"name": "m", "deployments": [{"provider": "a", "model": "claude", "price": price or {}}],
+                    **model}]}, env={})
+
+
+def test_prompt_cache_config_and_cache_prices() -> None:
+    assert _config({}).models["m"].auto_breakpoints is False
+    assert _config({"prompt_cache": {"breakpoints": False}}).models["m"].auto_breakpoints is False
+    assert _config({"prompt_cache": {"breakpoints": "auto"}}).models["m"].auto_breakpoints is True
+    with pytest.raises(ConfigError, match="breakpoints"):
+        _config({"prompt_cache": {"breakpoints": "always"}})
+    priced = _config({}, {"input": 3, "cache_write": 3.75, "cache_creation_input_1h": 6})
+    price = priced.models["m"].deployments[0].price
+    assert (price.cache_creation_input, price.cache_creation_input_1h, price.cached_input) == (3.75, 6.0, None)
+    with pytest.raises(ConfigError, match="cache_write"):
+        _config({}, {"cache_write": 1, "cache_creation_input": 1})
+    # 100 uncached, 1000 read at input (no cached_input price), 50 written for 5m, 20 for an hour
+    usage = Usage(input=1170, output=10, cached_input=1000, cache_creation_input=70, cache_creation_input_1h=20)
+    want = (100 * 3 + 1000 * 3 + 50 * 3.75 + 20 * 6) / 1e6
+    assert usage_cost(usage, price) == pytest.approx(want)
+
+
+def test_a_body_is_walked_for_markers_only_when_its_bytes_may_hold_one() -> None:
+    assert may_carry_markers(b'{"messages": [{"role": "user", "content": "hi"}]}') is False
+    assert may_carry_markers(b'{"system": [{"type": "text", "text": "s", "cache_control": {}}]}') is True
+    assert may_carry_markers(b'{"c": {"cache\\u005fcontrol": {}}}') is True  # an escape could spell it
+    assert may_carry_markers(b'{"text": "a \\"cache_control\\" in prose"}') is False  # inside a string
+    unmarked: dict[str, Any] = {"system": "rules", "messages": [{"role": "user", "content": "hi"}]}
+    out = dict(unmarked)
+    assert fit(out, auto=False, scan=False) == 0 and out == unmarked
+    fit(out, auto=True, scan=False)
+    assert marked(out) == ["system[0]", "m0.0"]
+
+
+def test_a_top_level_cache_control_counts_as_the_newest_breakpoint_and_stops_auto() -> None:
+    body = {**body_with(4), "cache_control": E}
+    assert fit(body, auto=True) == 1
+    assert marked(body) == ["system[0]", "m0.0", "m1.0"] and body["cache_control"] == E
+    automatic: dict[str, Any] = {"cache_control": E, "system": "s", "messages": [{"role": "user", "content": "hi"}]}
+    fit(automatic, auto=True)
+    assert marked(automatic) == []  # the client asked for Anthropic's own placement: nothing added
+
+
+def test_a_null_cache_control_is_no_marker() -> None:
+    body = body_with(4)
+    body["messages"] = [*body["messages"], {"role": "user", "content": [{"type": "text", "text": "x",
+                                                                          "cache_control": None}]}]
+    assert fit(body, auto=False) == 0
+    assert marked(body) == ["tools[0]", "system[0]", "m0.0", "m1.0", "m2.0"]  # untouched, None included
