@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 
 import structlog
 
@@ -41,6 +42,8 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
                     f"memory: every worker enforces rate limits and budgets on its own, so a key may use up "
                     f"to {count}x its limits; set state.backend: redis to share them")
         metrics.local_limits(count)
+    # each worker's share of a limit while Redis is away counts the workers (docs/scale-out.md)
+    config = replace(config, state=replace(config.state, workers=count))
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_worker, args=(config, path), daemon=False) for _ in range(count)]
     for p in procs:

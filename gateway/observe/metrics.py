@@ -73,6 +73,7 @@ class Metrics:
     team_requests: Any
     team_cost: Any
     continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
+    state_degraded_now: Any = None  # always set by `create_metrics`: the gauge beside the counter
     affinity: Any = None  # always set by `create_metrics`
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
@@ -96,6 +97,10 @@ class Metrics:
     def state_degraded_op(self) -> None:
         """A state operation served locally: the shared backend was unavailable."""
         self.state_degraded.inc()
+
+    def state_mode(self, degraded: bool) -> None:
+        """The shared state backend went away (limits now counted locally) or came back."""
+        self.child(self.state_degraded_now).set(1 if degraded else 0)
 
     def refused(self, reason: str) -> None:
         """The HTTP server refused or cut a client before a handler ran."""
@@ -157,6 +162,10 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         build_info=Gauge("build_info", "Build information", ["version"], multiprocess_mode="max", **kw),
         state_degraded=Counter("state_degraded", "State operations served locally because the shared "
                                "backend was unavailable", [], **kw),
+        # exported as llm_gateway_state_degraded, beside the counter's llm_gateway_state_degraded_total
+        state_degraded_now=Gauge("state_degraded", "1 while rate limits and budgets are counted locally "
+                                 "because the shared state backend (Redis) is away", [],
+                                 multiprocess_mode="max", **kw),
         http_refused=Counter("http_refused", "Client connections or requests the API port refused or cut "
                              "before a handler ran", ["reason"], **kw),
         # the export thread counts into it too: a locked counter

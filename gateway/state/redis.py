@@ -1,13 +1,16 @@
 """Shared state in Redis, so every replica enforces one key's limits and budget together.
 
-Each operation is one Lua script (or one command), hence atomic across replicas. Socket timeouts are
-short and each operation has a hard deadline, so a dead or stalled Redis never holds a request for long.
+Each operation is one Lua script (or one command), hence atomic across replicas; in a Redis Cluster each
+touches one hash slot (keys.py). Every operation has a hard deadline (`state.timeout_ms`), so a dead,
+stalled or failing-over Redis never holds a request for longer (docs/scale-out.md).
 
-Outage: the first failing operation switches the backend to *degraded*: one warning is logged, and
-until Redis answers again every operation runs against an embedded MemoryBackend, so a key with limits
-is still limited (per replica) and never let through unlimited. `on_degraded(reason)` is called each
-time an operation falls back. A background task pings Redis every `probe_interval_s`; the first answer
-flushes the spend recorded meanwhile into Redis and switches back, so requests never pay for probing.
+Outage: the first failing operation switches the backend to *degraded*: one warning is logged,
+`on_mode(True)` is called, and until Redis answers again every operation runs against an embedded
+MemoryBackend: rpm and tpm at this process's share of each limit (limit / (replicas x workers)), budgets
+from the last spend Redis gave plus this process's own spend since, the cache missing. `on_degraded(reason)`
+is called each time an operation falls back. A background task probes Redis with backoff; the first
+answer flushes the spend recorded meanwhile into Redis and switches back (`on_mode(False)`, one log line),
+so requests never pay for probing.
 """
 
 from __future__ import annotations
@@ -17,18 +20,14 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import orjson
 import structlog
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.config.types import CacheConfig
+from gateway.config.types import CacheConfig, StateConfig
 from gateway.state import lua
 from gateway.state.base import (
     ALLOWED,
@@ -39,31 +38,19 @@ from gateway.state.base import (
     ResponseOwner,
     period_id,
 )
+from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, spend_key
 from gateway.state.memory import MemoryBackend
+from gateway.state.redis_client import connect
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of, previous_weight
+
+__all__ = ["RedisBackend", "cache_redis_key", "local_share", "owner_key", "rate_key", "spend_key"]
 
 T = TypeVar("T")
 
-PREFIX = "llmgw:"
 RATE_TTL_S = 180  # a bucket is read as "current" then "previous": two minutes, plus clock-skew slack
 SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 63 * 86_400}
 _FAILURES = (RedisError, OSError, TimeoutError)
-
-
-def rate_key(key: str, limit: str, minute: int) -> str:
-    return f"{PREFIX}rl:{{{_tag(key)}}}:{limit}:{minute}"
-
-
-def spend_key(key: str, period: Period, now: float) -> str:
-    return f"{PREFIX}spend:{{{_tag(key)}}}:{period_id(period, now)}"
-
-
-def cache_redis_key(cache_key: str) -> str:
-    return f"{PREFIX}cache:{cache_key}"
-
-
-def owner_key(response_id: str) -> str:
-    return f"{PREFIX}owner:{{{_tag(response_id)}}}"
+MAX_PROBE_INTERVAL_S = 1.0  # the recovery probe backs off to this
 
 
 def _owner_of(raw: object) -> ResponseOwner | None:
@@ -75,11 +62,6 @@ def _owner_of(raw: object) -> ResponseOwner | None:
     if not (isinstance(value, list) and len(value) == 2 and all(v is None or isinstance(v, str) for v in value)):
         return None
     return ResponseOwner(key=value[0], team=value[1])
-
-
-def _tag(key: str) -> str:
-    # Braces inside a hash tag would change which part Redis Cluster hashes.
-    return key.replace("{", "(").replace("}", ")")
 
 
 def _reason_of(exc: BaseException) -> str:
@@ -97,17 +79,6 @@ def _log() -> Any:
     return structlog.get_logger("gateway.state")
 
 
-def _location(url: str) -> str:
-    """host:port/db of a Redis URL, for logs: never the password or the username."""
-    try:
-        parts = urlsplit(url)
-        if parts.scheme == "unix":
-            return parts.path
-        return f"{parts.hostname}:{parts.port or 6379}{parts.path}"
-    except ValueError:
-        return "redis"
-
-
 def _refusal(decision: LimitDecision, rpm: int | None) -> LimitDecision:
     """Redis refused, so the answer is a refusal even if Python's arithmetic would differ.
 
@@ -117,6 +88,14 @@ def _refusal(decision: LimitDecision, rpm: int | None) -> LimitDecision:
     if not decision.allowed:
         return decision
     return LimitDecision(allowed=False, retry_after_s=1.0, limit="rpm" if rpm is not None else "tpm")
+
+
+def local_share(limit: int | None, processes: int) -> int | None:
+    """One process's part of a limit while Redis is away: limit / (replicas x workers), rounded down so
+    the processes together stay within the limit, but at least 1 so a key is never shut out entirely."""
+    if limit is None:
+        return None
+    return max(1, limit // processes)
 
 
 class RedisBackend:
@@ -129,27 +108,23 @@ class RedisBackend:
         on_degraded: Callable[[str], None] = lambda _reason: None,
         *,
         op_timeout_s: float = 0.25,
-        probe_interval_s: float = 1.0,
+        probe_interval_s: float = MAX_PROBE_INTERVAL_S,
         max_connections: int = 64,
+        state: StateConfig | None = None,
+        on_mode: Callable[[bool], None] = lambda _degraded: None,
     ) -> None:
-        # One retry without backoff heals a pooled connection that Redis closed by restarting; the
-        # deadline below still bounds the whole operation.
-        self._pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=op_timeout_s,
-            socket_timeout=op_timeout_s,
-            socket_connect_timeout=op_timeout_s,
-            retry=Retry(NoBackoff(), 1),
-        )
-        self._redis = Redis(connection_pool=self._pool)
+        state = state or StateConfig(backend="redis", redis_url=url)
+        self._link = connect(state, op_timeout_s, max_connections)
+        self._redis = self._link.client
         self._check = self._redis.register_script(lua.CHECK_REQUEST)
         self._settle = self._redis.register_script(lua.SETTLE_TOKENS)
         self._add_spend = self._redis.register_script(lua.ADD_SPEND)
-        self._deadline_s = 2 * op_timeout_s
+        self._deadline_s = op_timeout_s
         self._probe_interval_s = probe_interval_s
         self._on_degraded = on_degraded
-        self._where = _location(url)
+        self._on_mode = on_mode
+        self._share_of = max(1, state.replicas * state.workers)  # each process's part of a limit, degraded
+        self._where = self._link.where
         self._local = MemoryBackend(cache)
         self._reason: str | None = None  # why we are degraded; None while Redis answers
         self._probe: asyncio.Task[None] | None = None
@@ -183,24 +158,31 @@ class RedisBackend:
             "state_backend_degraded",
             reason=reason,
             redis=self._where,
-            fallback="local per-replica limits until Redis answers",
+            fallback=f"local limits (1/{self._share_of} of each) until Redis answers",
         )
+        self._on_mode(True)
         self._probe = asyncio.get_running_loop().create_task(self._probe_until_recovered())
 
     async def _probe_until_recovered(self) -> None:
-        # Drop pooled connections: after a restart they are all dead and would each fail once.
-        with contextlib.suppress(*_FAILURES):
-            await self._pool.disconnect()
+        # Backoff from a short first wait: a failover is over in seconds, and an outage costs one
+        # probe per MAX_PROBE_INTERVAL_S at most, never one per request.
+        delay = min(0.05, self._probe_interval_s)
         while True:
-            await asyncio.sleep(self._probe_interval_s)  # a timer between probes, not synchronisation
+            # Drop pooled connections: after a restart or failover they are dead, or lead to the old
+            # master; the next command reconnects (re-reading cluster slots, asking the Sentinels).
+            with contextlib.suppress(*_FAILURES):
+                await self._link.reset()
+            await asyncio.sleep(delay)  # a timer between probes, not synchronisation
+            delay = min(delay * 2, self._probe_interval_s)
             try:
-                async with asyncio.timeout(self._deadline_s):
-                    await self._redis.ping()
+                async with asyncio.timeout(max(self._deadline_s, 0.5)):
+                    await self._link.ping()
                 await self._flush_unsynced()
             except _FAILURES:
                 continue
             self._reason = None
-            _log().info("state_backend_recovered", redis=self._where)
+            self._on_mode(False)
+            _log().info("state_backend_restored", redis=self._where)
             return
 
     async def _flush_unsynced(self) -> None:
@@ -229,7 +211,9 @@ class RedisBackend:
             return await self._check_remote(key, rpm, tpm, reserve_tokens, now)
 
         async def local() -> tuple[LimitDecision, Reservation | None]:
-            return await self._local.check_request(key, rpm, tpm, reserve_tokens, now)
+            # This process's share: the replicas together admit about the limit while Redis is away.
+            share_rpm, share_tpm = local_share(rpm, self._share_of), local_share(tpm, self._share_of)
+            return await self._local.check_request(key, share_rpm, share_tpm, reserve_tokens, now)
 
         return await self._run(remote, local)
 
@@ -238,8 +222,7 @@ class RedisBackend:
     ) -> tuple[LimitDecision, Reservation | None]:
         minute = minute_of(now)
         cost = effective_cost(reserve_tokens, tpm) if tpm is not None else 0
-        keys = [rate_key(key, "rpm", minute), rate_key(key, "rpm", minute - 1)]
-        keys += [rate_key(key, "tpm", minute), rate_key(key, "tpm", minute - 1)]
+        keys = check_keys(key, minute)
         args = ["" if rpm is None else rpm, "" if tpm is None else tpm, cost, repr(previous_weight(now))]
         allowed, rc, rp, tc, tp = await self._check(keys=keys, args=[*args, RATE_TTL_S])
         if not allowed:
@@ -392,6 +375,5 @@ class RedisBackend:
                 await self._probe
             self._probe = None
         with contextlib.suppress(*_FAILURES):
-            await self._redis.aclose()
-            await self._pool.aclose()
+            await self._link.close()
         await self._local.close()
