@@ -32,5 +32,7 @@ def owner_key(response_id: str) -> str:
 
 
 def _tag(key: str) -> str:
-    # Braces inside a hash tag would change which part Redis Cluster hashes.
-    return key.replace("{", "(").replace("}", ")")
+    # Braces inside a hash tag would change which part Redis Cluster hashes, and an empty tag `{}` is
+    # no tag at all (the whole key is hashed, so one operation's keys would spread over slots). "()"
+    # stands for the empty name: no configured name contains parentheses.
+    return key.replace("{", "(").replace("}", ")") or "()"
