@@ -1,0 +1,61 @@
+"""While Redis is away each process counts its share of a limit, limit / (replicas x workers), and no
+operation waits longer than `state.timeout_ms` (docs/scale-out.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from gateway.config.types import CacheConfig, StateConfig
+from gateway.state.base import create_backend
+from tests.chat_scripts import completion
+from tests.fake_upstream import FakeUpstream
+from tests.harness import GatewayServer
+from tests.redis_server import RedisServer
+from tests.scaleout_load import PATH, config, degraded, poll, status_of
+
+Make = Callable[..., GatewayServer]
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+def test_each_replica_admits_its_share_while_redis_is_down(
+        redis_server: RedisServer, upstream: FakeUpstream, make_gateway: Make) -> None:
+    keys = [{"name": "shared", "key": "k", "rpm": 6}]
+    gws = [make_gateway(config(upstream.base_url, {"redis_url": redis_server.url, "replicas": 2}, keys))
+           for _ in range(2)]
+    upstream.defaults[PATH] = completion("ok")
+    assert status_of(gws[0], "k", "before") == 200 and not degraded(gws[0])
+    redis_server.kill()
+    # 6 rpm over 2 replicas: 3 each, counted locally; together the replicas admit the limit
+    local = [[status_of(gw, "k", f"during {i}") for i in range(5)] for gw in gws]
+    assert [s.count(200) for s in local] == [3, 3], local
+    assert all(degraded(g) for g in gws)
+    redis_server.start()
+    poll(lambda: not any(degraded(g) for g in gws), "the replicas to count in Redis again")
+
+
+async def test_no_operation_waits_longer_than_timeout_ms(redis_server: RedisServer) -> None:
+    """A stalled Redis (SIGSTOP: connections accepted, never answered) holds an operation for the
+    configured budget, then the process counts locally; a larger budget is waited for in full."""
+    modes: list[bool] = []
+    state = StateConfig(backend="redis", redis_url=redis_server.url, timeout_ms=1200)
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        assert (await backend.check_request("k", 10, None, 0, 1_700_000_000.0))[0].allowed
+        redis_server.pause()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        decision, _ = await backend.check_request("k", 10, None, 0, 1_700_000_000.0)
+        waited = loop.time() - started
+        assert decision.allowed and modes == [True]
+        assert 1.1 <= waited < 1.2 + 1.0, "the budget is state.timeout_ms: waited for, and not much longer"
+    finally:
+        redis_server.resume()
+        await backend.close()

@@ -1,0 +1,63 @@
+"""Two gateway replicas on Redis through Sentinel (1 primary, 1 replica, 3 Sentinels on loopback): limits,
+budgets and the cache are shared; the master killed under load costs no request, and the new master
+is found (docs/scale-out.md)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from tests.chat_scripts import completion, text_stream
+from tests.fake_upstream import FakeUpstream
+from tests.harness import GatewayServer
+from tests.redis_topologies import RedisSentinels
+from tests.scaleout_load import LOAD_KEY, PATH, StreamLoad, alternate, config, degraded, error_code, poll, sdk, status_of
+
+Make = Callable[..., GatewayServer]
+
+
+@pytest.fixture
+def sentinels() -> Iterator[RedisSentinels]:
+    with RedisSentinels() as running:
+        yield running
+
+
+def replicas(make: Make, upstream: FakeUpstream, sentinels: RedisSentinels, keys: list[dict[str, Any]],
+             **state: Any) -> list[GatewayServer]:
+    where = {"redis_mode": "sentinel", "sentinel": {"master": sentinels.master, "urls": sentinels.urls}}
+    return [make(config(upstream.base_url, {**where, **state}, keys)) for _ in range(2)]
+
+
+def test_sentinel_replicas_share_then_survive_a_master_failover(
+        sentinels: RedisSentinels, upstream: FakeUpstream, make_gateway: Make) -> None:
+    keys = [LOAD_KEY, {"name": "s-rpm", "key": "k-rpm", "rpm": 5}, {"name": "s-after", "key": "k-after", "rpm": 5},
+            {"name": "s-budget", "key": "k-budget", "budget_usd": 0.01}]
+    gws = replicas(make_gateway, upstream, sentinels, keys)
+    upstream.defaults[PATH] = completion("ok")
+    assert alternate(gws, "k-rpm", 8).count(200) == 5
+    assert status_of(gws[0], "k-budget") == 200
+    poll(lambda: error_code(gws[1], "k-budget") == "budget_exceeded", "the other replica to see the spend")
+    upstream.enqueue(PATH, completion("cached once"))
+    ask = [{"role": "user", "content": "c"}]
+    answers = [sdk(g, "key-load").chat.completions.create(model="m", messages=ask)
+               for g in gws]
+    assert [a.choices[0].message.content for a in answers] == ["cached once", "cached once"]
+
+    upstream.defaults[PATH] = text_stream(["a ", "stream"])
+    with capture_logs() as logs, StreamLoad(gws) as load:
+        load.wait_for_more(20)
+        old = sentinels.kill_master()
+        poll(lambda: all(degraded(g) for g in gws), "both replicas to count locally")
+        sentinels.wait_failover(old)
+        promoted = time.monotonic()
+        restored = poll(lambda: not any(degraded(g) for g in gws), "shared counting to resume")
+        assert restored - promoted <= 5.0
+        load.wait_for_more(20)
+    assert set(load.outcomes) == {200}, [o for o in load.outcomes if o != 200]
+    events = [e["event"] for e in logs if e["event"].startswith("state_backend_")]
+    assert events.count("state_backend_degraded") == 2 and events.count("state_backend_restored") == 2, events
+    assert alternate(gws, "k-after", 8).count(200) == 5, "shared again, on the new master"
