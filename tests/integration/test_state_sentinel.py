@@ -15,7 +15,18 @@ from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
 from tests.redis_topologies import RedisSentinels
-from tests.scaleout_load import LOAD_KEY, PATH, StreamLoad, alternate, config, degraded, error_code, poll, sdk, status_of
+from tests.scaleout_load import (
+    LOAD_KEY,
+    PATH,
+    StreamLoad,
+    alternate,
+    config,
+    degraded,
+    error_code,
+    poll,
+    sdk,
+    status_of,
+)
 
 Make = Callable[..., GatewayServer]
 
