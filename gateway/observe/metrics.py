@@ -100,7 +100,7 @@ class Metrics:
 
     def state_mode(self, degraded: bool) -> None:
         """The shared state backend went away (limits now counted locally) or came back."""
-        self.child(self.state_degraded_now).set(1 if degraded else 0)
+        self.state_degraded_now.set(1 if degraded else 0)  # no labels: prometheus_client refuses labels()
 
     def refused(self, reason: str) -> None:
         """The HTTP server refused or cut a client before a handler ran."""

@@ -136,6 +136,10 @@ class LocalGauge(_Metric):
     def _new(self) -> _Value:
         return _Value()
 
+    def set(self, value: float) -> None:
+        """A gauge without labels, set directly (as prometheus_client's own allows)."""
+        self._only.set(value)
+
 
 class LocalHistogram(_Metric):
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
