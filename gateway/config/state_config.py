@@ -52,6 +52,9 @@ def _sentinel(s: Section) -> SentinelConfig:
     for i, url in enumerate(urls):
         if not _is_redis_url(url):
             s.errs.add(f"{s.at('urls')}[{i}]", "must be a redis:// or rediss:// URL")
+    if len({urlsplit(u).scheme for u in urls if _is_redis_url(u)}) > 1:
+        # one client configuration serves every Sentinel (its TLS and password: the first URL's)
+        s.errs.add(s.at("urls"), "all redis:// or all rediss://: the Sentinels share one TLS setting")
     return SentinelConfig(master=master, urls=urls)
 
 

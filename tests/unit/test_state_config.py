@@ -35,8 +35,8 @@ def test_cluster_and_sentinel_modes_parse() -> None:
                 "redis_ca_file": "/etc/ca.pem", "timeout_ms": 80, "replicas": 3})
     assert (st.redis_mode, st.redis_ca_file, st.timeout_ms, st.replicas) == ("cluster", "/etc/ca.pem", 80, 3)
     st = state({"backend": "redis", "redis_mode": "sentinel",
-                "sentinel": {"master": "mymaster", "urls": ["redis://s1:26379", "rediss://s2:26379"]}})
-    assert st.sentinel == SentinelConfig(master="mymaster", urls=("redis://s1:26379", "rediss://s2:26379"))
+                "sentinel": {"master": "mymaster", "urls": ["rediss://s1:26379", "rediss://s2:26379"]}})
+    assert st.sentinel == SentinelConfig(master="mymaster", urls=("rediss://s1:26379", "rediss://s2:26379"))
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
@@ -46,6 +46,8 @@ def test_cluster_and_sentinel_modes_parse() -> None:
     ({"redis_mode": "sentinel", "sentinel": {"master": "m", "urls": ["http://s"]}},
      "state.sentinel.urls[0]: must be a redis:// or rediss:// URL"),
     ({"redis_mode": "cluster", "redis_url": "unix:///tmp/r.sock"}, "state.redis_url: redis_mode cluster needs"),
+    ({"redis_mode": "sentinel", "sentinel": {"master": "m", "urls": ["redis://a:1", "rediss://b:1"]}},
+     "state.sentinel.urls: all redis:// or all rediss://"),
     ({"timeout_ms": 0}, "state.timeout_ms: must be >= 1"),
     ({"replicas": 0}, "state.replicas: must be >= 1"),
     ({"sentinel": {"master": "m", "urls": ["redis://s:1"], "extra": 1}}, "state.sentinel.extra: unknown key"),
