@@ -4,8 +4,15 @@ operation waits longer than `state.timeout_ms` (docs/scale-out.md)."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import openai
 import pytest
 
 from gateway.config.types import CacheConfig, StateConfig
@@ -13,7 +20,7 @@ from gateway.state.base import create_backend
 from tests.chat_scripts import completion
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, free_port
 from tests.scaleout_load import PATH, config, degraded, poll, status_of
 
 Make = Callable[..., GatewayServer]
@@ -59,3 +66,51 @@ async def test_no_operation_waits_longer_than_timeout_ms(redis_server: RedisServ
     finally:
         redis_server.resume()
         await backend.close()
+
+
+def test_workers_split_the_share_and_export_the_gauge(tmp_path: Path) -> None:
+    """`--workers 2`, Redis unreachable: each worker admits limit / (replicas x workers) = 4 / (1 x 2), so
+    the process admits at most the limit; /metrics (the workers' files, aggregated) has the gauge beside
+    the counter, each under its own name and type."""
+    port, mport = free_port(), free_port()
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text("server: {host: 127.0.0.1}\nauth: {keys: [{name: team, key: k-team, rpm: 4}]}\n"
+                   f"state: {{backend: redis, redis_url: 'redis://127.0.0.1:{free_port()}/0'}}\n"
+                   "providers: {demo: {type: mock, ttft_ms: 1, token_delay_ms: 0}}\n"
+                   "models: [{name: demo, deployments: [{provider: demo, model: demo-1}]}]\n")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port),
+                             "--metrics-port", str(mport), "--workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(port)
+        statuses = [fresh_status(port) for _ in range(16)]  # new connections: the kernel spreads them
+        with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    assert 2 <= statuses.count(200) <= 4, statuses
+    assert "# TYPE llm_gateway_state_degraded gauge\nllm_gateway_state_degraded 1.0" in text
+    assert "# TYPE llm_gateway_state_degraded_total counter" in text
+
+
+def fresh_status(port: int) -> int:
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k-team", max_retries=0, timeout=10)
+    try:
+        client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "hi"}])
+    except openai.APIStatusError as exc:
+        return exc.status_code
+    finally:
+        client.close()
+    return 200
+
+
+def wait_ready(port: int) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)  # polling a child process for readiness, bounded by the deadline
+    raise AssertionError("workers did not start")
