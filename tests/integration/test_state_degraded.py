@@ -35,8 +35,8 @@ def redis_server() -> Iterator[RedisServer]:
 def test_each_replica_admits_its_share_while_redis_is_down(
         redis_server: RedisServer, upstream: FakeUpstream, make_gateway: Make) -> None:
     keys = [{"name": "shared", "key": "k", "rpm": 6}]
-    gws = [make_gateway(config(upstream.base_url, {"redis_url": redis_server.url, "replicas": 2}, keys))
-           for _ in range(2)]
+    state = {"redis_url": redis_server.url, "replicas": 2, "timeout_ms": 500}
+    gws = [make_gateway(config(upstream.base_url, state, keys)) for _ in range(2)]
     upstream.defaults[PATH] = completion("ok")
     assert status_of(gws[0], "k", "before") == 200 and not degraded(gws[0])
     redis_server.kill()

