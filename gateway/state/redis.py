@@ -7,7 +7,7 @@ stalled or failing-over Redis never holds a request for longer (docs/scale-out.m
 Outage: the first failing operation switches the backend to *degraded*: one warning is logged,
 `on_mode(True)` is called, and until Redis answers again every operation runs against an embedded
 MemoryBackend: rpm and tpm at this process's share of each limit (limit / (replicas x workers)), budgets
-from the last spend Redis gave plus this process's own spend since, the cache missing. `on_degraded(reason)`
+from the last spend Redis gave plus this process's own spend since, the cache this process's own. `on_degraded(reason)`
 is called each time an operation falls back. A background task probes Redis with backoff; the first
 answer flushes the spend recorded meanwhile into Redis and switches back (`on_mode(False)`, one log line),
 so requests never pay for probing.
