@@ -20,6 +20,11 @@ from redis.backoff import NoBackoff
 
 from gateway.config.types import SentinelConfig, StateConfig
 
+# The cluster's and Sentinel's pools refuse a connection over their cap instead of queueing for one (the
+# single-node pool queues, within the timeout): a burst over the cap would count as Redis being away. A
+# cap this high is still a bound; connections are only opened as concurrency needs them.
+REFUSING_POOL_CAP = 1024
+
 
 @dataclass(frozen=True, slots=True)
 class RedisLink:
@@ -67,7 +72,7 @@ def connect(state: StateConfig, timeout_s: float, max_connections: int) -> Redis
 
 def _cluster(state: StateConfig, common: dict[str, Any], max_connections: int) -> RedisLink:
     # Retries (MOVED/ASK, a node lost) are redis-py's; the backend's deadline bounds them all.
-    client = RedisCluster.from_url(state.redis_url, max_connections=max_connections,
+    client = RedisCluster.from_url(state.redis_url, max_connections=max(max_connections, REFUSING_POOL_CAP),
                                    retry=Retry(NoBackoff(), 2), require_full_coverage=False,
                                    **common, **_tls(state.redis_url, state))
     return RedisLink(client, "cluster", location(state.redis_url))
@@ -83,7 +88,7 @@ def _sentinel(state: StateConfig, sentinel: SentinelConfig, common: dict[str, An
     master = urlsplit(state.redis_url)
     db = int(master.path.strip("/") or 0) if master.path.strip("/").isdigit() else 0
     client = client_of_sentinels.master_for(
-        sentinel.master, redis_class=Redis, max_connections=max_connections, db=db,
+        sentinel.master, redis_class=Redis, max_connections=max(max_connections, REFUSING_POOL_CAP), db=db,
         retry=Retry(NoBackoff(), 1), **common, **_auth(state.redis_url), **_tls(state.redis_url, state, True))
     return RedisLink(client, "sentinel", f"sentinel master {sentinel.master}")
 

@@ -4,6 +4,7 @@ cost no request (docs/scale-out.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from gateway.config.types import CacheConfig, StateConfig
+from gateway.state.base import create_backend
 from gateway.state.keys import rate_key
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
@@ -113,3 +116,18 @@ def test_killing_the_primary_of_the_limit_slot_under_load(upstream: FakeUpstream
         assert set(load.outcomes) == {200}, [o for o in load.outcomes if o != 200]
         statuses = alternate(gws, "k-after", 8)
         assert statuses.count(200) == 5, "shared again: the replicas enforce one rpm together"
+
+
+async def test_a_burst_beyond_the_connection_cap_waits_for_nothing_and_stays_shared(
+        cluster: RedisClusterNodes) -> None:
+    """More operations at once than connections per node: redis-py's cluster client refuses a connection
+    over its cap instead of queueing, which must not flip the backend to local counting."""
+    modes: list[bool] = []
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=SHARED_MS)
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        results = await asyncio.gather(*(backend.check_request(f"burst-{i % 3}", 10_000, None, 0, 1_700_000_000.0)
+                                         for i in range(300)))
+    finally:
+        await backend.close()
+    assert modes == [] and all(decision.allowed for decision, _ in results)

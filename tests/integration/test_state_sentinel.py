@@ -4,6 +4,7 @@ is found (docs/scale-out.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from gateway.config.types import CacheConfig, SentinelConfig, StateConfig
+from gateway.state.base import create_backend
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
@@ -75,3 +78,18 @@ def test_sentinel_replicas_share_then_survive_a_master_failover(
     events = [e["event"] for e in logs if e["event"].startswith("state_backend_")]
     assert events.count("state_backend_degraded") >= 2 and events.count("state_backend_restored") >= 2, events
     assert alternate(gws, "k-after", 8).count(200) == 5, "shared again, on the new master"
+
+
+async def test_a_burst_beyond_the_default_connection_cap_stays_shared(sentinels: RedisSentinels) -> None:
+    """redis-py's Sentinel pool refuses a connection over its cap instead of queueing: 300 operations at
+    once must not count as Redis being away."""
+    modes: list[bool] = []
+    state = StateConfig(backend="redis", redis_mode="sentinel", timeout_ms=2000,
+                        sentinel=SentinelConfig(master=sentinels.master, urls=tuple(sentinels.urls)))
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        results = await asyncio.gather(*(backend.check_request("burst", 10_000, None, 0, 1_700_000_000.0)
+                                         for _ in range(300)))
+    finally:
+        await backend.close()
+    assert modes == [] and all(decision.allowed for decision, _ in results)
