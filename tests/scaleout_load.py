@@ -77,6 +77,7 @@ class StreamLoad:
     def __init__(self, gws: list[GatewayServer], streams: int = 10) -> None:
         self._gws, self._stop = gws, threading.Event()
         self.outcomes: list[int | str] = []
+        self.timings: list[tuple[float, float]] = []  # (start, seconds to the last byte), for the report
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(streams)]
 
@@ -95,7 +96,9 @@ class StreamLoad:
         n = 0
         while not self._stop.is_set():
             n += 1
-            self._record(self._one(client, f"load {i}.{n}"))  # distinct prompts: no cache hits
+            started = time.monotonic()
+            outcome = self._one(client, f"load {i}.{n}")  # distinct prompts: no cache hits
+            self._record(outcome, (started, time.monotonic() - started))
 
     @staticmethod
     def _one(client: openai.OpenAI, prompt: str) -> int | str:
@@ -109,9 +112,17 @@ class StreamLoad:
         except openai.APIError as exc:
             return type(exc).__name__
 
-    def _record(self, outcome: int | str) -> None:
+    def _record(self, outcome: int | str, timing: tuple[float, float]) -> None:
         with self._lock:
             self.outcomes.append(outcome)
+            self.timings.append(timing)
+
+    def p99_ms(self, since: float, until: float) -> float:
+        """The 99th percentile of request durations started in [since, until), in ms (printed by the
+        tests as a measurement, never asserted: the machine's load decides it)."""
+        with self._lock:
+            took = sorted(d for s, d in self.timings if since <= s < until)
+        return took[min(len(took) - 1, int(len(took) * 0.99))] * 1000 if took else float("nan")
 
     def count(self) -> int:
         with self._lock:

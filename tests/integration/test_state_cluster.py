@@ -104,8 +104,10 @@ def test_killing_the_primary_of_the_limit_slot_under_load(upstream: FakeUpstream
         upstream.defaults[PATH] = text_stream(["a ", "stream"])
         slot = key_slot(rate_key(str(LOAD_KEY["name"]), "rpm", 0).encode())
         with StreamLoad(gws) as load:
+            started = time.monotonic()
             load.wait_for_more(20)
             victim = cluster.primary_of(slot)
+            killed = time.monotonic()
             cluster.kill(victim)
             poll(lambda: all(degraded(g) for g in gws), "both replicas to count locally")
             cluster.wait_failover(slot, victim)
@@ -113,6 +115,8 @@ def test_killing_the_primary_of_the_limit_slot_under_load(upstream: FakeUpstream
             restored = poll(lambda: not any(degraded(g) for g in gws), "shared counting to resume")
             assert restored - promoted <= 5.0
             load.wait_for_more(20)
+        print(f"cluster failover: p99 {load.p99_ms(started, killed):.0f} ms before the kill, "
+              f"{load.p99_ms(killed, restored):.0f} ms until shared again ({restored - killed:.1f} s)")
         assert set(load.outcomes) == {200}, [o for o in load.outcomes if o != 200]
         statuses = alternate(gws, "k-after", 8)
         assert statuses.count(200) == 5, "shared again: the replicas enforce one rpm together"
