@@ -116,6 +116,16 @@ class RedisClusterNodes:
         _poll(moved, f"slot {slot} to fail over from port {old.port}")
         return self.primary_of(slot)
 
+    def wait_rejoined(self, server: RedisServer) -> None:
+        """Until a restarted node is a replica in sync and the cluster is ok again."""
+        def rejoined() -> bool:
+            try:
+                info = _client(server.port).info("replication")
+            except redis.RedisError:
+                return False
+            return info.get("role") == "slave" and info.get("master_link_status") == "up" and self._healthy()
+        _poll(rejoined, f"port {server.port} to rejoin as a replica")
+
     def migrate_slot(self, slot: int, dest: RedisServer) -> None:
         """Move one slot with its keys, as `redis-cli --cluster reshard` does, one key batch at a time."""
         source = self.primary_of(slot)
