@@ -277,7 +277,7 @@ async def test_logs_never_show_the_redis_password(make: Factory) -> None:
 
 
 async def test_create_backend_builds_a_redis_backend(server: RedisServer) -> None:
-    backend = create_backend(StateConfig(backend="redis", redis_url=server.url), CacheConfig(), print)
+    backend = create_backend(StateConfig(backend="redis", redis_url=server.url, timeout_ms=1000), CacheConfig(), print)
     try:
         assert isinstance(backend, RedisBackend)
         assert await backend.healthy()
