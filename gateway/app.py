@@ -94,7 +94,8 @@ class App:
         self.upstream.signers = await start_signers(self.config.providers, auth_of, self.upstream.minted)
         metrics = self.metrics
         self._state = create_backend(self.config.state, self.config.cache,
-                                    on_degraded=lambda reason: metrics.state_degraded_op())
+                                    on_degraded=lambda reason: metrics.state_degraded_op(),
+                                    on_mode=metrics.state_mode)
         if self.control is not None:
             try:
                 await self.control.start()

@@ -149,11 +149,30 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SentinelConfig:
+    """`state.sentinel`: the master's name and the Sentinels that know where it is (docs/scale-out.md)."""
+
+    master: str
+    urls: tuple[str, ...] = field(default=(), repr=False)  # redis:// or rediss://, may carry a password
+
+
+RedisMode = Literal["single", "cluster", "sentinel"]
+
+
+@dataclass(frozen=True, slots=True)
 class StateConfig:
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
     # how long the gateway remembers which key and team created a response id (docs/responses-bridge.md)
     response_owner_ttl_s: float = 30 * 86_400.0
+    redis_mode: RedisMode = "single"
+    redis_ca_file: str | None = None  # a private CA for rediss://
+    timeout_ms: int = 50  # the longest a request waits on Redis, per operation
+    replicas: int = 1  # replicas sharing the limits: each takes 1/replicas of a limit while Redis is away
+    sentinel: SentinelConfig | None = None
+    # worker processes of this replica (`--workers`; never read from the file): the local share while
+    # Redis is away is a limit / (replicas x workers)
+    workers: int = 1
 
 
 AdminRole = Literal["admin", "team_admin", "viewer"]

@@ -17,7 +17,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, GCCollecto
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 from gateway import __version__
 from gateway.config.types import Config, ModelConfig, Price
@@ -73,6 +75,7 @@ class Metrics:
     team_requests: Any
     team_cost: Any
     continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
+    state_degraded_now: Any = None  # always set by `create_metrics`: the gauge beside the counter
     affinity: Any = None  # always set by `create_metrics`
     routing_decisions: Any = None  # always set by `create_metrics`
     deployment_ttft: Any = None  # always set by `create_metrics`
@@ -98,6 +101,10 @@ class Metrics:
     def state_degraded_op(self) -> None:
         """A state operation served locally: the shared backend was unavailable."""
         self.state_degraded.inc()
+
+    def state_mode(self, degraded: bool) -> None:
+        """The shared state backend went away (limits now counted locally) or came back."""
+        self.state_degraded_now.set(1 if degraded else 0)  # no labels: prometheus_client refuses labels()
 
     def refused(self, reason: str) -> None:
         """The HTTP server refused or cut a client before a handler ran."""
@@ -160,6 +167,10 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         build_info=Gauge("build_info", "Build information", ["version"], multiprocess_mode="max", **kw),
         state_degraded=Counter("state_degraded", "State operations served locally because the shared "
                                "backend was unavailable", [], **kw),
+        # exported as llm_gateway_state_degraded, beside the counter's llm_gateway_state_degraded_total
+        state_degraded_now=Gauge(_MP_GAUGE if multiproc else "state_degraded",
+                                 "1 while rate limits and budgets are counted locally because the shared "
+                                 "state backend (Redis) is away", [], multiprocess_mode="max", **kw),
         http_refused=Counter("http_refused", "Client connections or requests the API port refused or cut "
                              "before a handler ran", ["reason"], **kw),
         # the export thread counts into it too: a locked counter
@@ -195,13 +206,39 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
     return m
 
 
+# prometheus-client's multiprocess files merge metrics by base name, so the gauge
+# llm_gateway_state_degraded cannot share its name with the counter llm_gateway_state_degraded_total
+# there: the workers write it under this name, and the exposition gives it back its own.
+_MP_GAUGE = "state_degraded_gauge"
+_MP_RENAMES = {f"llm_gateway_{_MP_GAUGE}": "llm_gateway_state_degraded"}
+
+
+class _Renamed(Collector):
+    """The multiprocess aggregate, with the names of `_MP_RENAMES` put back."""
+
+    def __init__(self, inner: Collector) -> None:
+        self._inner = inner
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._inner.collect():
+            name = _MP_RENAMES.get(family.name)
+            if name is None:
+                yield family
+                continue
+            renamed = Metric(name, family.documentation, family.type)
+            for sample in family.samples:
+                renamed.add_sample(name + sample.name[len(family.name):], sample.labels, sample.value,
+                                   sample.timestamp, sample.exemplar)
+            yield renamed
+
+
 def exposition(m: Metrics) -> tuple[bytes, str]:
     """The text a scrape of /metrics gets, and its content type. With `--workers` (no registry of our
     own) every worker's files are aggregated, with this process's collectors."""
     registry = m.registry
     if registry is None:
         registry = CollectorRegistry()
-        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(_Renamed(MultiProcessCollector(None)))  # type: ignore[no-untyped-call]
         add_process_collectors(registry)
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
