@@ -59,6 +59,7 @@ class ServerConfig:
     metrics_port: int = 9464
     max_body_bytes: int = 10 * 1024 * 1024
     drain_s: float = 30.0
+    websocket_idle_s: float = 300.0  # a WebSocket-mode connection with no message this long is closed
     keepalive_after_s: float = 10.0
     max_connections: int = 10_000  # open client connections; past it a new one gets 503
     request_head_timeout_s: float = 15.0  # a request's first byte to the end of its head (408)

@@ -35,9 +35,9 @@ def accept_head(headers: dict[str, str]) -> bytes:
         raise HandshakeError("a Sec-WebSocket-Key of 16 base64-encoded bytes is required")
     if "upgrade" not in {t.strip().lower() for t in headers.get("connection", "").split(",")}:
         raise HandshakeError("Connection must include Upgrade")
-    token = generate_accept_token(key.encode("ascii", "replace"))
+    token: bytes = generate_accept_token(key.encode("ascii", "replace"))
     return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Accept: " + token.encode("ascii") + b"\r\n\r\n")
+            b"Sec-WebSocket-Accept: " + token + b"\r\n\r\n")
 
 
 @dataclass(slots=True)

@@ -33,9 +33,10 @@ from gateway.http.dates import HttpDates
 from gateway.http.messages import Request, Response, StreamResponse, json_response
 from gateway.http.tls import TlsListener, listening_sockets
 from gateway.http.turns import TURN_S, TURNS
+from gateway.http.upgrade import Accepted, Link, Tunnel, Upgrader
 
-__all__ = ["Endpoint", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
-           "json_response"]
+__all__ = ["Accepted", "Endpoint", "HttpServer", "Link", "Request", "Response", "ServerEvents", "ServerLimits",
+           "StreamResponse", "Tunnel", "Upgrader", "json_response"]
 log = structlog.get_logger("gateway")
 KEEPALIVE_S = 75.0  # as aiohttp's and nginx's defaults: longer than the usual client pool's idle time
 
@@ -62,8 +63,9 @@ class _NoEvents:
 
 class HttpServer:
     def __init__(self, endpoint: Endpoint[Any], limits: ServerLimits | None = None, *,
-                 events: ServerEvents | None = None):
+                 events: ServerEvents | None = None, upgrader: Upgrader | None = None):
         self.endpoint = endpoint
+        self.upgrader = upgrader  # answers `Upgrade: websocket` (http/upgrade.py); None: 426
         self.set_limits(limits or ServerLimits())
         self.events: ServerEvents = events or _NoEvents()
         self.loop = asyncio.get_running_loop()
@@ -116,6 +118,7 @@ class HttpServer:
         for conn in list(self.connections):
             conn.close_if_idle(idle_before)
             conn.check_head_timeout(head_before)
+            conn.swept(now)
         for reason, count in self._refusals.items():  # a flood of refusals is a line a second, not a line each
             log.warning("http_refused", reason=reason, count=count, connections=len(self.connections))
         self._refusals.clear()

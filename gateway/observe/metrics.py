@@ -74,6 +74,7 @@ class Metrics:
     team_cost: Any
     continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
     affinity: Any = None  # always set by `create_metrics`
+    websocket_connections: Any = None  # always set by `create_metrics`
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -109,6 +110,13 @@ class Metrics:
 
     def store_error(self, op: str) -> None:
         self.child(self.store_errors, op).inc()
+
+    def websocket_opened(self) -> None:
+        """A WebSocket-mode connection was accepted (docs/reference.md, Metrics)."""
+        self.child(self.websocket_connections).inc()
+
+    def websocket_closed(self) -> None:
+        self.child(self.websocket_connections).dec()
 
     def local_limits(self, workers: int) -> None:
         """Worker processes that each enforce every limit on their own."""
@@ -178,6 +186,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                          ["model", "result"], **kw),
         continuations=Counter("continuations", "Continuation attempts of streams that failed after the first "
                               "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
+        websocket_connections=Gauge("websocket_connections", "Open WebSocket-mode connections (GET /v1/responses)",
+                                    [], multiprocess_mode="livesum", **kw),
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:

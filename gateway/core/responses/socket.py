@@ -103,7 +103,7 @@ def warmup_events(body: dict[str, Any]) -> tuple[str, list[str]]:
     """`generate: false` (Codex's warm-up): a response created and completed with no output, no model
     call. Returns its id and the events' JSON texts."""
     rid = "resp_" + os.urandom(16).hex()
-    resp = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "in_progress",
+    resp: dict[str, Any] = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "in_progress",
             "model": body.get("model"), "output": [], "usage": None, "error": None,
             "previous_response_id": body.get("previous_response_id"), "instructions": body.get("instructions"),
             "metadata": body.get("metadata") or {}}

@@ -1,0 +1,217 @@
+"""`GET /v1/responses` + `Upgrade: websocket`: the Responses API's WebSocket mode (docs/reference.md,
+WebSocket mode; docs/agents.md, Codex). A new transport, not a new pipeline: each `response.create` is
+served as a `POST /v1/responses` with `stream: true` through the one middleware and serve path (retries,
+fallback, continuation, redaction, guardrails, usage, cost, one log line with `transport: "websocket"`),
+on a channel that takes the stream's SSE bytes and sends each event's JSON as one text message.
+
+The key is checked before the `101` and again by each response (a key revoked or expired since: an
+`error` event, then close 1008). One response at a time: a `response.create` while one runs gets an
+`error` event with code `response_in_progress`, as OpenAI answers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import structlog
+
+from gateway.apis.catalog import RESPONSES
+from gateway.core.http1_request import RequestHead
+from gateway.core.responses.socket import (
+    Conversation,
+    EventCutter,
+    SocketMessageError,
+    error_event,
+    error_from_body,
+    read_message,
+    warmup_events,
+)
+from gateway.core.websocket import GOING_AWAY, NORMAL, POLICY_VIOLATION, HandshakeError, ServerSocket, accept_head
+from gateway.errors import GatewayError
+from gateway.http import Accepted, Link, Response, StreamResponse, json_response
+from gateway.pipeline.exchange import GatewayRequest, Host
+from gateway.pipeline.ids import REQUEST_IDS
+from gateway.pipeline.middleware import error_response, handle
+
+log = structlog.get_logger("gateway")
+# fields of the upgrade request a response's own request does not carry
+_HOP_FIELDS = frozenset(("upgrade", "connection", "content-length", "transfer-encoding", "expect", "x-request-id",
+                         "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+                         "sec-websocket-protocol"))
+_AUTH_CODES = frozenset(("invalid_api_key", "expired_api_key"))
+
+
+async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
+    """Answer an upgrade request: 426 on any route but `GET /v1/responses`, 400 for a bad handshake,
+    the key's refusal (401) before any `101`; else the `101` and the connection's session."""
+    if head.path != RESPONSES.path or head.method != "GET":
+        err = GatewayError("WebSocket mode is served on GET /v1/responses only", status=426,
+                           code="upgrade_required", type="invalid_request_error")
+        return error_response(err, REQUEST_IDS.new())
+    try:
+        answer = accept_head(head.headers)
+        app.runtime.keyring.authenticate(head.headers)
+    except HandshakeError as exc:
+        return json_response({"error": {"message": str(exc), "type": "invalid_request_error", "param": None,
+                                        "code": "invalid_request"}}, status=400)
+    except GatewayError as err:
+        return error_response(err, REQUEST_IDS.new())
+    return Accepted(answer, lambda link: ResponsesSocket(app, head, link))
+
+
+class _EventChannel:
+    """The response's channel: SSE bytes in, one text message per event out, on the socket's link."""
+
+    raw_body = True
+
+    def __init__(self, socket: ResponsesSocket):
+        self._socket = socket
+        self.cutter = EventCutter()
+
+    @property
+    def closing(self) -> bool:
+        return self._socket.link.closing
+
+    @closing.setter
+    def closing(self, value: bool) -> None:  # the connection's own state: not set through a response
+        pass
+
+    def send(self, data: bytes) -> bool:
+        socket = self._socket
+        frames = b"".join(socket.frames.text(text) for text in self.cutter.feed(data))
+        if not frames:
+            return False
+        return socket.link.send(frames)
+
+    async def drained(self) -> None:
+        await self._socket.link.drained()
+
+    def date(self) -> str:
+        return self._socket.link.date()
+
+
+class ResponsesSocket:
+    """One WebSocket-mode connection (the server's `Tunnel`)."""
+
+    def __init__(self, app: Host, head: RequestHead, link: Link):
+        self.app, self.link = app, link
+        server = app.runtime.config.server
+        self.frames = ServerSocket(server.max_body_bytes)
+        self.idle_s = server.websocket_idle_s
+        self._headers = {k: v for k, v in head.headers.items() if k not in _HOP_FIELDS}
+        self._headers["content-type"] = "application/json"
+        self._conversation = Conversation()
+        self._running: asyncio.Task[None] | None = None
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._draining = False
+        self._active = asyncio.get_running_loop().time()
+        app.metrics.websocket_opened()
+
+    async def run(self) -> None:
+        try:
+            await self._done
+        finally:
+            self.app.metrics.websocket_closed()
+            if self._running is not None:
+                self._running.cancel()  # the client went: its response's upstream request is closed too
+
+    def received(self, data: bytes) -> None:
+        if self._done.done():
+            return
+        fed = self.frames.feed(data)
+        if fed.reply:
+            self._write(fed.reply)
+        if fed.close is not None:
+            self._end()
+            return
+        for text in fed.messages:
+            self._active = asyncio.get_running_loop().time()
+            if self._running is not None or self._draining:
+                self._write(self.frames.text(error_event(
+                    "response_in_progress", "a response is in progress on this connection: wait for its end",
+                    None, 409)))
+                continue
+            self._running = asyncio.get_running_loop().create_task(self._respond(text))
+
+    def swept(self, now: float) -> None:
+        if self._running is None and now - self._active > self.idle_s:
+            self.close(NORMAL, "idle timeout")
+
+    def drain(self) -> None:
+        self._draining = True
+        if self._running is None:
+            self.close(GOING_AWAY, "the gateway is shutting down")
+
+    def lost(self) -> None:
+        self._end()
+
+    def close(self, code: int, reason: str) -> None:
+        self._write(self.frames.close(code, reason))
+        self._end()
+
+    def _write(self, data: bytes) -> None:
+        if data and not self.link.closing:
+            try:
+                self.link.send(data)
+            except ConnectionError:
+                self._end()
+
+    def _end(self) -> None:
+        if not self._done.done():
+            self._done.set_result(None)
+
+    async def _respond(self, text: str) -> None:
+        try:
+            await self._serve(text)
+        except (ConnectionError, asyncio.CancelledError):
+            self._end()
+            return
+        except Exception:
+            log.exception("unhandled_error", path="websocket /v1/responses")
+            self.close(1011, "internal error")
+            return
+        finally:
+            self._running = None
+            self._active = asyncio.get_running_loop().time()
+        if self._draining:
+            self.close(GOING_AWAY, "the gateway is shutting down")
+
+    async def _serve(self, text: str) -> None:
+        try:
+            create = read_message(text)
+            whole = self._conversation.expand(create.body)
+        except SocketMessageError as exc:
+            self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
+            return
+        if not create.generate:
+            rid, events = warmup_events(create.body)
+            self._write(b"".join(self.frames.text(e) for e in events))
+            self._conversation.keep(rid, whole, [])
+            return
+        channel = _EventChannel(self)
+        request = self._request(create.body, channel)
+        resp = await handle(request)
+        if isinstance(resp, StreamResponse):
+            await resp.prepare(request)
+            await resp.write_eof()
+        else:
+            self._refused(resp)
+            return
+        ended = channel.cutter.ended
+        if ended is not None and not channel.cutter.failed:
+            self._conversation.keep(ended.response_id, whole, ended.output)
+
+    def _request(self, body: dict[str, object], channel: _EventChannel) -> GatewayRequest:
+        raw = orjson.dumps(body)
+        head = RequestHead("POST", RESPONSES.path, "", self._headers, True, False, len(raw), False, None)
+        request = GatewayRequest(self.app, head, raw, channel)
+        request.transport = "websocket"
+        return request
+
+    def _refused(self, resp: Response) -> None:
+        """A response refused before its stream (the status and error body HTTP would have carried)."""
+        event = error_from_body(resp.status, resp.body)
+        self._write(self.frames.text(event))
+        if resp.status == 401:  # the key was revoked or expired since the upgrade
+            self.close(POLICY_VIOLATION, "the key is no longer valid")

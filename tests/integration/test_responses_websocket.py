@@ -1,0 +1,137 @@
+"""The Responses API's WebSocket mode (`GET /v1/responses` + `Upgrade: websocket`, docs/reference.md), driven
+by the official openai SDK's WebSocket client (`client.responses.connect()`) against a scripted Anthropic
+upstream (the bridge): three turns with `previous_response_id` and only new items, the upstream sent the
+whole conversation each turn; the warm-up; refusals before the `101`; failover on a socket turn; one log
+line per response with `transport: "websocket"`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import orjson
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from gateway.config import parse_config
+from tests import anthropic_scripts as a
+from tests.fake_upstream import FakeUpstream
+from tests.harness import GatewayServer
+
+KEY = "gw-ws-key-0001"
+MESSAGES_PATH = "/v1/messages"
+TIMEOUTS = {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}
+RETRY = {"max_attempts": 3, "per_deployment": 1, "initial_backoff_ms": 1, "max_backoff_ms": 5}
+
+
+@pytest.fixture
+def gw(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> GatewayServer:
+    return make_gateway(ws_config(upstream))
+
+
+def ws_config(upstream: FakeUpstream, **server: Any) -> Any:
+    return parse_config({
+        "server": {"max_body_bytes": 64 * 1024, **server},
+        "auth": {"keys": [{"name": "ws", "key": KEY}]},
+        "providers": {
+            "claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-SECRET",
+                       "timeouts": TIMEOUTS},
+            "claude2": {"type": "anthropic", "base_url": upstream.base_url + "/two", "api_key": "sk-ant-SECRET2",
+                        "timeouts": TIMEOUTS},
+        },
+        "models": [
+            {"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep"}]},
+            {"name": "claude-pair", "retry": RETRY, "deployments": [
+                {"provider": "claude", "model": "claude-dep"}, {"provider": "claude2", "model": "claude-dep2"}]},
+            {"name": "claude-continued", "continuation": True, "deployments": [
+                {"provider": "claude", "model": "claude-dep"}]},
+        ],
+    }, env={})
+
+
+def sdk(gw: GatewayServer, key: str = KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0, timeout=20)
+
+
+def ws_url(gw: GatewayServer, path: str = "/v1/responses") -> str:
+    return f"ws://127.0.0.1:{gw.port}{path}"
+
+
+def events_until_end(conn: Any) -> list[Any]:
+    """One response's events, through its terminal event (or an error event)."""
+    got = []
+    for event in conn:
+        got.append(event)
+        if event.type in ("response.completed", "response.failed", "response.incomplete", "error"):
+            return got
+    return got
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def test_three_turns_send_only_new_items_and_the_bridge_gets_the_whole_conversation(
+        upstream: FakeUpstream, gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["One"]), a.text_stream(["Two"]), a.text_stream(["Three"]))
+    with sdk(gw).responses.connect() as conn:
+        conn.response.create(model="claude", input=[user("first")], generate=False)  # type: ignore[call-arg]
+        warm = events_until_end(conn)
+        assert [e.type for e in warm] == ["response.created", "response.completed"]
+        previous = warm[-1].response.id
+        answers = []
+        for text in ("first", "second", "third"):
+            items = [user(text)] if text != "first" else []
+            conn.response.create(model="claude", input=items, previous_response_id=previous, store=False)
+            got = events_until_end(conn)
+            assert got[0].type == "response.created" and got[-1].type == "response.completed", got
+            previous = got[-1].response.id
+            answers.append(got[-1].response.output[0].content[0].text)
+    assert answers == ["One", "Two", "Three"]
+    sent = upstream.bodies(MESSAGES_PATH)
+    assert len(sent) == 3
+    texts = [[_text(m) for m in body["messages"]] for body in sent]
+    assert texts[0] == ["first"]
+    assert texts[1] == ["first", "One", "second"]
+    assert texts[2] == ["first", "One", "second", "Two", "third"]
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+
+
+def test_the_key_is_checked_before_the_upgrade_and_other_routes_keep_426(gw: GatewayServer) -> None:
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url(gw), additional_headers={"Authorization": "Bearer wrong"})
+    assert refused.value.response.status_code == 401
+    with pytest.raises(InvalidStatus) as other:
+        connect(ws_url(gw, "/v1/chat/completions"), additional_headers={"Authorization": f"Bearer {KEY}"})
+    assert other.value.response.status_code == 426
+
+
+def raw_socket(gw: GatewayServer) -> Any:
+    return connect(ws_url(gw), additional_headers={"Authorization": f"Bearer {KEY}"}, max_size=None)
+
+
+def recv_json(ws: Any) -> dict[str, Any]:
+    return dict(orjson.loads(ws.recv(timeout=10)))
+
+
+def test_bad_input_gets_an_error_event_and_the_connection_stays_usable(upstream: FakeUpstream,
+                                                                      gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["Fine"]))
+    with raw_socket(gw) as ws:
+        ws.send("not json")
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "invalid_request"
+        ws.send(orjson.dumps({"type": "response.create", "model": "nope", "input": "hi"}).decode())
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "model_not_found" and err["status"] == 404
+        ws.send(orjson.dumps({"type": "response.create", "model": "claude", "input": "hi"}).decode())
+        types = []
+        while not types or types[-1] not in ("response.completed", "error"):
+            types.append(recv_json(ws)["type"])
+    assert types[0] == "response.created" and types[-1] == "response.completed"
