@@ -39,7 +39,9 @@ log = structlog.get_logger("gateway")
 _HOP_FIELDS = frozenset(("upgrade", "connection", "content-length", "transfer-encoding", "expect", "x-request-id",
                          "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                          "sec-websocket-protocol"))
-_AUTH_CODES = frozenset(("invalid_api_key", "expired_api_key"))
+# bytes of client frames taken per loop iteration: a flood of small messages read in one go is taken a
+# slice at a time (reading held meanwhile), so other connections are served between the slices
+SLICE_BYTES = 16 * 1024
 
 
 async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
@@ -106,6 +108,7 @@ class ResponsesSocket:
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._draining = False
         self._active = asyncio.get_running_loop().time()
+        self._inbox = b""  # bytes read and not taken yet (see SLICE_BYTES)
         app.metrics.websocket_opened()
 
     async def run(self) -> None:
@@ -117,8 +120,18 @@ class ResponsesSocket:
                 self._running.cancel()  # the client went: its response's upstream request is closed too
 
     def received(self, data: bytes) -> None:
+        if self._inbox:  # reading is held: only what was already on its way
+            self._inbox += data
+            return
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
         if self._done.done():
             return
+        if len(data) > SLICE_BYTES:
+            data, self._inbox = data[:SLICE_BYTES], data[SLICE_BYTES:]
+            self.link.hold_reading(True)
+            asyncio.get_running_loop().call_soon(self._next_slice)
         fed = self.frames.feed(data)
         if fed.reply:
             self._write(fed.reply)
@@ -133,6 +146,12 @@ class ResponsesSocket:
                     None, 409)))
                 continue
             self._running = asyncio.get_running_loop().create_task(self._respond(text))
+
+    def _next_slice(self) -> None:
+        data, self._inbox = self._inbox, b""
+        self._take(data)
+        if not self._inbox:
+            self.link.hold_reading(False)
 
     def swept(self, now: float) -> None:
         if self._running is None and now - self._active > self.idle_s:

@@ -49,7 +49,7 @@ class ClientGone(ConnectionResetError):
 
 
 class HttpConnection(asyncio.Protocol):
-    __slots__ = ("_drain", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote", "closing",
+    __slots__ = ("_drain", "_held", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote", "closing",
                  "head_since", "idle_since", "task", "transport", "tunnel")
     raw_body = False  # a streamed response's body is HTTP-framed (chunked) on this channel
 
@@ -67,6 +67,7 @@ class HttpConnection(asyncio.Protocol):
         self._wrote = False  # some bytes of the current response are out
         self._lingering = False
         self.tunnel: Tunnel | None = None  # the protocol after an accepted upgrade (http/upgrade.py)
+        self._held = False  # the tunnel has bytes still to take: reading waits
 
     # asyncio.Protocol
 
@@ -118,13 +119,13 @@ class HttpConnection(asyncio.Protocol):
             loop = self._server.loop
             self._drain = loop.create_future()
             self._stall = loop.call_later(self._server.limits.send_timeout_s, self._on_stall)
-            if self.tunnel is not None and self.transport is not None:
-                self.transport.pause_reading()  # a peer that reads nothing is not read either (pings, floods)
+            if self.tunnel is not None:
+                self._apply_reading()  # a peer that reads nothing is not read either (pings, floods)
 
     def resume_writing(self) -> None:
         self._cancel_stall()
-        if self.tunnel is not None and self.transport is not None and not self.closing:
-            self.transport.resume_reading()
+        if self.tunnel is not None:
+            self._apply_reading()
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():
             drain.set_result(None)
@@ -255,6 +256,20 @@ class HttpConnection(asyncio.Protocol):
             log.exception("unhandled_error", path=head.path)
         finally:
             self._close()
+
+    def hold_reading(self, held: bool) -> None:
+        """A tunnel with bytes still to take stops reading until it has taken them (its `Link`)."""
+        self._held = held
+        self._apply_reading()
+
+    def _apply_reading(self) -> None:
+        transport = self.transport
+        if transport is None or self.closing or transport.is_closing():
+            return
+        if self._held or self._drain is not None:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
 
     def swept(self, now: float) -> None:
         if self.tunnel is not None:

@@ -26,6 +26,8 @@ class Link(Protocol):
 
     def date(self) -> str: ...
 
+    def hold_reading(self, held: bool) -> None: ...  # True: read nothing more until released
+
 
 class Tunnel(Protocol):
     """A connection's protocol after the switch. `run` lasts as long as the tunnel (the connection

@@ -17,11 +17,11 @@ from websockets.sync.client import connect
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
-from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream import Close, FakeUpstream, Script
 from tests.harness import GatewayServer
 
 KEY = "gw-ws-key-0001"
-MESSAGES_PATH = "/v1/messages"
+MESSAGES_PATH, SECOND_PATH = "/v1/messages", "/two/v1/messages"
 TIMEOUTS = {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}
 RETRY = {"max_attempts": 3, "per_deployment": 1, "initial_backoff_ms": 1, "max_backoff_ms": 5}
 
@@ -45,8 +45,8 @@ def ws_config(upstream: FakeUpstream, **server: Any) -> Any:
             {"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep"}]},
             {"name": "claude-pair", "retry": RETRY, "deployments": [
                 {"provider": "claude", "model": "claude-dep"}, {"provider": "claude2", "model": "claude-dep2"}]},
-            {"name": "claude-continued", "continuation": True, "deployments": [
-                {"provider": "claude", "model": "claude-dep"}]},
+            {"name": "claude-continued", "continuation": True, "retry": RETRY, "deployments": [
+                {"provider": "claude", "model": "claude-dep"}, {"provider": "claude2", "model": "claude-dep2"}]},
         ],
     }, env={})
 
@@ -135,3 +135,56 @@ def test_bad_input_gets_an_error_event_and_the_connection_stays_usable(upstream:
         while not types or types[-1] not in ("response.completed", "error"):
             types.append(recv_json(ws)["type"])
     assert types[0] == "response.created" and types[-1] == "response.completed"
+
+
+def turn(ws: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Send one `response.create`; its events through the terminal or error event."""
+    ws.send(orjson.dumps({"type": "response.create", **body}).decode())
+    got: list[dict[str, Any]] = []
+    while not got or got[-1]["type"] not in ("response.completed", "response.failed", "response.incomplete",
+                                             "error"):
+        got.append(recv_json(ws))
+    return got
+
+
+def output_text(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+
+def cut_after_first_token() -> Script:
+    events = [a.message_start("msg_first"), *a.text_block(0, ["One, ", "two, "])[:-1]]  # the block stays open
+    return Script([a.event(e) for e in events] + [Close()])
+
+
+def test_inband_overload_before_the_first_token_is_retried_invisibly(upstream: FakeUpstream,
+                                                                    gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, a.stream([a.message_start(), a.error_event()]))
+    upstream.enqueue(SECOND_PATH, a.text_stream(["From ", "the second."]))
+    with raw_socket(gw) as ws:
+        events = turn(ws, {"model": "claude-pair", "input": "hi"})
+    types = [e["type"] for e in events]
+    assert types.count("response.created") == 1 and types[-1] == "response.completed" and "error" not in types
+    assert output_text(events) == "From the second."
+    assert len(upstream.bodies(MESSAGES_PATH)) == 1 and len(upstream.bodies(SECOND_PATH)) == 1
+
+
+def test_a_cut_after_the_first_token_is_continued_with_continuation_on(upstream: FakeUpstream,
+                                                                      gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, cut_after_first_token())
+    upstream.enqueue(SECOND_PATH, a.text_stream([" three, ", "four, five."]))
+    with raw_socket(gw) as ws:
+        events = turn(ws, {"model": "claude-continued", "input": "count"})
+    assert events[-1]["type"] == "response.completed"
+    assert output_text(events) == "One, two, three, four, five."
+    assert gw.sample("llm_gateway_continuations_total", outcome="ok") == 1
+
+
+def test_a_cut_without_continuation_is_one_error_event_and_the_socket_serves_the_next_turn(
+        upstream: FakeUpstream, gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, cut_after_first_token(), a.text_stream(["Again."]))
+    with raw_socket(gw) as ws:
+        events = turn(ws, {"model": "claude-pair", "input": "count"})
+        assert [e["type"] for e in events].count("error") == 1 and events[-1]["type"] == "error"
+        assert output_text(events) == "One, two, "
+        again = turn(ws, {"model": "claude", "input": "count"})
+    assert again[-1]["type"] == "response.completed" and output_text(again) == "Again."
