@@ -48,6 +48,7 @@ class Fed:
     messages: list[str] = field(default_factory=list)
     reply: bytes = b""
     close: int | None = None
+    more: bool = False  # stopped at `max_messages`: `feed(b"")` takes the next ones
 
 
 class ServerSocket:
@@ -65,11 +66,14 @@ class ServerSocket:
     def open(self) -> bool:
         return self._conn.state is ConnectionState.OPEN
 
-    def feed(self, data: bytes) -> Fed:
+    def feed(self, data: bytes, max_messages: int = 1 << 30) -> Fed:
+        """Take `data`; stop after `max_messages` whole messages (wsproto keeps the rest of its buffer, and
+        its parser's place, for the next call), so a flood of small messages is taken a batch at a time."""
         fed = Fed()
         if self._conn.state is ConnectionState.CLOSED:
             return fed
-        self._conn.receive_data(data)
+        if data:
+            self._conn.receive_data(data)
         for event in self._conn.events():
             if isinstance(event, TextMessage):
                 self._size += len(event.data.encode())
@@ -80,6 +84,9 @@ class ServerSocket:
                     fed.messages.append("".join(self._parts))
                     self._parts.clear()
                     self._size = 0
+                    if len(fed.messages) >= max_messages:  # the frames after it stay unparsed in wsproto
+                        fed.more = True
+                        return fed
             elif isinstance(event, BytesMessage):
                 return self._closing(fed, UNSUPPORTED_DATA, "binary messages are not supported")
             elif isinstance(event, Ping):
