@@ -62,6 +62,15 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
     return Accepted(answer, lambda link: ResponsesSocket(app, head, link))
 
 
+def _key_name(app: Host, head: RequestHead) -> str | None:
+    """The key's name for the connection's log lines (checked already: the upgrade was accepted)."""
+    try:
+        key = app.runtime.keyring.authenticate(head.headers)
+    except GatewayError:
+        return None
+    return key.name if key is not None else None
+
+
 class _EventChannel:
     """The response's channel: SSE bytes in, one text message per event out, on the socket's link."""
 
@@ -109,14 +118,22 @@ class ResponsesSocket:
         self._draining = False
         self._active = asyncio.get_running_loop().time()
         self._held = False  # messages wait in the frame parser (see BATCH): reading is held
+        self._key = _key_name(app, head)
+        self._opened = asyncio.get_running_loop().time()
+        self._responses = self._warmups = 0
+        self._close_code: int | None = None
         self._busy_frame = b""  # the `response_in_progress` event's frame, made once
         app.metrics.websocket_opened()
+        log.info("websocket_opened", key=self._key, path=RESPONSES.path)
 
     async def run(self) -> None:
         try:
             await self._done
         finally:
             self.app.metrics.websocket_closed()
+            log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,
+                     continued=self._conversation.continued, close_code=self._close_code,
+                     duration_ms=round((asyncio.get_running_loop().time() - self._opened) * 1000, 2))
             if self._running is not None:
                 self._running.cancel()  # the client went: its response's upstream request is closed too
 
@@ -132,6 +149,7 @@ class ResponsesSocket:
         if fed.reply:
             self._write(fed.reply)
         if fed.close is not None:
+            self._close_code = fed.close
             self._end()
             return
         for text in fed.messages:
@@ -161,6 +179,7 @@ class ResponsesSocket:
         self._end()
 
     def close(self, code: int, reason: str) -> None:
+        self._close_code = code
         self._write(self.frames.close(code, reason))
         self._end()
 
@@ -199,12 +218,14 @@ class ResponsesSocket:
             self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
             return
         if not create.generate:
+            self._warmups += 1
             rid, events = warmup_events(create.body)
             self._write(b"".join(self.frames.text(e) for e in events))
             self._conversation.keep(rid, whole, [])
             return
         channel = _EventChannel(self)
         request = self._request(create.body, channel)
+        self._responses += 1
         resp = await handle(request)
         if isinstance(resp, StreamResponse):
             await resp.prepare(request)

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
@@ -35,7 +36,7 @@ COMMAND = "echo bridged-$((6*7))"  # its output, bridged-42, is not in the comma
 ANSWER = "The command printed bridged-42."
 
 
-def write_config(home: Path, base_url: str, extra: str = "") -> None:
+def write_config(home: Path, base_url: str, extra: str = "", provider_extra: str = "") -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(f"""\
 model = "{MODEL}"
@@ -49,6 +50,7 @@ env_key = "GATEWAY_API_KEY"
 wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
+{provider_extra}
 """)
 
 
@@ -175,3 +177,33 @@ def test_codex_prints_the_real_models_answer_through_the_bridge(real_stack: tupl
     served = [orjson.loads(line) for line in gw.lines if '"event":"request"' in line]
     assert any(r["api"] == "responses" and r["deployment"] == f"llama-chat/{processes.LLAMA_MODEL_ALIAS}"
                and r["status"] == 200 and r["outcome"] == "ok" and r["output_tokens"] > 0 for r in served), served
+
+
+# -- WebSocket mode (Codex's default transport with a provider that supports it) ---------------------------
+
+def test_codex_over_a_websocket_runs_a_shell_tool_through_anthropic(upstream: FakeUpstream, tmp_path: Path,
+                                                                    make_gateway: Callable[..., GatewayServer]
+                                                                    ) -> None:
+    """`supports_websockets = true`: Codex opens one WebSocket (`GET /v1/responses`), warms it up, sends each
+    turn's new items with `previous_response_id`; the gateway serves every turn through the bridge with the
+    whole conversation, and Codex never falls back to an HTTP `POST /v1/responses`."""
+    gw = scripted_gateway(make_gateway, upstream, {"type": "anthropic", "base_url": upstream.base_url})
+    tool = a.tool_block(0, "toolu_sh1", "exec_command", [orjson.dumps({"cmd": COMMAND}).decode()])
+    upstream.enqueue(a.PATH, a.stream([a.message_start("msg_1"), *tool, a.message_delta("tool_use"), a.message_stop()]),
+                     a.text_stream([ANSWER], mid="msg_2"))
+    upstream.defaults[a.PATH] = a.text_stream(["(nothing more)"], mid="msg_3")
+    write_config(tmp_path / "codex", f"{gw.base_url}", provider_extra="supports_websockets = true")
+    with capture_logs() as logs:
+        done = codex(tmp_path / "codex", tmp_path, "Run the echo command.")
+    assert ANSWER in done.stdout
+    served = [e for e in logs if e["event"] == "request" and e["api"] == "responses"]
+    assert served and all(e["transport"] == "websocket" for e in served), served  # no HTTP fallback
+    sockets = [e for e in logs if e["event"] == "websocket_closed"]
+    assert len(sockets) == 1 and sockets[0]["responses"] >= 2, sockets
+    assert sockets[0]["continued"] >= 1, "Codex sent a turn's new items only, naming the previous response"
+    second = upstream.bodies(a.PATH)[1]
+    assert second["messages"][0]["role"] == "user"  # the whole conversation, from its first turn
+    use, result = second["messages"][-2]["content"][-1], second["messages"][-1]["content"][0]
+    assert (use["type"], use["id"], use["input"]) == ("tool_use", "toolu_sh1", {"cmd": COMMAND})
+    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_sh1"
+    assert "bridged-42" in orjson.dumps(result["content"]).decode()

@@ -76,6 +76,7 @@ class Conversation:
 
     last_id: str | None = None
     items: list[Any] = field(default_factory=list)
+    continued: int = 0  # requests that continued from the connection's last response (the log says)
 
     def expand(self, body: dict[str, Any]) -> list[Any]:
         """A body naming the connection's last response gets that response's input and output before its
@@ -85,6 +86,7 @@ class Conversation:
         new = _items(body.get("input"))
         if self.last_id is not None and body.get("previous_response_id") == self.last_id:
             del body["previous_response_id"]
+            self.continued += 1
             whole = [*self.items, *new]
             body["input"] = whole
             return whole
