@@ -51,9 +51,10 @@ class End:
 class RequestRecorder:
     __slots__ = ("_delay", "_duration", "api", "m", "request_id", "t0", "trace", "transport")
 
-    def __init__(self, m: Metrics, api: str, request_id: str, t0: float, trace: RequestTrace = NO_TRACE):
+    def __init__(self, m: Metrics, api: str, request_id: str, t0: float, trace: RequestTrace = NO_TRACE,
+                 transport: str = "http"):
         self.m, self.api, self.request_id, self.t0, self.trace = m, api, request_id, t0, trace
-        self.transport = "http"  # "websocket": a WebSocket-mode response (docs/reference.md, Logs)
+        self.transport = transport  # "websocket": a WebSocket-mode response (docs/reference.md, Logs)
         self._delay: Any = None
         self._duration = 0.0
 
