@@ -223,8 +223,14 @@ class ResponsesSocket:
             self._write(b"".join(self.frames.text(e) for e in events))
             self._conversation.keep(rid, whole, [])
             return
+        raw = orjson.dumps(create.body)
+        if len(raw) > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
+            self._write(self.frames.text(error_event(
+                "request_too_large", f"the conversation is larger than {self.frames.max_message} bytes: start a "
+                "new one without previous_response_id", "previous_response_id", 413)))
+            return
         channel = _EventChannel(self)
-        request = self._request(create.body, channel)
+        request = self._request(raw, channel)
         self._responses += 1
         resp = await handle(request)
         if isinstance(resp, StreamResponse):
@@ -237,8 +243,7 @@ class ResponsesSocket:
         if ended is not None and not channel.cutter.failed:
             self._conversation.keep(ended.response_id, whole, ended.output)
 
-    def _request(self, body: dict[str, object], channel: _EventChannel) -> GatewayRequest:
-        raw = orjson.dumps(body)
+    def _request(self, raw: bytes, channel: _EventChannel) -> GatewayRequest:
         head = RequestHead("POST", RESPONSES.path, "", self._headers, True, False, len(raw), False, None)
         request = GatewayRequest(self.app, head, raw, channel)
         request.transport = "websocket"

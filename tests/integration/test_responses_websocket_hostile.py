@@ -215,3 +215,27 @@ def test_messages_split_across_reads_and_frames_are_whole(upstream: FakeUpstream
     sock.close()
     assert b'"delta":"Whole."' in got
 
+
+
+def test_a_conversation_grown_past_max_body_bytes_is_refused_with_413(upstream: FakeUpstream,
+                                                                      gw: GatewayServer) -> None:
+    """Each message is small, but the kept conversation grows: the whole request is held to
+    `server.max_body_bytes` as HTTP would hold it (and the connection's memory with it)."""
+    big = "z" * 40_000  # two of these outgrow the 64 KiB limit
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["ok"]))
+    with raw_socket(gw) as ws:
+        first = turn(ws, {"model": "claude", "input": big})
+        assert first[-1]["type"] == "response.completed"
+        refused = turn(ws, {"model": "claude", "input": big, "previous_response_id": first[-1]["response"]["id"]})
+    assert refused == [refused[-1]] and refused[-1]["code"] == "request_too_large" and refused[-1]["status"] == 413
+    assert len(upstream.bodies(MESSAGES_PATH)) == 1
+
+
+def test_websocket_connections_count_against_max_connections(upstream: FakeUpstream,
+                                                             make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(ws_config(upstream, max_connections=2))
+    with raw_socket(gw), raw_socket(gw):
+        sock = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+        got = read_to_close(sock)  # the refusal is written at accept, before anything is read
+        sock.close()
+    assert got.startswith(b"HTTP/1.1 503 ")
