@@ -21,6 +21,19 @@ from wsproto.utilities import generate_accept_token
 NORMAL, GOING_AWAY, PROTOCOL_ERROR, UNSUPPORTED_DATA, POLICY_VIOLATION, TOO_BIG = 1000, 1001, 1002, 1003, 1008, 1009
 
 
+def text_frame(payload: bytes) -> bytes:
+    """One unfragmented, unmasked text frame (a server's, RFC 6455 §5.2) of UTF-8 `payload`: the header
+    alone is written here, as wsproto writes it; a stream's events are the hot path (wsproto's
+    `send` costs ~8 us an event, this ~0.3), and tests check the bytes equal wsproto's. Reading frames
+    is wsproto's alone."""
+    size = len(payload)
+    if size < 126:
+        return bytes((0x81, size)) + payload
+    if size < 65536:
+        return b"\x81\x7e" + size.to_bytes(2, "big") + payload
+    return b"\x81\x7f" + size.to_bytes(8, "big") + payload
+
+
 class HandshakeError(ValueError):
     """An upgrade request that is not a valid WebSocket opening handshake (answered 400)."""
 
@@ -102,11 +115,11 @@ class ServerSocket:
         self._parts.clear()
         return fed
 
-    def text(self, data: str) -> bytes:
-        """One text message (empty once the connection is closing)."""
+    def text(self, data: str | bytes) -> bytes:
+        """One text message (empty once the connection is closing); bytes are UTF-8 already."""
         if self._conn.state is not ConnectionState.OPEN:
             return b""
-        return self._conn.send(TextMessage(data=data))
+        return text_frame(data.encode() if isinstance(data, str) else data)
 
     def close(self, code: int, reason: str = "") -> bytes:
         """The close frame (once: empty when one was sent)."""

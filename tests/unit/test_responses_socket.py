@@ -10,7 +10,7 @@ from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
 from gateway.core.responses.socket import Conversation, EventCutter, SocketMessageError, read_message, warmup_events
-from gateway.core.websocket import HandshakeError, ServerSocket, accept_head
+from gateway.core.websocket import HandshakeError, ServerSocket, accept_head, text_frame
 
 
 def frames(*events: object) -> bytes:
@@ -98,7 +98,19 @@ def test_the_cutter_sends_each_event_whole_and_keeps_the_completed_response() ->
     stream = (b"event: response.created\ndata: {\"a\":1}\n\n: keep-alive\n\n"
               b"event: response.completed\ndata: " + completed + b"\n\n")
     out = [t for i in range(0, len(stream), 7) for t in cutter.feed(stream[i:i + 7])]
-    assert out == ['{"a":1}', completed.decode()]
+    assert out == [b'{"a":1}', completed]
+    assert cutter.feed(b'data: {"b":\ndata: 2}\n\n') == [b'{"b":\n2}']  # several data lines: one payload
     assert cutter.ended is not None and cutter.ended.response_id == "resp_9" and not cutter.failed
     cutter.feed(b'event: error\ndata: {"type":"error"}\n\n')
     assert cutter.failed
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 70000])
+def test_a_text_frame_is_the_frame_wsproto_writes(size: int) -> None:
+    server = Connection(ConnectionType.SERVER)
+    text = "x" * size
+    assert text_frame(text.encode()) == server.send(TextMessage(text))
+    client = Connection(ConnectionType.CLIENT)
+    client.receive_data(text_frame(text.encode()))
+    (event,) = client.events()
+    assert isinstance(event, TextMessage) and event.data == text and event.message_finished

@@ -157,9 +157,9 @@ class EventCutter:
         self.ended: Ended | None = None
         self.failed = False  # an `error` or `response.failed` event went out
 
-    def feed(self, data: bytes) -> list[str]:
+    def feed(self, data: bytes) -> list[bytes]:
         buf = self._buf + data if self._buf else data
-        out: list[str] = []
+        out: list[bytes] = []
         start = 0
         while True:
             end = buf.find(b"\n\n", start)
@@ -174,7 +174,14 @@ class EventCutter:
             raise ValueError("an event without an end")
         return out
 
-    def _event(self, block: bytes) -> str | None:
+    def _event(self, block: bytes) -> bytes | None:
+        if block.startswith(b"event: "):  # the serve path's own shape (core.sse.encode_event): one data line
+            name_end = block.find(b"\ndata: ")
+            if name_end > 0 and block.find(b"\n", name_end + 7) < 0:
+                name, payload = block[7:name_end], block[name_end + 7:]
+                if name in TERMINAL or name == b"error":
+                    self._terminal(name, payload)
+                return payload
         name = b""
         data: list[bytes] = []
         for line in block.split(b"\n"):
@@ -187,7 +194,7 @@ class EventCutter:
         payload = b"\n".join(data)
         if name in TERMINAL or name == b"error":
             self._terminal(name, payload)
-        return payload.decode()
+        return payload
 
     def _terminal(self, name: bytes, payload: bytes) -> None:
         if name != b"response.completed":
