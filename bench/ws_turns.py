@@ -5,11 +5,12 @@ turns, Codex's way, through the gateway's Responses bridge to the fake upstream 
                (the gateway keeps the conversation and sends the upstream the whole of it)
     http       one keep-alive connection; each turn POSTs the whole input so far (`store: false`)
 
-Per turn: the gateway process's CPU (utime+stime from /proc, over all turns, divided) and the added TTFT
+Per turn: the gateway process's CPU (utime+stime from /proc over a round's turns, divided; the median of
+the rounds, which alternate between the transports) and the added TTFT
 (the client's send to its first `response.output_text.delta`, minus the same for the fake upstream
 asked directly with the turn's Messages request). Prints a markdown table (bench/README.md).
 
-    python -m bench.ws_turns [--conversations 30] [--turns 10]
+    python -m bench.ws_turns [--conversations 30] [--turns 10] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -119,17 +120,33 @@ def direct_ttfts(port: int, turns: int) -> list[float]:
 
 
 def measure(gw: servers.Server, run: Any, conversations: int, turns: int) -> tuple[float, list[float]]:
-    run(gw.port, turns)  # warm-up: imports, pools
     before = procstat.usage(gw.pid).cpu_s
     ttfts = [t for _ in range(conversations) for t in run(gw.port, turns)]
     cpu = procstat.usage(gw.pid).cpu_s - before
     return cpu / (conversations * turns), ttfts
 
 
+def compare(gw: servers.Server, conversations: int, turns: int, rounds: int) -> dict[str, tuple[float, list[float]]]:
+    """Rounds of each transport, alternated (the machine's speed drifts): the median round's CPU per turn
+    and every turn's TTFT."""
+    runs = {"http": http_conversation, "websocket": ws_conversation}
+    for run in runs.values():
+        run(gw.port, turns)  # warm-up: imports, pools
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    ttfts: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            c, t = measure(gw, run, conversations, turns)
+            cpu[name].append(c)
+            ttfts[name] += t
+    return {name: (statistics.median(cpu[name]), ttfts[name]) for name in runs}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--conversations", type=int, default=30)
     p.add_argument("--turns", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="gateway-ws-bench-"))
     up = servers.start_upstream(workdir)
@@ -140,15 +157,14 @@ def main() -> None:
         direct = [t for _ in range(args.conversations) for t in direct_ttfts(up.port, args.turns)]
         base = statistics.median(direct)
         rows = []
-        for name, run in (("http", http_conversation), ("websocket", ws_conversation)):
-            cpu, ttfts = measure(gw, run, args.conversations, args.turns)
+        for name, (cpu, ttfts) in compare(gw, args.conversations, args.turns, args.rounds).items():
             q = statistics.quantiles(ttfts, n=100)
             rows.append(f"| {name} | {cpu * 1000:.2f} | {(statistics.median(ttfts) - base) * 1000:.2f} | "
                         f"{(q[94] - base) * 1000:.2f} |")
     finally:
         gw.stop()
         up.stop()
-    print(f"{args.conversations} conversations x {args.turns} turns, through the Responses bridge to the fake "
+    print(f"{args.rounds} rounds of {args.conversations} conversations x {args.turns} turns, through the Responses bridge to the fake "
           f"upstream (direct TTFT p50 {base * 1000:.2f} ms)\n")
     print("| transport | gateway CPU per turn (ms) | added TTFT p50 (ms) | added TTFT p95 (ms) |")
     print("| --- | --- | --- | --- |")

@@ -89,11 +89,8 @@ class _EventChannel:
         pass
 
     def send(self, data: bytes) -> bool:
-        socket = self._socket
-        frames = b"".join(socket.frames.text(text) for text in self.cutter.feed(data))
-        if not frames:
-            return False
-        return socket.link.send(frames)
+        frames = self.cutter.frames(data)
+        return self._socket.link.send(frames) if frames else False
 
     async def drained(self) -> None:
         await self._socket.link.drained()

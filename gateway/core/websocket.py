@@ -105,7 +105,7 @@ class ServerSocket:
             elif isinstance(event, Ping):
                 fed.reply += self._conn.send(event.response())
             elif isinstance(event, CloseConnection):
-                code = event.code if event.code != 1005 else NORMAL  # 1005: the peer sent no code
+                code = int(event.code) if event.code != 1005 else NORMAL  # 1005: the peer sent no code
                 return self._closing(fed, code, event.reason or "")
         return fed
 

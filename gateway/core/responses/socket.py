@@ -19,7 +19,10 @@ from typing import Any
 
 import orjson
 
+from gateway.core.websocket import text_frame
+
 TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
+_WATCHED = (b"response.completed", b"response.incomplete", b"response.failed", b"error")
 MAX_PENDING_EVENT = 16 * 1024 * 1024  # bytes of one SSE event awaiting its end (ours are whole writes)
 
 
@@ -158,15 +161,19 @@ class EventCutter:
         self.failed = False  # an `error` or `response.failed` event went out
 
     def feed(self, data: bytes) -> list[bytes]:
+        """The `data` of each event completed by `data`, in order."""
         buf = self._buf + data if self._buf else data
         out: list[bytes] = []
-        start = 0
-        while True:
-            end = buf.find(b"\n\n", start)
-            if end < 0:
-                break
-            text = self._event(buf[start:end])
-            if text is not None:
+        find, start = buf.find, 0
+        while (end := find(b"\n\n", start)) >= 0:
+            # the serve path's own shape (core.sse.encode_event): `event: <name>`, one data line
+            mid = find(b"\ndata: ", start, end) if buf.startswith(b"event: ", start) else -1
+            if mid > 0 and find(b"\n", mid + 7, end) < 0:
+                payload = buf[mid + 7:end]
+                if buf.startswith(_WATCHED, start + 7):  # a terminal or error event, perhaps
+                    self._watch(buf[start + 7:mid], payload)
+                out.append(payload)
+            elif (text := self._event(buf[start:end])) is not None:
                 out.append(text)
             start = end + 2
         self._buf = buf[start:]
@@ -174,14 +181,16 @@ class EventCutter:
             raise ValueError("an event without an end")
         return out
 
+    def frames(self, data: bytes) -> bytes:
+        """The same events as WebSocket text frames, in one piece."""
+        return b"".join([text_frame(p) for p in self.feed(data)])
+
+    def _watch(self, name: bytes, payload: bytes) -> None:
+        if name in TERMINAL or name == b"error":
+            self._terminal(name, payload)
+
     def _event(self, block: bytes) -> bytes | None:
-        if block.startswith(b"event: "):  # the serve path's own shape (core.sse.encode_event): one data line
-            name_end = block.find(b"\ndata: ")
-            if name_end > 0 and block.find(b"\n", name_end + 7) < 0:
-                name, payload = block[7:name_end], block[name_end + 7:]
-                if name in TERMINAL or name == b"error":
-                    self._terminal(name, payload)
-                return payload
+        """Any other SSE shape: every `data` line, joined."""
         name = b""
         data: list[bytes] = []
         for line in block.split(b"\n"):
