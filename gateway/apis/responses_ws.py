@@ -30,6 +30,7 @@ from gateway.core.responses.socket import (
 from gateway.core.websocket import GOING_AWAY, NORMAL, POLICY_VIOLATION, HandshakeError, ServerSocket, accept_head
 from gateway.errors import GatewayError
 from gateway.http import Accepted, Link, Response, StreamResponse, json_response
+from gateway.http.eager import start_eagerly
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.middleware import error_response, handle
@@ -154,7 +155,8 @@ class ResponsesSocket:
             if self._running is not None or self._draining:
                 self._write(self._busy())
                 continue
-            self._running = asyncio.get_running_loop().create_task(self._respond(text))
+            # its first step (parse, authorise, open the upstream) runs now, as an HTTP request's does
+            self._running = start_eagerly(asyncio.get_running_loop(), self._respond(text))
 
     def _busy(self) -> bytes:
         if not self._busy_frame:
