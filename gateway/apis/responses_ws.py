@@ -28,9 +28,11 @@ from gateway.core.responses.socket import (
     warmup_events,
 )
 from gateway.core.websocket import GOING_AWAY, NORMAL, POLICY_VIOLATION, HandshakeError, ServerSocket, accept_head
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidRequest, ModelNotFound
 from gateway.http import Accepted, Link, Response, StreamResponse, json_response
 from gateway.http.eager import start_eagerly
+from gateway.http.turns import TURNS
+from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.middleware import error_response, handle
@@ -218,10 +220,18 @@ class ResponsesSocket:
             return
         if not create.generate:
             self._warmups += 1
+            try:
+                self._check_warmup(create.body)
+            except GatewayError as err:
+                self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status))
+                return
             rid, events = warmup_events(create.body)
             self._write(b"".join(self.frames.text(e) for e in events))
             self._conversation.keep(rid, whole, [])
             return
+        loop = asyncio.get_running_loop()
+        if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
+            await TURNS.wait(loop)
         raw = orjson.dumps(create.body)
         if len(raw) > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
             self._write(self.frames.text(error_event(
@@ -248,9 +258,24 @@ class ResponsesSocket:
         request.transport = "websocket"
         return request
 
+    def _check_warmup(self, body: dict[str, object]) -> None:
+        """A warm-up calls no model, but is refused as a response would be: the key re-checked, the model
+        one it may use."""
+        rt = self.app.runtime
+        key = rt.keyring.authenticate(self._headers)
+        name = body.get("model")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("you must provide a model parameter", param="model")
+        model = rt.model(name)
+        if model is None:
+            raise ModelNotFound.named(name)
+        KeyRing.authorize(key, model.name, name)
+
     def _refused(self, resp: Response) -> None:
         """A response refused before its stream (the status and error body HTTP would have carried)."""
-        event = error_from_body(resp.status, resp.body)
+        self._refused_with(resp.status, error_from_body(resp.status, resp.body))
+
+    def _refused_with(self, status: int, event: str) -> None:
         self._write(self.frames.text(event))
-        if resp.status == 401:  # the key was revoked or expired since the upgrade
+        if status == 401:  # the key was revoked or expired since the upgrade
             self.close(POLICY_VIOLATION, "the key is no longer valid")

@@ -188,3 +188,13 @@ def test_a_cut_without_continuation_is_one_error_event_and_the_socket_serves_the
         assert output_text(events) == "One, two, "
         again = turn(ws, {"model": "claude", "input": "count"})
     assert again[-1]["type"] == "response.completed" and output_text(again) == "Again."
+
+
+def test_a_warmup_is_refused_as_a_response_would_be(upstream: FakeUpstream, gw: GatewayServer) -> None:
+    with raw_socket(gw) as ws:
+        ws.send(orjson.dumps({"type": "response.create", "model": "nope", "generate": False}).decode())
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "model_not_found" and err["status"] == 404
+        ws.send(orjson.dumps({"type": "response.create", "model": "claude", "generate": False}).decode())
+        assert [recv_json(ws)["type"] for _ in range(2)] == ["response.created", "response.completed"]
+    assert upstream.bodies(MESSAGES_PATH) == []
