@@ -33,6 +33,7 @@ from gateway.http import Accepted, Link, Response, StreamResponse, json_response
 from gateway.http.eager import start_eagerly
 from gateway.http.turns import TURNS
 from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.middleware import error_response, handle
@@ -54,7 +55,16 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
         err = GatewayError("WebSocket mode is served on GET /v1/responses only", status=426,
                            code="upgrade_required", type="invalid_request_error")
         return error_response(err, REQUEST_IDS.new())
+    origin = head.headers.get("origin")
+    if origin is not None and not origin_allowed(app.runtime.config.server.cors, origin):
+        # a browser opens a socket to any site with no preflight: a page may use the gateway only when
+        # its origin is allowed (server.cors.allow_origins), else an unauthenticated gateway is anyone's
+        err = GatewayError("this Origin may not open a WebSocket (server.cors.allow_origins)", status=403,
+                           code="permission_denied", type="invalid_request_error")
+        return error_response(err, REQUEST_IDS.new())
     try:
+        if head.http10:
+            raise HandshakeError("a WebSocket handshake is an HTTP/1.1 request")
         answer = accept_head(head.headers)
         app.runtime.keyring.authenticate(head.headers)
     except HandshakeError as exc:

@@ -110,6 +110,9 @@ def test_the_key_is_checked_before_the_upgrade_and_other_routes_keep_426(gw: Gat
     with pytest.raises(InvalidStatus) as other:
         connect(ws_url(gw, "/v1/chat/completions"), additional_headers={"Authorization": f"Bearer {KEY}"})
     assert other.value.response.status_code == 426
+    with pytest.raises(InvalidStatus) as page:  # a browser page of another site (no CORS origin allowed)
+        connect(ws_url(gw), origin="https://evil.example", additional_headers={"Authorization": f"Bearer {KEY}"})
+    assert page.value.response.status_code == 403
 
 
 def raw_socket(gw: GatewayServer) -> Any:
