@@ -6,12 +6,14 @@ line per response with `transport: "websocket"`."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 import openai
 import orjson
 import pytest
+import trustme
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -201,3 +203,20 @@ def test_a_warmup_is_refused_as_a_response_would_be(upstream: FakeUpstream, gw: 
         ws.send(orjson.dumps({"type": "response.create", "model": "claude", "generate": False}).decode())
         assert [recv_json(ws)["type"] for _ in range(2)] == ["response.created", "response.completed"]
     assert upstream.bodies(MESSAGES_PATH) == []
+
+
+def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+                                 tmp_path: Any) -> None:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    gw = make_gateway(ws_config(upstream, tls={"cert_file": str(cert), "key_file": str(key)}))
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["Private."]))
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    with connect(f"wss://127.0.0.1:{gw.port}/v1/responses", ssl=ctx,
+                 additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        events = turn(ws, {"model": "claude", "input": "hi"})
+    assert events[-1]["type"] == "response.completed" and output_text(events) == "Private."
