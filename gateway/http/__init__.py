@@ -13,7 +13,9 @@ must end within `head_timeout_s`; past the limit a TLS connection is closed at o
 before a handshake). Every refusal is counted by reason and logged at most once a second per reason.
 On shutdown it stops accepting, closes idle connections and lets requests in flight finish for up to
 the drain time, then cancels them. It knows no application: it takes an endpoint (which makes its
-requests and answers them), limits, and an observer of what it refuses.
+requests and answers them), limits, an observer of what it refuses, and optionally an upgrader that
+answers WebSocket handshakes (`upgrade.py`; without one they get 426). An upgraded connection stays
+one of the server's: counted, swept once a second (its tunnel's idle deadline), drained on shutdown.
 """
 
 from __future__ import annotations

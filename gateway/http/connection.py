@@ -6,6 +6,8 @@ Reading continues while a handler runs, so a client that goes away is seen at on
 cancelled, which closes the upstream request: CONTRACT §4.7); bytes of a next request (pipelining)
 wait until the response is complete. Writes pause the handler while the socket's buffer is above the
 transport's high-water mark, so a slow client holds back its own stream instead of growing memory.
+A WebSocket handshake goes to the server's upgrader (`upgrade.py`): refused, it is answered and the
+connection closes; accepted, the `101` is written and the tunnel it names takes the connection's bytes.
 """
 
 from __future__ import annotations
