@@ -220,3 +220,19 @@ def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[
                  additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
         events = turn(ws, {"model": "claude", "input": "hi"})
     assert events[-1]["type"] == "response.completed" and output_text(events) == "Private."
+
+
+def test_each_turn_is_held_to_the_keys_limits(upstream: FakeUpstream,
+                                              make_gateway: Callable[..., GatewayServer]) -> None:
+    raw = {"auth": {"keys": [{"name": "ws", "key": KEY, "rpm": 1}]},
+           "providers": {"claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-SECRET"}},
+           "models": [{"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep"}]}]}
+    gw = make_gateway(parse_config(raw, env={}))
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["First."]))
+    with raw_socket(gw) as ws:
+        assert turn(ws, {"model": "claude", "input": "one"})[-1]["type"] == "response.completed"
+        limited = turn(ws, {"model": "claude", "input": "two"})
+        assert limited[-1]["code"] == "rate_limit_exceeded" and limited[-1]["status"] == 429
+        ws.send(orjson.dumps({"type": "response.create", "model": "nope", "input": "x"}).decode())
+        assert recv_json(ws)["type"] == "error"  # the socket stays usable after a refusal
+    assert len(upstream.bodies(MESSAGES_PATH)) == 1
