@@ -251,6 +251,7 @@ class HttpConnection(asyncio.Protocol):
                 data = bytes(self._pending)
                 self._pending.clear()
                 tunnel.received(data)
+            self._apply_reading()  # reading paused over MAX_PENDING resumes: the tunnel reads now
             await tunnel.run()
         except (asyncio.CancelledError, ConnectionError):
             pass
