@@ -164,8 +164,8 @@ def main() -> None:
     finally:
         gw.stop()
         up.stop()
-    print(f"{args.rounds} rounds of {args.conversations} conversations x {args.turns} turns, through the Responses bridge to the fake "
-          f"upstream (direct TTFT p50 {base * 1000:.2f} ms)\n")
+    print(f"{args.rounds} rounds of {args.conversations} conversations x {args.turns} turns, through the Responses "
+          f"bridge to the fake upstream (direct TTFT p50 {base * 1000:.2f} ms)\n")
     print("| transport | gateway CPU per turn (ms) | added TTFT p50 (ms) | added TTFT p95 (ms) |")
     print("| --- | --- | --- | --- |")
     print("\n".join(rows))
