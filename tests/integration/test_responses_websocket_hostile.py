@@ -18,7 +18,7 @@ from websockets.exceptions import ConnectionClosed
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
-from tests.fake_upstream import FakeUpstream, Gate, Script
+from tests.fake_upstream import FakeUpstream, Gate, Hang, Script
 from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.integration.test_responses_websocket import KEY, MESSAGES_PATH, raw_socket, recv_json, turn, ws_config
 
@@ -239,3 +239,22 @@ def test_websocket_connections_count_against_max_connections(upstream: FakeUpstr
         got = read_to_close(sock)  # the refusal is written at accept, before anything is read
         sock.close()
     assert got.startswith(b"HTTP/1.1 503 ")
+
+
+def test_a_client_gone_mid_response_closes_the_upstream_request(servers: LoopThread, upstream: FakeUpstream,
+                                                                gw: GatewayServer) -> None:
+    events = [a.message_start(), a.ping(), *a.text_block(0, ["Half"])[:2]]
+    upstream.enqueue(MESSAGES_PATH, Script([*(a.event(e) for e in events), Hang()]))
+    with capture_logs() as logs:
+        sock = handshake(gw.port)
+        sock.sendall(_masked(orjson.dumps({"type": "response.create", "model": "claude", "input": "go"})))
+        got = b""
+        while b"response.output_text.delta" not in got:
+            chunk = sock.recv(65536)
+            assert chunk, "the first token came before any close"
+            got += chunk
+        sock.close()  # gone, without a close frame
+        servers.run(wait_until(lambda: upstream.closed.is_set() and gw.sample(GAUGE) == 0, 10))
+        servers.run(wait_until(lambda: any(e["event"] == "request" for e in logs)))
+    (line,) = [e for e in logs if e["event"] == "request"]
+    assert line["status"] == 499 and line["outcome"] == "cancelled" and line["transport"] == "websocket"
