@@ -117,8 +117,8 @@ def test_the_key_is_checked_before_the_upgrade_and_other_routes_keep_426(gw: Gat
     assert page.value.response.status_code == 403
 
 
-def raw_socket(gw: GatewayServer) -> Any:
-    return connect(ws_url(gw), additional_headers={"Authorization": f"Bearer {KEY}"}, max_size=None)
+def raw_socket(gw: GatewayServer, **headers: str) -> Any:
+    return connect(ws_url(gw), additional_headers={"Authorization": f"Bearer {KEY}", **headers}, max_size=None)
 
 
 def recv_json(ws: Any) -> dict[str, Any]:

@@ -122,13 +122,14 @@ def test_the_gauge_counts_open_connections_and_the_log_line_says_websocket(
         servers: LoopThread, upstream: FakeUpstream, gw: GatewayServer) -> None:
     upstream.enqueue(MESSAGES_PATH, a.text_stream(["Hi."]))
     with capture_logs() as logs:
-        with raw_socket(gw) as ws:
+        with raw_socket(gw, **{"session-id": "codex-session-1"}) as ws:  # Codex names its session
             servers.run(wait_until(lambda: gw.sample(GAUGE) == 1))
             assert turn(ws, {"model": "claude", "input": "hi"})[-1]["type"] == "response.completed"
         servers.run(wait_until(lambda: gw.sample(GAUGE) == 0 and any(e["event"] == "request" for e in logs)))
     (line,) = [e for e in logs if e["event"] == "request"]
     assert line["transport"] == "websocket" and line["api"] == "responses" and line["status"] == 200
     assert line["key"] == "ws" and line["stream"] is True
+    assert line["session_hash"] is not None  # the upgrade's session header reaches each response (affinity)
     assert gw.sample("llm_gateway_requests_total", api="responses", outcome="ok") == 1
 
 
