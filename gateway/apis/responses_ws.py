@@ -88,6 +88,7 @@ class _EventChannel:
     """The response's channel: SSE bytes in, one text message per event out, on the socket's link."""
 
     raw_body = True
+    __slots__ = ("_socket", "cutter")
 
     def __init__(self, socket: ResponsesSocket):
         self._socket = socket
@@ -114,6 +115,9 @@ class _EventChannel:
 
 class ResponsesSocket:
     """One WebSocket-mode connection (the server's `Tunnel`)."""
+
+    __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
+                 "_key", "_opened", "_responses", "_running", "_warmups", "app", "frames", "idle_s", "link")
 
     def __init__(self, app: Host, head: RequestHead, link: Link):
         self.app, self.link = app, link
