@@ -66,22 +66,14 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
         if head.http10:
             raise HandshakeError("a WebSocket handshake is an HTTP/1.1 request")
         answer = accept_head(head.headers)
-        app.runtime.keyring.authenticate(head.headers)
+        key = app.runtime.keyring.authenticate(head.headers)
     except HandshakeError as exc:
         return json_response({"error": {"message": str(exc), "type": "invalid_request_error", "param": None,
                                         "code": "invalid_request"}}, status=400)
     except GatewayError as err:
         return error_response(err, REQUEST_IDS.new())
-    return Accepted(answer, lambda link: ResponsesSocket(app, head, link))
-
-
-def _key_name(app: Host, head: RequestHead) -> str | None:
-    """The key's name for the connection's log lines (checked already: the upgrade was accepted)."""
-    try:
-        key = app.runtime.keyring.authenticate(head.headers)
-    except GatewayError:
-        return None
-    return key.name if key is not None else None
+    name = key.name if key is not None else None
+    return Accepted(answer, lambda link: ResponsesSocket(app, head, link, name))
 
 
 class _EventChannel:
@@ -119,7 +111,7 @@ class ResponsesSocket:
     __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
                  "_key", "_opened", "_responses", "_running", "_warmups", "app", "frames", "idle_s", "link")
 
-    def __init__(self, app: Host, head: RequestHead, link: Link):
+    def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None):
         self.app, self.link = app, link
         server = app.runtime.config.server
         self.frames = ServerSocket(server.max_body_bytes)
@@ -132,7 +124,7 @@ class ResponsesSocket:
         self._draining = False
         self._active = asyncio.get_running_loop().time()
         self._held = False  # messages wait in the frame parser (see BATCH): reading is held
-        self._key = _key_name(app, head)
+        self._key = key_name  # for the connection's log lines
         self._opened = asyncio.get_running_loop().time()
         self._responses = self._warmups = 0
         self._close_code: int | None = None
