@@ -23,7 +23,7 @@ from tests.integration.test_responses_websocket import MESSAGES_PATH, ws_config
 from tests.integration.test_responses_websocket_hostile import _masked, handshake
 from tests.loop_probe import SWITCH_S, Health
 
-FLOOD = 20_000
+FLOOD = 50_000
 IDLE_CONNECTIONS = 1_000
 LAG_P99_S = 0.005
 GAUGE = "llm_gateway_websocket_connections"
