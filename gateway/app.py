@@ -26,13 +26,14 @@ from gateway.apis.messages import messages
 from gateway.apis.messages_tokens import count_tokens
 from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
+from gateway.apis.responses_ws import upgrade
 from gateway.apis.spend import key_spend
 from gateway.config.extras import missing_extras
 from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
 from gateway.core.http1_request import RequestHead
 from gateway.errors import StartupError
-from gateway.http import HttpServer, Request, ServerLimits
+from gateway.http import Accepted, HttpServer, Request, ServerLimits
 from gateway.http.messages import Channel, Response, StreamResponse
 from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
@@ -83,6 +84,10 @@ class App:
 
     def handle(self, request: GatewayRequest) -> Awaitable[Response | StreamResponse]:
         return handle(request)  # the middleware's own coroutine: every await resumes one frame fewer
+
+    def upgrade(self, head: RequestHead) -> Awaitable[Response | Accepted]:
+        """The server's `Upgrader`: WebSocket mode on `GET /v1/responses` (apis/responses_ws.py)."""
+        return upgrade(self, head)
 
     def start_trace(self, request: Request, api: ClientApi) -> RequestTrace:
         """The per-request trace recorder: the shared no-op one when tracing is off."""
@@ -254,7 +259,8 @@ async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
     """Start the app and its server; returns the listening server (`server.shutdown` drains).
     `max_connections` caps the configured limit (what the process's file descriptors allow)."""
     await app.start()
-    server = HttpServer(app, server_limits(app.config.server, max_connections), events=_RefusalCounter(app.metrics))
+    server = HttpServer(app, server_limits(app.config.server, max_connections), events=_RefusalCounter(app.metrics),
+                        upgrader=app)
     await server.listen(host, port, reuse_port=reuse_port, tls=app.tls)
     return server
 

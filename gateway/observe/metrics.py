@@ -79,6 +79,7 @@ class Metrics:
     affinity: Any = None  # always set by `create_metrics`
     routing_decisions: Any = None  # always set by `create_metrics`
     deployment_ttft: Any = None  # always set by `create_metrics`
+    websocket_connections: Any = None  # always set by `create_metrics`
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -119,6 +120,13 @@ class Metrics:
 
     def store_error(self, op: str) -> None:
         self.child(self.store_errors, op).inc()
+
+    def websocket_opened(self) -> None:
+        """A WebSocket-mode connection was accepted (docs/reference.md, Metrics)."""
+        self.child(self.websocket_connections).inc()
+
+    def websocket_closed(self) -> None:
+        self.child(self.websocket_connections).dec()
 
     def local_limits(self, workers: int) -> None:
         """Worker processes that each enforce every limit on their own."""
@@ -199,6 +207,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                               multiprocess_mode="mostrecent", **kw),
         continuations=Counter("continuations", "Continuation attempts of streams that failed after the first "
                               "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
+        websocket_connections=Gauge("websocket_connections", "Open WebSocket-mode connections (GET /v1/responses)",
+                                    [], multiprocess_mode="livesum", **kw),
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:

@@ -52,10 +52,12 @@ class End:
 
 
 class RequestRecorder:
-    __slots__ = ("_delay", "_duration", "api", "m", "request_id", "t0", "trace")
+    __slots__ = ("_delay", "_duration", "api", "m", "request_id", "t0", "trace", "transport")
 
-    def __init__(self, m: Metrics, api: str, request_id: str, t0: float, trace: RequestTrace = NO_TRACE):
+    def __init__(self, m: Metrics, api: str, request_id: str, t0: float, trace: RequestTrace = NO_TRACE,
+                 transport: str = "http"):
         self.m, self.api, self.request_id, self.t0, self.trace = m, api, request_id, t0, trace
+        self.transport = transport  # "websocket": a WebSocket-mode response (docs/reference.md, Logs)
         self._delay: Any = None
         self._duration = 0.0
 
@@ -216,6 +218,7 @@ class RequestRecorder:
             cache_hit=ctx.cache_hit if ctx else False, continued=ctx.continued if ctx else None,
             session_hash=ctx.session if ctx else None, affinity=ctx.affinity if ctx else None,
             subject_hash=subject_hash(key.subject) if key is not None and key.subject else None,
+            transport=self.transport,
         )
 
 

@@ -79,7 +79,7 @@ async def handle(request: GatewayRequest) -> Response | StreamResponse:
             models = request.path.startswith("/v1/models") and is_anthropic(request)
             return error_response(err, rid, anthropic=models)
     rec = request.rec = RequestRecorder(request.app.metrics, api.name, rid, request.t0,
-                                        request.app.start_trace(request, api))
+                                        request.app.start_trace(request, api), request.transport)
     rec.started()
     structlog.contextvars.bind_contextvars(request_id=rid)
     end = End(500, "upstream_error", "error")
