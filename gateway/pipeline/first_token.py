@@ -179,7 +179,7 @@ async def serve_stream(request: Request, rt: Runtime, ctx: RequestContext,
             return ka.client
         won, opened = got
         try:
-            ctx.deployment = won.deployment
+            ctx.deployment, ctx.t_answer = won.deployment, opened.t_first
             record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
             client = await ka.commit(won)
             ctx.rec.committed(opened.t_first)
