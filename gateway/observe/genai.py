@@ -182,7 +182,8 @@ def record(g: GenAi, child: Any, api: str, ctx: RequestContext, duration: float,
     if usage is None or ctx.usage_estimated:
         return
     child(g.tokens, op, provider, model, served, "input").observe(usage.input)
-    child(g.tokens, op, provider, model, served, "output").observe(usage.output)
+    if op != "embeddings":  # an embedding has no output: not a zero-token answer
+        child(g.tokens, op, provider, model, served, "output").observe(usage.output)
     for field, counter in g.experimental:
         n = getattr(usage, field)
         if n:
