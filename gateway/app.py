@@ -46,6 +46,7 @@ from gateway.upstream import Upstream
 from gateway.upstream.signing import close_signers, start_signers
 
 if TYPE_CHECKING:
+    from gateway.observe.genai_push import GenAiPush
     from gateway.observe.tracing import Tracing
 
 log = structlog.get_logger("gateway")
@@ -69,6 +70,7 @@ class App:
         self.apis: Mapping[str, ClientApi] = {api.path: api for api in CLIENT_APIS}  # by route
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
+        self.genai_push: GenAiPush | None = None  # the GenAI metrics by OTLP, read at start only too
         # TLS on the listener: a reload swaps in a new context, so new handshakes present the new
         # certificate and open connections keep theirs
         self.tls: ssl.SSLContext | None = None
@@ -102,6 +104,7 @@ class App:
             await self._start_budgets(self.control, self._state)
         if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
             await jwt.jwks.refresh()  # bounded by auth.jwt.timeout_s; a failure leaves a refetch to come
+        self.genai_push = _start_genai_push(self.config, self.metrics)
 
     async def _start_budgets(self, control: ControlPlane, state: StateBackend) -> None:
         """Budgets start from the ledger's spend for the period, before the first request (bounded)."""
@@ -116,6 +119,8 @@ class App:
         await close_signers(self.upstream.signers)
         if self.tracing is not None:  # the last export may wait on the collector: not on the loop
             await asyncio.to_thread(self.tracing.shutdown)
+        if self.genai_push is not None:
+            await self.genai_push.close()
         if self._budgets is not None:
             await self._budgets.close()
         if self._state is not None:
@@ -177,6 +182,19 @@ def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:
     if config.store.url is None:
         return None
     return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error))
+
+
+def _start_genai_push(config: Config, metrics: Metrics) -> GenAiPush | None:
+    """The GenAI metrics' OTLP push, with OTEL_METRICS_EXPORTER=otlp (docs/observability.md); not with
+    `--workers`, whose values only the /metrics exporter aggregates."""
+    g = metrics.genai
+    if config.telemetry.metrics_endpoint is None or g is None or g.switch is None:
+        return None
+    from gateway.observe.genai_push import GenAiPush
+
+    push = GenAiPush(g, config.telemetry)
+    push.start()
+    return push
 
 
 def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:

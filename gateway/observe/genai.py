@@ -144,6 +144,13 @@ def create_genai(registry: CollectorRegistry | None, classes: tuple[Any, Any]) -
     return g
 
 
+def instruments(g: GenAi) -> list[tuple[Instrument, Any]]:
+    """Each instrument with its family, the opted-in counters included."""
+    experimental = dict(EXPERIMENTAL)
+    return [*zip(RELEASED, (g.ttft, g.duration, g.tpot, g.tokens), strict=True),
+            *((experimental[f], counter) for f, counter in g.experimental)]
+
+
 def configure(g: GenAi, enabled: bool, latest_experimental: bool, operations: Mapping[str, str],
               providers: Mapping[str, str]) -> None:
     """At start and on every reload: on or off, which APIs and providers there are."""

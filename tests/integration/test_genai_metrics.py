@@ -6,22 +6,26 @@ conventions' advice; TTFT's extended to 120 s) and label values (from config onl
 - every GenAI metric, with the conventions' shape: test_genai_metrics_after_traffic_on_every_api
 - `telemetry.genai_metrics: false` leaves none: test_genai_metrics_can_be_turned_off
 - the newer token counters only with OTEL_SEMCONV_STABILITY_OPT_IN: test_experimental_names_only_when_opted_in
+- the same values pushed by OTLP/HTTP with OTEL_METRICS_EXPORTER=otlp, decoded by opentelemetry-proto:
+  test_the_same_metrics_are_pushed_by_otlp
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
 import openai
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
 from tests import chat_scripts as c
 from tests.fake_upstream import FakeUpstream, json_script
-from tests.harness import GatewayServer
+from tests.harness import GatewayServer, LoopThread
+from tests.otlp_receiver import OtlpReceiver
 
 TIMEOUTS = {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}
 CHAT, EMBED, RESPONSES = "/oai/v1/chat/completions", "/oai/v1/embeddings", "/oai/v1/responses"
@@ -152,3 +156,47 @@ def test_experimental_names_only_when_opted_in(upstream: FakeUpstream,
     assert sum(s.value for s in samples[read] if s.labels["gen_ai_provider_name"] == "anthropic") == (
         2 * a.USAGE_START["cache_read_input_tokens"])
     assert "gen_ai_client_token_usage" in families  # the released histogram stays
+
+
+@pytest.fixture
+def receiver(servers: LoopThread) -> Iterator[OtlpReceiver]:
+    r = OtlpReceiver()
+    servers.run(r.start())
+    yield r
+    servers.run(r.stop())
+
+
+ATTRIBUTES = {"gen_ai_operation_name": "gen_ai.operation.name", "gen_ai_provider_name": "gen_ai.provider.name",
+              "gen_ai_request_model": "gen_ai.request.model", "gen_ai_response_model": "gen_ai.response.model",
+              "gen_ai_token_type": "gen_ai.token.type", "error_type": "error.type"}
+OTEL_NAMES = {"gen_ai_server_time_to_first_token_seconds": ("gen_ai.server.time_to_first_token", "s"),
+              "gen_ai_server_request_duration_seconds": ("gen_ai.server.request.duration", "s"),
+              "gen_ai_server_time_per_output_token_seconds": ("gen_ai.server.time_per_output_token", "s"),
+              "gen_ai_client_token_usage": ("gen_ai.client.token.usage", "{token}")}
+
+
+def test_the_same_metrics_are_pushed_by_otlp(servers: LoopThread, upstream: FakeUpstream, receiver: OtlpReceiver,
+                                             make_gateway: Callable[..., GatewayServer]) -> None:
+    env = {"OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"{receiver.endpoint}/v1/metrics",
+           "OTEL_METRIC_EXPORT_INTERVAL": "3600000"}  # pushed below, when the traffic is over
+    gw = make_gateway(_config(upstream, env))
+    _traffic(gw, upstream)
+    assert gw.app is not None and gw.app.genai_push is not None
+    assert servers.run(gw.app.genai_push.push())
+    (pushed,) = receiver.metric_exports
+    families = _families(gw)
+    compared = 0
+    for name, (otel, unit) in OTEL_NAMES.items():
+        for s in families[name].samples:
+            if s.name != f"{name}_count":
+                continue
+            attrs = {ATTRIBUTES[label]: v for label, v in s.labels.items() if v}  # "": no such attribute
+            (point,) = [p for p in pushed if p.metric == otel and p.attributes == attrs]
+            buckets = sorted((float(b.labels["le"]), b.value) for b in families[name].samples
+                              if b.name == f"{name}_bucket" and {**b.labels, "le": ""} == {**s.labels, "le": ""})
+            cumulative = [sum(point.bucket_counts[:i + 1]) for i in range(len(point.bucket_counts))]
+            assert (point.unit, point.kind, point.cumulative) == (unit, "histogram", True)
+            assert point.count == s.value and cumulative == [v for _, v in buckets]
+            assert point.bounds == [float(b) for b in EXPECTED[name][1]]
+            compared += 1
+    assert compared == len([p for p in pushed if p.metric in {o for o, _ in OTEL_NAMES.values()}]) >= 8
