@@ -104,7 +104,10 @@ class App:
             await self._start_budgets(self.control, self._state)
         if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
             await jwt.jwks.refresh()  # bounded by auth.jwt.timeout_s; a failure leaves a refetch to come
-        self.genai_push = _start_genai_push(self.config, self.metrics)
+        if self.config.telemetry.metrics_endpoint is not None:  # OTEL_METRICS_EXPORTER=otlp
+            from gateway.observe.genai_push import start_push
+
+            self.genai_push = start_push(self.config.telemetry, self.metrics)
 
     async def _start_budgets(self, control: ControlPlane, state: StateBackend) -> None:
         """Budgets start from the ledger's spend for the period, before the first request (bounded)."""
@@ -182,19 +185,6 @@ def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:
     if config.store.url is None:
         return None
     return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error))
-
-
-def _start_genai_push(config: Config, metrics: Metrics) -> GenAiPush | None:
-    """The GenAI metrics' OTLP push, with OTEL_METRICS_EXPORTER=otlp (docs/observability.md); not with
-    `--workers`, whose values only the /metrics exporter aggregates."""
-    g = metrics.genai
-    if config.telemetry.metrics_endpoint is None or g is None or g.switch is None:
-        return None
-    from gateway.observe.genai_push import GenAiPush
-
-    push = GenAiPush(g, config.telemetry)
-    push.start()
-    return push
 
 
 def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:

@@ -121,6 +121,7 @@ class GenAi:
     operations: Mapping[str, str]
     providers: Mapping[str, str]
     enabled: bool = True
+    no_output: frozenset[str] = frozenset()  # APIs whose answers generate no output tokens (embeddings)
 
 
 def create_genai(registry: CollectorRegistry | None, classes: tuple[Any, Any]) -> GenAi:
@@ -152,9 +153,10 @@ def instruments(g: GenAi) -> list[tuple[Instrument, Any]]:
 
 
 def configure(g: GenAi, enabled: bool, latest_experimental: bool, operations: Mapping[str, str],
-              providers: Mapping[str, str]) -> None:
+              providers: Mapping[str, str], no_output: Iterable[str]) -> None:
     """At start and on every reload: on or off, which APIs and providers there are."""
     g.enabled, g.operations, g.providers = enabled, dict(operations), dict(providers)
+    g.no_output = frozenset(no_output)
     if not latest_experimental:
         g.experimental = ()
     if g.switch is not None:
@@ -189,7 +191,7 @@ def record(g: GenAi, child: Any, api: str, ctx: RequestContext, duration: float,
     if usage is None or ctx.usage_estimated:
         return
     child(g.tokens, op, provider, model, served, "input").observe(usage.input)
-    if op != "embeddings":  # an embedding has no output: not a zero-token answer
+    if api not in g.no_output:  # an embedding has no output: not a zero-token answer
         child(g.tokens, op, provider, model, served, "output").observe(usage.output)
     for field, counter in g.experimental:
         n = getattr(usage, field)

@@ -19,6 +19,7 @@ from typing import Any
 from gateway import __version__
 from gateway.config.types import TelemetryConfig
 from gateway.observe.genai import GenAi, Instrument, instruments
+from gateway.observe.metrics import Metrics
 from gateway.observe.otlp import key_values, resource_scope
 from gateway.observe.span_export import OtlpHttpExporter
 
@@ -115,3 +116,14 @@ class GenAiPush:
                 await self._task
         await self.push()
         self._exporter.close()
+
+
+def start_push(cfg: TelemetryConfig, metrics: Metrics) -> GenAiPush | None:
+    """The push, started on the running loop (docs/observability.md); none with `--workers`, whose values
+    only the /metrics exporter aggregates."""
+    g = metrics.genai
+    if g is None or g.switch is None:
+        return None
+    push = GenAiPush(g, cfg)
+    push.start()
+    return push

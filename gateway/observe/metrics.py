@@ -209,7 +209,9 @@ def _preinitialise_issue62(m: Metrics, config: Config, apis: tuple[ClientApi, ..
     t = config.telemetry
     configure(m.genai, t.genai_metrics, t.semconv_latest_experimental,
               {api.name: api.operation for api in first_token_apis},
-              {name: p.genai_name or name for name, p in config.providers.items()})
+              {name: p.genai_name or name for name, p in config.providers.items()},
+              # an API that cannot stream generates no text (embeddings): no output token usage
+              [api.name for api in first_token_apis if not api.streamed])
 
 
 def exposition(m: Metrics) -> tuple[bytes, str]:
