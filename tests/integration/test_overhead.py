@@ -6,6 +6,8 @@ minus what the upstream took (request read to first token written), within 1 ms;
 bodies, Chat Completions and Messages, with redaction on and off.
 
 - test_overhead_is_the_client_ttft_minus_the_upstreams
+- a hold guardrail's wait for the whole answer is not the gateway's own time:
+  test_a_hold_guardrails_wait_is_not_overhead
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import openai
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import anthropic_scripts as a
 from tests import chat_scripts as c
-from tests.harness import ProcessLog, free_port
+from tests.fake_upstream import FakeUpstream, Pause
+from tests.harness import GatewayServer, ProcessLog, free_port, gateway_config
 
 UPSTREAM_TTFT_S = 0.05
 TOLERANCE_S = 0.001
@@ -188,3 +192,21 @@ def test_overhead_is_the_client_ttft_minus_the_upstreams(setup: tuple[TimedUpstr
     # part of the gateway's own time left out of (or a part of the upstream's counted in) the figure
     # would show in every run
     assert min(abs(d) for d in diffs) < TOLERANCE_S, diffs
+
+
+def test_a_hold_guardrails_wait_is_not_overhead(upstream: FakeUpstream,
+                                                make_gateway: Callable[..., GatewayServer]) -> None:
+    """The answer's first token comes at once, its end a second later: a hold guardrail keeps the text
+    until the end, so the client's first token is a second late, and none of that second is the gateway's."""
+    hold = {"name": "words", "type": "terms", "terms": ["never said"], "stage": "output", "mode": "hold"}
+    gw = make_gateway(gateway_config(upstream.base_url, guardrails=[hold], models=[
+        {"name": "m", "guardrails": ["words"], "deployments": [{"provider": "up", "model": "up-model"}]}]))
+    script = c.text_stream(["Hello", " world"])
+    script.parts.insert(2, Pause(1.0))  # after the first token (scenario pacing, not synchronisation)
+    upstream.enqueue("/v1/chat/completions", script)
+    client = openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0, timeout=20)
+    stream = client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
+    assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == "Hello world"
+    ttft = gw.sample("llm_gateway_time_to_first_token_seconds_sum", api="chat", model="m")
+    overhead = gw.sample("llm_gateway_overhead_seconds_sum", api="chat", model="m")
+    assert ttft >= 1.0 and 0 < overhead < 0.5, (ttft, overhead)
