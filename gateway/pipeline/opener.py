@@ -77,11 +77,11 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
             await check_status(resp, tr.classify_http_error, d, added_options=added)
             framing, ctype = tr.framing, resp.headers.get("content-type", "")
             first = b"" if framing.is_stream(ctype, b"") else await resp.next_chunk()
+            t_read = time.perf_counter()
             if framing.is_stream(ctype, first):
                 if framing.transcoder is not None:  # bytes of another framing, read as SSE
                     resp = opened.response = Transcoded(resp, framing.transcoder())
-                await until_first_token(resp, opened.stream, d.label, first)
-                opened.t_first = time.perf_counter()
+                opened.t_first = await until_first_token(resp, opened.stream, d.label, first, t_read)
                 confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS, ttl)
                 return opened
     try:  # a body to a stream request: the rest of it under the response's own `total_s`
@@ -103,8 +103,7 @@ async def _asked_for_a_body(rt: Runtime, ctx: RequestContext, api: ServedApi, d:
     if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
         coder = tr.framing.transcoder
         resp = opened.response = whole if coder is None else Transcoded(whole, coder())
-        await until_first_token(resp, opened.stream, d.label)
-        opened.t_first = time.perf_counter()
+        opened.t_first = await until_first_token(resp, opened.stream, d.label, t_first=time.perf_counter())
         return opened
     _hold(opened, tr, whole.body)
     confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
