@@ -33,7 +33,7 @@ from tests.harness import GatewayServer, ProcessLog, free_port, gateway_config
 
 UPSTREAM_TTFT_S = 0.05
 TOLERANCE_S = 0.001
-RUNS = 7
+RUNS = 15  # at most: the first run within the tolerance ends the test
 USER = [{"role": "user", "content": "Say hello"}]
 
 
@@ -187,6 +187,8 @@ def test_overhead_is_the_client_ttft_minus_the_upstreams(setup: tuple[TimedUpstr
         overhead = _overhead_sum(mport, api, model) - before
         assert overhead > 0
         diffs.append(overhead - (client - upstream))
+        if abs(diffs[-1]) < TOLERANCE_S:
+            break
     # the closest of a few runs: on a shared machine a run is stretched by whichever process the kernel
     # ran instead of one of the three (each runs on the same cores), on either side of the difference; a
     # part of the gateway's own time left out of (or a part of the upstream's counted in) the figure
