@@ -48,6 +48,7 @@ from gateway.upstream import Upstream
 from gateway.upstream.signing import close_signers, start_signers
 
 if TYPE_CHECKING:
+    from gateway.observe.genai_push import GenAiPush
     from gateway.observe.tracing import Tracing
 
 log = structlog.get_logger("gateway")
@@ -71,6 +72,7 @@ class App:
         self.apis: Mapping[str, ClientApi] = {api.path: api for api in CLIENT_APIS}  # by route
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
+        self.genai_push: GenAiPush | None = None  # the GenAI metrics by OTLP, read at start only too
         # TLS on the listener: a reload swaps in a new context, so new handshakes present the new
         # certificate and open connections keep theirs
         self.tls: ssl.SSLContext | None = None
@@ -109,6 +111,10 @@ class App:
             await self._start_budgets(self.control, self._state)
         if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
             await jwt.jwks.refresh()  # bounded by auth.jwt.timeout_s; a failure leaves a refetch to come
+        if self.config.telemetry.metrics_endpoint is not None:  # OTEL_METRICS_EXPORTER=otlp
+            from gateway.observe.genai_push import start_push
+
+            self.genai_push = start_push(self.config.telemetry, self.metrics)
 
     async def _start_budgets(self, control: ControlPlane, state: StateBackend) -> None:
         """Budgets start from the ledger's spend for the period, before the first request (bounded)."""
@@ -123,6 +129,8 @@ class App:
         await close_signers(self.upstream.signers)
         if self.tracing is not None:  # the last export may wait on the collector: not on the loop
             await asyncio.to_thread(self.tracing.shutdown)
+        if self.genai_push is not None:
+            await self.genai_push.close()
         if self._budgets is not None:
             await self._budgets.close()
         if self._state is not None:

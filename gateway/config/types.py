@@ -336,6 +336,14 @@ class TelemetryConfig:
     max_queue_size: int = 2048  # finished spans waiting for export; past it a span is dropped (counted)
     max_export_batch_size: int = 512
     schedule_delay_s: float = 5.0
+    # the GenAI convention metrics (issue #62, docs/observability.md): on /metrics unless
+    # `genai_metrics: false`; the conventions' newest names with OTEL_SEMCONV_STABILITY_OPT_IN=
+    # gen_ai_latest_experimental; pushed by OTLP only with OTEL_METRICS_EXPORTER=otlp
+    genai_metrics: bool = True
+    semconv_latest_experimental: bool = False
+    metrics_endpoint: str | None = None  # the full OTLP/HTTP URL, `.../v1/metrics`
+    metrics_headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+    metric_export_interval_s: float = 60.0  # OTEL_METRIC_EXPORT_INTERVAL
 
     @property
     def enabled(self) -> bool:

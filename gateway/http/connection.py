@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -52,7 +53,7 @@ class ClientGone(ConnectionResetError):
 
 class HttpConnection(asyncio.Protocol):
     __slots__ = ("_drain", "_held", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote", "closing",
-                 "head_since", "idle_since", "task", "transport", "tunnel")
+                 "head_since", "idle_since", "request_at", "task", "transport", "tunnel")
     raw_body = False  # a streamed response's body is HTTP-framed (chunked) on this channel
 
     def __init__(self, server: HttpServer):
@@ -66,6 +67,7 @@ class HttpConnection(asyncio.Protocol):
         self.closing = False
         self.idle_since = 0.0
         self.head_since = 0.0  # when the head being read began to arrive (the request-head timeout)
+        self.request_at = 0.0  # when the last bytes of the request being served came (perf_counter)
         self._wrote = False  # some bytes of the current response are out
         self._lingering = False
         self.tunnel: Tunnel | None = None  # the protocol after an accepted upgrade (http/upgrade.py)
@@ -171,6 +173,9 @@ class HttpConnection(asyncio.Protocol):
     # requests
 
     def _take(self, data: bytes) -> None:
+        # the bytes' arrival: a request they complete is "received" now, its parsing and a wait for a
+        # turn already on its clock (TTFT, and the gateway's own share of it: docs/overhead.md)
+        arrived = time.perf_counter()
         try:
             got = self._reader.feed(data)
         except RequestError as exc:
@@ -187,6 +192,7 @@ class HttpConnection(asyncio.Protocol):
             else:
                 self.task = self._server.loop.create_task(self._upgrade(got[0]))
             return
+        self.request_at = arrived
         # Read by the loop with no backlog, its first step runs now, before the next connection is read
         # (a request pipelined behind one that ran is taken inside that task: it starts in a later
         # iteration). Under saturation (units wait for a turn) it starts later too, behind them: new
@@ -202,6 +208,7 @@ class HttpConnection(asyncio.Protocol):
     async def _serve(self, head: RequestHead, body: bytes) -> None:
         endpoint = self._server.endpoint
         request = endpoint.make_request(head, body, self)
+        request.t0 = self.request_at
         try:
             loop = self._server.loop
             if TURNS.over(loop):  # a request's first step (parse, authorise, open) waits for a turn

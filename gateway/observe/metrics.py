@@ -26,6 +26,7 @@ from gateway.config.types import Config, ModelConfig, Price
 from gateway.core.api import ClientApi
 from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
+from gateway.observe.genai import GenAi, configure, create_genai
 from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram, ThreadSafeCounter
 
 TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
@@ -38,6 +39,10 @@ ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "
                     "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
 AFFINITY_RESULTS = ("kept", "moved", "new")
+# `llm_gateway_overhead_seconds` (issue #62): from 0.1 ms (a streamed token's own hop) to 1 s (a gateway in
+# trouble)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05,
+                    0.1, 0.25, 0.5, 1.0)
 OUTCOMES = ("ok", "client_error", "auth_error", "rate_limited", "guardrail_blocked", "upstream_error",
             "timeout", "cancelled")
 
@@ -80,6 +85,9 @@ class Metrics:
     routing_decisions: Any = None  # always set by `create_metrics`
     deployment_ttft: Any = None  # always set by `create_metrics`
     websocket_connections: Any = None  # always set by `create_metrics`
+    # -- issue #62: the gateway's own share of TTFT, and the GenAI convention metrics (`observe.genai`) --
+    overhead: Any = None  # always set by `create_metrics`
+    genai: GenAi | None = None  # always set by `create_metrics`
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -209,6 +217,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                               "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
         websocket_connections=Gauge("websocket_connections", "Open WebSocket-mode connections (GET /v1/responses)",
                                     [], multiprocess_mode="livesum", **kw),
+        overhead=Histogram("overhead_seconds", "The gateway's own share of the time to first token: TTFT minus the "
+                           "upstream's time (docs/overhead.md)", ["api", "model"], buckets=OVERHEAD_BUCKETS, **kw),
+        genai=create_genai(reg, (Counter, Histogram)),  # issue #62
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:
@@ -240,6 +251,23 @@ class _Renamed(Collector):
                 renamed.add_sample(name + sample.name[len(family.name):], sample.labels, sample.value,
                                    sample.timestamp, sample.exemplar)
             yield renamed
+
+
+# -- issue #62 --------------------------------------------------------------------------------------------
+def _preinitialise_issue62(m: Metrics, config: Config, apis: tuple[ClientApi, ...]) -> None:
+    """The overhead series of every API with a first token and model; the GenAI switch, operations and
+    provider names (from config: `telemetry.genai_metrics`, OTEL_SEMCONV_STABILITY_OPT_IN)."""
+    first_token_apis = [api for api in apis if api.ttft_series]
+    for model in config.models:
+        for api in first_token_apis:
+            m.overhead.labels(api.name, model)
+    assert m.genai is not None
+    t = config.telemetry
+    configure(m.genai, t.genai_metrics, t.semconv_latest_experimental,
+              {api.name: api.operation for api in first_token_apis},
+              {name: p.genai_name or name for name, p in config.providers.items()},
+              # an API that cannot stream generates no text (embeddings): no output token usage
+              [api.name for api in first_token_apis if not api.streamed])
 
 
 def exposition(m: Metrics) -> tuple[bytes, str]:
@@ -279,6 +307,7 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
     `instance`), not gaps and not `or vector(0)`'s label-less phantom series; `apis`: the client APIs
     served (`apis/catalog.py`)."""
     apis = tuple(apis)
+    _preinitialise_issue62(m, config, apis)
     for reason in HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
     if config.store.url is not None:

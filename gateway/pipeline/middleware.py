@@ -63,7 +63,7 @@ async def _route(request: GatewayRequest) -> Response | StreamResponse:
 
 async def handle(request: GatewayRequest) -> Response | StreamResponse:
     rid = _request_id(request)
-    request.request_id, request.t0 = rid, time.perf_counter()
+    request.request_id, request.t0 = rid, request.t0 or time.perf_counter()  # t0: read whole (http.connection)
     extra = request.extra_headers
     extra["x-request-id"] = rid
     cors = request.app.runtime.config.server.cors

@@ -216,7 +216,7 @@ LONG_FUNCTIONS = {
     "pipeline/attempts.py:run_attempts": "the attempt loop (routing, retry, hedging) read as one walk",
     "config/load.py:_parse": "one line per config section, in the reference's order",
     "server.py:run_server": "the process's lifecycle: sockets, signals, reload, drain",
-    "config/telemetry.py:telemetry_config": "one line per OTEL_* variable of the spec",
+    "config/telemetry.py:_traces_config": "one line per OTEL_* variable of the spec",
     "core/chat/assemble.py:feed": "the per-event hot path, inlined",
     "core/sse.py:take_region": "the per-read hot path, inlined",
 }
