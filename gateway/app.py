@@ -191,7 +191,8 @@ def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:
     """The store's client side, when `store.url` is set (started by `App.start`)."""
     if config.store.url is None:
         return None
-    return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error))
+    return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error,
+                                                  pending=metrics.ledger_pending_rows))
 
 
 def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:

@@ -17,9 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, GCCollecto
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
-from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.registry import Collector
 
 from gateway import __version__
 from gateway.config.types import Config, ModelConfig, Price
@@ -28,6 +26,8 @@ from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
 from gateway.observe.genai import GenAi, configure, create_genai
 from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram, ThreadSafeCounter
+from gateway.observe.metrics_mp import MP_GAUGE as _MP_GAUGE
+from gateway.observe.metrics_mp import Renamed as _Renamed
 
 TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
                 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
@@ -81,6 +81,7 @@ class Metrics:
     team_cost: Any
     continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
     state_degraded_now: Any = None  # always set by `create_metrics`: the gauge beside the counter
+    ledger_pending: Any = None  # always set by `create_metrics`
     affinity: Any = None  # always set by `create_metrics`
     routing_decisions: Any = None  # always set by `create_metrics`
     deployment_ttft: Any = None  # always set by `create_metrics`
@@ -128,6 +129,10 @@ class Metrics:
 
     def store_error(self, op: str) -> None:
         self.child(self.store_errors, op).inc()
+
+    def ledger_pending_rows(self, rows: int) -> None:
+        """Spend rows queued and not yet committed, after each commit or failed one (docs/reference.md)."""
+        self.ledger_pending.set(rows)
 
     def websocket_opened(self) -> None:
         """A WebSocket-mode connection was accepted (docs/reference.md, Metrics)."""
@@ -201,6 +206,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         store_up=Gauge("store_up", "1 while the control plane's store (store.url) answers, 0 while it does not "
                        "(stored keys are then served from each replica's cache)", [], multiprocess_mode="min", **kw),
         store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
+        ledger_pending=Gauge("ledger_pending_rows", "Spend rows queued in this process and not yet committed to "
+                             "the store's ledger (bounded; committed when the store answers)", [],
+                             multiprocess_mode="livesum", **kw),
         team_requests=Counter("team_requests", "Answered requests of stored keys, by team", ["team", "model"], **kw),
         team_cost=Counter("team_cost_usd", "Spend of stored keys, by team", ["team", "model"], **kw),
         affinity=Counter("affinity", "Session requests of affinity models: served by the session's own "
@@ -225,32 +233,6 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
     if reg is not None:
         add_process_collectors(reg)
     return m
-
-
-# prometheus-client's multiprocess files merge metrics by base name, so the gauge
-# llm_gateway_state_degraded cannot share its name with the counter llm_gateway_state_degraded_total
-# there: the workers write it under this name, and the exposition gives it back its own.
-_MP_GAUGE = "state_degraded_gauge"
-_MP_RENAMES = {f"llm_gateway_{_MP_GAUGE}": "llm_gateway_state_degraded"}
-
-
-class _Renamed(Collector):
-    """The multiprocess aggregate, with the names of `_MP_RENAMES` put back."""
-
-    def __init__(self, inner: Collector) -> None:
-        self._inner = inner
-
-    def collect(self) -> Iterable[Metric]:
-        for family in self._inner.collect():
-            name = _MP_RENAMES.get(family.name)
-            if name is None:
-                yield family
-                continue
-            renamed = Metric(name, family.documentation, family.type)
-            for sample in family.samples:
-                renamed.add_sample(name + sample.name[len(family.name):], sample.labels, sample.value,
-                                   sample.timestamp, sample.exemplar)
-            yield renamed
 
 
 # -- issue #62 --------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ server: {{host: 127.0.0.1}}
 auth: {{keys: [{{name: team-a, key: {KEY}, rpm: 100000, tpm: 100000000}}]}}
 providers: {{demo: {{type: mock, ttft_ms: 5, token_delay_ms: 1}}}}
 models: [{{name: demo, guardrails: [never-said], redaction: default, affinity: session, continuation: on,
-          deployments: [{{provider: demo, model: demo-1, price: {{input: 1, output: 2}}}}]}}]
+          routing: latency, deployments: [{{provider: demo, model: demo-1, price: {{input: 1, output: 2}}}}]}}]
 guardrails: [{{name: never-said, type: terms, terms: ["no model says this"], stage: both}}]
 redaction: {{profiles: {{default: {{rules: [secrets]}}}}}}
 admin: {{keys: [{{name: ops, key: {ADMIN_KEY}}}]}}
