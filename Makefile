@@ -12,7 +12,7 @@ RUN_STAMP := $(RUN_VENV)/.installed-stamp$(if $(EXTRAS),-$(subst $(comma),-,$(EX
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: run test lint typecheck unit tools e2e-deps bench clean
+.PHONY: run test lint typecheck unit tools e2e-deps bench bench-ws clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -48,6 +48,9 @@ test: $(STAMP) tools lint e2e-deps
 
 bench: $(STAMP)  ## make bench BENCH_ARGS="--baseline ../base --store --only S1,S2"
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-ws: $(STAMP)  ## agent turns over the Responses API's WebSocket mode vs HTTP (bench/README.md)
+	$(BIN)/python -m bench.ws_turns $(BENCH_WS_ARGS)
 
 clean:
 	rm -rf $(VENV) $(RUN_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

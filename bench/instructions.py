@@ -10,6 +10,7 @@ coalesce more than at full speed: read the ratio between targets, not the absolu
 
     python -m bench.instructions --baseline ../base [--scenario S2] [--requests 1000] [--concurrency 32]
     python -m bench.instructions --store   # this checkout with the SQLite store on ("this") and without
+    python -m bench.instructions --genai   # this checkout with the GenAI metrics ("this") and without
 
 Needs valgrind (`apt-get install valgrind`).
 """
@@ -34,13 +35,16 @@ WARMUP = 200
 _TOTALS = re.compile(rb"^totals:\s*(\d+)", re.M)
 
 
-def instructions_per_request(source: Path, sc: Scenario, requests: int, store: bool = False) -> float:
-    """`store`: with the control plane's SQLite store on (a spend row per request)."""
+def instructions_per_request(source: Path, sc: Scenario, requests: int, store: bool = False,
+                             genai: bool = True) -> float:
+    """`store`: with the control plane's SQLite store on (a spend row per request); `genai`: with the GenAI
+    convention metrics (docs/observability.md), the default."""
     workdir = Path(tempfile.mkdtemp(prefix="gateway-ir-"))
     upstream = servers.start_upstream(workdir)
     config = workdir / "gateway.yaml"
     store_url = f"sqlite:///{workdir}/store.db" if store else None
-    config.write_text(servers.gateway_config(upstream.port, not servers.redaction_missing(), store_url=store_url))
+    config.write_text(servers.gateway_config(upstream.port, not servers.redaction_missing(), store_url=store_url)
+                      + ("" if genai else "telemetry: {genai_metrics: false}\n"))
     port = servers.free_port()
     out = workdir / "callgrind.out"
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
@@ -71,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", help="another checkout (a `git worktree` of the previous main)")
     p.add_argument("--store", action="store_true", help="compare this checkout with the SQLite store on against "
                    "itself without one, instead of against --baseline")
+    p.add_argument("--genai", action="store_true", help="compare this checkout with the GenAI metrics against "
+                   "itself without them, instead of against --baseline")
     p.add_argument("--this", help="the checkout to measure (default: this one)")
     p.add_argument("--scenario", default="S2", help="comma-separated scenario keys (their shape, not their load)")
     p.add_argument("--requests", type=int, default=1000)
@@ -82,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     raise_nofile()
     here = Path(args.this).resolve() if args.this else Path(__file__).resolve().parent.parent
-    if args.store == (args.baseline is not None):
-        p.error("give either --baseline DIR or --store")
-    base = here if args.store else Path(args.baseline).resolve()
+    if (args.store or args.genai) == (args.baseline is not None) or (args.store and args.genai):
+        p.error("give one of --baseline DIR, --store, --genai")
+    base = here if args.store or args.genai else Path(args.baseline).resolve()
     for key in args.scenario.split(","):
         sc = replace(next(s for s in FULL if s.key == key), concurrency=args.concurrency)
         figures: dict[str, list[float]] = {"this": [], "baseline": []}
@@ -92,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             order = [("this", here), ("baseline", base)]
             for name, source in order if r % 2 == 0 else order[::-1]:
                 figures[name].append(instructions_per_request(source, sc, args.requests,
-                                                              store=args.store and name == "this"))
+                                                              store=args.store and name == "this",
+                                                              genai=not (args.genai and name == "baseline")))
         this, baseline = min(figures["this"]), min(figures["baseline"])
         runs = "; ".join(f"{n}: " + ", ".join(f"{v:,.0f}" for v in vs) for n, vs in figures.items())
         print(f"{key}: {this:,.0f} vs {baseline:,.0f} instructions/request ({this / baseline - 1:+.1%})  [{runs}]",

@@ -26,13 +26,14 @@ from gateway.apis.messages import messages
 from gateway.apis.messages_tokens import count_tokens
 from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
+from gateway.apis.responses_ws import upgrade
 from gateway.apis.spend import key_spend
 from gateway.config.extras import missing_extras
 from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
 from gateway.core.http1_request import RequestHead
 from gateway.errors import StartupError
-from gateway.http import HttpServer, Request, ServerLimits
+from gateway.http import Accepted, HttpServer, Request, ServerLimits
 from gateway.http.messages import Channel, Response, StreamResponse
 from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
 from gateway.observe.recorder import NO_TRACE, RequestTrace
@@ -47,6 +48,7 @@ from gateway.upstream import Upstream
 from gateway.upstream.signing import close_signers, start_signers
 
 if TYPE_CHECKING:
+    from gateway.observe.genai_push import GenAiPush
     from gateway.observe.tracing import Tracing
 
 log = structlog.get_logger("gateway")
@@ -70,6 +72,7 @@ class App:
         self.apis: Mapping[str, ClientApi] = {api.path: api for api in CLIENT_APIS}  # by route
         # read at start only (CONTRACT §8): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
+        self.genai_push: GenAiPush | None = None  # the GenAI metrics by OTLP, read at start only too
         # TLS on the listener: a reload swaps in a new context, so new handshakes present the new
         # certificate and open connections keep theirs
         self.tls: ssl.SSLContext | None = None
@@ -84,6 +87,10 @@ class App:
     def handle(self, request: GatewayRequest) -> Awaitable[Response | StreamResponse]:
         return handle(request)  # the middleware's own coroutine: every await resumes one frame fewer
 
+    def upgrade(self, head: RequestHead) -> Awaitable[Response | Accepted]:
+        """The server's `Upgrader`: WebSocket mode on `GET /v1/responses` (apis/responses_ws.py)."""
+        return upgrade(self, head)
+
     def start_trace(self, request: Request, api: ClientApi) -> RequestTrace:
         """The per-request trace recorder: the shared no-op one when tracing is off."""
         if self.tracing is None:
@@ -94,7 +101,8 @@ class App:
         self.upstream.signers = await start_signers(self.config.providers, auth_of, self.upstream.minted)
         metrics = self.metrics
         self._state = create_backend(self.config.state, self.config.cache,
-                                    on_degraded=lambda reason: metrics.state_degraded_op())
+                                    on_degraded=lambda reason: metrics.state_degraded_op(),
+                                    on_mode=metrics.state_mode)
         if self.control is not None:
             try:
                 await self.control.start()
@@ -103,6 +111,10 @@ class App:
             await self._start_budgets(self.control, self._state)
         if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
             await jwt.jwks.refresh()  # bounded by auth.jwt.timeout_s; a failure leaves a refetch to come
+        if self.config.telemetry.metrics_endpoint is not None:  # OTEL_METRICS_EXPORTER=otlp
+            from gateway.observe.genai_push import start_push
+
+            self.genai_push = start_push(self.config.telemetry, self.metrics)
 
     async def _start_budgets(self, control: ControlPlane, state: StateBackend) -> None:
         """Budgets start from the ledger's spend for the period, before the first request (bounded)."""
@@ -117,6 +129,8 @@ class App:
         await close_signers(self.upstream.signers)
         if self.tracing is not None:  # the last export may wait on the collector: not on the loop
             await asyncio.to_thread(self.tracing.shutdown)
+        if self.genai_push is not None:
+            await self.genai_push.close()
         if self._budgets is not None:
             await self._budgets.close()
         if self._state is not None:
@@ -177,7 +191,8 @@ def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:
     """The store's client side, when `store.url` is set (started by `App.start`)."""
     if config.store.url is None:
         return None
-    return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error))
+    return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error,
+                                                  pending=metrics.ledger_pending_rows))
 
 
 def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:
@@ -253,7 +268,8 @@ async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
     """Start the app and its server; returns the listening server (`server.shutdown` drains).
     `max_connections` caps the configured limit (what the process's file descriptors allow)."""
     await app.start()
-    server = HttpServer(app, server_limits(app.config.server, max_connections), events=_RefusalCounter(app.metrics))
+    server = HttpServer(app, server_limits(app.config.server, max_connections), events=_RefusalCounter(app.metrics),
+                        upgrader=app)
     await server.listen(host, port, reuse_port=reuse_port, tls=app.tls)
     return server
 

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from multiprocessing.process import BaseProcess
 
 import structlog
@@ -48,6 +49,8 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
                     f"memory: every worker enforces rate limits and budgets on its own, so a key may use up "
                     f"to {count}x its limits{shared}; set state.backend: redis to share them")
         metrics.local_limits(count)
+    # each worker's share of a limit while Redis is away counts the workers (docs/scale-out.md)
+    config = replace(config, state=replace(config.state, workers=count))
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_worker, args=(config, path), daemon=False) for _ in range(count)]
     for p in procs:

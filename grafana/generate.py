@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from operations import operations_panels
 from panels import (
     Panel,
     Query,
@@ -380,6 +381,10 @@ def build() -> dict[str, dict[str, object]]:
             "Traffic, errors, upstream attempts, tokens, cost and safety of the LLM gateway.",
             [*overview_summary(), *overview_traffic(), *overview_upstream(), *overview_tokens(),
              *overview_keys(), *overview_teams(), *overview_safety()]),
+        "llm-gateway-operations.json": dashboard(
+            "llm-gateway-operations", "LLM gateway / Operations",
+            "What the gateway itself adds to the first token, continuation and session affinity, and the "
+            "health of the store, the spend ledger, Redis and WebSocket connections.", operations_panels()),
     }
 
 

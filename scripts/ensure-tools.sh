@@ -3,6 +3,9 @@
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
+# the scale-out tests create a Redis Cluster with redis-cli (tests/redis_topologies.py); Sentinels run as
+# `redis-server --sentinel`, so the redis-sentinel package is not needed
+command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v promtool >/dev/null || need+=(prometheus)
 # the control plane's tests run a real PostgreSQL server (tests/postgres_server.py finds its binaries here)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)

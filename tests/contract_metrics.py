@@ -104,10 +104,21 @@ ROUTING_METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in
           policy=("ordered", "balanced", "weighted", "latency", "cost")),
     _spec("llm_gateway_deployment_ttft_seconds", "gauge", "model deployment api"),
 )})
+# Issue #62's operations dashboard: the gateway's own share of TTFT and session affinity (declared here),
+# and the gauges of the store's ledger, Redis-degraded state and WebSocket connections (CONTRACT §6, added
+# by other branches: `OTHER_BRANCHES` lists them for the live Prometheus test until they are merged).
+OPERATIONS_METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in (
+    _spec("llm_gateway_overhead_seconds", "histogram", "api model"),
+    _spec("llm_gateway_affinity_total", "counter", "model result", result=("kept", "moved", "new")),
+    _spec("llm_gateway_ledger_pending_rows", "gauge", ""),
+    _spec("llm_gateway_state_degraded", "gauge", ""),
+    _spec("llm_gateway_websocket_connections", "gauge", ""),
+)})
+OTHER_BRANCHES: frozenset[str] = frozenset()
 
 # Every name a PromQL query may use for a contract metric, mapped to its spec.
 SERIES: Mapping[str, MetricSpec] = MappingProxyType(
     {series: spec for spec in (*METRICS.values(), *CONTROL_PLANE_METRICS.values(), *CONTINUATION_METRICS.values(),
-                               *ROUTING_METRICS.values())
+                               *ROUTING_METRICS.values(), *OPERATIONS_METRICS.values())
      for series in spec.series_names}
 )

@@ -6,6 +6,9 @@ when the tests run as root (postgres refuses root).
         url = pg.url            # postgresql://gateway@127.0.0.1:<port>/postgres
         pg.stop(); pg.start()   # down and back on the same port, the data kept
         pg.pause(); pg.resume() # hung (SIGSTOP) and answering again
+
+    replica = PostgresServer(replica_of=pg)   # a streaming replica (pg_basebackup -R) on its own port
+    replica.promote()                         # pg_ctl promote: it becomes a primary
 """
 
 from __future__ import annotations
@@ -41,15 +44,25 @@ def _user() -> dict[str, str]:
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    def __init__(self, replica_of: PostgresServer | None = None) -> None:
         self.port = free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="gateway-pg-"))
         self._data = self._dir / "data"
         self._proc: subprocess.Popen[bytes] | None = None
         if os.geteuid() == 0:
             shutil.chown(self._dir, "postgres", "postgres")
-        subprocess.run([_bin("initdb"), "-D", str(self._data), "-U", "gateway", "--auth=trust", "--no-sync",
-                        "-E", "UTF8"], check=True, capture_output=True, cwd=self._dir, **_user())
+        if replica_of is None:
+            subprocess.run([_bin("initdb"), "-D", str(self._data), "-U", "gateway", "--auth=trust", "--no-sync",
+                            "-E", "UTF8"], check=True, capture_output=True, cwd=self._dir, **_user())
+        else:  # a copy of the running primary that streams its WAL (-R writes standby.signal)
+            subprocess.run([_bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(replica_of.port), "-U", "gateway",
+                            "-D", str(self._data), "-R", "-X", "stream", "--no-sync", "-c", "fast"],
+                           check=True, capture_output=True, cwd=self._dir, **_user())
+
+    def promote(self) -> None:
+        """The replica becomes a primary (pg_ctl promote waits until it accepts writes)."""
+        subprocess.run([_bin("pg_ctl"), "promote", "-D", str(self._data), "-w", "-t", "30"],
+                       check=True, capture_output=True, cwd=self._dir, **_user())
 
     @property
     def url(self) -> str:

@@ -25,6 +25,7 @@ from gateway.config.provider_config import provider_config
 from gateway.config.reader import ConfigError, Errors, Section, expand_env
 from gateway.config.safety_config import NAME as _NAME
 from gateway.config.safety_config import guardrail, profile, rule_validator
+from gateway.config.state_config import STATE_KEYS, state_config
 from gateway.config.telemetry import KEYS as TELEMETRY_KEYS
 from gateway.config.telemetry import telemetry_config
 from gateway.config.types import (
@@ -42,7 +43,6 @@ from gateway.config.types import (
     ProviderConfig,
     RetryPolicy,
     ServerConfig,
-    StateConfig,
 )
 from gateway.core.policy.tiers import ROUTING_POLICIES
 from gateway.providers.registry import PROVIDERS
@@ -80,6 +80,7 @@ def _server(s: Section) -> ServerConfig:
         metrics_port=metrics_port,
         max_body_bytes=s.integer("max_body_bytes", d.max_body_bytes, 1),
         drain_s=s.number("drain_s", d.drain_s),
+        websocket_idle_s=s.number("websocket_idle_s", d.websocket_idle_s, 1.0),
         keepalive_after_s=s.number("keepalive_after_s", d.keepalive_after_s),
         max_connections=s.optional_int("max_connections"),
         request_head_timeout_s=s.number("request_head_timeout_s", d.request_head_timeout_s, 0.1),
@@ -294,20 +295,18 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
         for mi, mname in enumerate(key.models or ()):
             if mname not in models:
                 errs.add(f"auth.keys[{ki}].models[{mi}]", not_a_model(mname, model_names))
-    st = Section(top.raw.get("state"), "state", errs, ("backend", "redis_url", "response_owner_ttl_s"))
+    st = Section(top.raw.get("state"), "state", errs, STATE_KEYS)
     c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
     lg = Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
     admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ADMIN_KEYS), auth)
     store = store_config(Section(top.raw.get("store"), "store", errs, STORE_KEYS), admin)
     config = Config(
         server=_server(Section(top.raw.get("server"), "server", errs,
-                                ("host", "port", "metrics_port", "max_body_bytes", "drain_s",
+                                ("host", "port", "metrics_port", "max_body_bytes", "drain_s", "websocket_idle_s",
                                  "keepalive_after_s", "max_connections", "request_head_timeout_s",
                                  "send_timeout_s", "loop_turn_ms", "sched_slice_us", "tls", "cors"))),
         auth=auth,
-        state=StateConfig(backend=st.choice("backend", ("memory", "redis"), "memory"),  # type: ignore[arg-type]
-                          redis_url=st.get("redis_url", str, "redis://127.0.0.1:6379/0"),
-                          response_owner_ttl_s=st.number("response_owner_ttl_s", 30 * 86_400.0, 1.0)),
+        state=state_config(st),
         providers=MappingProxyType(providers), models=MappingProxyType(models),
         guardrails=MappingProxyType(guardrails), redaction_profiles=MappingProxyType(profiles),
         cache=CacheConfig(enabled=c.get("enabled", bool, False), ttl_s=c.number("ttl_s", 300.0, 0.001),

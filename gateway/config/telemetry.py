@@ -11,21 +11,57 @@ https://opentelemetry.io/docs/specs/otel/protocol/exporter/ (the `/v1/traces` pa
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.parse
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from gateway.config.reader import Errors, Section
 from gateway.config.types import TelemetryConfig
 
 KEYS = ("otlp_endpoint", "service_name", "sampling_ratio", "respect_parent_sampling", "headers", "export_timeout_s",
-        "max_queue_size")
+        "max_queue_size", "genai_metrics")
 SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
             "parentbased_traceidratio")
 _TRACES_PATH = "/v1/traces"
+_METRICS_PATH = "/v1/metrics"
+# OTEL_SEMCONV_STABILITY_OPT_IN's value for the GenAI conventions' latest experimental version
+GENAI_LATEST = "gen_ai_latest_experimental"
 
 
 def telemetry_config(s: Section, env: Mapping[str, str]) -> TelemetryConfig:
+    return dataclasses.replace(_traces_config(s, env), **_metrics_config(s, env))
+
+
+def _metrics_config(s: Section, env: Mapping[str, str]) -> dict[str, Any]:
+    """The GenAI metrics' switches and their OTLP push (docs/observability.md). The push is opt-in by
+    OTEL_METRICS_EXPORTER=otlp alone (the SDK's default exporter is otlp, but a gateway that exports
+    /metrics should not also start pushing because a traces endpoint was set)."""
+    opt_in = {v.strip() for v in env.get("OTEL_SEMCONV_STABILITY_OPT_IN", "").split(",")}
+    out: dict[str, Any] = {"genai_metrics": s.get("genai_metrics", bool, True),
+                           "semconv_latest_experimental": GENAI_LATEST in opt_in}
+    exporter = env.get("OTEL_METRICS_EXPORTER", "").strip().lower()
+    if exporter not in ("", "none", "otlp", "prometheus"):
+        s.errs.add("OTEL_METRICS_EXPORTER", f'only "otlp", "prometheus" or "none" is supported, got "{exporter}"')
+    if exporter != "otlp" or env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return out
+    protocol = (env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")).strip()
+    if protocol and protocol != "http/protobuf":
+        s.errs.add("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", f'only "http/protobuf" is supported, got "{protocol}"')
+    signal = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip()
+    base = (s.get("otlp_endpoint", str, "") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")).strip().rstrip("/")
+    url = signal or (base + _METRICS_PATH if base else "http://localhost:4318" + _METRICS_PATH)
+    out["metrics_endpoint"] = _checked(url, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", s.errs)
+    out["metrics_headers"] = MappingProxyType(_pairs(
+        env.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS", ""),
+        "OTEL_EXPORTER_OTLP_HEADERS", s.errs))
+    interval_ms = _env_number(env, "OTEL_METRIC_EXPORT_INTERVAL", 60000.0, s.errs)
+    out["metric_export_interval_s"] = max(interval_ms, 10.0) / 1000
+    return out
+
+
+def _traces_config(s: Section, env: Mapping[str, str]) -> TelemetryConfig:
     d = TelemetryConfig()
     errs = s.errs
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":

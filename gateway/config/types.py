@@ -62,6 +62,7 @@ class ServerConfig:
     metrics_port: int = 9464
     max_body_bytes: int = 10 * 1024 * 1024
     drain_s: float = 30.0
+    websocket_idle_s: float = 300.0  # a WebSocket-mode connection with no message this long is closed
     keepalive_after_s: float = 10.0
     # open client connections; past it a new one gets 503. None: DEFAULT_MAX_CONNECTIONS, or what the file
     # descriptor limit holds when that is less (docs/extensions.md, server)
@@ -149,11 +150,30 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SentinelConfig:
+    """`state.sentinel`: the master's name and the Sentinels that know where it is (docs/scale-out.md)."""
+
+    master: str
+    urls: tuple[str, ...] = field(default=(), repr=False)  # redis:// or rediss://, may carry a password
+
+
+RedisMode = Literal["single", "cluster", "sentinel"]
+
+
+@dataclass(frozen=True, slots=True)
 class StateConfig:
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
     # how long the gateway remembers which key and team created a response id (docs/responses-bridge.md)
     response_owner_ttl_s: float = 30 * 86_400.0
+    redis_mode: RedisMode = "single"
+    redis_ca_file: str | None = None  # a private CA for rediss://
+    timeout_ms: int = 50  # the longest a request waits on Redis, per operation
+    replicas: int = 1  # replicas sharing the limits: each takes 1/replicas of a limit while Redis is away
+    sentinel: SentinelConfig | None = None
+    # worker processes of this replica (`--workers`; never read from the file): the local share while
+    # Redis is away is a limit / (replicas x workers)
+    workers: int = 1
 
 
 AdminRole = Literal["admin", "team_admin", "viewer"]
@@ -316,6 +336,14 @@ class TelemetryConfig:
     max_queue_size: int = 2048  # finished spans waiting for export; past it a span is dropped (counted)
     max_export_batch_size: int = 512
     schedule_delay_s: float = 5.0
+    # the GenAI convention metrics (issue #62, docs/observability.md): on /metrics unless
+    # `genai_metrics: false`; the conventions' newest names with OTEL_SEMCONV_STABILITY_OPT_IN=
+    # gen_ai_latest_experimental; pushed by OTLP only with OTEL_METRICS_EXPORTER=otlp
+    genai_metrics: bool = True
+    semconv_latest_experimental: bool = False
+    metrics_endpoint: str | None = None  # the full OTLP/HTTP URL, `.../v1/metrics`
+    metrics_headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+    metric_export_interval_s: float = 60.0  # OTEL_METRIC_EXPORT_INTERVAL
 
     @property
     def enabled(self) -> bool:

@@ -67,7 +67,7 @@ class RequestHead:
 
     @property
     def wants_websocket(self) -> bool:
-        """A WebSocket handshake (RFC 6455 §4.1), which this server refuses with 426."""
+        """A WebSocket handshake (RFC 6455 §4.1): the server's upgrader answers it (http/upgrade.py), or 426."""
         return self.upgrade is not None and "websocket" in {t.strip() for t in self.upgrade.split(",")}
 
 

@@ -13,7 +13,9 @@ must end within `head_timeout_s`; past the limit a TLS connection is closed at o
 before a handshake). Every refusal is counted by reason and logged at most once a second per reason.
 On shutdown it stops accepting, closes idle connections and lets requests in flight finish for up to
 the drain time, then cancels them. It knows no application: it takes an endpoint (which makes its
-requests and answers them), limits, and an observer of what it refuses.
+requests and answers them), limits, an observer of what it refuses, and optionally an upgrader that
+answers WebSocket handshakes (`upgrade.py`; without one they get 426). An upgraded connection stays
+one of the server's: counted, swept once a second (its tunnel's idle deadline), drained on shutdown.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from gateway.http.dates import HttpDates
 from gateway.http.messages import Request, Response, StreamResponse, json_response
 from gateway.http.tls import TlsListener, listening_sockets
 from gateway.http.turns import TURN_S, TURNS
+from gateway.http.upgrade import Accepted, Link, Tunnel, Upgrader
 
-__all__ = ["Endpoint", "HttpServer", "Request", "Response", "ServerEvents", "ServerLimits", "StreamResponse",
-           "json_response"]
+__all__ = ["Accepted", "Endpoint", "HttpServer", "Link", "Request", "Response", "ServerEvents", "ServerLimits",
+           "StreamResponse", "Tunnel", "Upgrader", "json_response"]
 log = structlog.get_logger("gateway")
 KEEPALIVE_S = 75.0  # as aiohttp's and nginx's defaults: longer than the usual client pool's idle time
 
@@ -62,8 +65,9 @@ class _NoEvents:
 
 class HttpServer:
     def __init__(self, endpoint: Endpoint[Any], limits: ServerLimits | None = None, *,
-                 events: ServerEvents | None = None):
+                 events: ServerEvents | None = None, upgrader: Upgrader | None = None):
         self.endpoint = endpoint
+        self.upgrader = upgrader  # answers `Upgrade: websocket` (http/upgrade.py); None: 426
         self.set_limits(limits or ServerLimits())
         self.events: ServerEvents = events or _NoEvents()
         self.loop = asyncio.get_running_loop()
@@ -116,6 +120,7 @@ class HttpServer:
         for conn in list(self.connections):
             conn.close_if_idle(idle_before)
             conn.check_head_timeout(head_before)
+            conn.swept(now)
         for reason, count in self._refusals.items():  # a flood of refusals is a line a second, not a line each
             log.warning("http_refused", reason=reason, count=count, connections=len(self.connections))
         self._refusals.clear()

@@ -6,12 +6,16 @@ Reading continues while a handler runs, so a client that goes away is seen at on
 cancelled, which closes the upstream request: CONTRACT §4.7); bytes of a next request (pipelining)
 wait until the response is complete. Writes pause the handler while the socket's buffer is above the
 transport's high-water mark, so a slow client holds back its own stream instead of growing memory.
+A WebSocket handshake goes to the server's upgrader (`upgrade.py`): refused, it is answered and the
+connection closes; accepted, the `101` is written and the tunnel it names takes the connection's bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -23,6 +27,7 @@ from gateway.http.eager import start_eagerly
 from gateway.http.messages import Channel, Request, Response, StreamResponse
 from gateway.http.reader import RequestReader
 from gateway.http.turns import TURNS
+from gateway.http.upgrade import Accepted, Tunnel
 
 if TYPE_CHECKING:
     from gateway.http import HttpServer
@@ -47,8 +52,9 @@ class ClientGone(ConnectionResetError):
 
 
 class HttpConnection(asyncio.Protocol):
-    __slots__ = ("_drain", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote", "closing",
-                 "head_since", "idle_since", "task", "transport")
+    __slots__ = ("_drain", "_held", "_lingering", "_pending", "_reader", "_server", "_stall", "_wrote", "closing",
+                 "head_since", "idle_since", "request_at", "task", "transport", "tunnel")
+    raw_body = False  # a streamed response's body is HTTP-framed (chunked) on this channel
 
     def __init__(self, server: HttpServer):
         self._server = server
@@ -61,8 +67,11 @@ class HttpConnection(asyncio.Protocol):
         self.closing = False
         self.idle_since = 0.0
         self.head_since = 0.0  # when the head being read began to arrive (the request-head timeout)
+        self.request_at = 0.0  # when the last bytes of the request being served came (perf_counter)
         self._wrote = False  # some bytes of the current response are out
         self._lingering = False
+        self.tunnel: Tunnel | None = None  # the protocol after an accepted upgrade (http/upgrade.py)
+        self._held = False  # the tunnel has bytes still to take: reading waits
 
     # asyncio.Protocol
 
@@ -80,6 +89,9 @@ class HttpConnection(asyncio.Protocol):
         server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self.tunnel.received(data)
+            return
         if self._lingering:
             return
         if self.task is not None or self.closing:
@@ -99,6 +111,8 @@ class HttpConnection(asyncio.Protocol):
         self._server.connections.discard(self)
         if self.task is not None:
             self.task.cancel()
+        if self.tunnel is not None:
+            self.tunnel.lost()
         self._cancel_stall()
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():
@@ -109,9 +123,13 @@ class HttpConnection(asyncio.Protocol):
             loop = self._server.loop
             self._drain = loop.create_future()
             self._stall = loop.call_later(self._server.limits.send_timeout_s, self._on_stall)
+            if self.tunnel is not None:
+                self._apply_reading()  # a peer that reads nothing is not read either (pings, floods)
 
     def resume_writing(self) -> None:
         self._cancel_stall()
+        if self.tunnel is not None:
+            self._apply_reading()
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():
             drain.set_result(None)
@@ -155,6 +173,9 @@ class HttpConnection(asyncio.Protocol):
     # requests
 
     def _take(self, data: bytes) -> None:
+        # the bytes' arrival: a request they complete is "received" now, its parsing and a wait for a
+        # turn already on its clock (TTFT, and the gateway's own share of it: docs/overhead.md)
+        arrived = time.perf_counter()
         try:
             got = self._reader.feed(data)
         except RequestError as exc:
@@ -165,9 +186,13 @@ class HttpConnection(asyncio.Protocol):
             if interim and self.transport is not None:
                 self.transport.write(interim)
             return
-        if got[0].wants_websocket:  # CONTRACT §3: refused until a WebSocket mode exists, never served
-            self._reject(RequestError(426, "WebSocket mode is not supported: use HTTP streaming"), "upgrade")
+        if got[0].wants_websocket:  # docs/reference.md, Routes: only an upgrader's route is switched
+            if self._server.upgrader is None:
+                self._reject(RequestError(426, "WebSocket mode is not supported: use HTTP streaming"), "upgrade")
+            else:
+                self.task = self._server.loop.create_task(self._upgrade(got[0]))
             return
+        self.request_at = arrived
         # Read by the loop with no backlog, its first step runs now, before the next connection is read
         # (a request pipelined behind one that ran is taken inside that task: it starts in a later
         # iteration). Under saturation (units wait for a turn) it starts later too, behind them: new
@@ -183,6 +208,7 @@ class HttpConnection(asyncio.Protocol):
     async def _serve(self, head: RequestHead, body: bytes) -> None:
         endpoint = self._server.endpoint
         request = endpoint.make_request(head, body, self)
+        request.t0 = self.request_at
         try:
             loop = self._server.loop
             if TURNS.over(loop):  # a request's first step (parse, authorise, open) waits for a turn
@@ -212,6 +238,52 @@ class HttpConnection(asyncio.Protocol):
             return
         self.idle_since = self._server.loop.time()
         self._next()
+
+    async def _upgrade(self, head: RequestHead) -> None:
+        """Ask the upgrader (it authenticates before any `101`); on a refusal, its answer and the close;
+        on acceptance, the `101`, then the tunnel has the connection until its `run` ends."""
+        upgrader = self._server.upgrader
+        assert upgrader is not None
+        try:
+            answer = await upgrader.upgrade(head)
+            if not isinstance(answer, Accepted):
+                if answer.status == 426:
+                    self._server.refused("upgrade")
+                if self.send(answer.encode(Request(head, b"", self))):
+                    await self.drained()
+                return
+            tunnel = self.tunnel = answer.tunnel(self)
+            self.send(answer.head)
+            if self._pending:  # bytes that came while the upgrade was decided
+                data = bytes(self._pending)
+                self._pending.clear()
+                tunnel.received(data)
+            self._apply_reading()  # reading paused over MAX_PENDING resumes: the tunnel reads now
+            await tunnel.run()
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+        except Exception:
+            log.exception("unhandled_error", path=head.path)
+        finally:
+            self._close()
+
+    def hold_reading(self, held: bool) -> None:
+        """A tunnel with bytes still to take stops reading until it has taken them (its `Link`)."""
+        self._held = held
+        self._apply_reading()
+
+    def _apply_reading(self) -> None:
+        transport = self.transport
+        if transport is None or self.closing or transport.is_closing():
+            return
+        if self._held or self._drain is not None:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    def swept(self, now: float) -> None:
+        if self.tunnel is not None:
+            self.tunnel.swept(now)
 
     def _next(self) -> None:
         """The next request, if its bytes came while this one ran (its head's clock starts now)."""
@@ -251,7 +323,9 @@ class HttpConnection(asyncio.Protocol):
 
     def close_if_idle(self, idle_before: float) -> None:
         """Shutdown (idle_before = inf) or the keep-alive timeout: close a connection between requests."""
-        if self.task is None and self.idle_since < idle_before:
+        if self.tunnel is not None and idle_before == math.inf:
+            self.tunnel.drain()  # shutdown: the tunnel finishes what runs, then ends
+        elif self.task is None and self.idle_since < idle_before:
             self._close()
 
     def check_head_timeout(self, started_before: float) -> None:

@@ -14,6 +14,7 @@ class Channel(Protocol):
     """The connection a response is written to (`gateway.http.connection.HttpConnection`)."""
 
     closing: bool
+    raw_body: bool  # a streamed body goes as its bytes alone: no head, no chunks (WebSocket mode's events)
 
     def send(self, data: bytes) -> bool: ...  # True: the client is slow, await `drained()`
 
@@ -105,11 +106,14 @@ class StreamResponse:
         http10 = request.head.http10
         self.keep_alive = request.keeps_alive() and not http10  # an HTTP/1.0 body ends at the close
         self._chunked = not http10
+        self._channel = request.channel
+        self.prepared = True
+        if request.channel.raw_body:
+            self._chunked = False
+            return
         headers = {**request.extra_headers, **self.headers} if request.extra_headers else self.headers
         self._head = response_head(self.status, headers, request.channel.date(), length=None,
                                    keep_alive=self.keep_alive, http10=http10)
-        self._channel = request.channel
-        self.prepared = True
 
     def cork(self) -> None:
         """Hold writes until `write_eof`, which sends them and the end of the body in one piece. Only for

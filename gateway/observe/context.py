@@ -85,6 +85,11 @@ class RequestContext:
     cache_markers_dropped: int = 0  # the client's cache markers over Anthropic's limit (docs/caching.md)
     # the body may carry cache markers (`providers.base.may_carry_markers`); False: none to fit
     cache_marked: bool = True
+    # the gateway's own share of the first token's time (docs/overhead.md): when the first attempt's
+    # request left, when the winner's answer (its first token, or its whole body) was read, the share
+    t_upstream: float = 0.0
+    t_answer: float = 0.0
+    overhead_s: float | None = None
 
     def stream_ended(self, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,
@@ -108,6 +113,24 @@ class RequestContext:
         self.usage = estimate_usage(prompt, output_bytes)
         self.usage_estimated = True
         self.cost_usd = usage_cost(self.usage, self.deployment.price)
+
+    def sent_upstream(self) -> float:
+        """An attempt's request is about to leave (perf_counter, returned): the first one's time is kept."""
+        now = time.perf_counter()
+        if not self.t_upstream:
+            self.t_upstream = now
+        return now
+
+    def first_token_out(self, now: float, released: float = 0.0) -> None:
+        """The first output token (a body: the answer) was written to the client at `now`: the gateway's
+        own share is the time before the first attempt left plus the time from the winner's answer to
+        this write; failed attempts, backoff, a hedge's delay and the upstream's own time lie between the
+        two and are not counted, nor is a hold guardrail's wait (`released`: when its judging ended)."""
+        if not self.t_upstream or not self.t_answer:
+            return  # no upstream answered (a cache hit): no share to tell apart
+        share = (self.t_upstream - self.t_start) + (now - max(self.t_answer, released))
+        self.overhead_s = share = max(share, 0.0)
+        self.rec.overhead(self.model.name, share)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t_start

@@ -24,7 +24,10 @@ from gateway.config.types import Config, ModelConfig, Price
 from gateway.core.api import ClientApi
 from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
+from gateway.observe.genai import GenAi, configure, create_genai
 from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram, ThreadSafeCounter
+from gateway.observe.metrics_mp import MP_GAUGE as _MP_GAUGE
+from gateway.observe.metrics_mp import Renamed as _Renamed
 
 TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
                 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
@@ -36,6 +39,10 @@ ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "
                     "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
 AFFINITY_RESULTS = ("kept", "moved", "new")
+# `llm_gateway_overhead_seconds` (issue #62): from 0.1 ms (a streamed token's own hop) to 1 s (a gateway in
+# trouble)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05,
+                    0.1, 0.25, 0.5, 1.0)
 OUTCOMES = ("ok", "client_error", "auth_error", "rate_limited", "guardrail_blocked", "upstream_error",
             "timeout", "cancelled")
 
@@ -73,9 +80,15 @@ class Metrics:
     team_requests: Any
     team_cost: Any
     continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
+    state_degraded_now: Any = None  # always set by `create_metrics`: the gauge beside the counter
+    ledger_pending: Any = None  # always set by `create_metrics`
     affinity: Any = None  # always set by `create_metrics`
     routing_decisions: Any = None  # always set by `create_metrics`
     deployment_ttft: Any = None  # always set by `create_metrics`
+    websocket_connections: Any = None  # always set by `create_metrics`
+    # -- issue #62: the gateway's own share of TTFT, and the GenAI convention metrics (`observe.genai`) --
+    overhead: Any = None  # always set by `create_metrics`
+    genai: GenAi | None = None  # always set by `create_metrics`
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def child(self, metric: Any, *values: str) -> Any:
@@ -99,6 +112,10 @@ class Metrics:
         """A state operation served locally: the shared backend was unavailable."""
         self.state_degraded.inc()
 
+    def state_mode(self, degraded: bool) -> None:
+        """The shared state backend went away (limits now counted locally) or came back."""
+        self.state_degraded_now.set(1 if degraded else 0)  # no labels: prometheus_client refuses labels()
+
     def refused(self, reason: str) -> None:
         """The HTTP server refused or cut a client before a handler ran."""
         self.child(self.http_refused, reason).inc()
@@ -112,6 +129,17 @@ class Metrics:
 
     def store_error(self, op: str) -> None:
         self.child(self.store_errors, op).inc()
+
+    def ledger_pending_rows(self, rows: int) -> None:
+        """Spend rows queued and not yet committed, after each commit or failed one (docs/reference.md)."""
+        self.ledger_pending.set(rows)
+
+    def websocket_opened(self) -> None:
+        """A WebSocket-mode connection was accepted (docs/reference.md, Metrics)."""
+        self.child(self.websocket_connections).inc()
+
+    def websocket_closed(self) -> None:
+        self.child(self.websocket_connections).dec()
 
     def local_limits(self, workers: int) -> None:
         """Worker processes that each enforce every limit on their own."""
@@ -160,6 +188,10 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         build_info=Gauge("build_info", "Build information", ["version"], multiprocess_mode="max", **kw),
         state_degraded=Counter("state_degraded", "State operations served locally because the shared "
                                "backend was unavailable", [], **kw),
+        # exported as llm_gateway_state_degraded, beside the counter's llm_gateway_state_degraded_total
+        state_degraded_now=Gauge(_MP_GAUGE if multiproc else "state_degraded",
+                                 "1 while rate limits and budgets are counted locally because the shared "
+                                 "state backend (Redis) is away", [], multiprocess_mode="max", **kw),
         http_refused=Counter("http_refused", "Client connections or requests the API port refused or cut "
                              "before a handler ran", ["reason"], **kw),
         # the export thread counts into it too: a locked counter
@@ -174,6 +206,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         store_up=Gauge("store_up", "1 while the control plane's store (store.url) answers, 0 while it does not "
                        "(stored keys are then served from each replica's cache)", [], multiprocess_mode="min", **kw),
         store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
+        ledger_pending=Gauge("ledger_pending_rows", "Spend rows queued in this process and not yet committed to "
+                             "the store's ledger (bounded; committed when the store answers)", [],
+                             multiprocess_mode="livesum", **kw),
         team_requests=Counter("team_requests", "Answered requests of stored keys, by team", ["team", "model"], **kw),
         team_cost=Counter("team_cost_usd", "Spend of stored keys, by team", ["team", "model"], **kw),
         affinity=Counter("affinity", "Session requests of affinity models: served by the session's own "
@@ -188,11 +223,33 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                               multiprocess_mode="mostrecent", **kw),
         continuations=Counter("continuations", "Continuation attempts of streams that failed after the first "
                               "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
+        websocket_connections=Gauge("websocket_connections", "Open WebSocket-mode connections (GET /v1/responses)",
+                                    [], multiprocess_mode="livesum", **kw),
+        overhead=Histogram("overhead_seconds", "The gateway's own share of the time to first token: TTFT minus the "
+                           "upstream's time (docs/overhead.md)", ["api", "model"], buckets=OVERHEAD_BUCKETS, **kw),
+        genai=create_genai(reg, (Counter, Histogram)),  # issue #62
     )
     m.build_info.labels(__version__).set(1)
     if reg is not None:
         add_process_collectors(reg)
     return m
+
+
+# -- issue #62 --------------------------------------------------------------------------------------------
+def _preinitialise_issue62(m: Metrics, config: Config, apis: tuple[ClientApi, ...]) -> None:
+    """The overhead series of every API with a first token and model; the GenAI switch, operations and
+    provider names (from config: `telemetry.genai_metrics`, OTEL_SEMCONV_STABILITY_OPT_IN)."""
+    first_token_apis = [api for api in apis if api.ttft_series]
+    for model in config.models:
+        for api in first_token_apis:
+            m.overhead.labels(api.name, model)
+    assert m.genai is not None
+    t = config.telemetry
+    configure(m.genai, t.genai_metrics, t.semconv_latest_experimental,
+              {api.name: api.operation for api in first_token_apis},
+              {name: p.genai_name or name for name, p in config.providers.items()},
+              # an API that cannot stream generates no text (embeddings): no output token usage
+              [api.name for api in first_token_apis if not api.streamed])
 
 
 def exposition(m: Metrics) -> tuple[bytes, str]:
@@ -201,7 +258,7 @@ def exposition(m: Metrics) -> tuple[bytes, str]:
     registry = m.registry
     if registry is None:
         registry = CollectorRegistry()
-        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(_Renamed(MultiProcessCollector(None)))  # type: ignore[no-untyped-call]
         add_process_collectors(registry)
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
@@ -232,6 +289,7 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
     `instance`), not gaps and not `or vector(0)`'s label-less phantom series; `apis`: the client APIs
     served (`apis/catalog.py`)."""
     apis = tuple(apis)
+    _preinitialise_issue62(m, config, apis)
     for reason in HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
     if config.store.url is not None:

@@ -106,6 +106,10 @@ class LocalCounter(_Metric):
     def _new(self) -> _CounterValue:
         return _CounterValue()
 
+    def points(self) -> list[tuple[tuple[str, ...], float]]:
+        """Every series' label values and value, copied (for the OTLP push, `observe.genai_push`)."""
+        return [(key, child.value) for key, child in self.series.items()]
+
     def inc(self, amount: float = 1.0) -> None:
         self._only.inc(amount)
 
@@ -150,6 +154,11 @@ class LocalHistogram(_Metric):
 
     def _new(self) -> _Buckets:
         return _Buckets(self.bounds)
+
+    def points(self) -> list[tuple[tuple[str, ...], list[int], float]]:
+        """Every series' label values, its count per bucket (not cumulative; the last is +Inf) and sum,
+        copied (for the OTLP push, `observe.genai_push`)."""
+        return [(key, list(child.counts), child.sum) for key, child in self.series.items()]
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)

@@ -19,6 +19,7 @@ import structlog
 
 from gateway.config.types import Deployment
 from gateway.core.events import Usage
+from gateway.observe import genai
 from gateway.observe.metrics import Metrics, usage_cost
 from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.observe.stats_window import WINDOW
@@ -52,12 +53,15 @@ class End:
 
 
 class RequestRecorder:
-    __slots__ = ("_delay", "_duration", "api", "m", "request_id", "t0", "trace")
+    __slots__ = ("_delay", "_duration", "_tpot", "api", "m", "request_id", "t0", "trace", "transport")
 
-    def __init__(self, m: Metrics, api: str, request_id: str, t0: float, trace: RequestTrace = NO_TRACE):
+    def __init__(self, m: Metrics, api: str, request_id: str, t0: float, trace: RequestTrace = NO_TRACE,
+                 transport: str = "http"):
         self.m, self.api, self.request_id, self.t0, self.trace = m, api, request_id, t0, trace
+        self.transport = transport  # "websocket": a WebSocket-mode response (docs/reference.md, Logs)
         self._delay: Any = None
         self._duration = 0.0
+        self._tpot: float | None = None  # a stream's time per output token, for the GenAI metric at the end
 
     # -- admission -----------------------------------------------------------------------------------
 
@@ -110,6 +114,10 @@ class RequestRecorder:
         """The first output token written to the client (TTFT; `provider` is `cache` for a hit)."""
         self.m.child(self.m.ttft, self.api, model, provider).observe(seconds)
         WINDOW.first_token(model, seconds)  # the console's last hour (observe/stats_window.py)
+
+    def overhead(self, model: str, seconds: float) -> None:
+        """The gateway's own share of the first token's time (docs/overhead.md)."""
+        self.m.child(self.m.overhead, self.api, model).observe(seconds)
 
     def text_delay(self, seconds: float) -> None:
         """Per write: how long the text spent inside the gateway."""
@@ -165,7 +173,7 @@ class RequestRecorder:
         output token after the first; returns the cost."""
         cost = self.usage(model, d, usage, key)
         if usage is not None and usage.output > 1 and first_token_at is not None:
-            per_token = (time.perf_counter() - first_token_at) / (usage.output - 1)
+            per_token = self._tpot = (time.perf_counter() - first_token_at) / (usage.output - 1)
             self.m.child(self.m.tpot, self.api, model, d.provider).observe(per_token)
         self.trace.stream_ended()
         return cost
@@ -189,6 +197,9 @@ class RequestRecorder:
         m.child(m.duration, api, model, stream, end.outcome).observe(duration)
         if ctx is not None:
             WINDOW.request(model, end.outcome)
+        g = m.genai
+        if ctx is not None and g is not None and g.enabled:
+            genai.record(g, m.child, api, ctx, duration, self._tpot, "" if end.outcome == "ok" else end.outcome)
         self.trace.finish(ctx, end.status, end.outcome)
 
     def log_line(self, ctx: RequestContext | None, adm: Admission, end: End) -> None:
@@ -204,6 +215,7 @@ class RequestRecorder:
             key=key.name if key else None, stream=bool(ctx and ctx.stream), status=end.status,
             outcome=end.outcome, attempts=ctx.attempts if ctx else 0,
             ttft_ms=round(ctx.ttft_s * 1000, 2) if ctx and ctx.ttft_s is not None else None,
+            overhead_ms=round(ctx.overhead_s * 1000, 3) if ctx and ctx.overhead_s is not None else None,
             duration_ms=round(self._duration * 1000, 2),
             input_tokens=usage.input if usage else None, output_tokens=usage.output if usage else None,
             cached_tokens=usage.cached_input if usage else None,
@@ -216,6 +228,7 @@ class RequestRecorder:
             cache_hit=ctx.cache_hit if ctx else False, continued=ctx.continued if ctx else None,
             session_hash=ctx.session if ctx else None, affinity=ctx.affinity if ctx else None,
             subject_hash=subject_hash(key.subject) if key is not None and key.subject else None,
+            transport=self.transport,
         )
 
 

@@ -46,10 +46,15 @@ class OtlpHttpExporter:
         self.failing = False
 
     def export(self, spans: Sequence[SpanRecord]) -> bool:
-        ok = self._send(encode_request(self._head, spans))
+        return self.send(encode_request(self._head, spans), "trace_export")
+
+    def send(self, body: bytes, what: str) -> bool:
+        """POST one encoded export request (spans, or the GenAI metrics: `observe.genai_push`); logs
+        `<what>_failing` once when exports start failing and `<what>_recovered` when they recover."""
+        ok = self._send(body)
         if ok == self.failing:
             self.failing = not ok
-            (log.info if ok else log.warning)("trace_export_recovered" if ok else "trace_export_failing")
+            (log.info if ok else log.warning)(f"{what}_recovered" if ok else f"{what}_failing")
         return ok
 
     def _send(self, body: bytes) -> bool:

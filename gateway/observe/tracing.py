@@ -218,6 +218,8 @@ class SpanTrace(RequestTrace):
                 attrs["gateway.session_hash"] = ctx.session
             if ctx.affinity is not None:
                 attrs["gateway.affinity"] = ctx.affinity
+            if ctx.overhead_s is not None:  # docs/overhead.md
+                attrs["gateway.overhead_ms"] = round(ctx.overhead_s * 1000, 3)
             winner = self._winner
             if winner is None:
                 self._answered(ctx, attrs, attrs)

@@ -6,6 +6,7 @@ given: how its body's texts are masked, and how it is read as an `Answer`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,4 +41,6 @@ async def answer_body(rt: Runtime, ctx: RequestContext, state: StateBackend, won
         raise refusal
     if ctx.cache_store and cacheable:
         await cache.store(rt, state, ctx, obj)
-    return Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
+    response = Response(body=orjson.dumps(obj), content_type="application/json", headers=answer_headers(ctx, won))
+    ctx.first_token_out(time.perf_counter())  # serialised: what is left is the write itself
+    return response

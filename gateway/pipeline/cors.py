@@ -32,6 +32,11 @@ def _allowed(cors: CorsConfig, origin: str) -> bool:
     return "*" in cors.allow_origins or origin in cors.allow_origins
 
 
+def origin_allowed(cors: CorsConfig, origin: str) -> bool:
+    """A page of `origin` may use the API (WebSocket mode: a browser's socket carries no preflight)."""
+    return _allowed(cors, origin)
+
+
 def cors_headers(cors: CorsConfig, headers: Mapping[str, str]) -> dict[str, str]:
     origin = headers.get("origin", "")
     if not _allowed(cors, origin):

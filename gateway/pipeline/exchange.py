@@ -42,7 +42,7 @@ class Host(Protocol):
 
 
 class GatewayRequest(Request):
-    __slots__ = ("admission", "app", "ctx", "rec")
+    __slots__ = ("admission", "app", "ctx", "rec", "transport")
 
     def __init__(self, app: Host, head: RequestHead, body: bytes, channel: Channel):
         super().__init__(head, body, channel)
@@ -50,6 +50,7 @@ class GatewayRequest(Request):
         self.ctx: RequestContext | None = None  # once the handler has resolved the model
         self.admission: Admission | None = None  # who asked for which model, known before the model resolves
         self.rec: RequestRecorder | None = None  # the per-request recorder, on API routes
+        self.transport = "http"  # or "websocket": a response.create of WebSocket mode (the log line says)
 
     @property
     def recorder(self) -> RequestRecorder:

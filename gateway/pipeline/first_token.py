@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
@@ -42,17 +43,21 @@ _COUNTS = tuple(str(n) for n in range(32))
 S = TypeVar("S", bound=StreamCore)
 
 
-async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: str, first: bytes = b"") -> None:
+async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: str, first: bytes = b"",
+                            t_first: float = 0.0) -> float:
     """Read until the core can commit: an output token, or a whole (possibly empty) answer. `first` is
-    what the attempt already read (to tell an event stream from a body). What comes before the token is
-    bounded (`PREAMBLE_MAX_BYTES`, `PREAMBLE_MAX_EVENTS`): past either, the attempt fails as malformed."""
-    read = len(first)
+    what the attempt already read (to tell an event stream from a body), at `t_first`. What comes before
+    the token is bounded (`PREAMBLE_MAX_BYTES`, `PREAMBLE_MAX_EVENTS`): past either, the attempt fails as
+    malformed. Returns when the read that brought the token came (perf_counter): parsing it is the
+    gateway's own time, not the upstream's (docs/overhead.md)."""
+    read, t_read = len(first), t_first
     try:
         if first:
             stream.feed(first)
             _within_bounds(stream, read, label)
         while not stream.committable and not stream.done:
             data = await resp.next_chunk()
+            t_read = time.perf_counter()
             if not data:
                 stream.end_of_input()
                 break
@@ -63,6 +68,7 @@ async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: s
         raise UpstreamError(with_response_wait(exc.failure, resp.headers)) from None
     if not stream.committable:
         raise UpstreamError(Failure(FailureKind.EARLY_EOF, f"{label}: stream ended before the first token"))
+    return t_read
 
 
 def _within_bounds(stream: StreamCore, read: int, label: str) -> None:
@@ -179,7 +185,7 @@ async def serve_stream(request: Request, rt: Runtime, ctx: RequestContext,
             return ka.client
         won, opened = got
         try:
-            ctx.deployment = won.deployment
+            ctx.deployment, ctx.t_answer = won.deployment, opened.t_first
             record_upstream_ttft(rt, ctx, won, opened.stream.assembler.first_token, opened.t_first - opened.t_sent)
             client = await ka.commit(won)
             ctx.rec.committed(opened.t_first)

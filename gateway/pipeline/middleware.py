@@ -63,7 +63,7 @@ async def _route(request: GatewayRequest) -> Response | StreamResponse:
 
 async def handle(request: GatewayRequest) -> Response | StreamResponse:
     rid = _request_id(request)
-    request.request_id, request.t0 = rid, time.perf_counter()
+    request.request_id, request.t0 = rid, request.t0 or time.perf_counter()  # t0: read whole (http.connection)
     extra = request.extra_headers
     extra["x-request-id"] = rid
     cors = request.app.runtime.config.server.cors
@@ -79,7 +79,7 @@ async def handle(request: GatewayRequest) -> Response | StreamResponse:
             models = request.path.startswith("/v1/models") and is_anthropic(request)
             return error_response(err, rid, anthropic=models)
     rec = request.rec = RequestRecorder(request.app.metrics, api.name, rid, request.t0,
-                                        request.app.start_trace(request, api))
+                                        request.app.start_trace(request, api), request.transport)
     rec.started()
     structlog.contextvars.bind_contextvars(request_id=rid)
     end = End(500, "upstream_error", "error")

@@ -82,13 +82,13 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
     headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM):
         return await _asked_for_a_body(rt, ctx, api, d, tr, body, headers)
-    t_sent = time.perf_counter()
     options = not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS)
     added = options and tr.sends_stream_options and "stream_options" not in body  # by us, not the client
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
             req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers,
                                          send_stream_options=options))
+            t_sent = ctx.sent_upstream()  # built: what follows is the connection's and the upstream's
             resp = deadline.track(await rt.upstream.open(provider, req, d.label, headers))
             # the stream core is built once the request is out and its head is back, while the model
             # thinks: not on the request's way out (issue #34, the "in" hop of the added TTFT)
@@ -97,11 +97,11 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
                                cache_key=_carries_cache_key(body))
             framing, ctype = tr.framing, resp.headers.get("content-type", "")
             first = b"" if framing.is_stream(ctype, b"") else await resp.next_chunk()
+            t_read = time.perf_counter()
             if framing.is_stream(ctype, first):
                 if framing.transcoder is not None:  # bytes of another framing, read as SSE
                     resp = opened.response = Transcoded(resp, framing.transcoder())
-                await until_first_token(resp, opened.stream, d.label, first)
-                opened.t_first = time.perf_counter()
+                opened.t_first = await until_first_token(resp, opened.stream, d.label, first, t_read)
                 confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS, ttl)
                 return opened
     try:  # a body to a stream request: the rest of it under the response's own `total_s`
@@ -117,14 +117,13 @@ async def _asked_for_a_body(rt: Runtime, ctx: RequestContext, api: ServedApi, d:
                             body: dict[str, Any], headers: dict[str, str]) -> OpenedStream:
     """A deployment that answered a stream request with a body is asked for one, held as the stream.
     If it streams after all, its stream is read as one (an in-band error classified as on any stream)."""
-    opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), time.perf_counter())
     req = _noted(ctx, tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False))
+    opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), ctx.sent_upstream())
     whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
     if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
         coder = tr.framing.transcoder
         resp = opened.response = whole if coder is None else Transcoded(whole, coder())
-        await until_first_token(resp, opened.stream, d.label)
-        opened.t_first = time.perf_counter()
+        opened.t_first = await until_first_token(resp, opened.stream, d.label, t_first=time.perf_counter())
         return opened
     _hold(opened, tr, whole.body)
     confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
@@ -202,14 +201,17 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
     tr = translator(rt, ctx, d, body)
     if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY):
         streamed = await _fetch_streamed(rt, ctx, api, d, tr, body)
+        ctx.t_answer = time.perf_counter()
         confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
         return streamed
     headers = forwardable(rt, d, ctx.client_headers)
     req = _noted(ctx, tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False))
+    ctx.sent_upstream()
     try:
         whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
     except UpstreamError as exc:
         raise _cache_key_rejection(exc, _carries_cache_key(body)) from None
+    ctx.t_answer = time.perf_counter()  # read whole: parsing it on is the gateway's own time
     if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
         return await _assembled(rt, api, tr, d.label, whole)
     parsed = tr.parse_body(whole.body)
@@ -224,6 +226,7 @@ async def _fetch_streamed(rt: Runtime, ctx: RequestContext, api: ServedApi, d: D
     answer, so a failure anywhere in the stream is still an attempt's failure, retried like any other."""
     headers = forwardable(rt, d, ctx.client_headers)
     req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers, send_stream_options=True))
+    ctx.sent_upstream()
     resp: UpstreamResponse = await rt.upstream.open(rt.provider(d), req, d.label, headers)
     try:
         await raise_for_status(resp, tr.classify_http_error, d.label)

@@ -16,13 +16,14 @@ from gateway.pipeline.runtime import Runtime
 
 
 class ClientSink:
-    __slots__ = ("_keeper", "client", "ctx", "hold", "rec", "rt")
+    __slots__ = ("_keeper", "_released", "client", "ctx", "hold", "rec", "rt")
 
     def __init__(self, rt: Runtime, ctx: RequestContext, client: StreamResponse, hold: bool):
         self.rt, self.ctx, self.client = rt, ctx, client
         self.hold: list[bytes] | None = [] if hold else None
         self.rec = ctx.rec
         self._keeper: LineKeeper | None = None
+        self._released = 0.0  # when a hold guardrail let the held text go (its wait is not the gateway's own)
         if hold:
             self.keeper.start()
 
@@ -59,6 +60,7 @@ class ClientSink:
         ctx.ttft_s = now - ctx.t_start
         assert ctx.deployment is not None
         self.rec.first_token(ctx.model.name, ctx.deployment.provider, ctx.ttft_s)
+        ctx.first_token_out(now, self._released)
 
     async def end(self, data: bytes, token_out: bool, t_read: float = 0.0) -> None:
         """The last write: the last read's output (read at `t_read`; 0: none), the rest of the text, the
@@ -72,6 +74,7 @@ class ClientSink:
             self.rec.text_delay(time.perf_counter() - t_read)
 
     async def release_held(self, tail: bytes) -> None:
+        self._released = time.perf_counter()
         await self.quiet()
         held, self.hold = self.hold, None
         await self.emit(b"".join(held or ()) + tail, time.perf_counter(), True)

@@ -136,13 +136,16 @@ def seconds_until_reset(period: Period, now: float) -> int:
     return max(1, math.ceil(end.timestamp() - now))
 
 
-def create_backend(config: StateConfig, cache: CacheConfig, on_degraded: Callable[[str], None]) -> StateBackend:
-    """Build the configured backend. No I/O happens here: Redis is contacted on first use."""
+def create_backend(config: StateConfig, cache: CacheConfig, on_degraded: Callable[[str], None],
+                   on_mode: Callable[[bool], None] = lambda _degraded: None) -> StateBackend:
+    """Build the configured backend. No I/O happens here: Redis is contacted on first use.
+    `on_mode(True)` when a shared backend goes away (limits counted locally), `on_mode(False)` when it is back."""
     # Imported here so that the memory default never imports the redis client library.
     if config.backend == "redis":
         from gateway.state.redis import RedisBackend
 
-        return RedisBackend(config.redis_url, cache, on_degraded)
+        return RedisBackend(config.redis_url, cache, on_degraded, op_timeout_s=config.timeout_ms / 1000,
+                            state=config, on_mode=on_mode)
     from gateway.state.memory import MemoryBackend
 
     return MemoryBackend(cache)

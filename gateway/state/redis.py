@@ -1,13 +1,16 @@
 """Shared state in Redis, so every replica enforces one key's limits and budget together.
 
-Each operation is one Lua script (or one command), hence atomic across replicas. Socket timeouts are
-short and each operation has a hard deadline, so a dead or stalled Redis never holds a request for long.
+Each operation is one Lua script (or one command), hence atomic across replicas; in a Redis Cluster each
+touches one hash slot (keys.py). Every operation has a hard deadline (`state.timeout_ms`), so a dead,
+stalled or failing-over Redis never holds a request for longer (docs/scale-out.md).
 
-Outage: the first failing operation switches the backend to *degraded*: one warning is logged, and
-until Redis answers again every operation runs against an embedded MemoryBackend, so a key with limits
-is still limited (per replica) and never let through unlimited. `on_degraded(reason)` is called each
-time an operation falls back. A background task pings Redis every `probe_interval_s`; the first answer
-flushes the spend recorded meanwhile into Redis and switches back, so requests never pay for probing.
+Outage: the first failing operation switches the backend to *degraded*: one warning is logged,
+`on_mode(True)` is called, and until Redis answers again every operation runs against an embedded
+MemoryBackend: rpm and tpm at this process's share of each limit (limit / (replicas x workers)), budgets
+from the last spend Redis gave plus this process's own spend since, the cache this process's own. `on_degraded(reason)`
+is called each time an operation falls back. A background task probes Redis with backoff; the first
+answer flushes the spend recorded meanwhile into Redis and switches back (`on_mode(False)`, one log line),
+so requests never pay for probing.
 """
 
 from __future__ import annotations
@@ -16,19 +19,12 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import TypeVar
 
 import orjson
-import structlog
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.config.types import CacheConfig
+from gateway.config.types import CacheConfig, StateConfig
 from gateway.state import lua
 from gateway.state.base import (
     ALLOWED,
@@ -39,89 +35,22 @@ from gateway.state.base import (
     ResponseOwner,
     period_id,
 )
+from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, seeded_key, spend_key
 from gateway.state.memory import MemoryBackend
+from gateway.state.redis_client import connect
+from gateway.state.redis_values import local_share, owner_of, reason_of, refusal
+from gateway.state.redis_values import log as _log
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of, previous_weight
+
+__all__ = ["RedisBackend", "cache_redis_key", "local_share", "owner_key", "rate_key", "spend_key"]
 
 T = TypeVar("T")
 
-PREFIX = "llmgw:"
 RATE_TTL_S = 180  # a bucket is read as "current" then "previous": two minutes, plus clock-skew slack
 SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 63 * 86_400}
 _FAILURES = (RedisError, OSError, TimeoutError)
 SEED_CHUNK = 500  # counters seeded per pipelined round trip
-
-
-def rate_key(key: str, limit: str, minute: int) -> str:
-    return f"{PREFIX}rl:{{{_tag(key)}}}:{limit}:{minute}"
-
-
-def spend_key(key: str, period: Period, now: float) -> str:
-    return f"{PREFIX}spend:{{{_tag(key)}}}:{period_id(period, now)}"
-
-
-def seeded_key(period: Period, now: float) -> str:
-    return f"{PREFIX}spend-seeded:{period_id(period, now)}"
-
-
-def cache_redis_key(cache_key: str) -> str:
-    return f"{PREFIX}cache:{cache_key}"
-
-
-def owner_key(response_id: str) -> str:
-    return f"{PREFIX}owner:{{{_tag(response_id)}}}"
-
-
-def _owner_of(raw: object) -> ResponseOwner | None:
-    """A stored `[key, team]`; anything else is no record (unknown), never an error."""
-    try:
-        value = orjson.loads(raw) if isinstance(raw, bytes) else None
-    except orjson.JSONDecodeError:
-        return None
-    if not (isinstance(value, list) and len(value) == 2 and all(v is None or isinstance(v, str) for v in value)):
-        return None
-    return ResponseOwner(key=value[0], team=value[1])
-
-
-def _tag(key: str) -> str:
-    # Braces inside a hash tag would change which part Redis Cluster hashes.
-    return key.replace("{", "(").replace("}", ")")
-
-
-def _reason_of(exc: BaseException) -> str:
-    """A small fixed vocabulary, fit for a metric label."""
-    if isinstance(exc, TimeoutError | RedisTimeoutError):
-        return "timeout"
-    if isinstance(exc, RedisConnectionError | OSError):
-        return "unreachable"
-    return "error"
-
-
-def _log() -> Any:
-    # Fetched at each use (only on outage and recovery), so a logger cached by structlog's
-    # cache_logger_on_first_use cannot outlive a reconfiguration such as capture_logs in tests.
-    return structlog.get_logger("gateway.state")
-
-
-def _location(url: str) -> str:
-    """host:port/db of a Redis URL, for logs: never the password or the username."""
-    try:
-        parts = urlsplit(url)
-        if parts.scheme == "unix":
-            return parts.path
-        return f"{parts.hostname}:{parts.port or 6379}{parts.path}"
-    except ValueError:
-        return "redis"
-
-
-def _refusal(decision: LimitDecision, rpm: int | None) -> LimitDecision:
-    """Redis refused, so the answer is a refusal even if Python's arithmetic would differ.
-
-    Both compute the same comparison on the same doubles, so this guards against a future divergence
-    between lua.py and window.py rather than a known case: Redis counted nothing, so never admit.
-    """
-    if not decision.allowed:
-        return decision
-    return LimitDecision(allowed=False, retry_after_s=1.0, limit="rpm" if rpm is not None else "tpm")
+MAX_PROBE_INTERVAL_S = 1.0  # the recovery probe backs off to this
 
 
 class RedisBackend:
@@ -134,28 +63,24 @@ class RedisBackend:
         on_degraded: Callable[[str], None] = lambda _reason: None,
         *,
         op_timeout_s: float = 0.25,
-        probe_interval_s: float = 1.0,
+        probe_interval_s: float = MAX_PROBE_INTERVAL_S,
         max_connections: int = 64,
+        state: StateConfig | None = None,
+        on_mode: Callable[[bool], None] = lambda _degraded: None,
     ) -> None:
-        # One retry without backoff heals a pooled connection that Redis closed by restarting; the
-        # deadline below still bounds the whole operation.
-        self._pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=op_timeout_s,
-            socket_timeout=op_timeout_s,
-            socket_connect_timeout=op_timeout_s,
-            retry=Retry(NoBackoff(), 1),
-        )
-        self._redis = Redis(connection_pool=self._pool)
+        state = state or StateConfig(backend="redis", redis_url=url)
+        self._link = connect(state, op_timeout_s, max_connections)
+        self._redis = self._link.client
         self._check = self._redis.register_script(lua.CHECK_REQUEST)
         self._settle = self._redis.register_script(lua.SETTLE_TOKENS)
         self._add_spend = self._redis.register_script(lua.ADD_SPEND)
         self._seed = self._redis.register_script(lua.SEED_SPEND)
-        self._deadline_s = 2 * op_timeout_s
+        self._deadline_s = op_timeout_s
         self._probe_interval_s = probe_interval_s
         self._on_degraded = on_degraded
-        self._where = _location(url)
+        self._on_mode = on_mode
+        self._share_of = max(1, state.replicas * state.workers)  # each process's part of a limit, degraded
+        self._where = self._link.where
         self._local = MemoryBackend(cache)
         self._reason: str | None = None  # why we are degraded; None while Redis answers
         self._probe: asyncio.Task[None] | None = None
@@ -176,7 +101,7 @@ class RedisBackend:
                 async with asyncio.timeout(self._deadline_s):
                     return await remote()
             except _FAILURES as exc:
-                reason = _reason_of(exc)
+                reason = reason_of(exc)
                 self._enter_degraded(reason)
         self._on_degraded(reason)
         return await local()
@@ -189,24 +114,31 @@ class RedisBackend:
             "state_backend_degraded",
             reason=reason,
             redis=self._where,
-            fallback="local per-replica limits until Redis answers",
+            fallback=f"local limits (1/{self._share_of} of each) until Redis answers",
         )
+        self._on_mode(True)
         self._probe = asyncio.get_running_loop().create_task(self._probe_until_recovered())
 
     async def _probe_until_recovered(self) -> None:
-        # Drop pooled connections: after a restart they are all dead and would each fail once.
-        with contextlib.suppress(*_FAILURES):
-            await self._pool.disconnect()
+        # Backoff from a short first wait: a failover is over in seconds, and an outage costs one
+        # probe per MAX_PROBE_INTERVAL_S at most, never one per request.
+        delay = min(0.05, self._probe_interval_s)
         while True:
-            await asyncio.sleep(self._probe_interval_s)  # a timer between probes, not synchronisation
+            # Drop pooled connections: after a restart or failover they are dead, or lead to the old
+            # master; the next command reconnects (re-reading cluster slots, asking the Sentinels).
+            with contextlib.suppress(*_FAILURES):
+                await self._link.reset()
+            await asyncio.sleep(delay)  # a timer between probes, not synchronisation
+            delay = min(delay * 2, self._probe_interval_s)
             try:
-                async with asyncio.timeout(self._deadline_s):
-                    await self._redis.ping()
+                async with asyncio.timeout(max(self._deadline_s, 0.5)):
+                    await self._link.ping()
                 await self._flush_unsynced()
             except _FAILURES:
                 continue
             self._reason = None
-            _log().info("state_backend_recovered", redis=self._where)
+            self._on_mode(False)
+            _log().info("state_backend_restored", redis=self._where)
             return
 
     async def _flush_unsynced(self) -> None:
@@ -235,7 +167,9 @@ class RedisBackend:
             return await self._check_remote(key, rpm, tpm, reserve_tokens, now)
 
         async def local() -> tuple[LimitDecision, Reservation | None]:
-            return await self._local.check_request(key, rpm, tpm, reserve_tokens, now)
+            # This process's share: the replicas together admit about the limit while Redis is away.
+            share_rpm, share_tpm = local_share(rpm, self._share_of), local_share(tpm, self._share_of)
+            return await self._local.check_request(key, share_rpm, share_tpm, reserve_tokens, now)
 
         return await self._run(remote, local)
 
@@ -244,13 +178,12 @@ class RedisBackend:
     ) -> tuple[LimitDecision, Reservation | None]:
         minute = minute_of(now)
         cost = effective_cost(reserve_tokens, tpm) if tpm is not None else 0
-        keys = [rate_key(key, "rpm", minute), rate_key(key, "rpm", minute - 1)]
-        keys += [rate_key(key, "tpm", minute), rate_key(key, "tpm", minute - 1)]
+        keys = check_keys(key, minute)
         args = ["" if rpm is None else rpm, "" if tpm is None else tpm, cost, repr(previous_weight(now))]
         allowed, rc, rp, tc, tp = await self._check(keys=keys, args=[*args, RATE_TTL_S])
         if not allowed:
             counts = (WindowCounts(current=rc, previous=rp), WindowCounts(current=tc, previous=tp))
-            return replace(_refusal(decide(*counts, rpm, tpm, cost, now), rpm), counts=(rc, rp, tc, tp)), None
+            return replace(refusal(decide(*counts, rpm, tpm, cost, now), rpm), counts=(rc, rp, tc, tp)), None
         counted = LimitDecision(allowed=True, counts=(rc + (rpm is not None), rp, tc + cost * (tpm is not None), tp))
         if tpm is None:
             return counted, None
@@ -398,7 +331,7 @@ class RedisBackend:
                 await asyncio.shield(pending)  # bounded: the write has its own deadline
 
         async def remote() -> ResponseOwner | None:
-            return _owner_of(await self._redis.get(owner_key(response_id)))
+            return owner_of(await self._redis.get(owner_key(response_id)))
 
         async def local() -> ResponseOwner | None:
             return await self._local.response_owner(response_id)
@@ -414,7 +347,7 @@ class RedisBackend:
             async with asyncio.timeout(self._deadline_s):
                 await self._redis.ping()
         except _FAILURES as exc:
-            self._enter_degraded(_reason_of(exc))
+            self._enter_degraded(reason_of(exc))
             return False
         return True
 
@@ -427,6 +360,5 @@ class RedisBackend:
                 await self._probe
             self._probe = None
         with contextlib.suppress(*_FAILURES):
-            await self._redis.aclose()
-            await self._pool.aclose()
+            await self._link.close()
         await self._local.close()

@@ -30,6 +30,7 @@ class StoreHooks:
 
     health: Callable[[bool], None]
     error: Callable[[str], None]  # the operation: refresh (a row skipped counts once per change), ledger, admin
+    pending: Callable[[int], None] = lambda rows: None  # the ledger's rows not yet committed, after each commit
 
 
 async def _journal(store: Store, setting: str) -> SpendJournal | None:
@@ -78,7 +79,7 @@ class ControlPlane:
                                on_error=hooks.error)
         await self._sync.start()
         self._ledger = SpendLedger(store, cfg.ledger_wait_s, lambda: hooks.error("ledger"),
-                                   journal=await _journal(store, cfg.ledger_journal))
+                                   journal=await _journal(store, cfg.ledger_journal), on_pending=hooks.pending)
         self._ledger.start()
 
     @property

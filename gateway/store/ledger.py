@@ -61,8 +61,10 @@ Entry = tuple[SpendRow, "asyncio.Future[None] | None"]  # the future its request
 class SpendLedger:
     def __init__(self, store: Store, wait_s: float, on_error: Callable[[], None],
                  commit_every_s: float | None = None, journal: SpendJournal | None = None,
-                 max_backlog: int = MAX_BACKLOG, max_journal_bytes: int = MAX_JOURNAL_BYTES):
+                 max_backlog: int = MAX_BACKLOG, max_journal_bytes: int = MAX_JOURNAL_BYTES,
+                 on_pending: Callable[[int], None] = lambda rows: None):
         self._store, self._wait_s, self._on_error = store, wait_s, on_error
+        self._on_pending = on_pending  # llm_gateway_ledger_pending_rows, after each commit or failed one
         self._journal = journal
         self._max_backlog, self._max_journal_bytes = max_backlog, max_journal_bytes
         self._every_waited = COMMIT_EVERY_S if commit_every_s is None else commit_every_s
@@ -193,6 +195,7 @@ class SpendLedger:
         self._removed += len(batch)
         if self._journal is not None:
             self._keep_journal_small(self._journal)
+        self._on_pending(len(self._queue))
         if self.failing:
             self.failing = False
             log.info("ledger_recovered")
@@ -219,6 +222,7 @@ class SpendLedger:
         if self._journal is not None:  # the store down for long: the journal holds no more than the queue
             self._keep_journal_small(self._journal)
             log.error("ledger_rows_dropped", count=over)
+        self._on_pending(len(self._queue))
 
     def _expire(self) -> None:
         """`wait_s` since the first waiter and no commit since: stop every request waiting, and mark the
@@ -231,6 +235,7 @@ class SpendLedger:
             self._on_error()
             log.warning("ledger_unavailable", reason="a commit missed its wait", queued=len(self._queue),
                         message="requests stop waiting for the ledger; its rows are kept in memory and retried")
+        self._on_pending(len(self._queue))
         _release(self._queue)
 
     async def close(self) -> None:

@@ -16,6 +16,12 @@ T = TypeVar("T")
 OP_TIMEOUT_S = 5.0
 
 
+def _read_write(url: str) -> dict[str, Any]:
+    """The store writes (the ledger, admin changes): of the hosts a URL names, connect to the primary
+    only. A URL that says otherwise is left as it is (docs/scale-out.md, PostgreSQL)."""
+    return {} if "target_session_attrs" in url else {"target_session_attrs": "read-write"}
+
+
 def _pg(sql: str) -> str:
     return sql.replace("?", "%s")
 
@@ -51,7 +57,8 @@ class PgDatabase:
     async def connect(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
             self._conn = await psycopg.AsyncConnection.connect(
-                self._url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)))
+                self._url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)),
+                **_read_write(self._url))
         return self._conn
 
     async def transact(self, fn: Callable[[_Tx], Awaitable[T]], *, write: bool = True) -> T:
@@ -107,7 +114,8 @@ class PgDatabase:
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)))
+                    self._url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)),
+                    **_read_write(self._url))
             except (psycopg.Error, OSError):
                 await asyncio.sleep(1.0)  # reconnect backoff; the version poll covers the gap
                 continue

@@ -19,7 +19,8 @@ from tests.deploy.promql_lint import parse, problems
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "grafana"
-UIDS = {"llm-gateway-ttft.json": "llm-gateway-ttft", "llm-gateway-overview.json": "llm-gateway-overview"}
+UIDS = {"llm-gateway-ttft.json": "llm-gateway-ttft", "llm-gateway-overview.json": "llm-gateway-overview",
+        "llm-gateway-operations.json": "llm-gateway-operations"}
 
 
 def _load_generator() -> ModuleType:
@@ -170,6 +171,16 @@ def test_ttft_dashboard_has_the_panels_the_issue_asks_for() -> None:
     for needed in ("llm_gateway_time_per_output_token_seconds_bucket", "llm_gateway_text_delay_seconds_bucket",
                    "llm_gateway_upstream_attempts_total"):
         assert any(needed in e for e in exprs), needed
+
+
+def test_operations_dashboard_has_the_panels_issue_62_asks_for() -> None:
+    exprs = [expr for _, expr in _exprs(_committed()["llm-gateway-operations.json"])]
+    for q in ("0.5", "0.99"):
+        assert any(f"histogram_quantile({q}," in e and "llm_gateway_overhead_seconds_bucket" in e for e in exprs), q
+    for metric in ("llm_gateway_continuations_total", "llm_gateway_affinity_total", "llm_gateway_store_up",
+                   "llm_gateway_ledger_pending_rows", "llm_gateway_state_degraded{",
+                   "llm_gateway_websocket_connections"):
+        assert any(metric in e for e in exprs), metric
 
 
 def test_overview_separates_inband_errors_from_other_attempts() -> None:

@@ -202,7 +202,8 @@ def test_a_users_config_passes_through_unchanged(chart: helm.Chart) -> None:
     example = yaml.safe_load((ROOT / "deploy" / "config" / "real-providers.example.yaml").read_text())
     rendered = gateway_config(render(chart, real_providers_values()))
     # Only state is the chart's: redis.url is set, so the URL comes from the Secret.
-    assert rendered.pop("state") == {"backend": "redis", "redis_url": "${REDIS_URL}"}
+    assert rendered.pop("state") == {"backend": "redis", "redis_url": "${REDIS_URL}", "redis_mode": "single",
+                                     "timeout_ms": 50, "replicas": 2}
     example.pop("state")
     assert rendered == example
 
@@ -363,7 +364,8 @@ def test_config_change_rolls_the_pods(chart: helm.Chart) -> None:
 
 def test_redis_url_stays_out_of_the_configmap(chart: helm.Chart) -> None:
     docs = render(chart, ALL_ON)
-    assert gateway_config(docs)["state"] == {"backend": "redis", "redis_url": "${REDIS_URL}"}
+    assert gateway_config(docs)["state"] == {"backend": "redis", "redis_url": "${REDIS_URL}", "redis_mode": "single",
+                                             "timeout_ms": 50, "replicas": 2}  # the HPA's minimum
     configmaps = yaml.safe_dump([d for d in docs if d["kind"] == "ConfigMap"])
     assert "s3cret-redis-pw" not in configmaps
     assert secret_env(docs)["REDIS_URL"] == ALL_ON["redis"]["url"]
@@ -374,6 +376,35 @@ def test_redis_url_from_an_existing_secret(chart: helm.Chart) -> None:
     env = {e["name"]: e for e in container(docs)["env"]}
     assert env["REDIS_URL"]["valueFrom"] == {"secretKeyRef": {"name": "redis-auth", "key": "url"}}
     assert gateway_config(docs)["state"]["backend"] == "redis"
+
+
+def test_cluster_mode_with_a_private_ca_and_replicas_from_replica_count(chart: helm.Chart) -> None:
+    docs = render(chart, {"replicaCount": 5, "redis": {"url": "rediss://u:pw@node:6379/0", "mode": "cluster",
+                                                       "timeoutMs": 80, "caSecret": "redis-ca"}})
+    state = gateway_config(docs)["state"]
+    assert (state["redis_mode"], state["timeout_ms"], state["replicas"]) == ("cluster", 80, 5)
+    assert state["redis_ca_file"] == "/etc/llm-gateway/redis-ca/ca.crt"
+    mounts = {m["name"]: m["mountPath"] for m in container(docs)["volumeMounts"]}
+    assert mounts["redis-ca"] == "/etc/llm-gateway/redis-ca"
+    volumes = {v["name"]: v for v in only(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["redis-ca"]["secret"]["secretName"] == "redis-ca"
+
+
+def test_sentinel_mode_renders_a_config_check_config_accepts(chart: helm.Chart, tmp_path: Path) -> None:
+    sentinel = {"master": "mymaster", "urls": ["redis://:${SENTINEL_PASSWORD}@s0:26379", "redis://s1:26379"]}
+    docs = render(chart, {"redis": {"url": "redis://:pw@unused:6379/0", "mode": "sentinel", "sentinel": sentinel},
+                          "secret": {"env": {"SENTINEL_PASSWORD": "s3cret-sentinel"}}})
+    state = gateway_config(docs)["state"]
+    assert state["sentinel"] == sentinel
+    assert "s3cret-sentinel" not in yaml.safe_dump([d for d in docs if d["kind"] == "ConfigMap"])
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(gateway_config(docs)))
+    env = {**os.environ, "REDIS_URL": "redis://:pw@unused:6379/0", "SENTINEL_PASSWORD": "x", "GATEWAY_API_KEY": "k"}
+    checked = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)],
+                             capture_output=True, text=True, env=env, cwd=ROOT)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    with pytest.raises(Exception, match=r"redis\.sentinel\.master is required"):
+        render(chart, {"redis": {"url": "redis://x:6379/0", "mode": "sentinel"}})
 
 
 def test_ingress_carries_the_sse_annotations(chart: helm.Chart) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.contract_metrics import OTHER_BRANCHES
 from tests.deploy.promql_lint import substitute
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +37,8 @@ GATEWAY_CONFIG = f"""\
 server: {{host: 127.0.0.1}}
 auth: {{keys: [{{name: team-a, key: {KEY}, rpm: 100000, tpm: 100000000}}]}}
 providers: {{demo: {{type: mock, ttft_ms: 5, token_delay_ms: 1}}}}
-models: [{{name: demo, guardrails: [never-said], redaction: default,
-          deployments: [{{provider: demo, model: demo-1, price: {{input: 1, output: 2}}}}]}}]
+models: [{{name: demo, guardrails: [never-said], redaction: default, affinity: session, continuation: on,
+          routing: latency, deployments: [{{provider: demo, model: demo-1, price: {{input: 1, output: 2}}}}]}}]
 guardrails: [{{name: never-said, type: terms, terms: ["no model says this"], stage: both}}]
 redaction: {{profiles: {{default: {{rules: [secrets]}}}}}}
 admin: {{keys: [{{name: ops, key: {ADMIN_KEY}}}]}}
@@ -213,10 +214,19 @@ def _verdict(base: str, expr: str) -> str | None:
     return None
 
 
-def test_every_dashboard_query_returns_data(prometheus: str, traffic: Traffic) -> None:
+def _exempt(queries: list[tuple[str, str]], metrics_port: int) -> dict[str, str]:
+    """The queries of metrics other branches add (tests/contract_metrics.py, OTHER_BRANCHES), left out
+    while the gateway does not export them: one that does fails here, so the exemption goes with it."""
+    exposition = _get(f"http://127.0.0.1:{metrics_port}/metrics")[1].decode()
+    exported = {name for name in OTHER_BRANCHES if f"\n{name} " in exposition or f"\n{name}{{" in exposition}
+    assert exported == set(), f"remove from OTHER_BRANCHES, the gateway exports them now: {exported}"
+    return {name: expr for name, expr in queries if not any(m in expr for m in OTHER_BRANCHES)}
+
+
+def test_every_dashboard_query_returns_data(prometheus: str, traffic: Traffic, gateway: tuple[int, int]) -> None:
     queries = _panel_queries()
     assert len(queries) > 30
-    pending = dict(queries)
+    pending = _exempt(queries, gateway[1])
     end = time.monotonic() + DEADLINE_S
     pace = threading.Event()
     while pending and time.monotonic() < end and traffic.error is None:

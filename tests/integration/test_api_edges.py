@@ -36,7 +36,8 @@ def config(url: str, redis_url: str | None = None, **server: Any) -> Any:
         "server": server,
         "auth": {"keys": [{"name": "team-a", "key": "key-a", "rpm": 3, "tpm": 10_000},
                           {"name": "open", "key": "key-open", "models": ["m"]}]},
-        "state": {"backend": "redis", "redis_url": redis_url} if redis_url else {"backend": "memory"},
+        "state": ({"backend": "redis", "redis_url": redis_url, "timeout_ms": 1000} if redis_url
+                  else {"backend": "memory"}),
         "providers": {"up": {"type": "openai", "base_url": f"{url}/v1"}},
         "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x"}]},
                    {"name": "hidden", "deployments": [{"provider": "up", "model": "y"}]}],

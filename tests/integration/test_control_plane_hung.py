@@ -56,6 +56,7 @@ def test_a_hung_postgres_costs_one_wait_not_one_per_answer(gateway: GatewayServe
         chat()  # its commit hangs: the answer comes after one wait ...
         print(f"the first answer with the database hung took {time.monotonic() - t0:.2f} s")
         assert ledger.failing  # ... and marks the store failing at once (not at the driver's timeout)
+        assert gateway.sample("llm_gateway_ledger_pending_rows") >= 1  # its row waits, and says so
         t0 = time.monotonic()
         for _ in range(3):
             chat()
@@ -70,3 +71,4 @@ def test_a_hung_postgres_costs_one_wait_not_one_per_answer(gateway: GatewayServe
         time.sleep(0.05)
     status, spend = admin_call(gateway.port, "GET", "spend?group_by=key")
     assert status == 200 and [r["requests"] for r in spend["data"]] == [5]  # none lost, none twice
+    assert gateway.sample("llm_gateway_ledger_pending_rows") == 0

@@ -156,15 +156,25 @@ def test_an_upgrade_request_gets_exactly_one_answer_then_the_connection_closes(
         gateway: GatewayServer, vector: bytes) -> None:
     """Issue #27: a body behind `Upgrade` was parsed as a second request (one client read another's
     answer behind a proxy). Every vector, a request pipelined after it: one answer, then the close; a
-    WebSocket handshake gets 426; a new connection is served as usual."""
+    WebSocket handshake gets 426 (on `GET /v1/responses`, WebSocket mode: a whole handshake gets 101, and
+    what follows is WebSocket frames, never a request; one without its key fields, 400); a new connection
+    is served as usual."""
+    accepted = vector.startswith(b"GET /v1/responses ") and b"Sec-WebSocket-Key" in vector
     with connect(gateway) as sock:
         sock.sendall(vector + SMUGGLED)
+        if accepted:
+            sock.sendall(b"\x88\x82\x00\x00\x00\x00\x03\xe8")  # a client's close frame (1000)
         got = read_to_close(sock)
     lines = statuses(got)
     assert len(lines) == 1, got
+    if accepted:
+        assert lines == [b"HTTP/1.1 101 Switching Protocols"]
+        return
     assert b"Connection: close" in got
     if b"CONNECT" in vector:
         assert lines == [b"HTTP/1.1 400 Bad Request"]
+    elif vector.startswith(b"GET /v1/responses "):
+        assert lines == [b"HTTP/1.1 400 Bad Request"]  # not a whole WebSocket handshake
     elif b"websocket" in vector.lower():
         assert lines == [b"HTTP/1.1 426 Upgrade Required"]
         assert orjson.loads(got.partition(b"\r\n\r\n")[2])["error"]["code"] == "upgrade_required"
@@ -173,10 +183,10 @@ def test_an_upgrade_request_gets_exactly_one_answer_then_the_connection_closes(
         assert read_response(sock, bytearray())[0] == b"HTTP/1.1 200 OK"
 
 
-def test_a_websocket_handshake_on_responses_gets_426_in_openai_shape(upstream: FakeUpstream,
-                                                                   gateway: GatewayServer) -> None:
+def test_a_websocket_handshake_on_another_route_gets_426_in_openai_shape(upstream: FakeUpstream,
+                                                                        gateway: GatewayServer) -> None:
     with connect(gateway) as sock:
-        sock.sendall(b"GET /v1/responses HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        sock.sendall(b"GET /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
                      b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
         status, headers, body = read_response(sock, bytearray())
         assert sock.recv(1) == b""  # then the close
@@ -185,7 +195,7 @@ def test_a_websocket_handshake_on_responses_gets_426_in_openai_shape(upstream: F
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
     assert gateway.sample("llm_gateway_http_refused_total", reason="upgrade") == 1
     assert upstream.bodies("/v1/responses") == []
-    # what Codex does next: the same request over HTTP, on a new connection, is served (issue #31)
+    # a client that falls back: the request over HTTP, on a new connection, is served (issue #31)
     upstream.enqueue("/v1/responses", body_script(Answer().message(["over HTTP"])))
     got = openai.OpenAI(base_url=gateway.base_url, api_key="x", max_retries=0).responses.create(model="m", input="hi")
     assert got.output_text == "over HTTP" and len(upstream.bodies("/v1/responses")) == 1

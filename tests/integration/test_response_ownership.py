@@ -45,7 +45,7 @@ def state(request: pytest.FixtureRequest) -> dict[str, Any]:
         return {"backend": "memory", "response_owner_ttl_s": TTL_S}
     server: RedisServer = request.getfixturevalue("redis_server")
     redis.Redis(port=server.port).flushall()
-    return {"backend": "redis", "redis_url": server.url, "response_owner_ttl_s": TTL_S}
+    return {"backend": "redis", "redis_url": server.url, "response_owner_ttl_s": TTL_S, "timeout_ms": 1000}
 
 
 def config(url: str, state: dict[str, Any], store_url: str) -> Any:
@@ -164,7 +164,8 @@ def test_a_wrong_type_is_a_400(upstream: FakeUpstream, make: Callable[[], Gatewa
 
 def test_replicas_share_ownership_through_redis(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
                                                 redis_server: RedisServer, tmp_path: Path) -> None:
-    state = {"backend": "redis", "redis_url": redis_server.url, "response_owner_ttl_s": TTL_S}
+    state = {"backend": "redis", "redis_url": redis_server.url, "response_owner_ttl_s": TTL_S,
+             "timeout_ms": 1000}
     first, second = (make_gateway(config(upstream.base_url, state, f"sqlite:///{tmp_path}/{name}.db"))
                      for name in ("a", "b"))
     rid = create(upstream, first, ALICE, "resp_{shared}", stream=True)

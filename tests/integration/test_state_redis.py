@@ -229,7 +229,7 @@ async def test_killed_redis_degrades_to_local_limits_then_recovers(
     warnings = [entry for entry in logs if entry["log_level"] == "warning"]
     assert [w["event"] for w in warnings] == ["state_backend_degraded"]
     assert warnings[0]["reason"] == "unreachable"
-    assert [e["event"] for e in logs if e["log_level"] == "info"] == ["state_backend_recovered"]
+    assert [e["event"] for e in logs if e["log_level"] == "info"] == ["state_backend_restored"]
 
 
 async def test_spend_during_an_outage_reaches_redis_on_recovery(server: RedisServer, make: Factory, raw: Redis) -> None:
@@ -277,7 +277,7 @@ async def test_logs_never_show_the_redis_password(make: Factory) -> None:
 
 
 async def test_create_backend_builds_a_redis_backend(server: RedisServer) -> None:
-    backend = create_backend(StateConfig(backend="redis", redis_url=server.url), CacheConfig(), print)
+    backend = create_backend(StateConfig(backend="redis", redis_url=server.url, timeout_ms=1000), CacheConfig(), print)
     try:
         assert isinstance(backend, RedisBackend)
         assert await backend.healthy()

@@ -33,7 +33,9 @@ def config(url: str, redis_url: str | None = None, keys: list[dict[str, Any]] | 
            cache: dict[str, Any] | None = None, model_cache: bool = False) -> Any:
     return parse_config({
         "auth": {"keys": keys or [{"name": "team-a", "key": "key-a"}]},
-        "state": {"backend": "redis", "redis_url": redis_url} if redis_url else {"backend": "memory"},
+        # a wide Redis budget: a busy test machine must not turn shared counting local (docs/scale-out.md)
+        "state": ({"backend": "redis", "redis_url": redis_url, "timeout_ms": 1000} if redis_url
+                  else {"backend": "memory"}),
         "cache": cache or {},
         "providers": {"up": {"type": "openai", "base_url": f"{url}/v1"}},
         "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x",

@@ -86,6 +86,9 @@ def test_a_streamed_request_is_one_trace_from_the_client_through_every_attempt_t
         "gateway.deployment": "b/model-b", "gateway.attempts": 2, "gateway.outcome": "ok",
         "http.response.status_code": 200, "gateway.stream": True} == server.attributes
     assert server.events == ["first_token", "commit", "stream_end"]
+    # the gateway's own share of the first token (docs/overhead.md), as its histogram has it
+    overhead_s = gw.sample("llm_gateway_overhead_seconds_sum", api="chat", model="m")
+    assert overhead_s > 0 and server.attributes["gateway.overhead_ms"] == round(overhead_s * 1000, 3)
     assert [s.parent_span_id for s in attempts] == [server.span_id] * 2  # one span per attempt
     first, second = attempts
     assert first.name == "chat model-a" and second.name == "chat model-b"

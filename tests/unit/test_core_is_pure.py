@@ -1,4 +1,5 @@
-"""gateway/core does no I/O: it imports only the standard library, orjson and our pure modules."""
+"""gateway/core does no I/O: it imports only the standard library, orjson, the sans-I/O wsproto (WebSocket
+frames: bytes in, events out) and our pure modules."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "gateway" / "core"
-ALLOWED_THIRD_PARTY = {"orjson"}
+ALLOWED_THIRD_PARTY = {"orjson", "wsproto"}
 ALLOWED_OURS = {"gateway.core"}
 BANNED_STDLIB = {"asyncio", "socket", "ssl", "selectors", "subprocess", "threading", "http", "urllib",
                  "logging"}

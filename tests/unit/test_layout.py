@@ -134,7 +134,8 @@ def test_the_docs_stand_alone() -> None:
 # what code outside observe/ may call on the process's `Metrics`: its process-level points (the
 # per-request ones are `observe.record.RequestRecorder`'s methods) and the registry a scrape reads
 PROCESS_POINTS = frozenset({"learned", "state_degraded_op", "refused", "span_dropped", "store_health", "store_error",
-                            "local_limits", "registry"})
+                            "local_limits", "registry", "state_mode", "websocket_opened", "websocket_closed",
+                            "ledger_pending_rows"})
 
 
 def metric_touches(tree: ast.AST) -> list[int]:
@@ -216,7 +217,7 @@ LONG_FUNCTIONS = {
     "pipeline/attempts.py:run_attempts": "the attempt loop (routing, retry, hedging) read as one walk",
     "config/load.py:_parse": "one line per config section, in the reference's order",
     "server.py:run_server": "the process's lifecycle: sockets, signals, reload, drain",
-    "config/telemetry.py:telemetry_config": "one line per OTEL_* variable of the spec",
+    "config/telemetry.py:_traces_config": "one line per OTEL_* variable of the spec",
     "core/chat/assemble.py:feed": "the per-event hot path, inlined",
     "core/sse.py:take_region": "the per-read hot path, inlined",
 }

@@ -77,3 +77,39 @@ def test_errors_name_the_key_or_the_variable(env: dict[str, str], section: dict[
     with pytest.raises(ConfigError) as err:
         parse_config({**BASE, "telemetry": {"otlp_endpoint": "http://c:4318", **section}}, env=env)
     assert any(e.startswith(where) for e in err.value.errors), err.value.errors
+
+
+# -- the GenAI metrics (issue #62, docs/observability.md) --------------------------------------------------
+
+
+def test_genai_metrics_are_on_by_default_and_pushed_only_with_otel_metrics_exporter_otlp() -> None:
+    t = telemetry({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+    assert t.genai_metrics and not t.semconv_latest_experimental
+    assert t.metrics_endpoint is None  # a traces endpoint alone starts no metrics push
+    assert not telemetry({}, genai_metrics=False).genai_metrics
+    assert telemetry({"OTEL_METRICS_EXPORTER": "none"}).metrics_endpoint is None
+
+
+def test_the_metrics_endpoint_the_signal_variable_then_the_base_then_the_default() -> None:
+    otlp = {"OTEL_METRICS_EXPORTER": "otlp"}
+    assert telemetry(otlp).metrics_endpoint == "http://localhost:4318/v1/metrics"
+    assert telemetry({**otlp, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}).metrics_endpoint == (
+        "http://c:4318/v1/metrics")
+    t = telemetry({**otlp, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://o", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://m/x",
+                   "OTEL_METRIC_EXPORT_INTERVAL": "15000", "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "Auth=a%20b"})
+    assert (t.metrics_endpoint, t.metric_export_interval_s, dict(t.metrics_headers)) == (
+        "http://m/x", 15.0, {"auth": "a b"})
+    assert telemetry({**otlp, "OTEL_SDK_DISABLED": "true"}).metrics_endpoint is None
+
+
+def test_the_latest_experimental_genai_names_are_opted_into_by_the_conventions_variable() -> None:
+    assert telemetry({"OTEL_SEMCONV_STABILITY_OPT_IN": "http, gen_ai_latest_experimental"}).semconv_latest_experimental
+    assert not telemetry({"OTEL_SEMCONV_STABILITY_OPT_IN": "http"}).semconv_latest_experimental
+
+
+@pytest.mark.parametrize("env", [{"OTEL_METRICS_EXPORTER": "zipkin"},
+                                 {"OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"},
+                                 {"OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "ftp://x"}])
+def test_unsupported_metrics_exports_are_config_errors(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError):
+        telemetry(env)

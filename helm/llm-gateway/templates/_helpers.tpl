@@ -59,13 +59,34 @@ app.kubernetes.io/part-of: llm-gateway
 {{- end }}
 
 {{/*
+`config.state` for a release with Redis (docs/scale-out.md): the URL from the Secret, the mode, and
+`replicas` from the pods that share the limits (the HPA's minimum, or replicaCount), so that while Redis
+is away each pod admits limit / (replicas x workers).
+*/}}
+{{- define "llm-gateway.redisState" -}}
+backend: redis
+redis_url: ${REDIS_URL}
+redis_mode: {{ .Values.redis.mode | default "single" }}
+timeout_ms: {{ int (.Values.redis.timeoutMs | default 50) }}
+replicas: {{ int (ternary .Values.autoscaling.minReplicas .Values.replicaCount .Values.autoscaling.enabled) }}
+{{- if .Values.redis.caSecret }}
+redis_ca_file: /etc/llm-gateway/redis-ca/{{ .Values.redis.caSecretKey }}
+{{- end }}
+{{- if eq (.Values.redis.mode | default "single") "sentinel" }}
+sentinel:
+  master: {{ required "redis.sentinel.master is required with redis.mode sentinel" .Values.redis.sentinel.master | quote }}
+  urls: {{ required "redis.sentinel.urls is required with redis.mode sentinel" .Values.redis.sentinel.urls | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
 The effective gateway config as a dict: values.config, with state pointed at ${REDIS_URL} when
 redis is configured, so the URL (which may hold a password) lives in a Secret, not in the ConfigMap.
 */}}
 {{- define "llm-gateway.configYaml" -}}
 {{- $cfg := deepCopy .Values.config }}
 {{- if include "llm-gateway.redisEnabled" . }}
-{{- $_ := set $cfg "state" (dict "backend" "redis" "redis_url" "${REDIS_URL}") }}
+{{- $_ := set $cfg "state" (include "llm-gateway.redisState" . | fromYaml) }}
 {{- end }}
 {{- if include "llm-gateway.storeEnabled" . }}
 {{- $_ := set $cfg "store" (merge (dict "url" "${GATEWAY_STORE_URL}") (default dict $cfg.store)) }}

@@ -1,0 +1,175 @@
+"""Agent turns over the Responses API's WebSocket mode vs HTTP (issue #60): the same conversation of 10
+turns, Codex's way, through the gateway's Responses bridge to the fake upstream (as Anthropic, model `ma`):
+
+    websocket  one connection; each turn sends only its new user item with `previous_response_id`
+               (the gateway keeps the conversation and sends the upstream the whole of it)
+    http       one keep-alive connection; each turn POSTs the whole input so far (`store: false`)
+
+Per turn: the gateway process's CPU (utime+stime from /proc over a round's turns, divided; the median of
+the rounds, which alternate between the transports) and the added TTFT
+(the client's send to its first `response.output_text.delta`, minus the same for the fake upstream
+asked directly with the turn's Messages request). Prints a markdown table (bench/README.md).
+
+    python -m bench.ws_turns [--conversations 30] [--turns 10] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from websockets.sync.client import connect
+
+from bench import procstat, servers
+
+LINE = "Please look at the next file and tell me what it does, briefly. " * 4  # a turn's new user text
+
+
+def _user(i: int) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"{i}: {LINE}"}]}
+
+
+def _read_sse_turn(resp: http.client.HTTPResponse, t0: float) -> tuple[float, list[Any]]:
+    """Read one streamed Responses answer: (TTFT, the completed response's output)."""
+    ttft = 0.0
+    event = b""
+    while True:
+        line = resp.readline()
+        if not line:
+            raise RuntimeError("the stream ended before response.completed")
+        if line.startswith(b"event: "):
+            event = line[7:].strip()
+        elif line.startswith(b"data: "):
+            if event == b"response.output_text.delta" and not ttft:
+                ttft = time.perf_counter() - t0
+            elif event == b"response.completed":
+                resp.read()
+                return ttft, orjson.loads(line[6:])["response"]["output"]
+
+
+def http_conversation(port: int, turns: int) -> list[float]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    items: list[Any] = []
+    ttfts = []
+    for i in range(turns):
+        items.append(_user(i))
+        body = orjson.dumps({"model": servers.MESSAGES_MODEL, "input": items, "stream": True, "store": False})
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/responses", body, {"Content-Type": "application/json"})
+        ttft, output = _read_sse_turn(conn.getresponse(), t0)
+        ttfts.append(ttft)
+        items.extend(output)
+    conn.close()
+    return ttfts
+
+
+def ws_conversation(port: int, turns: int) -> list[float]:
+    ttfts = []
+    previous = None
+    with connect(f"ws://127.0.0.1:{port}/v1/responses", max_size=None) as ws:
+        for i in range(turns):
+            msg: dict[str, Any] = {"type": "response.create", "model": servers.MESSAGES_MODEL, "input": [_user(i)],
+                                   "store": False}
+            if previous:
+                msg["previous_response_id"] = previous
+            t0 = time.perf_counter()
+            ws.send(orjson.dumps(msg).decode())
+            ttft = 0.0
+            while True:
+                event = orjson.loads(ws.recv(timeout=30))
+                if event["type"] == "response.output_text.delta" and not ttft:
+                    ttft = time.perf_counter() - t0
+                elif event["type"] == "response.completed":
+                    previous = event["response"]["id"]
+                    break
+                elif event["type"] == "error":
+                    raise RuntimeError(f"error event: {event}")
+            ttfts.append(ttft)
+    return ttfts
+
+
+def direct_ttfts(port: int, turns: int) -> list[float]:
+    """The fake upstream asked directly, Anthropic's way, with each turn's whole conversation."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    messages: list[Any] = []
+    ttfts = []
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"{i}: {LINE}"})
+        body = orjson.dumps({"model": "up-model", "max_tokens": 256, "stream": True, "messages": messages})
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/messages", body, {"Content-Type": "application/json", "x-api-key": "x",
+                                                     "anthropic-version": "2023-06-01"})
+        resp = conn.getresponse()
+        ttft = 0.0
+        while line := resp.readline():
+            if b"content_block_delta" in line and not ttft:
+                ttft = time.perf_counter() - t0
+            if b"message_stop" in line:
+                resp.read()
+                break
+        ttfts.append(ttft)
+        messages.append({"role": "assistant", "content": "ok"})
+    conn.close()
+    return ttfts
+
+
+def measure(gw: servers.Server, run: Any, conversations: int, turns: int) -> tuple[float, list[float]]:
+    before = procstat.usage(gw.pid).cpu_s
+    ttfts = [t for _ in range(conversations) for t in run(gw.port, turns)]
+    cpu = procstat.usage(gw.pid).cpu_s - before
+    return cpu / (conversations * turns), ttfts
+
+
+def compare(gw: servers.Server, conversations: int, turns: int, rounds: int) -> dict[str, tuple[float, list[float]]]:
+    """Rounds of each transport, alternated (the machine's speed drifts): the median round's CPU per turn
+    and every turn's TTFT."""
+    runs = {"http": http_conversation, "websocket": ws_conversation}
+    for run in runs.values():
+        run(gw.port, turns)  # warm-up: imports, pools
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    ttfts: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            c, t = measure(gw, run, conversations, turns)
+            cpu[name].append(c)
+            ttfts[name] += t
+    return {name: (statistics.median(cpu[name]), ttfts[name]) for name in runs}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--conversations", type=int, default=30)
+    p.add_argument("--turns", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-ws-bench-"))
+    up = servers.start_upstream(workdir)
+    config = workdir / "gateway.yaml"
+    config.write_text(servers.gateway_config(up.port, redaction=False))
+    gw = servers.start_gateway("gateway", workdir, config)
+    try:
+        direct = [t for _ in range(args.conversations) for t in direct_ttfts(up.port, args.turns)]
+        base = statistics.median(direct)
+        rows = []
+        for name, (cpu, ttfts) in compare(gw, args.conversations, args.turns, args.rounds).items():
+            q = statistics.quantiles(ttfts, n=100)
+            rows.append(f"| {name} | {cpu * 1000:.2f} | {(statistics.median(ttfts) - base) * 1000:.2f} | "
+                        f"{(q[94] - base) * 1000:.2f} |")
+    finally:
+        gw.stop()
+        up.stop()
+    print(f"{args.rounds} rounds of {args.conversations} conversations x {args.turns} turns, through the Responses "
+          f"bridge to the fake upstream (direct TTFT p50 {base * 1000:.2f} ms)\n")
+    print("| transport | gateway CPU per turn (ms) | added TTFT p50 (ms) | added TTFT p95 (ms) |")
+    print("| --- | --- | --- | --- |")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

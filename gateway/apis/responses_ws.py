@@ -1,0 +1,287 @@
+"""`GET /v1/responses` + `Upgrade: websocket`: the Responses API's WebSocket mode (docs/reference.md,
+WebSocket mode; docs/agents.md, Codex). A new transport, not a new pipeline: each `response.create` is
+served as a `POST /v1/responses` with `stream: true` through the one middleware and serve path (retries,
+fallback, continuation, redaction, guardrails, usage, cost, one log line with `transport: "websocket"`),
+on a channel that takes the stream's SSE bytes and sends each event's JSON as one text message.
+
+The key is checked before the `101` and again by each response (a key revoked or expired since: an
+`error` event, then close 1008). One response at a time: a `response.create` while one runs gets an
+`error` event with code `response_in_progress`, as OpenAI answers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import structlog
+
+from gateway.apis.catalog import RESPONSES
+from gateway.core.http1_request import RequestHead
+from gateway.core.responses.socket import (
+    Conversation,
+    EventCutter,
+    SocketMessageError,
+    error_event,
+    error_from_body,
+    read_message,
+    warmup_events,
+)
+from gateway.core.websocket import GOING_AWAY, NORMAL, POLICY_VIOLATION, HandshakeError, ServerSocket, accept_head
+from gateway.errors import GatewayError, InvalidRequest, ModelNotFound
+from gateway.http import Accepted, Link, Response, StreamResponse, json_response
+from gateway.http.eager import start_eagerly
+from gateway.http.turns import TURNS
+from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.cors import origin_allowed
+from gateway.pipeline.exchange import GatewayRequest, Host
+from gateway.pipeline.ids import REQUEST_IDS
+from gateway.pipeline.middleware import error_response, handle
+
+log = structlog.get_logger("gateway")
+# fields of the upgrade request a response's own request does not carry
+_HOP_FIELDS = frozenset(("upgrade", "connection", "content-length", "transfer-encoding", "expect", "x-request-id",
+                         "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+                         "sec-websocket-protocol"))
+# messages taken per loop iteration: a flood of small messages read in one go is taken a batch at a time
+# (reading held meanwhile), so other connections are served between the batches (~15 us a message)
+BATCH = 32
+
+
+async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
+    """Answer an upgrade request: 426 on any route but `GET /v1/responses`, 400 for a bad handshake,
+    the key's refusal (401) before any `101`; else the `101` and the connection's session."""
+    if head.path != RESPONSES.path or head.method != "GET":
+        err = GatewayError("WebSocket mode is served on GET /v1/responses only", status=426,
+                           code="upgrade_required", type="invalid_request_error")
+        return error_response(err, REQUEST_IDS.new())
+    origin = head.headers.get("origin")
+    if origin is not None and not origin_allowed(app.runtime.config.server.cors, origin):
+        # a browser opens a socket to any site with no preflight: a page may use the gateway only when
+        # its origin is allowed (server.cors.allow_origins), else an unauthenticated gateway is anyone's
+        err = GatewayError("this Origin may not open a WebSocket (server.cors.allow_origins)", status=403,
+                           code="permission_denied", type="invalid_request_error")
+        return error_response(err, REQUEST_IDS.new())
+    try:
+        if head.http10:
+            raise HandshakeError("a WebSocket handshake is an HTTP/1.1 request")
+        answer = accept_head(head.headers)
+        key = app.runtime.keyring.authenticate(head.headers)
+    except HandshakeError as exc:
+        return json_response({"error": {"message": str(exc), "type": "invalid_request_error", "param": None,
+                                        "code": "invalid_request"}}, status=400)
+    except GatewayError as err:
+        return error_response(err, REQUEST_IDS.new())
+    name = key.name if key is not None else None
+    return Accepted(answer, lambda link: ResponsesSocket(app, head, link, name))
+
+
+class _EventChannel:
+    """The response's channel: SSE bytes in, one text message per event out, on the socket's link."""
+
+    raw_body = True
+    __slots__ = ("_socket", "cutter")
+
+    def __init__(self, socket: ResponsesSocket):
+        self._socket = socket
+        self.cutter = EventCutter()
+
+    @property
+    def closing(self) -> bool:
+        return self._socket.link.closing
+
+    @closing.setter
+    def closing(self, value: bool) -> None:  # the connection's own state: not set through a response
+        pass
+
+    def send(self, data: bytes) -> bool:
+        frames = self.cutter.frames(data)
+        return self._socket.link.send(frames) if frames else False
+
+    async def drained(self) -> None:
+        await self._socket.link.drained()
+
+    def date(self) -> str:
+        return self._socket.link.date()
+
+
+class ResponsesSocket:
+    """One WebSocket-mode connection (the server's `Tunnel`)."""
+
+    __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
+                 "_key", "_opened", "_responses", "_running", "_warmups", "app", "frames", "idle_s", "link")
+
+    def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None):
+        self.app, self.link = app, link
+        server = app.runtime.config.server
+        self.frames = ServerSocket(server.max_body_bytes)
+        self.idle_s = server.websocket_idle_s
+        self._headers = {k: v for k, v in head.headers.items() if k not in _HOP_FIELDS}
+        self._headers["content-type"] = "application/json"
+        self._conversation = Conversation()
+        self._running: asyncio.Task[None] | None = None
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._draining = False
+        self._active = asyncio.get_running_loop().time()
+        self._held = False  # messages wait in the frame parser (see BATCH): reading is held
+        self._key = key_name  # for the connection's log lines
+        self._opened = asyncio.get_running_loop().time()
+        self._responses = self._warmups = 0
+        self._close_code: int | None = None
+        self._busy_frame = b""  # the `response_in_progress` event's frame, made once
+        app.metrics.websocket_opened()
+        log.info("websocket_opened", key=self._key, path=RESPONSES.path)
+
+    async def run(self) -> None:
+        try:
+            await self._done
+        finally:
+            self.app.metrics.websocket_closed()
+            log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,
+                     continued=self._conversation.continued, close_code=self._close_code,
+                     duration_ms=round((asyncio.get_running_loop().time() - self._opened) * 1000, 2))
+            if self._running is not None:
+                self._running.cancel()  # the client went: its response's upstream request is closed too
+
+    def received(self, data: bytes) -> None:
+        if self._done.done():
+            return
+        fed = self.frames.feed(data, BATCH)
+        if fed.more != self._held:
+            self._held = fed.more
+            self.link.hold_reading(fed.more)
+        if fed.more:
+            asyncio.get_running_loop().call_soon(self.received, b"")
+        if fed.reply:
+            self._write(fed.reply)
+        if fed.close is not None:
+            self._close_code = fed.close
+            self._end()
+            return
+        for text in fed.messages:
+            self._active = asyncio.get_running_loop().time()
+            if self._running is not None or self._draining:
+                self._write(self._busy())
+                continue
+            # its first step (parse, authorise, open the upstream) runs now, as an HTTP request's does
+            self._running = start_eagerly(asyncio.get_running_loop(), self._respond(text))
+
+    def _busy(self) -> bytes:
+        if not self._busy_frame:
+            self._busy_frame = self.frames.text(error_event(
+                "response_in_progress", "a response is in progress on this connection: wait for its end",
+                None, 409))
+        return self._busy_frame
+
+    def swept(self, now: float) -> None:
+        if self._running is None and now - self._active > self.idle_s:
+            self.close(NORMAL, "idle timeout")
+
+    def drain(self) -> None:
+        self._draining = True
+        if self._running is None:
+            self.close(GOING_AWAY, "the gateway is shutting down")
+
+    def lost(self) -> None:
+        self._end()
+
+    def close(self, code: int, reason: str) -> None:
+        self._close_code = code
+        self._write(self.frames.close(code, reason))
+        self._end()
+
+    def _write(self, data: bytes) -> None:
+        if data and not self.link.closing:
+            try:
+                self.link.send(data)
+            except ConnectionError:
+                self._end()
+
+    def _end(self) -> None:
+        if not self._done.done():
+            self._done.set_result(None)
+
+    async def _respond(self, text: str) -> None:
+        try:
+            await self._serve(text)
+        except (ConnectionError, asyncio.CancelledError):
+            self._end()
+            return
+        except Exception:
+            log.exception("unhandled_error", path="websocket /v1/responses")
+            self.close(1011, "internal error")
+            return
+        finally:
+            self._running = None
+            self._active = asyncio.get_running_loop().time()
+        if self._draining:
+            self.close(GOING_AWAY, "the gateway is shutting down")
+
+    async def _serve(self, text: str) -> None:
+        try:
+            create = read_message(text)
+            whole = self._conversation.expand(create.body)
+        except SocketMessageError as exc:
+            self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
+            return
+        if not create.generate:
+            self._warmups += 1
+            try:
+                self._check_warmup(create.body)
+            except GatewayError as err:
+                self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status))
+                return
+            rid, events = warmup_events(create.body)
+            self._write(b"".join(self.frames.text(e) for e in events))
+            self._conversation.keep(rid, whole, [])
+            return
+        loop = asyncio.get_running_loop()
+        if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
+            await TURNS.wait(loop)
+        raw = orjson.dumps(create.body)
+        if len(raw) > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
+            self._write(self.frames.text(error_event(
+                "request_too_large", f"the conversation is larger than {self.frames.max_message} bytes: start a "
+                "new one without previous_response_id", "previous_response_id", 413)))
+            return
+        channel = _EventChannel(self)
+        request = self._request(raw, channel)
+        self._responses += 1
+        resp = await handle(request)
+        if isinstance(resp, StreamResponse):
+            await resp.prepare(request)
+            await resp.write_eof()
+        else:
+            self._refused(resp)
+            return
+        ended = channel.cutter.ended
+        if ended is not None and not channel.cutter.failed:
+            self._conversation.keep(ended.response_id, whole, ended.output)
+
+    def _request(self, raw: bytes, channel: _EventChannel) -> GatewayRequest:
+        head = RequestHead("POST", RESPONSES.path, "", self._headers, True, False, len(raw), False, None)
+        request = GatewayRequest(self.app, head, raw, channel)
+        request.transport = "websocket"
+        return request
+
+    def _check_warmup(self, body: dict[str, object]) -> None:
+        """A warm-up calls no model, but is refused as a response would be: the key re-checked, the model
+        one it may use."""
+        rt = self.app.runtime
+        key = rt.keyring.authenticate(self._headers)
+        name = body.get("model")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("you must provide a model parameter", param="model")
+        model = rt.model(name)
+        if model is None:
+            raise ModelNotFound.named(name)
+        KeyRing.authorize(key, model.name, name)
+
+    def _refused(self, resp: Response) -> None:
+        """A response refused before its stream (the status and error body HTTP would have carried)."""
+        self._refused_with(resp.status, error_from_body(resp.status, resp.body))
+
+    def _refused_with(self, status: int, event: str) -> None:
+        self._write(self.frames.text(event))
+        if status == 401:  # the key was revoked or expired since the upgrade
+            self.close(POLICY_VIOLATION, "the key is no longer valid")

@@ -1,0 +1,217 @@
+"""The Responses API's WebSocket mode, one connection's state (pure; docs/reference.md, WebSocket mode):
+what a client message asks for, how `previous_response_id` is continued from what the connection keeps,
+the warm-up answer (`generate: false`), error events, and the HTTP stream's SSE bytes cut into the
+messages the socket carries (one JSON event each, in order).
+
+Why the connection keeps the conversation: Codex sends each turn's new items only, naming the previous
+response. Only an OpenAI Responses upstream could continue from its own id; keeping the last response's
+input and output here lets every backend (the bridge to Anthropic, Gemini, Bedrock, chat-only servers)
+serve the turn as a whole request, and an OpenAI Responses upstream is sent the whole input over HTTP
+too, so every backend is served the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.core.websocket import text_frame
+
+TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
+_WATCHED = (b"response.completed", b"response.incomplete", b"response.failed", b"error")
+MAX_PENDING_EVENT = 16 * 1024 * 1024  # bytes of one SSE event awaiting its end (ours are whole writes)
+
+
+class SocketMessageError(ValueError):
+    """A client message that asks for nothing we serve: an `error` event, the connection stays usable."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    """A `response.create`: the Responses create body (without `type` and `generate`), streamed."""
+
+    body: dict[str, Any]
+    generate: bool
+
+
+def read_message(text: str) -> Create:
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise SocketMessageError("the message is not JSON") from None
+    if not isinstance(obj, dict):
+        raise SocketMessageError("the message must be a JSON object")
+    kind = obj.pop("type", None)
+    if kind != "response.create":
+        raise SocketMessageError("only response.create messages are served", param="type")
+    if isinstance(obj.get("response"), dict):  # the nested spelling of early clients
+        obj = {**obj.pop("response"), **obj}
+    generate = obj.pop("generate", True)
+    if not isinstance(generate, bool):
+        raise SocketMessageError("generate must be a boolean", param="generate")
+    obj["stream"] = True
+    obj.pop("background", None)  # a socket's response is streamed on it
+    return Create(obj, generate)
+
+
+def _items(value: Any) -> list[Any]:
+    """`input` as a list of items (a string is one user message)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if isinstance(value, list):
+        return list(value)
+    raise SocketMessageError("input must be a string or an array", param="input")
+
+
+@dataclass(slots=True)
+class Conversation:
+    """The connection's last response: its id, the whole input it answered and its output items."""
+
+    last_id: str | None = None
+    items: list[Any] = field(default_factory=list)
+    continued: int = 0  # requests that continued from the connection's last response (the log says)
+
+    def expand(self, body: dict[str, Any]) -> list[Any]:
+        """A body naming the connection's last response gets that response's input and output before its
+        own new items, and no `previous_response_id` (the upstream is sent the whole conversation). Any
+        other id is left alone (as over HTTP: an OpenAI Responses upstream's own, checked against its
+        creator). Returns the request's whole input."""
+        new = _items(body.get("input"))
+        if self.last_id is not None and body.get("previous_response_id") == self.last_id:
+            del body["previous_response_id"]
+            self.continued += 1
+            whole = [*self.items, *new]
+            body["input"] = whole
+            return whole
+        return new
+
+    def keep(self, response_id: str, whole_input: list[Any], output: list[Any]) -> None:
+        """After a response ended: only the last one is kept (docs/reference.md, WebSocket mode)."""
+        self.last_id = response_id
+        self.items = [*whole_input, *output]
+
+    def forget(self) -> None:
+        self.last_id, self.items = None, []
+
+
+def warmup_events(body: dict[str, Any]) -> tuple[str, list[str]]:
+    """`generate: false` (Codex's warm-up): a response created and completed with no output, no model
+    call. Returns its id and the events' JSON texts."""
+    rid = "resp_" + os.urandom(16).hex()
+    resp: dict[str, Any] = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "in_progress",
+            "model": body.get("model"), "output": [], "usage": None, "error": None,
+            "previous_response_id": body.get("previous_response_id"), "instructions": body.get("instructions"),
+            "metadata": body.get("metadata") or {}}
+    created = {"type": "response.created", "sequence_number": 0, "response": resp}
+    usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+             "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+    done = {"type": "response.completed", "sequence_number": 1,
+            "response": {**resp, "status": "completed", "usage": usage}}
+    return rid, [orjson.dumps(created).decode(), orjson.dumps(done).decode()]
+
+
+def error_event(code: str, message: str, param: str | None = None, status: int | None = None) -> str:
+    """An `error` event in the Responses stream's shape: the flat `code`/`message`/`param` and the nested
+    `error` object the SDKs read; `status` the HTTP status the same error has over HTTP."""
+    err = {"type": "invalid_request_error" if status is None or status < 500 else "api_error",
+           "code": code, "message": message, "param": param}
+    obj: dict[str, Any] = {"type": "error", "code": code, "message": message, "param": param, "error": err}
+    if status is not None:
+        obj["status"] = status
+    return orjson.dumps(obj).decode()
+
+
+def error_from_body(status: int, body: bytes) -> str:
+    """A refused request's JSON error body (`{"error": {...}}`) as an `error` event."""
+    try:
+        err = orjson.loads(body).get("error") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        err = {}
+    return error_event(str(err.get("code") or "upstream_error"), str(err.get("message") or "request failed"),
+                       err.get("param"), status)
+
+
+@dataclass(slots=True)
+class Ended:
+    """The terminal event's response: id and output items (what the connection keeps)."""
+
+    response_id: str
+    output: list[Any]
+
+
+class EventCutter:
+    """The HTTP stream's bytes (SSE, as the serve path writes them) cut into its events' `data` texts.
+    Comments (keep-alives) are dropped: a socket has pings. The terminal event's response is kept."""
+
+    __slots__ = ("_buf", "ended", "failed")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self.ended: Ended | None = None
+        self.failed = False  # an `error` or `response.failed` event went out
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The `data` of each event completed by `data`, in order."""
+        buf = self._buf + data if self._buf else data
+        out: list[bytes] = []
+        find, start = buf.find, 0
+        while (end := find(b"\n\n", start)) >= 0:
+            # the serve path's own shape (core.sse.encode_event): `event: <name>`, one data line
+            mid = find(b"\ndata: ", start, end) if buf.startswith(b"event: ", start) else -1
+            if mid > 0 and find(b"\n", mid + 7, end) < 0:
+                payload = buf[mid + 7:end]
+                if buf.startswith(_WATCHED, start + 7):  # a terminal or error event, perhaps
+                    self._watch(buf[start + 7:mid], payload)
+                out.append(payload)
+            elif (text := self._event(buf[start:end])) is not None:
+                out.append(text)
+            start = end + 2
+        self._buf = buf[start:]
+        if len(self._buf) > MAX_PENDING_EVENT:
+            raise ValueError("an event without an end")
+        return out
+
+    def frames(self, data: bytes) -> bytes:
+        """The same events as WebSocket text frames, in one piece."""
+        return b"".join([text_frame(p) for p in self.feed(data)])
+
+    def _watch(self, name: bytes, payload: bytes) -> None:
+        if name in TERMINAL or name == b"error":
+            self._terminal(name, payload)
+
+    def _event(self, block: bytes) -> bytes | None:
+        """Any other SSE shape: every `data` line, joined."""
+        name = b""
+        data: list[bytes] = []
+        for line in block.split(b"\n"):
+            if line.startswith(b"data:"):
+                data.append(line[5:].lstrip(b" "))
+            elif line.startswith(b"event:"):
+                name = line[6:].strip()
+        if not data:
+            return None
+        payload = b"\n".join(data)
+        if name in TERMINAL or name == b"error":
+            self._terminal(name, payload)
+        return payload
+
+    def _terminal(self, name: bytes, payload: bytes) -> None:
+        if name != b"response.completed":
+            self.failed = True
+            return
+        try:
+            resp = orjson.loads(payload).get("response")
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        if isinstance(resp, dict) and isinstance(resp.get("id"), str) and isinstance(resp.get("output"), list):
+            self.ended = Ended(resp["id"], resp["output"])

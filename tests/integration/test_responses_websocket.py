@@ -1,0 +1,238 @@
+"""The Responses API's WebSocket mode (`GET /v1/responses` + `Upgrade: websocket`, docs/reference.md), driven
+by the official openai SDK's WebSocket client (`client.responses.connect()`) against a scripted Anthropic
+upstream (the bridge): three turns with `previous_response_id` and only new items, the upstream sent the
+whole conversation each turn; the warm-up; refusals before the `101`; failover on a socket turn; one log
+line per response with `transport: "websocket"`."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import orjson
+import pytest
+import trustme
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from gateway.config import parse_config
+from tests import anthropic_scripts as a
+from tests.fake_upstream import Close, FakeUpstream, Script
+from tests.harness import GatewayServer
+
+KEY = "gw-ws-key-0001"
+MESSAGES_PATH, SECOND_PATH = "/v1/messages", "/two/v1/messages"
+TIMEOUTS = {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}
+RETRY = {"max_attempts": 3, "per_deployment": 1, "initial_backoff_ms": 1, "max_backoff_ms": 5}
+
+
+@pytest.fixture
+def gw(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> GatewayServer:
+    return make_gateway(ws_config(upstream))
+
+
+def ws_config(upstream: FakeUpstream, **server: Any) -> Any:
+    return parse_config({
+        "server": {"max_body_bytes": 64 * 1024, **server},
+        "auth": {"keys": [{"name": "ws", "key": KEY}]},
+        "providers": {
+            "claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-SECRET",
+                       "timeouts": TIMEOUTS},
+            "claude2": {"type": "anthropic", "base_url": upstream.base_url + "/two", "api_key": "sk-ant-SECRET2",
+                        "timeouts": TIMEOUTS},
+        },
+        "models": [
+            {"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep"}]},
+            {"name": "claude-pair", "retry": RETRY, "deployments": [
+                {"provider": "claude", "model": "claude-dep"}, {"provider": "claude2", "model": "claude-dep2"}]},
+            {"name": "claude-continued", "continuation": True, "retry": RETRY, "deployments": [
+                {"provider": "claude", "model": "claude-dep"}, {"provider": "claude2", "model": "claude-dep2"}]},
+        ],
+    }, env={})
+
+
+def sdk(gw: GatewayServer, key: str = KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0, timeout=20)
+
+
+def ws_url(gw: GatewayServer, path: str = "/v1/responses") -> str:
+    return f"ws://127.0.0.1:{gw.port}{path}"
+
+
+def events_until_end(conn: Any) -> list[Any]:
+    """One response's events, through its terminal event (or an error event)."""
+    got = []
+    for event in conn:
+        got.append(event)
+        if event.type in ("response.completed", "response.failed", "response.incomplete", "error"):
+            return got
+    return got
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def test_three_turns_send_only_new_items_and_the_bridge_gets_the_whole_conversation(
+        upstream: FakeUpstream, gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["One"]), a.text_stream(["Two"]), a.text_stream(["Three"]))
+    with sdk(gw).responses.connect() as conn:
+        conn.response.create(model="claude", input=[user("first")], generate=False)  # type: ignore[call-arg]
+        warm = events_until_end(conn)
+        assert [e.type for e in warm] == ["response.created", "response.completed"]
+        previous = warm[-1].response.id
+        answers = []
+        for text in ("first", "second", "third"):
+            items = [user(text)] if text != "first" else []
+            conn.response.create(model="claude", input=items, previous_response_id=previous, store=False)
+            got = events_until_end(conn)
+            assert got[0].type == "response.created" and got[-1].type == "response.completed", got
+            previous = got[-1].response.id
+            answers.append(got[-1].response.output[0].content[0].text)
+    assert answers == ["One", "Two", "Three"]
+    sent = upstream.bodies(MESSAGES_PATH)
+    assert len(sent) == 3
+    texts = [[_text(m) for m in body["messages"]] for body in sent]
+    assert texts[0] == ["first"]
+    assert texts[1] == ["first", "One", "second"]
+    assert texts[2] == ["first", "One", "second", "Two", "third"]
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+
+
+def test_the_key_is_checked_before_the_upgrade_and_other_routes_keep_426(gw: GatewayServer) -> None:
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url(gw), additional_headers={"Authorization": "Bearer wrong"})
+    assert refused.value.response.status_code == 401
+    with pytest.raises(InvalidStatus) as other:
+        connect(ws_url(gw, "/v1/chat/completions"), additional_headers={"Authorization": f"Bearer {KEY}"})
+    assert other.value.response.status_code == 426
+    with pytest.raises(InvalidStatus) as page:  # a browser page of another site (no CORS origin allowed)
+        connect(ws_url(gw), origin="https://evil.example", additional_headers={"Authorization": f"Bearer {KEY}"})
+    assert page.value.response.status_code == 403
+
+
+def raw_socket(gw: GatewayServer, **headers: str) -> Any:
+    return connect(ws_url(gw), additional_headers={"Authorization": f"Bearer {KEY}", **headers}, max_size=None)
+
+
+def recv_json(ws: Any) -> dict[str, Any]:
+    return dict(orjson.loads(ws.recv(timeout=10)))
+
+
+def test_bad_input_gets_an_error_event_and_the_connection_stays_usable(upstream: FakeUpstream,
+                                                                      gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["Fine"]))
+    with raw_socket(gw) as ws:
+        ws.send("not json")
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "invalid_request"
+        ws.send(orjson.dumps({"type": "response.create", "model": "nope", "input": "hi"}).decode())
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "model_not_found" and err["status"] == 404
+        ws.send(orjson.dumps({"type": "response.create", "model": "claude", "input": "hi"}).decode())
+        types = []
+        while not types or types[-1] not in ("response.completed", "error"):
+            types.append(recv_json(ws)["type"])
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+
+
+def turn(ws: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Send one `response.create`; its events through the terminal or error event."""
+    ws.send(orjson.dumps({"type": "response.create", **body}).decode())
+    got: list[dict[str, Any]] = []
+    while not got or got[-1]["type"] not in ("response.completed", "response.failed", "response.incomplete",
+                                             "error"):
+        got.append(recv_json(ws))
+    return got
+
+
+def output_text(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+
+def cut_after_first_token() -> Script:
+    events = [a.message_start("msg_first"), *a.text_block(0, ["One, ", "two, "])[:-1]]  # the block stays open
+    return Script([a.event(e) for e in events] + [Close()])
+
+
+def test_inband_overload_before_the_first_token_is_retried_invisibly(upstream: FakeUpstream,
+                                                                    gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, a.stream([a.message_start(), a.error_event()]))
+    upstream.enqueue(SECOND_PATH, a.text_stream(["From ", "the second."]))
+    with raw_socket(gw) as ws:
+        events = turn(ws, {"model": "claude-pair", "input": "hi"})
+    types = [e["type"] for e in events]
+    assert types.count("response.created") == 1 and types[-1] == "response.completed" and "error" not in types
+    assert output_text(events) == "From the second."
+    assert len(upstream.bodies(MESSAGES_PATH)) == 1 and len(upstream.bodies(SECOND_PATH)) == 1
+
+
+def test_a_cut_after_the_first_token_is_continued_with_continuation_on(upstream: FakeUpstream,
+                                                                      gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, cut_after_first_token())
+    upstream.enqueue(SECOND_PATH, a.text_stream([" three, ", "four, five."]))
+    with raw_socket(gw) as ws:
+        events = turn(ws, {"model": "claude-continued", "input": "count"})
+    assert events[-1]["type"] == "response.completed"
+    assert output_text(events) == "One, two, three, four, five."
+    assert gw.sample("llm_gateway_continuations_total", outcome="ok") == 1
+
+
+def test_a_cut_without_continuation_is_one_error_event_and_the_socket_serves_the_next_turn(
+        upstream: FakeUpstream, gw: GatewayServer) -> None:
+    upstream.enqueue(MESSAGES_PATH, cut_after_first_token(), a.text_stream(["Again."]))
+    with raw_socket(gw) as ws:
+        events = turn(ws, {"model": "claude-pair", "input": "count"})
+        assert [e["type"] for e in events].count("error") == 1 and events[-1]["type"] == "error"
+        assert output_text(events) == "One, two, "
+        again = turn(ws, {"model": "claude", "input": "count"})
+    assert again[-1]["type"] == "response.completed" and output_text(again) == "Again."
+
+
+def test_a_warmup_is_refused_as_a_response_would_be(upstream: FakeUpstream, gw: GatewayServer) -> None:
+    with raw_socket(gw) as ws:
+        ws.send(orjson.dumps({"type": "response.create", "model": "nope", "generate": False}).decode())
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "model_not_found" and err["status"] == 404
+        ws.send(orjson.dumps({"type": "response.create", "model": "claude", "generate": False}).decode())
+        assert [recv_json(ws)["type"] for _ in range(2)] == ["response.created", "response.completed"]
+    assert upstream.bodies(MESSAGES_PATH) == []
+
+
+def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+                                 tmp_path: Any) -> None:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    gw = make_gateway(ws_config(upstream, tls={"cert_file": str(cert), "key_file": str(key)}))
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["Private."]))
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    with connect(f"wss://127.0.0.1:{gw.port}/v1/responses", ssl=ctx,
+                 additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        events = turn(ws, {"model": "claude", "input": "hi"})
+    assert events[-1]["type"] == "response.completed" and output_text(events) == "Private."
+
+
+def test_each_turn_is_held_to_the_keys_limits(upstream: FakeUpstream,
+                                              make_gateway: Callable[..., GatewayServer]) -> None:
+    raw = {"auth": {"keys": [{"name": "ws", "key": KEY, "rpm": 1}]},
+           "providers": {"claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-SECRET"}},
+           "models": [{"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep"}]}]}
+    gw = make_gateway(parse_config(raw, env={}))
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["First."]))
+    with raw_socket(gw) as ws:
+        assert turn(ws, {"model": "claude", "input": "one"})[-1]["type"] == "response.completed"
+        limited = turn(ws, {"model": "claude", "input": "two"})
+        assert limited[-1]["code"] == "rate_limit_exceeded" and limited[-1]["status"] == 429
+        ws.send(orjson.dumps({"type": "response.create", "model": "nope", "input": "x"}).decode())
+        assert recv_json(ws)["type"] == "error"  # the socket stays usable after a refusal
+    assert len(upstream.bodies(MESSAGES_PATH)) == 1

@@ -1,0 +1,99 @@
+"""Two gateway replicas on Redis through Sentinel (1 primary, 1 replica, 3 Sentinels on loopback): limits,
+budgets and the cache are shared; the master killed under load costs no request, and the new master
+is found (docs/scale-out.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from gateway.config.types import CacheConfig, SentinelConfig, StateConfig
+from gateway.state.base import create_backend
+from tests.chat_scripts import completion, text_stream
+from tests.fake_upstream import FakeUpstream
+from tests.harness import GatewayServer
+from tests.redis_topologies import RedisSentinels
+from tests.scaleout_load import (
+    LOAD_KEY,
+    PATH,
+    StreamLoad,
+    alternate,
+    config,
+    degraded,
+    error_code,
+    poll,
+    sdk,
+    status_of,
+)
+
+Make = Callable[..., GatewayServer]
+# wide enough that a busy test machine does not flip a replica to local counting where the test counts
+# shared admissions exactly (the budget itself is test_state_degraded.py's)
+FAILOVER_MS = 300
+
+
+@pytest.fixture
+def sentinels() -> Iterator[RedisSentinels]:
+    with RedisSentinels() as running:
+        yield running
+
+
+def replicas(make: Make, upstream: FakeUpstream, sentinels: RedisSentinels, keys: list[dict[str, Any]],
+             **state: Any) -> list[GatewayServer]:
+    where = {"redis_mode": "sentinel", "sentinel": {"master": sentinels.master, "urls": sentinels.urls}}
+    return [make(config(upstream.base_url, {**where, **state}, keys)) for _ in range(2)]
+
+
+def test_sentinel_replicas_share_then_survive_a_master_failover(
+        sentinels: RedisSentinels, upstream: FakeUpstream, make_gateway: Make) -> None:
+    keys = [LOAD_KEY, {"name": "s-rpm", "key": "k-rpm", "rpm": 5}, {"name": "s-after", "key": "k-after", "rpm": 5},
+            {"name": "s-budget", "key": "k-budget", "budget_usd": 0.01}]
+    gws = replicas(make_gateway, upstream, sentinels, keys, timeout_ms=FAILOVER_MS)
+    upstream.defaults[PATH] = completion("ok")
+    assert alternate(gws, "k-rpm", 8).count(200) == 5
+    assert status_of(gws[0], "k-budget") == 200
+    poll(lambda: error_code(gws[1], "k-budget") == "budget_exceeded", "the other replica to see the spend")
+    upstream.enqueue(PATH, completion("cached once"))
+    ask = [{"role": "user", "content": "c"}]
+    answers = [sdk(g, "key-load").chat.completions.create(model="m", messages=ask)
+               for g in gws]
+    assert [a.choices[0].message.content for a in answers] == ["cached once", "cached once"]
+
+    upstream.defaults[PATH] = text_stream(["a ", "stream"])
+    with capture_logs() as logs, StreamLoad(gws) as load:
+        started = time.monotonic()
+        load.wait_for_more(20)
+        killed = time.monotonic()
+        old = sentinels.kill_master()
+        poll(lambda: all(degraded(g) for g in gws), "both replicas to count locally")
+        sentinels.wait_failover(old)
+        promoted = time.monotonic()
+        restored = poll(lambda: not any(degraded(g) for g in gws), "shared counting to resume")
+        assert restored - promoted <= 5.0
+        load.wait_for_more(20)
+    print(f"sentinel failover: p99 {load.p99_ms(started, killed):.0f} ms before the kill, "
+          f"{load.p99_ms(killed, restored):.0f} ms until shared again ({restored - killed:.1f} s)")
+    assert set(load.outcomes) == {200}, [o for o in load.outcomes if o != 200]
+    events = [e["event"] for e in logs if e["event"].startswith("state_backend_")]
+    assert events.count("state_backend_degraded") >= 2 and events.count("state_backend_restored") >= 2, events
+    assert alternate(gws, "k-after", 8).count(200) == 5, "shared again, on the new master"
+
+
+async def test_a_burst_beyond_the_default_connection_cap_stays_shared(sentinels: RedisSentinels) -> None:
+    """redis-py's Sentinel pool refuses a connection over its cap instead of queueing: 300 operations at
+    once must not count as Redis being away."""
+    modes: list[bool] = []
+    state = StateConfig(backend="redis", redis_mode="sentinel", timeout_ms=2000,
+                        sentinel=SentinelConfig(master=sentinels.master, urls=tuple(sentinels.urls)))
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        results = await asyncio.gather(*(backend.check_request("burst", 10_000, None, 0, 1_700_000_000.0)
+                                         for _ in range(300)))
+    finally:
+        await backend.close()
+    assert modes == [] and all(decision.allowed for decision, _ in results)

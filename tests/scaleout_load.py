@@ -1,0 +1,133 @@
+"""Helpers for the scale-out tests: gateway configs on a Redis topology, statuses through the official
+SDK, and a small streaming load that records every answer while Redis fails over under it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+
+from gateway.config import parse_config
+from gateway.config.types import Config
+from tests.harness import GatewayServer
+
+PATH = "/v1/chat/completions"
+HI = [{"role": "user", "content": "hi"}]
+LOAD_KEY = {"name": "load", "key": "key-load", "rpm": 100_000}  # limited, so every request touches Redis
+
+
+def config(upstream_url: str, state: dict[str, Any], keys: list[dict[str, Any]]) -> Config:
+    return parse_config({
+        "auth": {"keys": keys},
+        "state": {"backend": "redis", **state},
+        "cache": {"enabled": True, "ttl_s": 60},
+        "providers": {"up": {"type": "openai", "base_url": f"{upstream_url}/v1"}},
+        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x",
+                                                  "price": {"input": 1000, "output": 1000}}], "cache": True}],
+    }, env={})
+
+
+def sdk(gw: GatewayServer, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0, timeout=20)
+
+
+def status_of(gw: GatewayServer, key: str, prompt: str = "hi", **kw: Any) -> int:
+    try:
+        sdk(gw, key).chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}], **kw)
+    except openai.APIStatusError as exc:
+        return exc.status_code
+    return 200
+
+
+def error_code(gw: GatewayServer, key: str) -> str | None:
+    try:
+        sdk(gw, key).chat.completions.create(model="m", messages=HI)
+    except openai.APIStatusError as exc:
+        return str(exc.code)
+    return None
+
+
+def alternate(gws: list[GatewayServer], key: str, n: int, **kw: Any) -> list[int]:
+    """`n` requests spread over the replicas, 8 at a time, each a prompt of its own (no cache hits)."""
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(lambda i: status_of(gws[i % len(gws)], key, f"{key} {i}", **kw), range(n)))
+
+
+def poll(cond: Callable[[], bool], what: str, within_s: float = 15.0) -> float:
+    """Wait for a state the system changes in the background (a gauge); returns when it held."""
+    deadline = time.monotonic() + within_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)  # polling a gauge: no event to wait on, bounded by the deadline
+    return time.monotonic()
+
+
+def degraded(gw: GatewayServer) -> bool:
+    return gw.sample("llm_gateway_state_degraded") == 1
+
+
+class StreamLoad:
+    """`streams` clients streaming through the replicas in turn until stopped; every outcome is kept
+    (a status code, or the exception's name when the connection itself failed)."""
+
+    def __init__(self, gws: list[GatewayServer], streams: int = 10) -> None:
+        self._gws, self._stop = gws, threading.Event()
+        self.outcomes: list[int | str] = []
+        self.timings: list[tuple[float, float]] = []  # (start, seconds to the last byte), for the report
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(streams)]
+
+    def __enter__(self) -> StreamLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+
+    def _client(self, i: int) -> None:
+        client = sdk(self._gws[i % len(self._gws)], str(LOAD_KEY["key"]))
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            started = time.monotonic()
+            outcome = self._one(client, f"load {i}.{n}")  # distinct prompts: no cache hits
+            self._record(outcome, (started, time.monotonic() - started))
+
+    @staticmethod
+    def _one(client: openai.OpenAI, prompt: str) -> int | str:
+        try:
+            stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}],
+                                                    stream=True)
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            return 200 if text else "empty"
+        except openai.APIStatusError as exc:
+            return exc.status_code
+        except openai.APIError as exc:
+            return type(exc).__name__
+
+    def _record(self, outcome: int | str, timing: tuple[float, float]) -> None:
+        with self._lock:
+            self.outcomes.append(outcome)
+            self.timings.append(timing)
+
+    def p99_ms(self, since: float, until: float) -> float:
+        """The 99th percentile of request durations started in [since, until), in ms (printed by the
+        tests as a measurement, never asserted: the machine's load decides it)."""
+        with self._lock:
+            took = sorted(d for s, d in self.timings if since <= s < until)
+        return took[min(len(took) - 1, int(len(took) * 0.99))] * 1000 if took else float("nan")
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.outcomes)
+
+    def wait_for_more(self, n: int) -> None:
+        target = self.count() + n
+        poll(lambda: self.count() >= target, f"{n} more answers under load")
