@@ -194,7 +194,7 @@ async def patch_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, par
 
 
 async def delete_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    await s.team_key(cp, actor, parts[1])
+    await s.may_touch_key(cp, actor, parts[1])
     await cp.store.delete_key(actor, parts[1])
     await cp.changed()
     return json_response({"object": "gateway.key.deleted", "name": parts[1], "deleted": True})
@@ -202,7 +202,7 @@ async def delete_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, pa
 
 async def rotate_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     grace_s = f.grace(f.json_object(request.body, ("grace_s",)))
-    await s.team_key(cp, actor, parts[1])
+    await s.may_touch_key(cp, actor, parts[1])
     secret, digest = _new_secret()
     await cp.store.rotate_key(actor, parts[1], digest, grace_s)
     await cp.changed()

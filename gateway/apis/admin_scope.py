@@ -38,6 +38,13 @@ async def team_key(cp: ControlPlane, actor: Actor, name: str) -> StoredKey:
     return key
 
 
+async def may_touch_key(cp: ControlPlane, actor: Actor, name: str) -> None:
+    """Before a write that needs no read of the key (revoke, rotate): a team admin's check only, so an
+    admin can still remove a row the gateway cannot read."""
+    if scope(actor) is not None:
+        await team_key(cp, actor, name)
+
+
 def key_team(actor: Actor, asked: str | None) -> str | None:
     """The team a team admin's new or changed key is in: its own (the default), never another's."""
     s = scope(actor)
