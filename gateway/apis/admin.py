@@ -9,22 +9,25 @@ goes on serving from the cache.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 import orjson
 import structlog
 
 from gateway.apis import admin_fields as f
+from gateway.apis import admin_scope as s
 from gateway.apis import admin_stats
+from gateway.apis.admin_auth import admin_principal
 from gateway.config.types import Config
-from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, MethodNotAllowed, NotFound
+from gateway.core.policy.roles import AdminPrincipal, may
+from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound
 from gateway.http import Response, json_response
+from gateway.observe.record import subject_hash
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.store import ControlPlane
 from gateway.store.types import (
@@ -61,13 +64,16 @@ class RowUnreadable(GatewayError):
 async def admin(request: GatewayRequest) -> Response:
     rt = request.app.runtime
     control: ControlPlane | None = rt.control
-    if control is None or not rt.config.admin.keys:
-        raise NotFound("the control plane is off: configure admin.keys and store.url")
-    actor = Actor(admin=_admin_name(rt.config, request.headers), now=time.time())
+    if control is None or not (rt.config.admin.enabled or await _stored_admins(control)):
+        raise NotFound("the control plane is off: configure admin.keys (or admin.jwt_groups) and store.url")
+    who = await admin_principal(rt.config, rt.keyring.jwt, control, request.headers)
+    actor = Actor(admin=who.name, now=time.time(), role=who.role, team=who.team)
     parts = [unquote(p) for p in request.path[len(PREFIX):].split("/")]
-    handler = _handler(request.method, parts)
+    route, handler = _handler(request.method, parts)
     status = 500
     try:
+        if not may(who, route, request.method):
+            raise Forbidden(f"the {who.role} role may not {request.method} /admin/v1/{route}")
         response = await handler(request, control, actor, parts)
         status = response.status
         return response
@@ -81,8 +87,25 @@ async def admin(request: GatewayRequest) -> Response:
         log.exception("admin_failed", route=handler.__name__, error=type(exc).__name__)
         raise GatewayError("internal error of the control plane") from None
     finally:  # one line per admin request: who, what, the answer (never a body: it may hold a secret)
-        log.info("admin_request", request_id=request.request_id, admin=actor.admin, method=request.method,
-                 route=handler.__name__, name=parts[1][:128] if len(parts) > 1 else None, status=status)
+        log.info("admin_request", request_id=request.request_id, admin=_logged(who), role=who.role,
+                 method=request.method, route=handler.__name__, name=parts[1][:128] if len(parts) > 1 else None,
+                 status=status)
+
+
+async def _stored_admins(control: ControlPlane) -> bool:
+    try:
+        return await control.store.admin_keys.any()
+    except StoreUnavailable:
+        return False
+
+
+def _logged(who: AdminPrincipal) -> str:
+    """The admin as the log line names it: a key's name, or a token's subject hashed (never raw)."""
+    return f"jwt:{subject_hash(who.name)}" if who.via == "jwt" else who.name
+
+
+class Forbidden(GatewayError):
+    status, type, code, outcome = 403, "permission_error", "permission_denied", "auth_error"
 
 
 _STATUS: dict[type[Exception], int] = {Conflict: 409, Missing: 404, Invalid: 400, StoreUnavailable: 503,
@@ -102,18 +125,7 @@ def _error(control: ControlPlane, exc: Exception) -> GatewayError:
     return StoreDown(str(exc))
 
 
-def _admin_name(config: Config, headers: dict[str, str]) -> str:
-    scheme, _, value = (headers.get("authorization") or "").partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        raise InvalidApiKey("missing admin key: send Authorization: Bearer <admin key>")
-    digest = hashlib.sha256(value.strip().encode()).digest()
-    for k in config.admin.keys:
-        if hmac.compare_digest(bytes.fromhex(k.key_sha256), digest):
-            return k.name
-    raise InvalidApiKey("invalid admin key")
-
-
-def _handler(method: str, parts: list[str]) -> Handler:
+def _handler(method: str, parts: list[str]) -> tuple[str, Handler]:
     route = {1: parts[0], 2: parts[0] + "/{name}", 3: parts[0] + "/{name}/" + parts[-1]}.get(len(parts), "")
     methods = _ROUTES.get(route)
     if methods is None or (len(parts) > 1 and not parts[1]):
@@ -121,7 +133,7 @@ def _handler(method: str, parts: list[str]) -> Handler:
     handler = methods.get(method)
     if handler is None:
         raise MethodNotAllowed("method not allowed on this route", headers={"Allow": ", ".join(methods)})
-    return handler
+    return route, handler
 
 
 # -- keys -----------------------------------------------------------------------------------------
@@ -148,8 +160,10 @@ async def create_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, pa
     name = f.name_of(data)
     if any(k.name == name for k in config.auth.keys):
         raise NameTaken(f"a key named {name} exists (in the config file)")
-    key = StoredKey(name=name, limits=f.limits(data, Limits(), frozenset(config.models)),
-                    team=f.team_of(data, None), expires_at=f.expires_at(data, None, actor.now),
+    lim = f.limits(data, Limits(), frozenset(config.models))
+    await s.within_team(cp, actor, lim)
+    key = StoredKey(name=name, limits=lim,
+                    team=s.key_team(actor, f.team_of(data, None)), expires_at=f.expires_at(data, None, actor.now),
                     metadata=f.metadata(data, "{}"), created_at=actor.now, id="k-" + secrets.token_hex(12))
     secret, digest = _new_secret()
     await cp.store.create_key(actor, key, digest)
@@ -158,19 +172,21 @@ async def create_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, pa
 
 
 async def list_keys(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    keys, more = await cp.store.list_keys(f.page(_query(request)))
+    keys, more = await cp.store.list_keys(f.page(f.query(request)), team=s.scope(actor))
     return json_response({"object": "list", "data": [key_view(k) for k in keys], "has_more": more})
 
 
 async def read_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    return json_response(key_view(await cp.store.get_key(parts[1])))
+    return json_response(key_view(await s.team_key(cp, actor, parts[1])))
 
 
 async def patch_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     data = f.json_object(request.body, tuple(x for x in f.KEY_FIELDS if x != "name"))
-    old = await cp.store.get_key(parts[1])
+    old = await s.team_key(cp, actor, parts[1])
     models = frozenset(request.app.runtime.config.models)
-    new = replace(old, limits=f.limits(data, old.limits, models), team=f.team_of(data, old.team),
+    lim = f.limits(data, old.limits, models)
+    await s.within_team(cp, actor, lim)
+    new = replace(old, limits=lim, team=s.key_team(actor, f.team_of(data, old.team)),
                   expires_at=f.expires_at(data, old.expires_at, actor.now), metadata=f.metadata(data, old.metadata))
     await cp.store.update_key(actor, new, data)
     await cp.changed()
@@ -178,6 +194,7 @@ async def patch_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, par
 
 
 async def delete_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    await s.may_touch_key(cp, actor, parts[1])
     await cp.store.delete_key(actor, parts[1])
     await cp.changed()
     return json_response({"object": "gateway.key.deleted", "name": parts[1], "deleted": True})
@@ -185,6 +202,7 @@ async def delete_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, pa
 
 async def rotate_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     grace_s = f.grace(f.json_object(request.body, ("grace_s",)))
+    await s.may_touch_key(cp, actor, parts[1])
     secret, digest = _new_secret()
     await cp.store.rotate_key(actor, parts[1], digest, grace_s)
     await cp.changed()
@@ -208,11 +226,17 @@ async def create_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, p
 
 
 async def list_teams(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    teams, more = await cp.store.list_teams(f.page(_query(request)))
+    page = f.page(f.query(request))
+    own = s.scope(actor)
+    if own is not None:  # a team admin's list is its own team
+        teams, more = ([await cp.store.get_team(own)] if page.after is None or own > page.after else []), False
+    else:
+        teams, more = await cp.store.list_teams(page)
     return json_response({"object": "list", "data": [team_view(t) for t in teams], "has_more": more})
 
 
 async def read_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
+    s.visible(actor, parts[1], "team", parts[1])
     return json_response(team_view(await cp.store.get_team(parts[1])))
 
 
@@ -234,7 +258,9 @@ async def delete_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, p
 # -- spend and audit ------------------------------------------------------------------------------
 
 async def spend(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    q = f.spend_query(_query(request))
+    q = f.spend_query(f.query(request))
+    if (own := s.scope(actor)) is not None:
+        q = replace(q, team=own)
     await cp.ledger.settle()  # this process's journaled rows are in, not just those of the last commit
     rows = await cp.store.spend(q)
     data = [{**dict(r.group), "requests": r.requests, "input_tokens": r.input_tokens,
@@ -245,14 +271,10 @@ async def spend(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: 
 
 
 async def audit(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
-    entries, more = await cp.store.audit(f.page(_query(request), numeric=True))
+    entries, more = await cp.store.audit(f.page(f.query(request), numeric=True), team=s.scope(actor))
     data = [{"id": e.id, "at": f.iso(e.ts), "admin": e.admin, "action": e.action, "name": e.target,
              "detail": orjson.loads(e.detail)} for e in entries]
     return json_response({"object": "list", "data": data, "has_more": more})
-
-
-def _query(request: GatewayRequest) -> dict[str, str]:
-    return dict(parse_qsl(request.head.query, keep_blank_values=True))
 
 
 _ROUTES: dict[str, dict[str, Handler]] = {
@@ -264,4 +286,7 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "spend": {"GET": spend},
     "audit": {"GET": audit},
     "stats": {"GET": admin_stats.stats},
+    "me": {"GET": s.me},
+    "admin-keys": {"POST": s.create_admin_key, "GET": s.list_admin_keys},
+    "admin-keys/{name}": {"DELETE": s.delete_admin_key},
 }

@@ -10,6 +10,7 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 
@@ -197,3 +198,8 @@ def page(params: dict[str, str], *, numeric: bool = False) -> Page:
 
 def iso(t: float | None) -> str | None:
     return None if t is None else datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def query(request: Any) -> dict[str, str]:
+    """A request's query parameters (the last of a repeated one), blank values kept."""
+    return dict(parse_qsl(request.head.query, keep_blank_values=True))

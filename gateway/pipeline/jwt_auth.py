@@ -22,7 +22,7 @@ import jwt
 import structlog
 
 from gateway.config.types import ApiKey, JwtConfig, TeamLimits
-from gateway.core.policy.identity import GroupRule, RefetchGate, Refusal, TokenCache, grant_for
+from gateway.core.policy.identity import GroupRule, RefetchGate, Refusal, TokenCache, claim_groups, grant_for
 from gateway.errors import ExpiredApiKey, InvalidApiKey, PermissionDenied
 
 log = structlog.get_logger("gateway")
@@ -143,6 +143,14 @@ class JwtAuth:
         until = float(exp) + self.cfg.leeway_s if isinstance(exp, int | float) else now + 300.0
         self._verified.put(digest, (key, version), until)
         return key
+
+    def claims(self, token: str) -> dict[str, Any]:
+        """A token's verified claims, for the control plane (admin roles by `admin.jwt_groups`): the same
+        checks as `principal`, without the data plane's group mapping. Raises as `principal` does."""
+        return self._verify(token)
+
+    def groups(self, claims: dict[str, Any]) -> tuple[str, ...]:
+        return claim_groups(claims, self.cfg.groups_claim)
 
     async def refetch(self) -> bool:
         """One JWKS fetch for an unknown `kid`, unless one ran within `refetch_s`: whether it ran."""

@@ -47,7 +47,7 @@ def spend_row(ctx: RequestContext, outcome: str, now: float) -> SpendRow:
         ctx.model.name, d.label if d is not None else None, ctx.api, outcome,
         u.input if u else 0, u.output if u else 0, u.cached_input if u else 0,
         u.cache_creation_input if u else 0, u.reasoning if u else 0, ctx.cost_usd,
-        key.id if key is not None else None,
+        key.id if key is not None else None, key.subject if key is not None else None,
     )
 
 

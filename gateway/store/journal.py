@@ -157,8 +157,9 @@ def parse_rows(data: bytes) -> list[SpendRow]:
             values = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        # a line of the version before keys had ids has one field less (`key_id`: None)
-        if isinstance(values, list) and _FIELDS - 1 <= len(values) <= _FIELDS:
+        # a line of an older version has fewer fields (before keys had ids: no `key_id`; before IdP
+        # tokens: no `subject`), each None then
+        if isinstance(values, list) and _FIELDS - 2 <= len(values) <= _FIELDS:
             rows.append(SpendRow(*values))
     return rows
 

@@ -45,6 +45,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         """UPDATE gw_spend SET key_id = (SELECT k.id FROM gw_keys k WHERE k.name = gw_spend.key_name
             AND gw_spend.ts >= k.created_at) WHERE key_name IS NOT NULL""",
     )),
+    # identity (docs/identity.md): admin keys kept in the store with a role, the audit log's rows carry the
+    # team of what they changed (a team admin reads its own team's), spend rows the IdP token's subject
+    (3, (
+        """CREATE TABLE gw_admin_keys (name TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, role TEXT NOT NULL,
+            team TEXT, created_at DOUBLE PRECISION NOT NULL)""",
+        "ALTER TABLE gw_audit ADD COLUMN team TEXT",
+        "ALTER TABLE gw_spend ADD COLUMN subject TEXT",
+    )),
 )
 LATEST = MIGRATIONS[-1][0]
 _ID = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgresql": "BIGSERIAL PRIMARY KEY"}

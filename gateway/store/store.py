@@ -16,6 +16,7 @@ import orjson
 
 from gateway.config.types import key_counter
 from gateway.store import rows as parse
+from gateway.store.admin_keys import AdminKeys
 from gateway.store.db import Database, Tx, open_database
 from gateway.store.migrations import migrate
 from gateway.store.types import (
@@ -44,26 +45,28 @@ _KEY_COLS = "name, team, models, rpm, tpm, budget_usd, budget_period, expires_at
 _TEAM_COLS = "name, models, rpm, tpm, budget_usd, budget_period, created_at"
 # in SpendRow's field order: a row is its own parameters
 _SPEND_COLS = ("row_id, request_id, ts, day, key_name, team, model, deployment, api, outcome, input_tokens, "
-               "output_tokens, cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, cost_usd, key_id")
-_SPEND_INSERT = (f"INSERT INTO gw_spend ({_SPEND_COLS}) VALUES ({', '.join('?' * 17)}) "
+               "output_tokens, cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, cost_usd, key_id, "
+               "subject")
+_SPEND_INSERT = (f"INSERT INTO gw_spend ({_SPEND_COLS}) VALUES ({', '.join('?' * 18)}) "
                  "ON CONFLICT (row_id) DO NOTHING")
 # PostgreSQL: the batch as one JSON parameter (an array of rows, each an array in column order), expanded
 # by the server: one round trip, and one text parameter to encode (orjson) instead of a value each
 _SPEND_PG_TYPES = ("text", "text", "float8", "text", "text", "text", "text", "text", "text", "text",
-                   "int8", "int8", "int8", "int8", "int8", "float8", "text")
+                   "int8", "int8", "int8", "int8", "int8", "float8", "text", "text")
 _SPEND_INSERT_PG = (f"INSERT INTO gw_spend ({_SPEND_COLS}) SELECT "
                     + ", ".join(f"(e->>{i})::{t}" for i, t in enumerate(_SPEND_PG_TYPES))
                     + " FROM json_array_elements(?::json) AS e ON CONFLICT (row_id) DO NOTHING")
 # `key` is grouped by its id too (`key_id` in the answer): a reused name's spend stays apart from the
 # spend of the revoked key that had the name before (docs/keys-teams-spend.md, "Spend")
 _GROUP_COL = {"key": "key_name", "key_id": "key_id", "team": "team", "model": "model", "deployment": "deployment",
-              "day": "day"}
+              "day": "day", "subject": "subject"}
 
 
 class Store:
     def __init__(self, main: Database, ledger: Database):
         self._db, self._ledger = main, ledger
         self.dialect = main.dialect
+        self.admin_keys = AdminKeys(main, self._changed)
 
     @classmethod
     async def open(cls, url: str, connect_timeout_s: float = 5.0) -> Store:
@@ -116,13 +119,14 @@ class Store:
             await tx.exec(f"INSERT INTO gw_keys ({_KEY_COLS}) VALUES ({', '.join('?' * 11)})", _key_row(key))
             await tx.exec("INSERT INTO gw_key_secrets (digest, key_name, created_at, expires_at) "
                           "VALUES (?, ?, ?, NULL)", (digest, key.name, actor.now))
-            await self._changed(tx, actor, "key.create", key.name, _limits_detail(key.limits, team=key.team))
+            await self._changed(tx, actor, "key.create", key.name, _limits_detail(key.limits, team=key.team),
+                                key.team)
 
         await self._db.transact(run)
 
-    async def list_keys(self, page: Page = FIRST_PAGE) -> tuple[list[StoredKey], bool]:
-        """One page by name, rows that cannot be read left out (the sync logs them); has more."""
-        return await self._page(f"SELECT {_KEY_COLS} FROM gw_keys", "gw_keys", parse.key, page)
+    async def list_keys(self, page: Page = FIRST_PAGE, team: str | None = None) -> tuple[list[StoredKey], bool]:
+        """One page by name (of `team`'s keys), unreadable rows left out (the sync logs them); has more."""
+        return await self._page(f"SELECT {_KEY_COLS} FROM gw_keys", "gw_keys", parse.key, page, team)
 
     async def get_key(self, name: str) -> StoredKey:
         async def run(tx: Tx) -> StoredKey:
@@ -141,16 +145,16 @@ class Store:
                               "budget_period = ?, expires_at = ?, metadata = ? WHERE name = ?", (*row[1:9], key.name))
             if n == 0:
                 raise Missing(f"no key named {key.name}")
-            await self._changed(tx, actor, "key.update", key.name, changed)
+            await self._changed(tx, actor, "key.update", key.name, changed, key.team)
 
         await self._db.transact(run)
 
     async def delete_key(self, actor: Actor, name: str) -> None:
         async def run(tx: Tx) -> None:
-            if await tx.exec("DELETE FROM gw_keys WHERE name = ?", (name,)) == 0:
-                raise Missing(f"no key named {name}")
+            team = await _team_of_key(tx, name)
+            await tx.exec("DELETE FROM gw_keys WHERE name = ?", (name,))
             await tx.exec("DELETE FROM gw_key_secrets WHERE key_name = ?", (name,))
-            await self._changed(tx, actor, "key.revoke", name, {})
+            await self._changed(tx, actor, "key.revoke", name, {}, team)
 
         await self._db.transact(run)
 
@@ -158,8 +162,7 @@ class Store:
         """A new secret; the key's others stay valid `grace_s` longer (0: end now)."""
 
         async def run(tx: Tx) -> None:
-            if not await tx.rows("SELECT 1 FROM gw_keys WHERE name = ?", (name,)):
-                raise Missing(f"no key named {name}")
+            team = await _team_of_key(tx, name)
             if grace_s <= 0:
                 await tx.exec("DELETE FROM gw_key_secrets WHERE key_name = ?", (name,))
             else:
@@ -169,7 +172,7 @@ class Store:
                 await tx.exec("DELETE FROM gw_key_secrets WHERE key_name = ? AND expires_at <= ?", (name, actor.now))
             await tx.exec("INSERT INTO gw_key_secrets (digest, key_name, created_at, expires_at) "
                           "VALUES (?, ?, ?, NULL)", (digest, name, actor.now))
-            await self._changed(tx, actor, "key.rotate", name, {"grace_s": grace_s})
+            await self._changed(tx, actor, "key.rotate", name, {"grace_s": grace_s}, team)
 
         await self._db.transact(run)
 
@@ -180,7 +183,7 @@ class Store:
             if await tx.rows("SELECT 1 FROM gw_teams WHERE name = ?", (team.name,)):
                 raise Conflict(f"a team named {team.name} exists")
             await tx.exec(f"INSERT INTO gw_teams ({_TEAM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)", _team_row(team))
-            await self._changed(tx, actor, "team.create", team.name, _limits_detail(team.limits))
+            await self._changed(tx, actor, "team.create", team.name, _limits_detail(team.limits), team.name)
 
         await self._db.transact(run)
 
@@ -188,7 +191,7 @@ class Store:
         return await self._page(f"SELECT {_TEAM_COLS} FROM gw_teams", "gw_teams", parse.team, page)
 
     async def _page(self, select: str, table: str, read: Callable[[tuple[Any, ...]], T],
-                    page: Page) -> tuple[list[T], bool]:
+                    page: Page, team: str | None = None) -> tuple[list[T], bool]:
         """Rows by name after `page.after`, `page.limit` readable ones at most, and whether more follow;
         fetched a page at a time until it is full, so rows that cannot be read never end a listing."""
         out: list[T] = []
@@ -196,8 +199,10 @@ class Store:
 
         async def run(tx: Tx) -> list[tuple[Any, ...]]:
             where = " WHERE name > ?" if after is not None else " WHERE name IS NOT NULL"
-            return await tx.rows(select + where + " ORDER BY name LIMIT ?",
-                                 (after, page.limit + 1) if after is not None else (page.limit + 1,))
+            params: tuple[Any, ...] = (after,) if after is not None else ()
+            if team is not None:
+                where, params = where + " AND team = ?", (*params, team)
+            return await tx.rows(select + where + " ORDER BY name LIMIT ?", (*params, page.limit + 1))
 
         while True:
             rows = await self._db.transact(run, write=False)
@@ -225,7 +230,7 @@ class Store:
                               "WHERE name = ?", (*row[1:6], team.name))
             if n == 0:
                 raise Missing(f"no team named {team.name}")
-            await self._changed(tx, actor, "team.update", team.name, changed)
+            await self._changed(tx, actor, "team.update", team.name, changed, team.name)
 
         await self._db.transact(run)
 
@@ -235,7 +240,7 @@ class Store:
                 raise Conflict(f"team {name} still has keys: move or revoke them first")
             if await tx.exec("DELETE FROM gw_teams WHERE name = ?", (name,)) == 0:
                 raise Missing(f"no team named {name}")
-            await self._changed(tx, actor, "team.delete", name, {})
+            await self._changed(tx, actor, "team.delete", name, {}, name)
 
         await self._db.transact(run)
 
@@ -263,6 +268,9 @@ class Store:
         if q.day_to:
             where.append("day <= ?")
             params.append(q.day_to)
+        if q.team is not None:
+            where.append("team = ?")
+            params.append(q.team)
         sql = ("SELECT " + "".join(c + ", " for c in cols) + "COUNT(*), SUM(input_tokens), SUM(output_tokens), "
                "SUM(cached_input_tokens), SUM(reasoning_tokens), SUM(cost_usd) FROM gw_spend"
                + (" WHERE " + " AND ".join(where) if where else "")
@@ -296,26 +304,39 @@ class Store:
 
         return await self._db.transact(run, write=False)
 
-    async def audit(self, page: Page = FIRST_PAGE) -> tuple[list[AuditEntry], bool]:
-        """Newest first; `page.after`: the id of the last entry seen (the next page is older)."""
-        before = int(page.after) if page.after is not None else None
+    async def audit(self, page: Page = FIRST_PAGE, team: str | None = None) -> tuple[list[AuditEntry], bool]:
+        """Newest first, after `page.after` (the last id seen); `team`: entries about its objects only."""
+        where: list[str] = []
+        params: list[int | str] = []
+        if page.after is not None:
+            where.append("id < ?")
+            params.append(int(page.after))
+        if team is not None:
+            where.append("team = ?")
+            params.append(team)
+        sql = ("SELECT ts, admin, action, target, detail, id, team FROM gw_audit"
+               + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC LIMIT ?")
 
         async def run(tx: Tx) -> list[tuple[Any, ...]]:
-            cols = "SELECT ts, admin, action, target, detail, id FROM gw_audit"
-            if before is None:
-                return await tx.rows(cols + " ORDER BY id DESC LIMIT ?", (page.limit + 1,))
-            return await tx.rows(cols + " WHERE id < ? ORDER BY id DESC LIMIT ?", (before, page.limit + 1))
+            return await tx.rows(sql, (*params, page.limit + 1))
 
         rows = await self._db.transact(run, write=False)
-        return [AuditEntry(float(r[0]), r[1], r[2], r[3], r[4], int(r[5])) for r in rows[:page.limit]], \
+        return [AuditEntry(float(r[0]), r[1], r[2], r[3], r[4], int(r[5]), r[6]) for r in rows[:page.limit]], \
             len(rows) > page.limit
 
-    async def _changed(self, tx: Tx, actor: Actor, action: str, target: str, detail: dict[str, Any]) -> None:
-        await tx.exec("INSERT INTO gw_audit (ts, admin, action, target, detail) VALUES (?, ?, ?, ?, ?)",
-                      (actor.now, actor.admin, action, target, orjson.dumps(detail).decode()))
+    async def _changed(self, tx: Tx, actor: Actor, action: str, target: str, detail: dict[str, Any],
+                       team: str | None = None) -> None:
+        await tx.exec("INSERT INTO gw_audit (ts, admin, action, target, detail, team) VALUES (?, ?, ?, ?, ?, ?)",
+                      (actor.now, actor.admin, action, target, orjson.dumps(detail).decode(), team))
         await tx.exec("UPDATE gw_meta SET version = version + 1 WHERE id = 1")
         if self.dialect == "postgresql":
             await tx.rows(f"SELECT pg_notify('{CHANNEL}', '')")
+
+
+async def _team_of_key(tx: Tx, name: str) -> str | None:
+    if not (rows := await tx.rows("SELECT team FROM gw_keys WHERE name = ?", (name,))):
+        raise Missing(f"no key named {name}")
+    return rows[0][0] if isinstance(rows[0][0], str) else None
 
 
 async def _check_team(tx: Tx, team: str | None) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 Period = Literal["day", "month"]
-GROUPS = ("key", "team", "model", "deployment", "day")
+GROUPS = ("key", "team", "model", "deployment", "day", "subject")
 
 
 class StoreError(Exception):
@@ -127,6 +127,7 @@ class SpendRow(NamedTuple):
     reasoning_tokens: int = 0
     cost_usd: float = 0.0
     key_id: str | None = None  # a stored key's id (its spend, whatever its name); None for a config key
+    subject: str | None = None  # an IdP token's `sub` (docs/identity.md); None for a key
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,7 @@ class SpendQuery:
     group_by: tuple[str, ...]  # a subset of GROUPS, in the order asked
     day_from: str | None = None  # YYYY-MM-DD inclusive
     day_to: str | None = None
+    team: str | None = None  # only this team's rows (a team admin's view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +167,7 @@ class AuditEntry:
     target: str
     detail: str = "{}"  # JSON: the fields changed (never a secret)
     id: int = 0  # ascending; a page of the audit log starts after one
+    team: str | None = None  # the team of what was changed (a key's, or the team itself)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,3 +176,5 @@ class Actor:
 
     admin: str
     now: float
+    role: str = "admin"  # admin, team_admin, viewer (docs/identity.md)
+    team: str | None = None  # a team admin's team

@@ -62,7 +62,6 @@ def test_pkce_sign_in_sends_the_idps_token(page: Page, console: Console, idp: Fa
     assert page.context.cookies() == []
 
 
-@pytest.mark.xfail(strict=True, reason="admin JWTs land with #58")
 def test_pkce_sign_in_opens_the_console(page: Page, console: Console, browser: Browser) -> None:
     sso_sign_in(page, console)
     page.locator("#who").filter(has_text="·").wait_for(timeout=3000)

@@ -1,17 +1,12 @@
-"""Each role sees and may do what its API allows (docs/console.md, Roles). Roles on the admin API and
-`GET /admin/v1/me` land with #58; until then these fail, and strict xfail says so the day they pass."""
+"""Each role sees and may do what its API allows (docs/console.md, Roles; docs/identity.md)."""
 
 from __future__ import annotations
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.console_env import TEAM_ADMIN_KEY, VIEWER_KEY, Console, go, sign_in
 
-ROLES_PENDING = pytest.mark.xfail(strict=True, reason="roles land with #58")
 
-
-@ROLES_PENDING
 def test_a_viewer_cannot_create(page: Page, console: Console) -> None:
     sign_in(page, console, VIEWER_KEY)
     assert "viewer" in page.locator("#who").inner_text()  # shown once signed in (sign_in waits)
@@ -22,7 +17,6 @@ def test_a_viewer_cannot_create(page: Page, console: Console) -> None:
     assert console.api("POST", "keys", {"name": "nope"}, key=VIEWER_KEY)[0] == 403
 
 
-@ROLES_PENDING
 def test_a_team_admin_sees_only_its_team(page: Page, console: Console) -> None:
     for team in ("research", "sales"):
         assert console.api("POST", "teams", {"name": team})[0] == 201

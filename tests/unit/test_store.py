@@ -32,7 +32,7 @@ async def _store(tmp_path: Path) -> Store:
 
 async def test_migrations_apply_once(tmp_path: Path) -> None:
     store = await Store.open(f"sqlite:///{tmp_path}/s.db")
-    assert await store.migrate() == [1, 2]
+    assert await store.migrate() == [1, 2, 3]
     assert await store.migrate() == []
     assert await store.version() == 0
     await store.close()

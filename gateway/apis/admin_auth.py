@@ -1,0 +1,62 @@
+"""Who calls the control plane, and with which role (docs/identity.md, "Admin roles").
+
+A bearer credential is, in this order: an admin key of the config (`admin.keys`, with its `role`), an
+IdP token whose groups map to a role through `admin.jwt_groups` (verified as on the data plane, by
+`auth.jwt`), or an admin key kept in the store (`/admin/v1/admin-keys`). A gateway key is never an
+admin credential.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from typing import cast
+
+from gateway.config.types import Config
+from gateway.core.policy.identity import looks_like_jwt
+from gateway.core.policy.roles import AdminPrincipal, Role, strongest
+from gateway.errors import InvalidApiKey, PermissionDenied
+from gateway.pipeline.jwt_auth import JwtAuth, SigningKeyUnknown, invalid_token
+from gateway.store import ControlPlane
+
+
+def bearer(headers: Mapping[str, str]) -> str:
+    scheme, _, value = (headers.get("authorization") or "").partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise InvalidApiKey("missing admin credential: send Authorization: Bearer <admin key or token>")
+    return value.strip()
+
+
+async def admin_principal(config: Config, jwt: JwtAuth | None, control: ControlPlane,
+                          headers: Mapping[str, str]) -> AdminPrincipal:
+    credential = bearer(headers)
+    digest = hashlib.sha256(credential.encode()).digest()
+    for k in config.admin.keys:
+        if hmac.compare_digest(bytes.fromhex(k.key_sha256), digest):
+            return AdminPrincipal(k.name, k.role, k.team, "config_key")
+    if jwt is not None and config.admin.jwt_groups and looks_like_jwt(credential):
+        return await _token_principal(config, jwt, credential)
+    stored = await control.store.admin_keys.find(digest.hex())
+    if stored is not None:
+        return AdminPrincipal(stored.name, cast(Role, stored.role), stored.team, "stored_key")
+    raise InvalidApiKey("invalid admin credential")
+
+
+async def _token_principal(config: Config, jwt: JwtAuth, token: str) -> AdminPrincipal:
+    try:
+        claims = jwt.claims(token)
+    except SigningKeyUnknown:
+        await jwt.refetch()
+        try:
+            claims = jwt.claims(token)
+        except SigningKeyUnknown:
+            raise invalid_token() from None
+    held = set(jwt.groups(claims))
+    grant = strongest((g.role, g.team) for g in config.admin.jwt_groups if g.group in held)
+    if grant is None:
+        denied = PermissionDenied("this token's groups grant no admin role")
+        denied.reason = "jwt_no_admin_group"
+        raise denied
+    sub = claims.get("sub")
+    return AdminPrincipal(sub if isinstance(sub, str) and sub else "jwt", grant[0], grant[1], "jwt")

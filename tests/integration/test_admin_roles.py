@@ -1,0 +1,160 @@
+"""Admin roles on every `/admin/v1` route (docs/identity.md, "Admin roles"): a table of route x caller,
+for admin keys of each role, a stored admin key, and IdP tokens mapped by `admin.jwt_groups`. Each
+allowed call succeeds; a role that may not call a route gets 403; a team admin asking for another team's
+objects gets 404, as if they did not exist."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.config import parse_config
+from tests.control_plane import ADMIN_KEY, admin_call, raw_config
+from tests.fake_idp import AUDIENCE, FakeIdp
+from tests.harness import GatewayServer, LoopThread
+
+LEAD_A, LEAD_B, VIEWER = "adm-lead-a-" + "a" * 30, "adm-lead-b-" + "b" * 30, "adm-viewer-" + "v" * 30
+
+
+@pytest.fixture
+def idp(servers: LoopThread) -> Iterator[FakeIdp]:
+    server = FakeIdp()
+    servers.run(server.start())
+    yield server
+    servers.run(server.stop())
+
+
+@pytest.fixture
+def gw(tmp_path: Path, idp: FakeIdp, make_gateway: Callable[..., GatewayServer]) -> GatewayServer:
+    raw: dict[str, Any] = raw_config(f"sqlite:///{tmp_path}/roles.db")
+    raw["admin"] = {
+        "keys": [{"name": "platform", "key": ADMIN_KEY},
+                 {"name": "lead-a", "key": LEAD_A, "role": "team_admin", "team": "a"},
+                 {"name": "lead-b", "key": LEAD_B, "role": "team_admin", "team": "b"},
+                 {"name": "auditor", "key": VIEWER, "role": "viewer"}],
+        "jwt_groups": {"platform-admins": "admin", "leads-a": {"role": "team_admin", "team": "a"},
+                       "finance": "viewer"}}
+    raw["auth"]["jwt"] = {"issuer": idp.issuer, "audience": AUDIENCE, "groups": {"ml-eng": {"team": "a"}}}
+    gw = make_gateway(parse_config(raw, env={}))
+    for team in ("a", "b"):
+        assert admin_call(gw.port, "POST", "teams", {"name": team, "rpm": 100, "budget_usd": 10})[0] == 201
+    for name, team in (("key-a", "a"), ("key-b", "b")):
+        assert admin_call(gw.port, "POST", "keys", {"name": name, "team": team})[0] == 201
+    return gw
+
+
+def _callers(idp: FakeIdp) -> dict[str, str]:
+    return {"admin": ADMIN_KEY, "lead_a": LEAD_A, "lead_b": LEAD_B, "viewer": VIEWER,
+            "jwt_admin": idp.token(["platform-admins"]), "jwt_lead_a": idp.token(["leads-a", "ml-eng"]),
+            "jwt_viewer": idp.token(["finance"])}
+
+
+# (method, path, body) -> the status each caller gets; a team admin of team a acts on team a's objects
+ROUTES: list[tuple[str, str, Any, dict[str, int]]] = [
+    ("GET", "keys", None, {"admin": 200, "lead_a": 200, "lead_b": 200, "viewer": 403}),
+    ("GET", "keys/key-a", None, {"admin": 200, "lead_a": 200, "lead_b": 404, "viewer": 403}),
+    ("PATCH", "keys/key-a", {"rpm": 50}, {"admin": 200, "lead_a": 200, "lead_b": 404, "viewer": 403}),
+    ("POST", "keys/key-a/rotate", {}, {"admin": 200, "lead_a": 200, "lead_b": 404, "viewer": 403}),
+    ("GET", "teams", None, {"admin": 200, "lead_a": 200, "lead_b": 200, "viewer": 403}),
+    ("GET", "teams/a", None, {"admin": 200, "lead_a": 200, "lead_b": 404, "viewer": 403}),
+    ("PATCH", "teams/a", {"rpm": 90}, {"admin": 200, "lead_a": 403, "lead_b": 403, "viewer": 403}),
+    ("POST", "teams", {"name": "new-team"}, {"admin": 201, "lead_a": 403, "lead_b": 403, "viewer": 403}),
+    ("GET", "spend?group_by=team", None, {"admin": 200, "lead_a": 200, "lead_b": 200, "viewer": 200}),
+    ("GET", "stats", None, {"admin": 200, "lead_a": 200, "lead_b": 200, "viewer": 200}),
+    ("GET", "audit", None, {"admin": 200, "lead_a": 200, "lead_b": 200, "viewer": 403}),
+    ("GET", "me", None, {"admin": 200, "lead_a": 200, "lead_b": 200, "viewer": 200}),
+    ("GET", "admin-keys", None, {"admin": 200, "lead_a": 403, "lead_b": 403, "viewer": 403}),
+]
+JWT_OF = {"jwt_admin": "admin", "jwt_lead_a": "lead_a", "jwt_viewer": "viewer"}
+
+
+@pytest.mark.parametrize(("method", "path", "body", "expected"), ROUTES, ids=[f"{m} {p}" for m, p, _, _ in ROUTES])
+def test_every_route_for_every_role(gw: GatewayServer, idp: FakeIdp, method: str, path: str, body: Any,
+                                    expected: dict[str, int]) -> None:
+    for caller, credential in _callers(idp).items():
+        want = expected[JWT_OF.get(caller, caller)]
+        status, answer = admin_call(gw.port, method, path, body, key=credential)
+        assert status == want, (caller, method, path, answer)
+        if status == 403:
+            assert answer["error"]["code"] == "permission_denied"
+        if status == 201 and path == "teams":  # created once per caller that may: undo it for the next
+            assert admin_call(gw.port, "DELETE", f"teams/{body['name']}")[0] == 200
+
+
+def test_a_team_admin_sees_and_writes_only_its_team(gw: GatewayServer) -> None:
+    status, keys = admin_call(gw.port, "GET", "keys", key=LEAD_A)
+    assert status == 200 and [k["name"] for k in keys["data"]] == ["key-a"]
+    assert [t["name"] for t in admin_call(gw.port, "GET", "teams", key=LEAD_A)[1]["data"]] == ["a"]
+    # a key is created in its own team, whatever it asks, and within the team's own limits
+    status, made = admin_call(gw.port, "POST", "keys", {"name": "mine"}, key=LEAD_A)
+    assert status == 201 and made["team"] == "a"
+    assert admin_call(gw.port, "POST", "keys", {"name": "theirs", "team": "b"}, key=LEAD_A)[0] == 404
+    status, err = admin_call(gw.port, "POST", "keys", {"name": "big", "rpm": 1000}, key=LEAD_A)
+    assert (status, err["error"]["param"]) == (400, "rpm")
+    status, err = admin_call(gw.port, "POST", "keys", {"name": "rich", "budget_usd": 11}, key=LEAD_A)
+    assert (status, err["error"]["param"]) == (400, "budget_usd")
+    assert admin_call(gw.port, "PATCH", "keys/mine", {"team": "b"}, key=LEAD_A)[0] == 404
+    assert admin_call(gw.port, "DELETE", "keys/key-b", key=LEAD_A)[0] == 404
+    assert admin_call(gw.port, "GET", "keys/key-b")[0] == 200  # still there
+    assert admin_call(gw.port, "DELETE", "keys/mine", key=LEAD_A)[0] == 200
+
+
+def test_a_team_admins_spend_and_audit_are_its_teams(gw: GatewayServer) -> None:
+    key_a = admin_call(gw.port, "POST", "keys/key-a/rotate", {})[1]["key"]
+    key_b = admin_call(gw.port, "POST", "keys/key-b/rotate", {})[1]["key"]
+    for key in (key_a, key_b):
+        client = openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0)
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    teams = {r["team"] for r in admin_call(gw.port, "GET", "spend?group_by=team", key=LEAD_A)[1]["data"]}
+    assert teams == {"a"}
+    assert {r["team"] for r in admin_call(gw.port, "GET", "spend?group_by=team")[1]["data"]} == {"a", "b"}
+    audit = admin_call(gw.port, "GET", "audit", key=LEAD_A)[1]["data"]
+    assert audit and {e["name"] for e in audit} <= {"a", "key-a"}
+
+
+def test_the_audit_names_the_actor_and_me_answers_every_role(gw: GatewayServer, idp: FakeIdp) -> None:
+    token = idp.token(["platform-admins"], sub="carol@example.com")
+    assert admin_call(gw.port, "PATCH", "keys/key-a", {"rpm": 7}, key=token)[0] == 200
+    assert admin_call(gw.port, "PATCH", "keys/key-a", {"rpm": 8}, key=LEAD_A)[0] == 200
+    actors = [e["admin"] for e in admin_call(gw.port, "GET", "audit")[1]["data"][:2]]
+    assert actors == ["lead-a", "carol@example.com"]
+    assert admin_call(gw.port, "GET", "me", key=LEAD_A)[1] == {"object": "gateway.admin", "name": "lead-a",
+                                                              "role": "team_admin", "team": "a"}
+    me = admin_call(gw.port, "GET", "me", key=idp.token(["finance", "leads-a"]))[1]  # the strongest role
+    assert (me["role"], me["team"]) == ("team_admin", "a")
+
+
+def test_stored_admin_keys(gw: GatewayServer) -> None:
+    status, made = admin_call(gw.port, "POST", "admin-keys", {"name": "ci-lead", "role": "team_admin", "team": "b"})
+    assert status == 201 and made["key"].startswith("sk-gw-admin-")
+    assert admin_call(gw.port, "GET", "keys", key=made["key"])[1]["data"][0]["name"] == "key-b"
+    assert admin_call(gw.port, "POST", "admin-keys", {"name": "x", "role": "viewer"}, key=made["key"])[0] == 403
+    assert admin_call(gw.port, "POST", "admin-keys", {"name": "bad", "role": "team_admin"})[0] == 400
+    assert admin_call(gw.port, "POST", "admin-keys", {"name": "ci-lead", "role": "viewer"})[0] == 409
+    assert [k["name"] for k in admin_call(gw.port, "GET", "admin-keys")[1]["data"]] == ["ci-lead"]
+    assert admin_call(gw.port, "DELETE", "admin-keys/ci-lead")[0] == 200
+    assert admin_call(gw.port, "GET", "keys", key=made["key"])[0] == 401  # revoked: at once
+    # an admin key is never a gateway key, nor a gateway key an admin key
+    client = openai.OpenAI(base_url=gw.base_url, api_key=ADMIN_KEY, max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        client.models.list()
+
+
+def test_tokens_without_an_admin_group_or_invalid_are_refused(gw: GatewayServer, idp: FakeIdp) -> None:
+    status, err = admin_call(gw.port, "GET", "me", key=idp.token(["ml-eng"]))
+    assert (status, err["error"]["code"]) == (403, "permission_denied")
+    assert admin_call(gw.port, "GET", "me", key=idp.token(["platform-admins"], ttl_s=-120))[0] == 401
+    assert admin_call(gw.port, "GET", "me", key=idp.token(["platform-admins"], aud="other"))[0] == 401
+
+
+def test_spend_by_subject_for_idp_callers(gw: GatewayServer, idp: FakeIdp) -> None:
+    token = idp.token(["ml-eng"], sub="dave@example.com")
+    client = openai.OpenAI(base_url=gw.base_url, api_key=token, max_retries=0)
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    rows = admin_call(gw.port, "GET", "spend?group_by=subject,team")[1]["data"]
+    assert [(r["subject"], r["team"], r["requests"]) for r in rows] == [("dave@example.com", "a", 1)]
+    assert admin_call(gw.port, "GET", "spend?group_by=subject", key=LEAD_B)[1]["data"] == []  # team b's view
