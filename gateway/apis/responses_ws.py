@@ -28,11 +28,11 @@ from gateway.core.responses.socket import (
     warmup_events,
 )
 from gateway.core.websocket import GOING_AWAY, NORMAL, POLICY_VIOLATION, HandshakeError, ServerSocket, accept_head
-from gateway.errors import GatewayError, InvalidRequest, ModelNotFound
+from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, ModelNotFound
 from gateway.http import Accepted, Link, Response, StreamResponse, json_response
 from gateway.http.eager import start_eagerly
 from gateway.http.turns import TURNS
-from gateway.pipeline.auth import KeyRing
+from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.ids import REQUEST_IDS
@@ -66,7 +66,7 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
         if head.http10:
             raise HandshakeError("a WebSocket handshake is an HTTP/1.1 request")
         answer = accept_head(head.headers)
-        key = app.runtime.keyring.authenticate(head.headers)
+        key = await app.runtime.keyring.caller(head.headers)  # a key, or an IdP token (one JWKS refetch)
     except HandshakeError as exc:
         return json_response({"error": {"message": str(exc), "type": "invalid_request_error", "param": None,
                                         "code": "invalid_request"}}, status=400)
@@ -268,7 +268,10 @@ class ResponsesSocket:
         """A warm-up calls no model, but is refused as a response would be: the key re-checked, the model
         one it may use."""
         rt = self.app.runtime
-        key = rt.keyring.authenticate(self._headers)
+        try:
+            key = rt.keyring.authenticate(self._headers)
+        except SigningKeyUnknown:  # its signing key left the IdP's JWKS since the upgrade
+            raise InvalidApiKey("invalid token") from None
         name = body.get("model")
         if not isinstance(name, str) or not name:
             raise InvalidRequest("you must provide a model parameter", param="model")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -247,3 +248,26 @@ def test_the_log_line_names_the_subject_hashed(gw: GatewayServer, idp: FakeIdp, 
     assert line["key"] == "jwt:ml"
     assert line["subject_hash"] == hashlib.sha256(b"alice@example.com").hexdigest()[:32]
     assert "alice" not in json.dumps(logs, default=str) and token not in json.dumps(logs, default=str)
+
+
+def _upgrade_status(gw: GatewayServer, token: str) -> int:
+    """The status line of a WebSocket handshake on GET /v1/responses carrying `token`."""
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        sock.sendall(("GET /v1/responses HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                      f"Authorization: Bearer {token}\r\n\r\n").encode())
+        head = b""
+        while b"\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+    return int(head.split(b" ", 2)[1])
+
+
+def test_the_websocket_upgrade_takes_a_token(gw: GatewayServer, idp: FakeIdp) -> None:
+    assert _upgrade_status(gw, idp.token(["ml-eng"])) == 101
+    assert _upgrade_status(gw, idp.token(["ml-eng"], ttl_s=-120)) == 401
+    rotated = idp.rotate("ES256")  # a key the gateway has not fetched yet: one refetch, then 101
+    assert _upgrade_status(gw, idp.token(["ml-eng"], key=rotated)) == 101
+    assert _upgrade_status(gw, idp.token(["ml-eng"], key=new_key("RS256"))) == 401
