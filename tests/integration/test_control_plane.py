@@ -15,26 +15,6 @@ from structlog.testing import capture_logs
 
 from tests.control_plane import ADMIN_KEY, CONFIG_KEY, admin_call, store_config
 from tests.harness import GatewayServer, LoopThread
-from tests.postgres_server import PostgresServer
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as pg:
-        yield pg
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/gateway.db"
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    db = f"t{time.monotonic_ns()}"
-    import psycopg
-
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
-    return pg.url.rsplit("/", 1)[0] + "/" + db
 
 
 @pytest.fixture

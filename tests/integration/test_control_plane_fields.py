@@ -25,24 +25,6 @@ from gateway.admin_cli import all_pages
 from gateway.config import parse_config
 from tests.control_plane import ADMIN_KEY, admin_call, raw_config
 from tests.harness import GatewayServer, LoopThread
-from tests.postgres_server import PostgresServer
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as pg:
-        yield pg
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/gateway.db"
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    db = f"t{time.monotonic_ns()}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")  # type: ignore[arg-type]  # a name of digits
-    return pg.url.rsplit("/", 1)[0] + "/" + db
 
 
 def _start(servers: LoopThread, raw: dict[str, Any]) -> Iterator[GatewayServer]:

@@ -20,7 +20,6 @@ import psycopg
 import pytest
 
 from tests.control_plane import GatewayProcess, admin_call, raw_config
-from tests.postgres_server import PostgresServer
 
 KEY_COLS = ("name", "team", "models", "rpm", "tpm", "budget_usd", "budget_period", "expires_at", "metadata",
             "created_at", "id")
@@ -73,23 +72,6 @@ class Database:
     def changed(self) -> None:
         """What an admin write does beside its row: move the version every replica polls."""
         self.run("UPDATE gw_meta SET version = version + 1 WHERE id = 1")
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as pg:
-        yield pg
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/shared.db"
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    db = f"t{time.monotonic_ns()}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")  # type: ignore[arg-type]  # a name of digits
-    return pg.url.rsplit("/", 1)[0] + "/" + db
 
 
 @pytest.fixture

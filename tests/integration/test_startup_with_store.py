@@ -10,31 +10,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.control_plane import raw_config
-from tests.postgres_server import PostgresServer
 from tests.redis_server import free_port
 
 EXIT_WITHIN_S = 20  # a hang fails here; a prompt exit is well under a second of the gateway's own work
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as pg:
-        yield pg
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/gw.db"
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    return pg.url
 
 
 def _serve_on_a_taken_port(tmp_path: Path, store_url: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], int]:

@@ -1,0 +1,34 @@
+"""Fixtures of the integration tests that run once per store engine: a PostgreSQL server per module, and
+a store URL per test (a SQLite file, or a new database on that server). A module may define its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.postgres_server import PostgresServer
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    with PostgresServer() as pg:
+        yield pg
+
+
+def new_database(pg: PostgresServer) -> str:
+    """The URL of a new, empty database on `pg`."""
+    db = f"t{time.monotonic_ns()}"
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {db}")  # type: ignore[arg-type]  # a name of digits
+    return pg.url.rsplit("/", 1)[0] + "/" + db
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/gateway.db"
+    return new_database(request.getfixturevalue("postgres"))
