@@ -10,6 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.fake_idp import FakeIdp
+from tests.harness import LoopThread
 from tests.postgres_server import PostgresServer
 
 
@@ -32,3 +34,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/gateway.db"
     return new_database(request.getfixturevalue("postgres"))
+
+
+@pytest.fixture
+def idp(servers: LoopThread) -> Iterator[FakeIdp]:
+    """A scripted OpenID Connect provider on loopback (tests/fake_idp.py)."""
+    server = FakeIdp()
+    servers.run(server.start())
+    yield server
+    servers.run(server.stop())

@@ -5,7 +5,7 @@ objects gets 404, as if they did not exist."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +15,9 @@ import pytest
 from gateway.config import parse_config
 from tests.control_plane import ADMIN_KEY, admin_call, raw_config
 from tests.fake_idp import AUDIENCE, FakeIdp
-from tests.harness import GatewayServer, LoopThread
+from tests.harness import GatewayServer
 
 LEAD_A, LEAD_B, VIEWER = "adm-lead-a-" + "a" * 30, "adm-lead-b-" + "b" * 30, "adm-viewer-" + "v" * 30
-
-
-@pytest.fixture
-def idp(servers: LoopThread) -> Iterator[FakeIdp]:
-    server = FakeIdp()
-    servers.run(server.start())
-    yield server
-    servers.run(server.stop())
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -28,18 +28,10 @@ from gateway.config.types import Config
 from tests.chat_scripts import completion, text_stream
 from tests.fake_idp import AUDIENCE, FakeIdp, b64url, new_key
 from tests.fake_upstream import FakeUpstream, json_script
-from tests.harness import GatewayServer, LoopThread
+from tests.harness import GatewayServer
 
 CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-def idp(servers: LoopThread) -> Iterator[FakeIdp]:
-    server = FakeIdp()
-    servers.run(server.start())
-    yield server
-    servers.run(server.stop())
 
 
 def jwt_config(upstream: FakeUpstream, idp: FakeIdp, **jwt_extra: Any) -> Config:
