@@ -4,8 +4,9 @@ orjson parses a 10 MiB body of one string in one call of 10-20 ms (escapes and n
 slow end), which the event loop cannot interleave: every stream of the process waits that long. Most of
 that time is the long string. So a body whose few string literals include long ones is parsed in parts:
 
-1. count its brackets and quotes, a slice of bytes per step (`bytes.count`, ~0.3 ms a MiB each);
-2. find its string literals (one `bytes.find` per quote: only bodies with few quotes take this path);
+1. count its brackets and find the quotes that open and close its strings, a slice of bytes per step
+   (`bytes.count` and `find`, at C speed: escaped quotes are counted, not looked at one by one);
+2. take the strings of at least LONG_BYTES as its long literals;
 3. decode each long literal's content in pieces of `PIECE_BYTES`, cut where no escape sequence or UTF-8
    sequence is split, each piece by orjson as a string of its own (what a JSON string means is its
    pieces' texts joined: escapes are self-contained), and join the pieces;
@@ -13,7 +14,7 @@ that time is the long string. So a body whose few string literals include long o
    call, and put the long texts where their markers are.
 
 The result is exactly `orjson.loads(body)`: the body is valid if and only if its skeleton and every
-literal's content are. Whatever this path does not handle (many quotes or brackets, long runs of
+literal's content are. Whatever this path does not handle (many strings or brackets, long runs of
 backslashes, a marker that a client's string spells) ends in `fallback`: the caller parses the body
 whole, as before, so a body is never refused here that a whole parse accepts.
 """
@@ -31,13 +32,14 @@ from gateway.core.json_body import (
     MAX_CONTAINERS,
     MAX_DEPTH,
     BodyError,
+    JsonText,
     depth_exceeds,
 )
 
 LONG_BYTES = 64 * 1024  # a literal at least this long is decoded apart from the skeleton
 PIECE_BYTES = 256 * 1024  # bytes of one literal decoded per step: well under 1 ms, escapes included
-COUNT_BYTES = 1024 * 1024  # bytes counted per step
-MAX_QUOTES = 4096  # more: the scan's per-quote work would add up; the body is parsed whole
+COUNT_BYTES = 512 * 1024  # bytes counted per step: ~1-3 ms (a text of many escapes is the slow end)
+MAX_QUOTES = 4096  # quotes that open or close a string; more: the per-string work would add up, parsed whole
 MAX_BRACKETS = 4096  # more: the skeleton's parse and walk would be long; the body is parsed whole
 MAX_RUN = 64  # a longer run of backslashes is not measured (a Python loop per byte): parsed whole
 _ESCAPE_WINDOW = 12  # the longest escape a cut may fall in: a surrogate pair, \uXXXX\uXXXX
@@ -50,7 +52,7 @@ class SplitParse:
     body's `json_body.bracket_count` either way. A body refused raises `BodyError` from `step()`."""
 
     __slots__ = ("_at", "_counted", "_literals", "_marker", "_needles", "_pieces", "_quotes", "_raw", "_sizes",
-                 "_texts", "body", "brackets", "fallback", "found")
+                 "_splits", "_texts", "_wrapped", "body", "brackets", "fallback", "found")
 
     def __init__(self, raw: bytes, needles: tuple[bytes, ...] = (),
                  sizes: tuple[int, int, int] = (LONG_BYTES, PIECE_BYTES, COUNT_BYTES)) -> None:
@@ -60,12 +62,14 @@ class SplitParse:
         self._raw, self._sizes, self._needles = raw, sizes, needles
         self.found = False
         self._counted = 0
-        self._quotes = 0
+        self._quotes: list[int] = []  # where the strings open and close
+        self._splits = True  # no reason found yet to parse the body whole
         self.brackets = 0
-        self._literals: list[tuple[int, int]] | None = None  # (start, end) of each long literal's content
+        self._literals: list[tuple[int, int]] = []  # (start, end) of each long literal's content
         self._at = 0  # where the literal being decoded is decoded up to
         self._pieces: list[str] = []  # its decoded pieces so far
         self._texts: list[str] = []  # the long literals' texts, in order
+        self._wrapped = 0  # texts looked at by `_wrap`
         self._marker = f"gw-split-{secrets.token_hex(8)}-"
         self.body: dict[str, Any] | None = None
         self.fallback = False
@@ -73,52 +77,46 @@ class SplitParse:
     def step(self) -> bool:
         if self._counted < len(self._raw):
             self._count()
-        elif self._literals is None:
-            self._scan()
         elif len(self._texts) < len(self._literals):
             self._decode()
+        elif self._wrapped < len(self._literals):
+            self._wrap()
         else:
             self._assemble()
         return self.fallback or self.body is not None
 
     def _count(self) -> None:
+        """One slice: its brackets, the needles, its quotes that open or close a string."""
         raw, start = self._raw, self._counted
         end = min(len(raw), start + self._sizes[2])
         self.brackets += raw.count(b"{", start, end) + raw.count(b"[", start, end)
-        self._quotes += raw.count(b'"', start, end)
         self._counted = end
         if not self.found:  # a needle across the slices' border is found too
             self.found = any(raw.find(n, max(0, start - len(n) + 1), end) >= 0 for n in self._needles)
         if self.brackets > MAX_CONTAINERS:
             raise BodyError(CONTAINERS_MESSAGE)
-        if end == len(raw) and (self._quotes > MAX_QUOTES or self.brackets > MAX_BRACKETS):
-            self.fallback = True
+        if self._splits and not _quotes_in(raw, start, end, self._quotes):
+            self._splits = False  # counted to the end all the same: the whole parse needs `brackets`
+        if end == len(raw):
+            if self._splits and self.brackets <= MAX_BRACKETS:
+                self._pair_quotes()
+            else:
+                self.fallback = True
 
-    def _scan(self) -> None:
-        """The long literals' places: a find per quote, at most MAX_QUOTES of them."""
-        raw, pos, literals = self._raw, 0, list[tuple[int, int]]()
-        while (opening := raw.find(b'"', pos)) >= 0:
-            end = opening + 1
-            while True:  # the literal ends at the first quote after an even run of backslashes
-                end = raw.find(b'"', end)
-                run = _backslashes_before(raw, opening + 1, end) if end >= 0 else -1
-                if run < 0:  # unterminated, or a run too long to measure: the whole parse says
-                    self.fallback = True
-                    return
-                if run % 2 == 0:
-                    break
-                end += 1
-            if end - opening - 1 >= self._sizes[0]:
-                literals.append((opening + 1, end))
-            pos = end + 1
-        self._literals = literals
-        self.fallback = not literals
-        if literals:
-            self._at = literals[0][0]
+    def _pair_quotes(self) -> None:
+        """The long literals: every other quote opens a string, the next closes it."""
+        quotes = self._quotes
+        if len(quotes) % 2:  # unterminated: the whole parse says how
+            self.fallback = True
+            return
+        self._literals = [(quotes[i] + 1, quotes[i + 1]) for i in range(0, len(quotes), 2)
+                          if quotes[i + 1] - quotes[i] - 1 >= self._sizes[0]]
+        self.fallback = not self._literals
+        if self._literals:
+            self._at = self._literals[0][0]
 
     def _decode(self) -> None:
         """One piece of the literal being decoded; its text once its last piece is."""
-        assert self._literals is not None
         end = self._literals[len(self._texts)][1]
         at = self._at
         cut = min(end, at + max(MIN_PIECE, self._sizes[1]))
@@ -139,8 +137,17 @@ class SplitParse:
             if len(self._texts) < len(self._literals):
                 self._at = self._literals[len(self._texts)][0]
 
+    def _wrap(self) -> None:
+        """A text spelled with escapes or non-ASCII characters keeps its literal (`JsonText`): written
+        again as it came (`json_body.encode`), not escaped again in one call. Two copies: a step."""
+        i, self._wrapped = self._wrapped, self._wrapped + 1
+        start, end = self._literals[i]
+        if len(self._texts[i]) != end - start:  # a plain ASCII text is written at memcpy speed anyway
+            text = JsonText(self._texts[i])
+            text.json = self._raw[start - 1:end + 1]
+            self._texts[i] = text
+
     def _assemble(self) -> None:
-        assert self._literals is not None
         raw, parts, prev = self._raw, list[bytes](), 0
         for i, (start, end) in enumerate(self._literals):
             parts += (raw[prev:start], f"{self._marker}{i}".encode())
@@ -160,6 +167,51 @@ class SplitParse:
             self.fallback = True
         else:
             self.body = body
+
+
+def _quotes_in(raw: bytes, lo: int, hi: int, out: list[int]) -> bool:
+    """Append the places of the quotes in raw[lo:hi] that open or close a string (after an even run of
+    backslashes); False past MAX_QUOTES or a run of backslashes longer than MAX_RUN. Counted at C speed
+    (`bytes.count`), halving the range around escaped quotes instead of looking at each."""
+    quotes = raw.count(b'"', lo, hi)
+    if quotes == 0:
+        return True
+    escaped = _escaped_quotes(raw, lo, hi)
+    if escaped < 0 or len(out) + quotes - escaped > MAX_QUOTES:
+        return False
+    if escaped == quotes:
+        return True
+    if escaped == 0:
+        at = lo
+        for _ in range(quotes):
+            at = raw.find(b'"', at, hi)
+            out.append(at)
+            at += 1
+        return True
+    if hi - lo > 64:
+        mid = (lo + hi) // 2
+        return _quotes_in(raw, lo, mid, out) and _quotes_in(raw, mid, hi, out)
+    for at in range(lo, hi):
+        if raw[at] == 0x22:
+            run = _backslashes_before(raw, 0, at)
+            if run < 0:
+                return False
+            if run % 2 == 0:
+                out.append(at)
+    return True
+
+
+def _escaped_quotes(raw: bytes, lo: int, hi: int) -> int:
+    """How many quotes in raw[lo:hi] come after an odd run of backslashes; -1 past MAX_RUN. With c(k) the
+    quotes after at least k backslashes (an occurrence of k backslashes and a quote ends at each such
+    quote, so `count` sees each once): c(1) - c(2) + c(3) - ..."""
+    total, sign, k = 0, 1, 1
+    while (count := raw.count(b"\\" * k + b'"', max(0, lo - k), hi)) > 0:
+        if k > MAX_RUN:
+            return -1
+        total += sign * count
+        sign, k = -sign, k + 1
+    return total
 
 
 def _backslashes_before(raw: bytes, lo: int, at: int) -> int:
@@ -230,5 +282,5 @@ class _Fill:
         if isinstance(node, list):
             return [self.value(v) for v in node]
         if isinstance(node, dict):
-            return {self.text(k): self.value(v) for k, v in node.items()}
+            return {str(self.text(k)): self.value(v) for k, v in node.items()}  # a key is a plain str
         return node

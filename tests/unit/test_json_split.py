@@ -6,6 +6,8 @@ place a cut can fall (inside escapes, surrogate pairs, UTF-8 sequences, runs of 
 
 from __future__ import annotations
 
+import collections
+import enum
 from typing import Any
 
 import orjson
@@ -13,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.json_body import MAX_CONTAINERS, BodyError, parse_object
+from gateway.core.json_body import MAX_CONTAINERS, BodyError, JsonText, encode, parse_object
 from gateway.core.json_split import MAX_QUOTES, MAX_RUN, MIN_PIECE, SplitParse
 
 # Every kind of content a literal's bytes can hold: ASCII, the short escapes, \u escapes (a surrogate
@@ -59,6 +61,9 @@ def test_a_literal_cut_at_every_place_reads_as_the_whole_parse(piece: int) -> No
         pass
     assert not parse.fallback, "this body takes the split path"
     assert same(parse.body, orjson.loads(raw))
+    content = parse.body["messages"][0]["content"] if parse.body else None
+    assert isinstance(content, JsonText) and content.json == b'"' + text + b'"', "it keeps its literal"
+    assert same(orjson.loads(encode(parse.body)), orjson.loads(raw)), "written as its literal, the same JSON"
 
 
 def test_the_bench_body_of_one_long_string_is_split_and_read_whole() -> None:
@@ -132,3 +137,33 @@ def test_needles_are_found_across_the_slices_of_the_count(count: int) -> None:
         while not parse.step():
             pass
         assert parse.found is found, needles
+
+
+def test_encode_writes_other_subclasses_as_orjson_does() -> None:
+    class Kind(enum.StrEnum):
+        A = "a"
+
+    value = {"e": Kind.A, "i": enum.IntEnum("N", "ONE").ONE, "o": collections.OrderedDict(x=[1.5, None, True]),
+             "d": collections.defaultdict(list, {"k": ["v"]})}
+    assert encode(value) == orjson.dumps(value)
+    with pytest.raises(TypeError):
+        encode({"x": object()})
+
+
+@pytest.mark.parametrize("count", range(1, 41))
+def test_strings_are_found_whatever_slices_the_count_takes(count: int) -> None:
+    """Escaped quotes after runs of 1 to 5 backslashes, slices of every size from a byte up."""
+    text = TRICKY + b"\\" * 1 + b'"' + b"\\" * 3 + b'"' + b"\\" * 5 + b'"' + b"\\" * 4 + b"n" + TRICKY
+    raw = b'{"k": "' + text + b'", "short": "s\\"", "n": ["' + text + b'", 1]}'
+    parse = SplitParse(raw, sizes=(40, 16, count))
+    while not parse.step():
+        pass
+    assert not parse.fallback and same(parse.body, orjson.loads(raw))
+
+
+def test_a_body_of_many_strings_is_parsed_whole() -> None:
+    raw = orjson.dumps({"a": ["s"] * (MAX_QUOTES // 2 + 1), "b": "x" * 100})
+    parse = SplitParse(raw, sizes=(50, 16, 1024))
+    while not parse.step():
+        pass
+    assert parse.fallback and parse.brackets == 2, "told to parse it whole, its brackets all counted"
