@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core.json_body import MAX_CONTAINERS, BodyError, JsonText, encode, parse_object
-from gateway.core.json_split import MAX_QUOTES, MAX_RUN, MIN_PIECE, SplitParse
+from gateway.core.json_split import MAX_HALVED, MAX_QUOTES, MAX_RUN, MIN_PIECE, QUOTE_RUN, SplitParse
 
 # Every kind of content a literal's bytes can hold: ASCII, the short escapes, \u escapes (a surrogate
 # pair among them), raw UTF-8 of 2, 3 and 4 bytes, and runs of backslashes before a quote.
@@ -87,6 +87,7 @@ def test_the_bench_body_of_one_long_string_is_split_and_read_whole() -> None:
     b'{"a": "' + TRICKY + b'" "b"}',  # the grammar outside the literals
     b'{"a": "' + TRICKY + b'", "b": ' + b"[" * 130 + b"]" * 130 + b"}",  # too deep
     b'{"a": "' + b"\\" * (2 * MAX_RUN + 2) + b'"}',  # a run of backslashes too long to measure: parsed whole
+    b'{"a": "' + TRICKY + b"\\" * (2 * QUOTE_RUN + 1) + b'"' + TRICKY + b'"}',  # a quote after a long run
     b'{"a": "' + b'\\"' * (MAX_QUOTES + 1) + b'"}',  # too many quotes: parsed whole
     b'{"a": "' + b"[" * (MAX_CONTAINERS + 1) + b'"}',  # too many containers, inside a string too
     b'{"a": "plain", "b": 1}',
@@ -154,6 +155,7 @@ def test_encode_writes_other_subclasses_as_orjson_does() -> None:
 def test_strings_are_found_whatever_slices_the_count_takes(count: int) -> None:
     """Escaped quotes after runs of 1 to 5 backslashes, slices of every size from a byte up."""
     text = TRICKY + b"\\" * 1 + b'"' + b"\\" * 3 + b'"' + b"\\" * 5 + b'"' + b"\\" * 4 + b"n" + TRICKY
+    text += b"\\" * QUOTE_RUN + b'"' + b"\\" * (QUOTE_RUN - 1) + b"n"  # the longest run taken
     raw = b'{"k": "' + text + b'", "short": "s\\"", "n": ["' + text + b'", 1]}'
     parse = SplitParse(raw, sizes=(40, 16, count))
     while not parse.step():
@@ -167,3 +169,16 @@ def test_a_body_of_many_strings_is_parsed_whole() -> None:
     while not parse.step():
         pass
     assert parse.fallback and parse.brackets == 2, "told to parse it whole, its brackets all counted"
+
+
+def test_a_slice_of_many_strings_among_escaped_quotes_is_parsed_whole() -> None:
+    """Finding each string's quotes among escaped ones takes a halving each: past MAX_HALVED in one
+    slice the body is parsed whole (the same result), so that no step of the count runs long."""
+    strings = [rb'"\"' + bytes([97 + i % 26]) + b'"' for i in range(MAX_HALVED + 1)]
+    raw = b'{"a": [' + b", ".join(strings) + b'], "b": "' + b"x" * 100 + b'"}'
+    parse = SplitParse(raw, sizes=(50, 16, len(raw)))
+    while not parse.step():
+        pass
+    assert parse.fallback
+    fewer = b'{"a": [' + b", ".join(strings[:MAX_HALVED // 2]) + b'], "b": "' + b"x" * 100 + b'"}'
+    assert same(split(fewer, long=50, piece=16, count=len(fewer)), orjson.loads(fewer))
