@@ -10,7 +10,9 @@ that time is the long string. So a body whose few string literals include long o
 3. decode each long literal's content in pieces of `PIECE_BYTES`, cut where no escape sequence or UTF-8
    sequence is split, each piece by orjson as a string of its own (what a JSON string means is its
    pieces' texts joined: escapes are self-contained), and join the pieces;
-4. parse the rest (the "skeleton": the body with each long literal replaced by a marker string) in one
+4. keep the literal of a long text spelled with escapes or non-ASCII characters (`json_body.JsonText`):
+   `json_body.encode` writes it back instead of escaping megabytes again in one call;
+5. parse the rest (the "skeleton": the body with each long literal replaced by a marker string) in one
    call, and put the long texts where their markers are.
 
 The result is exactly `orjson.loads(body)`: the body is valid if and only if its skeleton and every
