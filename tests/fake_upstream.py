@@ -97,6 +97,7 @@ class FakeUpstream:
         self.idle = asyncio.Event()  # set whenever `active` drops to zero
         self.port = 0
         self.tls: ssl.SSLContext | None = None  # set before start() to serve HTTPS
+        self.max_body = 1024 * 1024  # the largest request body taken (aiohttp's default); set before start()
         self._runner: web.AppRunner | None = None
 
     @property
@@ -110,7 +111,7 @@ class FakeUpstream:
         return [r.body for r in self.received if r.path == path]
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=self.max_body)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self.closed = asyncio.Event()
         self._runner, self.port = await serve_on_loopback(app, tls=self.tls, handler_cancellation=True)

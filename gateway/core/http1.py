@@ -22,9 +22,14 @@ class ResponseHead:
 
 
 def request_bytes(method: str, target: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
-    """One request, head and body in one buffer. Header names and values must not carry line breaks
+    """One request, head and body in one buffer (see `request_head`)."""
+    return request_head(method, target, host, headers, len(body)) + body
+
+
+def request_head(method: str, target: str, host: str, headers: dict[str, str], content_length: int) -> bytes:
+    """A request's head, up to its blank line. Header names and values must not carry line breaks
     (they would inject lines): they come from config and translators, and are checked here anyway."""
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}"]
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {content_length}"]
     for name, value in headers.items():
         if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
             continue
@@ -32,4 +37,4 @@ def request_bytes(method: str, target: str, host: str, headers: dict[str, str], 
         if "\n" in line or "\r" in line:
             raise HTTPError("a header name or value holds a line break")
         lines.append(line)
-    return "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body
+    return "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n"

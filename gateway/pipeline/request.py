@@ -17,6 +17,7 @@ from gateway.core.json_body import (
     parse_object,
     parse_shallow,
 )
+from gateway.core.json_split import SplitParse
 from gateway.core.policy.affinity import session_digest
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.observe.context import REQUESTED_MODEL_CHARS, Admission, RequestContext
@@ -25,21 +26,33 @@ from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.slicer import TextSlot
-from gateway.providers.base import Translator, Unserved, may_carry_markers, unserved
+from gateway.providers.base import MARKER_NEEDLES, Translator, Unserved, may_carry_markers, unserved
 
 INLINE_DEPTH_BYTES = 64 * 1024  # a smaller body's depth is walked at once: ~1 ms at worst
+SPLIT_BYTES = 1024 * 1024  # a bigger body is parsed in steps where it can be (a whole parse is 1-2 ms a MiB)
 DEPTH_STEP_VALUES = 2000  # values visited per step of a bigger body's walk: ~0.5 ms
 
 
-async def read_json(rt: Runtime, request: GatewayRequest) -> dict[str, Any]:
-    """The body as a JSON object. Its size was bounded while it was read (`server.max_body_bytes`), its
-    depth is bounded here (`core.json_body`): the walk of a big body's containers (~20 ms a MiB of small
-    objects) a slice at a time, between the loop's other work (`pipeline.slicer`)."""
+async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any], bool]:
+    """The body as a JSON object, and whether it may carry cache markers (`may_carry_markers`). Its size
+    was bounded while it was read (`server.max_body_bytes`), its depth is bounded here (`core.json_body`):
+    the walk of a big body's containers (~20 ms a MiB of small objects) a slice at a time, between the
+    loop's other work (`pipeline.slicer`). A body over SPLIT_BYTES with long strings in it is parsed in
+    steps too (`core.json_split`), its marker search with it; any other is parsed whole in a step of its
+    own."""
     raw = request.body
     try:
         if len(raw) <= INLINE_DEPTH_BYTES:
-            return parse_object(raw)
-        brackets = bracket_count(raw)  # once: the container bound and the depth's (a pass is ~1 ms a MiB)
+            return parse_object(raw), may_carry_markers(raw)
+        if len(raw) > SPLIT_BYTES:
+            split = SplitParse(raw, MARKER_NEEDLES)
+            await rt.slicer.run(split)
+            if split.body is not None:
+                return split.body, split.found
+            brackets, marked = split.brackets, split.found
+        else:
+            brackets = bracket_count(raw)  # once: the container bound and the depth's (~1 ms a MiB)
+            marked = may_carry_markers(raw)
         body = parse_shallow(raw, brackets)
     except BodyError as exc:
         raise InvalidRequest(str(exc)) from None
@@ -48,7 +61,7 @@ async def read_json(rt: Runtime, request: GatewayRequest) -> dict[str, Any]:
         await rt.slicer.run(check)
         if check.exceeded:
             raise InvalidRequest(DEPTH_MESSAGE)
-    return body
+    return body, marked
 
 
 def is_anthropic(request: GatewayRequest) -> bool:
@@ -66,7 +79,7 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
     except SigningKeyUnknown:  # an IdP token signed by a key not yet fetched: one refetch may bring it
         key = await rt.keyring.after_refetch(request.headers, x_api_key=api.x_api_key)
     request.admission = Admission(key)
-    body = await read_json(rt, request)
+    body, cache_marked = await read_json(rt, request)
     name = body.get("model")
     if not isinstance(name, str) or not name:
         raise InvalidRequest("you must provide a model parameter", param="model")
@@ -86,7 +99,7 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
                          client_headers={**request.headers, "x-request-id": request.request_id},
                          response_headers=request.extra_headers,
                          session=session_digest(request.headers, body), body_bytes=len(request.body),
-                         cache_marked=may_carry_markers(request.body))
+                         cache_marked=cache_marked)
     request.ctx = ctx
     return rt, ctx
 

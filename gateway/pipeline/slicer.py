@@ -12,7 +12,8 @@ queued behind a big one. A work of at most `INLINE_CHARS` characters is done at 
 Served here: input redaction (`redaction.inputs: true`), the one-shot masking of whole answers
 (non-stream bodies of every API, the Message cached after a stream), and the whole-text verdicts of
 `terms` and `regex` guardrails (input stage, hold and audit modes, non-stream answers), and the depth
-check of a big request body (`core.json_body.DepthCheck`, through `run`). Each gives exactly its
+check and the split parse of a big request body (`core.json_body.DepthCheck`, `core.json_split`,
+through `run`). Each gives exactly its
 one-shot result: the windows decide on the text alone, never on how it was split. A request that goes
 away (client disconnect) leaves the queue at the scheduler's next turn.
 """
@@ -93,7 +94,7 @@ class Slicer:
                     continue
                 try:
                     finished = steps.step()
-                except Exception as exc:  # pragma: no cover - a bug in a window: fail that request only
+                except Exception as exc:  # a body refused (`json_split`), or a bug in a window: that request's
                     done.set_exception(exc)
                     continue
                 if finished:

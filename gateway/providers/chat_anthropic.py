@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
+from gateway.core.json_body import encode
 from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
 from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest, retry_after_s
 from gateway.providers.chat_openai import parse_openai_body
@@ -59,14 +60,14 @@ class AnthropicChat(AddsBreakpoints):
         out = anthropic_body(body, model, stream=stream)
         dropped = fit(out, auto=self.breakpoints.auto, scan=self.breakpoints.scan)
         return UpstreamRequest("POST", f"{self.root}/v1/messages", self.headers_for(stream),
-                               orjson.dumps(out), stream, dropped)
+                               encode(out), stream, dropped)
 
     def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest:
         """Anthropic serves no embeddings. The request goes to the configured host anyway, so the
         client gets Anthropic's own 404 passed through instead of a gateway-made guess."""
         out = {**body, "model": model}
         return UpstreamRequest("POST", f"{self.root}/v1/embeddings", self.headers_for(False),
-                               orjson.dumps(out), False)
+                               encode(out), False)
 
     def stream_parser(self) -> AnthropicStreamParser:
         return AnthropicStreamParser(int(self._clock()))

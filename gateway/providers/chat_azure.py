@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-import orjson
-
+from gateway.core.json_body import encode
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import ChatChunk, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat, OpenAIStreamParser
@@ -112,12 +111,12 @@ class AzureChat(OpenAIChat):
         else:
             out.pop("stream", None)
         return UpstreamRequest("POST", self.url("/chat/completions", model), self.headers_for(stream),
-                               orjson.dumps(out), stream)
+                               encode(out), stream)
 
     def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest:
         out = {k: v for k, v in body.items() if k != "model"}
         return UpstreamRequest("POST", self.url("/embeddings", model), self.headers_for(False),
-                               orjson.dumps(out), False)
+                               encode(out), False)
 
     def stream_parser(self) -> AzureStreamParser:
         return AzureStreamParser()

@@ -15,6 +15,7 @@ from gateway.core.chat.shape import ContentShape
 from gateway.core.chat.wire import chunk_events, content_only, other_chunk_events
 from gateway.core.error_object import classify_error_object
 from gateway.core.events import DeltaKind, Failure, FailureKind, OutputDelta
+from gateway.core.json_body import encode
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import SSE, ChatChunk, ParsedBody, UpstreamRequest, retry_after_s
 from gateway.providers.settings import ProviderConfig
@@ -94,13 +95,13 @@ class OpenAIChat:
             out.pop("stream", None)
             out.pop("stream_options", None)
         return UpstreamRequest("POST", self.url("/chat/completions", model), self.headers_for(stream),
-                               orjson.dumps(out), stream)
+                               encode(out), stream)
 
     def embeddings_request(self, body: Mapping[str, Any], model: str) -> UpstreamRequest:
         out = dict(body)
         out["model"] = model
         return UpstreamRequest("POST", self.url("/embeddings", model), self.headers_for(False),
-                               orjson.dumps(out), False)
+                               encode(out), False)
 
     def stream_parser(self) -> OpenAIStreamParser:
         return OpenAIStreamParser()

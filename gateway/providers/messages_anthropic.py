@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.core.events import Failure, FailureKind, InbandError
+from gateway.core.json_body import encode
 from gateway.core.messages.wire import MessagesEvent, classify_anthropic_error, malformed, parse_event
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest
@@ -82,7 +83,7 @@ class AnthropicMessages(AddsBreakpoints):
         else:
             out.pop("stream", None)
         headers = {**self.endpoint.headers_for(stream), **passthrough_headers(client_headers)}
-        return UpstreamRequest("POST", f"{self.endpoint.root}/v1/messages", headers, orjson.dumps(out), stream,
+        return UpstreamRequest("POST", f"{self.endpoint.root}/v1/messages", headers, encode(out), stream,
                                dropped)
 
     def stream_parser(self) -> AnthropicMessagesStreamParser:
@@ -97,7 +98,7 @@ class AnthropicMessages(AddsBreakpoints):
         out["model"] = model
         headers = {**self.endpoint.headers_for(False), **passthrough_headers(client_headers)}
         url = f"{self.endpoint.root}/v1/messages/count_tokens"
-        return UpstreamRequest("POST", url, headers, orjson.dumps(out), False)
+        return UpstreamRequest("POST", url, headers, encode(out), False)
 
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
         return self.endpoint.classify_http_error(status, headers, body)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.core.events import Failure, FailureKind, InbandError
+from gateway.core.json_body import encode
 from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, response_events
 from gateway.core.sse import DONE, SSEEvent
 from gateway.providers.base import SSE, ParsedBody, UpstreamRequest
@@ -84,7 +85,7 @@ class ResponsesPassThrough:
             out.pop("stream", None)
             out.pop("stream_options", None)  # only allowed with `stream: true`
         return UpstreamRequest("POST", self.endpoint.url("/responses", model), self.endpoint.headers_for(stream),
-                               orjson.dumps(out), stream)
+                               encode(out), stream)
 
     def stream_parser(self) -> OpenAIResponsesStreamParser:
         return OpenAIResponsesStreamParser()

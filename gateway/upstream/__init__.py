@@ -22,7 +22,7 @@ import orjson
 
 from gateway.config.types import Egress, ProviderConfig
 from gateway.core.events import Failure, FailureKind
-from gateway.core.http1 import HTTPError, request_bytes
+from gateway.core.http1 import HTTPError, request_head
 from gateway.core.propagation import TRACE_HEADERS
 from gateway.core.proxy import Proxy, ProxyError
 from gateway.providers.base import UpstreamRequest
@@ -36,6 +36,7 @@ from gateway.upstream.signing import MintedCredentials, Signer
 from gateway.upstream.tunnel import open_tunnel, proxy_failure, route
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+JOIN_BYTES = 64 * 1024  # a bigger request body is written after its head, not copied behind it
 
 __all__ = ["_FINISHING", "HttpResponse", "MockResponse", "Upstream", "UpstreamError", "UpstreamResponse"]
 
@@ -114,7 +115,7 @@ class Upstream:
             if proxy.authorization:
                 headers["proxy-authorization"] = proxy.authorization
         try:
-            raw = request_bytes(req.method, path, target.host_header, headers, req.body)
+            head = request_head(req.method, path, target.host_header, headers, len(req.body))
         except HTTPError:
             self._pool.give(conn, loop.time())
             raise UpstreamError(Failure(FailureKind.CONNECT, f"{label}: invalid request header")) from None
@@ -122,7 +123,10 @@ class Upstream:
         resp = HttpResponse(conn, self._pool, label, idle_s, total_s)
         try:
             assert conn.transport is not None
-            conn.transport.write(raw)
+            if len(req.body) > JOIN_BYTES:  # not copied into one buffer: 10 MiB is ~5 ms of the loop
+                conn.transport.writelines((head, req.body))
+            else:
+                conn.transport.write(head + req.body)
             await resp.start()
         except BaseException:
             conn.lost = True  # never back to the pool, whatever state the failure left it in
