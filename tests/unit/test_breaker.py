@@ -172,6 +172,7 @@ COUNTED = {
     K.CONTEXT_LENGTH: False,
     K.STREAM_REJECTED: False,  # negotiation, learned once
     K.STREAM_OPTIONS_REJECTED: False,
+    K.CACHE_KEY_REJECTED: False,  # negotiation too: prompt_cache_key learned once (docs/caching.md)
     K.EMPTY: False,  # it answered: nothing is wrong with it, the next deployment may say more
     K.NOT_FOUND: False,  # an endpoint one API lacks says nothing about the deployment's other API
 }
