@@ -11,13 +11,23 @@ the rounds, which alternate between the transports) and the added TTFT
 asked directly with the turn's Messages request). Prints a markdown table (bench/README.md).
 
     python -m bench.ws_turns [--conversations 30] [--turns 10] [--rounds 5]
+    python -m bench.ws_turns --instructions [--conversations 10] [--rounds 2]
+
+`--instructions` runs the gateway under valgrind's callgrind instead (as `bench.instructions` does) and
+counts the user-space instructions per turn of each transport: a figure this machine's load does not
+move (blind to system calls and cache misses), for judging a change to either path.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import re
+import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +38,7 @@ from websockets.sync.client import connect
 
 from bench import procstat, servers
 
+_TOTALS = re.compile(rb"^totals:\s*(\d+)", re.M)
 LINE = "Please look at the next file and tell me what it does, briefly. " * 4  # a turn's new user text
 
 
@@ -142,12 +153,71 @@ def compare(gw: servers.Server, conversations: int, turns: int, rounds: int) -> 
     return {name: (statistics.median(cpu[name]), ttfts[name]) for name in runs}
 
 
+def _callgrind_gateway(workdir: Path, config: Path) -> servers.Server:
+    port = servers.free_port()
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={workdir}/cg.out",
+            sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port),
+            "--metrics-port", str(servers.free_port())]
+    gw = servers.spawn("gateway-callgrind", argv, workdir, port)
+    gw.wait_ready("/healthz", timeout_s=300)  # under callgrind the start takes a minute
+    return gw
+
+
+def _counted(gw: servers.Server, workdir: Path, run: Any, conversations: int, turns: int) -> float:
+    """Instructions per turn of `conversations` runs of `run`, counted alone (zeroed, on, off, dumped)."""
+    control = shutil.which("callgrind_control") or "callgrind_control"
+    before = set(workdir.glob("cg.out*"))
+    subprocess.run([control, "-z", str(gw.pid)], capture_output=True, check=True)
+    subprocess.run([control, "-i", "on", str(gw.pid)], capture_output=True, check=True)
+    for _ in range(conversations):
+        run(gw.port, turns)
+    subprocess.run([control, "-i", "off", str(gw.pid)], capture_output=True, check=True)
+    subprocess.run([control, "-d", str(gw.pid)], capture_output=True, check=True)
+    dumps = set(workdir.glob("cg.out*")) - before
+    total = sum(int(m.group(1)) for f in dumps if (m := _TOTALS.search(f.read_bytes())) is not None)
+    return total / (conversations * turns)
+
+
+def instructions(conversations: int, turns: int, rounds: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-ws-ir-"))
+    up = servers.start_upstream(workdir)
+    config = workdir / "gateway.yaml"
+    config.write_text(servers.gateway_config(up.port, redaction=False))
+    gw = _callgrind_gateway(workdir, config)
+    runs = {"http": http_conversation, "websocket": ws_conversation}
+    counts: dict[str, list[float]] = {name: [] for name in runs}
+    try:
+        for run in runs.values():
+            for _ in range(3):
+                run(gw.port, turns)  # warm-up: imports, pools, caches
+        for r in range(rounds):
+            order = list(runs.items())
+            for name, run in order if r % 2 == 0 else order[::-1]:
+                counts[name].append(_counted(gw, workdir, run, conversations, turns))
+    finally:
+        gw.proc.send_signal(signal.SIGTERM)
+        gw.proc.wait(timeout=120)
+        up.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"{rounds} rounds of {conversations} conversations x {turns} turns under callgrind\n")
+    print("| transport | instructions per turn (min) | every round |")
+    print("| --- | --- | --- |")
+    for name, vs in counts.items():
+        print(f"| {name} | {min(vs):,.0f} | {', '.join(f'{v:,.0f}' for v in vs)} |")
+    http, ws = min(counts["http"]), min(counts["websocket"])
+    print(f"\nwebsocket / http: {ws / http - 1:+.1%}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--conversations", type=int, default=30)
     p.add_argument("--turns", type=int, default=10)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--instructions", action="store_true", help="count instructions per turn under callgrind")
     args = p.parse_args()
+    if args.instructions:
+        instructions(args.conversations, args.turns, args.rounds)
+        return
     workdir = Path(tempfile.mkdtemp(prefix="gateway-ws-bench-"))
     up = servers.start_upstream(workdir)
     config = workdir / "gateway.yaml"
