@@ -18,6 +18,7 @@ import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.core.http1_request import RequestHead
+from gateway.core.responses.filter import EVENT_ENCODER
 from gateway.core.responses.socket import (
     Conversation,
     EventCutter,
@@ -46,6 +47,7 @@ _HOP_FIELDS = frozenset(("upgrade", "connection", "content-length", "transfer-en
 # messages taken per loop iteration: a flood of small messages read in one go is taken a batch at a time
 # (reading held meanwhile), so other connections are served between the batches (~15 us a message)
 BATCH = 32
+_TEXT_FRAME = 0x81  # a whole text frame's first byte (`core.websocket.text_frame`); SSE starts with text
 
 
 async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
@@ -77,7 +79,9 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
 
 
 class _EventChannel:
-    """The response's channel: SSE bytes in, one text message per event out, on the socket's link."""
+    """The response's channel: one text message per event out, on the socket's link. The serve path's
+    Responses events arrive framed already (`EVENT_ENCODER`, set for the response's task); anything else
+    written to it (an SSE keep-alive comment, which a socket does not need) is cut as SSE."""
 
     raw_body = True
     __slots__ = ("_socket", "cutter")
@@ -95,7 +99,9 @@ class _EventChannel:
         pass
 
     def send(self, data: bytes) -> bool:
-        frames = self.cutter.frames(data)
+        if not data:
+            return False
+        frames = data if data[0] == _TEXT_FRAME else self.cutter.frames(data)
         return self._socket.link.send(frames) if frames else False
 
     async def drained(self) -> None:
@@ -245,6 +251,7 @@ class ResponsesSocket:
                 "new one without previous_response_id", "previous_response_id", 413)))
             return
         channel = _EventChannel(self)
+        EVENT_ENCODER.set(channel.cutter.frame)  # this task's (the response's) events, framed as made
         request = self._request(raw, channel)
         self._responses += 1
         resp = await handle(request)
