@@ -253,6 +253,7 @@ class ResponsesSocket:
         channel = _EventChannel(self)
         EVENT_ENCODER.set(channel.cutter.frame)  # this task's (the response's) events, framed as made
         request = self._request(raw, channel)
+        request.parsed = create.body  # parsed once, from the message; `raw` is its size and its bytes
         self._responses += 1
         resp = await handle(request)
         if isinstance(resp, StreamResponse):
