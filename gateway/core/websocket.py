@@ -28,7 +28,7 @@ def text_frame(payload: bytes) -> bytes:
     if size < 126:
         return bytes((0x81, size)) + payload
     if size < 65536:
-        return b"\x81\x7e" + size.to_bytes(2, "big") + payload
+        return bytes((0x81, 0x7E, size >> 8, size & 0xFF)) + payload
     return b"\x81\x7f" + size.to_bytes(8, "big") + payload
 
 
