@@ -115,7 +115,7 @@ class ResponsesSocket:
     """One WebSocket-mode connection (the server's `Tunnel`)."""
 
     __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
-                 "_key", "_opened", "_responses", "_running", "_warmups", "app", "frames", "idle_s", "link")
+                 "_key", "_loop", "_opened", "_responses", "_running", "_warmups", "app", "frames", "idle_s", "link")
 
     def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None):
         self.app, self.link = app, link
@@ -126,12 +126,14 @@ class ResponsesSocket:
         self._headers["content-type"] = "application/json"
         self._conversation = Conversation()
         self._running: asyncio.Task[None] | None = None
-        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # looked up once: CPython 3.11's `get_running_loop` makes a `getpid` call each time (bench/README.md)
+        self._loop = asyncio.get_running_loop()
+        self._done: asyncio.Future[None] = self._loop.create_future()
         self._draining = False
-        self._active = asyncio.get_running_loop().time()
+        self._active = self._loop.time()
         self._held = False  # messages wait in the frame parser (see BATCH): reading is held
         self._key = key_name  # for the connection's log lines
-        self._opened = asyncio.get_running_loop().time()
+        self._opened = self._loop.time()
         self._responses = self._warmups = 0
         self._close_code: int | None = None
         self._busy_frame = b""  # the `response_in_progress` event's frame, made once
@@ -145,7 +147,7 @@ class ResponsesSocket:
             self.app.metrics.websocket_closed()
             log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,
                      continued=self._conversation.continued, close_code=self._close_code,
-                     duration_ms=round((asyncio.get_running_loop().time() - self._opened) * 1000, 2))
+                     duration_ms=round((self._loop.time() - self._opened) * 1000, 2))
             if self._running is not None:
                 self._running.cancel()  # the client went: its response's upstream request is closed too
 
@@ -157,7 +159,7 @@ class ResponsesSocket:
             self._held = fed.more
             self.link.hold_reading(fed.more)
         if fed.more:
-            asyncio.get_running_loop().call_soon(self.received, b"")
+            self._loop.call_soon(self.received, b"")
         if fed.reply:
             self._write(fed.reply)
         if fed.close is not None:
@@ -165,12 +167,12 @@ class ResponsesSocket:
             self._end()
             return
         for text in fed.messages:
-            self._active = asyncio.get_running_loop().time()
+            self._active = self._loop.time()
             if self._running is not None or self._draining:
                 self._write(self._busy())
                 continue
             # its first step (parse, authorise, open the upstream) runs now, as an HTTP request's does
-            self._running = start_eagerly(asyncio.get_running_loop(), self._respond(text))
+            self._running = start_eagerly(self._loop, self._respond(text))
 
     def _busy(self) -> bytes:
         if not self._busy_frame:
@@ -219,7 +221,7 @@ class ResponsesSocket:
             return
         finally:
             self._running = None
-            self._active = asyncio.get_running_loop().time()
+            self._active = self._loop.time()
         if self._draining:
             self.close(GOING_AWAY, "the gateway is shutting down")
 
@@ -241,7 +243,7 @@ class ResponsesSocket:
             self._write(b"".join(self.frames.text(e) for e in events))
             self._conversation.keep(rid, whole, [])
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
             await TURNS.wait(loop)
         raw = orjson.dumps(create.body)
