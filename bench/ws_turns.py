@@ -25,6 +25,7 @@ import http.client
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -34,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from websockets.sync.client import connect
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
 
 from bench import procstat, servers
 
@@ -80,28 +82,72 @@ def http_conversation(port: int, turns: int) -> list[float]:
     return ttfts
 
 
+class _SyncSocket:
+    """A WebSocket client on a blocking socket over wsproto, in the caller's thread: no reader thread of
+    its own to compete with the gateway for this machine's two cores (`websockets`' sync client has one),
+    and each message parsed only when asked for (as the HTTP client reads a line at a time), so the
+    TTFT is not charged with parsing the messages behind the first delta."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.ws = WSConnection(ConnectionType.CLIENT)
+        self.sock.sendall(self.ws.send(Request(host=f"127.0.0.1:{port}", target="/v1/responses")))
+        self.parts: list[str] = []
+        while not any(isinstance(e, AcceptConnection) for e in self._read()):
+            pass
+
+    def _read(self) -> Any:
+        data = self.sock.recv(65536)
+        if not data:
+            raise RuntimeError("the gateway closed the connection")
+        self.ws.receive_data(data)
+        return self.ws.events()
+
+    def send(self, text: str) -> None:
+        self.sock.sendall(self.ws.send(TextMessage(text)))
+
+    def recv(self) -> str:
+        events = self.ws.events()  # wsproto resumes where the last call stopped
+        while True:
+            for event in events:
+                if not isinstance(event, TextMessage):
+                    raise RuntimeError(f"unexpected {event!r}")
+                self.parts.append(event.data)
+                if event.message_finished:
+                    text = "".join(self.parts)
+                    self.parts.clear()
+                    return text
+            events = self._read()
+
+    def close(self) -> None:
+        self.sock.sendall(self.ws.send(CloseConnection(code=1000)))
+        self.sock.close()
+
+
 def ws_conversation(port: int, turns: int) -> list[float]:
     ttfts = []
     previous = None
-    with connect(f"ws://127.0.0.1:{port}/v1/responses", max_size=None) as ws:
-        for i in range(turns):
-            msg: dict[str, Any] = {"type": "response.create", "model": servers.MESSAGES_MODEL, "input": [_user(i)],
-                                   "store": False}
-            if previous:
-                msg["previous_response_id"] = previous
-            t0 = time.perf_counter()
-            ws.send(orjson.dumps(msg).decode())
-            ttft = 0.0
-            while True:
-                event = orjson.loads(ws.recv(timeout=30))
-                if event["type"] == "response.output_text.delta" and not ttft:
-                    ttft = time.perf_counter() - t0
-                elif event["type"] == "response.completed":
-                    previous = event["response"]["id"]
-                    break
-                elif event["type"] == "error":
-                    raise RuntimeError(f"error event: {event}")
-            ttfts.append(ttft)
+    ws = _SyncSocket(port)
+    for i in range(turns):
+        msg: dict[str, Any] = {"type": "response.create", "model": servers.MESSAGES_MODEL, "input": [_user(i)],
+                               "store": False}
+        if previous:
+            msg["previous_response_id"] = previous
+        t0 = time.perf_counter()
+        ws.send(orjson.dumps(msg).decode())
+        ttft = 0.0
+        while True:
+            event = orjson.loads(ws.recv())
+            if event["type"] == "response.output_text.delta" and not ttft:
+                ttft = time.perf_counter() - t0
+            elif event["type"] == "response.completed":
+                previous = event["response"]["id"]
+                break
+            elif event["type"] == "error":
+                raise RuntimeError(f"error event: {event}")
+        ttfts.append(ttft)
+    ws.close()
     return ttfts
 
 
