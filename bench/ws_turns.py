@@ -183,20 +183,21 @@ def measure(gw: servers.Server, run: Any, conversations: int, turns: int) -> tup
     return cpu / (conversations * turns), ttfts
 
 
-def compare(gw: servers.Server, conversations: int, turns: int, rounds: int) -> dict[str, tuple[float, list[float]]]:
-    """Rounds of each transport, alternated (the machine's speed drifts): the median round's CPU per turn
-    and every turn's TTFT."""
+def compare(gw: servers.Server, conversations: int, turns: int,
+            rounds: int) -> dict[str, tuple[float, float, list[float]]]:
+    """Rounds of each transport, alternated (the machine's speed drifts): the median round's CPU per turn,
+    the mean over all rounds (finer: /proc counts CPU in 10 ms ticks) and every turn's TTFT."""
     runs = {"http": http_conversation, "websocket": ws_conversation}
     for run in runs.values():
         run(gw.port, turns)  # warm-up: imports, pools
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     ttfts: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
+    for r in range(rounds):
+        for name, run in (runs.items() if r % 2 == 0 else list(runs.items())[::-1]):
             c, t = measure(gw, run, conversations, turns)
             cpu[name].append(c)
             ttfts[name] += t
-    return {name: (statistics.median(cpu[name]), ttfts[name]) for name in runs}
+    return {name: (statistics.median(cpu[name]), statistics.fmean(cpu[name]), ttfts[name]) for name in runs}
 
 
 def _callgrind_gateway(workdir: Path, config: Path) -> servers.Server:
@@ -273,17 +274,18 @@ def main() -> None:
         direct = [t for _ in range(args.conversations) for t in direct_ttfts(up.port, args.turns)]
         base = statistics.median(direct)
         rows = []
-        for name, (cpu, ttfts) in compare(gw, args.conversations, args.turns, args.rounds).items():
+        for name, (cpu, mean, ttfts) in compare(gw, args.conversations, args.turns, args.rounds).items():
             q = statistics.quantiles(ttfts, n=100)
-            rows.append(f"| {name} | {cpu * 1000:.2f} | {(statistics.median(ttfts) - base) * 1000:.2f} | "
-                        f"{(q[94] - base) * 1000:.2f} |")
+            rows.append(f"| {name} | {cpu * 1000:.2f} | {mean * 1000:.3f} | "
+                        f"{(statistics.median(ttfts) - base) * 1000:.2f} | {(q[94] - base) * 1000:.2f} |")
     finally:
         gw.stop()
         up.stop()
     print(f"{args.rounds} rounds of {args.conversations} conversations x {args.turns} turns, through the Responses "
           f"bridge to the fake upstream (direct TTFT p50 {base * 1000:.2f} ms)\n")
-    print("| transport | gateway CPU per turn (ms) | added TTFT p50 (ms) | added TTFT p95 (ms) |")
-    print("| --- | --- | --- | --- |")
+    print("| transport | gateway CPU per turn, median round (ms) | mean of rounds (ms) | added TTFT p50 (ms) | "
+          "added TTFT p95 (ms) |")
+    print("| --- | --- | --- | --- | --- |")
     print("\n".join(rows))
 
 
