@@ -261,6 +261,7 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=10)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--instructions", action="store_true", help="count instructions per turn under callgrind")
+    p.add_argument("--source", help="the checkout whose gateway runs (default: this one), e.g. a worktree of main")
     args = p.parse_args()
     if args.instructions:
         instructions(args.conversations, args.turns, args.rounds)
@@ -269,7 +270,8 @@ def main() -> None:
     up = servers.start_upstream(workdir)
     config = workdir / "gateway.yaml"
     config.write_text(servers.gateway_config(up.port, redaction=False))
-    gw = servers.start_gateway("gateway", workdir, config)
+    gw = servers.start_gateway("gateway", workdir, config,
+                               source=Path(args.source).resolve() if args.source else servers.ROOT)
     try:
         direct = [t for _ in range(args.conversations) for t in direct_ttfts(up.port, args.turns)]
         base = statistics.median(direct)
