@@ -18,6 +18,7 @@ import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.core.http1_request import RequestHead
+from gateway.core.json_body import DEPTH_MESSAGE
 from gateway.core.responses.filter import EVENT_ENCODER
 from gateway.core.responses.socket import (
     Conversation,
@@ -246,7 +247,11 @@ class ResponsesSocket:
         loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
             await TURNS.wait(loop)
-        raw = orjson.dumps(create.body)
+        try:
+            raw = orjson.dumps(create.body)
+        except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
+            self._write(self.frames.text(error_event("invalid_request", DEPTH_MESSAGE, None, 400)))
+            return
         if len(raw) > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
             self._write(self.frames.text(error_event(
                 "request_too_large", f"the conversation is larger than {self.frames.max_message} bytes: start a "

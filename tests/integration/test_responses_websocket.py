@@ -142,6 +142,21 @@ def test_bad_input_gets_an_error_event_and_the_connection_stays_usable(upstream:
     assert types[0] == "response.created" and types[-1] == "response.completed"
 
 
+@pytest.mark.parametrize("depth", [130, 300])
+def test_a_message_nested_too_deep_is_an_error_event_and_the_connection_stays_usable(
+        upstream: FakeUpstream, gw: GatewayServer, depth: int) -> None:
+    """The serve path takes the message's parsed body, held to the nesting bound of an HTTP body (128
+    levels); past the 254 levels orjson writes, the body is refused before it is re-serialised."""
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["Fine"]))
+    deep = "[" * depth + "]" * depth
+    with raw_socket(gw) as ws:
+        ws.send('{"type": "response.create", "model": "claude", "input": "hi", "metadata": {"x": ' + deep + "}}")
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "invalid_request" and "nested" in err["message"], err
+        assert turn(ws, {"model": "claude", "input": "hi"})[-1]["type"] == "response.completed"
+    assert len(upstream.bodies(MESSAGES_PATH)) == 1
+
+
 def turn(ws: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
     """Send one `response.create`; its events through the terminal or error event."""
     ws.send(orjson.dumps({"type": "response.create", **body}).decode())
