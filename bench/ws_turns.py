@@ -11,23 +11,36 @@ the rounds, which alternate between the transports) and the added TTFT
 asked directly with the turn's Messages request). Prints a markdown table (bench/README.md).
 
     python -m bench.ws_turns [--conversations 30] [--turns 10] [--rounds 5]
+    python -m bench.ws_turns --instructions [--conversations 10] [--rounds 2]
+
+`--instructions` runs the gateway under valgrind's callgrind instead (as `bench.instructions` does) and
+counts the user-space instructions per turn of each transport: a figure this machine's load does not
+move (blind to system calls and cache misses), for judging a change to either path.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import re
+import shutil
+import signal
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
-from websockets.sync.client import connect
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
 
 from bench import procstat, servers
 
+_TOTALS = re.compile(rb"^totals:\s*(\d+)", re.M)
 LINE = "Please look at the next file and tell me what it does, briefly. " * 4  # a turn's new user text
 
 
@@ -69,28 +82,72 @@ def http_conversation(port: int, turns: int) -> list[float]:
     return ttfts
 
 
+class _SyncSocket:
+    """A WebSocket client on a blocking socket over wsproto, in the caller's thread: no reader thread of
+    its own to compete with the gateway for this machine's two cores (`websockets`' sync client has one),
+    and each message parsed only when asked for (as the HTTP client reads a line at a time), so the
+    TTFT is not charged with parsing the messages behind the first delta."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.ws = WSConnection(ConnectionType.CLIENT)
+        self.sock.sendall(self.ws.send(Request(host=f"127.0.0.1:{port}", target="/v1/responses")))
+        self.parts: list[str] = []
+        while not any(isinstance(e, AcceptConnection) for e in self._read()):
+            pass
+
+    def _read(self) -> Any:
+        data = self.sock.recv(65536)
+        if not data:
+            raise RuntimeError("the gateway closed the connection")
+        self.ws.receive_data(data)
+        return self.ws.events()
+
+    def send(self, text: str) -> None:
+        self.sock.sendall(self.ws.send(TextMessage(text)))
+
+    def recv(self) -> str:
+        events = self.ws.events()  # wsproto resumes where the last call stopped
+        while True:
+            for event in events:
+                if not isinstance(event, TextMessage):
+                    raise RuntimeError(f"unexpected {event!r}")
+                self.parts.append(event.data)
+                if event.message_finished:
+                    text = "".join(self.parts)
+                    self.parts.clear()
+                    return text
+            events = self._read()
+
+    def close(self) -> None:
+        self.sock.sendall(self.ws.send(CloseConnection(code=1000)))
+        self.sock.close()
+
+
 def ws_conversation(port: int, turns: int) -> list[float]:
     ttfts = []
     previous = None
-    with connect(f"ws://127.0.0.1:{port}/v1/responses", max_size=None) as ws:
-        for i in range(turns):
-            msg: dict[str, Any] = {"type": "response.create", "model": servers.MESSAGES_MODEL, "input": [_user(i)],
-                                   "store": False}
-            if previous:
-                msg["previous_response_id"] = previous
-            t0 = time.perf_counter()
-            ws.send(orjson.dumps(msg).decode())
-            ttft = 0.0
-            while True:
-                event = orjson.loads(ws.recv(timeout=30))
-                if event["type"] == "response.output_text.delta" and not ttft:
-                    ttft = time.perf_counter() - t0
-                elif event["type"] == "response.completed":
-                    previous = event["response"]["id"]
-                    break
-                elif event["type"] == "error":
-                    raise RuntimeError(f"error event: {event}")
-            ttfts.append(ttft)
+    ws = _SyncSocket(port)
+    for i in range(turns):
+        msg: dict[str, Any] = {"type": "response.create", "model": servers.MESSAGES_MODEL, "input": [_user(i)],
+                               "store": False}
+        if previous:
+            msg["previous_response_id"] = previous
+        t0 = time.perf_counter()
+        ws.send(orjson.dumps(msg).decode())
+        ttft = 0.0
+        while True:
+            event = orjson.loads(ws.recv())
+            if event["type"] == "response.output_text.delta" and not ttft:
+                ttft = time.perf_counter() - t0
+            elif event["type"] == "response.completed":
+                previous = event["response"]["id"]
+                break
+            elif event["type"] == "error":
+                raise RuntimeError(f"error event: {event}")
+        ttfts.append(ttft)
+    ws.close()
     return ttfts
 
 
@@ -126,20 +183,76 @@ def measure(gw: servers.Server, run: Any, conversations: int, turns: int) -> tup
     return cpu / (conversations * turns), ttfts
 
 
-def compare(gw: servers.Server, conversations: int, turns: int, rounds: int) -> dict[str, tuple[float, list[float]]]:
-    """Rounds of each transport, alternated (the machine's speed drifts): the median round's CPU per turn
-    and every turn's TTFT."""
+def compare(gw: servers.Server, conversations: int, turns: int,
+            rounds: int) -> dict[str, tuple[float, float, list[float]]]:
+    """Rounds of each transport, alternated (the machine's speed drifts): the median round's CPU per turn,
+    the mean over all rounds (finer: /proc counts CPU in 10 ms ticks) and every turn's TTFT."""
     runs = {"http": http_conversation, "websocket": ws_conversation}
     for run in runs.values():
         run(gw.port, turns)  # warm-up: imports, pools
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     ttfts: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
+    for r in range(rounds):
+        for name, run in (runs.items() if r % 2 == 0 else list(runs.items())[::-1]):
             c, t = measure(gw, run, conversations, turns)
             cpu[name].append(c)
             ttfts[name] += t
-    return {name: (statistics.median(cpu[name]), ttfts[name]) for name in runs}
+    return {name: (statistics.median(cpu[name]), statistics.fmean(cpu[name]), ttfts[name]) for name in runs}
+
+
+def _callgrind_gateway(workdir: Path, config: Path) -> servers.Server:
+    port = servers.free_port()
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={workdir}/cg.out",
+            sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port),
+            "--metrics-port", str(servers.free_port())]
+    gw = servers.spawn("gateway-callgrind", argv, workdir, port)
+    gw.wait_ready("/healthz", timeout_s=300)  # under callgrind the start takes a minute
+    return gw
+
+
+def _counted(gw: servers.Server, workdir: Path, run: Any, conversations: int, turns: int) -> float:
+    """Instructions per turn of `conversations` runs of `run`, counted alone (zeroed, on, off, dumped)."""
+    control = shutil.which("callgrind_control") or "callgrind_control"
+    before = set(workdir.glob("cg.out*"))
+    subprocess.run([control, "-z", str(gw.pid)], capture_output=True, check=True)
+    subprocess.run([control, "-i", "on", str(gw.pid)], capture_output=True, check=True)
+    for _ in range(conversations):
+        run(gw.port, turns)
+    subprocess.run([control, "-i", "off", str(gw.pid)], capture_output=True, check=True)
+    subprocess.run([control, "-d", str(gw.pid)], capture_output=True, check=True)
+    dumps = set(workdir.glob("cg.out*")) - before
+    total = sum(int(m.group(1)) for f in dumps if (m := _TOTALS.search(f.read_bytes())) is not None)
+    return total / (conversations * turns)
+
+
+def instructions(conversations: int, turns: int, rounds: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-ws-ir-"))
+    up = servers.start_upstream(workdir)
+    config = workdir / "gateway.yaml"
+    config.write_text(servers.gateway_config(up.port, redaction=False))
+    gw = _callgrind_gateway(workdir, config)
+    runs = {"http": http_conversation, "websocket": ws_conversation}
+    counts: dict[str, list[float]] = {name: [] for name in runs}
+    try:
+        for run in runs.values():
+            for _ in range(3):
+                run(gw.port, turns)  # warm-up: imports, pools, caches
+        for r in range(rounds):
+            order = list(runs.items())
+            for name, run in order if r % 2 == 0 else order[::-1]:
+                counts[name].append(_counted(gw, workdir, run, conversations, turns))
+    finally:
+        gw.proc.send_signal(signal.SIGTERM)
+        gw.proc.wait(timeout=120)
+        up.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"{rounds} rounds of {conversations} conversations x {turns} turns under callgrind\n")
+    print("| transport | instructions per turn (min) | every round |")
+    print("| --- | --- | --- |")
+    for name, vs in counts.items():
+        print(f"| {name} | {min(vs):,.0f} | {', '.join(f'{v:,.0f}' for v in vs)} |")
+    http, ws = min(counts["http"]), min(counts["websocket"])
+    print(f"\nwebsocket / http: {ws / http - 1:+.1%}")
 
 
 def main() -> None:
@@ -147,27 +260,34 @@ def main() -> None:
     p.add_argument("--conversations", type=int, default=30)
     p.add_argument("--turns", type=int, default=10)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--instructions", action="store_true", help="count instructions per turn under callgrind")
+    p.add_argument("--source", help="the checkout whose gateway runs (default: this one), e.g. a worktree of main")
     args = p.parse_args()
+    if args.instructions:
+        instructions(args.conversations, args.turns, args.rounds)
+        return
     workdir = Path(tempfile.mkdtemp(prefix="gateway-ws-bench-"))
     up = servers.start_upstream(workdir)
     config = workdir / "gateway.yaml"
     config.write_text(servers.gateway_config(up.port, redaction=False))
-    gw = servers.start_gateway("gateway", workdir, config)
+    gw = servers.start_gateway("gateway", workdir, config,
+                               source=Path(args.source).resolve() if args.source else servers.ROOT)
     try:
         direct = [t for _ in range(args.conversations) for t in direct_ttfts(up.port, args.turns)]
         base = statistics.median(direct)
         rows = []
-        for name, (cpu, ttfts) in compare(gw, args.conversations, args.turns, args.rounds).items():
+        for name, (cpu, mean, ttfts) in compare(gw, args.conversations, args.turns, args.rounds).items():
             q = statistics.quantiles(ttfts, n=100)
-            rows.append(f"| {name} | {cpu * 1000:.2f} | {(statistics.median(ttfts) - base) * 1000:.2f} | "
-                        f"{(q[94] - base) * 1000:.2f} |")
+            rows.append(f"| {name} | {cpu * 1000:.2f} | {mean * 1000:.3f} | "
+                        f"{(statistics.median(ttfts) - base) * 1000:.2f} | {(q[94] - base) * 1000:.2f} |")
     finally:
         gw.stop()
         up.stop()
     print(f"{args.rounds} rounds of {args.conversations} conversations x {args.turns} turns, through the Responses "
           f"bridge to the fake upstream (direct TTFT p50 {base * 1000:.2f} ms)\n")
-    print("| transport | gateway CPU per turn (ms) | added TTFT p50 (ms) | added TTFT p95 (ms) |")
-    print("| --- | --- | --- | --- |")
+    print("| transport | gateway CPU per turn, median round (ms) | mean of rounds (ms) | added TTFT p50 (ms) | "
+          "added TTFT p95 (ms) |")
+    print("| --- | --- | --- | --- | --- |")
     print("\n".join(rows))
 
 

@@ -18,6 +18,8 @@ import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.core.http1_request import RequestHead
+from gateway.core.json_body import DEPTH_MESSAGE
+from gateway.core.responses.filter import EVENT_ENCODER
 from gateway.core.responses.socket import (
     Conversation,
     EventCutter,
@@ -46,6 +48,7 @@ _HOP_FIELDS = frozenset(("upgrade", "connection", "content-length", "transfer-en
 # messages taken per loop iteration: a flood of small messages read in one go is taken a batch at a time
 # (reading held meanwhile), so other connections are served between the batches (~15 us a message)
 BATCH = 32
+_TEXT_FRAME = 0x81  # a whole text frame's first byte (`core.websocket.text_frame`); SSE starts with text
 
 
 async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
@@ -77,7 +80,9 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
 
 
 class _EventChannel:
-    """The response's channel: SSE bytes in, one text message per event out, on the socket's link."""
+    """The response's channel: one text message per event out, on the socket's link. The serve path's
+    Responses events arrive framed already (`EVENT_ENCODER`, set for the response's task); anything else
+    written to it (an SSE keep-alive comment, which a socket does not need) is cut as SSE."""
 
     raw_body = True
     __slots__ = ("_socket", "cutter")
@@ -95,7 +100,9 @@ class _EventChannel:
         pass
 
     def send(self, data: bytes) -> bool:
-        frames = self.cutter.frames(data)
+        if not data:
+            return False
+        frames = data if data[0] == _TEXT_FRAME else self.cutter.frames(data)
         return self._socket.link.send(frames) if frames else False
 
     async def drained(self) -> None:
@@ -109,7 +116,7 @@ class ResponsesSocket:
     """One WebSocket-mode connection (the server's `Tunnel`)."""
 
     __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
-                 "_key", "_opened", "_responses", "_running", "_warmups", "app", "frames", "idle_s", "link")
+                 "_key", "_loop", "_opened", "_responses", "_running", "_warmups", "app", "frames", "idle_s", "link")
 
     def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None):
         self.app, self.link = app, link
@@ -120,12 +127,14 @@ class ResponsesSocket:
         self._headers["content-type"] = "application/json"
         self._conversation = Conversation()
         self._running: asyncio.Task[None] | None = None
-        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # looked up once: CPython 3.11's `get_running_loop` makes a `getpid` call each time (bench/README.md)
+        self._loop = asyncio.get_running_loop()
+        self._done: asyncio.Future[None] = self._loop.create_future()
         self._draining = False
-        self._active = asyncio.get_running_loop().time()
+        self._active = self._loop.time()
         self._held = False  # messages wait in the frame parser (see BATCH): reading is held
         self._key = key_name  # for the connection's log lines
-        self._opened = asyncio.get_running_loop().time()
+        self._opened = self._loop.time()
         self._responses = self._warmups = 0
         self._close_code: int | None = None
         self._busy_frame = b""  # the `response_in_progress` event's frame, made once
@@ -139,7 +148,7 @@ class ResponsesSocket:
             self.app.metrics.websocket_closed()
             log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,
                      continued=self._conversation.continued, close_code=self._close_code,
-                     duration_ms=round((asyncio.get_running_loop().time() - self._opened) * 1000, 2))
+                     duration_ms=round((self._loop.time() - self._opened) * 1000, 2))
             if self._running is not None:
                 self._running.cancel()  # the client went: its response's upstream request is closed too
 
@@ -151,7 +160,7 @@ class ResponsesSocket:
             self._held = fed.more
             self.link.hold_reading(fed.more)
         if fed.more:
-            asyncio.get_running_loop().call_soon(self.received, b"")
+            self._loop.call_soon(self.received, b"")
         if fed.reply:
             self._write(fed.reply)
         if fed.close is not None:
@@ -159,12 +168,12 @@ class ResponsesSocket:
             self._end()
             return
         for text in fed.messages:
-            self._active = asyncio.get_running_loop().time()
+            self._active = self._loop.time()
             if self._running is not None or self._draining:
                 self._write(self._busy())
                 continue
             # its first step (parse, authorise, open the upstream) runs now, as an HTTP request's does
-            self._running = start_eagerly(asyncio.get_running_loop(), self._respond(text))
+            self._running = start_eagerly(self._loop, self._respond(text))
 
     def _busy(self) -> bytes:
         if not self._busy_frame:
@@ -213,7 +222,7 @@ class ResponsesSocket:
             return
         finally:
             self._running = None
-            self._active = asyncio.get_running_loop().time()
+            self._active = self._loop.time()
         if self._draining:
             self.close(GOING_AWAY, "the gateway is shutting down")
 
@@ -235,17 +244,23 @@ class ResponsesSocket:
             self._write(b"".join(self.frames.text(e) for e in events))
             self._conversation.keep(rid, whole, [])
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
             await TURNS.wait(loop)
-        raw = orjson.dumps(create.body)
+        try:
+            raw = orjson.dumps(create.body)
+        except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
+            self._write(self.frames.text(error_event("invalid_request", DEPTH_MESSAGE, None, 400)))
+            return
         if len(raw) > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
             self._write(self.frames.text(error_event(
                 "request_too_large", f"the conversation is larger than {self.frames.max_message} bytes: start a "
                 "new one without previous_response_id", "previous_response_id", 413)))
             return
         channel = _EventChannel(self)
+        EVENT_ENCODER.set(channel.cutter.frame)  # this task's (the response's) events, framed as made
         request = self._request(raw, channel)
+        request.parsed = create.body  # parsed once, from the message; `raw` is its size and its bytes
         self._responses += 1
         resp = await handle(request)
         if isinstance(resp, StreamResponse):

@@ -30,9 +30,9 @@ class BodyError(ValueError):
     """Not a body we accept; the message is for the client."""
 
 
-def parse_object(raw: bytes) -> dict[str, Any]:
+def parse_object(raw: bytes, parsed: dict[str, Any] | None = None) -> dict[str, Any]:
     """The body as a JSON object, its depth checked at once (see `parse_shallow` for a big body)."""
-    body = parse_shallow(raw)
+    body = parse_shallow(raw, parsed=parsed)
     if may_be_deep(raw) and depth_exceeds(body, MAX_DEPTH):
         raise BodyError(DEPTH_MESSAGE)
     return body
@@ -43,15 +43,18 @@ def bracket_count(raw: bytes) -> int:
     return raw.count(b"{") + raw.count(b"[")
 
 
-def parse_shallow(raw: bytes, brackets: int | None = None) -> dict[str, Any]:
+def parse_shallow(raw: bytes, brackets: int | None = None, parsed: dict[str, Any] | None = None) -> dict[str, Any]:
     """The body as a JSON object, at most `MAX_CONTAINERS` of them (checked before parsing; `brackets`:
     its `bracket_count` when the caller has it); its depth is the caller's to check (`may_be_deep`,
-    `DepthCheck`)."""
+    `DepthCheck`). `parsed`: the object `raw` is the JSON of, parsed already by the transport (WebSocket
+    mode), held to the same bounds and returned instead of parsing `raw` again."""
     if len(raw) > MAX_CONTAINERS:  # a shorter body has fewer
         if brackets is None:
             brackets = bracket_count(raw)
         if brackets > MAX_CONTAINERS:
             raise BodyError(CONTAINERS_MESSAGE)
+    if parsed is not None:
+        return parsed
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -6,7 +6,7 @@ no app, and the pipeline reads the app only through `Host`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.core.api import ClientApi
 from gateway.core.http1_request import RequestHead
@@ -42,7 +42,7 @@ class Host(Protocol):
 
 
 class GatewayRequest(Request):
-    __slots__ = ("admission", "app", "ctx", "rec", "transport")
+    __slots__ = ("admission", "app", "ctx", "parsed", "rec", "transport")
 
     def __init__(self, app: Host, head: RequestHead, body: bytes, channel: Channel):
         super().__init__(head, body, channel)
@@ -51,6 +51,9 @@ class GatewayRequest(Request):
         self.admission: Admission | None = None  # who asked for which model, known before the model resolves
         self.rec: RequestRecorder | None = None  # the per-request recorder, on API routes
         self.transport = "http"  # or "websocket": a response.create of WebSocket mode (the log line says)
+        # the body as its transport parsed it already (WebSocket mode), `body` its JSON: `read_json` takes
+        # it instead of parsing `body` again, under the same bounds (docs/reference.md, WebSocket mode)
+        self.parsed: dict[str, Any] | None = None
 
     @property
     def recorder(self) -> RequestRecorder:

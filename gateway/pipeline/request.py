@@ -43,8 +43,8 @@ async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any
     raw = request.body
     try:
         if len(raw) <= INLINE_DEPTH_BYTES:
-            return parse_object(raw), may_carry_markers(raw)
-        if len(raw) > SPLIT_BYTES:
+            return parse_object(raw, request.parsed), may_carry_markers(raw)
+        if len(raw) > SPLIT_BYTES and request.parsed is None:
             split = SplitParse(raw, MARKER_NEEDLES)
             await rt.slicer.run(split)
             if split.body is not None:
@@ -53,7 +53,7 @@ async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any
         else:
             brackets = bracket_count(raw)  # once: the container bound and the depth's (~1 ms a MiB)
             marked = may_carry_markers(raw)
-        body = parse_shallow(raw, brackets)
+        body = parse_shallow(raw, brackets, request.parsed)
     except BodyError as exc:
         raise InvalidRequest(str(exc)) from None
     if brackets >= MAX_DEPTH:  # `may_be_deep`
@@ -88,6 +88,10 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
     if model is None:
         raise ModelNotFound.named(name)
     KeyRing.authorize(key, model.name, name)
+    if body is request.parsed and rt.safety.models[model.name].redact_inputs:
+        # input redaction masks the prompt's texts in place (`redact_input_slots`): in objects of this
+        # request's own, not in the ones its transport lent it (WebSocket mode keeps them for the next turn)
+        body = parse_object(request.body)
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("stream must be a boolean", param="stream")

@@ -19,7 +19,7 @@ from websockets.sync.client import connect
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
-from tests.fake_upstream import Close, FakeUpstream, Script
+from tests.fake_upstream import Close, FakeUpstream, Script, json_script
 from tests.harness import GatewayServer
 
 KEY = "gw-ws-key-0001"
@@ -142,6 +142,21 @@ def test_bad_input_gets_an_error_event_and_the_connection_stays_usable(upstream:
     assert types[0] == "response.created" and types[-1] == "response.completed"
 
 
+@pytest.mark.parametrize("depth", [130, 300])
+def test_a_message_nested_too_deep_is_an_error_event_and_the_connection_stays_usable(
+        upstream: FakeUpstream, gw: GatewayServer, depth: int) -> None:
+    """The serve path takes the message's parsed body, held to the nesting bound of an HTTP body (128
+    levels); past the 254 levels orjson writes, the body is refused before it is re-serialised."""
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["Fine"]))
+    deep = "[" * depth + "]" * depth
+    with raw_socket(gw) as ws:
+        ws.send('{"type": "response.create", "model": "claude", "input": "hi", "metadata": {"x": ' + deep + "}}")
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "invalid_request" and "nested" in err["message"], err
+        assert turn(ws, {"model": "claude", "input": "hi"})[-1]["type"] == "response.completed"
+    assert len(upstream.bodies(MESSAGES_PATH)) == 1
+
+
 def turn(ws: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
     """Send one `response.create`; its events through the terminal or error event."""
     ws.send(orjson.dumps({"type": "response.create", **body}).decode())
@@ -236,3 +251,31 @@ def test_each_turn_is_held_to_the_keys_limits(upstream: FakeUpstream,
         ws.send(orjson.dumps({"type": "response.create", "model": "nope", "input": "x"}).decode())
         assert recv_json(ws)["type"] == "error"  # the socket stays usable after a refusal
     assert len(upstream.bodies(MESSAGES_PATH)) == 1
+
+
+def test_input_redaction_masks_each_turn_and_keeps_the_clients_own_history(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """The serve path takes the message's parsed body (no second parse), but input redaction masks a copy:
+    the history the connection keeps stays the client's own text, so each turn is judged (an input
+    webhook guardrail is sent the text before masking) and masked as its HTTP twin, which resends it."""
+    raw = {"auth": {"keys": [{"name": "ws", "key": KEY}]},
+           "providers": {"claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-SECRET"}},
+           "models": [{"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep"}],
+                       "redaction": "in", "guardrails": ["hook"]}],
+           "redaction": {"profiles": {"in": {"rules": [], "inputs": True,
+                                             "custom": [{"name": "ticket", "pattern": "ACME-[0-9]{6}"}]}}},
+           "guardrails": [{"name": "hook", "type": "webhook", "url": f"{upstream.base_url}/guard", "timeout_s": 2,
+                           "stage": "input"}]}
+    gw = make_gateway(parse_config(raw, env={}))
+    upstream.defaults["/guard"] = json_script({"allow": True})
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["One"]), a.text_stream(["Two"]))
+    with raw_socket(gw) as ws:
+        first = turn(ws, {"model": "claude", "input": [user("ticket ACME-123456")], "store": False})
+        assert first[-1]["type"] == "response.completed", first
+        second = turn(ws, {"model": "claude", "input": [user("and now?")], "store": False,
+                           "previous_response_id": first[-1]["response"]["id"]})
+        assert second[-1]["type"] == "response.completed", second
+    judged = [str(body) for body in upstream.bodies("/guard")]
+    assert len(judged) == 2 and all("ACME-123456" in j for j in judged), judged
+    texts = [[_text(m) for m in body["messages"]] for body in upstream.bodies(MESSAGES_PATH)]
+    assert texts == [["ticket [REDACTED:ticket]"], ["ticket [REDACTED:ticket]", "One", "and now?"]]

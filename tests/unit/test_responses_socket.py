@@ -4,11 +4,14 @@ the warm-up, error events, and the HTTP stream's SSE cut into messages."""
 
 from __future__ import annotations
 
+import contextvars
+
 import orjson
 import pytest
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
+from gateway.core.responses.filter import EVENT_ENCODER, ResponsesOutputFilter
 from gateway.core.responses.socket import Conversation, EventCutter, SocketMessageError, read_message, warmup_events
 from gateway.core.websocket import HandshakeError, ServerSocket, accept_head, text_frame
 
@@ -103,6 +106,34 @@ def test_the_cutter_sends_each_event_whole_and_keeps_the_completed_response() ->
     assert cutter.ended is not None and cutter.ended.response_id == "resp_9" and not cutter.failed
     cutter.feed(b'event: error\ndata: {"type":"error"}\n\n')
     assert cutter.failed
+
+
+def test_events_handed_over_whole_are_framed_and_watched_as_cut_ones() -> None:
+    cutter = EventCutter()
+    payload = b'{"type":"response.output_text.delta","delta":"hi"}'
+    assert cutter.frame("response.output_text.delta", payload) == text_frame(payload)
+    assert cutter.ended is None and not cutter.failed
+    completed = orjson.dumps({"type": "response.completed", "response": {"id": "resp_7", "output": [{"y": 2}]}})
+    assert cutter.frame("response.completed", completed) == text_frame(completed)
+    assert cutter.ended is not None and cutter.ended.response_id == "resp_7" and cutter.ended.output == [{"y": 2}]
+    cutter.frame("error", b'{"type":"error"}')
+    assert cutter.failed
+
+
+def test_the_output_filter_encodes_with_the_encoder_of_its_context() -> None:
+    """SSE by default; in a context where WebSocket mode set its framer, the same event as a text frame."""
+    error = {"message": "m", "type": "api_error", "param": None, "code": "c"}
+    sse = ResponsesOutputFilter(None).error_event(error)
+    assert sse.startswith(b"event: error\ndata: {")
+    cutter = EventCutter()
+
+    def framed() -> bytes:
+        EVENT_ENCODER.set(cutter.frame)
+        return ResponsesOutputFilter(None).error_event(error)
+
+    frame = contextvars.copy_context().run(framed)
+    assert frame == text_frame(sse[len(b"event: error\ndata: "):-2]) and cutter.failed
+    assert ResponsesOutputFilter(None).error_event(error) == sse  # the setting stayed in that context
 
 
 @pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 70000])

@@ -15,6 +15,8 @@ bytes (no re-serialisation on the hot path).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import orjson
@@ -42,15 +44,23 @@ _ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.do
 _DELTA_OF = {(kind, part): etype for etype, (kind, part, _) in TEXT_DELTAS.items()}
 _INDEX_FIELD = {"content": "content_index", "summary": "summary_index"}
 
+# How a client-bound event is encoded: an SSE event (name, JSON text), unless the response is served on a
+# transport that carries each event whole. WebSocket mode sets its framer for the task serving one
+# `response.create` (docs/reference.md, WebSocket mode), so the one serve path writes text frames
+# directly instead of SSE the socket would cut apart again (bench/README.md, "Agent turns").
+EVENT_ENCODER: ContextVar[Callable[[str, bytes], bytes]] = ContextVar("responses_event_encoder",
+                                                                      default=encode_event)
+
 
 class ResponsesOutputFilter:
     """Per request. `apply` returns the SSE bytes to write for one upstream event (b"" to drop it)."""
 
-    __slots__ = ("_factory", "_final", "_ids", "_pre", "_released", "_seq", "_stages", "output_released",
-                 "refusal")
+    __slots__ = ("_encode_event", "_factory", "_final", "_ids", "_pre", "_released", "_seq", "_stages",
+                 "output_released", "refusal")
 
     def __init__(self, factory: StageFactory | None) -> None:
         self._factory = factory
+        self._encode_event = EVENT_ENCODER.get()  # SSE, or the transport's own (see EVENT_ENCODER)
         self._stages: dict[TextKey, TextStage | None] = {}
         self._released: dict[TextKey, list[str]] = {}  # what the client was sent, per streamed key
         self._final: dict[TextKey, str] = {}  # a text's final client form, once it has ended
@@ -87,8 +97,8 @@ class ResponsesOutputFilter:
             changed = True
         self._seq += 1
         if not changed and ev.raw is not None:
-            return encode_event(ev.type, ev.raw)
-        return encode_event(ev.type, orjson.dumps(obj))
+            return self._encode_event(ev.type, ev.raw)
+        return self._encode_event(ev.type, orjson.dumps(obj))
 
     def _rewrite(self, ev: ResponsesEvent, obj: dict[str, Any]) -> bool:
         etype = ev.type
@@ -202,7 +212,7 @@ class ResponsesOutputFilter:
             obj["logprobs"] = []
         self._seq += 1
         self.output_released = True
-        return encode_event(etype, orjson.dumps(obj))
+        return self._encode_event(etype, orjson.dumps(obj))
 
     def flush_open(self) -> bytes:
         """End every streamed text that has not ended yet (the terminal event is next, or the stream ends)."""
@@ -214,7 +224,7 @@ class ResponsesOutputFilter:
         obj = {"type": "error", "sequence_number": self._seq, "code": error.get("code"),
                "message": error.get("message"), "param": error.get("param"), "error": error}
         self._seq += 1
-        return encode_event("error", orjson.dumps(obj))
+        return self._encode_event("error", orjson.dumps(obj))
 
 
 def _text(v: Any) -> str:

@@ -23,6 +23,7 @@ from gateway.core.websocket import text_frame
 
 TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
 _WATCHED = (b"response.completed", b"response.incomplete", b"response.failed", b"error")
+_WATCHED_NAMES = frozenset(n.decode() for n in _WATCHED)
 MAX_PENDING_EVENT = 16 * 1024 * 1024  # bytes of one SSE event awaiting its end (ours are whole writes)
 
 
@@ -184,6 +185,13 @@ class EventCutter:
     def frames(self, data: bytes) -> bytes:
         """The same events as WebSocket text frames, in one piece."""
         return b"".join([text_frame(p) for p in self.feed(data)])
+
+    def frame(self, name: str, payload: bytes) -> bytes:
+        """One event the serve path hands over whole (`core.responses.filter.EVENT_ENCODER`), as its
+        text frame: no SSE to encode and cut apart again. Watched as `feed` watches the SSE events."""
+        if name in _WATCHED_NAMES:
+            self._terminal(name.encode(), payload)
+        return text_frame(payload)
 
     def _watch(self, name: bytes, payload: bytes) -> None:
         if name in TERMINAL or name == b"error":
