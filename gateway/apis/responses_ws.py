@@ -12,6 +12,7 @@ The key is checked before the `101` and again by each response (a key revoked or
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import orjson
 import structlog
@@ -167,7 +168,7 @@ class ResponsesSocket:
             self._close_code = fed.close
             self._end()
             return
-        for text in fed.messages:
+        for text in fed.texts:
             self._active = self._loop.time()
             if self._running is not None or self._draining:
                 self._write(self._busy())
@@ -234,28 +235,13 @@ class ResponsesSocket:
             self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
             return
         if not create.generate:
-            self._warmups += 1
-            try:
-                self._check_warmup(create.body)
-            except GatewayError as err:
-                self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status))
-                return
-            rid, events = warmup_events(create.body)
-            self._write(b"".join(self.frames.text(e) for e in events))
-            self._conversation.keep(rid, whole, [])
+            self._warm_up(create.body, whole)
             return
         loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
             await TURNS.wait(loop)
-        try:
-            raw = orjson.dumps(create.body)
-        except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
-            self._write(self.frames.text(error_event("invalid_request", DEPTH_MESSAGE, None, 400)))
-            return
-        if len(raw) > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
-            self._write(self.frames.text(error_event(
-                "request_too_large", f"the conversation is larger than {self.frames.max_message} bytes: start a "
-                "new one without previous_response_id", "previous_response_id", 413)))
+        raw = self._sized(create.body)
+        if raw is None:
             return
         channel = _EventChannel(self)
         EVENT_ENCODER.set(channel.cutter.frame)  # this task's (the response's) events, framed as made
@@ -272,6 +258,33 @@ class ResponsesSocket:
         ended = channel.cutter.ended
         if ended is not None and not channel.cutter.failed:
             self._conversation.keep(ended.response_id, whole, ended.output)
+
+    def _warm_up(self, body: dict[str, Any], whole: list[Any]) -> None:
+        """`generate: false` (Codex's warm-up): answered as OpenAI does, with no model call."""
+        self._warmups += 1
+        try:
+            self._check_warmup(body)
+        except GatewayError as err:
+            self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status))
+            return
+        rid, events = warmup_events(body)
+        self._write(b"".join(self.frames.text(e) for e in events))
+        self._conversation.keep(rid, whole, [])
+
+    def _sized(self, body: dict[str, Any]) -> bytes | None:
+        """The response's body as HTTP would have carried it, or None (an error event sent) when it cannot
+        be written or is over the message limit."""
+        try:
+            raw = orjson.dumps(body)
+        except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
+            self._write(self.frames.text(error_event("invalid_request", DEPTH_MESSAGE, None, 400)))
+            return None
+        if len(raw) > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
+            self._write(self.frames.text(error_event(
+                "request_too_large", f"the conversation is larger than {self.frames.max_message} bytes: start a "
+                "new one without previous_response_id", "previous_response_id", 413)))
+            return None
+        return raw
 
     def _request(self, raw: bytes, channel: _EventChannel) -> GatewayRequest:
         head = RequestHead("POST", RESPONSES.path, "", self._headers, True, False, len(raw), False, None)

@@ -56,10 +56,10 @@ class Fed:
     (pongs, a close frame) and, when the connection is to end after writing them, the close code.
     A plain slots class: one is made per read (a dataclass's field factories cost ~1 us more)."""
 
-    __slots__ = ("close", "messages", "more", "reply")
+    __slots__ = ("close", "more", "reply", "texts")
 
     def __init__(self) -> None:
-        self.messages: list[str] = []
+        self.texts: list[str] = []  # the whole text messages
         self.reply = b""
         self.close: int | None = None
         self.more = False  # stopped at `max_messages`: `feed(b"")` takes the next ones
@@ -95,7 +95,7 @@ class ServerSocket:
                     # UTF-8 takes 1-4 bytes a character: the exact size is counted only near the bound
                     if len(text) * 4 > self.max_message and len(text.encode()) > self.max_message:
                         return self._closing(fed, TOO_BIG, "message too big")
-                    fed.messages.append(text)
+                    fed.texts.append(text)
                 else:
                     self._size += len(text.encode())
                     if self._size > self.max_message:
@@ -103,10 +103,10 @@ class ServerSocket:
                     self._parts.append(text)
                     if not event.message_finished:
                         continue
-                    fed.messages.append("".join(self._parts))
+                    fed.texts.append("".join(self._parts))
                     self._parts.clear()
                     self._size = 0
-                if len(fed.messages) >= max_messages:  # the frames after it stay unparsed in wsproto
+                if len(fed.texts) >= max_messages:  # the frames after it stay unparsed in wsproto
                     fed.more = True
                     return fed
             elif isinstance(event, BytesMessage):

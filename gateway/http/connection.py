@@ -254,18 +254,22 @@ class HttpConnection(asyncio.Protocol):
                 return
             tunnel = self.tunnel = answer.tunnel(self)
             self.send(answer.head)
-            if self._pending:  # bytes that came while the upgrade was decided
-                data = bytes(self._pending)
-                self._pending.clear()
+            # the bytes read with the head, then those that came while the upgrade was decided
+            data = self._reader.upgraded_bytes + bytes(self._pending)
+            self._reader.upgraded_bytes = b""
+            self._pending.clear()
+            if data:
                 tunnel.received(data)
             self._apply_reading()  # reading paused over MAX_PENDING resumes: the tunnel reads now
             await tunnel.run()
+            self._linger()  # the tunnel's last bytes out with a FIN; what the client still sends is dropped
         except (asyncio.CancelledError, ConnectionError):
             pass
         except Exception:
             log.exception("unhandled_error", path=head.path)
         finally:
-            self._close()
+            if not self._lingering:
+                self._close()
 
     def hold_reading(self, held: bool) -> None:
         """A tunnel with bytes still to take stops reading until it has taken them (its `Link`)."""
@@ -311,6 +315,16 @@ class HttpConnection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         transport.write(_error_answer(exc.status, exc.message, code, self.date()))
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close after the last answer without resetting what the client still sends: the answer goes
+        out with a FIN, what still comes is read and dropped, and the socket closes when the client
+        does (or after LINGER_S)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        self.tunnel = None  # a tunnel that ended takes nothing more
         self.closing = self._lingering = True
         if transport.can_write_eof():  # a TLS transport cannot half-close: the answer goes, then the close
             transport.write_eof()

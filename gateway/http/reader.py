@@ -20,6 +20,7 @@ looser than llhttp and h11 on 33 framing vectors. What stays ours is policy and 
 
 from __future__ import annotations
 
+import re
 from collections import deque
 
 import httptools
@@ -40,6 +41,19 @@ from gateway.core.http1_request import (
 MAX_PIPELINED = 16
 
 
+MAX_UPGRADED_BYTES = 1 << 20  # kept of what came with an Upgrade head: more than any tunnel takes at once
+
+
+_BLANK_LINE = re.compile(rb"(?:^|\n)\r?\n")
+
+
+def _after_head(lines: bytes) -> bytes:
+    """What follows the head's end (its first empty line) in `lines`, whole lines fed with an Upgrade
+    request's head: the first bytes of the new protocol."""
+    m = _BLANK_LINE.search(lines)
+    return lines[m.end():] if m else b""
+
+
 class _Saturated(Exception):
     """Raised inside llhttp's message-complete callback: nothing more is read from this connection."""
 
@@ -53,7 +67,7 @@ class RequestReader:
 
     __slots__ = ("_body", "_continue_sent", "_error", "_fields", "_gauge", "_head", "_in_head", "_parser",
                  "_ready", "_refeed", "_refeeding", "_size", "_started", "_target", "_unfed", "max_body",
-                 "saturated")
+                 "saturated", "upgraded_bytes")
 
     def __init__(self, max_body: int):
         self.max_body = max_body
@@ -64,6 +78,9 @@ class RequestReader:
         self._error: RequestError | None = None
         self._refeed = self._refeeding = False  # an Upgrade request's body, see _after_upgrade
         self.saturated = False
+        # the bytes after the head of a body-less Upgrade request, read with it: the new protocol's, for
+        # the tunnel an accepted upgrade hands the connection to (http/upgrade.py); dropped otherwise
+        self.upgraded_bytes = b""
         self._new_message()
 
     def _new_message(self) -> None:
@@ -127,6 +144,8 @@ class RequestReader:
             self._unfed.clear()
         self._gauge = None
         left = self._execute(data[:end + 1])
+        if self.saturated and self._ready and self._ready[-1][0].upgrade is not None and not self.upgraded_bytes:
+            self.upgraded_bytes = _after_head(data[:end + 1])[:MAX_UPGRADED_BYTES] + data[end + 1:]
         return left + data[end + 1:] if left else data[end + 1:]
 
     def _take_body(self, data: bytes) -> bytes:
@@ -188,6 +207,7 @@ class RequestReader:
         head = self._head
         if not self._refeed or head is None:
             self.saturated = True
+            self.upgraded_bytes = rest[:MAX_UPGRADED_BYTES]
             return b""
         self._refeed = False
         self._parser = httptools.HttpRequestParser(self)

@@ -279,3 +279,15 @@ def test_tls_handshakes_count_as_connections_and_end_within_the_head_timeout(
         if e["event"] == "http_refused":
             counts[e["reason"]] = counts.get(e["reason"], 0) + e["count"]
     assert counts == {"max_connections": 1, "tls_handshake": 3}
+
+
+def test_websocket_bytes_that_come_with_the_handshake_reach_the_socket(gateway: GatewayServer) -> None:
+    """A client may send its first frames in the same packet as the handshake: they are the socket's,
+    not dropped with the HTTP reader's leftovers (a close frame read with the head was lost: the
+    connection then hung until the client gave up)."""
+    handshake = next(v for v in UPGRADE if v.startswith(b"GET /v1/responses ") and b"Sec-WebSocket-Key" in v)
+    with connect(gateway) as sock:
+        sock.sendall(handshake + b"\x88\x82\x00\x00\x00\x00\x03\xe8")  # the head and a close frame (1000)
+        got = read_to_close(sock)
+    assert statuses(got) == [b"HTTP/1.1 101 Switching Protocols"]
+    assert got.endswith(b"\x88\x02\x03\xe8")  # the server's close frame, 1000, then the end

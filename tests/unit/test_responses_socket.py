@@ -42,15 +42,15 @@ def test_fragments_are_one_message_and_pings_are_answered() -> None:
     sock = ServerSocket(100)
     data = frames(TextMessage("hel", message_finished=False), Ping(b"p"), TextMessage("lo"))
     fed = sock.feed(data[:3])
-    assert fed.messages == [] and fed.close is None
+    assert fed.texts == [] and fed.close is None
     fed = sock.feed(data[3:])
-    assert fed.messages == ["hello"] and fed.reply.startswith(b"\x8a")  # a pong
+    assert fed.texts == ["hello"] and fed.reply.startswith(b"\x8a")  # a pong
 
 
 def test_a_message_over_the_limit_counts_bytes_not_characters() -> None:
-    assert ServerSocket(8).feed(frames(TextMessage("ééé"))).messages == ["ééé"]  # 6 bytes
+    assert ServerSocket(8).feed(frames(TextMessage("ééé"))).texts == ["ééé"]  # 6 bytes
     fed = ServerSocket(8).feed(frames(TextMessage("éééé£")))  # 10 bytes
-    assert fed.close == 1009 and fed.messages == []
+    assert fed.close == 1009 and fed.texts == []
 
 
 def test_binary_and_client_close() -> None:
@@ -62,10 +62,10 @@ def test_binary_and_client_close() -> None:
 def test_a_flood_is_taken_a_batch_at_a_time() -> None:
     sock = ServerSocket(100)
     fed = sock.feed(frames(*(TextMessage(str(i)) for i in range(5))), max_messages=2)
-    assert fed.messages == ["0", "1"] and fed.more
-    assert sock.feed(b"", max_messages=2).messages == ["2", "3"]
+    assert fed.texts == ["0", "1"] and fed.more
+    assert sock.feed(b"", max_messages=2).texts == ["2", "3"]
     last = sock.feed(b"", max_messages=2)
-    assert last.messages == ["4"] and not last.more
+    assert last.texts == ["4"] and not last.more
 
 
 def test_read_message() -> None:
