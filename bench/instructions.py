@@ -40,6 +40,7 @@ from bench.run import loadgen, raise_nofile
 from bench.scenarios import FULL, Scenario
 
 WARMUP = 200
+KEEP = {"dir": ""}  # `--keep DIR`: where the variants' callgrind files are copied
 _TOTALS = re.compile(rb"^totals:\s*(\d+)", re.M)
 
 
@@ -95,6 +96,9 @@ def instructions_per_request(source: Path, sc: Scenario, requests: int, store: b
         upstream.stop()
     total = sum(int(m.group(1)) for f in workdir.glob("callgrind.out*")
                 if (m := _TOTALS.search(f.read_bytes())) is not None)
+    if KEEP["dir"] and variant is not None:  # `--keep`: the profile, for callgrind_annotate
+        for f in workdir.glob("callgrind.out*"):
+            shutil.copyfile(f, Path(KEEP["dir"]) / f"{variant.variant.name}.{f.name}")
     shutil.rmtree(workdir, ignore_errors=True)
     return total / requests
 
@@ -134,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--auth", choices=("jwt",), help="an IdP token against a gateway key (#58)")
     p.add_argument("--routing", help="comma-separated policies (latency, weighted), each against ordered (#59)")
     p.add_argument("--state", choices=("cluster",), help="Redis Cluster state against one redis-server (#61)")
+    p.add_argument("--keep", help="with --auth/--routing/--state: copy each variant's callgrind file here")
     p.add_argument("--this", help="the checkout to measure (default: this one)")
     p.add_argument("--scenario", default="S2", help="comma-separated scenario keys (their shape, not their load)")
     p.add_argument("--requests", type=int, default=1000)
@@ -146,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     raise_nofile()
     here = Path(args.this).resolve() if args.this else Path(__file__).resolve().parent.parent
     pairs = variants.comparisons(args.auth, args.routing, args.state)
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+        KEEP["dir"] = str(Path(args.keep).resolve())
     if pairs:
         for key in args.scenario.split(","):
             sc = replace(next(s for s in FULL if s.key == key), concurrency=args.concurrency)
