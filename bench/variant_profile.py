@@ -1,8 +1,9 @@
 """Where a variant's extra cost goes: each variant of a comparison (bench/variants.py) under cProfile with
 the same S2 load, and the functions whose calls or own time per request differ, largest first.
 
-Call counts per request are exact (the same requests run through both); own times are cProfile's, which
-inflates call-heavy Python code, so read them as a ranking. Start-up and the warm-up are in both profiles
+Call counts per request are exact (the same requests run through both) and rank the list; own times are
+the loop thread's CPU time as cProfile splits it, which inflates call-heavy Python code and still moves
+with the machine's load, so read them as a hint. Start-up and the warm-up are in both profiles
 alike and divide out.
 
     python -m bench.variant_profile --auth jwt [--requests 2000] [--top 20]
@@ -25,6 +26,21 @@ from bench.instructions import _checked
 from bench.run import loadgen, raise_nofile
 from bench.scenarios import FULL, Scenario
 
+# the gateway under cProfile timed by the loop thread's CPU time (wall time would count the machine's
+# other load), the profile written when it exits on SIGINT
+_LAUNCH = """import cProfile, runpy, sys, time
+out = sys.argv[1]
+sys.argv = ["gateway", *sys.argv[2:]]
+prof = cProfile.Profile(time.thread_time)
+prof.enable()
+try:
+    runpy.run_module("gateway", run_name="__main__", alter_sys=True)
+except (SystemExit, KeyboardInterrupt):
+    pass
+finally:
+    prof.disable()
+    prof.dump_stats(out)
+"""
 Func = tuple[str, int, str]
 Figures = dict[Func, tuple[int, float]]  # function -> (calls, own seconds)
 
@@ -37,7 +53,7 @@ def profile(v: variants.Variant, sc: Scenario, requests: int, signer: variants.S
     base = servers.gateway_config(upstream.port, not servers.redaction_missing())
     config.write_text(variants.config_text(base, v, upstream.port, states.url(v.state)))
     out, port = workdir / "gateway.prof", servers.free_port()
-    argv = [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "gateway", "serve", "--config", str(config),
+    argv = [sys.executable, "-c", _LAUNCH, str(out), "serve", "--config", str(config),
             "--port", str(port), "--metrics-port", str(servers.free_port())]
     gw = servers.spawn("gateway", argv, workdir, port)
     try:
@@ -52,12 +68,12 @@ def profile(v: variants.Variant, sc: Scenario, requests: int, signer: variants.S
 
 
 def differences(this: Figures, ref: Figures, requests: int, top: int) -> list[str]:
-    """The functions whose calls or own time per request differ most, as lines to print."""
+    """The functions whose calls per request differ most (then own time), as lines to print."""
     rows = []
     for f in this.keys() | ref.keys():
         (c1, t1), (c0, t0) = this.get(f, (0, 0.0)), ref.get(f, (0, 0.0))
         rows.append(((t1 - t0) / requests * 1e6, (c1 - c0) / requests, f))
-    rows.sort(key=lambda r: -abs(r[0]))
+    rows.sort(key=lambda r: (-abs(round(r[1], 2)), -abs(r[0])))
     out = []
     for dt_us, dcalls, (file, line, name) in rows[:top]:
         where = f"{Path(file).name}:{line}({name})" if line else name

@@ -70,11 +70,12 @@ def test_the_redis_variant_counts_every_request_in_redis(tmp_path: Path) -> None
         states.close()
 
 
-def test_the_profile_difference_ranks_by_own_time_per_request() -> None:
+def test_the_profile_difference_ranks_by_calls_then_own_time_per_request() -> None:
     from bench.variant_profile import differences
 
     this = {("a.py", 1, "verify"): (200, 0.004), ("b.py", 2, "relay"): (100, 1.0)}
     ref = {("b.py", 2, "relay"): (100, 0.999), ("c.py", 3, "gone"): (100, 0.0)}
-    lines = differences(this, ref, requests=100, top=2)
+    lines = differences(this, ref, requests=100, top=3)
     assert lines[0].split() == ["+40.00", "µs", "+2.00", "calls", "a.py:1(verify)"]
-    assert lines[1].split()[:4] == ["+10.00", "µs", "+0.00", "calls"]
+    assert lines[1].split() == ["+0.00", "µs", "-1.00", "calls", "c.py:3(gone)"]
+    assert lines[2].split() == ["+10.00", "µs", "+0.00", "calls", "b.py:2(relay)"]
