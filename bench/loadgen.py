@@ -50,6 +50,7 @@ class LoadSpec:
     api: str = "chat"  # or "messages": POST an Anthropic Messages body, read Anthropic's events
     timeout_s: float = 120.0
     keep_samples: bool = True
+    bearer: str = ""  # sent as `Authorization: Bearer …` when set (a gateway key or an IdP token)
 
 
 @dataclass(slots=True)
@@ -75,6 +76,9 @@ class _Run:
         self.errors: Counter[str] = Counter()
         self.next_index = 0
         self.open = 0
+        self.headers = {"Content-Type": "application/json"}
+        if spec.bearer:
+            self.headers["Authorization"] = f"Bearer {spec.bearer}"
         self.deadline = time.perf_counter() + spec.duration_s if spec.duration_s > 0 else float("inf")
 
     def _take(self) -> int | None:
@@ -127,7 +131,7 @@ class _Run:
     async def _exchange(self, body: bytes, i: int, t0: float) -> tuple[str, float, int]:
         """('' or an error kind, time of the first content delta, events seen)."""
         spec = self.spec
-        async with self.session.post(spec.url, data=body, headers={"Content-Type": "application/json"}) as resp:
+        async with self.session.post(spec.url, data=body, headers=self.headers) as resp:
             if resp.status != 200:
                 kind = f"http_{resp.status}"
                 self.result.error_samples.setdefault(kind, (await resp.read())[:300].decode(errors="replace"))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.scenarios import Scenario
+from bench.variants import BUDGETS
 
 
 @dataclass
@@ -156,6 +157,12 @@ def verdicts(summary: dict[str, dict[str, dict[str, float]]]) -> list[Verdict]:
         mv, cv = g.get(m, {}).get(fig, nan), g.get(c, {}).get(fig, nan)
         if not (math.isnan(mv) or math.isnan(cv)):
             out.append(_check(f"{m} CPU vs {c} (Messages vs chat, same size)", mv, cv * 1.0, unit))
+    # issues #58, #59, #61 (`--variants`, bench/variants.py): a variant's CPU per S2 request over its reference's
+    s2 = summary.get("S2", {})
+    for this, ref, budget in BUDGETS:
+        a, b = (s2.get(t, {}).get("cpu_ms_per_req", nan) for t in (this, ref))
+        if not (math.isnan(a) or math.isnan(b)):
+            out.append(_check(f"S2 CPU per request, {this} vs {ref}", a / b, budget, f"x {ref}"))
     # issue #34, acceptance 3: redaction secrets+pii on text without whitespace, against redaction off
     s3n = summary.get("S3n", {})
     on, off = (s3n.get(t, {}).get("cpu_us_per_chunk", nan) for t in ("gateway", "gateway-noredact"))

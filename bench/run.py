@@ -29,7 +29,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from bench import hostile, loop_lag, servers
+from bench import hostile, loop_lag, servers, variants
 from bench.affinity import set_process_affinity, set_tree_affinity, split_cpus
 from bench.procstat import usage
 from bench.report import Measure, markdown, summarize, verdicts
@@ -50,7 +50,7 @@ class Pool:
 
     def __init__(self, workdir: Path, baseline: Path | None = None, tracing: bool = False,
                  store_url: str | None = None, ledger_journal: str | None = None, sched_slice_us: int = 0,
-                 pin: bool = False) -> None:
+                 pin: bool = False, with_variants: bool = False) -> None:
         self.workdir, self.baseline, self.slice_us = workdir, baseline, sched_slice_us
         self.nginx_bin = servers.ensure_nginx()
         # `--pin`: this process first, so the fake upstream, the sink and every load generator inherit the
@@ -59,7 +59,12 @@ class Pool:
         if pin:
             self.relay_cpus, rest = split_cpus(os.sched_getaffinity(0))
             set_process_affinity(os.getpid(), rest)
-        self.upstream = servers.start_upstream(workdir)
+        # `--variants`: bench/variants.py's targets, with the IdP keys the upstream serves and their Redis
+        self.signer = variants.Signer.new() if with_variants else None
+        self.states = variants.StateServers()
+        self.bearers: dict[str, str] = {}
+        jwks = variants.write_jwks(self.signer, workdir) if self.signer else None
+        self.upstream = servers.start_upstream(workdir, jwks=jwks)
         self.sink = servers.start_otlp_sink(workdir) if tracing else None
         self.running: dict[str, Server] = {}
         plain = self._write_config(False)
@@ -89,6 +94,20 @@ class Pool:
             path = workdir / "gateway-store.yaml"
             path.write_text(self._config_text(redact != plain, store_url=store_url, ledger_journal=ledger_journal))
             self.traced["gateway-store"] = path
+        if self.signer is not None:
+            self._write_variants(redact != plain, self.signer)
+
+    def _write_variants(self, redaction: bool, signer: variants.Signer) -> None:
+        for target, v in variants.TARGETS.items():
+            path = self.workdir / f"{target}.yaml"
+            path.write_text(variants.config_text(self._config_text(redaction), v, self.upstream.port,
+                                                 self.states.url(v.state)))
+            self.traced[target] = path
+            self.bearers[target] = variants.bearer(v, signer)
+
+    def bearer(self, target: str) -> str:
+        """The credential a target's load sends ('' for the targets without auth)."""
+        return self.bearers.get(target, "")
 
     def _write_config(self, redaction: bool) -> Path:
         path = self.workdir / ("gateway-redact.yaml" if redaction else "gateway-plain.yaml")
@@ -149,9 +168,12 @@ class Pool:
         self.upstream.stop()
         if self.sink is not None:
             self.sink.stop()
+        self.states.close()
 
 
-def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples: bool = True) -> dict[str, Any]:
+def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples: bool = True,
+            bearer: str = "") -> dict[str, Any]:
+    """`bearer`: the credential to send (bench/variants.py's targets), none when empty."""
     fd, out = tempfile.mkstemp(prefix="loadgen-", suffix=".json")
     os.close(fd)
     argv = [sys.executable, "-m", "bench.loadgen", "--out", out, "--url", url, "--concurrency", str(sc.concurrency),
@@ -162,6 +184,8 @@ def loadgen(url: str, sc: Scenario, *, requests: int, duration_s: float, samples
             "--api", sc.api, "--model", servers.MESSAGES_MODEL if sc.api == "messages" else "m"]
     if not samples:
         argv.append("--no-samples")
+    if bearer:
+        argv += ["--bearer", bearer]
     try:
         r = subprocess.run(argv, capture_output=True, text=True, cwd=servers.ROOT, check=False, timeout=600)
         if r.returncode != 0:
@@ -205,7 +229,8 @@ def measure_round(pool: Pool, sc: Scenario, target: str, m: Measure) -> None:
         events.start()
     attack = hostile.start(server.url_for("chat"), sc.hostile, sc.duration_s) if sc.hostile else None
     try:
-        lg = loadgen(server.url_for(sc.api), sc, requests=sc.requests, duration_s=sc.duration_s)
+        lg = loadgen(server.url_for(sc.api), sc, requests=sc.requests, duration_s=sc.duration_s,
+                     bearer=pool.bearer(target))
     finally:
         if events is not None:
             events.done.set()
@@ -230,7 +255,8 @@ def run_scenario(pool: Pool, sc: Scenario) -> dict[str, Measure]:
             server = pool.get(target, fresh=sc.fresh and r == 0)
             if (r == 0 or sc.fresh) and sc.warmup:
                 # warm-up: the same shape, not counted (imports, pools, caches, allocator arenas)
-                loadgen(server.url_for(sc.api), sc, requests=sc.warmup, duration_s=0, samples=False)
+                loadgen(server.url_for(sc.api), sc, requests=sc.warmup, duration_s=0, samples=False,
+                        bearer=pool.bearer(target))
             m = measures[target]
             ok, failed = m.ok, sum(m.errors.values())
             measure_round(pool, sc, target, m)
@@ -295,6 +321,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ledger-journal", choices=("auto", "off", "on"), default="auto", help="with --store: "
                    "the store's ledger journal as configured by default (auto: SQLite on, PostgreSQL off), off, or "
                    "on (a directory in the run's temp dir)")
+    p.add_argument("--variants", action="store_true", help="also measure S2's variants (bench/variants.py): "
+                   "gateway-key/-jwt (#58), gateway-ordered/-latency/-weighted (#59), gateway-redis/-cluster (#61)")
     return p.parse_args(argv)
 
 
@@ -323,9 +351,12 @@ def main(argv: list[str] | None = None) -> int:
         store_url = f"sqlite:///{workdir}/store.db" if args.store == "sqlite" else args.store
         scenarios = [replace(sc, targets=(*sc.targets[:-1], "gateway-store", sc.targets[-1]))
                      if sc.key in ("S1", "S2") else sc for sc in scenarios]
+    if args.variants:
+        scenarios = [replace(sc, targets=(*sc.targets[:-1], *variants.TARGETS, sc.targets[-1]))
+                     if sc.key == "S2" else sc for sc in scenarios]
     journal = {"auto": None, "off": "off", "on": str(workdir / "ledger")}[args.ledger_journal]
     pool = Pool(workdir, baseline, tracing=args.tracing, store_url=store_url, ledger_journal=journal,
-                sched_slice_us=args.sched_slice_us, pin=args.pin)
+                sched_slice_us=args.sched_slice_us, pin=args.pin, with_variants=args.variants)
     print(f"servers' logs: {workdir}", flush=True)
     try:
         info = machine(pool.redaction_off_because, nofile, pool.nginx_bin)

@@ -88,9 +88,11 @@ def spawn(name: str, argv: list[str], workdir: Path, port: int, cwd: Path = ROOT
     return Server(name, proc, port, log)
 
 
-def start_upstream(workdir: Path) -> Server:
+def start_upstream(workdir: Path, jwks: Path | None = None) -> Server:
+    """`jwks`: a key set file the upstream serves at `GET /jwks` (bench/variants.py's IdP tokens)."""
     port = free_port()
-    server = spawn("upstream", [sys.executable, "-m", "bench.upstream", "--port", str(port)], workdir, port)
+    extra = ["--jwks", str(jwks)] if jwks else []
+    server = spawn("upstream", [sys.executable, "-m", "bench.upstream", "--port", str(port), *extra], workdir, port)
     server.wait_ready("/healthz")
     return server
 

@@ -12,7 +12,8 @@ Headers go out at once; the role chunk and the first content delta after `ttft_m
 `gap_ms` later (with `gap_ms: 0` the rest goes out in one write); finish, usage (if
 `stream_options.include_usage`) and `[DONE]` ride with the last delta; the chunked terminator too, or
 `tail_ms` later in a write of its own. HTTP/1.1 keep-alive, chunked transfer encoding, as OpenAI
-answers. `GET /healthz` answers 200.
+answers. `GET /healthz` answers 200. With `--jwks FILE`, `GET /jwks` answers that file (a JSON Web Key
+Set: an IdP's keys for the gateway's `auth.jwt.jwks_url`, bench/variants.py).
 
 Faults on demand (the "failures starting mid-run" scenario): under the path prefix `/fail/` the same
 answers are served until `POST /faults/arm`; from then on until `POST /faults/disarm` every request there
@@ -65,6 +66,7 @@ def _http_chunk(data: bytes) -> bytes:
 
 FAIL_PREFIX = "/fail/"
 _FAULTS = {"armed": False}
+_JWKS = {"body": b""}  # `--jwks`: the key set `GET /jwks` serves
 _OVERLOADED = orjson.dumps({"error": {"message": "The server is overloaded", "type": "server_error",
                                       "param": None, "code": None}})
 
@@ -142,6 +144,9 @@ class UpstreamProtocol(asyncio.Protocol):
             return
         if method == "GET" and path.endswith("/healthz"):
             t.write(_plain("200 OK", b"ok"))
+        elif method == "GET" and path == "/jwks" and _JWKS["body"]:
+            t.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(_JWKS["body"])).encode() + b"\r\n\r\n" + _JWKS["body"])
         elif method == "POST" and path in ("/faults/arm", "/faults/disarm"):
             _FAULTS["armed"] = path == "/faults/arm"
             t.write(_plain("200 OK", b"ok"))
@@ -195,7 +200,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9000)
+    p.add_argument("--jwks", help="a JSON Web Key Set file to serve at GET /jwks")
     args = p.parse_args()
+    if args.jwks:
+        with open(args.jwks, "rb") as f:
+            _JWKS["body"] = f.read()
     try:
         import uvloop
     except ImportError:  # the gateway depends on uvloop; this fallback only keeps the tool usable
