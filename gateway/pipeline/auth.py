@@ -64,8 +64,13 @@ class KeyRing:
             return stored
         if self._stored is not None and self._stored.expired(digest):
             raise ExpiredApiKey("the gateway key has expired")
-        if self.jwt is not None and looks_like_jwt(presented):
-            return self.jwt.principal(presented)  # raises SigningKeyUnknown: `after_refetch` then
+        jwt = self.jwt
+        if jwt is not None:
+            seen = jwt.cached(digest)  # a token seen before: no shape check, no second hash
+            if seen is not None:
+                return seen
+            if looks_like_jwt(presented):
+                return jwt.principal(presented, digest)  # raises SigningKeyUnknown: `after_refetch` then
         if self._allow_anonymous:
             return None
         raise InvalidApiKey("invalid gateway key")

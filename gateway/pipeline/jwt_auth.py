@@ -128,11 +128,19 @@ class JwtAuth:
         self._prepared: dict[tuple[str, str], jwt.PyJWK] = {}
         self._gate = RefetchGate(cfg.refetch_s)
 
-    def principal(self, token: str) -> ApiKey:
-        """The caller a token names. Raises InvalidApiKey, TokenExpired, PermissionDenied, or
-        SigningKeyUnknown (then `refetch` and ask again)."""
+    def cached(self, digest: bytes) -> ApiKey | None:
+        """The principal of a token already verified (by its SHA-256), while it is valid and the store's
+        teams are unchanged; else None."""
+        hit = self._verified.get(digest, self._clock())
+        if hit is None or hit[1] != (self._teams.version if self._teams is not None else 0):
+            return None
+        return hit[0]
+
+    def principal(self, token: str, digest: bytes | None = None) -> ApiKey:
+        """The caller a token names (`digest`: its SHA-256, when the caller has it). Raises InvalidApiKey,
+        ExpiredApiKey, PermissionDenied, or SigningKeyUnknown (then `refetch` and ask again)."""
         now = self._clock()
-        digest = hashlib.sha256(token.encode()).digest()
+        digest = digest or hashlib.sha256(token.encode()).digest()
         version = self._teams.version if self._teams is not None else 0
         hit = self._verified.get(digest, now)
         if hit is not None and hit[1] == version:  # a store change of team limits rebuilds the principal
