@@ -1,5 +1,5 @@
 """What `gateway admin …` prints: answers as tables, failures as one line that says what to do
-(docs/keys-teams-spend.md, "The admin command"). Pure: the caller does the HTTP."""
+(docs/keys-teams-spend.md, "2. Create a team and a key"). Pure: the caller does the HTTP."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ class App:
         self._budgets: BudgetSync | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
         self.apis: Mapping[str, ClientApi] = {api.path: api for api in CLIENT_APIS}  # by route
-        # read at start only (CONTRACT §8): a reload keeps the process's tracer
+        # read at start only (docs/extensions.md, "Traces"): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
         self.genai_push: GenAiPush | None = None  # the GenAI metrics by OTLP, read at start only too
         # TLS on the listener: a reload swaps in a new context, so new handshakes present the new

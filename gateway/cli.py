@@ -1,4 +1,4 @@
-"""`gateway serve | check-config | version` (CONTRACT §1). Nothing happens at import time."""
+"""`gateway serve | check-config | version` (docs/reference.md, "Commands"). Nothing happens at import time."""
 
 from __future__ import annotations
 

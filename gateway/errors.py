@@ -1,4 +1,4 @@
-"""One error hierarchy for everything the gateway tells a client (CONTRACT §3 "Errors").
+"""One error hierarchy for everything the gateway tells a client (docs/reference.md, "Routes" "Errors").
 
 Each error knows its HTTP status, OpenAI error `type`, `code`, `param`, the request `outcome` label it
 produces, and a client-safe message. The same object renders as a JSON body or as one in-stream SSE event.
@@ -68,7 +68,7 @@ class GatewayError(Exception):
                            isinstance(self, UpstreamClientError))
 
     def anthropic_body(self) -> dict[str, Any]:
-        """`{"type": "error", "error": {"type", "message"}}`, the Messages API's shape (CONTRACT §3)."""
+        """`{"type": "error", "error": {"type", "message"}}`, the Messages API's shape (docs/reference.md, "Routes")."""
         return {"type": "error", "error": {"type": self.anthropic_type, "message": self.message}}
 
     def anthropic_sse_bytes(self) -> bytes:
@@ -102,7 +102,7 @@ class ModelNotFound(GatewayError):
 
     @classmethod
     def named(cls, name: str) -> ModelNotFound:
-        """The one answer for a model name the caller may not use, whatever the cause (CONTRACT §3)."""
+        """The one answer for a model name the caller may not use, whatever the cause (docs/reference.md, "Routes")."""
         return cls(f"the model {name[:128]!r} does not exist", param="model")
 
 
@@ -184,7 +184,7 @@ class UpstreamClientError(GatewayError):
 
 class UpstreamQuota(GatewayError):
     """The last deployment's account is out of quota or credit: 429 with the provider's code and its
-    (scrubbed) message, returned at once (CONTRACT §4.2). Not a gateway key's limit: that is
+    (scrubbed) message, returned at once (docs/extensions.md, "Failure semantics"). Not a gateway key's limit: that is
     `BudgetExceeded`. Outcome `upstream_error`, so it shows where operators look for provider trouble."""
 
     status, type, code, outcome = 429, "insufficient_quota", "insufficient_quota", "upstream_error"

@@ -79,8 +79,9 @@ RELOAD_SWITCH_S = 0.0002  # the GIL's switch interval while a reload's worker th
 
 async def _reload(app: App, api: HttpServer | None, path: str | None, lock: asyncio.Lock) -> None:
     """SIGHUP. Reading, parsing and compiling the file and loading the certificate run in a worker
-    thread (CONTRACT §5.3: reload work must not stall the streams on the loop); the swap is one
-    assignment on the loop. Reloads run one at a time, in signal order, each reading the file anew."""
+    thread (docs/extensions.md, "Costs a client or an upstream can impose": reload work must not stall the streams on
+    the loop); the swap is one assignment on the loop. Reloads run one at a time, in signal order, each reading the
+    file anew."""
     if path is None:
         log.warning("reload_ignored", reason="the embedded default has no file to reload")
         return

@@ -1,4 +1,4 @@
-"""`/admin/v1`: the control plane (CONTRACT §11), admin keys only.
+"""`/admin/v1`: the control plane (docs/keys-teams-spend.md), admin keys only.
 
 Keys and teams are written to the store (each write with its audit row); this replica's cache follows at
 once, the others within `store.poll_s` (or at once on PostgreSQL's NOTIFY). A created or rotated key's

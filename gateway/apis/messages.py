@@ -72,7 +72,7 @@ def read_answer(msg: dict[str, Any], _events: list[StreamEvent] | None = None) -
 
 
 def hit_stream(obj: dict[str, Any], ctx: RequestContext) -> bytes:
-    """A cached Message as the stream it would have been (CONTRACT §4.8)."""
+    """A cached Message as the stream it would have been (docs/extensions.md, "HTTP")."""
     return replayed(SERVED, obj)
 
 

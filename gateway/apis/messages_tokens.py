@@ -6,7 +6,7 @@ A model with no `anthropic` deployment gets an *estimate* (about 4 bytes of the 
 marked as one: the header `x-gateway-token-count: estimate` and `"estimate": true` in the body; a
 Messages client reads `input_tokens` and ignores the rest.
 
-A request like any other (CONTRACT §3): it counts against the key's `rpm` (and is refused once the
+A request like any other (docs/reference.md, "Routes"): it counts against the key's `rpm` (and is refused once the
 key's budget is used up), in Anthropic's error shape; it is counted in `llm_gateway_requests_total`
 and logged as `api="count_tokens"`. Its `tpm` is left alone: counting spends no tokens. See
 docs/messages.md.

@@ -6,7 +6,7 @@ its own spend and nobody else's; the figure is the one budgets are enforced agai
 shared across replicas with Redis, started from the store's ledger), from deployment prices. A key in a
 team also gets its team's figures, and `budget_usd`/`remaining_usd`/`limited_by` name the limit that
 applies (the one with the least left). Per-key spend over time is the metric
-`llm_gateway_cost_usd_total{key}` (CONTRACT §6).
+`llm_gateway_cost_usd_total{key}` (docs/reference.md, "Metrics").
 """
 
 from __future__ import annotations

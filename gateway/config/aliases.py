@@ -1,5 +1,5 @@
-"""A model's other names (CONTRACT §10 `models[].aliases`): exact names and globs, checked for overlap
-once at load and compiled into the index a request's `model` is looked up in.
+"""A model's other names (docs/agents.md, "Gateway config" `models[].aliases`): exact names and globs, checked for
+overlap once at load and compiled into the index a request's `model` is looked up in.
 
 A glob has `*` (any run of characters, none included) and `?` (one character); nothing else is special,
 so `[` never starts a class. An exact name (a model's `name` or an exact alias) wins over every glob;
@@ -122,7 +122,7 @@ class Named:
 
 def compile_names(models: list[Named]) -> tuple[ModelNames, list[tuple[str, str]]]:
     """The index, and every problem as (key path, message): a malformed alias, an exact name given twice,
-    or globs of two models that overlap (CONTRACT §10)."""
+    or globs of two models that overlap (docs/agents.md, "Gateway config")."""
     problems: list[tuple[str, str]] = []
     exact: dict[str, tuple[str, str]] = {m.name: (m.name, f"{m.path}.name") for m in models}
     globs: list[tuple[str, str, str]] = []  # (glob, model, path)

@@ -1,4 +1,5 @@
-"""A `bedrock` provider's AWS settings in the config (CONTRACT §2): region, optional keys (in pairs) and
+"""A `bedrock` provider's AWS settings in the config (docs/reference.md, "Config keys"): region, optional keys (in
+pairs) and
 `role_arn`. Values are never quoted in an error (they may be secrets)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ AWS_KEYS = ("region", "aws_access_key_id", "aws_secret_access_key", "aws_session
 
 
 def _aws(s: Section) -> AwsSettings:
-    """A `bedrock` provider's region and optional credentials; keys come in pairs (CONTRACT §2)."""
+    """A `bedrock` provider's region and optional credentials; keys come in pairs (docs/reference.md, "Config keys")."""
     region = s.get("region", str, "")
     if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+", region):
         s.errs.add(s.at("region"), "required for type bedrock: an AWS region such as us-east-1")

@@ -1,4 +1,4 @@
-"""The control plane's config (CONTRACT §2, §11): `admin.keys` and `store`.
+"""The control plane's config (docs/reference.md, "Config keys"; docs/keys-teams-spend.md): `admin.keys` and `store`.
 
 Admin keys are kept as SHA-256 digests only; a digest that is also a gateway key's is a config error, so
 a gateway key is never an admin key and an admin key never a gateway key.

@@ -1,4 +1,4 @@
-"""YAML + environment -> a validated, frozen `Config` (CONTRACT §2).
+"""YAML + environment -> a validated, frozen `Config` (docs/reference.md, "Config keys").
 
 Every error names the exact key path (`models[2].deployments[0].provider: unknown provider "x"`).
 Secret values never appear in an error: messages quote key names and types, not values.
@@ -374,7 +374,7 @@ def config_path_from_env(cli_path: str | None, env: Mapping[str, str] | None = N
 
 
 def embedded_default() -> Config:
-    """The demo: loopback only, the `mock` provider behind model `demo`, no auth (CONTRACT §1)."""
+    """The demo: loopback only, the `mock` provider behind model `demo`, no auth (docs/reference.md, "Commands")."""
     raw = {
         "server": {"host": "127.0.0.1", "port": 8080, "metrics_port": 9464},
         "auth": {"allow_unauthenticated": True},

@@ -1,6 +1,6 @@
-"""A provider's section of the config (`providers.<name>`, CONTRACT §2, §9) -> its `ProviderConfig`:
-type, base URL (or the type's default), credentials, headers, timeouts, breaker, egress, the clouds'
-settings. Errors name the key path; secret values never appear in them."""
+"""A provider's section of the config (`providers.<name>`, docs/reference.md, "Config keys"; docs/cloud-providers.md)
+-> its `ProviderConfig`: type, base URL (or the type's default), credentials, headers, timeouts, breaker, egress, the
+clouds' settings. Errors name the key path; secret values never appear in them."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def provider_config(name: str, path: str, raw: Any, errs: Errors) -> ProviderCon
 
 def _responses(s: Section, kind: ProviderKind | None) -> bool:
     """`responses: false`: an `openai`-type server without `/responses`, served by the Responses bridge
-    (CONTRACT §10). Other types know whether they have it."""
+    (docs/responses-bridge.md). Other types know whether they have it."""
     given = s.get("responses", bool, None)
     if given is not None and kind is not None and not kind.responses_optional:
         s.errs.add(f"{s.path}.{PROVIDER_FIELDS[-1]}",

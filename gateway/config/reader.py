@@ -1,4 +1,4 @@
-"""Typed, path-tracking access to a raw YAML document, and `${NAME}` interpolation (CONTRACT §2).
+"""Typed, path-tracking access to a raw YAML document, and `${NAME}` interpolation (docs/reference.md, "Config keys").
 
 Every problem is recorded as `path: problem`; messages name keys and types, never values, so a secret
 cannot end up in an error.

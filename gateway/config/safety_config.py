@@ -1,4 +1,4 @@
-"""The safety sections of the config: guardrails and redaction profiles (CONTRACT §2)."""
+"""The safety sections of the config: guardrails and redaction profiles (docs/reference.md, "Config keys")."""
 
 from __future__ import annotations
 

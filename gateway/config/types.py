@@ -77,7 +77,7 @@ class ServerConfig:
 
 @dataclass(frozen=True, slots=True)
 class TeamLimits:
-    """A stored key's team (CONTRACT §11): limits and a budget counted for all its keys together, on top
+    """A stored key's team (docs/keys-teams-spend.md): limits and a budget counted for all its keys together, on top
     of each key's own. Counted in the state backend under `team/<name>` (`/` is in no key name)."""
 
     name: str
@@ -213,7 +213,7 @@ class AdminConfig:
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
-    """Where keys, teams, the spend ledger and the audit log live (CONTRACT §11); no `url`: no store."""
+    """Where keys, teams, the spend ledger and the audit log live (docs/keys-teams-spend.md); no `url`: no store."""
 
     url: str | None = field(default=None, repr=False)  # sqlite:///path or postgresql://...
     poll_s: float = 0.5  # the version poll every replica runs (a backstop for PostgreSQL's NOTIFY)
@@ -244,7 +244,7 @@ class Deployment:
     provider: str
     model: str
     price: Price = Price()
-    # continues a trailing assistant message (CONTRACT §4.9); unset in the config: the provider type's
+    # continues a trailing assistant message (docs/continuation.md); unset in the config: the provider type's
     # default, resolved at load (anthropic natively; OpenAI-compatible servers only when declared)
     prefill: bool = False
     tier: int = 0  # a lower tier is always tried first (docs/routing.md)
@@ -268,8 +268,9 @@ class ModelConfig:
     cache: bool = False
     redaction: str = "off"
     aliases: tuple[str, ...] = ()  # other names clients may send, exact or glob (`config.aliases`)
-    affinity: Literal["off", "session"] = "off"  # session: keep a session on one deployment (CONTRACT §10)
-    continuation: bool = False  # continue a stream that fails after the first token (CONTRACT §4.9)
+    affinity: Literal["off", "session"] = "off"  # session: keep a session on one deployment (docs/agents.md,
+    # "Session affinity")
+    continuation: bool = False  # continue a stream that fails after the first token (docs/continuation.md)
     # `prompt_cache: {breakpoints: auto}`: Anthropic cache breakpoints for requests that carry none
     # (docs/caching.md)
     auto_breakpoints: bool = False
@@ -323,8 +324,8 @@ class LoggingConfig:
 
 @dataclass(frozen=True, slots=True)
 class TelemetryConfig:
-    """OpenTelemetry tracing (CONTRACT §8): the `telemetry` section with the standard `OTEL_*` variables
-    under it, resolved once at load (`config.telemetry`). `traces_endpoint` None: tracing is off."""
+    """OpenTelemetry tracing (docs/extensions.md, "Traces"): the `telemetry` section with the standard `OTEL_*`
+    variables under it, resolved once at load (`config.telemetry`). `traces_endpoint` None: tracing is off."""
 
     traces_endpoint: str | None = None  # the full OTLP/HTTP URL, `.../v1/traces`
     service_name: str = "llm-gateway"

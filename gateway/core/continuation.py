@@ -1,4 +1,4 @@
-"""Mid-stream continuation (CONTRACT §4.9), sans I/O: the request that continues an answer, and how the
+"""Mid-stream continuation (docs/continuation.md), sans I/O: the request that continues an answer, and how the
 continuing attempt's text joins the text the client already has.
 
 Two ways to continue. **Prefill**: the original request plus the text so far as a trailing assistant

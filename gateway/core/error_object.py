@@ -65,7 +65,8 @@ def _kind(code: str | None, etype: str | None, param: str | None, status: int | 
 
 
 def kind_by_status(status: int) -> FailureKind:
-    """How an upstream's HTTP status (or the status an error object names) is retried (CONTRACT §4)."""
+    """How an upstream's HTTP status (or the status an error object names) is retried (docs/extensions.md,
+    "Failure semantics")."""
     if status == 429:
         return FailureKind.HTTP_429
     if status in (401, 403):

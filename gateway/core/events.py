@@ -13,7 +13,8 @@ from enum import StrEnum
 
 
 class DeltaKind(StrEnum):
-    """The three kinds of output text a client can read (CONTRACT §4.1, §5.1 `scope`)."""
+    """The three kinds of output text a client can read (docs/extensions.md, "Streams"; docs/extensions.md,
+    "Redaction in every script" `scope`)."""
 
     CONTENT = "content"
     REASONING = "reasoning"
@@ -48,7 +49,7 @@ class Finish:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts normalised to OpenAI semantics (CONTRACT §6 token types).
+    """Token counts normalised to OpenAI semantics (docs/reference.md, "Metrics" token types).
 
     `input` includes cached and cache-creation tokens; `output` includes reasoning tokens.
     """

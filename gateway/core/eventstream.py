@@ -1,4 +1,4 @@
-"""AWS `application/vnd.amazon.eventstream` frames, sans I/O, and their transcoding to SSE (CONTRACT §9).
+"""AWS `application/vnd.amazon.eventstream` frames, sans I/O, and their transcoding to SSE (docs/cloud-providers.md).
 
 A frame (message) is: a 12-byte prelude (total length, headers length, both big-endian uint32, then
 the CRC32 of those 8 bytes), the headers, the payload, and the CRC32 of everything before it. A header is
@@ -38,7 +38,7 @@ from gateway.core.sse import encode_event
 
 PRELUDE_BYTES = 12
 MIN_FRAME_BYTES = 16  # a prelude and a message CRC: no headers, no payload
-MAX_FRAME_BYTES = 16 * 1024 * 1024  # CONTRACT §9: a frame over 16 MiB is a malformed answer
+MAX_FRAME_BYTES = 16 * 1024 * 1024  # docs/cloud-providers.md: a frame over 16 MiB is a malformed answer
 MAX_HEADERS_BYTES = 128 * 1024  # the service's own limit on a frame's headers
 HEADER_CACHE_ENTRIES = 16  # distinct header blocks remembered per stream (see `EventStreamDecoder`)
 

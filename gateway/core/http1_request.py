@@ -14,7 +14,7 @@ this server's stricter policy, field by field (RFC 9112, RFC 9110):
   `max_body` bytes (413, from `Content-Length` before the body is read). A line still arriving is
   measured the same way (`LineGauge`), so where reads split a line never changes its verdict;
 - a request carrying `Upgrade` (RFC 9110 §7.8) is answered, then its connection closes: nothing after
-  it is read as a request (CONTRACT: one request smuggled behind an upgrade is one too many).
+  it is read as a request (one request smuggled behind an upgrade is one too many).
 HTTP/1.0 connections close after the response unless the client asked for `keep-alive`. Nothing
 here does I/O.
 """

@@ -1,4 +1,5 @@
-"""Secrets out of upstream failure texts, before any field of them is used (CONTRACT §5.3).
+"""Secrets out of upstream failure texts, before any field of them is used (docs/extensions.md,
+"Costs a client or an upstream can impose").
 
 An upstream's error may echo our own credentials back ("Incorrect API key provided: sk-...", a proxy
 quoting the `Proxy-Authorization` it got, an API manager quoting its subscription header). A
@@ -148,8 +149,8 @@ class Scrubber:
         """An upstream failure event kept by a stream core after the first token, scrubbed: its failure
         and its whole object but a `response.failed`'s `response.output` (the answer so far: model
         output, which the redaction filter rewrites and which must stay the text the client was sent
-        as deltas, CONTRACT §5.1). `raw` is dropped: the event is re-encoded from the scrubbed object,
-        so what was checked is exactly what the client gets (raw bytes can hold a secret the parse does
+        as deltas, docs/extensions.md, "Redaction in every script"). `raw` is dropped: the event is re-encoded from the
+        scrubbed object, so what was checked is exactly what the client gets (raw bytes can hold a secret the parse does
         not show, e.g. in the first of two duplicate members)."""
         events = [InbandError(self.failure(e.failure)) if type(e) is InbandError else e for e in ev.events]
         obj = ev.obj

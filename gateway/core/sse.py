@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BOM = b"\xef\xbb\xbf"
-MAX_EVENT_BYTES = 8 * 1024 * 1024  # CONTRACT §5.3: one upstream SSE event is at most 8 MiB
+MAX_EVENT_BYTES = 8 * 1024 * 1024  # docs/extensions.md, "Costs a client or an upstream can impose": one upstream SSE
+# event is at most 8 MiB
 DONE = b"[DONE]"
 
 

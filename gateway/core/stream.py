@@ -98,8 +98,8 @@ class StreamCore(Protocol):
 
     def upstream_end(self, scrubber: Scrubber) -> Ended | None:
         """After the input's end and `drain`: None when the answer is whole, else how it ended (an
-        upstream failure event is scrubbed of our credentials before any field of it is read, CONTRACT
-        §5.3)."""
+        upstream failure event is scrubbed of our credentials before any field of it is read, docs/extensions.md,
+        "Costs a client or an upstream can impose")."""
 
     def tail(self) -> bytes:
         """The answer is whole: what the text windows still hold, released."""
@@ -112,7 +112,7 @@ class StreamCore(Protocol):
         nothing when `refused` (a guardrail stopped the text) or `held` (a hold guardrail kept it all
         back: the client has seen nothing of this answer)."""
 
-    # -- continuation (CONTRACT §4.9): only after the upstream failed; never on the hot path ------------
+    # -- continuation (docs/continuation.md): only after the upstream failed; never on the hot path ------------
 
     def resume_point(self) -> str | None:
         """The answer's text so far (the upstream's, before any masking) when the failure came while the

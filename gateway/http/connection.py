@@ -3,8 +3,8 @@ response, keep the connection for the next one. A request's task starts eagerly 
 step, up to the upstream write, runs in the read callback that completed it.
 
 Reading continues while a handler runs, so a client that goes away is seen at once (its handler is
-cancelled, which closes the upstream request: CONTRACT §4.7); bytes of a next request (pipelining)
-wait until the response is complete. Writes pause the handler while the socket's buffer is above the
+cancelled, which closes the upstream request: docs/extensions.md, "Failure semantics"); bytes of a next request
+(pipelining) wait until the response is complete. Writes pause the handler while the socket's buffer is above the
 transport's high-water mark, so a slow client holds back its own stream instead of growing memory.
 A WebSocket handshake goes to the server's upgrader (`upgrade.py`): refused, it is answered and the
 connection closes; accepted, the `101` is written and the tunnel it names takes the connection's bytes.
@@ -309,7 +309,7 @@ class HttpConnection(asyncio.Protocol):
         resets it, and the client would lose the answer. So the answer goes out with a FIN, what
         still comes is read and dropped, and the socket closes when the client does (or after
         LINGER_S): the lingering close of RFC 9112 §9.6."""
-        code = _CODES.get(exc.status, "invalid_request")  # CONTRACT §3 codes
+        code = _CODES.get(exc.status, "invalid_request")  # docs/reference.md, "Routes" codes
         self._server.refused(reason or ("too_large" if exc.status in (413, 414, 431) else "bad_request"))
         transport = self.transport
         if transport is None or transport.is_closing():

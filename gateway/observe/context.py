@@ -1,5 +1,5 @@
 """The per-request record: what the handler resolved and what the pipeline learned, for the metrics and
-the one log line (CONTRACT §7). Holds no message text."""
+the one log line (docs/reference.md, "Logs"). Holds no message text."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ REQUESTED_MODEL_CHARS = 128
 class Admission:
     """What the request said of itself before (or without) a resolved model: the key it authenticated
     with and the model name as sent (cut to `REQUESTED_MODEL_CHARS`). The log line's `key` and
-    `requested_model`, and the metrics' `key` label, on every answer, a 4xx included (CONTRACT §7)."""
+    `requested_model`, and the metrics' `key` label, on every answer, a 4xx included (docs/reference.md, "Logs")."""
 
     key: ApiKey | None = None
     requested_model: str | None = None
@@ -59,11 +59,11 @@ class RequestContext:
     stream_error: str | None = None  # reason, when a committed stream ended with an error event
     reservation: Any = None  # state.base.Reservation of tokens reserved against the key's tpm
     team_reservation: Any = None  # the same against the key's team's tpm (stored keys in a team)
-    spend_recorded: bool = False  # its row is in the spend ledger (`pipeline.spend`): once per request
+    spend_recorded: bool = False  # its row is in the spend ledger (`pipeline.ledger`): once per request
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds
-    # learn-once fallbacks this request is trying, per deployment label (CONTRACT §4.6): learned for
-    # the deployment only when the attempt that used one succeeds
+    # learn-once fallbacks this request is trying, per deployment label (docs/extensions.md, "Failure semantics"):
+    # learned for the deployment only when the attempt that used one succeeds
     fallbacks: set[tuple[str, Fact]] = field(default_factory=set)
     usage_estimated: bool = False  # `usage` is our estimate: the provider reported none
     # what the client sent (lower-case names; x-request-id is this request's id): the providers'
@@ -81,7 +81,7 @@ class RequestContext:
     session: str | None = None
     affinity: str | None = None  # kept, moved or new: how a session of an affinity model was served
     body_bytes: int = 0  # the request body's size: `routing: cost` estimates its input tokens from it
-    continued: str | None = None  # the last continuation's `mode:outcome` (CONTRACT §4.9), for the log line
+    continued: str | None = None  # the last continuation's `mode:outcome` (docs/continuation.md), for the log line
     cache_markers_dropped: int = 0  # the client's cache markers over Anthropic's limit (docs/caching.md)
     # the body may carry cache markers (`providers.base.may_carry_markers`); False: none to fit
     cache_marked: bool = True
@@ -102,7 +102,7 @@ class RequestContext:
 
     @property
     def key_name(self) -> str:
-        """The `key` metric label (CONTRACT §6): the key's configured name, `none` without auth."""
+        """The `key` metric label (docs/reference.md, "Metrics"): the key's configured name, `none` without auth."""
         return self.key.name if self.key is not None else "none"
 
     def estimate_unreported_usage(self, output_bytes: int) -> None:

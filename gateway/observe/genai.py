@@ -3,8 +3,8 @@ Metrics; docs/observability.md). Declared here, apart from `metrics.py`, and wri
 per-request record points (`observe.record`): a request's GenAI series are labelled children looked up
 once from the same cache (`Metrics.child`), never a dict built per request.
 
-Names, units, attributes and bucket boundaries are those of the conventions' gen-ai-metrics.md
-(https://github.com/open-telemetry/semantic-conventions-genai, docs/gen-ai/gen-ai-metrics.md): the
+Names, units, attributes and bucket boundaries are those of the conventions' metrics page
+(https://github.com/open-telemetry/semantic-conventions-genai, its GenAI metrics page): the
 gateway is the model server its clients talk to, so it reports the `gen_ai.server.*` latencies and the
 token usage histogram. On /metrics they take the names the OTel-to-Prometheus compatibility rules give
 (https://opentelemetry.io/docs/specs/otel/compatibility/prometheus_and_openmetrics/): dots and other

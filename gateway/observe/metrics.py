@@ -1,4 +1,4 @@
-"""Every Prometheus object of CONTRACT §6, declared once, and a per-request recorder.
+"""Every Prometheus object of docs/reference.md, "Metrics", declared once, and a per-request recorder.
 
 Label values come only from config (model, provider, deployment, guardrail, rule and key names) or from
 fixed enumerations (api, outcome, token type) — never from request text. Metrics are built by
@@ -222,7 +222,7 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                               "the latency policy routes by", ["model", "deployment", "api"],
                               multiprocess_mode="mostrecent", **kw),
         continuations=Counter("continuations", "Continuation attempts of streams that failed after the first "
-                              "token (CONTRACT 4.9)", ["model", "deployment", "mode", "outcome"], **kw),
+                              "token (docs/continuation.md)", ["model", "deployment", "mode", "outcome"], **kw),
         websocket_connections=Gauge("websocket_connections", "Open WebSocket-mode connections (GET /v1/responses)",
                                     [], multiprocess_mode="livesum", **kw),
         overhead=Histogram("overhead_seconds", "The gateway's own share of the time to first token: TTFT minus the "

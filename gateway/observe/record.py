@@ -1,6 +1,7 @@
 """The per-request recorder: ONE object per API request, with a method per lifecycle point, that writes
-the request's metrics (CONTRACT §6), its spans (through its `RequestTrace`) and its log line (§7).
-Nothing outside `observe/` touches a metric object; the pipeline calls these methods and nothing else.
+the request's metrics (docs/reference.md, "Metrics"), its spans (through its `RequestTrace`) and its log line
+(docs/reference.md, "Logs"). Nothing outside `observe/` touches a metric object; the pipeline calls these methods and
+nothing else.
 
 Labelled children are looked up once per request where a stream writes per chunk (`text_delay`), so
 the hot path costs one method call per write, as before.
@@ -138,7 +139,7 @@ class RequestRecorder:
         self.trace.continuing(mode)
 
     def continuation(self, model: str, d: Deployment, mode: str, outcome: str) -> None:
-        """One continuation attempt on `d` (CONTRACT §4.9): prefill or regenerate; ok, diverged, failed."""
+        """One continuation attempt on `d` (docs/continuation.md): prefill or regenerate; ok, diverged, failed."""
         self.m.child(self.m.continuations, model, d.label, mode, outcome).inc()
 
     def redactions(self, counts: Iterable[tuple[str, int]]) -> int:
@@ -239,7 +240,7 @@ def subject_hash(subject: str) -> str:
 
 
 def _deployment(ctx: RequestContext | None, end: End) -> str | None:
-    """The deployment that served; on a failure with none, the last one tried (CONTRACT §7)."""
+    """The deployment that served; on a failure with none, the last one tried (docs/reference.md, "Logs")."""
     if ctx is None:
         return None
     if ctx.deployment is not None:

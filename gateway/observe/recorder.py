@@ -32,7 +32,7 @@ class RequestTrace:
         """A committed stream's end: its terminator or its error event is next."""
 
     def continuing(self, mode: str) -> None:
-        """The committed stream's upstream failed, and the next attempt continues it (CONTRACT §4.9)."""
+        """The committed stream's upstream failed, and the next attempt continues it (docs/continuation.md)."""
 
     def finish(self, ctx: RequestContext | None, status: int, outcome: str) -> None:
         """The request is over (its log line is next)."""

@@ -1,4 +1,5 @@
-"""OpenTelemetry traces (CONTRACT §8): one SERVER span per API request, a CLIENT span per upstream attempt.
+"""OpenTelemetry traces (docs/extensions.md, "Traces"): one SERVER span per API request, a CLIENT span per upstream
+attempt.
 
 The client's W3C `traceparent`/`tracestate` is continued; each attempt's span is announced to its
 upstream (`core.propagation`). Attributes follow the GenAI semantic conventions

@@ -59,7 +59,7 @@ class ServedApi:
     # `streamed_answer` is already what the client read (masked by the stream's own filter), so the
     # cache keeps it as it is; otherwise it is masked one-shot first (the same text)
     streamed_answer_masked: bool = False
-    # the request with the answer's text so far as its trailing assistant turn (continuation, CONTRACT §4.9)
+    # the request with the answer's text so far as its trailing assistant turn (continuation, docs/continuation.md)
     prefill: Callable[[Body, str], Body] = prefill_messages
     owned: Owned | None = None  # answers kept upstream by id, bound to their creator
 

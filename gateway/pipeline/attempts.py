@@ -1,6 +1,7 @@
 """The attempt loop: walk a model's deployments until one produces its first output token (stream) or a
-good body (non-stream). Everything before that token is invisible to the client (CONTRACT §4.1, §4.2):
-failures go to `core.retry.decide`, which answers retry-same, next-deployment, pass-through or give-up.
+good body (non-stream). Everything before that token is invisible to the client (docs/extensions.md, "Streams";
+docs/extensions.md, "Failure semantics"): failures go to `core.policy.retry.decide`, which answers retry-same,
+next-deployment, pass-through or give-up.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
     model = ctx.model
     failures: list[Failure] = []
     # Breakers are asked lazily, just before a deployment is tried: asking admits a half-open probe.
-    session = ctx.session if model.affinity == "session" else None  # CONTRACT §10: the session's ranking
+    session = ctx.session if model.affinity == "session" else None  # docs/agents.md, "Session affinity": the session's
+    # ranking
     order = route(model.deployments, model.table, model.routing, _signals(rt, ctx), session)
     pos, total, on_this = _next_allowed(rt, order, model.deployments, 0), 0, 0
     if pos < len(order):
@@ -153,7 +155,7 @@ class _HedgeFailed(Exception):
 
 
 class _Hedge(Generic[T]):
-    """Two attempts racing (CONTRACT §4.4): the primary, and after `delay` the next deployment."""
+    """Two attempts racing (docs/routing.md): the primary, and after `delay` the next deployment."""
 
     def __init__(self, rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T], discard: Callable[[T], None],
                  order: list[int], pos: int):
@@ -217,7 +219,8 @@ class _Hedge(Generic[T]):
 
 def _affinity_settled(rt: Runtime, ctx: RequestContext, session: str | None, home: Deployment,
                       served: Deployment) -> None:
-    """A session's request was served: at home, moved down its ranking, or its first (CONTRACT §10)."""
+    """A session's request was served: at home, moved down its ranking, or its first (docs/agents.md,
+    "Session affinity")."""
     if session is not None:
         result = affinity_result(home.label, served.label, rt.sessions.visit(session))
         ctx.affinity = result.value
@@ -234,9 +237,9 @@ def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, 
 async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: AttemptFn[T]) -> T:
     """One attempt. Every failure before the commit enters the loop here, hedged or not, whatever the
     API, stream or body: the one place its upstream-derived text (an error body's message, code, type,
-    param) is scrubbed of our credentials (CONTRACT §5.3), before anything logs it, passes it through
-    to the client or puts it into a 502's summary. (After the commit, the one place is the failure
-    event a stream core kept: `core.stream.StreamCore.upstream_end`.)"""
+    param) is scrubbed of our credentials (docs/extensions.md, "Costs a client or an upstream can impose"), before
+    anything logs it, passes it through to the client or puts it into a 502's summary. (After the commit, the one place
+    is the failure event a stream core kept: `core.stream.StreamCore.upstream_end`.)"""
     label = d.label
     rt.inflight[label] = rt.inflight.get(label, 0) + 1
     try:
@@ -276,7 +279,7 @@ def after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Fail
 
 def give_up_error(model: str, failures: list[Failure]) -> GatewayError:
     """What the client gets once the gateway has spent its own retries, its class decided by
-    `core.policy.retry.final_error`: `x-should-retry: false` on all of it (CONTRACT §3), so an SDK's
+    `core.policy.retry.final_error`: `x-should-retry: false` on all of it (docs/reference.md, "Routes"), so an SDK's
     retries don't multiply upstream calls."""
     if not failures:
         return _after_retries(UpstreamFailed(f"model {model}: no deployment is available (all are cooling down)"))

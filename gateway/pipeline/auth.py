@@ -1,5 +1,5 @@
-"""Gateway keys: `Authorization: Bearer <key>` or `api-key: <key>` (CONTRACT §2 `auth`); on the Messages
-API also `x-api-key: <key>`, where the Anthropic SDKs and Claude Code put it (CONTRACT §3).
+"""Gateway keys: `Authorization: Bearer <key>` or `api-key: <key>` (docs/reference.md, "Config keys" `auth`); on the
+Messages API also `x-api-key: <key>`, where the Anthropic SDKs and Claude Code put it (docs/reference.md, "Routes").
 
 Keys are looked up by their SHA-256 digest, so plain and `key_sha256` keys are the same case, the
 lookup time does not depend on how much of a key matched, and the key itself is never kept in a log
@@ -95,7 +95,7 @@ class KeyRing:
     @staticmethod
     def authorize(key: ApiKey | None, model: str, requested: str) -> None:
         """`model`: the configured model `requested` (the name as sent) resolved to. Refused as the
-        404 of an unknown name, so a key cannot probe which models exist (CONTRACT §3)."""
+        404 of an unknown name, so a key cannot probe which models exist (docs/reference.md, "Routes")."""
         if key is not None and key.models is not None and model not in key.models:
             raise ModelNotAllowed.named(requested)
 

@@ -1,4 +1,4 @@
-"""The exact-match response cache (CONTRACT §2 `cache`, §4.8).
+"""The exact-match response cache (docs/reference.md, "Config keys", `cache`; docs/extensions.md, "HTTP").
 
 On for a request when `cache.enabled`, the model's `cache: true`, or the header `x-gateway-cache: on`;
 `x-gateway-cache: off` turns it off. The key is the normalised request plus the caller's key name, so
@@ -82,7 +82,7 @@ async def serve_hit(request: GatewayRequest, ctx: RequestContext, body: dict[str
     data = render(body, ctx)
     await commit_spend(request.app.runtime, ctx)
     await resp.write(data)
-    # TTFT of a hit, under provider "cache" so dashboards can tell it from the providers' (CONTRACT §6)
+    # TTFT of a hit, under provider "cache" so dashboards can tell it from the providers' (docs/reference.md, "Metrics")
     ctx.ttft_s = time.perf_counter() - ctx.t_start
     ctx.rec.first_token(ctx.model.name, CACHE_PROVIDER, ctx.ttft_s)
     return resp

@@ -1,4 +1,4 @@
-"""Mid-stream continuation (CONTRACT §4.9, issue #32): a committed stream whose upstream failed after
+"""Mid-stream continuation (docs/continuation.md, issue #32): a committed stream whose upstream failed after
 the first token (a cut, an idle stall, an in-band error) is continued on the model's next deployment, and
 the client reads one answer.
 

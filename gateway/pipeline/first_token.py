@@ -30,8 +30,9 @@ from gateway.upstream import UpstreamError, UpstreamResponse
 
 T = TypeVar("T")
 KEEPALIVE_EVERY_S = 5.0
-# What an attempt may send before its first output token (CONTRACT §4.1, §5.3). Bytes: a Responses
-# upstream echoes the request's instructions and tools in `response.created` and again in
+# What an attempt may send before its first output token (docs/extensions.md, "Streams"; docs/extensions.md,
+# "Costs a client or an upstream can impose"). Bytes: a Responses upstream echoes the request's instructions and tools
+# in `response.created` and again in
 # `response.in_progress`, so a large legitimate request's preamble is twice its size; events: a real
 # preamble is a handful (role chunk, filter results, lifecycle events, a ping every few seconds).
 PREAMBLE_MAX_BYTES = 4 * 1024 * 1024

@@ -1,4 +1,4 @@
-"""Guardrail verdicts that need the whole text, and webhooks (the I/O part of CONTRACT §5.2).
+"""Guardrail verdicts that need the whole text, and webhooks (the I/O part of docs/reference.md, "`guardrails`").
 
 Terms and regex guardrails judge with the pure `TextGuard`; a webhook POSTs `{"stage", "model", "text"}`
 and reads `{"allow": bool, "reason": str}`. A webhook that fails, times out or answers nonsense blocks

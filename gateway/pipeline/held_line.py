@@ -1,4 +1,5 @@
-"""Keeping a committed stream's line alive while it waits for a guardrail's verdict (CONTRACT §4.2, §5.1).
+"""Keeping a committed stream's line alive while it waits for a guardrail's verdict (docs/extensions.md,
+"Failure semantics"; docs/extensions.md, "Redaction in every script").
 
 A `hold` guardrail buffers the whole answer until its verdict, and any whole-answer guardrail (hold,
 audit, a webhook) makes the stream wait for that verdict at the end. Meanwhile the client would read

@@ -1,4 +1,4 @@
-"""The request's row in the spend ledger (CONTRACT §11), crash-safe before its last byte is written:
+"""The request's row in the spend ledger (docs/keys-teams-spend.md), crash-safe before its last byte is written:
 in the ledger's journal (SQLite: no wait), else committed (the request waits for its group commit).
 
 Called once per request, where the answer's end is known and the last write is next: a stream's end

@@ -1,7 +1,8 @@
 """Per-key admission (rpm, tpm, budget) before any upstream call, and settlement after the answer.
 
 Tokens are reserved up front from the request (`max_tokens`, or a bounded estimate from the prompt's
-size) so a burst cannot overshoot much, then replaced by the provider's real usage (CONTRACT §2 `auth`).
+size) so a burst cannot overshoot much, then replaced by the provider's real usage (docs/reference.md, "Config keys"
+`auth`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens
 
 
 async def admit_team(rt: Runtime, state: StateBackend, ctx: RequestContext, team: TeamLimits, now: float) -> None:
-    """The team's budget, rpm and tpm, counted for all its keys together (CONTRACT §11)."""
+    """The team's budget, rpm and tpm, counted for all its keys together (docs/keys-teams-spend.md)."""
     if team.budget_usd is not None:
         spent = await state.spend(team.counter, team.budget_period, now)
         if spent >= team.budget_usd:

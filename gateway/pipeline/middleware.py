@@ -45,7 +45,7 @@ def error_response(err: GatewayError, request_id: str, anthropic: bool = False) 
 
 async def _route(request: GatewayRequest) -> Response | StreamResponse:
     routes: Mapping[str, Mapping[str, Handler]] = request.app.routes
-    if request.path.startswith(ADMIN_PREFIX):  # the control plane routes its own paths (CONTRACT §11)
+    if request.path.startswith(ADMIN_PREFIX):  # the control plane routes its own paths (docs/keys-teams-spend.md)
         return await routes[ADMIN_PREFIX]["*"](request)
     methods = routes.get(request.path)
     if methods is None:
@@ -93,7 +93,7 @@ async def handle(request: GatewayRequest) -> Response | StreamResponse:
         end = End(err.status, err.outcome, err.log_reason)
         return error_response(err, rid, anthropic=api.anthropic_errors)
     except (asyncio.CancelledError, ConnectionResetError):
-        end = End(499, "cancelled", "client_gone")  # the client went away (CONTRACT §4.7)
+        end = End(499, "cancelled", "client_gone")  # the client went away (docs/extensions.md, "Failure semantics")
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)

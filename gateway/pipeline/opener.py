@@ -4,11 +4,12 @@ translator its deployment's cell of the support matrix; neither is named here.
 
 Before the first token the preamble (a role chunk, `message_start`, `response.created`, pings, ...) is
 held by the API's stream core, so a retried attempt replaces it and the client sees one lifecycle. At the
-first token the pipeline commits; after it nothing is retried (CONTRACT §4.1-§4.3).
+first token the pipeline commits; after it nothing is retried (docs/extensions.md, "Streams"; docs/extensions.md,
+"Failure semantics").
 
-Learn-once fallbacks (CONTRACT §4.6), per deployment and API: the `stream_options` the gateway added, when
-rejected (a 400/422 that names it or no parameter), is dropped for one retry and learned when that retry
-succeeds; a deployment that answers a stream request with a body is asked for a body from then on (read
+Learn-once fallbacks (docs/extensions.md, "Failure semantics"), per deployment and API: the `stream_options` the
+gateway added, when rejected (a 400/422 that names it or no parameter), is dropped for one retry and learned when that
+retry succeeds; a deployment that answers a stream request with a body is asked for a body from then on (read
 under `total_s`: a whole answer takes as long as it takes) and its answer held as the stream it would
 have been; one that rejects `stream: false` is streamed and its stream assembled into the body. A 400/422
 naming OpenAI's `prompt_cache_key` or `prompt_cache_retention` when the client sent one is retried once

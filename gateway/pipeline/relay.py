@@ -91,7 +91,7 @@ def check_refusal(filt: OutputFilter) -> None:
 
 
 class Resume(Protocol):
-    """Continuation (CONTRACT §4.9, `pipeline.continuation.Continuation`), asked only after the upstream
+    """Continuation (docs/continuation.md, `pipeline.continuation.Continuation`), asked only after the upstream
     failed past the first token: whether the answer is now whole, its rest written through `write`."""
 
     @property
@@ -187,7 +187,7 @@ class Relay:
 
     async def _continue(self, reason: str) -> bool:
         """The upstream failed after the first token: continued on another deployment (a model with
-        `continuation: on`, CONTRACT §4.9), or not."""
+        `continuation: on`, docs/continuation.md), or not."""
         opened, resume = self.opened, self.resume
         if resume is None:
             return False

@@ -89,7 +89,7 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
         raise ModelNotFound.named(name)
     KeyRing.authorize(key, model.name, name)
     if body is request.parsed and rt.safety.models[model.name].redact_inputs:
-        # input redaction masks the prompt's texts in place (`redact_input_slots`): in objects of this
+        # input redaction masks the prompt's texts in place (redact_input_slots, below): in objects of this
         # request's own, not in the ones its transport lent it (WebSocket mode keeps them for the next turn)
         body = parse_object(request.body)
     stream = body.get("stream", False)
@@ -126,7 +126,7 @@ def keep_serving(ctx: RequestContext, cell: Callable[[Deployment], Translator | 
                  body: Mapping[str, Any] | None = None) -> None:
     """Only the model's deployments whose provider serves this API (`cell(d)` is its translator) are
     candidates, and, given the request's `body`, only those whose cell can serve it: a Responses bridge
-    cannot continue a `previous_response_id` (CONTRACT §10), so such a request goes only to OpenAI
+    cannot continue a `previous_response_id` (docs/responses-bridge.md), so such a request goes only to OpenAI
     Responses upstreams, and is a 400 that says why when the model has none. One pass, one lookup each."""
     serving: list[Deployment] = []
     why: Unserved | None = None

@@ -1,4 +1,5 @@
-"""Per-model safety compiled once per config: the redaction profile and the guardrails (CONTRACT §5).
+"""Per-model safety compiled once per config: the redaction profile and the guardrails (docs/extensions.md,
+"Redaction in every script").
 
 Redaction and guardrails belong to the *requested* model, whichever deployment serves it. A request gets
 a `SafetyRun`, which builds the text window chain (redaction, then each stream-mode guardrail) for every

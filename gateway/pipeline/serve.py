@@ -4,7 +4,8 @@ then relay a stream or send a body. What differs per API is the `ServedApi` it i
 
 A stream's status is not sent before the first token, so a failure until then is a proper HTTP error (or
 a retry). If no token has come after `server.keepalive_after_s`, headers go out early with `: keepalive`
-comments so proxies in front don't time out; a failure after that is one error event (CONTRACT §4.2).
+comments so proxies in front don't time out; a failure after that is one error event (docs/extensions.md,
+"Failure semantics").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where a streaming relay writes: the client, or a hold buffer while a hold guardrail judges (with
 the line kept alive meanwhile, see `held_line`).
 
-Records TTFT at the first written output token and the text delay of every write (CONTRACT §6), with
+Records TTFT at the first written output token and the text delay of every write (docs/reference.md, "Metrics"), with
 through the request's recorder (its labelled children looked up once per request).
 """
 

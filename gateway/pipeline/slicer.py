@@ -1,4 +1,5 @@
-"""Work proportional to a client's or an upstream's text, without stalling the event loop (CONTRACT §5.3).
+"""Work proportional to a client's or an upstream's text, without stalling the event loop (docs/extensions.md,
+"Costs a client or an upstream can impose").
 
 Masking costs up to ~3 µs a character on text dense with candidates (bench/REDACTION.md, "Adversarial
 text"), a `regex` guardrail's check up to ~1 µs: a 10 MB prompt or a 32 MiB upstream body is tens of

@@ -22,7 +22,8 @@ from gateway.core.sse import DONE
 # the chunk types and framings are the core's
 __all__ = ["SSE", "ChatChunk", "Framing", "ParsedBody", "StreamParser", "UpstreamRequest"]
 
-MAX_BODY_BYTES = 32 * 1024 * 1024  # CONTRACT §5.3: a non-stream upstream body is at most 32 MiB
+MAX_BODY_BYTES = 32 * 1024 * 1024  # docs/extensions.md, "Costs a client or an upstream can impose": a non-stream
+# upstream body is at most 32 MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,8 @@ class Translator(Protocol):
     @property
     def sends_stream_options(self) -> bool:
         """Whether `send_stream_options=True` puts the `stream_options` the gateway adds (to ask a chat
-        server for usage, CONTRACT §4.5-§4.6) into a stream request."""
+        server for usage, docs/extensions.md, "Streams"; docs/extensions.md, "Failure semantics") into a stream
+        request."""
 
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
@@ -130,7 +132,7 @@ class Unserved:
 class PerRequest(Protocol):
     """A cell whose translation depends on the client's request beyond one call: the Responses bridge
     must know which tools were custom and what the final `response` object repeats, and cannot serve
-    `previous_response_id` (state only an OpenAI Responses upstream keeps, CONTRACT §10). It says so
+    `previous_response_id` (state only an OpenAI Responses upstream keeps, docs/responses-bridge.md). It says so
     with `per_request = True`."""
 
     per_request: bool

@@ -1,4 +1,4 @@
-"""Chat Completions to AWS Bedrock Runtime (provider type `bedrock`, CONTRACT §9), both ways.
+"""Chat Completions to AWS Bedrock Runtime (provider type `bedrock`, docs/cloud-providers.md), both ways.
 
 Claude models (`anthropic.` in the id): the chat request becomes Anthropic's Messages body
 (`convert.anthropic_request`) sent to InvokeModel as Bedrock takes it (`convert.bedrock_endpoint.claude_body`);

@@ -1,4 +1,4 @@
-"""Chat Completions to the Gemini API (`type: gemini`, CONTRACT §9): `POST {base}/v1beta/models/{model}
+"""Chat Completions to the Gemini API (`type: gemini`, docs/cloud-providers.md): `POST {base}/v1beta/models/{model}
 :generateContent`, or `:streamGenerateContent?alt=sse` for a stream, the key in `x-goog-api-key`.
 
 `GoogleChat` is the Google translator on any generateContent URL: this cell and Vertex AI's Gemini models

@@ -26,7 +26,7 @@ _CONTENT = DeltaKind.CONTENT
 class OpenAIStreamParser:
     """Per stream. Every chunk given to `parse` is parsed whole; a content-only one teaches `shape` the
     stream's envelope, which the relay then matches against later chunks' bytes before calling `parse`
-    (`chat_relay._relay_events`)."""
+    (`core.chat.stream`)."""
 
     __slots__ = ("shape",)
 

@@ -1,4 +1,4 @@
-"""Chat Completions to Vertex AI (`type: vertex`, CONTRACT §9), signed with a Google OAuth2 bearer token
+"""Chat Completions to Vertex AI (`type: vertex`, docs/cloud-providers.md), signed with a Google OAuth2 bearer token
 (`upstream.google`).
 
 `claude-*` models are Anthropic's on Vertex: `POST {base}/v1/projects/{project}/locations/{location}/

@@ -1,4 +1,4 @@
-"""The Messages API (`POST /v1/messages`) to AWS Bedrock Runtime (provider type `bedrock`, CONTRACT §9).
+"""The Messages API (`POST /v1/messages`) to AWS Bedrock Runtime (provider type `bedrock`, docs/cloud-providers.md).
 
 Claude models are served natively: the client's body goes to InvokeModel as Bedrock takes it (no
 `model` or `stream`, `anthropic_version: bedrock-2023-05-31`, the client's `anthropic-beta` header as

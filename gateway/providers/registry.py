@@ -49,10 +49,11 @@ class ProviderKind:
     forward_headers: tuple[str, ...] = ("x-request-id",)
     genai_name: str = ""  # `gen_ai.provider.name` in traces (OTel GenAI semantic conventions)
     auth: str = ""  # its requests are signed: the kind of `upstream.signing.SIGNERS` ("sigv4", "google")
-    prefill: bool = False  # continues a trailing assistant message natively (a deployment's default, §4.9)
+    prefill: bool = False  # continues a trailing assistant message natively (a deployment's default,
+    # docs/continuation.md)
     # the `base_url` when the config gives none (a cloud's public endpoint, from the provider's settings)
     default_base_url: Callable[[ProviderConfig], str] | None = None
-    # a server of this type may lack the Responses API: `responses: false` bridges it (CONTRACT §10)
+    # a server of this type may lack the Responses API: `responses: false` bridges it (docs/responses-bridge.md)
     responses_optional: bool = False
 
 

@@ -1,5 +1,5 @@
 """The Responses API (`POST /v1/responses`) to Anthropic's Messages API: bridged through the chat cell
-(`convert.responses_chat_bridge`), Responses -> Chat Completions -> Messages and back (CONTRACT §10)."""
+(`convert.responses_chat_bridge`), Responses -> Chat Completions -> Messages and back (docs/responses-bridge.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Responses API (`POST /v1/responses`) to provider type `bedrock`, which has none: bridged through its chat
 cell (`convert.responses_chat_bridge`), Responses -> Chat Completions -> the provider's API and back
-(CONTRACT §10)."""
+(docs/responses-bridge.md)."""
 
 from __future__ import annotations
 

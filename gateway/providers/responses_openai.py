@@ -100,6 +100,6 @@ class ResponsesPassThrough:
 def openai_responses(provider: ProviderConfig) -> ResponsesPassThrough | ResponsesViaChat:
     """Provider type `openai`: the chat cell's headers and errors, `{base_url}/responses`; a server
     configured with `responses: false` (chat only: vLLM, Ollama, llama.cpp, ...) is bridged through its
-    chat cell instead (CONTRACT §10)."""
+    chat cell instead (docs/responses-bridge.md)."""
     chat = OpenAIChat(provider)
     return ResponsesPassThrough(chat) if provider.responses else ResponsesViaChat(chat)

@@ -22,7 +22,7 @@ class Timeouts:
 
 @dataclass(frozen=True, slots=True)
 class BreakerConfig:
-    """Circuit breaker per deployment of this provider (an extension of CONTRACT §2)."""
+    """Circuit breaker per deployment of this provider (an extension of docs/reference.md, "Config keys")."""
 
     failures: int = 5
     window_s: float = 30.0
@@ -31,8 +31,9 @@ class BreakerConfig:
 
 @dataclass(frozen=True, slots=True)
 class AwsSettings:
-    """A `bedrock` provider's region and credentials (CONTRACT §2, §9). Keys left empty: the AWS default
-    chain (environment, shared files and `AWS_PROFILE`, web identity, container, instance metadata)."""
+    """A `bedrock` provider's region and credentials (docs/reference.md, "Config keys"; docs/cloud-providers.md). Keys
+    left empty: the AWS default chain (environment, shared files and `AWS_PROFILE`, web identity, container, instance
+    metadata)."""
 
     region: str = ""
     access_key_id: str | None = field(default=None, repr=False)
@@ -56,8 +57,10 @@ class ProviderConfig:
     project: str | None = None  # vertex
     location: str | None = None  # vertex: a region, or "global"
     credentials_file: str | None = None  # vertex: a service account's (or ADC's) JSON; else the default chain
-    responses: bool = True  # openai: the server has `/responses`; false: the Responses bridge (CONTRACT §10)
-    learn_ttl_s: float = 600.0  # how long a learn-once fact (CONTRACT §4.6) holds before a re-probe
+    responses: bool = True  # openai: the server has `/responses`; false: the Responses bridge
+    # (docs/responses-bridge.md)
+    learn_ttl_s: float = 600.0  # how long a learn-once fact (docs/extensions.md, "Failure semantics") holds before a
+    # re-probe
     # egress: `proxy` set is this provider's proxy; else, with `use_env_proxy`, HTTPS_PROXY/HTTP_PROXY
     # and NO_PROXY decide; `proxy: false` in the config clears both (always direct)
     proxy: Proxy | None = None

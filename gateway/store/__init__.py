@@ -1,4 +1,4 @@
-"""Keys, teams, the spend ledger and the audit log in a database (CONTRACT §11): SQLite (the embedded
+"""Keys, teams, the spend ledger and the audit log in a database (docs/keys-teams-spend.md): SQLite (the embedded
 default) and PostgreSQL behind one `Store`, versioned migrations, each replica's `KeyCache` kept in step
 by `StoreSync`, and the `SpendLedger`'s group commit. The request path reads the cache and, with a
 SQLite store, appends its ledger row to the ledger's journal (`journal.py`) and waits for nothing; with

@@ -1,4 +1,4 @@
-"""The store: keys, teams, the spend ledger and the audit log, on SQLite or PostgreSQL (CONTRACT §11).
+"""The store: keys, teams, the spend ledger and the audit log, on SQLite or PostgreSQL (docs/keys-teams-spend.md).
 
 One class over the `Database` seam; every admin write runs in one transaction with its audit row and a
 bump of the version row that every replica polls (and, on PostgreSQL, a NOTIFY), so caches follow.

@@ -3,8 +3,9 @@
 HTTP/1.1 over asyncio protocols (responses framed by llhttp under our policy in the sans-I/O
 `upstream.framing`, requests built by `core.http1`), pooled keep-alive connections,
 TLS with the system's trust store. Every failure becomes one `UpstreamError` carrying a classified
-`Failure`; messages name the deployment, never a URL or address (CONTRACT §5.3). Redirects are never
-followed (a provider call answered with a 3xx fails as malformed: `attempt_io.unexpected`).
+`Failure`; messages name the deployment, never a URL or address (docs/extensions.md,
+"Costs a client or an upstream can impose"). Redirects are never followed (a provider call answered with a 3xx fails as
+malformed: `attempt_io.unexpected`).
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ class Upstream:
         conn = self._pool.take(key, loop.time()) or await _connect(
             loop, target, proxy, key, connect_s, label, self.tls_context() if target.tls else None)
         headers.setdefault("accept-encoding", "identity")  # a compressed stream could not be relayed as it comes
-        for name, value in TRACE_HEADERS.get():  # the attempt's span as the upstream's parent (CONTRACT §8)
+        for name, value in TRACE_HEADERS.get():  # the attempt's span as the upstream's parent (docs/extensions.md,
+        # "Traces")
             headers[name] = value
         path = target.path
         if proxy is not None and not target.tls:  # plain HTTP through a proxy: absolute-form (RFC 9112 §3.2.2)

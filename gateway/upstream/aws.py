@@ -1,4 +1,4 @@
-"""AWS SigV4 request signing for `bedrock` providers (CONTRACT §9), with botocore: the default credential
+"""AWS SigV4 request signing for `bedrock` providers (docs/cloud-providers.md), with botocore: the default credential
 chain (environment, shared config and credentials files with `AWS_PROFILE`, web identity as on EKS,
 container credentials, instance metadata), keys from the config, and `role_arn` assumed through STS.
 

@@ -289,7 +289,7 @@ class HttpResponse:
 
     def close(self) -> None:
         """A response read to its end goes back to the keep-alive pool; an unfinished one is closed, so it
-        never returns half-read and the upstream sees the drop at once (CONTRACT §4.7)."""
+        never returns half-read and the upstream sees the drop at once (docs/extensions.md, "Failure semantics")."""
         if self._finishing or self._closed:
             return  # the detached drain releases or closes it; or it is done already
         self._closed = True

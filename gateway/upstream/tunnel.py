@@ -16,7 +16,8 @@ from gateway.core.events import Failure, FailureKind
 from gateway.core.proxy import ConnectReply, Proxy, ProxyError, bypasses, connect_request
 
 # A proxy that answers 401, 403 or 407 refused *our* credentials (or our target): like an upstream's
-# 401/403, the next deployment, then a 502 (CONTRACT §5.3). Other refusals are failed connections.
+# 401/403, the next deployment, then a 502 (docs/extensions.md, "Costs a client or an upstream can impose"). Other
+# refusals are failed connections.
 _AUTH_STATUSES = frozenset({401, 403, 407})
 
 

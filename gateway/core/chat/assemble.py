@@ -128,7 +128,7 @@ class ChatAssembler:
         return "".join("".join(c.text.get(kind, ())) for _, c in sorted(self._choices.items()))
 
     def resume_text(self) -> str | None:
-        """The content so far when the answer can be continued from it (CONTRACT §4.9): one choice, its
+        """The content so far when the answer can be continued from it (docs/continuation.md): one choice, its
         content begun, no tool call or refusal, not finished; else None."""
         c = self._choices.get(0)
         if c is None or len(self._choices) != 1 or c.tools or c.finish_reason or DeltaKind.REFUSAL in c.text:

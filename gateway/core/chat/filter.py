@@ -54,7 +54,7 @@ class ChatOutputFilter:
             return b""
         choices = obj.get("choices")
         if not choices and obj.get("usage") is not None and not self._forward_usage:
-            return b""  # the usage chunk the gateway asked for, not the client (CONTRACT §4.5)
+            return b""  # the usage chunk the gateway asked for, not the client (docs/extensions.md, "Streams")
         if not self._base:
             self._base = {k: obj[k] for k in ("id", "object", "created", "model") if k in obj}
         if self._factory is not None:

@@ -2,7 +2,7 @@
 
 An OpenAI-compatible server wraps every content token of a stream in the same envelope (id, created,
 model, fingerprint, `"choices":[{"index":0,"delta":{"content":…},"logprobs":null,"finish_reason":null}]`);
-only the content string changes, plus OpenAI's `obfuscation` padding (protocols.md §2.3). So once one
+only the content string changes, plus OpenAI's `obfuscation` padding. So once one
 chunk has been parsed whole and found content-only (`chat.content_only`), the bytes before and after
 its content string are kept as the stream's *shape*.
 

@@ -236,7 +236,7 @@ class ChatStream:
         body = {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
         return tail + b"data: " + orjson.dumps(body) + b"\n\n"
 
-    # -- continuation (CONTRACT §4.9) --------------------------------------------------------------
+    # -- continuation (docs/continuation.md) --------------------------------------------------------------
 
     def resume_point(self) -> str | None:
         return self.assembler.resume_text() if self.filt is not None and self.filt.refusal is None else None

@@ -2,7 +2,7 @@
 
 One function reads a streamed chunk and a non-stream body alike (a body's `message` is a chunk's
 `delta` with everything at once), so there is one parser for both. Field variants across OpenAI-compatible
-servers (protocols.md §5): `reasoning_content` (DeepSeek, xAI, old vLLM) and `reasoning` (vLLM, Ollama,
+servers: `reasoning_content` (DeepSeek, xAI, old vLLM) and `reasoning` (vLLM, Ollama,
 OpenRouter); usage on the finish chunk or in a separate `choices: []` chunk, or under `x_groq.usage`;
 a streamed tool call without `index` (Gemini's OpenAI endpoint, some routers) parsed as `UNNUMBERED`,
 for the stream's assembler to number (`ChatAssembler.feed`, `number_tool_calls`); `error` as an object or
@@ -170,7 +170,7 @@ def parse_usage(obj: dict[str, Any]) -> Usage | None:
 
 
 def has_output_token(events: list[StreamEvent]) -> bool:
-    """True when the events contain an output token (CONTRACT §4.1). A loop, not `any(<genexpr>)`: a
+    """True when the events contain an output token (docs/extensions.md, "Streams"). A loop, not `any(<genexpr>)`: a
     generator left at its first hit is closed by raising GeneratorExit into it, exception machinery a
     stream's first token would run cold (issue #34)."""
     for e in events:  # noqa: SIM110 - the loop is the point (see above)

@@ -1,8 +1,8 @@
 """Fold Messages stream events into what the pipeline needs to know about an answer, sans I/O.
 
 The assembler knows when the first output token has come, whether the answer ended (a `message_delta`
-with a `stop_reason`: the protocol's terminal signal, not `message_stop` and not the end of the bytes,
-protocols.md §1.5), the usage (`message_start` + `message_delta`, cumulative, §4.2), and the text per
+with a `stop_reason`: the protocol's terminal signal, not `message_stop` and not the end of the bytes),
+the usage (`message_start` + `message_delta`, cumulative), and the text per
 kind for guardrails that judge the whole answer. `message()` renders the Message object a non-stream
 client would have received (for the response cache).
 """
@@ -107,7 +107,7 @@ class MessagesAssembler:
         return max((*self._blocks, *self._texts), default=-1)
 
     def resume_text(self) -> str | None:
-        """The text so far when the answer can be continued from it (CONTRACT §4.9): not ended, no tool
+        """The text so far when the answer can be continued from it (docs/continuation.md): not ended, no tool
         call begun, its latest block text (not thinking); else None."""
         last = self.last_block()
         if self.finished or last < 0 or self._json or self._kind(last) is not DeltaKind.CONTENT:
@@ -156,7 +156,7 @@ class MessagesAssembler:
 
 
 def _input(pieces: list[str] | None, start: Any) -> Any:
-    """A tool's input: its streamed JSON parsed at the block's end ({} for none, protocols.md §4.1)."""
+    """A tool's input: its streamed JSON parsed at the block's end ({} for none)."""
     text = "".join(pieces or ())
     if not text:
         return start if isinstance(start, dict) else {}

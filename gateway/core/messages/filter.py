@@ -1,6 +1,7 @@
 """Rewrite client-bound Messages events through the text windows (redaction, stream guardrails), sans I/O.
 
-One window chain per content block, for its `text_delta`s or `thinking_delta`s (CONTRACT §5.1; never a
+One window chain per content block, for its `text_delta`s or `thinking_delta`s (docs/extensions.md,
+"Redaction in every script"; never a
 `signature_delta`, and never an `input_json_delta`, whose JSON must stay parseable). A delta carries only
 what its chain releases; a delta whose text is entirely held is dropped. When the block ends
 (`content_block_stop`, or the message's end for a server that sends none) what the chain still held goes
@@ -159,5 +160,5 @@ def _encode(ev: MessagesEvent, obj: dict[str, Any], changed: bool) -> bytes:
 
 
 def error_event(etype: str, message: str) -> bytes:
-    """Anthropic's in-stream error event (protocols.md §4.3)."""
+    """Anthropic's in-stream error event."""
     return encode_event("error", orjson.dumps({"type": "error", "error": {"type": etype, "message": message}}))

@@ -1,4 +1,4 @@
-"""Another attempt's typed events as Messages events of the stream they continue (CONTRACT §4.9), sans
+"""Another attempt's typed events as Messages events of the stream they continue (docs/continuation.md), sans
 I/O: its text into the open text block (or a new one after the last), its end as the protocol's own
 (`content_block_stop`, `message_delta` with the stop reason and the summed usage, `message_stop`).
 """

@@ -12,10 +12,10 @@ The end is the protocol's own: the `message_delta` that carries the `stop_reason
 (`message_stop`) are kept unsent in `terminal`, for the whole-answer guardrails to judge before they go
 out; the stream is done at `message_stop` or at the end of the bytes. An upstream `error` (or an
 unparseable event) before the first token raises `StreamFailed`, so the attempt is retried or falls back
-invisibly (CONTRACT §4.2); after it, it is kept in `failed` and ends the stream: text sent stands (§4.3)
-— except an event that cannot be read (not JSON, not an object), which after the first token is skipped
-and counted in `skipped_malformed`, as in the chat and Responses cores.
-A repeated `message_start` (protocols.md §4.3) is dropped: the client sees one lifecycle.
+invisibly (docs/extensions.md, "Failure semantics"); after it, it is kept in `failed` and ends the stream: text sent
+stands (docs/extensions.md, "Failure semantics") — except an event that cannot be read (not JSON, not an object), which
+after the first token is skipped and counted in `skipped_malformed`, as in the chat and Responses cores.
+A repeated `message_start` is dropped: the client sees one lifecycle.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ class MessagesStream:
         return tail + encode_event("error", orjson.dumps({"type": "error",
                                                           "error": {"type": etype, "message": error.message}}))
 
-    # -- continuation (CONTRACT §4.9) --------------------------------------------------------------
+    # -- continuation (docs/continuation.md) --------------------------------------------------------------
 
     def resume_point(self) -> str | None:
         return self.assembler.resume_text() if self.filt is not None and self.filt.refusal is None else None

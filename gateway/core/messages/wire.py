@@ -1,11 +1,11 @@
-"""Anthropic Messages API wire shapes -> typed events, sans I/O (protocols.md §4).
+"""Anthropic Messages API wire shapes -> typed events, sans I/O.
 
 One event reader for every Messages stream the gateway relays: Anthropic's own (native passthrough) and
 the ones a translator builds from another protocol. An event is dispatched on its JSON `type`, else on
-its SSE `event:` name (either may be missing, §4.1); unknown types parse to no typed events and are
+its SSE `event:` name (either may be missing); unknown types parse to no typed events and are
 forwarded untouched (the docs: "handle unknown event types gracefully").
 
-Output tokens (CONTRACT §4.1): a non-empty `text_delta`, `thinking_delta` or `input_json_delta`.
+Output tokens (docs/extensions.md, "Streams"): a non-empty `text_delta`, `thinking_delta` or `input_json_delta`.
 `message_start`, `ping` and `content_block_start` are the preamble; `signature_delta` and
 `citations_delta` are carried but are not tokens. Also here, shared with the chat->Anthropic translator
 (`providers.convert.anthropic_stream`): the error classification and the usage counts.
@@ -30,13 +30,13 @@ from gateway.core.events import (
     Usage,
 )
 
-# Anthropic error type -> the HTTP status it stands for (protocols.md §4.3; 529 = overloaded)
+# Anthropic error type -> the HTTP status it stands for (529 = overloaded)
 ERROR_STATUS = {
     "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
     "permission_error": 403, "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
     "api_error": 500, "timeout_error": 504, "overloaded_error": 529,
 }
-# The error type the Messages API uses for a status the gateway answers with (protocols.md §4.3)
+# The error type the Messages API uses for a status the gateway answers with
 ANTHROPIC_TYPE_BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                             403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
                             413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
@@ -102,7 +102,7 @@ def _int(value: Any) -> int | None:
 
 @dataclass(slots=True)
 class UsageCounts:
-    """Anthropic's usage fields. `message_delta` values are cumulative and replace earlier ones (§4.2)."""
+    """Anthropic's usage fields. `message_delta` values are cumulative and replace earlier ones."""
 
     input: int = 0
     cache_read: int = 0

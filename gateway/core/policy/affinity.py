@@ -1,5 +1,5 @@
-"""Session affinity (CONTRACT §10 `affinity: session`): which session a request belongs to, and how its
-serving went for the prompt cache.
+"""Session affinity (docs/agents.md, "Session affinity" `affinity: session`): which session a request belongs to, and
+how its serving went for the prompt cache.
 
 A session is named by, in this order: the `X-Claude-Code-Session-Id` header (Claude Code), Codex's
 `session-id` header (also spelled `session_id`), the body's `prompt_cache_key` (OpenAI's own cache

@@ -1,4 +1,5 @@
-"""A circuit breaker per deployment: take one that keeps failing out of rotation (CONTRACT §4.2).
+"""A circuit breaker per deployment: take one that keeps failing out of rotation (docs/extensions.md,
+"Failure semantics").
 
 CLOSED admits everything and counts failures; `failure_threshold` failures with no success between
 them, each younger than `window_s`, open it. OPEN admits nothing for `cooldown_s`; then the next

@@ -1,7 +1,7 @@
-"""Verdicts of `terms` and `regex` guardrails (CONTRACT §5.2), one-shot or streamed.
+"""Verdicts of `terms` and `regex` guardrails (docs/reference.md, "`guardrails`"), one-shot or streamed.
 
 ``TextGuard.check`` serves the input stage and the hold and audit modes; ``TextGuard.window()``
-serves stream mode. Both run the segment machine of `redact_engine`, so a stream blocks exactly
+serves stream mode. Both run the segment machine of `core.redact.engine`, so a stream blocks exactly
 where a one-shot check of the same text does, and releases only the text before the violating
 match: a stream-mode window holds back the words that could still become part of a violation
 (a multi-word term such as "project nightingale" holds "project" until the next word arrives).

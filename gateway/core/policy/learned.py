@@ -1,5 +1,5 @@
-"""Learn-once facts (CONTRACT §4.6): what an upstream told us about how it must be asked, remembered per
-deployment (provider + upstream model) and API, for a while.
+"""Learn-once facts (docs/extensions.md, "Failure semantics"): what an upstream told us about how it must be asked,
+remembered per deployment (provider + upstream model) and API, for a while.
 
 A fact is protocol negotiation, not health: "this deployment rejects `stream_options`", "it answers a
 stream request with a JSON body", "it rejects `stream: false`". Scoping it to one deployment and one API
@@ -18,7 +18,7 @@ class Fact(StrEnum):
     NO_STREAM_OPTIONS = "no_stream_options"  # ask without `stream_options` (usage is estimated)
     NO_STREAM = "no_stream"  # a stream request is answered buffered and re-emitted as a stream
     STREAM_ONLY = "stream_only"  # a non-stream request is streamed and assembled into a body
-    NO_PREFILL = "no_prefill"  # rejects a trailing assistant message: continued by regenerating (§4.9)
+    NO_PREFILL = "no_prefill"  # rejects a trailing assistant message: continued by regenerating (docs/continuation.md)
     NO_PROMPT_CACHE_KEY = "no_prompt_cache_key"  # asked without `prompt_cache_key` / `prompt_cache_retention`
 
 

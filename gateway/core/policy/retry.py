@@ -1,4 +1,4 @@
-"""The retry decision table: what to do after an attempt failed (CONTRACT §4.2, §4.3, §4.6).
+"""The retry decision table: what to do after an attempt failed (docs/extensions.md, "Failure semantics").
 
 Pure: the caller passes the failure, where the request stands, the model's policy and a random source;
 it sleeps, moves on or answers. Nothing here reads a clock or does I/O.
@@ -215,7 +215,7 @@ def is_rate_limit(f: Failure) -> bool:
 
 
 def final_error(failures: Sequence[Failure]) -> FinalError:
-    """What the gateway reports when it gives up, from every failed attempt in order (CONTRACT §3).
+    """What the gateway reports when it gives up, from every failed attempt in order (docs/reference.md, "Routes").
 
     - "client": the last failure is a pass-through 4xx, or every deployment tried said the context is
       too long. The caller answers with that failure's own status (400 when it has none), type, code

@@ -6,7 +6,7 @@ across the cut into two pieces that neither match (a key inside a long URL or a 
 JSON). So the cut goes before the leftmost candidate that could still grow past it, and the text
 from there starts the next run or segment: the secret is matched whole there.
 
-`tail` and `near` are the alternations of the rules' non-empty-prefix forms (see `redact_regex`)
+`tail` and `near` are the alternations of the rules' non-empty-prefix forms (see `core.redact.regex`)
 anchored at the end of the searched text: `tail_start` finds the leftmost q >= a where text[q:b]
 could be the start of a match. A whole match that starts before the chosen start and runs across
 it would be split by the cut too, so the start moves back to it (a few times at most). `detect` (a superset of

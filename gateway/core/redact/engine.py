@@ -1,7 +1,7 @@
 """The streaming window shared by redaction and stream-mode guardrails.
 
 Text is cut into *units*: gaps (whitespace, and the characters no rule can match, see
-`redact_breaks`), and runs between them of at most `RUN_LIMIT` characters (a longer run is cut,
+`core.redact.breaks`), and runs between them of at most `RUN_LIMIT` characters (a longer run is cut,
 before a candidate that could still grow past the cut: see `_cut`). A *segment* is one run, or several
 runs and the gaps between them while a multi-word rule (``Bearer <token>``, a PEM block, a phone
 number in groups) could still match across them. Rules are matched inside one segment only; the
@@ -12,7 +12,7 @@ so streaming and one-shot use the same machine and agree by construction:
 
 * a run is complete when the character after it arrives (or at `RUN_LIMIT`, or at the end);
 * after a complete run, the segment stays open only while some multi-word rule's non-empty-prefix
-  pattern (see `redact_regex`) matches from a position inside the segment to its end plus the
+  pattern (see `core.redact.regex`) matches from a position inside the segment to its end plus the
   whitespace seen so far; otherwise it closes and is released, masked;
 * an open segment closes at a gap longer than `MAX_GAP` or before a run that would take it past
   `SEG_LIMIT` characters or `SEG_RUNS` runs, so the text held back never exceeds
@@ -306,7 +306,7 @@ class SegmentWindow:
     def _close_at_limit(self, text: str, start: int, end: int, out: list[str]) -> bool:
         """The open segment may not take the run text[start:end]: close it, keeping its leftmost
         still-growing candidate as the start of the next segment when that fits in the limits
-        (see `redact_cuts`); otherwise close it whole and release the gap before the run."""
+        (see `core.redact.cuts`); otherwise close it whole and release the gap before the run."""
         seg = self._seg
         keep, low = seg + self._live_from, max(seg + 1, end - SEG_LIMIT)
         if low <= keep < start:

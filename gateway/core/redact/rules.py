@@ -1,6 +1,6 @@
-"""Built-in redaction rules and rule sets (CONTRACT §5.1).
+"""Built-in redaction rules and rule sets (docs/extensions.md, "Redaction in every script").
 
-A rule is a regular expression matched inside one segment (see `redact_engine`): a
+A rule is a regular expression matched inside one segment (see `core.redact.engine`): a
 whitespace-free run, or several runs while a rule that may contain whitespace could still match
 across them. Patterns follow three conventions so the windows stay exact and cheap:
 
@@ -43,7 +43,7 @@ class BuiltinRule:
     token_check: bool = False  # the masked text must mix letters and digits
     # The hint, and all it looks at, lies within the first `hint_by` characters of every match and
     # of every string the rule's non-empty-prefix form matches (0: not known). A forced cut then
-    # looks for a growing candidate near the end and near a hint only (`redact_cuts.tail_start`).
+    # looks for a growing candidate near the end and near a hint only (`core.redact.cuts.tail_start`).
     hint_by: int = 0
 
 
@@ -76,7 +76,7 @@ _PEM_SEP = r"(?:[ \t]*(?:\r?\n|\\r\\n|\\n))+[ \t]*"  # real newlines, or \n esca
 # word, "sk-ant-..."): full-length lines, padded last lines, a PGP checksum. A short unpadded last
 # line only counts right before the END line, so words after a truncated block stay readable.
 # Every class here is ASCII, so no CJK or other non-Latin character is one this rule looks at
-# (see `redact_breaks`).
+# (see `core.redact.breaks`).
 _B64 = "[A-Za-z0-9+/]"
 _PEM_WORD_END = r"(?![!-\[\]-~])"  # not followed by printable ASCII (a backslash starts "\n")
 _PEM_HEADER = r"[A-Za-z][A-Za-z0-9-]*:[ \t][ \t!-\[\]-~]*"

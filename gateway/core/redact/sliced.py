@@ -1,4 +1,5 @@
-"""One-shot redaction cut into steps of a bounded size, sans I/O (CONTRACT §5.3: no stall of the loop).
+"""One-shot redaction cut into steps of a bounded size, sans I/O (docs/extensions.md,
+"Costs a client or an upstream can impose": no stall of the loop).
 
 `MaskSteps` masks a list of texts `slice_chars` characters per `step()`, each text through its own
 redaction window. The window gives exactly the one-shot result however its input is split

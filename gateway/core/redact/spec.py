@@ -1,5 +1,5 @@
 """What a streaming window knows about its rules (`ScanSpec`), compiled once per rule list; the
-window itself is `redact_engine`."""
+window itself is `core.redact.engine`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gateway.core.redact.regex import (
     spans_whitespace,
 )
 
-RUN_LIMIT = 4096  # a run reaching this many characters is cut (see `redact_cuts`)
+RUN_LIMIT = 4096  # a run reaching this many characters is cut (see `core.redact.cuts`)
 
 _SPACES = Gaps.of("", RUN_LIMIT)
 
@@ -33,13 +33,13 @@ class ScanSpec:
     detect: re.Pattern[str] | None  # a superset of every rule's matches, for a quick reject
     gaps: Gaps = _SPACES  # what ends a run: whitespace, and the characters no rule can match
     tail: re.Pattern[str] | None = None  # non-empty prefixes of the rules without a hint bound, at the end
-    near: re.Pattern[str] | None = None  # the same for the rules with one (see `redact_cuts.tail_start`)
+    near: re.Pattern[str] | None = None  # the same for the rules with one (see `core.redact.cuts.tail_start`)
     near_chars: int = 0  # the largest of those bounds (`BuiltinRule.hint_by`)
     # The per-delta path's one search: `first_hit` of a text shorter than RUN_LIMIT, when one
     # pattern does all its work (None: call first_hit). Derived, so `replace` keeps it in step.
     short_scan: re.Pattern[str] | None = field(init=False)
     # A search of `trigger` over a range that finds nothing proves every segment inside it clean (no
-    # rule matches in it, see `redact_cuts.may_match`): no residual, and the hints look at nothing
+    # rule matches in it, see `core.redact.cuts.may_match`): no residual, and the hints look at nothing
     # but what they consume and what lies behind it (`sees_only_behind`). Derived too.
     clean_scan: bool = field(init=False)
 

@@ -2,18 +2,18 @@ r"""Redaction: a profile's rules compiled once, applied one-shot or through a st
 
 ``Redactor.compile`` runs at config load; a ``Redactor`` is immutable and shared by every request.
 ``Redactor.window()`` makes one ``RedactionWindow`` per (choice, text kind) of a stream. The window
-and ``redact()`` are the same machine (see `redact_engine`), so the concatenated output of a stream
+and ``redact()`` are the same machine (see `core.redact.engine`), so the concatenated output of a stream
 is exactly the one-shot redaction of its text, however the upstream split it, and a Responses
 ``response.completed`` object redacted with ``redact()`` carries the same text as its deltas.
 
-What a user can rely on (CONTRACT §5.1):
+What a user can rely on (docs/extensions.md, "Redaction in every script"):
 
 * a match becomes ``[REDACTED:<rule>]``; for the context rules (``bearer_token``,
   ``aws_secret_access_key``) only the secret part is masked: ``Authorization: Bearer [REDACTED:...]``;
 * matches are found inside one *segment*: a run, or several runs while a rule that can contain
   whitespace could still match across them (a phone number in groups, a PEM block,
   ``project\s+x`` in a custom rule). Runs end at whitespace and at characters outside ASCII that no
-  rule can match (CJK, kana, Hangul, Thai... for ``secrets`` and ``pii``; see `redact_breaks`), so
+  rule can match (CJK, kana, Hangul, Thai... for ``secrets`` and ``pii``; see `core.redact.breaks`), so
   text without spaces streams. ``^``/``$`` in a custom pattern anchor at the edges of a run, a match
   never spans a gap of more than 64 characters or more than 8192 characters in all, and a run that
   reaches 4096 characters is cut, before a candidate within its last 1024 that could still grow;

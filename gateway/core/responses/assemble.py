@@ -132,7 +132,7 @@ class ResponsesAssembler:
         return "".join("".join(parts) for key, parts in sorted(self._texts.items()) if self._kinds[key] is kind)
 
     def resume_key(self) -> TextKey | None:
-        """The key of the text the answer can be continued from (CONTRACT §4.9): the latest text, an
+        """The key of the text the answer can be continued from (docs/continuation.md): the latest text, an
         output_text of a message, no function call begun, the answer not ended; else None."""
         if self.finished or self.tools or not self._texts:
             return None

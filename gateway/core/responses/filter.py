@@ -5,8 +5,8 @@ A delta carries only what its chain releases; a delta whose text is entirely hel
 text ends (its `*.done` event, or the response's terminal event for a server that sends no `done`),
 what the chain still held goes out as one extra delta, and from then on every copy of that text —
 the `*.done` event, `content_part.done`, `output_item.done`, the final `response` object — carries
-exactly the joined deltas the client was sent (CONTRACT §5.1). A text that never came as deltas
-(a server that sends only `done` events) is masked whole, once, and reused for its later copies.
+exactly the joined deltas the client was sent (docs/extensions.md, "Redaction in every script"). A text that never came
+as deltas (a server that sends only `done` events) is masked whole, once, and reused for its later copies.
 
 The client sees one lifecycle numbered 0, 1, 2, ... whatever the upstream's numbering and however many
 events were dropped or added. An event the filter did not change is forwarded as the upstream's own
@@ -80,7 +80,7 @@ class ResponsesOutputFilter:
             return b""
         changed = self._rewrite(ev, obj) if self._factory is not None else False
         if ev.type in ERROR_TYPES and not isinstance(obj.get("error"), dict):
-            obj["error"] = _error_object(ev)  # so clients that raise on an `error` object do (§4.3)
+            obj["error"] = _error_object(ev)  # so clients that raise on an `error` object do
             changed = True
         pre, self._pre = b"".join(self._pre), []
         if self.refusal is not None and ev.type not in TEXT_DELTAS:

@@ -1,7 +1,7 @@
 """A final `response` object re-emitted as the stream OpenAI would have sent for it, sans I/O.
 
-For the learn-once buffered fallback (CONTRACT §4.6): an upstream that rejects `stream: true`, or
-answers a stream request with a plain body, is asked for the body and the client still gets a
+For the learn-once buffered fallback (docs/extensions.md, "Failure semantics"): an upstream that rejects `stream:
+true`, or answers a stream request with a plain body, is asked for the body and the client still gets a
 Responses stream — one lifecycle, every output item with its parts, one delta per text, `*.done`
 events, and the terminal event carrying the object itself. The replayed events go through the same
 parser and filter as upstream events.

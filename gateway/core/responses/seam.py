@@ -1,4 +1,4 @@
-"""Another attempt's typed events as Responses events of the stream they continue (CONTRACT §4.9), sans
+"""Another attempt's typed events as Responses events of the stream they continue (docs/continuation.md), sans
 I/O: its text as `response.output_text.delta`s of the open message text (or of a new message item after
 the last), its end as the protocol's own (the text's, part's and item's `done` events, then the terminal
 event whose `response` carries the whole output and the summed usage).

@@ -59,7 +59,7 @@ class ResponsesStream:
         self.filt: ResponsesOutputFilter | None = None  # set by `commit`
         self.skipped_malformed = 0  # unreadable events after the first token, skipped
         self.flushed = b""  # client bytes of events the parser still owed at the end of the bytes
-        self.seam: ContinuedText | None = None  # where a continuation writes (CONTRACT §4.9)
+        self.seam: ContinuedText | None = None  # where a continuation writes (docs/continuation.md)
 
     @property
     def committable(self) -> bool:
@@ -177,7 +177,7 @@ class ResponsesStream:
         tail = b"" if refused else self.filt.flush_open()
         return tail + self.filt.error_event(body)
 
-    # -- continuation (CONTRACT §4.9) --------------------------------------------------------------
+    # -- continuation (docs/continuation.md) --------------------------------------------------------------
 
     def resume_point(self) -> str | None:
         if self.filt is None or self.filt.refusal is not None:

@@ -1,4 +1,4 @@
-"""OpenAI Responses API wire shapes -> typed events, sans I/O (protocols.md §3).
+"""OpenAI Responses API wire shapes -> typed events, sans I/O.
 
 One reader for both transports: a streamed `response.completed` carries the same `response` object a
 non-stream call returns, so `response_events` reads either (usage, terminal status, failure; with
@@ -39,7 +39,7 @@ LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.que
                        "response.incomplete", "response.failed"})
 TERMINAL_OK = frozenset({"response.completed", "response.incomplete"})
 ERROR_TYPES = frozenset({"error", "too_many_requests"})  # the second: an observed non-standard shape
-# a tool call's streamed input is an output token (CONTRACT §4.1): a function's JSON arguments, or a
+# a tool call's streamed input is an output token (docs/extensions.md, "Streams"): a function's JSON arguments, or a
 # custom tool's free-form input (openapi.yaml `ResponseCustomToolCallInputDeltaEvent`)
 TOOL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"})
 TOOL_ITEMS = {"function_call": "arguments", "custom_tool_call": "input"}  # item type -> its input field
@@ -110,7 +110,7 @@ def _index(obj: dict[str, Any], key: str) -> int:
 
 
 def parse_usage(u: Any) -> Usage | None:
-    """`ResponseUsage` normalised: input includes cached tokens, output includes reasoning (§3.4)."""
+    """`ResponseUsage` normalised: input includes cached tokens, output includes reasoning."""
     if not isinstance(u, dict):
         return None
     details = u.get("input_tokens_details")
@@ -122,7 +122,7 @@ def parse_usage(u: Any) -> Usage | None:
 
 def classify_stream_error(obj: dict[str, Any]) -> Failure:
     """An `error` event (nested `error:{...}` or flat `code`/`message`) or a `response.failed`.
-    The code is read from `error.code`, then the flat `code`, then `response.error.code` (§3.6)."""
+    The code is read from `error.code`, then the flat `code`, then `response.error.code`."""
     nested = obj.get("error")
     resp = obj.get("response")
     failed = resp.get("error") if isinstance(resp, dict) else None

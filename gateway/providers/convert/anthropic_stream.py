@@ -1,7 +1,6 @@
 """Anthropic Messages stream and body -> OpenAI `chat.completion.chunk` / `chat.completion`, sans I/O.
 
-Every event is dispatched on its JSON `type`, else on the SSE `event:` name (either may be missing;
-protocols.md §4.1). The mapping:
+Every event is dispatched on its JSON `type`, else on the SSE `event:` name (either may be missing). The mapping:
 
     message_start        the role chunk (preamble); id, model and input usage are remembered
     ping                 nothing

@@ -1,4 +1,4 @@
-"""Bedrock's Converse API <-> Anthropic's Messages shapes, sans I/O (CONTRACT §9: every Bedrock model that
+"""Bedrock's Converse API <-> Anthropic's Messages shapes, sans I/O (docs/cloud-providers.md: every Bedrock model that
 is not Claude goes through `/converse` and `/converse-stream`).
 
 Both ways go through the Anthropic Messages shape, which the gateway already translates to and from

@@ -1,5 +1,5 @@
 """What every Bedrock cell shares: the Bedrock Runtime URLs of a model, the request headers, the event-stream
-framing and the HTTP error classification (CONTRACT §9). The SigV4 signature is added last, by
+framing and the HTTP error classification (docs/cloud-providers.md). The SigV4 signature is added last, by
 `upstream.aws`, over the final URL, headers and body.
 
 A model id containing `anthropic.` (a Claude model id, or an inference profile or ARN of one) goes to
@@ -124,6 +124,7 @@ def classify_bedrock_http_error(status: int, headers: Mapping[str, str], body: b
 
 
 def bedrock_base_url(provider: ProviderConfig) -> str:
-    """Bedrock Runtime's public endpoint in the provider's region (CONTRACT §9), when no `base_url` is set."""
+    """Bedrock Runtime's public endpoint in the provider's region (docs/cloud-providers.md), when no `base_url` is
+    set."""
     region = provider.aws.region if provider.aws is not None else ""
     return f"https://bedrock-runtime.{region}.amazonaws.com"

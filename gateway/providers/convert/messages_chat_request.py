@@ -1,6 +1,6 @@
 """Anthropic Messages request body -> OpenAI Chat Completions request body, sans I/O.
 
-The other direction of `chat_anthropic_request`. OpenAI-compatible servers reject or ignore fields they
+The other direction of `convert.anthropic_request`. OpenAI-compatible servers reject or ignore fields they
 do not know, so this is an allowlist.
 
 Translated: `system` (a string or text blocks) -> a system message; `messages`: text blocks -> text

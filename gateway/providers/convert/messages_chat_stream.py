@@ -1,6 +1,6 @@
 """OpenAI Chat Completions stream and body -> Anthropic Messages events / Message, sans I/O.
 
-The other direction of `chat_anthropic_stream`. One lifecycle per answer, as Anthropic sends it:
+The other direction of `convert.anthropic_stream`. One lifecycle per answer, as Anthropic sends it:
 
     first chunk          message_start (id and model of the chunk; usage 0 until the end)
     content              a `text` block: content_block_start, text_delta ...
@@ -41,7 +41,7 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 
 
 def anthropic_usage(u: Usage | None) -> dict[str, int]:
-    """OpenAI-normalised usage -> Anthropic's fields (its input_tokens excludes cache reads, §4.2)."""
+    """OpenAI-normalised usage -> Anthropic's fields (its input_tokens excludes cache reads)."""
     if u is None:
         return {"input_tokens": 0, "output_tokens": 0}
     return {"input_tokens": u.input - u.cached_input - u.cache_creation_input, "output_tokens": u.output,

@@ -1,4 +1,4 @@
-"""The Responses API on top of any chat cell (the Responses bridge, CONTRACT §10): the request translated
+"""The Responses API on top of any chat cell (the Responses bridge, docs/responses-bridge.md): the request translated
 to Chat Completions by `responses_chat_request`, the chat stream read by the chat cell's own parser and
 turned into Responses events by `responses_chat_stream`, a chat body into the `response` object.
 URL, headers, framing, `stream_options` and HTTP error classification are the chat cell's.

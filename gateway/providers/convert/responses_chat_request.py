@@ -1,5 +1,5 @@
 """OpenAI Responses request body -> OpenAI Chat Completions request body, sans I/O (the Responses bridge,
-CONTRACT §10).
+docs/responses-bridge.md).
 
 Chat servers reject or ignore fields they do not know, so this is an allowlist.
 

@@ -1,5 +1,5 @@
 """OpenAI Chat Completions stream and body -> OpenAI Responses events / `response` object, sans I/O (the
-Responses bridge, CONTRACT §10; event order as protocols.md §3.2).
+Responses bridge, docs/responses-bridge.md).
 
 One lifecycle per answer, as OpenAI sends it:
 
