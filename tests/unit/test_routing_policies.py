@@ -252,3 +252,13 @@ def test_cost_prices_the_requests_estimated_tokens_and_breaks_ties_by_latency() 
     book.observe(API, b.label, 0.1, 0.0)
     assert cost_first((a, b), 100, 100, book) == [1, 0]
     assert cost_first((a, b), 100, 100) == [0, 1]  # nothing learned: config order
+
+
+def test_the_learned_average_is_published_at_most_once_a_second() -> None:
+    from gateway.core.policy.latency import PUBLISH_EVERY_S, LatencyBook
+
+    book = LatencyBook()
+    assert book.publish_due("chat", "p/a", 100.0)
+    assert not book.publish_due("chat", "p/a", 100.0 + PUBLISH_EVERY_S / 2)
+    assert book.publish_due("chat", "p/b", 100.0 + PUBLISH_EVERY_S / 2)  # each deployment on its own
+    assert book.publish_due("chat", "p/a", 100.0 + PUBLISH_EVERY_S)

@@ -29,14 +29,18 @@ STALE_S = 30.0
 MAX_WEIGHT = 16.0
 
 
+PUBLISH_EVERY_S = 1.0
+
+
 class _Average:
-    __slots__ = ("at", "probed_at", "total", "weight")
+    __slots__ = ("at", "probed_at", "published_at", "total", "weight")
 
     def __init__(self) -> None:
         self.total = 0.0  # decayed sum of samples (seconds)
         self.weight = 0.0  # decayed count of samples: 0 while there is none
         self.at = -math.inf  # when the last sample came
         self.probed_at = -math.inf  # when the last probe was sent
+        self.published_at = -math.inf  # when the average was last handed to the metric
 
 
 class LatencyBook:
@@ -73,6 +77,15 @@ class LatencyBook:
                 e.weight = self.max_weight
         e.at = max(e.at, now)
         return e.total / e.weight
+
+    def publish_due(self, api: str, label: str, now: float) -> bool:
+        """Whether the learned average is due for its gauge (at most once per PUBLISH_EVERY_S per
+        deployment and API: the gauge is read by a scrape every few seconds, the average moves per request)."""
+        e = self._entry(api, label)
+        if now - e.published_at < PUBLISH_EVERY_S:
+            return False
+        e.published_at = now
+        return True
 
     def average(self, api: str, label: str) -> float | None:
         """The learned average in seconds, None while there is no sample."""
