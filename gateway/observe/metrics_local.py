@@ -9,6 +9,8 @@ with respect to every reader. These classes keep prometheus_client's calling sur
 prometheus_client as before (same names, types, help and `le` labels; no `_created` series).
 
 With `--workers` the workers write prometheus_client's multiprocess files instead (`metrics.py`).
+`collect` iterates a snapshot of the series, so a reader on another thread (the tests' in-process
+scrape) never sees a series added under it.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class _Metric(Collector):
 
     def collect(self) -> Iterator[Metric]:
         family = self.family_type(self.name, self.documentation, labels=self.labelnames)
-        for key, child in self.series.items():
+        for key, child in list(self.series.items()):
             family.add_metric(list(key), child.value)
         yield family
 
@@ -108,7 +110,7 @@ class LocalCounter(_Metric):
 
     def points(self) -> list[tuple[tuple[str, ...], float]]:
         """Every series' label values and value, copied (for the OTLP push, `observe.genai_push`)."""
-        return [(key, child.value) for key, child in self.series.items()]
+        return [(key, child.value) for key, child in list(self.series.items())]
 
     def inc(self, amount: float = 1.0) -> None:
         self._only.inc(amount)
@@ -158,11 +160,11 @@ class LocalHistogram(_Metric):
     def points(self) -> list[tuple[tuple[str, ...], list[int], float]]:
         """Every series' label values, its count per bucket (not cumulative; the last is +Inf) and sum,
         copied (for the OTLP push, `observe.genai_push`)."""
-        return [(key, list(child.counts), child.sum) for key, child in self.series.items()]
+        return [(key, list(child.counts), child.sum) for key, child in list(self.series.items())]
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for key, child in self.series.items():
+        for key, child in list(self.series.items()):
             cumulative, total = [], 0
             for le, n in zip(self._les, child.counts, strict=True):
                 total += n
