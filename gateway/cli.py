@@ -12,7 +12,7 @@ from gateway import __version__
 from gateway.config import ConfigError, config_path_from_env, embedded_default, load_config, with_listen_overrides
 from gateway.config.extras import missing_extras
 from gateway.config.types import Config
-from gateway.errors import StartupError
+from gateway.errors import StartupError, say_on_stderr
 from gateway.observe.logs import configure_logging
 from gateway.workers import install_uvloop
 
@@ -108,7 +108,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         return _run(config, path, args.workers)
     except StartupError as exc:  # one line, no traceback: a port in use, a certificate that does not load
-        print(f"gateway: {exc}", file=sys.stderr)
+        say_on_stderr(f"gateway: {exc}")
         return 1
 
 

@@ -6,6 +6,7 @@ produces, and a client-safe message. The same object renders as a JSON body or a
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import orjson
@@ -19,6 +20,12 @@ class StartupError(Exception):
     """The gateway cannot start (a port in use, a certificate that does not load): one line on stderr,
     no traceback. Here, not in `gateway.server`: the CLI must not import the metrics library before
     `--workers` has chosen its multiprocess mode."""
+
+
+def say_on_stderr(line: str) -> None:
+    """One line in one write(2): workers that fail together (a port in use) print at once, and `print`
+    writes the text and its newline apart, so their lines interleaved mid-line."""
+    os.write(2, (line + "\n").encode("utf-8", "replace"))
 
 
 class GatewayError(Exception):

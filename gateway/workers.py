@@ -24,14 +24,14 @@ REAP_SLACK_S = 30.0  # a worker still alive this long after its drain (server.dr
 
 
 def _worker(config: Config, path: str | None) -> None:
-    from gateway.errors import StartupError
+    from gateway.errors import StartupError, say_on_stderr
     from gateway.server import run_server
 
     install_uvloop()
     try:
         asyncio.run(run_server(config, path, serve_api=True, serve_metrics=False, reuse_port=True))
     except StartupError as exc:
-        print(f"gateway: {exc}", file=sys.stderr)
+        say_on_stderr(f"gateway: {exc}")
         sys.exit(1)
 
 
