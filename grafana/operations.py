@@ -5,11 +5,8 @@ plane's store and its spend ledger, Redis, WebSocket connections). Imported by g
 
 from __future__ import annotations
 
-from panels import Panel, Query, Row, heatmap, quantiles, stat, timeseries
+from panels import RI, J, M, Panel, Query, Row, heatmap, quantiles, stat, timeseries
 
-RI = "$__rate_interval"
-J = 'job=~"$job", instance=~"$instance"'
-M = f'{J}, model=~"$model"'
 OVERHEAD = "llm_gateway_overhead_seconds"
 
 
