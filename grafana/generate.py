@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from operations import operations_panels
+from operations import operations_panels, store_up
 from panels import (
     RI,
     J,
@@ -324,10 +324,7 @@ def overview_teams() -> list[Panel | Row]:
                    "report: GET /admin/v1/spend?group_by=team,model.",
                    [Query(f"sum by (team) (rate({team}{{{M}}}[{RI}])) * 3600", "{{team}}")],
                    unit="currencyUSD", width=8),
-        stat("Store up",
-             "1 while every selected gateway reaches the control plane's store; 0: stored keys are served "
-             "from each replica's cache and admin writes answer 503.",
-             f"min(llm_gateway_store_up{{{J}}})", unit="none", width=4, height=8),
+        store_up(width=4, height=8),
         timeseries("Store errors per second",
                    "Failed store operations by kind: refresh (the key cache's poll), ledger (spend rows, kept "
                    "and retried), admin (answered 503).",

@@ -40,7 +40,7 @@ def test_the_pinned_schema_ships_the_panel_types_the_dashboards_use(installed: N
 
 def test_every_dashboard_passes_grafanas_schema(installed: None) -> None:
     boards = _committed()
-    assert len(boards) == 3
+    assert len(boards) >= 3  # ttft, overview, operations
     assert grafana_schema.problems(boards) == []
 
 
