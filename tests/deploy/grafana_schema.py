@@ -101,7 +101,10 @@ def _panel_checks(where: str, panel: JSON, unknown: list[str]) -> list[Check]:
         return checks
     alias = f"plugin_{panel['type']}"
     checks.append(Check(f"{label} options", f"Json<{alias}.Options>", panel.get("options", {})))
-    custom = (panel.get("fieldConfig") or {}).get("defaults", {}).get("custom", {})
+    # a fieldConfig of the wrong shape is the Panel check's to report; here it only has no custom part
+    field_config = panel.get("fieldConfig")
+    defaults = field_config.get("defaults") if isinstance(field_config, dict) else None
+    custom = defaults.get("custom", {}) if isinstance(defaults, dict) else {}
     # a plugin without custom field options takes none: an object with no fields
     custom_type = f"Json<{alias}.FieldConfig>" if plugin.field_config else "Record<string, never>"
     checks.append(Check(f"{label} fieldConfig.defaults.custom", custom_type, custom))
