@@ -14,8 +14,11 @@ import json
 import sys
 from pathlib import Path
 
-from operations import operations_panels
+from operations import operations_panels, store_up
 from panels import (
+    RI,
+    J,
+    M,
     Panel,
     Query,
     Row,
@@ -28,10 +31,6 @@ from panels import (
 
 DASHBOARD_DIR = Path(__file__).resolve().parent / "dashboards"
 
-RI = "$__rate_interval"
-# Every query is narrowed to the selected Prometheus jobs and instances (several gateways, one line each)
-J = 'job=~"$job", instance=~"$instance"'
-M = f'{J}, model=~"$model"'
 MP = f'{M}, provider=~"$provider"'
 K = f'{MP}, key=~"$key"'
 GW_TTFT = "llm_gateway_time_to_first_token_seconds"
@@ -218,7 +217,8 @@ def overview_upstream() -> list[Panel | Row]:
                    "Attempts that got HTTP 200 but carried an error inside the stream (chat error chunk, "
                    "Responses error/response.failed, Anthropic overloaded_error). Status-code dashboards "
                    "miss these. Before the first token they are retried invisibly.",
-                   [Query(f"sum by (deployment) (rate({ATT}{{{M}, outcome=\"inband_error\"}}[{RI}]))", "{{deployment}}")], unit="ops"),
+                   [Query(f"sum by (deployment) (rate({ATT}{{{M}, outcome=\"inband_error\"}}[{RI}]))",
+                          "{{deployment}}")], unit="ops"),
         timeseries("Retries and fallbacks: failed attempts by deployment",
                    "Attempts that failed before the first token, by deployment and reason. Each one was "
                    "followed by a retry, a fallback to the next deployment, or (when none was left) an "
@@ -228,7 +228,8 @@ def overview_upstream() -> list[Panel | Row]:
         timeseries("Hedges by winner",
                    "Hedged requests per second (a second attempt started because the first token was late) "
                    "by which attempt produced the first token: primary or hedge.",
-                   [Query(f"sum by (model, winner) (rate(llm_gateway_hedges_total{{{M}}}[{RI}]))", "{{model}} {{winner}}")], unit="ops"),
+                   [Query(f"sum by (model, winner) (rate(llm_gateway_hedges_total{{{M}}}[{RI}]))",
+                          "{{model}} {{winner}}")], unit="ops"),
         timeseries("Routing: first choices by deployment, and the learned TTFT",
                    "Left axis: requests per second by the deployment routing chose first (not fallbacks "
                    "or hedges) and the model's policy (ordered, balanced, weighted, latency, cost): a "
@@ -247,7 +248,8 @@ def overview_upstream() -> list[Panel | Row]:
         timeseries("Responses without usage",
                    "Responses whose upstream reported no token usage. Their tokens and cost are not "
                    "counted and do not count against TPM limits or budgets.",
-                   [Query(f"sum by (model, provider) (rate(llm_gateway_usage_missing_total{{{MP}}}[{RI}]))", "{{model}} · {{provider}}")], unit="ops"),
+                   [Query(f"sum by (model, provider) (rate(llm_gateway_usage_missing_total{{{MP}}}[{RI}]))",
+                          "{{model}} · {{provider}}")], unit="ops"),
     ]
 
 
@@ -322,10 +324,7 @@ def overview_teams() -> list[Panel | Row]:
                    "report: GET /admin/v1/spend?group_by=team,model.",
                    [Query(f"sum by (team) (rate({team}{{{M}}}[{RI}])) * 3600", "{{team}}")],
                    unit="currencyUSD", width=8),
-        stat("Store up",
-             "1 while every selected gateway reaches the control plane's store; 0: stored keys are served "
-             "from each replica's cache and admin writes answer 503.",
-             f"min(llm_gateway_store_up{{{J}}})", unit="none", width=4, height=8),
+        store_up(width=4, height=8),
         timeseries("Store errors per second",
                    "Failed store operations by kind: refresh (the key cache's poll), ledger (spend rows, kept "
                    "and retried), admin (answered 503).",

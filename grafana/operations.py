@@ -5,11 +5,8 @@ plane's store and its spend ledger, Redis, WebSocket connections). Imported by g
 
 from __future__ import annotations
 
-from panels import Panel, Query, Row, heatmap, quantiles, stat, timeseries
+from panels import RI, J, M, Panel, Query, Row, heatmap, quantiles, stat, timeseries
 
-RI = "$__rate_interval"
-J = 'job=~"$job", instance=~"$instance"'
-M = f'{J}, model=~"$model"'
 OVERHEAD = "llm_gateway_overhead_seconds"
 
 
@@ -58,13 +55,18 @@ def session_panels() -> list[Panel | Row]:
     ]
 
 
+def store_up(width: int, height: int) -> Panel:
+    """The store's health as one number; the overview's per-team row shows it too."""
+    return stat("Store up",
+                "1 while every selected gateway reaches the control plane's store; 0: stored keys are served "
+                "from each replica's cache, admin writes answer 503 and spend rows wait in memory.",
+                f"min(llm_gateway_store_up{{{J}}})", unit="none", width=width, height=height)
+
+
 def health_panels() -> list[Panel | Row]:
     return [
         Row("Store, ledger, Redis and WebSocket connections"),
-        stat("Store up (every replica)",
-             "1 while every selected gateway reaches the control plane's store; 0: stored keys are served "
-             "from each replica's cache, admin writes answer 503 and spend rows wait in memory.",
-             f"min(llm_gateway_store_up{{{J}}})", unit="none", width=6),
+        store_up(width=6, height=4),
         stat("Redis degraded (replicas)",
              "Gateways counting rate limits and budgets locally because Redis is away (each replica then "
              "admits its own share). 0 on a healthy deployment.",

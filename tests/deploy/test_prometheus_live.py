@@ -247,7 +247,7 @@ def test_template_variables_list_the_job_instance_model_provider_key_and_team(
         variables = [v for v in board["templating"]["list"] if v["type"] == "query"]
         assert {v["name"] for v in variables} == set(expected)
         for var in variables:
-            definition = substitute(var["definition"])
+            definition = substitute(var["query"]["query"])
             selector, label = definition[len("label_values("):-1].rsplit(", ", 1)
             url = f"{prometheus}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector})
             _poll(lambda u=url, v=var: expected[v["name"]] in json.loads(_get(u)[1] or b'{"data": []}')["data"],
