@@ -17,16 +17,13 @@ import orjson
 from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
 from gateway.core.json_body import encode
 from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
-from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest, retry_after_s
+from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest
 from gateway.providers.chat_openai import parse_openai_body
 from gateway.providers.convert.anthropic_request import anthropic_body
-from gateway.providers.convert.anthropic_stream import (
-    AnthropicStreamParser,
-    finish_reason,
-    message_events,
-    openai_usage,
-)
+from gateway.providers.convert.anthropic_stream import AnthropicStreamParser, finish_reason, message_events
 from gateway.providers.convert.cache_markers import fit
+from gateway.providers.convert.chat_chunks import completion_body
+from gateway.providers.retry_after import with_retry_after
 from gateway.providers.settings import ProviderConfig
 
 
@@ -100,11 +97,8 @@ def parse_anthropic_body(body: bytes, created: int) -> ParsedBody:
     counts.update(obj.get("usage"))
     usage = counts.event()
     events += [Finish(0, reason), usage]
-    out = {"id": str(obj.get("id") or ""), "object": "chat.completion", "created": created,
-           "model": str(obj.get("model") or ""),
-           "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
-           "usage": openai_usage(usage)}
-    return ParsedBody(out, events)
+    base = {"id": str(obj.get("id") or ""), "created": created, "model": str(obj.get("model") or "")}
+    return ParsedBody(completion_body(base, message, reason, usage), events)
 
 
 def _reread_openai(body: bytes, obj: dict[str, Any]) -> ParsedBody:
@@ -132,8 +126,4 @@ def classify_anthropic_http_error(status: int, headers: Mapping[str, str], body:
         failure = Failure(FailureKind.NOT_FOUND, f"upstream answered HTTP {status}", status=status)
     else:
         failure = classify_anthropic_error({"message": f"upstream answered HTTP {status}"}, status)
-    ra = retry_after_s(headers)
-    if ra is not None:
-        failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type,
-                          failure.param, ra)
-    return failure
+    return with_retry_after(failure, headers)

@@ -17,7 +17,9 @@ from gateway.core.error_object import classify_error_object
 from gateway.core.events import DeltaKind, Failure, FailureKind, OutputDelta
 from gateway.core.json_body import encode
 from gateway.core.sse import DONE, SSEEvent
-from gateway.providers.base import SSE, ChatChunk, ParsedBody, UpstreamRequest, retry_after_s
+from gateway.providers.base import SSE, ChatChunk, ParsedBody, UpstreamRequest
+from gateway.providers.convert.pass_through import passed_through
+from gateway.providers.retry_after import with_retry_after
 from gateway.providers.settings import ProviderConfig
 
 _CONTENT = DeltaKind.CONTENT
@@ -26,7 +28,7 @@ _CONTENT = DeltaKind.CONTENT
 class OpenAIStreamParser:
     """Per stream. Every chunk given to `parse` is parsed whole; a content-only one teaches `shape` the
     stream's envelope, which the relay then matches against later chunks' bytes before calling `parse`
-    (`core.chat.stream`)."""
+    (`core.chat.stream.ChatStream`)."""
 
     __slots__ = ("shape",)
 
@@ -82,17 +84,11 @@ class OpenAIChat:
 
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
-        out = dict(body)
-        out["model"] = model
-        if stream:
-            out["stream"] = True
-            if send_stream_options:
-                opts = out.get("stream_options")
-                out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
-            else:
-                out.pop("stream_options", None)
-        else:
-            out.pop("stream", None)
+        out = passed_through(body, model, stream=stream)
+        if stream and send_stream_options:
+            opts = out.get("stream_options")
+            out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+        elif stream:
             out.pop("stream_options", None)
         return UpstreamRequest("POST", self.url("/chat/completions", model), self.headers_for(stream),
                                encode(out), stream)
@@ -135,8 +131,4 @@ def classify_openai_http_error(status: int, headers: Mapping[str, str], body: by
         # chat-only server), our configuration's fault, so another deployment may serve it
         kind = FailureKind.NOT_FOUND if status == 404 else FailureKind.HTTP_4XX
         failure = Failure(kind, f"upstream answered HTTP {status}", status=status)
-    ra = retry_after_s(headers)
-    if ra is not None:
-        failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type,
-                          failure.param, ra)
-    return failure
+    return with_retry_after(failure, headers)

@@ -24,10 +24,10 @@ from gateway.core.events import Failure
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest
 from gateway.providers.chat_anthropic import classify_anthropic_http_error, parse_anthropic_body
-from gateway.providers.chat_gemini import Clock, GoogleChat
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
 from gateway.providers.convert.cache_markers import fit
+from gateway.providers.convert.google_chat import Clock, GoogleChat
 from gateway.providers.convert.google_errors import classify_google_http_error
 from gateway.providers.convert.google_stream import GoogleStreamParser, parse_google_body
 from gateway.providers.settings import ProviderConfig

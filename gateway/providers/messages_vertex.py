@@ -16,8 +16,8 @@ from gateway.core.messages.stream import MessagesStreamParser
 from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest
 from gateway.providers.chat_vertex import ByFirstEvent, VertexChat, claude_body, is_anthropic_body, is_claude
 from gateway.providers.convert.cache_markers import fit
+from gateway.providers.convert.messages_chat_bridge import MessagesViaGoogle
 from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
-from gateway.providers.messages_gemini import MessagesViaGoogle
 from gateway.providers.settings import ProviderConfig
 
 

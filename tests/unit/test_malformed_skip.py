@@ -19,7 +19,7 @@ from gateway.core.responses.stream import ResponsesStream
 from gateway.core.sse import SSEDecoder
 from gateway.providers.chat_openai import OpenAIStreamParser
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
-from gateway.providers.responses_openai import OpenAIResponsesStreamParser
+from gateway.providers.convert.responses_pass_through import OpenAIResponsesStreamParser
 from tests.unit.model_safety import safety
 from tests.unit.reads import pump_reads, random_reads, splits, the_end
 from tests.unit.test_chat_stream import chat_body, reading
