@@ -19,15 +19,18 @@ from gateway.providers.convert.tool_arguments import arguments_object
 from gateway.providers.retry_after import with_retry_after
 
 
-def test_translated_usage_is_usage_as_openai_so_no_zero_cache_writes() -> None:
-    """docs/caching.md: `cache_write_tokens` appears when there were any, in every translated answer."""
+def test_translated_usage_is_usage_as_openai_with_cache_writes_shown() -> None:
+    """One usage conversion (`Usage.as_openai`): a translated answer shows its cache writes, 0 included
+    (its provider reports them), in bodies and streams alike."""
     anthropic = {"id": "m", "type": "message", "model": "c", "content": [{"type": "text", "text": "hi"}],
                  "stop_reason": "end_turn", "usage": {"input_tokens": 3, "output_tokens": 2}}
     usage = parse_anthropic_body(orjson.dumps(anthropic), 1).obj["usage"]
-    assert usage == Usage(input=3, output=2).as_openai() and "cache_write_tokens" not in usage["prompt_tokens_details"]
+    assert usage == Usage(input=3, output=2).as_openai(writes_reported=True)
+    assert usage["prompt_tokens_details"]["cache_write_tokens"] == 0
+    assert "cache_write_tokens" not in Usage(input=3, output=2).as_openai()["prompt_tokens_details"]
     google = {"candidates": [{"content": {"parts": [{"text": "hi"}]}, "finishReason": "STOP"}],
               "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}}
-    assert parse_google_body(orjson.dumps(google), 1).obj["usage"] == Usage(input=3, output=2).as_openai()
+    assert parse_google_body(orjson.dumps(google), 1).obj["usage"] == Usage(input=3, output=2).as_openai(True)
     written = {**anthropic, "usage": {"input_tokens": 3, "output_tokens": 2, "cache_creation_input_tokens": 5}}
     details = parse_anthropic_body(orjson.dumps(written), 1).obj["usage"]["prompt_tokens_details"]
     assert details["cache_write_tokens"] == 5
@@ -39,7 +42,7 @@ def test_the_stream_usage_chunk_is_the_same_object() -> None:
     chunks = parser.parse(SSEEvent(b'{"type":"message_delta","delta":{"stop_reason":"end_turn"},'
                                    b'"usage":{"output_tokens":2}}'))
     assert chunks[-1].obj == {"id": "m", "object": "chat.completion.chunk", "created": 1, "model": "c",
-                              "choices": [], "usage": Usage(input=3, output=2).as_openai()}
+                              "choices": [], "usage": Usage(input=3, output=2).as_openai(True)}
 
 
 def test_the_chunks_envelope_a_role_chunk_once() -> None:

@@ -1,6 +1,7 @@
 """The chat-shaped output a translating parser emits (Anthropic's, Google's, Bedrock's through
 Anthropic's): the `chat.completion.chunk` envelope of one answer, its role chunk once, a text or tool
-call delta, the finish chunk and the usage chunk; and the `chat.completion` a whole answer folds into.
+call delta, the finish chunk and the usage chunk (`Usage.as_openai`, cache writes always shown: these
+providers report them); and the `chat.completion` a whole answer folds into.
 Sans I/O; the typed events each chunk carries are the ones the stream cores read."""
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ class ChatChunks:
 
     def usage(self, usage: Usage) -> ChatChunk:
         """The `choices: []` chunk with usage (forwarded only to a client that asked for it)."""
-        return ChatChunk([usage], {**self.base, "choices": [], "usage": usage.as_openai()})
+        return ChatChunk([usage], {**self.base, "choices": [], "usage": usage.as_openai(writes_reported=True)})
 
 
 def completion_body(base: dict[str, Any], message: dict[str, Any], reason: str, usage: Usage) -> dict[str, Any]:
     """A whole answer as a `chat.completion`: `base` gives its id, created and model."""
     return {"id": base["id"], "object": "chat.completion", "created": base["created"], "model": base["model"],
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
-            "usage": usage.as_openai()}
+            "usage": usage.as_openai(writes_reported=True)}
