@@ -136,7 +136,7 @@ def test_the_docs_stand_alone() -> None:
 
 # what code outside observe/ may call on the process's `Metrics`: its process-level points (the
 # per-request ones are `observe.record.RequestRecorder`'s methods) and the registry a scrape reads
-PROCESS_POINTS = frozenset({"learned", "state_degraded_op", "refused", "span_dropped", "store_health", "store_error",
+PROCESS_POINTS = frozenset({"state_degraded_op", "refused", "span_dropped", "store_health", "store_error",
                             "local_limits", "registry", "state_mode", "websocket_opened", "websocket_closed",
                             "ledger_pending_rows"})
 
