@@ -19,15 +19,14 @@ import orjson
 from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import AddsBreakpoints, ChatChunk, Framing, ParsedBody, UpstreamRequest
-from gateway.providers.chat_anthropic import parse_anthropic_body
 from gateway.providers.convert.anthropic_request import anthropic_body
-from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
+from gateway.providers.convert.anthropic_stream import AnthropicStreamParser, parse_anthropic_body
 from gateway.providers.convert.bedrock_converse import (
     CONVERSE_EVENTS,
     ConverseEvents,
-    anthropic_message,
+    anthropic_answer,
     converse_body,
-    is_converse_answer,
+    converse_json,
 )
 from gateway.providers.convert.bedrock_endpoint import (
     EVENTSTREAM,
@@ -40,14 +39,6 @@ from gateway.providers.convert.cache_markers import fit
 from gateway.providers.settings import ProviderConfig
 
 MALFORMED = Failure(FailureKind.MALFORMED, "upstream sent an event that is not a JSON object")
-
-
-def converse_json(event: SSEEvent) -> dict[str, Any] | None:
-    try:
-        obj = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 class BedrockChatStreamParser:
@@ -105,10 +96,3 @@ class BedrockChat(AddsBreakpoints):
         return classify_bedrock_http_error(status, headers, body)
 
 
-def anthropic_answer(body: bytes) -> bytes:
-    """A non-stream answer as Anthropic's: a Converse one translated, any other as it came."""
-    try:
-        obj = orjson.loads(body) if body.lstrip()[:1] == b"{" else None
-    except orjson.JSONDecodeError:
-        return body
-    return orjson.dumps(anthropic_message(obj)) if isinstance(obj, dict) and is_converse_answer(obj) else body

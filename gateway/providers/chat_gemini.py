@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import time
 
-from gateway.providers.convert.google_chat import Clock, GoogleChat
+from gateway.providers.convert.google_chat import GEMINI_API, Clock, GoogleChat
 from gateway.providers.settings import ProviderConfig
-
-GEMINI_API = "https://generativelanguage.googleapis.com"
 
 
 def gemini_models_url(base_url: str) -> str:

@@ -21,8 +21,14 @@ from gateway.core.events import Failure
 from gateway.core.messages.wire import MessagesEvent, malformed, parse_event
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import AddsBreakpoints, Framing, ParsedBody, UpstreamRequest
-from gateway.providers.chat_bedrock import anthropic_answer, converse_json
-from gateway.providers.convert.bedrock_converse import CONVERSE_EVENTS, ConverseEvents, converse_body
+from gateway.providers.convert.anthropic_messages import AnthropicMessagesStreamParser, parse_messages_body
+from gateway.providers.convert.bedrock_converse import (
+    CONVERSE_EVENTS,
+    ConverseEvents,
+    anthropic_answer,
+    converse_body,
+    converse_json,
+)
 from gateway.providers.convert.bedrock_endpoint import (
     EVENTSTREAM,
     BedrockEndpoint,
@@ -34,7 +40,6 @@ from gateway.providers.convert.bedrock_endpoint import (
 )
 from gateway.providers.convert.bedrock_endpoint import count_tokens_answer as bedrock_count_answer
 from gateway.providers.convert.cache_markers import fit
-from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
 from gateway.providers.settings import ProviderConfig
 
 

@@ -14,11 +14,13 @@ from gateway.providers.base import Translator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_bedrock import BedrockChat
-from gateway.providers.chat_gemini import GEMINI_API, GeminiChat
+from gateway.providers.chat_gemini import GeminiChat
 from gateway.providers.chat_mock import MockChat
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.chat_vertex import VertexChat, vertex_base_url
+from gateway.providers.chat_vertex import VertexChat
 from gateway.providers.convert.bedrock_endpoint import bedrock_base_url
+from gateway.providers.convert.google_chat import GEMINI_API
+from gateway.providers.convert.vertex_endpoint import vertex_base_url
 from gateway.providers.demo import MockScript, mock_script
 from gateway.providers.messages_anthropic import AnthropicMessages
 from gateway.providers.messages_azure import AzureMessages

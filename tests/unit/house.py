@@ -6,6 +6,7 @@ with a new provider type added by its cell files and one registry line."""
 
 from __future__ import annotations
 
+import ast
 import configparser
 import re
 from collections.abc import Iterable
@@ -145,3 +146,21 @@ def house_gaps(root: Path, cells: Iterable[Cell], types: Iterable[str]) -> list[
             *contract_gaps((root / ".importlinter").read_text(), cells),
             *reference_type_gaps((root / "docs" / "reference.md").read_text(), types),
             *matrix_gaps(doc, cells, types), *module_map_gaps(doc, root / "gateway")]
+
+
+def cell_import_gaps(providers: Path, cells: Iterable[Cell], translators: Iterable[str]) -> list[str]:
+    """A cell file holds only its cell: what another module takes from it is its translator (a class in
+    the registry, to subclass or wrap), never a helper, which belongs in `providers/convert/`."""
+    cell_files = {f"{schema}_{ptype}" for schema, ptype in cells}
+    allowed = set(translators)
+    gaps = []
+    for path in sorted(providers.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gateway.providers.")):
+                continue
+            source = node.module.removeprefix("gateway.providers.")
+            for alias in node.names if source in cell_files else ():
+                if alias.name not in allowed:
+                    gaps.append(f"gateway/providers/{path.relative_to(providers)} imports `{alias.name}` from the "
+                                f"cell {source}.py: move it to a module of providers/convert/ named for what it does")
+    return gaps

@@ -13,6 +13,7 @@ import pytest
 from gateway.providers.registry import CELLS, PROVIDER_TYPES
 from tests.unit.house import (
     cell_file_gaps,
+    cell_import_gaps,
     contract_gaps,
     house_gaps,
     matrix_gaps,
@@ -161,3 +162,20 @@ def test_the_quirky_cells_are_what_the_checklist_says() -> None:
     for name in ("OpenAIChat", "ResponsesViaChat", "MessagesViaChat", "convert.responses_chat_bridge",
                  "convert.messages_chat_bridge"):
         assert name in section, name
+
+
+def test_cell_files_hold_only_their_cell() -> None:
+    """What a module takes from a cell file is its translator; shared helpers live in providers/convert/."""
+    translators = {f.__name__ for f in CELLS.values()}
+    gaps = cell_import_gaps(ROOT / "gateway" / "providers", CELLS, translators)
+    assert gaps == [], "\n".join(gaps)
+
+
+def test_a_helper_taken_from_a_cell_is_named(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "gateway" / "providers", tmp_path / "providers",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "providers" / "convert" / "reuse.py").write_text(
+        "from gateway.providers.chat_openai import OpenAIChat, passed_through\n")
+    gaps = cell_import_gaps(tmp_path / "providers", CELLS, {f.__name__ for f in CELLS.values()})
+    assert gaps == ["gateway/providers/convert/reuse.py imports `passed_through` from the cell chat_openai.py: "
+                    "move it to a module of providers/convert/ named for what it does"]

@@ -17,8 +17,8 @@ from gateway.core.events import FailureKind, StreamFailed
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.sse import SSEDecoder
-from gateway.providers.chat_openai import OpenAIStreamParser
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
+from gateway.providers.convert.openai_chat import OpenAIStreamParser
 from gateway.providers.convert.responses_pass_through import OpenAIResponsesStreamParser
 from tests.unit.model_safety import safety
 from tests.unit.reads import pump_reads, random_reads, splits, the_end

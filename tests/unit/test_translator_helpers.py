@@ -7,14 +7,14 @@ import orjson
 
 from gateway.core.events import DeltaKind, Failure, FailureKind, Usage
 from gateway.core.sse import SSEEvent
-from gateway.providers.chat_anthropic import classify_anthropic_http_error, parse_anthropic_body
-from gateway.providers.chat_openai import classify_openai_http_error
-from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
+from gateway.providers.convert.anthropic_errors import classify_anthropic_http_error
+from gateway.providers.convert.anthropic_stream import AnthropicStreamParser, parse_anthropic_body
 from gateway.providers.convert.bedrock_endpoint import classify_bedrock_http_error
 from gateway.providers.convert.chat_chunks import ChatChunks
 from gateway.providers.convert.data_url import base64_data, data_url
 from gateway.providers.convert.google_errors import classify_google_http_error
 from gateway.providers.convert.google_stream import parse_google_body
+from gateway.providers.convert.openai_chat import classify_openai_http_error
 from gateway.providers.convert.tool_arguments import arguments_object
 from gateway.providers.retry_after import with_retry_after
 

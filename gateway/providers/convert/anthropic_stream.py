@@ -20,16 +20,28 @@ Every event is dispatched on its JSON `type`, else on the SSE `event:` name (eit
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from gateway.core.events import DeltaKind, InbandError, OutputDelta, StreamEvent, ToolCallDelta
+from gateway.core.events import (
+    DeltaKind,
+    Failure,
+    FailureKind,
+    Finish,
+    InbandError,
+    OutputDelta,
+    StreamEvent,
+    ToolCallDelta,
+    Usage,
+)
 from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import ChatChunk, not_an_object
-from gateway.providers.convert.chat_chunks import ChatChunks
+from gateway.providers.base import ChatChunk, ParsedBody, not_an_object
+from gateway.providers.convert.chat_chunks import ChatChunks, completion_body
+from gateway.providers.convert.openai_chat import parse_openai_body
 
 FINISH_REASONS = {
     "end_turn": "stop",
@@ -225,3 +237,39 @@ def message_events(msg: dict[str, Any]) -> tuple[dict[str, Any], list[StreamEven
     if calls:
         message["tool_calls"] = calls
     return message, events
+
+
+def parse_anthropic_body(body: bytes, created: int) -> ParsedBody:
+    """A Messages API body -> an OpenAI `chat.completion` body and its events.
+
+    An OpenAI `chat.completion` body is read as such: the pipeline re-reads the body it already
+    translated (after redaction), and must get the same events back, cache writes included."""
+    try:
+        obj = orjson.loads(body.strip() or b"null")
+    except orjson.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict):
+        return ParsedBody({}, [InbandError(Failure(FailureKind.MALFORMED, "upstream body is not a JSON object"))])
+    if obj.get("object") == "chat.completion":
+        return _reread_openai(body, obj)
+    if obj.get("type") == "error" or (obj.get("error") is not None and "content" not in obj):
+        return ParsedBody({}, [InbandError(classify_anthropic_error(obj.get("error"), None))])
+    message, events = message_events(obj)
+    reason = finish_reason(obj.get("stop_reason"))
+    counts = UsageCounts()
+    counts.update(obj.get("usage"))
+    usage = counts.event()
+    events += [Finish(0, reason), usage]
+    base = {"id": str(obj.get("id") or ""), "created": created, "model": str(obj.get("model") or "")}
+    return ParsedBody(completion_body(base, message, reason, usage), events)
+
+
+def _reread_openai(body: bytes, obj: dict[str, Any]) -> ParsedBody:
+    parsed = parse_openai_body(body)
+    details = obj.get("usage", {}).get("prompt_tokens_details") if isinstance(obj.get("usage"), dict) else None
+    writes = details.get("cache_write_tokens") if isinstance(details, dict) else None
+    if not isinstance(writes, int) or isinstance(writes, bool) or not writes:
+        return parsed
+    events: list[StreamEvent] = [dataclasses.replace(e, cache_creation_input=writes) if isinstance(e, Usage) else e
+                                 for e in parsed.events]
+    return ParsedBody(parsed.obj, events)

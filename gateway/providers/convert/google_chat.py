@@ -52,3 +52,6 @@ class GoogleChat:
 
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
         return classify_google_http_error(status, headers, body)
+
+
+GEMINI_API = "https://generativelanguage.googleapis.com"

@@ -43,9 +43,9 @@ from gateway.core.events import (
 )
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import ChatChunk, ParsedBody, not_an_object
-from gateway.providers.chat_openai import parse_openai_body
 from gateway.providers.convert.chat_chunks import ChatChunks, completion_body
 from gateway.providers.convert.google_errors import classify_google_error, error_object
+from gateway.providers.convert.openai_chat import parse_openai_body
 
 FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length", "MALFORMED_FUNCTION_CALL": "stop",
                   "FINISH_REASON_UNSPECIFIED": "stop", "OTHER": "stop", "LANGUAGE": "stop"}
