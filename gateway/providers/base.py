@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
+import orjson
+
 from gateway.core.chat.stream import ChatChunk, StreamParser
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
 from gateway.core.framing import SSE, Framing
@@ -193,6 +195,14 @@ def with_breakpoints(tr: Translator, breakpoints: Breakpoints) -> Translator:
         return tr
     twin: Translator = tr.with_breakpoints(breakpoints)
     return twin
+
+
+def json_value(data: bytes) -> Any:
+    """An event's or a body's JSON (blank padding around a body allowed), or None when it is not JSON."""
+    try:
+        return orjson.loads(data.strip() or b"null")
+    except orjson.JSONDecodeError:
+        return None
 
 
 def not_an_object(data: bytes) -> list[ChatChunk]:

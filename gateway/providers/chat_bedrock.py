@@ -21,13 +21,7 @@ from gateway.core.sse import SSEEvent
 from gateway.providers.base import AddsBreakpoints, ChatChunk, Framing, ParsedBody, UpstreamRequest
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser, parse_anthropic_body
-from gateway.providers.convert.bedrock_converse import (
-    CONVERSE_EVENTS,
-    ConverseEvents,
-    anthropic_answer,
-    converse_body,
-    converse_json,
-)
+from gateway.providers.convert.bedrock_converse import CONVERSE_EVENTS, ConverseStream, anthropic_answer, converse_body
 from gateway.providers.convert.bedrock_endpoint import (
     EVENTSTREAM,
     BedrockEndpoint,
@@ -49,19 +43,16 @@ class BedrockChatStreamParser:
 
     def __init__(self, created: int) -> None:
         self._anthropic = AnthropicStreamParser(created)
-        self._converse: ConverseEvents | None = None
+        self._converse = ConverseStream()
 
     def parse(self, event: SSEEvent) -> list[ChatChunk]:
-        name = event.event
-        if name not in CONVERSE_EVENTS:
+        if event.event not in CONVERSE_EVENTS:
             return self._anthropic.parse(event)
-        obj = converse_json(event)
-        if obj is None:
+        events = self._converse.read(event)
+        if events is None:
             return [ChatChunk([InbandError(MALFORMED)], None)]
-        if self._converse is None:
-            self._converse = ConverseEvents()
         out: list[ChatChunk] = []
-        for e in self._converse.events(name, obj):
+        for e in events:
             out += self._anthropic.parse(SSEEvent(orjson.dumps(e), e["type"]))
         return out
 

@@ -39,7 +39,7 @@ from gateway.core.events import (
 )
 from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import ChatChunk, ParsedBody, not_an_object
+from gateway.providers.base import ChatChunk, ParsedBody, json_value, not_an_object
 from gateway.providers.convert.chat_chunks import ChatChunks, completion_body
 from gateway.providers.convert.openai_chat import parse_openai_body
 
@@ -74,10 +74,7 @@ class AnthropicStreamParser:
         self.usage = UsageCounts()
 
     def parse(self, event: SSEEvent) -> list[ChatChunk]:
-        try:
-            obj = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            obj = None
+        obj = json_value(event.data)
         if not isinstance(obj, dict):
             return not_an_object(event.data)
         kind = obj.get("type")
@@ -244,10 +241,7 @@ def parse_anthropic_body(body: bytes, created: int) -> ParsedBody:
 
     An OpenAI `chat.completion` body is read as such: the pipeline re-reads the body it already
     translated (after redaction), and must get the same events back, cache writes included."""
-    try:
-        obj = orjson.loads(body.strip() or b"null")
-    except orjson.JSONDecodeError:
-        obj = None
+    obj = json_value(body)
     if not isinstance(obj, dict):
         return ParsedBody({}, [InbandError(Failure(FailureKind.MALFORMED, "upstream body is not a JSON object"))])
     if obj.get("object") == "chat.completion":

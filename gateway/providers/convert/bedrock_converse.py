@@ -308,3 +308,29 @@ def anthropic_answer(body: bytes) -> bytes:
     except orjson.JSONDecodeError:
         return body
     return orjson.dumps(anthropic_message(obj)) if isinstance(obj, dict) and is_converse_answer(obj) else body
+
+
+class ConverseStream:
+    """A stream's ConverseStream events read one at a time as Anthropic's events (dicts): what both
+    Bedrock stream parsers do with an event that is not Claude's. Nothing is kept before the first."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self) -> None:
+        self._events: ConverseEvents | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._events is not None
+
+    def read(self, event: SSEEvent) -> list[Block] | None:
+        """Its Anthropic events; None when its data is no JSON object."""
+        obj = converse_json(event)
+        if obj is None:
+            return None
+        if self._events is None:
+            self._events = ConverseEvents()
+        return self._events.events(event.event or "", obj)
+
+    def finish(self) -> list[Block]:
+        return self._events.finish() if self._events is not None else []

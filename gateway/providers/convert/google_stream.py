@@ -42,7 +42,7 @@ from gateway.core.events import (
     Usage,
 )
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import ChatChunk, ParsedBody, not_an_object
+from gateway.providers.base import ChatChunk, ParsedBody, json_value, not_an_object
 from gateway.providers.convert.chat_chunks import ChatChunks, completion_body
 from gateway.providers.convert.google_errors import classify_google_error, error_object
 from gateway.providers.convert.openai_chat import parse_openai_body
@@ -107,10 +107,7 @@ class GoogleStreamParser:
         self.usage = Usage()
 
     def parse(self, event: SSEEvent) -> list[ChatChunk]:
-        try:
-            obj = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            obj = None
+        obj = json_value(event.data)
         err = error_object(obj)
         if err is not None:
             return [ChatChunk([InbandError(classify_google_error(err, None))], None)]
@@ -190,10 +187,7 @@ class GoogleStreamParser:
 def parse_google_body(body: bytes, created: int) -> ParsedBody:
     """A GenerateContentResponse -> a `chat.completion` body and its events. A `chat.completion` is read
     as such: the pipeline re-reads the body it already translated."""
-    try:
-        obj = orjson.loads(body.strip() or b"null")
-    except orjson.JSONDecodeError:
-        obj = None
+    obj = json_value(body)
     err = error_object(obj)
     if err is not None:
         return ParsedBody({}, [InbandError(classify_google_error(err, None))])
