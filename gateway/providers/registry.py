@@ -112,10 +112,19 @@ class Translators:
 
 
 def register(provider_type: str, kind: ProviderKind, cells: Mapping[str, TranslatorFactory]) -> None:
-    """A provider type from outside the package (docs/extensions.md): its kind and its cells by schema."""
+    """A provider type whose cells live outside this package (a plugin, or a test's scripted type): its
+    kind and its cells by schema, before the config is parsed. A type of the gateway's own is a line in
+    `PROVIDERS` and its cells in `TRANSLATORS` instead (docs/architecture.md, "Adding a provider type")."""
     PROVIDERS[provider_type] = kind
     for schema, factory in cells.items():
         CELLS[(schema, provider_type)] = factory
+
+
+def unregister(provider_type: str) -> None:
+    """Undo `register`."""
+    PROVIDERS.pop(provider_type, None)
+    for cell in [c for c in CELLS if c[1] == provider_type]:
+        del CELLS[cell]
 
 
 def build_translators(providers: Mapping[str, ProviderConfig]) -> Translators:
