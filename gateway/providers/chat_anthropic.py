@@ -1,8 +1,9 @@
 """Chat Completions to Anthropic's native Messages API (`POST {base_url}/v1/messages`), both ways.
 
 The request is translated by `convert.anthropic_request`, the stream and the body back by
-`convert.anthropic_stream`; this module is the translator the registry builds for provider type
-`anthropic`, and the HTTP error classification. Clients only ever see OpenAI shapes (docs/reference.md, "Routes").
+`convert.anthropic_stream`, errors classified by `convert.anthropic_errors`; this module is the
+translator the registry builds for provider type `anthropic`. Clients only ever see OpenAI shapes
+(docs/reference.md, "Routes").
 """
 
 from __future__ import annotations
