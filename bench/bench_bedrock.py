@@ -28,8 +28,8 @@ from gateway.core.eventstream import BedrockStreamTranscoder
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
 from gateway.providers.chat_bedrock import BedrockChatStreamParser
+from gateway.providers.convert.anthropic_messages import AnthropicMessagesStreamParser
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
-from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser
 from gateway.providers.messages_bedrock import BedrockMessagesStreamParser
 from tests.eventstream_frames import chunk, event  # the frame writer the scripted Bedrock uses
 

@@ -29,9 +29,9 @@ from gateway.core.messages.stream import MessagesStream
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.sse import SSEDecoder
-from gateway.providers.chat_openai import OpenAIStreamParser
-from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser
-from gateway.providers.responses_openai import OpenAIResponsesStreamParser
+from gateway.providers.convert.anthropic_messages import AnthropicMessagesStreamParser
+from gateway.providers.convert.openai_chat import OpenAIStreamParser
+from gateway.providers.convert.responses_pass_through import OpenAIResponsesStreamParser
 
 READS = (1024, 16 * 1024, 1024 * 1024)
 

@@ -38,7 +38,7 @@ from bench.raw_client import CHUNK_CHARS, CHUNKS, request_parts
 from bench.textgen import stream_events
 from gateway.core.chat.stream import ChatStream
 from gateway.http.reader import RequestReader
-from gateway.providers.chat_openai import OpenAIStreamParser
+from gateway.providers.convert.openai_chat import OpenAIStreamParser
 
 SPIN_S = 0.0003
 MAX_BODY = 1 << 20

@@ -14,6 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -29,30 +30,12 @@ def add_parser(sub: Any) -> None:
     asub = a.add_subparsers(dest="admin_command", required=True)
     out = argparse.ArgumentParser(add_help=False)
     out.add_argument("--json", action="store_true", help="print the API's JSON answer instead of a table")
-    keys = asub.add_parser("keys", help="gateway keys").add_subparsers(dest="keys_command", required=True)
-    c = keys.add_parser("create", parents=[out], help="create a key; prints its secret once")
-    c.add_argument("name")
-    _key_args(c)
-    keys.add_parser("list", parents=[out], help="list keys (no secrets)")
-    keys.add_parser("get", parents=[out], help="read one key (no secret)").add_argument("name")
-    u = keys.add_parser("update", parents=[out], help="change a key's limits, team, expiry or metadata")
-    u.add_argument("name")
-    _key_args(u)
-    _clear_arg(u, KEY_CLEARABLE)
+    keys = _object_commands(asub, out, KEYS)
     keys.add_parser("revoke", parents=[out], help="revoke a key now").add_argument("name")
     ro = keys.add_parser("rotate", parents=[out], help="a new secret; the old one works --grace-s longer")
     ro.add_argument("name")
     ro.add_argument("--grace-s", type=float, default=0.0)
-    teams = asub.add_parser("teams", help="teams").add_subparsers(dest="teams_command", required=True)
-    tc = teams.add_parser("create", parents=[out], help="create a team")
-    tc.add_argument("name")
-    _limit_args(tc)
-    teams.add_parser("list", parents=[out], help="list teams")
-    teams.add_parser("get", parents=[out], help="read one team").add_argument("name")
-    tu = teams.add_parser("update", parents=[out], help="change a team's limits")
-    tu.add_argument("name")
-    _limit_args(tu)
-    _clear_arg(tu, LIMITS)
+    teams = _object_commands(asub, out, TEAMS)
     teams.add_parser("delete", parents=[out], help="delete a team that has no keys").add_argument("name")
     s = asub.add_parser("spend", parents=[out], help="spend by key, team, model, deployment, day")
     s.add_argument("--group-by", default="team", help="comma-separated: key,team,model,deployment,day")
@@ -115,45 +98,67 @@ def _key_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
-def _cleared(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
-    return {**body, **{f: None for f in args.clear}}
+@dataclass(frozen=True)
+class Objects:
+    """A kind of control-plane object that `gateway admin` creates, lists, reads and updates alike: its
+    subcommand, its collection's path, the options of its body (create and update), the fields
+    `update --clear` may remove, and each common command's help."""
+
+    command: str
+    path: str
+    options: Callable[[argparse.ArgumentParser], None]
+    body: Callable[[argparse.Namespace], dict[str, Any]]
+    clearable: tuple[str, ...]
+    helps: dict[str, str]
 
 
-def _keys_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
-    k, path = args.keys_command, "/admin/v1/keys"
-    if k == "create":
-        return "POST", path, {"name": args.name, **_key_body(args)}
-    if k == "list":
+KEYS = Objects("keys", "/admin/v1/keys", _key_args, _key_body, KEY_CLEARABLE, {
+    "": "gateway keys", "create": "create a key; prints its secret once", "list": "list keys (no secrets)",
+    "get": "read one key (no secret)", "update": "change a key's limits, team, expiry or metadata"})
+TEAMS = Objects("teams", "/admin/v1/teams", _limit_args, _limits, LIMITS, {
+    "": "teams", "create": "create a team", "list": "list teams", "get": "read one team",
+    "update": "change a team's limits"})
+OBJECTS = {kind.command: kind for kind in (KEYS, TEAMS)}
+
+
+def _object_commands(asub: Any, out: argparse.ArgumentParser, kind: Objects) -> Any:
+    """`gateway admin <kind> create|list|get|update`; the caller adds the kind's own commands."""
+    sub = asub.add_parser(kind.command, help=kind.helps[""]).add_subparsers(dest=kind.command + "_command",
+                                                                             required=True)
+    for verb in ("create", "list", "get", "update"):
+        p = sub.add_parser(verb, parents=[out], help=kind.helps[verb])
+        if verb != "list":
+            p.add_argument("name")
+        if verb in ("create", "update"):
+            kind.options(p)
+        if verb == "update":
+            _clear_arg(p, kind.clearable)
+    return sub
+
+
+def _object_request(kind: Objects, args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
+    """The request of a command every kind of object has (create, list, get, update), else of its own:
+    a key's revoke or rotate, a team's delete."""
+    verb, path = getattr(args, kind.command + "_command"), kind.path
+    if verb == "create":
+        return "POST", path, {"name": args.name, **kind.body(args)}
+    if verb == "list":
         return "GET", path, None
     one = f"{path}/{quote(args.name, safe='')}"
-    if k == "get":
+    if verb == "get":
         return "GET", one, None
-    if k == "update":
-        return "PATCH", one, _cleared(args, _key_body(args))
-    if k == "revoke":
-        return "DELETE", one, None
-    return "POST", one + "/rotate", {"grace_s": args.grace_s}
-
-
-def _teams_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
-    t, path = args.teams_command, "/admin/v1/teams"
-    if t == "create":
-        return "POST", path, {"name": args.name, **_limits(args)}
-    if t == "list":
-        return "GET", path, None
-    one = f"{path}/{quote(args.name, safe='')}"
-    if t == "update":
-        return "PATCH", one, _cleared(args, _limits(args))
-    return ("DELETE" if t == "delete" else "GET"), one, None
+    if verb == "update":
+        return "PATCH", one, {**kind.body(args), **{f: None for f in args.clear}}
+    if verb == "rotate":
+        return "POST", one + "/rotate", {"grace_s": args.grace_s}
+    return "DELETE", one, None  # a key's revoke, a team's delete
 
 
 def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
     """The method, path and body that an `admin` command sends."""
     cmd = args.admin_command
-    if cmd == "keys":
-        return _keys_request(args)
-    if cmd == "teams":
-        return _teams_request(args)
+    if cmd in OBJECTS:
+        return _object_request(OBJECTS[cmd], args)
     if cmd == "spend":
         q = {"group_by": args.group_by, "from": args.day_from, "to": args.day_to}
         return "GET", "/admin/v1/spend?" + urlencode({k: v for k, v in q.items() if v}), None

@@ -33,10 +33,11 @@ from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig, 
 from gateway.core.api import ClientApi
 from gateway.core.http1_request import RequestHead
 from gateway.errors import StartupError
-from gateway.http import Accepted, HttpServer, Request, ServerLimits
+from gateway.http import Accepted, HttpServer, ServerLimits
 from gateway.http.messages import Channel, Response, StreamResponse
 from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
-from gateway.observe.recorder import NO_TRACE, RequestTrace
+from gateway.observe.record import RequestRecorder
+from gateway.observe.recorder import NO_TRACE
 from gateway.pipeline.budget_sync import BudgetSync
 from gateway.pipeline.exchange import GatewayRequest, Handler
 from gateway.pipeline.middleware import handle
@@ -65,7 +66,7 @@ class App:
         preinitialise(self.metrics, config, CLIENT_APIS)
         self.upstream = Upstream(config.egress, in_process)
         self.control = _control_plane(config, self.metrics)
-        self.runtime: Runtime = build_runtime(config, self.upstream, self.metrics, control=self.control)
+        self.runtime: Runtime = build_runtime(config, self.upstream, control=self.control)
         self._state: StateBackend | None = None
         self._budgets: BudgetSync | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
@@ -91,11 +92,11 @@ class App:
         """The server's `Upgrader`: WebSocket mode on `GET /v1/responses` (apis/responses_ws.py)."""
         return upgrade(self, head)
 
-    def start_trace(self, request: Request, api: ClientApi) -> RequestTrace:
-        """The per-request trace recorder: the shared no-op one when tracing is off."""
-        if self.tracing is None:
-            return NO_TRACE
-        return self.tracing.start(request.headers, api, request.path, self.runtime.config.providers)
+    def recorder(self, request: GatewayRequest, api: ClientApi, request_id: str) -> RequestRecorder:
+        """The request's recorder, with its trace: the shared no-op one when tracing is off."""
+        trace = NO_TRACE if self.tracing is None else self.tracing.start(request.headers, api, request.path,
+                                                                         self.runtime.config.providers)
+        return RequestRecorder(self.metrics, api.name, request_id, request.t0, trace, request.transport)
 
     async def start(self) -> None:
         self.upstream.signers = await start_signers(self.config.providers, auth_of, self.upstream.minted)
@@ -158,8 +159,8 @@ class App:
         old = self.runtime
         if config.store != self.config.store:
             log.warning("store_change_needs_restart", message="store.* is read at start; a reload keeps it")
-        runtime = build_runtime(config, old.upstream, old.metrics, previous=old)
-        preinitialise(old.metrics, config, CLIENT_APIS)
+        runtime = build_runtime(config, old.upstream, previous=old)
+        preinitialise(self.metrics, config, CLIENT_APIS)
         return Reload(runtime, context)
 
     def apply_reload(self, reload: Reload) -> None:

@@ -13,7 +13,7 @@ from gateway.config import edges
 from gateway.config.aws_config import AWS_KEYS, aws_settings
 from gateway.config.reader import Errors, Section
 from gateway.config.types import BreakerConfig, ProviderConfig, Timeouts
-from gateway.providers.registry import PROVIDER_TYPES, PROVIDERS, ProviderKind
+from gateway.providers.registry import PROVIDERS, ProviderKind
 
 
 def _timeouts(s: Section) -> Timeouts:
@@ -49,9 +49,10 @@ def _base_url(s: Section, kind: ProviderKind | None) -> tuple[str, bool]:
 
 def provider_config(name: str, path: str, raw: Any, errs: Errors) -> ProviderConfig:
     s = Section(raw, path, errs, (*PROVIDER_FIELDS, *AWS_KEYS))
-    ptype = s.choice("type", PROVIDER_TYPES, "mock") if s.has("type") else ""
+    types = tuple(PROVIDERS)  # read now: a type `registry.register` added counts
+    ptype = s.choice("type", types, "mock") if s.has("type") else ""
     if not ptype:
-        errs.add(s.at("type"), f"required: one of {', '.join(PROVIDER_TYPES)}")
+        errs.add(s.at("type"), f"required: one of {', '.join(types)}")
     kind = PROVIDERS.get(ptype)
     aws = aws_settings(s, kind is not None and kind.auth == "sigv4")
     base_url, optional = _base_url(s, kind)

@@ -61,11 +61,12 @@ class Usage:
     reasoning: int = 0
     cache_creation_input_1h: int = 0  # the part of `cache_creation_input` written for an hour (Anthropic)
 
-    def as_openai(self) -> dict[str, object]:
+    def as_openai(self, writes_reported: bool = False) -> dict[str, object]:
         """OpenAI's usage object; cache writes (which OpenAI's caches never report) as
-        `prompt_tokens_details.cache_write_tokens` when there were any, as a translated body has them."""
+        `prompt_tokens_details.cache_write_tokens` when there were any, or always for an answer translated
+        from a provider that reports them (`writes_reported`: Anthropic, Bedrock, Google), 0 included."""
         details: dict[str, int] = {"cached_tokens": self.cached_input}
-        if self.cache_creation_input:
+        if self.cache_creation_input or writes_reported:
             details["cache_write_tokens"] = self.cache_creation_input
         return {
             "prompt_tokens": self.input,

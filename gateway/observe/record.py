@@ -232,6 +232,13 @@ class RequestRecorder:
             transport=self.transport,
         )
 
+    # -- process-level facts a request found -------------------------------------------------------------
+
+    def learned(self, deployment: str, api: str, fact: str, in_force: bool) -> None:
+        """A learn-once fact this request learned (in force) or found expired: the process-level
+        `llm_gateway_learned_fallbacks` gauge (`pipeline.learned` keeps the facts and logs them)."""
+        self.m.learned(deployment, api, fact, in_force)
+
 
 @functools.lru_cache(maxsize=4096)
 def subject_hash(subject: str) -> str:

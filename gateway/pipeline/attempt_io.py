@@ -13,7 +13,8 @@ from gateway.config.types import Deployment
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
 from gateway.core.framing import Transcoder
 from gateway.pipeline.runtime import Runtime
-from gateway.providers.base import MAX_BODY_BYTES, UpstreamRequest, retry_after_s
+from gateway.providers.base import MAX_BODY_BYTES, UpstreamRequest
+from gateway.providers.retry_after import retry_after_s
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 ERROR_BODY_LIMIT = 1024 * 1024

@@ -253,7 +253,7 @@ async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Atte
         rt.inflight[label] -= 1
     rt.breaker(d).record_success(time.monotonic())
     if ctx.fallbacks:  # a request trying a fallback: one without prompt_cache_key is confirmed here
-        confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_PROMPT_CACHE_KEY, rt.provider(d).learn_ttl_s)
+        confirm(rt.learned, ctx, d, Fact.NO_PROMPT_CACHE_KEY, rt.provider(d).learn_ttl_s)
     ctx.rec.attempt_ended(ctx.model.name, d, "ok")
     return result
 

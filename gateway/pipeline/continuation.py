@@ -121,12 +121,12 @@ class Continuation:
 
     async def _on(self, d: Deployment, text: str, stream: StreamCore, write: Write) -> bool:
         rt, ctx = self.rt, self.ctx
-        prefill = d.prefill and not rt.learned.knows(d, ctx.api, Fact.NO_PREFILL) and bool(prefill_text(text))
+        prefill = d.prefill and not rt.learned.knows(ctx, d, Fact.NO_PREFILL) and bool(prefill_text(text))
         if prefill:
             try:
                 return await self._leg(d, Mode.PREFILL, text, stream, write)
             except _Rejected:
-                rt.learned.learn(d, ctx.api, Fact.NO_PREFILL, rt.provider(d).learn_ttl_s)
+                rt.learned.learn(ctx, d, Fact.NO_PREFILL, rt.provider(d).learn_ttl_s)
                 self._outcome(d, Mode.PREFILL, "failed")
                 if ctx.attempts >= ctx.model.retry.max_attempts:
                     return False

@@ -13,11 +13,18 @@ from gateway.core.http1_request import RequestHead
 from gateway.http import Request, Response, StreamResponse
 from gateway.http.messages import Channel
 from gateway.observe.context import Admission, RequestContext
-from gateway.observe.metrics import Metrics
 from gateway.observe.record import RequestRecorder
-from gateway.observe.recorder import RequestTrace
 from gateway.pipeline.runtime import Runtime
 from gateway.state.base import StateBackend
+
+
+class ConnectionPoints(Protocol):
+    """The process-level points a WebSocket connection writes (`observe.metrics.Metrics` has them): the
+    pipeline and the APIs reach the metrics object only through these and the request's recorder."""
+
+    def websocket_opened(self) -> None: ...
+
+    def websocket_closed(self) -> None: ...
 
 
 class Host(Protocol):
@@ -30,15 +37,17 @@ class Host(Protocol):
     def state(self) -> StateBackend: ...
 
     @property
-    def metrics(self) -> Metrics: ...
-
-    @property
     def routes(self) -> Mapping[str, Mapping[str, Handler]]: ...
 
     @property
     def apis(self) -> Mapping[str, ClientApi]: ...  # by route
 
-    def start_trace(self, request: Request, api: ClientApi) -> RequestTrace: ...
+    @property
+    def metrics(self) -> ConnectionPoints: ...
+
+    def recorder(self, request: GatewayRequest, api: ClientApi, request_id: str) -> RequestRecorder:
+        """The request's recorder (`observe.record`), its trace started (a no-op when tracing is off)."""
+        ...
 
 
 class GatewayRequest(Request):

@@ -78,8 +78,7 @@ async def handle(request: GatewayRequest) -> Response | StreamResponse:
         except GatewayError as err:
             models = request.path.startswith("/v1/models") and is_anthropic(request)
             return error_response(err, rid, anthropic=models)
-    rec = request.rec = RequestRecorder(request.app.metrics, api.name, rid, request.t0,
-                                        request.app.start_trace(request, api), request.transport)
+    rec = request.rec = request.app.recorder(request, api, rid)
     rec.started()
     structlog.contextvars.bind_contextvars(request_id=rid)
     end = End(500, "upstream_error", "error")

@@ -81,9 +81,9 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
     provider, tr = rt.provider(d), translator(rt, ctx, d, body)
     ttl = provider.learn_ttl_s
     headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
-    if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM):
+    if wants(rt.learned, ctx, d, Fact.NO_STREAM):
         return await _asked_for_a_body(rt, ctx, api, d, tr, body, headers)
-    options = not wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS)
+    options = not wants(rt.learned, ctx, d, Fact.NO_STREAM_OPTIONS)
     added = options and tr.sends_stream_options and "stream_options" not in body  # by us, not the client
     with FirstTokenDeadline(d) as deadline:
         async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
@@ -103,14 +103,14 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
                 if framing.transcoder is not None:  # bytes of another framing, read as SSE
                     resp = opened.response = Transcoded(resp, framing.transcoder())
                 opened.t_first = await until_first_token(resp, opened.stream, d.label, first, t_read)
-                confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM_OPTIONS, ttl)
+                confirm(rt.learned, ctx, d, Fact.NO_STREAM_OPTIONS, ttl)
                 return opened
     try:  # a body to a stream request: the rest of it under the response's own `total_s`
         _hold(opened, tr, first + await resp.read_body(MAX_BODY_BYTES - len(first)))
     except BaseException:
         opened.close()
         raise
-    rt.learned.learn(d, ctx.api, Fact.NO_STREAM, ttl)  # from a real answer only, never from an error body
+    rt.learned.learn(ctx, d, Fact.NO_STREAM, ttl)  # from a real answer only, never from an error body
     return opened
 
 
@@ -127,7 +127,7 @@ async def _asked_for_a_body(rt: Runtime, ctx: RequestContext, api: ServedApi, d:
         opened.t_first = await until_first_token(resp, opened.stream, d.label, t_first=time.perf_counter())
         return opened
     _hold(opened, tr, whole.body)
-    confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
+    confirm(rt.learned, ctx, d, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
     return opened
 
 
@@ -178,7 +178,7 @@ def _carries_cache_key(body: dict[str, Any]) -> bool:
 def _cache_key_kept(rt: Runtime, ctx: RequestContext, d: Deployment, body: dict[str, Any]) -> dict[str, Any]:
     """The body, without OpenAI's prompt-cache fields for a deployment that rejects them (learn-once)."""
     if ("prompt_cache_key" not in body and "prompt_cache_retention" not in body) or not wants(
-            rt.learned, ctx.fallbacks, d, ctx.api, Fact.NO_PROMPT_CACHE_KEY):
+            rt.learned, ctx, d, Fact.NO_PROMPT_CACHE_KEY):
         return body
     return {k: v for k, v in body.items() if k not in CACHE_KEY_FIELDS}
 
@@ -200,10 +200,10 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
     classified as on a streamed request (an in-band rate limit is a 429, never a malformed body)."""
     body = _cache_key_kept(rt, ctx, d, ctx.body)
     tr = translator(rt, ctx, d, body)
-    if wants(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY):
+    if wants(rt.learned, ctx, d, Fact.STREAM_ONLY):
         streamed = await _fetch_streamed(rt, ctx, api, d, tr, body)
         ctx.t_answer = time.perf_counter()
-        confirm(rt.learned, ctx.fallbacks, d, ctx.api, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
+        confirm(rt.learned, ctx, d, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
         return streamed
     headers = forwardable(rt, d, ctx.client_headers)
     req = _noted(ctx, tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False))

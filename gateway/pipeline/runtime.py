@@ -14,7 +14,6 @@ from gateway.config.types import ApiKey, Config, Deployment, ModelConfig, Provid
 from gateway.core.policy.affinity import SeenSessions
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
 from gateway.core.policy.latency import LatencyBook
-from gateway.observe.metrics import Metrics
 from gateway.pipeline.auth import KeyRing
 from gateway.pipeline.jwt_auth import Jwks, JwtAuth
 from gateway.pipeline.learned import Learned
@@ -32,7 +31,6 @@ class Runtime:
     config: Config
     translators: Translators
     upstream: Upstream
-    metrics: Metrics
     safety: Safety
     keyring: KeyRing
     learned: Learned
@@ -83,7 +81,7 @@ class Runtime:
         self.served_names.learn(reported, model, d.model, self.config.model_names)
 
 
-def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
+def build_runtime(config: Config, upstream: Upstream,
                   previous: Runtime | None = None, control: ControlPlane | None = None) -> Runtime:
     """Compile a config. Raises ValueError with a key path when something cannot be compiled."""
     control = control or (previous.control if previous else None)
@@ -91,11 +89,10 @@ def build_runtime(config: Config, upstream: Upstream, metrics: Metrics,
         config=config,
         translators=build_translators(config.providers),
         upstream=upstream,
-        metrics=metrics,
         safety=compile_safety(config, upstream.minted.secrets),
         keyring=KeyRing(config.auth, control.cache if control is not None else None,
                         _jwt_auth(config, upstream, control, previous)),
-        learned=previous.learned if previous else Learned(metrics),
+        learned=previous.learned if previous else Learned(),
         breakers=previous.breakers if previous else {},
         inflight=previous.inflight if previous else {},
         slicer=previous.slicer if previous else Slicer(),

@@ -8,11 +8,11 @@ support matrix.
 from __future__ import annotations
 
 import copy
-import email.utils
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard, runtime_checkable
+
+import orjson
 
 from gateway.core.chat.stream import ChatChunk, StreamParser
 from gateway.core.events import Failure, FailureKind, InbandError, StreamEvent
@@ -96,29 +96,6 @@ class TranslatesCount(Protocol):
     answer as the Messages API's `{"input_tokens": N}`."""
 
     def count_tokens_answer(self, body: bytes) -> bytes: ...
-
-
-def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """`retry-after-ms` (OpenAI, Azure) or `Retry-After` in seconds or as an HTTP date (RFC 9110 §10.2.3).
-    `headers` must have lower-case keys."""
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when - (time.time() if now is None else now))
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +195,14 @@ def with_breakpoints(tr: Translator, breakpoints: Breakpoints) -> Translator:
         return tr
     twin: Translator = tr.with_breakpoints(breakpoints)
     return twin
+
+
+def json_value(data: bytes) -> Any:
+    """An event's or a body's JSON (blank padding around a body allowed), or None when it is not JSON."""
+    try:
+        return orjson.loads(data.strip() or b"null")
+    except orjson.JSONDecodeError:
+        return None
 
 
 def not_an_object(data: bytes) -> list[ChatChunk]:

@@ -1,30 +1,25 @@
 """Chat Completions to Anthropic's native Messages API (`POST {base_url}/v1/messages`), both ways.
 
 The request is translated by `convert.anthropic_request`, the stream and the body back by
-`convert.anthropic_stream`; this module is the translator the registry builds for provider type
-`anthropic`, and the HTTP error classification. Clients only ever see OpenAI shapes (docs/reference.md, "Routes").
+`convert.anthropic_stream`, errors classified by `convert.anthropic_errors`; this module is the
+translator the registry builds for provider type `anthropic`. Clients only ever see OpenAI shapes
+(docs/reference.md, "Routes").
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-
-from gateway.core.events import Failure, FailureKind, Finish, InbandError, StreamEvent, Usage
+from gateway.core.events import Failure
 from gateway.core.json_body import encode
-from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
-from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest, retry_after_s
-from gateway.providers.chat_openai import parse_openai_body
+from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest
+from gateway.providers.convert.anthropic_errors import classify_anthropic_http_error
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.anthropic_stream import (
     AnthropicStreamParser,
-    finish_reason,
-    message_events,
-    openai_usage,
+    parse_anthropic_body,
 )
 from gateway.providers.convert.cache_markers import fit
 from gateway.providers.settings import ProviderConfig
@@ -79,61 +74,3 @@ class AnthropicChat(AddsBreakpoints):
         return classify_anthropic_http_error(status, headers, body)
 
 
-def parse_anthropic_body(body: bytes, created: int) -> ParsedBody:
-    """A Messages API body -> an OpenAI `chat.completion` body and its events.
-
-    An OpenAI `chat.completion` body is read as such: the pipeline re-reads the body it already
-    translated (after redaction), and must get the same events back, cache writes included."""
-    try:
-        obj = orjson.loads(body.strip() or b"null")
-    except orjson.JSONDecodeError:
-        obj = None
-    if not isinstance(obj, dict):
-        return ParsedBody({}, [InbandError(Failure(FailureKind.MALFORMED, "upstream body is not a JSON object"))])
-    if obj.get("object") == "chat.completion":
-        return _reread_openai(body, obj)
-    if obj.get("type") == "error" or (obj.get("error") is not None and "content" not in obj):
-        return ParsedBody({}, [InbandError(classify_anthropic_error(obj.get("error"), None))])
-    message, events = message_events(obj)
-    reason = finish_reason(obj.get("stop_reason"))
-    counts = UsageCounts()
-    counts.update(obj.get("usage"))
-    usage = counts.event()
-    events += [Finish(0, reason), usage]
-    out = {"id": str(obj.get("id") or ""), "object": "chat.completion", "created": created,
-           "model": str(obj.get("model") or ""),
-           "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
-           "usage": openai_usage(usage)}
-    return ParsedBody(out, events)
-
-
-def _reread_openai(body: bytes, obj: dict[str, Any]) -> ParsedBody:
-    parsed = parse_openai_body(body)
-    details = obj.get("usage", {}).get("prompt_tokens_details") if isinstance(obj.get("usage"), dict) else None
-    writes = details.get("cache_write_tokens") if isinstance(details, dict) else None
-    if not isinstance(writes, int) or isinstance(writes, bool) or not writes:
-        return parsed
-    events: list[StreamEvent] = [dataclasses.replace(e, cache_creation_input=writes) if isinstance(e, Usage) else e
-                                 for e in parsed.events]
-    return ParsedBody(parsed.obj, events)
-
-
-def classify_anthropic_http_error(status: int, headers: Mapping[str, str], body: bytes) -> Failure:
-    """`{"type":"error","error":{"type":...,"message":...}}` with an HTTP status -> a Failure.
-    A body that is not Anthropic's (a proxy's HTML page) is classified by its status alone."""
-    try:
-        obj = orjson.loads(body) if body else None
-    except orjson.JSONDecodeError:
-        obj = None
-    err = obj.get("error") if isinstance(obj, dict) else None
-    if isinstance(err, dict) and isinstance(err.get("type"), str):
-        failure = classify_anthropic_error(err, status)
-    elif status == 404:  # no error object: no such endpoint at this base_url (our configuration)
-        failure = Failure(FailureKind.NOT_FOUND, f"upstream answered HTTP {status}", status=status)
-    else:
-        failure = classify_anthropic_error({"message": f"upstream answered HTTP {status}"}, status)
-    ra = retry_after_s(headers)
-    if ra is not None:
-        failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type,
-                          failure.param, ra)
-    return failure

@@ -22,7 +22,8 @@ from urllib.parse import quote
 from gateway.core.json_body import encode
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import ChatChunk, UpstreamRequest
-from gateway.providers.chat_openai import OpenAIChat, OpenAIStreamParser
+from gateway.providers.chat_openai import OpenAIChat
+from gateway.providers.convert.openai_chat import OpenAIStreamParser
 from gateway.providers.settings import ProviderConfig
 
 # Azure accepts `stream_options` from this api-version on (2024-09-01-preview; GA 2024-10-21); older

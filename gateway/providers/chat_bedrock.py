@@ -19,16 +19,9 @@ import orjson
 from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import AddsBreakpoints, ChatChunk, Framing, ParsedBody, UpstreamRequest
-from gateway.providers.chat_anthropic import parse_anthropic_body
 from gateway.providers.convert.anthropic_request import anthropic_body
-from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
-from gateway.providers.convert.bedrock_converse import (
-    CONVERSE_EVENTS,
-    ConverseEvents,
-    anthropic_message,
-    converse_body,
-    is_converse_answer,
-)
+from gateway.providers.convert.anthropic_stream import AnthropicStreamParser, parse_anthropic_body
+from gateway.providers.convert.bedrock_converse import CONVERSE_EVENTS, ConverseStream, anthropic_answer, converse_body
 from gateway.providers.convert.bedrock_endpoint import (
     EVENTSTREAM,
     BedrockEndpoint,
@@ -42,14 +35,6 @@ from gateway.providers.settings import ProviderConfig
 MALFORMED = Failure(FailureKind.MALFORMED, "upstream sent an event that is not a JSON object")
 
 
-def converse_json(event: SSEEvent) -> dict[str, Any] | None:
-    try:
-        obj = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
 class BedrockChatStreamParser:
     """Claude's Anthropic events as they are; ConverseStream's translated to Anthropic's first."""
 
@@ -58,19 +43,16 @@ class BedrockChatStreamParser:
 
     def __init__(self, created: int) -> None:
         self._anthropic = AnthropicStreamParser(created)
-        self._converse: ConverseEvents | None = None
+        self._converse = ConverseStream()
 
     def parse(self, event: SSEEvent) -> list[ChatChunk]:
-        name = event.event
-        if name not in CONVERSE_EVENTS:
+        if event.event not in CONVERSE_EVENTS:
             return self._anthropic.parse(event)
-        obj = converse_json(event)
-        if obj is None:
+        events = self._converse.read(event)
+        if events is None:
             return [ChatChunk([InbandError(MALFORMED)], None)]
-        if self._converse is None:
-            self._converse = ConverseEvents()
         out: list[ChatChunk] = []
-        for e in self._converse.events(name, obj):
+        for e in events:
             out += self._anthropic.parse(SSEEvent(orjson.dumps(e), e["type"]))
         return out
 
@@ -105,10 +87,3 @@ class BedrockChat(AddsBreakpoints):
         return classify_bedrock_http_error(status, headers, body)
 
 
-def anthropic_answer(body: bytes) -> bytes:
-    """A non-stream answer as Anthropic's: a Converse one translated, any other as it came."""
-    try:
-        obj = orjson.loads(body) if body.lstrip()[:1] == b"{" else None
-    except orjson.JSONDecodeError:
-        return body
-    return orjson.dumps(anthropic_message(obj)) if isinstance(obj, dict) and is_converse_answer(obj) else body

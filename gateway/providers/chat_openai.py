@@ -9,47 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
-from gateway.core.chat.shape import ContentShape
-from gateway.core.chat.wire import chunk_events, content_only, other_chunk_events
-from gateway.core.error_object import classify_error_object
-from gateway.core.events import DeltaKind, Failure, FailureKind, OutputDelta
+from gateway.core.events import Failure
 from gateway.core.json_body import encode
-from gateway.core.sse import DONE, SSEEvent
-from gateway.providers.base import SSE, ChatChunk, ParsedBody, UpstreamRequest, retry_after_s
+from gateway.providers.base import SSE, ParsedBody, UpstreamRequest
+from gateway.providers.convert.openai_chat import OpenAIStreamParser, classify_openai_http_error, parse_openai_body
+from gateway.providers.convert.pass_through import passed_through
 from gateway.providers.settings import ProviderConfig
-
-_CONTENT = DeltaKind.CONTENT
-
-
-class OpenAIStreamParser:
-    """Per stream. Every chunk given to `parse` is parsed whole; a content-only one teaches `shape` the
-    stream's envelope, which the relay then matches against later chunks' bytes before calling `parse`
-    (`core.chat.stream`)."""
-
-    __slots__ = ("shape",)
-
-    def __init__(self, read_by_shape: bool = True) -> None:
-        self.shape = ContentShape() if read_by_shape else None
-
-    def parse(self, event: SSEEvent) -> list[ChatChunk]:
-        data = event.data
-        shape = self.shape
-        if data[:6] == DONE:
-            return [ChatChunk([], None, None, done=True)]
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return [ChatChunk(chunk_events(None), None)]
-        content = content_only(obj)
-        if content is None:
-            return [ChatChunk(other_chunk_events(obj), obj, data)]
-        if not content:
-            return [ChatChunk([], obj, data)]
-        if shape is not None:
-            shape.learn(data, content)
-        return [ChatChunk([OutputDelta(obj["choices"][0].get("index", 0), _CONTENT, content)], obj, data)]
 
 
 class OpenAIChat:
@@ -82,17 +47,11 @@ class OpenAIChat:
 
     def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
                 send_stream_options: bool) -> UpstreamRequest:
-        out = dict(body)
-        out["model"] = model
-        if stream:
-            out["stream"] = True
-            if send_stream_options:
-                opts = out.get("stream_options")
-                out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
-            else:
-                out.pop("stream_options", None)
-        else:
-            out.pop("stream", None)
+        out = passed_through(body, model, stream=stream)
+        if stream and send_stream_options:
+            opts = out.get("stream_options")
+            out["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+        elif stream:
             out.pop("stream_options", None)
         return UpstreamRequest("POST", self.url("/chat/completions", model), self.headers_for(stream),
                                encode(out), stream)
@@ -113,30 +72,3 @@ class OpenAIChat:
         return classify_openai_http_error(status, headers, body)
 
 
-def parse_openai_body(body: bytes) -> ParsedBody:
-    try:
-        obj = orjson.loads(body.strip() or b"null")  # DeepSeek may pad a body with blank lines
-    except orjson.JSONDecodeError:
-        obj = None
-    if not isinstance(obj, dict):
-        return ParsedBody({}, chunk_events(None))
-    return ParsedBody(obj, chunk_events(obj, message_key="message"))
-
-
-def classify_openai_http_error(status: int, headers: Mapping[str, str], body: bytes) -> Failure:
-    try:
-        obj = orjson.loads(body) if body else None
-    except orjson.JSONDecodeError:
-        obj = None
-    err = obj.get("error") if isinstance(obj, dict) else None
-    failure = classify_error_object(err if err is not None else {}, status)
-    if failure.kind is FailureKind.HTTP_4XX and not isinstance(err, dict):
-        # no error object: a 404 is an endpoint this server does not have (a /v1/responses routed to a
-        # chat-only server), our configuration's fault, so another deployment may serve it
-        kind = FailureKind.NOT_FOUND if status == 404 else FailureKind.HTTP_4XX
-        failure = Failure(kind, f"upstream answered HTTP {status}", status=status)
-    ra = retry_after_s(headers)
-    if ra is not None:
-        failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type,
-                          failure.param, ra)
-    return failure

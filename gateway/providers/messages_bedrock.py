@@ -21,8 +21,8 @@ from gateway.core.events import Failure
 from gateway.core.messages.wire import MessagesEvent, malformed, parse_event
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import AddsBreakpoints, Framing, ParsedBody, UpstreamRequest
-from gateway.providers.chat_bedrock import anthropic_answer, converse_json
-from gateway.providers.convert.bedrock_converse import CONVERSE_EVENTS, ConverseEvents, converse_body
+from gateway.providers.convert.anthropic_messages import AnthropicMessagesStreamParser, parse_messages_body
+from gateway.providers.convert.bedrock_converse import CONVERSE_EVENTS, ConverseStream, anthropic_answer, converse_body
 from gateway.providers.convert.bedrock_endpoint import (
     EVENTSTREAM,
     BedrockEndpoint,
@@ -34,7 +34,6 @@ from gateway.providers.convert.bedrock_endpoint import (
 )
 from gateway.providers.convert.bedrock_endpoint import count_tokens_answer as bedrock_count_answer
 from gateway.providers.convert.cache_markers import fit
-from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
 from gateway.providers.settings import ProviderConfig
 
 
@@ -47,23 +46,21 @@ class BedrockMessagesStreamParser:
     def __init__(self) -> None:
         self.native = False
         self._claude = AnthropicMessagesStreamParser()
-        self._converse: ConverseEvents | None = None
+        self._converse = ConverseStream()
 
     def parse(self, event: SSEEvent) -> list[MessagesEvent]:
         name = event.event
         if name not in CONVERSE_EVENTS:
-            if self._converse is None and name != "error":
+            if not self._converse.started and name != "error":
                 self.native = True
             return self._claude.parse(event)
-        obj = converse_json(event)
-        if obj is None:
+        events = self._converse.read(event)
+        if events is None:
             return [malformed(event.data, name)]
-        if self._converse is None:
-            self._converse = ConverseEvents()
-        return [parse_event(e, None) for e in self._converse.events(name, obj)]
+        return [parse_event(e, None) for e in events]
 
     def finish(self) -> list[MessagesEvent]:
-        return [parse_event(e, None) for e in self._converse.finish()] if self._converse is not None else []
+        return [parse_event(e, None) for e in self._converse.finish()]
 
 
 class BedrockMessages(AddsBreakpoints):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.providers.chat_mock import MockChat
-from gateway.providers.messages_openai import MessagesViaChat
+from gateway.providers.convert.messages_chat_bridge import MessagesViaChat
 from gateway.providers.settings import ProviderConfig
 
 

@@ -1,71 +1,11 @@
-"""The Messages API (`POST /v1/messages`) to OpenAI-compatible deployments (`openai`, `azure`, the built-in
-`mock`), translated both ways: the request by `convert.messages_chat_request`, the stream and the body back by
-`convert.messages_chat_stream`. URL, headers, `stream_options` and HTTP error classification are the chat
-cell's (`MessagesViaChat`, shared by every chat-only provider type). `count_tokens` has no OpenAI
-counterpart: None.
-"""
+"""The Messages API (`POST /v1/messages`) to OpenAI-compatible servers (provider type `openai`): the
+Messages bridge on the chat cell (`convert.messages_chat_bridge`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from gateway.core.events import InbandError, Usage
-from gateway.core.messages.stream import MessagesStreamParser
-from gateway.core.sse import SSEEvent
-from gateway.providers.base import ParsedBody, StreamParser, Translator, UpstreamRequest
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.convert.messages_chat_request import chat_body
-from gateway.providers.convert.messages_chat_stream import MessagesFromChat, message_from_completion
-from gateway.providers.convert.via_chat import ViaChat
+from gateway.providers.convert.messages_chat_bridge import MessagesViaChat
 from gateway.providers.settings import ProviderConfig
-
-
-class MessagesViaChat(ViaChat):
-    """The Messages API on top of a provider's chat cell: the request translated to Chat Completions,
-    the answer back; URL, headers, framing, `stream_options` and error classification are the chat
-    cell's."""
-
-    def __init__(self, chat: Translator) -> None:
-        super().__init__(chat)
-
-    def request(self, body: Mapping[str, Any], model: str, *, stream: bool, client_headers: Mapping[str, str],
-                send_stream_options: bool) -> UpstreamRequest:
-        return self.chat.request(chat_body(body), model, stream=stream, client_headers=client_headers,
-                                 send_stream_options=send_stream_options)
-
-    def stream_parser(self) -> MessagesStreamParser:
-        return MessagesFromChat(_WholeChunks(self.chat.stream_parser()))
-
-    def parse_body(self, body: bytes) -> ParsedBody:
-        parsed = self.chat.parse_body(body)
-        errors = [e for e in parsed.events if type(e) is InbandError]
-        if errors or not parsed.obj:
-            return ParsedBody({}, list(errors) or parsed.events)
-        usage = next((e for e in reversed(parsed.events) if type(e) is Usage), None)
-        assert usage is None or isinstance(usage, Usage)
-        return ParsedBody(message_from_completion(parsed.obj, usage), [])
-
-
-    def count_tokens_request(self, body: Mapping[str, Any], model: str,
-                             client_headers: Mapping[str, str]) -> UpstreamRequest | None:
-        return None  # Chat Completions servers have no token counting
-
-
-class _WholeChunks:
-    """A chat parser read event by event (the translation needs every chunk's typed events)."""
-
-    __slots__ = ("_parser",)
-
-    def __init__(self, parser: StreamParser) -> None:
-        self._parser = parser
-
-    def parse(self, event: SSEEvent) -> list[Any]:
-        return self._parser.parse(event)
-
-    @property
-    def shape(self) -> None:
-        return None
 
 
 class OpenAIMessages(MessagesViaChat):

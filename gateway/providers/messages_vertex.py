@@ -14,10 +14,11 @@ from typing import Any
 from gateway.core.events import Failure
 from gateway.core.messages.stream import MessagesStreamParser
 from gateway.providers.base import SSE, AddsBreakpoints, ParsedBody, UpstreamRequest
-from gateway.providers.chat_vertex import ByFirstEvent, VertexChat, claude_body, is_anthropic_body, is_claude
+from gateway.providers.chat_vertex import VertexChat
+from gateway.providers.convert.anthropic_messages import AnthropicMessagesStreamParser, parse_messages_body
 from gateway.providers.convert.cache_markers import fit
-from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
-from gateway.providers.messages_gemini import MessagesViaGoogle
+from gateway.providers.convert.messages_chat_bridge import MessagesViaGoogle
+from gateway.providers.convert.vertex_endpoint import ByFirstEvent, claude_body, is_anthropic_body, is_claude
 from gateway.providers.settings import ProviderConfig
 
 

@@ -14,11 +14,13 @@ from gateway.providers.base import Translator, UpstreamRequest
 from gateway.providers.chat_anthropic import AnthropicChat
 from gateway.providers.chat_azure import AzureChat
 from gateway.providers.chat_bedrock import BedrockChat
-from gateway.providers.chat_gemini import GEMINI_API, GeminiChat
+from gateway.providers.chat_gemini import GeminiChat
 from gateway.providers.chat_mock import MockChat
 from gateway.providers.chat_openai import OpenAIChat
-from gateway.providers.chat_vertex import VertexChat, vertex_base_url
+from gateway.providers.chat_vertex import VertexChat
 from gateway.providers.convert.bedrock_endpoint import bedrock_base_url
+from gateway.providers.convert.google_chat import GEMINI_API
+from gateway.providers.convert.vertex_endpoint import vertex_base_url
 from gateway.providers.demo import MockScript, mock_script
 from gateway.providers.messages_anthropic import AnthropicMessages
 from gateway.providers.messages_azure import AzureMessages
@@ -110,10 +112,19 @@ class Translators:
 
 
 def register(provider_type: str, kind: ProviderKind, cells: Mapping[str, TranslatorFactory]) -> None:
-    """A provider type from outside the package (docs/extensions.md): its kind and its cells by schema."""
+    """A provider type whose cells live outside this package (a plugin, or a test's scripted type): its
+    kind and its cells by schema, before the config is parsed. A type of the gateway's own is a line in
+    `PROVIDERS` and its cells in `TRANSLATORS` instead (docs/architecture.md, "Adding a provider type")."""
     PROVIDERS[provider_type] = kind
     for schema, factory in cells.items():
         CELLS[(schema, provider_type)] = factory
+
+
+def unregister(provider_type: str) -> None:
+    """Undo `register`."""
+    PROVIDERS.pop(provider_type, None)
+    for cell in [c for c in CELLS if c[1] == provider_type]:
+        del CELLS[cell]
 
 
 def build_translators(providers: Mapping[str, ProviderConfig]) -> Translators:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from gateway.providers.chat_azure import AzureChat
-from gateway.providers.responses_openai import ResponsesPassThrough
+from gateway.providers.convert.responses_pass_through import ResponsesPassThrough
 from gateway.providers.settings import ProviderConfig
 
 

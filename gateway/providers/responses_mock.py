@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.providers.chat_mock import MockChat
-from gateway.providers.responses_openai import ResponsesPassThrough
+from gateway.providers.convert.responses_pass_through import ResponsesPassThrough
 from gateway.providers.settings import ProviderConfig
 
 

@@ -14,8 +14,8 @@ import pytest
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.stream import ChatStream, StreamParser
 from gateway.core.events import StreamFailed
-from gateway.providers.chat_openai import OpenAIStreamParser
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
+from gateway.providers.convert.openai_chat import OpenAIStreamParser
 from tests.unit.model_safety import safety
 from tests.unit.reads import pump_reads, random_reads, splits, the_end
 

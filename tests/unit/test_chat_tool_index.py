@@ -13,7 +13,7 @@ import orjson
 
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.stream import ChatStream
-from gateway.providers.chat_openai import OpenAIStreamParser
+from gateway.providers.convert.openai_chat import OpenAIStreamParser
 from tests.unit.model_safety import safety
 from tests.unit.reads import pump_reads, random_reads, splits, the_end
 

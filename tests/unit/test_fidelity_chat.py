@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from gateway.core.chat.filter import ChatOutputFilter
 from gateway.core.chat.stream import ChatStream, StreamParser
 from gateway.core.stages import StageFactory
-from gateway.providers.chat_anthropic import AnthropicChat, parse_anthropic_body
-from gateway.providers.chat_openai import OpenAIStreamParser, parse_openai_body
+from gateway.providers.chat_anthropic import AnthropicChat
+from gateway.providers.convert.anthropic_stream import parse_anthropic_body
+from gateway.providers.convert.openai_chat import OpenAIStreamParser, parse_openai_body
 from gateway.providers.settings import ProviderConfig
 from tests.unit.fidelity import drive, fidelity
 from tests.unit.model_safety import safety

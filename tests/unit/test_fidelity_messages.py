@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream, MessagesStreamParser
 from gateway.core.stages import StageFactory
-from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser, parse_messages_body
+from gateway.providers.convert.anthropic_messages import AnthropicMessagesStreamParser, parse_messages_body
 from gateway.providers.messages_openai import OpenAIMessages
 from gateway.providers.settings import ProviderConfig
 from tests.unit.fidelity import drive, fidelity

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.stages import StageFactory
-from gateway.providers.responses_openai import OpenAIResponsesStreamParser, parse_responses_body
+from gateway.providers.convert.responses_pass_through import OpenAIResponsesStreamParser, parse_responses_body
 from tests.unit.fidelity import drive, fidelity
 from tests.unit.model_safety import safety
 from tests.unit.sdk_read import openai_response

@@ -17,9 +17,9 @@ from gateway.core.events import FailureKind, StreamFailed
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.sse import SSEDecoder
-from gateway.providers.chat_openai import OpenAIStreamParser
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
-from gateway.providers.responses_openai import OpenAIResponsesStreamParser
+from gateway.providers.convert.openai_chat import OpenAIStreamParser
+from gateway.providers.convert.responses_pass_through import OpenAIResponsesStreamParser
 from tests.unit.model_safety import safety
 from tests.unit.reads import pump_reads, random_reads, splits, the_end
 from tests.unit.test_chat_stream import chat_body, reading

@@ -15,7 +15,7 @@ from gateway.core.events import FailureKind, StreamFailed
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
 from gateway.core.sse import SSEDecoder
-from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser
+from gateway.providers.convert.anthropic_messages import AnthropicMessagesStreamParser
 from tests import anthropic_scripts as a
 from tests.unit.model_safety import safety
 from tests.unit.reads import pump_reads, random_reads, splits, the_end

@@ -23,8 +23,9 @@ from gateway.core.events import (
 )
 from gateway.core.sse import SSEDecoder, SSEEvent
 from gateway.providers.base import ChatChunk
-from gateway.providers.chat_anthropic import AnthropicChat, classify_anthropic_http_error, parse_anthropic_body
-from gateway.providers.convert.anthropic_stream import AnthropicStreamParser
+from gateway.providers.chat_anthropic import AnthropicChat
+from gateway.providers.convert.anthropic_errors import classify_anthropic_http_error
+from gateway.providers.convert.anthropic_stream import AnthropicStreamParser, parse_anthropic_body
 from tests import anthropic_scripts as a
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "anthropic"

@@ -17,8 +17,8 @@ from gateway.core.responses.stream import ResponsesStream
 from gateway.providers.base import bound, unserved
 from gateway.providers.convert.responses_chat_bridge import ResponsesViaChat
 from gateway.providers.convert.responses_chat_request import chat_body
+from gateway.providers.convert.responses_pass_through import ResponsesPassThrough
 from gateway.providers.registry import CELLS
-from gateway.providers.responses_openai import ResponsesPassThrough
 from gateway.providers.settings import ProviderConfig
 from tests.unit.fidelity import drive, fidelity
 from tests.unit.reads import splits

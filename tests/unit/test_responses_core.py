@@ -12,7 +12,7 @@ from gateway.core.events import DeltaKind, FailureKind, Finish, InbandError, Out
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.wire import ResponsesEvent, ResponsesParser, classify_stream_error, parse_usage
 from gateway.core.sse import SSEDecoder
-from gateway.providers.responses_openai import OpenAIResponsesStreamParser, parse_responses_body
+from gateway.providers.convert.responses_pass_through import OpenAIResponsesStreamParser, parse_responses_body
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "responses"
 

@@ -14,7 +14,7 @@ import pytest
 from gateway.core.events import FailureKind, StreamFailed
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
-from gateway.providers.responses_openai import OpenAIResponsesStreamParser
+from gateway.providers.convert.responses_pass_through import OpenAIResponsesStreamParser
 from tests.unit.model_safety import safety
 from tests.unit.reads import pump_reads, random_reads, splits, the_end
 

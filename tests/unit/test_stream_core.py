@@ -27,9 +27,9 @@ from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.stream import StreamCore
 from gateway.errors import GatewayError, RateLimited, UpstreamClientError, UpstreamFailed, UpstreamTimeout
-from gateway.providers.chat_openai import OpenAIStreamParser
-from gateway.providers.messages_anthropic import AnthropicMessagesStreamParser
-from gateway.providers.responses_openai import OpenAIResponsesStreamParser
+from gateway.providers.convert.anthropic_messages import AnthropicMessagesStreamParser
+from gateway.providers.convert.openai_chat import OpenAIStreamParser
+from gateway.providers.convert.responses_pass_through import OpenAIResponsesStreamParser
 from tests import anthropic_scripts as a
 from tests.unit import sdk_read
 from tests.unit.model_safety import safety

@@ -23,13 +23,12 @@ functions/function_call and `function` role, audio parts, and an assistant's `re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from gateway.providers.convert.cache_markers import marker
+from gateway.providers.convert.data_url import base64_data
+from gateway.providers.convert.tool_arguments import arguments_object
 
 Block = dict[str, Any]
 Turn = dict[str, Any]
@@ -42,7 +41,6 @@ THINKING_BUDGETS: Mapping[str, int] = {
     "high": 16384,
     "xhigh": 24576,
 }
-_DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+)((?:;[\w.+-]+=[^;,]*)*);base64,(.*)$", re.DOTALL)
 
 
 def anthropic_body(body: Mapping[str, Any], model: str, *, stream: bool) -> dict[str, Any]:
@@ -164,9 +162,9 @@ def _image_block(part: Mapping[str, Any]) -> list[Block]:
     url = ref.get("url") if isinstance(ref, dict) else ref
     if not isinstance(url, str) or not url:
         return []
-    m = _DATA_URL.match(url)
-    if m:
-        source: Block = {"type": "base64", "media_type": m.group(1), "data": m.group(3)}
+    inline = base64_data(url)
+    if inline is not None:
+        source: Block = {"type": "base64", "media_type": inline.media_type, "data": inline.data}
     elif url.startswith("data:"):
         return []  # a data URL that is not base64: Anthropic takes only base64
     else:
@@ -180,11 +178,11 @@ def _document_block(part: Mapping[str, Any]) -> list[Block]:
     """OpenAI `file` parts with inline data (PDFs). Uploaded file ids mean nothing to Anthropic."""
     ref = part.get("file")
     data = ref.get("file_data") if isinstance(ref, dict) else None
-    m = _DATA_URL.match(data) if isinstance(data, str) else None
-    if m is None:
+    inline = base64_data(data) if isinstance(data, str) else None
+    if inline is None:
         return []
-    block: Block = {"type": "document", "source": {"type": "base64", "media_type": m.group(1),
-                                                   "data": m.group(3)}}
+    block: Block = {"type": "document", "source": {"type": "base64", "media_type": inline.media_type,
+                                                   "data": inline.data}}
     _mark(block, part)
     return [block]
 
@@ -206,22 +204,8 @@ def _assistant_blocks(m: Mapping[str, Any]) -> list[Block]:
         fn = call.get("function") if isinstance(call.get("function"), dict) else {}
         assert isinstance(fn, dict)
         blocks.append({"type": "tool_use", "id": str(call.get("id") or ""), "name": str(fn.get("name") or ""),
-                       "input": tool_input(fn.get("arguments"))})
+                       "input": arguments_object(fn.get("arguments"))})
     return blocks
-
-
-def tool_input(arguments: Any) -> dict[str, Any]:
-    """Anthropic wants the input as an object; OpenAI carries a JSON string that may be empty or broken.
-    Something that is not a JSON object becomes {} (the call is kept, its id pairs with the result)."""
-    if isinstance(arguments, dict):
-        return arguments
-    if not isinstance(arguments, str) or not arguments.strip():
-        return {}
-    try:
-        value = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _tool_result(m: Mapping[str, Any]) -> Block:

@@ -20,6 +20,7 @@ Every event is dispatched on its JSON `type`, else on the SSE `event:` name (eit
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,8 @@ import orjson
 
 from gateway.core.events import (
     DeltaKind,
+    Failure,
+    FailureKind,
     Finish,
     InbandError,
     OutputDelta,
@@ -36,7 +39,9 @@ from gateway.core.events import (
 )
 from gateway.core.messages.wire import UsageCounts, classify_anthropic_error
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import ChatChunk, not_an_object
+from gateway.providers.base import ChatChunk, ParsedBody, json_value, not_an_object
+from gateway.providers.convert.chat_chunks import ChatChunks, completion_body
+from gateway.providers.convert.openai_chat import parse_openai_body
 
 FINISH_REASONS = {
     "end_turn": "stop",
@@ -52,13 +57,6 @@ def finish_reason(stop_reason: Any) -> str:
     return FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
 
 
-def openai_usage(u: Usage) -> dict[str, Any]:
-    """The OpenAI usage object, with cache writes as `prompt_tokens_details.cache_write_tokens`."""
-    return {"prompt_tokens": u.input, "completion_tokens": u.output, "total_tokens": u.input + u.output,
-            "prompt_tokens_details": {"cached_tokens": u.cached_input, "cache_write_tokens": u.cache_creation_input},
-            "completion_tokens_details": {"reasoning_tokens": u.reasoning}}
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -66,22 +64,17 @@ def _int(value: Any) -> int | None:
 class AnthropicStreamParser:
     """One per attempt: remembers the message id/model, usage and the tool-call numbering."""
 
-    __slots__ = ("_base", "_started", "_tool_args_seen", "_tools", "usage")
+    __slots__ = ("_out", "_tool_args_seen", "_tools", "usage")
     shape = None  # every event is parsed: Anthropic's are translated, never forwarded as they came
 
     def __init__(self, created: int) -> None:
-        self._base: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": created,
-                                      "model": ""}
-        self._started = False
+        self._out = ChatChunks(created)
         self._tools: dict[int, int] = {}  # content-block index -> OpenAI tool-call index
         self._tool_args_seen: set[int] = set()  # tool-call indices that got argument text
         self.usage = UsageCounts()
 
     def parse(self, event: SSEEvent) -> list[ChatChunk]:
-        try:
-            obj = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            obj = None
+        obj = json_value(event.data)
         if not isinstance(obj, dict):
             return not_an_object(event.data)
         kind = obj.get("type")
@@ -90,23 +83,16 @@ class AnthropicStreamParser:
         handler = _HANDLERS.get(kind)
         return handler(self, obj) if handler is not None else []
 
-    # --- chunk builders ---
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**self._base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    # --- chunks ---
 
     def _start(self) -> list[ChatChunk]:
         """The role chunk, once: also when a non-conformant stream skips message_start."""
-        if self._started:
-            return []
-        self._started = True
-        return [ChatChunk([self.usage.event()], self._chunk({"role": "assistant", "content": ""}))]
+        return self._out.start([self.usage.event()]) if not self._out.started else []
 
     def _text(self, kind: DeltaKind, text: Any) -> list[ChatChunk]:
         if not isinstance(text, str) or not text:
             return []
-        key = "content" if kind is DeltaKind.CONTENT else "reasoning_content"
-        return [*self._start(), ChatChunk([OutputDelta(0, kind, text)], self._chunk({key: text}))]
+        return [*self._start(), self._out.text(kind, text)]
 
     def _tool_start(self, block_index: int | None, block: dict[str, Any]) -> list[ChatChunk]:
         """A tool_use block opens. Inside message_start (block_index None) the block is already whole."""
@@ -119,35 +105,27 @@ class AnthropicStreamParser:
         if args:
             self._tool_args_seen.add(n)
         call_id = str(block.get("id") or f"call_{n}")
-        name = str(block.get("name") or "")
-        call = {"index": n, "id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
-        return [*self._start(), ChatChunk([ToolCallDelta(0, n, call_id, name, args)],
-                                          self._chunk({"tool_calls": [call]}))]
+        return [*self._start(), self._out.tool_call(n, call_id, str(block.get("name") or ""), args)]
 
     def _tool_args(self, block_index: int | None, partial: Any) -> list[ChatChunk]:
         n = self._tools.get(block_index) if block_index is not None else None
         if n is None or not isinstance(partial, str) or not partial:
             return []  # a server tool's input, or the empty first fragment
         self._tool_args_seen.add(n)
-        call = {"index": n, "function": {"arguments": partial}}
-        return [ChatChunk([ToolCallDelta(0, n, None, None, partial)], self._chunk({"tool_calls": [call]}))]
+        return [self._out.tool_call(n, None, None, partial)]
 
     def _finish(self, stop_reason: Any) -> list[ChatChunk]:
-        reason = finish_reason(stop_reason)
-        usage = self.usage.event()
-        return [*self._start(),
-                ChatChunk([Finish(0, reason)], self._chunk({}, reason)),
-                ChatChunk([usage], {**self._base, "choices": [], "usage": openai_usage(usage)})]
+        return [*self._start(), self._out.finish(finish_reason(stop_reason)), self._out.usage(self.usage.event())]
 
     # --- event handlers ---
 
     def on_message_start(self, obj: dict[str, Any]) -> list[ChatChunk]:
         msg = obj.get("message")
         msg = msg if isinstance(msg, dict) else {}
-        if self._started:
+        if self._out.started:
             return []  # a duplicated message_start must not produce a second role chunk
-        self._base["id"] = str(msg.get("id") or "")
-        self._base["model"] = str(msg.get("model") or "")
+        self._out.base["id"] = str(msg.get("id") or "")
+        self._out.base["model"] = str(msg.get("model") or "")
         self.usage.update(msg.get("usage"))
         out = self._start()
         content = msg.get("content")
@@ -200,8 +178,7 @@ class AnthropicStreamParser:
         stop = delta.get("stop_reason") if isinstance(delta, dict) else None
         if stop:
             return self._finish(stop)
-        usage = self.usage.event()
-        return [ChatChunk([usage], {**self._base, "choices": [], "usage": openai_usage(usage)})]
+        return [self._out.usage(self.usage.event())]
 
     def on_message_stop(self, obj: dict[str, Any]) -> list[ChatChunk]:
         return [ChatChunk([], None, done=True)]
@@ -257,3 +234,36 @@ def message_events(msg: dict[str, Any]) -> tuple[dict[str, Any], list[StreamEven
     if calls:
         message["tool_calls"] = calls
     return message, events
+
+
+def parse_anthropic_body(body: bytes, created: int) -> ParsedBody:
+    """A Messages API body -> an OpenAI `chat.completion` body and its events.
+
+    An OpenAI `chat.completion` body is read as such: the pipeline re-reads the body it already
+    translated (after redaction), and must get the same events back, cache writes included."""
+    obj = json_value(body)
+    if not isinstance(obj, dict):
+        return ParsedBody({}, [InbandError(Failure(FailureKind.MALFORMED, "upstream body is not a JSON object"))])
+    if obj.get("object") == "chat.completion":
+        return _reread_openai(body, obj)
+    if obj.get("type") == "error" or (obj.get("error") is not None and "content" not in obj):
+        return ParsedBody({}, [InbandError(classify_anthropic_error(obj.get("error"), None))])
+    message, events = message_events(obj)
+    reason = finish_reason(obj.get("stop_reason"))
+    counts = UsageCounts()
+    counts.update(obj.get("usage"))
+    usage = counts.event()
+    events += [Finish(0, reason), usage]
+    base = {"id": str(obj.get("id") or ""), "created": created, "model": str(obj.get("model") or "")}
+    return ParsedBody(completion_body(base, message, reason, usage), events)
+
+
+def _reread_openai(body: bytes, obj: dict[str, Any]) -> ParsedBody:
+    parsed = parse_openai_body(body)
+    details = obj.get("usage", {}).get("prompt_tokens_details") if isinstance(obj.get("usage"), dict) else None
+    writes = details.get("cache_write_tokens") if isinstance(details, dict) else None
+    if not isinstance(writes, int) or isinstance(writes, bool) or not writes:
+        return parsed
+    events: list[StreamEvent] = [dataclasses.replace(e, cache_creation_input=writes) if isinstance(e, Usage) else e
+                                 for e in parsed.events]
+    return ParsedBody(parsed.obj, events)

@@ -25,6 +25,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
+from gateway.core.sse import SSEEvent
+
 Block = dict[str, Any]
 _CACHE_POINT: Block = {"cachePoint": {"type": "default"}}
 STOP_REASONS = {"end_turn": "end_turn", "tool_use": "tool_use", "max_tokens": "max_tokens",
@@ -287,3 +291,46 @@ class ConverseEvents:
 
 def _delta_event(index: int, delta: Block) -> Block:
     return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def converse_json(event: SSEEvent) -> dict[str, Any] | None:
+    try:
+        obj = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def anthropic_answer(body: bytes) -> bytes:
+    """A non-stream answer as Anthropic's: a Converse one translated, any other as it came."""
+    try:
+        obj = orjson.loads(body) if body.lstrip()[:1] == b"{" else None
+    except orjson.JSONDecodeError:
+        return body
+    return orjson.dumps(anthropic_message(obj)) if isinstance(obj, dict) and is_converse_answer(obj) else body
+
+
+class ConverseStream:
+    """A stream's ConverseStream events read one at a time as Anthropic's events (dicts): what both
+    Bedrock stream parsers do with an event that is not Claude's. Nothing is kept before the first."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self) -> None:
+        self._events: ConverseEvents | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._events is not None
+
+    def read(self, event: SSEEvent) -> list[Block] | None:
+        """Its Anthropic events; None when its data is no JSON object."""
+        obj = converse_json(event)
+        if obj is None:
+            return None
+        if self._events is None:
+            self._events = ConverseEvents()
+        return self._events.events(event.event or "", obj)
+
+    def finish(self) -> list[Block]:
+        return self._events.finish() if self._events is not None else []

@@ -19,7 +19,8 @@ import orjson
 from gateway.core.events import Failure, FailureKind
 from gateway.core.eventstream import ERROR_TYPES, BedrockStreamTranscoder
 from gateway.core.messages.wire import classify_anthropic_error
-from gateway.providers.base import Framing, retry_after_s
+from gateway.providers.base import Framing
+from gateway.providers.retry_after import with_retry_after
 from gateway.providers.settings import ProviderConfig
 
 BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"  # the `anthropic_version` InvokeModel wants for Claude
@@ -117,10 +118,7 @@ def classify_bedrock_http_error(status: int, headers: Mapping[str, str], body: b
         failure = classify_anthropic_error({"type": etype, "message": message} if etype else {"message": message},
                                            status)
         failure = Failure(failure.kind, failure.message, status, name or None, etype or failure.type)
-    wait = retry_after_s(headers)
-    if wait is not None:
-        failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type, None, wait)
-    return failure
+    return with_retry_after(failure, headers)
 
 
 def bedrock_base_url(provider: ProviderConfig) -> str:

@@ -16,7 +16,7 @@ import orjson
 
 from gateway.core.error_object import kind_by_status
 from gateway.core.events import Failure, FailureKind
-from gateway.providers.base import retry_after_s
+from gateway.providers.retry_after import with_retry_after
 
 RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
 # canonical codes (google.rpc.Code) -> how the retry table sees them
@@ -87,11 +87,7 @@ def classify_google_http_error(status: int, headers: Mapping[str, str], body: by
         failure = Failure(kind, f"upstream answered HTTP {status}", status=status, type=_type(kind))
     else:
         failure = classify_google_error(err, status)
-    ra = retry_after_s(headers)
-    if ra is not None and failure.retry_after_s is None:
-        failure = Failure(failure.kind, failure.message, failure.status, failure.code, failure.type,
-                          failure.param, ra)
-    return failure
+    return with_retry_after(failure, headers)
 
 
 def _type(kind: FailureKind) -> str:

@@ -23,11 +23,11 @@ OpenAI shape does not carry), and anything else.
 from __future__ import annotations
 
 import mimetypes
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.providers.convert.anthropic_request import tool_input
+from gateway.providers.convert.data_url import base64_data
+from gateway.providers.convert.tool_arguments import arguments_object
 
 Part = dict[str, Any]
 Content = dict[str, Any]
@@ -38,7 +38,6 @@ THINKING_BUDGETS: Mapping[str, int] = {"minimal": 512, "low": 1024, "medium": 81
 # a client's history has none (the OpenAI and Anthropic shapes do not carry it), and Google documents
 # this value for history it did not sign ("Thought signatures", Gemini API docs).
 UNSIGNED_THOUGHT = "skip_thought_signature_validator"
-_DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+)(?:;[\w.+-]+=[^;,]*)*;base64,(.*)$", re.DOTALL)
 
 
 def google_body(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,9 +117,9 @@ def _media(url: Any, default_type: str | None) -> list[Part]:
     to Google, and a data URL that is not base64 cannot be sent)."""
     if not isinstance(url, str) or not url:
         return []
-    m = _DATA_URL.match(url)
-    if m is not None:
-        return [{"inlineData": {"mimeType": m.group(1), "data": m.group(2)}}]
+    inline = base64_data(url)
+    if inline is not None:
+        return [{"inlineData": {"mimeType": inline.media_type, "data": inline.data}}]
     if default_type is None or not url.startswith(("https://", "http://", "gs://")):
         return []
     guessed = mimetypes.guess_type(url.split("?", 1)[0])[0]
@@ -140,7 +139,7 @@ def _model_parts(m: Mapping[str, Any], names: dict[str, str]) -> list[Part]:
         name = str(fn.get("name") or "")
         if isinstance(call.get("id"), str):
             names[call["id"]] = name
-        part: Part = {"functionCall": {"name": name, "args": tool_input(fn.get("arguments"))}}
+        part: Part = {"functionCall": {"name": name, "args": arguments_object(fn.get("arguments"))}}
         if first_call:
             part["thoughtSignature"] = UNSIGNED_THOUGHT
             first_call = False
@@ -153,7 +152,7 @@ def _function_response(m: Mapping[str, Any], names: Mapping[str, str]) -> Part:
     content = m.get("content")
     text = content if isinstance(content, str) else "".join(
         str(p.get("text") or "") for p in content if isinstance(p, dict)) if isinstance(content, list) else ""
-    response = tool_input(text) if text.lstrip().startswith("{") else {}
+    response = arguments_object(text) if text.lstrip().startswith("{") else {}
     call_id = m.get("tool_call_id")
     name = names.get(call_id, "") if isinstance(call_id, str) else ""
     return {"functionResponse": {"name": name or str(m.get("name") or ""),

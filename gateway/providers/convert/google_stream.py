@@ -42,10 +42,10 @@ from gateway.core.events import (
     Usage,
 )
 from gateway.core.sse import SSEEvent
-from gateway.providers.base import ChatChunk, ParsedBody, not_an_object
-from gateway.providers.chat_openai import parse_openai_body
-from gateway.providers.convert.anthropic_stream import openai_usage
+from gateway.providers.base import ChatChunk, ParsedBody, json_value, not_an_object
+from gateway.providers.convert.chat_chunks import ChatChunks, completion_body
 from gateway.providers.convert.google_errors import classify_google_error, error_object
+from gateway.providers.convert.openai_chat import parse_openai_body
 
 FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length", "MALFORMED_FUNCTION_CALL": "stop",
                   "FINISH_REASON_UNSPECIFIED": "stop", "OTHER": "stop", "LANGUAGE": "stop"}
@@ -93,13 +93,11 @@ def call_id(call: dict[str, Any], seed: str, n: int) -> str:
 class GoogleStreamParser:
     """One per attempt: the answer's id and model, the tool-call count, the usage so far."""
 
-    __slots__ = ("_said", "_seed", "_started", "_tools", "base", "finished", "usage")
+    __slots__ = ("_said", "_seed", "_tools", "chunks", "finished", "usage")
     shape = None  # every event is translated
 
     def __init__(self, created: int) -> None:
-        self.base: dict[str, Any] = {"id": "", "object": "chat.completion.chunk", "created": created,
-                                      "model": ""}
-        self._started = False
+        self.chunks = ChatChunks(created)
         self._said = False  # some text or a call came: a filtered finish then needs no refusal
         self._tools = 0
         # the answer's responseId names its calls; without one, a random seed, so that the calls of two
@@ -109,10 +107,7 @@ class GoogleStreamParser:
         self.usage = Usage()
 
     def parse(self, event: SSEEvent) -> list[ChatChunk]:
-        try:
-            obj = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            obj = None
+        obj = json_value(event.data)
         err = error_object(obj)
         if err is not None:
             return [ChatChunk([InbandError(classify_google_error(err, None))], None)]
@@ -122,14 +117,15 @@ class GoogleStreamParser:
 
     def response(self, obj: dict[str, Any]) -> list[ChatChunk]:
         """One GenerateContentResponse -> its chunks."""
-        if not self.base["id"] and isinstance(obj.get("responseId"), str) and obj["responseId"]:
-            self.base["id"] = self._seed = obj["responseId"]
-        if not self.base["model"] and isinstance(obj.get("modelVersion"), str):
-            self.base["model"] = obj["modelVersion"]
+        base = self.chunks.base
+        if not base["id"] and isinstance(obj.get("responseId"), str) and obj["responseId"]:
+            base["id"] = self._seed = obj["responseId"]
+        if not base["model"] and isinstance(obj.get("modelVersion"), str):
+            base["model"] = obj["modelVersion"]
         usage = google_usage(obj.get("usageMetadata"))
         if usage is not None:
             self.usage = usage
-        out = self._start()
+        out = self.chunks.start()
         candidates = obj.get("candidates")
         cand = candidates[0] if isinstance(candidates, list) and candidates else None
         cand = cand if isinstance(cand, dict) else None
@@ -139,7 +135,7 @@ class GoogleStreamParser:
             return out + self._refuse(blocked, prompt=True) + self._finish("content_filter")
         if cand is None:
             if self.finished and usage is not None:
-                out.append(self._usage_chunk())  # a late usage update after the finish
+                out.append(self.chunks.usage(self.usage))  # a late usage update after the finish
             return out
         content = cand.get("content")
         parts = content.get("parts") if isinstance(content, dict) else None
@@ -150,27 +146,17 @@ class GoogleStreamParser:
         if isinstance(reason, str) and reason and not self.finished:
             out += self.finish(reason)
         elif self.finished and usage is not None:
-            out.append(self._usage_chunk())  # a late usage update after the finish
+            out.append(self.chunks.usage(self.usage))  # a late usage update after the finish
         return out
 
-    # --- chunk builders ---
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-    def _start(self) -> list[ChatChunk]:
-        if self._started:
-            return []
-        self._started = True
-        return [ChatChunk([], self._chunk({"role": "assistant", "content": ""}))]
+    # --- chunks ---
 
     def _part(self, part: dict[str, Any]) -> list[ChatChunk]:
         text = part.get("text")
         if isinstance(text, str) and text:
             thought = part.get("thought") is True
-            kind, key = (DeltaKind.REASONING, "reasoning_content") if thought else (DeltaKind.CONTENT, "content")
             self._said = self._said or not thought
-            return [ChatChunk([OutputDelta(0, kind, text)], self._chunk({key: text}))]
+            return [self.chunks.text(DeltaKind.REASONING if thought else DeltaKind.CONTENT, text)]
         call = part.get("functionCall")
         if not isinstance(call, dict):
             return []  # executable code, inline data, new part types
@@ -180,13 +166,12 @@ class GoogleStreamParser:
         ident = call_id(call, self._seed, n)
         name = str(call.get("name") or "")
         args = orjson.dumps(call.get("args") if isinstance(call.get("args"), dict) else {}).decode()
-        tc = {"index": n, "id": ident, "type": "function", "function": {"name": name, "arguments": args}}
-        return [ChatChunk([ToolCallDelta(0, n, ident, name, args)], self._chunk({"tool_calls": [tc]}))]
+        return [self.chunks.tool_call(n, ident, name, args)]
 
     def _refuse(self, reason: str, *, prompt: bool) -> list[ChatChunk]:
         text = refusal_text(reason, prompt)
         self._said = True
-        return [ChatChunk([OutputDelta(0, DeltaKind.REFUSAL, text)], self._chunk({"refusal": text}))]
+        return [self.chunks.text(DeltaKind.REFUSAL, text)]
 
     def finish(self, google_reason: str) -> list[ChatChunk]:
         """The finish chunk for Google's `finishReason`, and the usage chunk."""
@@ -196,19 +181,13 @@ class GoogleStreamParser:
 
     def _finish(self, reason: str) -> list[ChatChunk]:
         self.finished = True
-        return [ChatChunk([Finish(0, reason)], self._chunk({}, reason)), self._usage_chunk()]
-
-    def _usage_chunk(self) -> ChatChunk:
-        return ChatChunk([self.usage], {**self.base, "choices": [], "usage": openai_usage(self.usage)})
+        return [self.chunks.finish(reason), self.chunks.usage(self.usage)]
 
 
 def parse_google_body(body: bytes, created: int) -> ParsedBody:
     """A GenerateContentResponse -> a `chat.completion` body and its events. A `chat.completion` is read
     as such: the pipeline re-reads the body it already translated."""
-    try:
-        obj = orjson.loads(body.strip() or b"null")
-    except orjson.JSONDecodeError:
-        obj = None
+    obj = json_value(body)
     err = error_object(obj)
     if err is not None:
         return ParsedBody({}, [InbandError(classify_google_error(err, None))])
@@ -220,10 +199,10 @@ def parse_google_body(body: bytes, created: int) -> ParsedBody:
     chunks = parser.response(obj)
     if not parser.finished:  # a whole answer always says why it ended; be lenient and call it a stop
         chunks += parser.finish("STOP")
-    return ParsedBody(_completion(parser.base, chunks), [e for ch in chunks for e in ch.events])
+    return ParsedBody(_completion(parser, chunks), [e for ch in chunks for e in ch.events])
 
 
-def _completion(base: dict[str, Any], chunks: list[ChatChunk]) -> dict[str, Any]:
+def _completion(parser: GoogleStreamParser, chunks: list[ChatChunk]) -> dict[str, Any]:
     """The chunks of one whole answer folded into the `chat.completion` they stand for."""
     texts: dict[DeltaKind, list[str]] = {k: [] for k in DeltaKind}
     calls: list[dict[str, Any]] = []
@@ -244,7 +223,5 @@ def _completion(base: dict[str, Any], chunks: list[ChatChunk]) -> dict[str, Any]
         message["reasoning_content"] = "".join(texts[DeltaKind.REASONING])
     if calls:
         message["tool_calls"] = calls
-    return {"id": base["id"], "object": "chat.completion", "created": base["created"], "model": base["model"],
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
-            "usage": openai_usage(usage)}
+    return completion_body(parser.chunks.base, message, reason, usage)
 

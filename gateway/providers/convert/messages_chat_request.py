@@ -24,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from gateway.providers.convert.data_url import data_url
+
 Message = dict[str, Any]
 
 
@@ -121,7 +123,7 @@ def _image(source: Any) -> list[dict[str, Any]]:
     if not isinstance(source, dict):
         return []
     if source.get("type") == "base64" and isinstance(source.get("data"), str):
-        url = f"data:{source.get('media_type') or 'image/png'};base64,{source['data']}"
+        url = data_url(str(source.get("media_type") or "image/png"), source["data"])
     elif source.get("type") == "url" and isinstance(source.get("url"), str):
         url = source["url"]
     else:

@@ -34,7 +34,7 @@ from gateway.core.chat.stream import ChatChunk, StreamParser
 from gateway.core.events import DeltaKind, Finish, InbandError, OutputDelta, StreamEvent, ToolCallDelta, Usage
 from gateway.core.messages.wire import ANTHROPIC_TYPE_BY_STATUS, MessagesEvent, parse_event
 from gateway.core.sse import SSEEvent
-from gateway.providers.convert.anthropic_request import tool_input
+from gateway.providers.convert.tool_arguments import arguments_object
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
                 "content_filter": "refusal"}
@@ -220,7 +220,7 @@ def message_from_completion(obj: dict[str, Any], usage: Usage | None) -> dict[st
         fn = call.get("function") if isinstance(call, dict) else None
         if isinstance(fn, dict):
             content.append({"type": "tool_use", "id": str(call.get("id") or f"toolu_{n}"),
-                            "name": str(fn.get("name") or ""), "input": tool_input(fn.get("arguments"))})
+                            "name": str(fn.get("name") or ""), "input": arguments_object(fn.get("arguments"))})
     reason = choice.get("finish_reason")
     return {"id": f"msg_{obj.get('id') or 'gateway'}", "type": "message", "role": "assistant", "content": content,
             "model": str(obj.get("model") or ""),
