@@ -1,0 +1,89 @@
+"""Where a rule's match can start, found at C speed: the search of one rule over a long segment.
+
+Most rules begin with a one-character negative lookbehind (a token or a number starts here: not
+after a letter, a digit, ...; see `core.redact.rules`). `re` cannot skip ahead on a lookbehind, so a
+plain search tries the whole pattern at every character, ~100 ns each: on a 4,096-character run of
+digits or hex that is most of what a stream costs with redaction on (bench/README.md, "Goal 5"). A
+*gate* is the class of characters that a match can start after: the ASCII characters that every
+leading lookbehind of the pattern excludes, negated. Searching for the gate skips at C speed, and
+the pattern is tried only right after a gate character (and at the start). That finds exactly what
+a plain search finds: every match starts at such a position, the positions are tried in order, and
+`Pattern.match(text, pos)` sees the characters before `pos` as `search` does. The gate may hold
+characters that no lookbehind would let through (it stops at every one outside ASCII); those are
+tries that fail, never a match missed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from gateway.core.redact.regex import _scoped, _Tree
+
+# A gate is searched character by character only while it stops at most once every this many
+# characters; past that (text made of the characters a match may start after, "a@b.a@b."), one
+# plain search costs less than a Python call per stop.
+SPARSE = 16
+_CHAR_NODES = ("LITERAL", "NOT_LITERAL", "ANY", "IN")
+
+
+def start_gate(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
+    """The gate of `pattern` (one character class), or None when some way to match it does not begin
+    with a one-character negative lookbehind (then every position is a start)."""
+    tree = _Tree(pattern)
+    tests = _leading_lookbehinds(tree, tree.items, tree.flags)
+    if not tests:
+        return None
+    excluded = [ch for ch in map(chr, range(128)) if all(t.fullmatch(ch) for t in tests)]
+    if not excluded:
+        return None
+    return re.compile("[^" + "".join(re.escape(ch) for ch in excluded) + "]")
+
+
+def _leading_lookbehinds(tree: _Tree, items: list[tuple[Any, Any]], flags: int) -> list[re.Pattern[str]] | None:
+    """One class per way to match `items`: what its leading negative lookbehind excludes right before the
+    start. None when some way has none. Other zero-width items before it leave the start where it is."""
+    for op, av in items:
+        name = str(op)
+        if name == "ASSERT_NOT" and av[0] < 0:
+            sub = list(av[1].data)
+            if len(sub) == 1 and str(sub[0][0]) in _CHAR_NODES:
+                return [re.compile(_scoped(flags, tree.char_node(str(sub[0][0]), sub[0][1])))]
+            continue
+        if name in ("AT", "ASSERT", "ASSERT_NOT"):
+            continue
+        if name == "SUBPATTERN":
+            _group, add, delete, body = av
+            return _leading_lookbehinds(tree, list(body.data), (flags | add) & ~delete)
+        if name == "BRANCH":
+            out: list[re.Pattern[str]] = []
+            for branch in av[1]:
+                found = _leading_lookbehinds(tree, list(branch.data), flags)
+                if found is None:
+                    return None
+                out += found
+            return out
+        return None
+    return None
+
+
+def is_sparse(gate: re.Pattern[str], text: str) -> bool:
+    """Whether trying `gate`'s positions one by one costs less than one plain search of `text`."""
+    return len(gate.findall(text)) * SPARSE <= len(text)
+
+
+def gated_search(regex: re.Pattern[str], gate: re.Pattern[str], text: str, pos: int) -> re.Match[str] | None:
+    """`regex.search(text, pos)`, trying `regex` only where `gate` (its `start_gate`) lets a match start."""
+    for start in _starts(gate, text, pos):
+        if (m := regex.match(text, start)) is not None:
+            return m
+    return None
+
+
+def _starts(gate: re.Pattern[str], text: str, pos: int) -> Iterator[int]:
+    if pos == 0 or gate.match(text, pos - 1) is not None:
+        yield pos
+    while (g := gate.search(text, pos)) is not None:
+        pos = g.end()
+        yield pos
