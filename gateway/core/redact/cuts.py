@@ -22,8 +22,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from gateway.core.redact.gate import search
+
 if TYPE_CHECKING:
-    from gateway.core.redact.spec import ScanSpec
+    from gateway.core.redact.spec import RuleScan, ScanSpec
 
 TRIES = 8  # how often a match across the kept start may move it back before we give up
 
@@ -42,11 +44,14 @@ def keep_start(spec: ScanSpec, text: str, first: int, keep: int, low: int, end: 
     detect = spec.detect
     if detect is None or not may_match(spec.trigger, spec.residual, text[first:end]):
         return keep
-    spans: list[tuple[int, int]] = []
-    pos = first
-    while pos < keep and (m := detect.search(text, pos, end)) is not None and m.start() < keep:
-        spans.append(m.span())
-        pos = m.start() + 1
+    if spec.by_rule:
+        spans = _spans_by_rule(spec.by_rule, text, first, keep, end)
+    else:
+        spans = []
+        pos = first
+        while pos < keep and (m := detect.search(text, pos, end)) is not None and m.start() < keep:
+            spans.append(m.span())
+            pos = m.start() + 1
     for _ in range(TRIES + 1):
         across = [a for a, b in spans if a < keep < b]
         if not across:
@@ -55,6 +60,38 @@ def keep_start(spec: ScanSpec, text: str, first: int, keep: int, low: int, end: 
         if keep < low:
             return -1
     return -1
+
+
+def _spans_by_rule(rules: tuple[RuleScan, ...], text: str, first: int, keep: int, end: int) -> list[tuple[int, int]]:
+    """The spans the loop over `detect` finds (the first rule's match at each start before `keep`), rule by
+    rule: each only when its own hint fires in text[first:end] and where its gate lets a match start."""
+    spans: dict[int, int] = {}
+    for rule in rules:
+        if rule.fires is not None and rule.fires.search(text, first, end) is None:
+            continue
+        pos = first
+        while pos < keep and (m := search(rule.detect, rule.detect_gate, text, pos, end)) is not None:
+            if m.start() >= keep:
+                break
+            spans.setdefault(m.start(), m.end())  # rules in order: the first one's match wins, as in `detect`
+            pos = m.start() + 1
+    return list(spans.items())
+
+
+def _near_by_rule(rules: tuple[RuleScan, ...], text: str, low: int, end: int, found: int) -> int:
+    """`tail_start`'s search of `near`, rule by rule: a candidate of a rule longer than its `hint_by` holds
+    that rule's own hint, so it starts less than `hint_by` before the rule's first hint from `low`."""
+    for rule in rules:
+        if rule.near is None or rule.fires is None:
+            continue
+        h = rule.fires.search(text, low, end)
+        start = max(low, (end if h is None else h.start()) - rule.hint_by)
+        stop = end if found < 0 else found  # only a candidate left of the one found matters
+        if start >= stop:
+            continue
+        if (m := search(rule.near, rule.near_gate, text, start, end)) is not None and m.start() < stop:
+            found = m.start()
+    return found
 
 
 def tail_start(spec: ScanSpec, text: str, low: int, end: int, hint: int = -1) -> int:
@@ -72,6 +109,8 @@ def tail_start(spec: ScanSpec, text: str, low: int, end: int, hint: int = -1) ->
         found = m.start()
     if spec.near is None:
         return found
+    if spec.by_rule:
+        return _near_by_rule(spec.by_rule, text, low, end, found)
     if hint < low:
         hint = end if spec.trigger is None or (h := spec.trigger.search(text, low, end)) is None else h.start()
     first = max(low, hint - spec.near_chars)

@@ -21,10 +21,11 @@ from typing import Any
 
 from gateway.core.redact.regex import _scoped, _Tree
 
-# A gate is searched character by character only while it stops at most once every this many
-# characters; past that (text made of the characters a match may start after, "a@b.a@b."), one
-# plain search costs less than a Python call per stop.
+# A gate's stops are tried one by one only while they come at most once every this many characters
+# (and a few more); past that (text made of the characters a match may start after, "a@b.a@b."), a
+# plain search from there costs less than a Python call per stop.
 SPARSE = 16
+_SLACK = 4 * SPARSE
 _CHAR_NODES = ("LITERAL", "NOT_LITERAL", "ANY", "IN")
 
 
@@ -68,22 +69,25 @@ def _leading_lookbehinds(tree: _Tree, items: list[tuple[Any, Any]], flags: int) 
     return None
 
 
-def is_sparse(gate: re.Pattern[str], text: str) -> bool:
-    """Whether trying `gate`'s positions one by one costs less than one plain search of `text`."""
-    return len(gate.findall(text)) * SPARSE <= len(text)
-
-
-def gated_search(regex: re.Pattern[str], gate: re.Pattern[str], text: str, pos: int) -> re.Match[str] | None:
-    """`regex.search(text, pos)`, trying `regex` only where `gate` (its `start_gate`) lets a match start."""
-    for start in _starts(gate, text, pos):
-        if (m := regex.match(text, start)) is not None:
+def search(regex: re.Pattern[str], gate: re.Pattern[str] | None, text: str, pos: int,
+           end: int | None = None) -> re.Match[str] | None:
+    """`regex.search(text, pos, end)`; with a `gate` (its `start_gate`), `regex` is tried only where the
+    gate lets a match start, until the stops come too densely (then a plain search from there on: no
+    match starts before the stop where it takes over, all of them tried)."""
+    end = len(text) if end is None else end
+    if gate is None:
+        return regex.search(text, pos, end)
+    for tries, start in enumerate(_starts(gate, text, pos, end), 1):
+        if (m := regex.match(text, start, end)) is not None:
             return m
+        if tries * SPARSE > start - pos + _SLACK:
+            return regex.search(text, start, end)
     return None
 
 
-def _starts(gate: re.Pattern[str], text: str, pos: int) -> Iterator[int]:
+def _starts(gate: re.Pattern[str], text: str, pos: int, end: int) -> Iterator[int]:
     if pos == 0 or gate.match(text, pos - 1) is not None:
         yield pos
-    while (g := gate.search(text, pos)) is not None:
+    while (g := gate.search(text, pos, end)) is not None:
         pos = g.end()
         yield pos

@@ -34,7 +34,7 @@ from types import MappingProxyType
 from gateway.core.redact.checks import Span, has_letter_and_digit
 from gateway.core.redact.cuts import may_match
 from gateway.core.redact.engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
-from gateway.core.redact.gate import gated_search, is_sparse, start_gate
+from gateway.core.redact.gate import search, start_gate
 from gateway.core.redact.regex import factor_hints, literal_hint
 from gateway.core.redact.rules import BUILTIN, expand
 
@@ -115,10 +115,9 @@ def _find_all(rule: _Rule, segment: str, gated: bool = False) -> Iterator[Span]:
     """Like finditer, but a candidate that its check rejects or trims does not hide a match that
     starts inside it ("2024 4111 1111 1111 1111": the card starts at the second group). `gated`: the
     rule is tried only where its gate lets a match start (the same matches, see `core.redact.gate`)."""
-    gate = rule.gate if gated and rule.gate is not None and is_sparse(rule.gate, segment) else None
+    gate = rule.gate if gated else None
     pos = 0
-    while pos <= len(segment) and (m := rule.regex.search(segment, pos) if gate is None
-                                   else gated_search(rule.regex, gate, segment, pos)) is not None:
+    while pos <= len(segment) and (m := search(rule.regex, gate, segment, pos)) is not None:
         end = m.start() + 1
         for span in rule.find(m):
             yield span
