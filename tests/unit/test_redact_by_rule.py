@@ -1,8 +1,9 @@
 """A long closed segment is masked rule by rule, each rule tried only where its hint fires and where
 its gate lets a match start (`core.redact.gate`): exactly what the full search of every rule masks,
 on text without whitespace of every kind (digits, hex, base64, e-mail-like, mixed), however a
-stream cuts it. Each case compares two real paths of the same profile: `by_rule_from=0` takes the
-rule-by-rule path for every segment, a huge `by_rule_from` the full search for every one."""
+stream cuts it. The cuts of long runs search rule by rule too (`core.redact.cuts`). Each case compares
+two real paths of the same profile: `by_rule_from=0` takes the rule-by-rule path for every segment;
+a huge `by_rule_from` and no `ScanSpec.by_rule` take the full searches everywhere."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.core.redact.cuts import keep_start, tail_start
 from gateway.core.redact.gate import search, start_gate
 from gateway.core.redact.rules import BUILTIN
 from gateway.core.redact.window import Redactor
@@ -24,7 +26,7 @@ PROFILE = Redactor.compile(["secrets", "pii"], [("ticket-id", r"(?<![A-Za-z0-9])
                                                  ("project", r"project\s+x"), ("plain", r"zz[0-9]{3}"),
                                                  ("no-hint", r"[Qq]uux[0-9]{2}")])
 BY_RULE = dataclasses.replace(PROFILE, by_rule_from=0)
-FULL = dataclasses.replace(PROFILE, by_rule_from=1 << 30)
+FULL = dataclasses.replace(PROFILE, by_rule_from=1 << 30, spec=dataclasses.replace(PROFILE.spec, by_rule=()))
 KINDS = {
     "digits": string.digits,
     "hex": string.digits + "abcdef",
@@ -76,6 +78,20 @@ def test_text_without_whitespace_cut_at_every_split_masks_what_the_full_search_m
     for i in range(len(text) + 1):
         window = BY_RULE.window()
         assert window.push(text[:i]) + window.push(text[i:]) + window.flush() == expected, i
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("seed", range(3))
+def test_each_cut_of_a_long_run_is_where_the_full_searches_put_it(kind: str, seed: int) -> None:
+    rnd = random.Random(f"{kind}{seed}")
+    text = glued(rnd, KINDS[kind], 4096, rnd.sample(SECRETS, 4))
+    for end in range(1500, len(text), 97):
+        for low in (end - 1024, end - 300, end - 40):
+            assert tail_start(BY_RULE.spec, text, low, end) == tail_start(FULL.spec, text, low, end), (end, low)
+            q = tail_start(FULL.spec, text, low, end)
+            if q >= 0:
+                assert (keep_start(BY_RULE.spec, text, 0, q, low, end)
+                        == keep_start(FULL.spec, text, 0, q, low, end)), (end, low, q)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
