@@ -63,19 +63,30 @@ def keep_start(spec: ScanSpec, text: str, first: int, keep: int, low: int, end: 
 
 
 def _spans_by_rule(rules: tuple[RuleScan, ...], text: str, first: int, keep: int, end: int) -> list[tuple[int, int]]:
-    """The spans the loop over `detect` finds (the first rule's match at each start before `keep`), rule by
-    rule: each only when its own hint fires in text[first:end] and where its gate lets a match start."""
+    """The spans the loop over `detect` finds that can cross `keep` (the first rule's match at each start
+    before it), rule by rule: each only when its own hint fires in text[first:end], where its gate lets a
+    match start, and, when its matches have a bound, close enough before `keep` to reach past it."""
     spans: dict[int, int] = {}
-    for rule in rules:
+    for i, rule in enumerate(rules):
         if rule.fires is not None and rule.fires.search(text, first, end) is None:
             continue
-        pos = first
+        pos = max(first, keep - rule.detect_width) if rule.detect_width else first
         while pos < keep and (m := search(rule.detect, rule.detect_gate, text, pos, end)) is not None:
             if m.start() >= keep:
                 break
-            spans.setdefault(m.start(), m.end())  # rules in order: the first one's match wins, as in `detect`
+            if m.start() not in spans:
+                spans[m.start()] = _first_end(rules[:i], text, m.start(), end, m.end())
             pos = m.start() + 1
     return list(spans.items())
+
+
+def _first_end(earlier: tuple[RuleScan, ...], text: str, start: int, end: int, found: int) -> int:
+    """Where the match at `start` of the first rule ends (`detect` tries the rules in order): an earlier
+    rule whose window left `start` out may match there too."""
+    for rule in earlier:
+        if (m := rule.detect.match(text, start, end)) is not None:
+            return m.end()
+    return found
 
 
 def _near_by_rule(rules: tuple[RuleScan, ...], text: str, low: int, end: int, found: int) -> int:

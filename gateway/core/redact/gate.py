@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from gateway.core.redact.regex import _scoped, _Tree
+from gateway.core.redact.regex import _parser, _scoped, _Tree
 
 # A gate's stops are tried one by one only while they come at most once every this many characters
 # (and a few more); past that (text made of the characters a match may start after, "a@b.a@b."), a
@@ -40,6 +40,12 @@ def start_gate(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
     if not excluded:
         return None
     return re.compile("[^" + "".join(re.escape(ch) for ch in excluded) + "]")
+
+
+def max_width(pattern: re.Pattern[str]) -> int:
+    """The most characters a match of `pattern` consumes; 0 when it has no bound under 65,536."""
+    most = int(_parser.parse(pattern.pattern, pattern.flags).getwidth()[1])
+    return most if most < 1 << 16 else 0
 
 
 def _leading_lookbehinds(tree: _Tree, items: list[tuple[Any, Any]], flags: int) -> list[re.Pattern[str]] | None:

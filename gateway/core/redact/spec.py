@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.redact.breaks import Gaps
-from gateway.core.redact.gate import start_gate
+from gateway.core.redact.gate import max_width, start_gate
 from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
@@ -33,6 +33,7 @@ class RuleScan:
     hint_by: int  # `BuiltinRule.hint_by` of a given hint (0: not known)
     detect: re.Pattern[str]  # the rule's detect form (its part of `ScanSpec.detect`)
     detect_gate: re.Pattern[str] | None
+    detect_width: int  # the longest match of `detect` (0: no bound)
     near: re.Pattern[str] | None  # its prefix form at the end, when it is part of `ScanSpec.near`
     near_gate: re.Pattern[str] | None
 
@@ -41,7 +42,8 @@ class RuleScan:
         detect_re = re.compile(detect)
         near_re = None if near is None else re.compile(near)
         return cls(None if hint is None else re.compile(factor_hints([hint])), hint_by, detect_re,
-                   start_gate(detect_re), near_re, None if near_re is None else start_gate(near_re))
+                   start_gate(detect_re), max_width(detect_re), near_re,
+                   None if near_re is None else start_gate(near_re))
 
 
 @dataclass(frozen=True, slots=True)
