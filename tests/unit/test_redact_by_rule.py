@@ -109,6 +109,15 @@ def test_runs_past_the_run_limit_of_each_kind_mask_what_the_full_search_masks(ki
     assert "".join(out) + window.flush() == expected
 
 
+@pytest.mark.parametrize("value", SECRETS)
+def test_a_value_alone_is_masked_as_the_full_search_masks_it(value: str) -> None:
+    """A segment where no gate stops (a card number's digits alone) leaves each gated rule the start."""
+    for segment in (value, value + ";", "x;" + value, value * 2):
+        masked = BY_RULE.mask(segment, {})
+        assert masked == FULL.mask(segment, {}), segment
+    assert value not in BY_RULE.mask(value, {})
+
+
 def test_the_gate_of_each_builtin_rule_lets_every_match_start() -> None:
     for case in positives():
         for name, rule in BUILTIN.items():

@@ -45,7 +45,7 @@ def keep_start(spec: ScanSpec, text: str, first: int, keep: int, low: int, end: 
     if detect is None or not may_match(spec.trigger, spec.residual, text[first:end]):
         return keep
     if spec.by_rule:
-        spans = _spans_by_rule(spec.by_rule, text, first, keep, end)
+        spans = _spans_by_rule(spec, text, first, keep, end)
     else:
         spans = []
         pos = first
@@ -62,12 +62,23 @@ def keep_start(spec: ScanSpec, text: str, first: int, keep: int, low: int, end: 
     return -1
 
 
-def _spans_by_rule(rules: tuple[RuleScan, ...], text: str, first: int, keep: int, end: int) -> list[tuple[int, int]]:
+def _quiet(gates: re.Pattern[str] | None, text: str, pos: int, end: int) -> bool:
+    """Whether no rule with a gate can start a match in text[pos:end] but at the text's very start."""
+    return gates is not None and gates.search(text, max(0, pos - 1), end) is None
+
+
+def _spans_by_rule(spec: ScanSpec, text: str, first: int, keep: int, end: int) -> list[tuple[int, int]]:
     """The spans the loop over `detect` finds that can cross `keep` (the first rule's match at each start
     before it), rule by rule: each only when its own hint fires in text[first:end], where its gate lets a
     match start, and, when its matches have a bound, close enough before `keep` to reach past it."""
     spans: dict[int, int] = {}
+    rules = spec.by_rule
+    quiet = _quiet(spec.detect_gates, text, first, keep)
     for i, rule in enumerate(rules):
+        if quiet and rule.detect_gate is not None:
+            if first == 0 and (m := rule.detect.match(text, 0, end)) is not None:
+                spans.setdefault(0, m.end())  # rules in order: the first one's match wins
+            continue
         if rule.fires is not None and rule.fires.search(text, first, end) is None:
             continue
         pos = max(first, keep - rule.detect_width) if rule.detect_width else first
@@ -89,11 +100,12 @@ def _first_end(earlier: tuple[RuleScan, ...], text: str, start: int, end: int, f
     return found
 
 
-def _near_by_rule(rules: tuple[RuleScan, ...], text: str, low: int, end: int, found: int) -> int:
+def _near_by_rule(spec: ScanSpec, text: str, low: int, end: int, found: int) -> int:
     """`tail_start`'s search of `near`, rule by rule: a candidate of a rule longer than its `hint_by` holds
     that rule's own hint, so it starts less than `hint_by` before the rule's first hint from `low`."""
-    for rule in rules:
-        if rule.near is None or rule.fires is None:
+    quiet = low > 0 and _quiet(spec.near_gates, text, low, end)
+    for rule in spec.by_rule:
+        if rule.near is None or rule.fires is None or (quiet and rule.near_gate is not None):
             continue
         h = rule.fires.search(text, low, end)
         start = max(low, (end if h is None else h.start()) - rule.hint_by)
@@ -121,7 +133,7 @@ def tail_start(spec: ScanSpec, text: str, low: int, end: int, hint: int = -1) ->
     if spec.near is None:
         return found
     if spec.by_rule:
-        return _near_by_rule(spec.by_rule, text, low, end, found)
+        return _near_by_rule(spec, text, low, end, found)
     if hint < low:
         hint = end if spec.trigger is None or (h := spec.trigger.search(text, low, end)) is None else h.start()
     first = max(low, hint - spec.near_chars)

@@ -42,6 +42,13 @@ def start_gate(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
     return re.compile("[^" + "".join(re.escape(ch) for ch in excluded) + "]")
 
 
+def union_gate(gates: list[re.Pattern[str]]) -> re.Pattern[str] | None:
+    """A class that stops wherever one of `gates` does (None: no gate, or one that stops everywhere in
+    ASCII). Where it finds no stop in a text, each of those rules can match only at the text's start."""
+    excluded = [ch for ch in map(chr, range(128)) if gates and all(g.match(ch) is None for g in gates)]
+    return re.compile("[^" + "".join(re.escape(ch) for ch in excluded) + "]") if excluded else None
+
+
 def max_width(pattern: re.Pattern[str]) -> int:
     """The most characters a match of `pattern` consumes; 0 when it has no bound under 65,536."""
     most = int(_parser.parse(pattern.pattern, pattern.flags).getwidth()[1])

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.redact.breaks import Gaps
-from gateway.core.redact.gate import max_width, start_gate
+from gateway.core.redact.gate import max_width, start_gate, union_gate
 from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
@@ -60,6 +60,10 @@ class ScanSpec:
     near: re.Pattern[str] | None = None  # the same for the rules with one (see `core.redact.cuts.tail_start`)
     near_chars: int = 0  # the largest of those bounds (`BuiltinRule.hint_by`)
     by_rule: tuple[RuleScan, ...] = ()  # per rule, in order (empty: the combined searches only)
+    # `union_gate` of the rules' detect gates, and of their near gates: where it finds no stop, a rule
+    # with a gate has no place to start but the very start of the text.
+    detect_gates: re.Pattern[str] | None = None
+    near_gates: re.Pattern[str] | None = None
     # The per-delta path's one search: `first_hit` of a text shorter than RUN_LIMIT, when one
     # pattern does all its work (None: call first_hit). Derived, so `replace` keeps it in step.
     short_scan: re.Pattern[str] | None = field(init=False)
@@ -113,6 +117,8 @@ class ScanSpec:
             gaps,
             *_tails([given for _p, given in rules], wholes, hint_by),
             tuple(by_rule),
+            union_gate([r.detect_gate for r in by_rule if r.detect_gate is not None]),
+            union_gate([r.near_gate for r in by_rule if r.near_gate is not None]),
         )
 
     def alive(self, held: str, seg_len: int, start: int) -> int:
