@@ -10,6 +10,7 @@ bench/README.md, "Goal 5", has the figures. Not a test: nothing here asserts a s
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import string
 import sys
@@ -40,6 +41,19 @@ def _repeated(unit: str) -> Callable[[random.Random], str]:
     return make
 
 
+def _json(rnd: random.Random) -> str:
+    """Minified JSON records (keys, words, numbers, ids, dates), as a model writes a tool's output."""
+    records: list[str] = []
+    size = 0
+    while size < DELTAS * DELTA_CHARS:
+        record = json.dumps({"id": rnd.randrange(10 ** 9), "name": "".join(rnd.choices(string.ascii_lowercase, k=8)),
+                             "score": round(rnd.random() * 100, 2), "tags": ["a", "bc"], "ok": rnd.random() < 0.5,
+                             "at": f"2026-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}"}, separators=(",", ":"))
+        records.append(record)
+        size += len(record) + 1
+    return ("[" + ",".join(records) + "]")[:DELTAS * DELTA_CHARS]
+
+
 CJK = "".join(map(chr, range(0x4E00, 0x4E00 + 500)))
 KINDS: dict[str, Callable[[random.Random], str]] = {
     "letters (S3n's)": _letters,
@@ -49,6 +63,7 @@ KINDS: dict[str, Callable[[random.Random], str]] = {
     "base64 alphabet": _alphabet(string.ascii_letters + string.digits + "+/"),
     "letters and `-_.:/@`": _alphabet(string.ascii_letters + "-_.:/@"),
     "`a@b.` repeated": _repeated("a@b."),
+    "minified JSON": _json,
     "CJK": _alphabet(CJK),
 }
 READS = ("all", "some", "one")
