@@ -105,13 +105,15 @@ def _first_end(earlier: tuple[RuleScan, ...], text: str, start: int, end: int, f
 
 def _near_by_rule(spec: ScanSpec, text: str, low: int, end: int, found: int) -> int:
     """`tail_start`'s search of `near`, rule by rule: a candidate of a rule longer than its `hint_by` holds
-    that rule's own hint, so it starts less than `hint_by` before the rule's first hint from `low`."""
+    that rule's own hint, so it starts less than `hint_by` before the rule's first hint from `low`; and
+    one of a rule whose matches have a bound starts no further than that from the end."""
     quiet = _quiet(spec.near_gates, text, low, end)
     for rule in spec.by_rule:
         if rule.near is None or rule.fires is None or (quiet and rule.near_gate is not None):
             continue
-        h = rule.fires.search(text, low, end)
-        start = max(low, (end if h is None else h.start()) - rule.hint_by)
+        start = max(low, end - rule.near_width) if rule.near_width else low
+        h = rule.fires.search(text, start, end)
+        start = max(start, (end if h is None else h.start()) - rule.hint_by)
         stop = end if found < 0 else found  # only a candidate left of the one found matters
         if start >= stop:
             continue

@@ -29,9 +29,11 @@ _SLACK = 4 * SPARSE
 _CHAR_NODES = ("LITERAL", "NOT_LITERAL", "ANY", "IN")
 
 
-def start_gate(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
+def start_gate(pattern: re.Pattern[str], first: bool = False) -> re.Pattern[str] | None:
     """The gate of `pattern` (one character class), or None when some way to match it does not begin
-    with a one-character negative lookbehind (then every position is a start)."""
+    with a one-character negative lookbehind (then every position is a start). With `first`, when every
+    match begins with a character of a known set, the gate is two characters: a gate character, then
+    one of those (a match starts at the second; `search` takes either form)."""
     tree = _Tree(pattern)
     tests = _leading_lookbehinds(tree, tree.items, tree.flags)
     if not tests:
@@ -39,7 +41,45 @@ def start_gate(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
     excluded = [ch for ch in map(chr, range(128)) if all(t.fullmatch(ch) for t in tests)]
     if not excluded:
         return None
-    return re.compile("[^" + "".join(re.escape(ch) for ch in excluded) + "]")
+    gate = "[^" + "".join(re.escape(ch) for ch in excluded) + "]"
+    found = _seq_first(tree, tree.items, tree.flags) if first else None
+    if found is not None and not found[1]:
+        starts = [ch for ch in map(chr, range(128)) if any(t.fullmatch(ch) for t in found[0])]
+        if len(starts) < 128:  # and every character outside ASCII, which the tests were not tried on
+            gate += "[" + "".join(re.escape(ch) for ch in starts) + "\\x80-\\U0010ffff]"
+    return re.compile(gate)
+
+
+def _seq_first(tree: _Tree, items: list[tuple[Any, Any]], flags: int) -> tuple[list[re.Pattern[str]], bool] | None:
+    """Tests of the characters that a match of `items` can begin with, and whether it can be empty (then
+    the next item's come too); None when not known (a back-reference)."""
+    tests: list[re.Pattern[str]] = []
+    for op, av in items:
+        name = str(op)
+        sub: tuple[list[re.Pattern[str]], bool] | None
+        if name in ("AT", "ASSERT", "ASSERT_NOT"):
+            continue
+        if name in _CHAR_NODES:
+            sub = [re.compile(_scoped(flags, tree.char_node(name, av)))], False
+        elif name == "SUBPATTERN":
+            sub = _seq_first(tree, list(av[3].data), (flags | av[1]) & ~av[2])
+        elif name == "ATOMIC_GROUP":
+            sub = _seq_first(tree, list(av.data), flags)
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            body = _seq_first(tree, list(av[2].data), flags)
+            sub = None if body is None else (body[0], body[1] or av[0] == 0)
+        elif name == "BRANCH":
+            ways = [_seq_first(tree, list(b.data), flags) for b in av[1]]
+            sub = None if any(w is None for w in ways) else (
+                [t for w in ways if w is not None for t in w[0]], any(w is not None and w[1] for w in ways))
+        else:
+            return None
+        if sub is None:
+            return None
+        tests += sub[0]
+        if not sub[1]:
+            return tests, False
+    return tests, True
 
 
 def union_gate(gates: list[re.Pattern[str]]) -> re.Pattern[str] | None:
@@ -102,5 +142,5 @@ def _starts(gate: re.Pattern[str], text: str, pos: int, end: int) -> Iterator[in
     if pos == 0 or gate.match(text, pos - 1) is not None:
         yield pos
     while (g := gate.search(text, pos, end)) is not None:
-        pos = g.end()
+        pos = g.start() + 1  # a one-character gate ends there; a two-character one, one further
         yield pos

@@ -32,18 +32,20 @@ class RuleScan:
     fires: re.Pattern[str] | None  # the rule's hint, factored (None: none known: always searched)
     hint_by: int  # `BuiltinRule.hint_by` of a given hint (0: not known)
     detect: re.Pattern[str]  # the rule's detect form (its part of `ScanSpec.detect`)
-    detect_gate: re.Pattern[str] | None
+    detect_gate: re.Pattern[str] | None  # `start_gate(detect, first=True)`
     detect_width: int  # the longest match of `detect` (0: no bound)
     near: re.Pattern[str] | None  # its prefix form at the end, when it is part of `ScanSpec.near`
     near_gate: re.Pattern[str] | None
+    near_width: int  # the longest match of `near` (0: no bound)
 
     @classmethod
     def build(cls, hint: str | None, hint_by: int, detect: str, near: str | None) -> RuleScan:
         detect_re = re.compile(detect)
         near_re = None if near is None else re.compile(near)
         return cls(None if hint is None else re.compile(factor_hints([hint])), hint_by, detect_re,
-                   start_gate(detect_re), max_width(detect_re), near_re,
-                   None if near_re is None else start_gate(near_re))
+                   start_gate(detect_re, True), max_width(detect_re), near_re,
+                   None if near_re is None else start_gate(near_re, True),
+                   0 if near_re is None else max_width(near_re))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +119,8 @@ class ScanSpec:
             gaps,
             *_tails([given for _p, given in rules], wholes, hint_by),
             tuple(by_rule),
-            union_gate([r.detect_gate for r in by_rule if r.detect_gate is not None]),
-            union_gate([r.near_gate for r in by_rule if r.near_gate is not None]),
+            union_gate([gate for r in by_rule if (gate := start_gate(r.detect)) is not None]),
+            union_gate([gate for r in by_rule if r.near is not None and (gate := start_gate(r.near)) is not None]),
         )
 
     def alive(self, held: str, seg_len: int, start: int) -> int:

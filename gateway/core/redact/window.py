@@ -91,7 +91,7 @@ def _builtin(name: str) -> _Rule:
     regex = re.compile(rule.pattern)
     find = rule.refine or (_secret_group if "s" in regex.groupindex else _whole)
     return _Rule(name, regex, _checked(find) if rule.token_check else find, rule.hint, rule.hint_by,
-                 _hint(rule.hint), start_gate(regex))
+                 _hint(rule.hint), start_gate(regex, True))
 
 
 def _custom(name: str, pattern: str) -> _Rule:
@@ -102,7 +102,7 @@ def _custom(name: str, pattern: str) -> _Rule:
     except re.error as exc:
         raise ValueError(f'custom redaction rule "{name}": invalid regular expression: {exc.msg}') from None
     hint = literal_hint(regex)
-    return _Rule(name, regex, _whole, None, 0, None if hint is None else _hint(hint), start_gate(regex))
+    return _Rule(name, regex, _whole, None, 0, None if hint is None else _hint(hint), start_gate(regex, True))
 
 
 def _hint(hint: str) -> re.Pattern[str]:
@@ -161,7 +161,8 @@ class Redactor:
             names.add(name)
             compiled.append(_custom(name, pattern))
         spec = ScanSpec.build([(r.regex, r.hint) for r in compiled], [r.hint_by for r in compiled])
-        return cls(tuple(compiled), spec, gates=union_gate([r.gate for r in compiled if r.gate is not None]))
+        gates = union_gate([g for r in compiled if (g := start_gate(r.regex)) is not None])
+        return cls(tuple(compiled), spec, gates=gates)
 
     @property
     def rule_names(self) -> tuple[str, ...]:
