@@ -152,3 +152,25 @@ def test_a_case_insensitive_lookbehind_excludes_both_cases_and_stops_at_the_kelv
     for text in ("kx", "Kx", "\u212ax", "ax", "x", "kxax"):
         found, full = search(regex, gate, text, 0), regex.search(text)
         assert (found and found.span()) == (full and full.span()), text
+
+
+GATED = [r"(?<![a-z])[0-9]+", r"(?<![a-z])x?y[0-9]", r"(?<![a-z0-9])x*", r"(?i)(?<![k])(?:ab|c+d)",
+         r"(?<![a-z])\+[0-9]|(?<![a-z0-9])(?:0[0-9]|[(][0-9])", r"\b(?<![.])[a-z]+@[a-z]+(?=\.)"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(GATED), st.text(alphabet="ab xy0+9.(@kK\u212a", max_size=40), st.booleans())
+def test_a_search_by_the_gate_finds_what_a_plain_search_finds(pattern: str, text: str, first: bool) -> None:
+    regex = re.compile(pattern)
+    gate = start_gate(regex, first)
+    assert gate is not None
+    for pos in range(len(text) + 1):
+        for end in (len(text), max(pos, len(text) - 3)):
+            found, plain = search(regex, gate, text, pos, end), regex.search(text, pos, end)
+            assert (found and found.span()) == (plain and plain.span()), (pos, end)
+
+
+def test_a_two_character_gate_needs_the_first_character_of_every_way_to_match() -> None:
+    assert start_gate(re.compile(r"(?<![a-z])x?y"), True).pattern.endswith(r"[xy\x80-\U0010ffff]")  # type: ignore[union-attr]
+    for pattern in (r"(?<![a-z])x*", r"(?<![a-z])(?:x|)"):  # may be empty: the one-character gate
+        assert start_gate(re.compile(pattern), True) == start_gate(re.compile(pattern))
