@@ -41,7 +41,7 @@ from gateway.core.redact.rules import BUILTIN, expand
 COMPILED_KEPT = 8  # compiled profiles kept for reuse (each a few MiB at most): the latest configs' profiles
 # A closed segment this long is masked rule by rule (`Redactor.mask`); a shorter one (a word of prose)
 # is rejected by one search of `ScanSpec.detect`, cheaper there than a search per rule's hint.
-BY_RULE_FROM = 256
+BY_RULE_FROM = 64
 
 __all__ = ["MAX_HELD_CHARS", "RedactionResult", "RedactionWindow", "Redactor", "mask_marker"]
 
