@@ -10,7 +10,9 @@ the pattern is tried only right after a gate character (and at the start). That 
 a plain search finds: every match starts at such a position, the positions are tried in order, and
 `Pattern.match(text, pos)` sees the characters before `pos` as `search` does. The gate may hold
 characters that no lookbehind would let through (it stops at every one outside ASCII); those are
-tries that fail, never a match missed.
+tries that fail, never a match missed. When every way to match begins with a character of a known set
+(`phone`: `+`, `(` or a digit), the gate takes that character too (two characters, the match starting
+at the second): fewer stops in minified JSON or base64, where the gate characters are common.
 """
 
 from __future__ import annotations

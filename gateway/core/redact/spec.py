@@ -35,7 +35,7 @@ class RuleScan:
     detect_gate: re.Pattern[str] | None  # `start_gate(detect, first=True)`
     detect_width: int  # the longest match of `detect` (0: no bound)
     near: re.Pattern[str] | None  # its prefix form at the end, when it is part of `ScanSpec.near`
-    near_gate: re.Pattern[str] | None
+    near_gate: re.Pattern[str] | None  # `start_gate(near, first=True)`
     near_width: int  # the longest match of `near` (0: no bound)
 
     @classmethod

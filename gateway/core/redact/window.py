@@ -64,7 +64,7 @@ class _Rule:
     hint: str | None  # None: derived from the pattern (see ScanSpec.build)
     hint_by: int  # see BuiltinRule.hint_by (0: not known)
     # The rule's own hint, given or derived as ScanSpec.build does (None: none known, every
-    # segment is searched), and its `start_gate`.
+    # segment is searched), and its `start_gate(regex, first=True)` (None: a match may start anywhere).
     fires: re.Pattern[str] | None
     gate: re.Pattern[str] | None
 
