@@ -174,6 +174,12 @@ class Gaps:
     def unit_start(self, text: str, i: int, low: int) -> int:
         """The start of the unit (run or gap) that holds text[i], not before `low`."""
         gap = self.is_gap(text[i])
+        if not gap and i > low and not text[i - 1].isspace():
+            # Back to the last whitespace at C speed (a run may be thousands of characters long);
+            # a break character can only be in a piece outside ASCII.
+            run = text[low:i].rsplit(None, 1)[-1]
+            if not self.breaks or run.isascii():
+                return i - len(run)
         while i > low and self.is_gap(text[i - 1]) == gap:
             i -= 1
         return i

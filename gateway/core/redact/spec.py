@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.redact.breaks import Gaps
+from gateway.core.redact.gate import max_width, start_gate, union_gate
 from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
@@ -23,6 +24,31 @@ _SPACES = Gaps.of("", RUN_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
+class RuleScan:
+    """One rule's own searches, for the work on a long run where the hints fire all over (digits, hex,
+    base64): a rule whose own hint does not fire is passed over, the others are tried where their gate
+    lets a match start (`core.redact.gate`). See `Redactor.mask` and `core.redact.cuts`."""
+
+    fires: re.Pattern[str] | None  # the rule's hint, factored (None: none known: always searched)
+    hint_by: int  # `BuiltinRule.hint_by` of a given hint (0: not known)
+    detect: re.Pattern[str]  # the rule's detect form (its part of `ScanSpec.detect`)
+    detect_gate: re.Pattern[str] | None  # `start_gate(detect, first=True)`
+    detect_width: int  # the longest match of `detect` (0: no bound)
+    near: re.Pattern[str] | None  # its prefix form at the end, when it is part of `ScanSpec.near`
+    near_gate: re.Pattern[str] | None  # `start_gate(near, first=True)`
+    near_width: int  # the longest match of `near` (0: no bound)
+
+    @classmethod
+    def build(cls, hint: str | None, hint_by: int, detect: str, near: str | None) -> RuleScan:
+        detect_re = re.compile(detect)
+        near_re = None if near is None else re.compile(near)
+        return cls(None if hint is None else re.compile(factor_hints([hint])), hint_by, detect_re,
+                   start_gate(detect_re, True), max_width(detect_re), near_re,
+                   None if near_re is None else start_gate(near_re, True),
+                   0 if near_re is None else max_width(near_re))
+
+
+@dataclass(frozen=True, slots=True)
 class ScanSpec:
     """What a window needs to know about its rules, compiled once per rule list."""
 
@@ -35,6 +61,11 @@ class ScanSpec:
     tail: re.Pattern[str] | None = None  # non-empty prefixes of the rules without a hint bound, at the end
     near: re.Pattern[str] | None = None  # the same for the rules with one (see `core.redact.cuts.tail_start`)
     near_chars: int = 0  # the largest of those bounds (`BuiltinRule.hint_by`)
+    by_rule: tuple[RuleScan, ...] = ()  # per rule, in order (empty: the combined searches only)
+    # `union_gate` of the rules' detect gates, and of their near gates: where it finds no stop, a rule
+    # with a gate has no place to start but the very start of the text.
+    detect_gates: re.Pattern[str] | None = None
+    near_gates: re.Pattern[str] | None = None
     # The per-delta path's one search: `first_hit` of a text shorter than RUN_LIMIT, when one
     # pattern does all its work (None: call first_hit). Derived, so `replace` keeps it in step.
     short_scan: re.Pattern[str] | None = field(init=False)
@@ -62,12 +93,16 @@ class ScanSpec:
         hints: list[str] = []
         residual: list[str] = []
         prefixes: list[str] = []
+        by_rule: list[RuleScan] = []
         wholes = [prefix_source(p, g) for p, _hint in rules]
-        for (pattern, given), whole in zip(rules, wholes, strict=True):
+        for i, ((pattern, given), whole) in enumerate(zip(rules, wholes, strict=True)):
             prefix = whole if spans_whitespace(pattern) else None
             if prefix is not None:
                 prefixes.append(prefix)
             hint = given if given is not None else literal_hint(pattern)
+            bound = hint_by[i] if i < len(hint_by) and given is not None else 0
+            by_rule.append(RuleScan.build(hint, bound, detect_source(pattern, g),
+                                          f"(?:{whole})\\Z" if whole is not None and bound else None))
             if hint is not None:
                 hints.append(hint)
             else:
@@ -83,6 +118,9 @@ class ScanSpec:
             re.compile("|".join(detect_source(p, g) for p, _hint in rules)),
             gaps,
             *_tails([given for _p, given in rules], wholes, hint_by),
+            tuple(by_rule),
+            union_gate([gate for r in by_rule if (gate := start_gate(r.detect)) is not None]),
+            union_gate([gate for r in by_rule if r.near is not None and (gate := start_gate(r.near)) is not None]),
         )
 
     def alive(self, held: str, seg_len: int, start: int) -> int:

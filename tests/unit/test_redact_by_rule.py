@@ -1,0 +1,176 @@
+"""A long closed segment is masked rule by rule, each rule tried only where its hint fires and where
+its gate lets a match start (`core.redact.gate`): exactly what the full search of every rule masks,
+on text without whitespace of every kind (digits, hex, base64, e-mail-like, mixed), however a
+stream cuts it. The cuts of long runs search rule by rule too (`core.redact.cuts`). Each case compares
+two real paths of the same profile: `by_rule_from=0` takes the rule-by-rule path for every segment;
+a huge `by_rule_from` and no `ScanSpec.by_rule` take the full searches everywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+import string
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.core.redact.cuts import keep_start, tail_start
+from gateway.core.redact.gate import search, start_gate
+from gateway.core.redact.rules import BUILTIN
+from gateway.core.redact.window import Redactor
+from tests.unit.redaction_corpus import positives
+
+PROFILE = Redactor.compile(["secrets", "pii"], [("ticket-id", r"(?<![A-Za-z0-9])ACME-[0-9]{6}(?![0-9])"),
+                                                 ("project", r"project\s+x"), ("plain", r"zz[0-9]{3}"),
+                                                 ("no-hint", r"[Qq]uux[0-9]{2}")])
+BY_RULE = dataclasses.replace(PROFILE, by_rule_from=0)
+FULL = dataclasses.replace(PROFILE, by_rule_from=1 << 30, spec=dataclasses.replace(PROFILE.spec, by_rule=()))
+KINDS = {
+    "digits": string.digits,
+    "hex": string.digits + "abcdef",
+    "base64": string.ascii_letters + string.digits + "+/=",
+    "email-like": "ab.@-_:/",
+    "mixed": string.ascii_letters + string.digits + "-_.:/@+()",
+}
+# Values that mask on their own; `;` around them is a boundary for every rule.
+SECRETS = sorted({value for case in positives() for rule, value in case.secrets
+                  if rule not in ("bearer_token", "aws_secret_access_key")}
+                 | {"ACME-004211", "zz123", "Quux42", "project  x"})
+_MARKER = re.compile(r"\[REDACTED:[^\]]+\]")
+
+
+def glued(rnd: random.Random, alphabet: str, size: int, secrets: list[str]) -> str:
+    """`size` characters of `alphabet` with `secrets` put in at random places between `;`."""
+    text = "".join(rnd.choices(alphabet, k=size))
+    for value in secrets:
+        at = rnd.randrange(len(text) + 1)
+        text = f"{text[:at]};{value};{text[at:]}"
+    return text
+
+
+@st.composite
+def segments(draw: st.DrawFn) -> str:
+    alphabet = draw(st.sampled_from(sorted(KINDS.values())))
+    secrets = draw(st.lists(st.sampled_from(SECRETS), max_size=3))
+    return glued(random.Random(draw(st.integers(0, 1 << 30))), alphabet, draw(st.integers(0, 1200)), secrets)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(segments())
+def test_a_segment_masked_rule_by_rule_equals_the_full_search(segment: str) -> None:
+    by_rule: dict[str, int] = {}
+    full: dict[str, int] = {}
+    assert BY_RULE.mask(segment, by_rule) == FULL.mask(segment, full)
+    assert by_rule == full
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_text_without_whitespace_cut_at_every_split_masks_what_the_full_search_masks(kind: str) -> None:
+    rnd = random.Random(kind)
+    secrets = rnd.sample(SECRETS, 3)
+    text = glued(rnd, KINDS[kind], 700, secrets)
+    expected = FULL.redact(text).text
+    for value in secrets:
+        assert value not in _MARKER.sub(" ", expected)  # the reference masks them: no secret gets through
+    assert BY_RULE.redact(text).text == expected
+    for i in range(len(text) + 1):
+        window = BY_RULE.window()
+        assert window.push(text[:i]) + window.push(text[i:]) + window.flush() == expected, i
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("seed", range(3))
+def test_each_cut_of_a_long_run_is_where_the_full_searches_put_it(kind: str, seed: int) -> None:
+    rnd = random.Random(f"{kind}{seed}")
+    text = glued(rnd, KINDS[kind], 4096, rnd.sample(SECRETS, 4))
+    for end in range(1500, len(text), 97):
+        for low in (end - 1024, end - 300, end - 40):
+            assert tail_start(BY_RULE.spec, text, low, end) == tail_start(FULL.spec, text, low, end), (end, low)
+            q = tail_start(FULL.spec, text, low, end)
+            if q >= 0:
+                assert (keep_start(BY_RULE.spec, text, 0, q, low, end)
+                        == keep_start(FULL.spec, text, 0, q, low, end)), (end, low, q)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_runs_past_the_run_limit_of_each_kind_mask_what_the_full_search_masks(kind: str) -> None:
+    rnd = random.Random(kind + "long")
+    secrets = rnd.sample(SECRETS, 8)
+    text = glued(rnd, KINDS[kind], 12_000, secrets)
+    expected = FULL.redact(text).text
+    for value in secrets:
+        assert value not in _MARKER.sub(" ", expected)
+    assert BY_RULE.redact(text).text == expected
+    window = PROFILE.window()  # the default threshold, by reads of 8-character deltas as a relay hands them
+    deltas = [text[i:i + 8] for i in range(0, len(text), 8)]
+    out = [piece for k in range(0, len(deltas), 50) for piece in window.push_together(deltas[k:k + 50])]
+    assert "".join(out) + window.flush() == expected
+
+
+@pytest.mark.parametrize("value", SECRETS)
+def test_a_value_alone_is_masked_as_the_full_search_masks_it(value: str) -> None:
+    """A segment where no gate stops (a card number's digits alone) leaves each gated rule the start."""
+    for segment in (value, value + ";", "x;" + value, value * 2):
+        masked = BY_RULE.mask(segment, {})
+        assert masked == FULL.mask(segment, {}), segment
+    assert value not in BY_RULE.mask(value, {})
+
+
+def test_the_gate_of_each_builtin_rule_lets_every_match_start() -> None:
+    for case in positives():
+        for name, rule in BUILTIN.items():
+            regex = re.compile(rule.pattern)
+            gate = start_gate(regex)
+            if gate is None:
+                continue
+            for m in regex.finditer(case.text):
+                assert m.start() == 0 or gate.match(case.text, m.start() - 1), (name, m.group())
+                assert search(regex, gate, case.text, m.start()) is not None
+
+
+@pytest.mark.parametrize(("pattern", "gated"), [
+    (r"(?<![A-Za-z0-9])ACME-[0-9]{6}", True),
+    (r"(?<![0-9a-z])\+[0-9]+|(?<![a-z])0[0-9]+", True),  # every way has one: what all exclude (a-z)
+    (r"(?<![0-9])\+[0-9]+|(?<![a-z])0[0-9]+", False),  # they exclude nothing in common: no gate
+    (r"(?<![0-9])\+[0-9]+|0[0-9]+", False),  # a way without: a match may start anywhere
+    (r"(?<!ab)x", False),  # two characters back: not a one-character test
+    (r"\b(?<![a-z])x", True),  # zero-width items before it leave the start where it is
+    (r"(?i)(?<![k])x", True),
+])
+def test_a_gate_needs_a_one_character_lookbehind_in_every_way_to_match(pattern: str, gated: bool) -> None:
+    assert (start_gate(re.compile(pattern)) is not None) is gated
+
+
+def test_a_case_insensitive_lookbehind_excludes_both_cases_and_stops_at_the_kelvin_sign() -> None:
+    gate = start_gate(re.compile(r"(?i)(?<![k])x"))
+    assert gate is not None
+    assert gate.match("k") is None and gate.match("K") is None
+    assert gate.match("\u212a") is not None  # KELVIN SIGN: the gate may stop where the lookbehind would not
+    regex = re.compile(r"(?i)(?<![k])x")
+    for text in ("kx", "Kx", "\u212ax", "ax", "x", "kxax"):
+        found, full = search(regex, gate, text, 0), regex.search(text)
+        assert (found and found.span()) == (full and full.span()), text
+
+
+GATED = [r"(?<![a-z])[0-9]+", r"(?<![a-z])x?y[0-9]", r"(?<![a-z0-9])x*", r"(?i)(?<![k])(?:ab|c+d)",
+         r"(?<![a-z])\+[0-9]|(?<![a-z0-9])(?:0[0-9]|[(][0-9])", r"\b(?<![.])[a-z]+@[a-z]+(?=\.)"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(GATED), st.text(alphabet="ab xy0+9.(@kK\u212a", max_size=40), st.booleans())
+def test_a_search_by_the_gate_finds_what_a_plain_search_finds(pattern: str, text: str, first: bool) -> None:
+    regex = re.compile(pattern)
+    gate = start_gate(regex, first)
+    assert gate is not None
+    for pos in range(len(text) + 1):
+        for end in (len(text), max(pos, len(text) - 3)):
+            found, plain = search(regex, gate, text, pos, end), regex.search(text, pos, end)
+            assert (found and found.span()) == (plain and plain.span()), (pos, end)
+
+
+def test_a_two_character_gate_needs_the_first_character_of_every_way_to_match() -> None:
+    assert start_gate(re.compile(r"(?<![a-z])x?y"), True).pattern.endswith(r"[xy\x80-\U0010ffff]")  # type: ignore[union-attr]
+    for pattern in (r"(?<![a-z])x*", r"(?<![a-z])(?:x|)"):  # may be empty: the one-character gate
+        assert start_gate(re.compile(pattern), True) == start_gate(re.compile(pattern))
