@@ -100,9 +100,7 @@ class ScanSpec:
             if prefix is not None:
                 prefixes.append(prefix)
             hint = given if given is not None else literal_hint(pattern)
-            bound = hint_by[i] if i < len(hint_by) and given is not None else 0
-            by_rule.append(RuleScan.build(hint, bound, detect_source(pattern, g),
-                                          f"(?:{whole})\\Z" if whole is not None and bound else None))
+            by_rule.append(_rule_scan(pattern, given, hint, whole, hint_by[i] if i < len(hint_by) else 0, g))
             if hint is not None:
                 hints.append(hint)
             else:
@@ -179,3 +177,12 @@ def _tails(given: list[str | None], wholes: list[str | None], hint_by: Sequence[
 
 def _at_end(prefixes: list[str]) -> re.Pattern[str] | None:
     return re.compile("(?:" + "|".join(prefixes) + r")\Z") if prefixes else None
+
+
+def _rule_scan(pattern: re.Pattern[str], given: str | None, hint: str | None, whole: str | None, hint_by: int,
+               gaps: str) -> RuleScan:
+    """One rule's own scan (`ScanSpec.by_rule`): its hint, its detect form and, where its given hint
+    has a bound, the prefix form `tail_start` searches near the end."""
+    bound = hint_by if given is not None else 0
+    near = f"(?:{whole})\\Z" if whole is not None and bound else None
+    return RuleScan.build(hint, bound, detect_source(pattern, gaps), near)
