@@ -8,6 +8,7 @@ request longer than that; the backend bounds the whole operation as well.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -41,6 +42,18 @@ class RedisLink:
             await self.client.ping(target_nodes=RedisCluster.PRIMARIES)
         else:
             await self.client.ping()
+
+    async def load_scripts(self, sources: tuple[str, ...]) -> None:
+        """Each script into the script cache (in a cluster: of every primary). A promoted replica or a
+        restarted node has none, and the first EVALSHA of every operation would pay NOSCRIPT, a load
+        and a retry: three round trips inside the request's deadline instead of one."""
+        for source in sources:
+            await self.client.script_load(source)
+
+    async def warm(self, connections: int) -> None:
+        """Open up to `connections` connections (to every primary, in a cluster) by pinging on that many at
+        once, so the first burst of requests after a reset does not each pay a TCP connect and handshake."""
+        await asyncio.gather(*(self.ping() for _ in range(connections)))
 
     async def reset(self) -> None:
         """Drop every pooled connection (dead after a restart or failover): the next command reconnects,

@@ -15,7 +15,8 @@ from redis.crc import key_slot
 
 from gateway.config.types import CacheConfig, StateConfig
 from gateway.state.base import create_backend
-from gateway.state.keys import rate_key
+from gateway.state.keys import cache_redis_key, rate_key, spend_key
+from gateway.state.redis import SEED_CHUNK
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
@@ -37,6 +38,7 @@ Make = Callable[..., GatewayServer]
 # Budgets wide enough that a test machine's CPU contention never flips a replica to local counting where
 # a test counts shared admissions exactly; the budget itself is test_state_degraded.py's.
 SHARED_MS, FAILOVER_MS = 1000, 200
+NOW = 1_700_000_000.0
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +142,52 @@ async def test_a_burst_beyond_the_connection_cap_waits_for_nothing_and_stays_sha
     finally:
         await backend.close()
     assert modes == [] and all(decision.allowed for decision, _ in results)
+
+
+async def test_operations_waiting_on_redis_go_local_once_one_operation_fails(cluster: RedisClusterNodes) -> None:
+    """The circuit: once an operation finds Redis failing, those already waiting on it go local at once
+    instead of each waiting out `state.timeout_ms` (here far longer than the test may take). The limit
+    slot's primary holds writes (CLIENT PAUSE WRITE: EVALSHA waits, GET answers); a cache read then fails
+    at once (a key of the wrong type) and opens the circuit."""
+    modes: list[bool] = []
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=60_000)
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    wrong = redis.RedisCluster(host="127.0.0.1", port=cluster.servers[0].port)
+    wrong.hset(cache_redis_key("wrong-type"), "field", "value")  # GET of a hash: WRONGTYPE, at once
+    holder = redis.Redis(port=cluster.primary_of(key_slot(rate_key("held", "rpm", 0).encode())).port)
+    try:
+        await backend.check_request("held", 10, None, 0, NOW)  # connected, scripts loaded
+        holder.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+        waiting = asyncio.ensure_future(backend.check_request("held", 10, None, 0, NOW))
+        done, _ = await asyncio.wait({waiting}, timeout=0.5)
+        assert not done, "the check waits on the paused primary"
+        assert await backend.cache_get("wrong-type") is None  # fails, served locally: a miss
+        decision, reservation = await asyncio.wait_for(waiting, 20)  # old code: 60 s, then local
+        assert decision.allowed and reservation is None and modes == [True]
+    finally:
+        holder.execute_command("CLIENT", "UNPAUSE")
+        wrong.delete(cache_redis_key("wrong-type"))
+        await backend.close()
+
+
+async def test_budget_seeding_through_a_cluster_pipeline(cluster: RedisClusterNodes) -> None:
+    """`seed_spend` pipelines one script per counter, chunked, over every slot's primary: each counter is
+    raised to the ledger's figure (never lowered), the period's marker set; on an empty script cache too."""
+    for primary in cluster.primaries():
+        redis.Redis(port=primary.port).script_flush()  # as on a new cluster: the pipeline must load it
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=SHARED_MS)
+    backend = create_backend(state, CacheConfig(), lambda _reason: None)
+    ledger = {f"seed-{i}": round(0.01 * (i + 1), 2) for i in range(SEED_CHUNK + 150)}  # two chunks
+    try:
+        assert not await backend.spend_seeded("day", NOW)
+        await backend.seed_spend("day", NOW, ledger)
+        assert await backend.spend_seeded("day", NOW)
+        await backend.add_spend("seed-0", "day", 1.0, NOW)  # spent since: seeding again keeps it
+        await backend.seed_spend("day", NOW, {"seed-0": 0.5, "seed-1": 5.0})
+        spent = {k: await backend.spend(k, "day", NOW) for k in ledger}
+    finally:
+        await backend.close()
+    slots = {key_slot(spend_key(k, "day", NOW).encode()) for k in ledger}
+    assert {cluster.primary_of(s).port for s in slots} == {p.port for p in cluster.primaries()}
+    expected = {**ledger, "seed-0": 1.01, "seed-1": 5.0}
+    assert spent == pytest.approx(expected), "raised to the ledger's figure, never lowered"
