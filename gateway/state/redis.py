@@ -167,6 +167,7 @@ class RedisBackend:
             try:
                 async with asyncio.timeout(max(self._deadline_s, 0.5)):
                     await self._link.ping()
+                async with asyncio.timeout(max(self._deadline_s * 4, 1.0)):  # several round trips
                     await self._link.load_scripts(self._scripts)
                     await self._link.warm(WARM_CONNECTIONS)
                 await self._flush_unsynced()
