@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 import orjson
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config.types import CacheConfig, StateConfig
 from gateway.state import lua
@@ -55,7 +55,10 @@ T = TypeVar("T")
 
 RATE_TTL_S = 180  # a bucket is read as "current" then "previous": two minutes, plus clock-skew slack
 SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 63 * 86_400}
-_FAILURES = (RedisError, OSError, TimeoutError)
+# redis-py's cluster errors that are not RedisErrors (no node reachable, a slot no primary serves during
+# a failover) count as Redis being away too: raised past the backend, they failed the request or ended
+# the recovery probe for good
+_FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
 SEED_CHUNK = 500  # counters seeded per pipelined round trip
 MAX_PROBE_INTERVAL_S = 1.0  # the recovery probe backs off to this
 # connections opened before switching back: the operations a process has in flight at once under load;
@@ -168,8 +171,7 @@ class RedisBackend:
                 async with asyncio.timeout(max(self._deadline_s, 0.5)):
                     await self._link.ping()
                 async with asyncio.timeout(max(self._deadline_s * 4, 1.0)):  # several round trips
-                    await self._link.load_scripts(self._scripts)
-                    await self._link.warm(WARM_CONNECTIONS)
+                    await self._link.prepare(self._scripts, WARM_CONNECTIONS)
                 await self._flush_unsynced()
             except _FAILURES:
                 continue
@@ -302,7 +304,7 @@ class RedisBackend:
         # A pipeline does not load a missing script (redis-py's cluster pipeline raises NOSCRIPT): a new
         # or failed-over cluster has none, so load it on every primary first.
         async with asyncio.timeout(self._deadline_s * 4):
-            await self._link.load_scripts((lua.SEED_SPEND,))
+            await self._link.prepare((lua.SEED_SPEND,), 1)
         for start in range(0, len(items), SEED_CHUNK):
             async with asyncio.timeout(self._deadline_s * 4):
                 async with self._redis.pipeline(transaction=False) as pipe:
@@ -391,6 +393,13 @@ class RedisBackend:
             self._enter_degraded(reason_of(exc))
             return False
         return True
+
+    async def warm(self) -> None:
+        try:
+            async with asyncio.timeout(max(self._deadline_s * 4, 1.0)):  # several round trips, at start
+                await self._link.prepare(self._scripts, WARM_CONNECTIONS)
+        except _FAILURES as exc:
+            self._enter_degraded(reason_of(exc))  # the probe takes over, as after any failure
 
     async def close(self) -> None:
         for task in list(self._owner_writes.values()):

@@ -43,16 +43,13 @@ class RedisLink:
         else:
             await self.client.ping()
 
-    async def load_scripts(self, sources: tuple[str, ...]) -> None:
-        """Each script into the script cache (in a cluster: of every primary). A promoted replica or a
-        restarted node has none, and the first EVALSHA of every operation would pay NOSCRIPT, a load
-        and a retry: three round trips inside the request's deadline instead of one."""
-        for source in sources:
+    async def prepare(self, scripts: tuple[str, ...], connections: int) -> None:
+        """Ready for a burst of operations: every script in the script cache (in a cluster: of every
+        primary), since a promoted replica or a restarted node has none and each operation's EVALSHA would
+        pay NOSCRIPT, a load and a retry within its deadline; and `connections` connections open (to every
+        primary), pinged on at once, so the burst does not open one each."""
+        for source in scripts:
             await self.client.script_load(source)
-
-    async def warm(self, connections: int) -> None:
-        """Open up to `connections` connections (to every primary, in a cluster) by pinging on that many at
-        once, so the first burst of requests after a reset does not each pay a TCP connect and handshake."""
         await asyncio.gather(*(self.ping() for _ in range(connections)))
 
     async def reset(self) -> None:

@@ -5,8 +5,10 @@ cost no request (docs/scale-out.md)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,12 +16,14 @@ import redis
 from redis.crc import key_slot
 
 from gateway.config.types import CacheConfig, StateConfig
+from gateway.state import lua
 from gateway.state.base import create_backend
 from gateway.state.keys import cache_redis_key, rate_key, spend_key
-from gateway.state.redis import SEED_CHUNK
+from gateway.state.redis import SEED_CHUNK, WARM_CONNECTIONS
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
+from tests.redis_server import free_port
 from tests.redis_topologies import RedisClusterNodes
 from tests.scaleout_load import (
     LOAD_KEY,
@@ -41,6 +45,7 @@ Make = Callable[..., GatewayServer]
 # a test counts shared admissions exactly; the budget itself is test_state_degraded.py's.
 SHARED_MS, FAILOVER_MS = 1000, 200
 NOW = 1_700_000_000.0
+SCRIPTS = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND)
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +201,45 @@ async def test_budget_seeding_through_a_cluster_pipeline(cluster: RedisClusterNo
     assert {cluster.primary_of(s).port for s in slots} == {p.port for p in cluster.primaries()}
     expected = {**ledger, "seed-0": 1.01, "seed-1": 5.0}
     assert spent == pytest.approx(expected), "raised to the ledger's figure, never lowered"
+
+
+async def test_warm_connects_to_every_primary_before_the_first_request(cluster: RedisClusterNodes) -> None:
+    """At start (`App.start`), before any request: every script loaded on every primary and a pool of
+    connections open to each, so the first burst of requests does not open them all within its deadline
+    (it overran it and started the replica degraded); an unreachable Redis starts degraded, at once."""
+    for primary in cluster.primaries():
+        redis.Redis(port=primary.port).script_flush()
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=SHARED_MS)
+    modes: list[bool] = []
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        await backend.warm()
+        for primary in cluster.primaries():
+            node = redis.Redis(port=primary.port)
+            assert node.script_exists(*(script_sha(s) for s in SCRIPTS)) == [True] * len(SCRIPTS)
+            assert int(node.info("clients")["connected_clients"]) > WARM_CONNECTIONS
+    finally:
+        await backend.close()
+    nowhere = replace(state, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    unreachable = create_backend(nowhere, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        await unreachable.warm()  # never raises (redis-py raised RedisClusterUnreachableError through)
+        assert modes == [True] and (await unreachable.check_request("w", 10, None, 0, NOW))[0].allowed
+    finally:
+        await unreachable.close()
+
+
+async def test_a_cluster_no_node_of_which_answers_is_redis_away_not_an_error() -> None:
+    """redis-py's cluster errors are not all RedisErrors: one that reached the request failed it."""
+    modes: list[bool] = []
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        decision, _ = await backend.check_request("nowhere", 10, None, 0, NOW)
+        assert decision.allowed and modes == [True] and not await backend.healthy()
+    finally:
+        await backend.close()
+
+
+def script_sha(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()
