@@ -109,13 +109,14 @@ class RedisBackend:
         return self._reason is not None
 
     async def _run(self, remote: Callable[[], Awaitable[T]], local: Callable[[], Awaitable[T]],
-                   *, cut_short: bool = True) -> T:
+                   *, cut_short: bool = True, within_s: float | None = None) -> T:
         """Run `remote` against Redis; on failure or while degraded, run `local` instead. `cut_short`:
-        the wait ends as soon as another operation finds Redis away (False for additive writes)."""
+        the wait ends as soon as another operation finds Redis away (False for additive writes).
+        `within_s`: what is left of the request's deadline (default: all of it)."""
         reason = self._reason
         if reason is None:
             try:
-                async with asyncio.timeout(self._deadline_s) as deadline:
+                async with asyncio.timeout(self._deadline_s if within_s is None else within_s) as deadline:
                     return await self._remote_within(deadline, remote, cut_short)
             except _FAILURES as exc:
                 reason = self._reason or reason_of(exc)  # cut short: the reason the circuit opened on
@@ -303,7 +304,7 @@ class RedisBackend:
         items = list(ledger.items())
         # A pipeline does not load a missing script (redis-py's cluster pipeline raises NOSCRIPT): a new
         # or failed-over cluster has none, so load it on every primary first.
-        async with asyncio.timeout(self._deadline_s * 4):
+        async with asyncio.timeout(max(self._deadline_s * 4, 1.0)):
             await self._link.prepare((lua.SEED_SPEND,), 1)
         for start in range(0, len(items), SEED_CHUNK):
             async with asyncio.timeout(self._deadline_s * 4):
@@ -368,6 +369,8 @@ class RedisBackend:
         await self._run(remote, local)
 
     async def response_owner(self, response_id: str) -> ResponseOwner | None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         pending = self._owner_writes.get(response_id)
         if pending is not None:  # written from this replica a moment ago: read it after the write
             with contextlib.suppress(Exception):
@@ -379,7 +382,8 @@ class RedisBackend:
         async def local() -> ResponseOwner | None:
             return await self._local.response_owner(response_id)
 
-        return await self._run(remote, local)
+        # One deadline for the wait on the write and the read: the request waits `state.timeout_ms` at most
+        return await self._run(remote, local, within_s=self._deadline_s - (loop.time() - started))
 
     # -- lifecycle -----------------------------------------------------------------------------
 
