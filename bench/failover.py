@@ -98,12 +98,6 @@ class Topology:
             assert self.sentinels is not None
             self.sentinels.wait_failover(old)
 
-    def servers(self) -> list[RedisServer]:
-        if self.cluster is not None:
-            return self.cluster.servers
-        assert self.sentinels is not None and self.sentinels.replica is not None
-        return [self.sentinels.primary, self.sentinels.replica]
-
     @staticmethod
     def _slot() -> int:
         return key_slot(rate_key(KEY_NAME, "rpm", 0).encode())
