@@ -90,6 +90,7 @@ class RedisBackend:
         self._add_spend = self._redis.register_script(lua.ADD_SPEND)
         self._seed = self._redis.register_script(lua.SEED_SPEND)
         self._deadline_s = op_timeout_s
+        self._probe_budget_s = max(op_timeout_s * 4, 1.0)  # the probe's and the warm-up's, per step
         self._probe_interval_s = probe_interval_s
         self._on_degraded = on_degraded
         self._on_mode = on_mode
@@ -169,9 +170,12 @@ class RedisBackend:
             await asyncio.sleep(delay)  # a timer between probes, not synchronisation
             delay = min(delay * 2, self._probe_interval_s)
             try:
-                async with asyncio.timeout(max(self._deadline_s, 0.5)):
+                # After the reset a ping re-reads the cluster's slots and connects to every primary first:
+                # several round trips, each slower on a busy host; a budget of one request's deadline
+                # failed attempt after attempt there, each costing a backoff (no request waits on these)
+                async with asyncio.timeout(self._probe_budget_s):
                     await self._link.ping()
-                async with asyncio.timeout(max(self._deadline_s * 4, 1.0)):  # several round trips
+                async with asyncio.timeout(self._probe_budget_s):
                     await self._link.prepare(self._scripts, WARM_CONNECTIONS)
                 await self._flush_unsynced()
             except _FAILURES:
@@ -304,7 +308,7 @@ class RedisBackend:
         items = list(ledger.items())
         # A pipeline does not load a missing script (redis-py's cluster pipeline raises NOSCRIPT): a new
         # or failed-over cluster has none, so load it on every primary first.
-        async with asyncio.timeout(max(self._deadline_s * 4, 1.0)):
+        async with asyncio.timeout(self._probe_budget_s):
             await self._link.prepare((lua.SEED_SPEND,), 1)
         for start in range(0, len(items), SEED_CHUNK):
             async with asyncio.timeout(self._deadline_s * 4):
@@ -400,7 +404,7 @@ class RedisBackend:
 
     async def warm(self) -> None:
         try:
-            async with asyncio.timeout(max(self._deadline_s * 4, 1.0)):  # several round trips, at start
+            async with asyncio.timeout(self._probe_budget_s):  # several round trips, at start
                 await self._link.prepare(self._scripts, WARM_CONNECTIONS)
         except _FAILURES as exc:
             self._enter_degraded(reason_of(exc))  # the probe takes over, as after any failure
