@@ -104,6 +104,7 @@ class App:
         self._state = create_backend(self.config.state, self.config.cache,
                                     on_degraded=lambda reason: metrics.state_degraded_op(),
                                     on_mode=metrics.state_mode)
+        await self._state.warm()  # bounded: connected before the first burst (docs/scale-out.md)
         if self.control is not None:
             try:
                 await self.control.start()

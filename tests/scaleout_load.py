@@ -3,21 +3,23 @@ SDK, and a small streaming load that records every answer while Redis fails over
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import openai
 
 from gateway.config import parse_config
 from gateway.config.types import Config
-from tests.harness import GatewayServer
+from tests.harness import GatewayServer, LoopThread
 
 PATH = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
 LOAD_KEY = {"name": "load", "key": "key-load", "rpm": 100_000}  # limited, so every request touches Redis
+STREAMS = 50  # concurrent streams over both replicas while Redis fails over (docs/scale-out.md)
 
 
 def config(upstream_url: str, state: dict[str, Any], keys: list[dict[str, Any]]) -> Config:
@@ -70,42 +72,60 @@ def degraded(gw: GatewayServer) -> bool:
     return gw.sample("llm_gateway_state_degraded") == 1
 
 
+def served_locally(gws: list[GatewayServer]) -> float:
+    """State operations the replicas served locally so far (`llm_gateway_state_degraded_total`)."""
+    return sum(g.sample("llm_gateway_state_degraded_total") for g in gws)
+
+
 class StreamLoad:
     """`streams` clients streaming through the replicas in turn until stopped; every outcome is kept
-    (a status code, or the exception's name when the connection itself failed)."""
+    (a status code, or the exception's name when the connection itself failed).
+
+    The clients are the SDK's async client, all on one event loop of their own thread: one thread
+    sharing the interpreter with the servers' loop, where a thread per client (50 of them) had the
+    servers' loop wait for the GIL after each system call, slower than any `state.timeout_ms`."""
 
     def __init__(self, gws: list[GatewayServer], streams: int = 10) -> None:
-        self._gws, self._stop = gws, threading.Event()
+        self._gws, self._streams = gws, streams
+        self._stop = threading.Event()
         self.outcomes: list[int | str] = []
         self.timings: list[tuple[float, float]] = []  # (start, seconds to the last byte), for the report
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(streams)]
+        self._loop = LoopThread()
+        self._done: Future[list[None]] | None = None
 
     def __enter__(self) -> StreamLoad:
-        for t in self._threads:
-            t.start()
+        self._done = asyncio.run_coroutine_threadsafe(self._all(), self._loop.loop)
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
-        for t in self._threads:
-            t.join(30)
+        try:
+            if self._done is not None:
+                self._done.result(30)
+        finally:
+            self._loop.stop()
 
-    def _client(self, i: int) -> None:
-        client = sdk(self._gws[i % len(self._gws)], str(LOAD_KEY["key"]))
-        n = 0
-        while not self._stop.is_set():
-            n += 1
-            started = time.monotonic()
-            outcome = self._one(client, f"load {i}.{n}")  # distinct prompts: no cache hits
-            self._record(outcome, (started, time.monotonic() - started))
+    async def _all(self) -> list[None]:
+        return await asyncio.gather(*(self._client(i) for i in range(self._streams)))
+
+    async def _client(self, i: int) -> None:
+        gw = self._gws[i % len(self._gws)]
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=str(LOAD_KEY["key"]), max_retries=0,
+                                      timeout=20) as client:
+            n = 0
+            while not self._stop.is_set():
+                n += 1
+                started = time.monotonic()
+                outcome = await self._one(client, f"load {i}.{n}")  # distinct prompts: no cache hits
+                self._record(outcome, (started, time.monotonic() - started))
 
     @staticmethod
-    def _one(client: openai.OpenAI, prompt: str) -> int | str:
+    async def _one(client: openai.AsyncOpenAI, prompt: str) -> int | str:
         try:
-            stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}],
-                                                    stream=True)
-            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": prompt}], stream=True)
+            text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
             return 200 if text else "empty"
         except openai.APIStatusError as exc:
             return exc.status_code

@@ -117,6 +117,11 @@ class StateBackend(Protocol):
         """For /readyz: False while the shared store is unreachable."""
         ...
 
+    async def warm(self) -> None:
+        """Before the first request (bounded, never raises): connect, so the first burst of requests does
+        not open every connection at once within its deadline; an unreachable store starts degraded."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -186,6 +186,9 @@ class MemoryBackend:
     async def healthy(self) -> bool:
         return True
 
+    async def warm(self) -> None:
+        return None  # nothing to connect to
+
     async def close(self) -> None:
         self._windows.clear()
         self._cache.clear()

@@ -7,10 +7,17 @@ stalled or failing-over Redis never holds a request for longer (docs/scale-out.m
 Outage: the first failing operation switches the backend to *degraded*: one warning is logged,
 `on_mode(True)` is called, and until Redis answers again every operation runs against an embedded
 MemoryBackend: rpm and tpm at this process's share of each limit (limit / (replicas x workers)), budgets
-from the last spend Redis gave plus this process's own spend since, the cache this process's own. `on_degraded(reason)`
-is called each time an operation falls back. A background task probes Redis with backoff; the first
-answer flushes the spend recorded meanwhile into Redis and switches back (`on_mode(False)`, one log line),
-so requests never pay for probing.
+from the last spend Redis gave plus this process's own spend since, the cache this process's own.
+`on_degraded(reason)` is called each time an operation falls back. A background task probes Redis with
+backoff; the first answer loads the scripts (a promoted replica has none), opens a few connections,
+flushes the spend recorded meanwhile into Redis and switches back (`on_mode(False)`, one log line), so
+requests never pay for probing.
+
+The switch is a circuit: once one operation failed, the operations already waiting on Redis stop waiting
+too (their deadlines are moved to now) and go local, so a failover costs each request at most one
+`state.timeout_ms`, and only the requests in flight when it began (docs/scale-out.md, While Redis is away).
+Writes that add to a total (spend) are left to finish or time out: cut short after Redis applied them,
+they would be counted again on recovery.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 import orjson
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config.types import CacheConfig, StateConfig
 from gateway.state import lua
@@ -48,9 +55,15 @@ T = TypeVar("T")
 
 RATE_TTL_S = 180  # a bucket is read as "current" then "previous": two minutes, plus clock-skew slack
 SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 63 * 86_400}
-_FAILURES = (RedisError, OSError, TimeoutError)
+# redis-py's cluster errors that are not RedisErrors (no node reachable, a slot no primary serves during
+# a failover) count as Redis being away too: raised past the backend, they failed the request or ended
+# the recovery probe for good
+_FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
 SEED_CHUNK = 500  # counters seeded per pipelined round trip
 MAX_PROBE_INTERVAL_S = 1.0  # the recovery probe backs off to this
+# connections opened before switching back: the operations a process has in flight at once under load;
+# without them the first burst after recovery opens one each, overruns the deadline and degrades again
+WARM_CONNECTIONS = 16
 
 
 class RedisBackend:
@@ -71,11 +84,13 @@ class RedisBackend:
         state = state or StateConfig(backend="redis", redis_url=url)
         self._link = connect(state, op_timeout_s, max_connections)
         self._redis = self._link.client
+        self._scripts = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND)
         self._check = self._redis.register_script(lua.CHECK_REQUEST)
         self._settle = self._redis.register_script(lua.SETTLE_TOKENS)
         self._add_spend = self._redis.register_script(lua.ADD_SPEND)
         self._seed = self._redis.register_script(lua.SEED_SPEND)
         self._deadline_s = op_timeout_s
+        self._probe_budget_s = max(op_timeout_s * 4, 1.0)  # the probe's and the warm-up's, per step
         self._probe_interval_s = probe_interval_s
         self._on_degraded = on_degraded
         self._on_mode = on_mode
@@ -88,28 +103,43 @@ class RedisBackend:
         self._unsynced: dict[str, tuple[float, int]] = {}
         self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
         self._owner_writes: dict[str, asyncio.Task[None]] = {}  # response id -> its write in flight
+        self._waiting: set[asyncio.Timeout] = set()  # deadlines of operations waiting on Redis now
 
     @property
     def degraded(self) -> bool:
         return self._reason is not None
 
-    async def _run(self, remote: Callable[[], Awaitable[T]], local: Callable[[], Awaitable[T]]) -> T:
-        """Run `remote` against Redis; on failure or while degraded, run `local` instead."""
+    async def _run(self, remote: Callable[[], Awaitable[T]], local: Callable[[], Awaitable[T]],
+                   *, cut_short: bool = True, within_s: float | None = None) -> T:
+        """Run `remote` against Redis; on failure or while degraded, run `local` instead. `cut_short`:
+        the wait ends as soon as another operation finds Redis away (False for additive writes).
+        `within_s`: what is left of the request's deadline (default: all of it)."""
         reason = self._reason
         if reason is None:
             try:
-                async with asyncio.timeout(self._deadline_s):
-                    return await remote()
+                async with asyncio.timeout(self._deadline_s if within_s is None else within_s) as deadline:
+                    return await self._remote_within(deadline, remote, cut_short)
             except _FAILURES as exc:
-                reason = reason_of(exc)
+                reason = self._reason or reason_of(exc)  # cut short: the reason the circuit opened on
                 self._enter_degraded(reason)
         self._on_degraded(reason)
         return await local()
+
+    async def _remote_within(self, deadline: asyncio.Timeout, remote: Callable[[], Awaitable[T]],
+                             cut_short: bool) -> T:
+        if not cut_short:
+            return await remote()
+        self._waiting.add(deadline)
+        try:
+            return await remote()
+        finally:
+            self._waiting.discard(deadline)
 
     def _enter_degraded(self, reason: str) -> None:
         if self._reason is not None:
             return
         self._reason = reason
+        self._release_waiting()
         _log().warning(
             "state_backend_degraded",
             reason=reason,
@@ -118,6 +148,15 @@ class RedisBackend:
         )
         self._on_mode(True)
         self._probe = asyncio.get_running_loop().create_task(self._probe_until_recovered())
+
+    def _release_waiting(self) -> None:
+        """Redis is known away: every operation still waiting on it times out now and goes local, instead
+        of each paying its full `state.timeout_ms` (a stalled node, a slot whose primary died)."""
+        now = asyncio.get_running_loop().time()
+        for deadline in self._waiting:
+            if not deadline.expired():
+                deadline.reschedule(now)
+        self._waiting.clear()
 
     async def _probe_until_recovered(self) -> None:
         # Backoff from a short first wait: a failover is over in seconds, and an outage costs one
@@ -131,8 +170,13 @@ class RedisBackend:
             await asyncio.sleep(delay)  # a timer between probes, not synchronisation
             delay = min(delay * 2, self._probe_interval_s)
             try:
-                async with asyncio.timeout(max(self._deadline_s, 0.5)):
+                # After the reset a ping re-reads the cluster's slots and connects to every primary first:
+                # several round trips, each slower on a busy host; a budget of one request's deadline
+                # failed attempt after attempt there, each costing a backoff (no request waits on these)
+                async with asyncio.timeout(self._probe_budget_s):
                     await self._link.ping()
+                async with asyncio.timeout(self._probe_budget_s):
+                    await self._link.prepare(self._scripts, WARM_CONNECTIONS)
                 await self._flush_unsynced()
             except _FAILURES:
                 continue
@@ -219,7 +263,7 @@ class RedisBackend:
         async def local() -> None:
             self._hold_unsynced(rkey, usd, SPEND_TTL_S[period])
 
-        await self._run(remote, local)
+        await self._run(remote, local, cut_short=False)  # applied then cut, it would be added twice
 
     async def spend(self, key: str, period: Period, now: float) -> float:
         rkey = spend_key(key, period, now)
@@ -262,6 +306,10 @@ class RedisBackend:
         Raises what Redis raises: the caller tries again later."""
         ttl = SPEND_TTL_S[period]
         items = list(ledger.items())
+        # A pipeline does not load a missing script (redis-py's cluster pipeline raises NOSCRIPT): a new
+        # or failed-over cluster has none, so load it on every primary first.
+        async with asyncio.timeout(self._probe_budget_s):
+            await self._link.prepare((lua.SEED_SPEND,), 1)
         for start in range(0, len(items), SEED_CHUNK):
             async with asyncio.timeout(self._deadline_s * 4):
                 async with self._redis.pipeline(transaction=False) as pipe:
@@ -325,6 +373,8 @@ class RedisBackend:
         await self._run(remote, local)
 
     async def response_owner(self, response_id: str) -> ResponseOwner | None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         pending = self._owner_writes.get(response_id)
         if pending is not None:  # written from this replica a moment ago: read it after the write
             with contextlib.suppress(Exception):
@@ -336,7 +386,8 @@ class RedisBackend:
         async def local() -> ResponseOwner | None:
             return await self._local.response_owner(response_id)
 
-        return await self._run(remote, local)
+        # One deadline for the wait on the write and the read: the request waits `state.timeout_ms` at most
+        return await self._run(remote, local, within_s=self._deadline_s - (loop.time() - started))
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -350,6 +401,13 @@ class RedisBackend:
             self._enter_degraded(reason_of(exc))
             return False
         return True
+
+    async def warm(self) -> None:
+        try:
+            async with asyncio.timeout(self._probe_budget_s):  # several round trips, at start
+                await self._link.prepare(self._scripts, WARM_CONNECTIONS)
+        except _FAILURES as exc:
+            self._enter_degraded(reason_of(exc))  # the probe takes over, as after any failure
 
     async def close(self) -> None:
         for task in list(self._owner_writes.values()):

@@ -8,6 +8,7 @@ request longer than that; the backend bounds the whole operation as well.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -41,6 +42,15 @@ class RedisLink:
             await self.client.ping(target_nodes=RedisCluster.PRIMARIES)
         else:
             await self.client.ping()
+
+    async def prepare(self, scripts: tuple[str, ...], connections: int) -> None:
+        """Ready for a burst of operations: every script in the script cache (in a cluster: of every
+        primary), since a promoted replica or a restarted node has none and each operation's EVALSHA would
+        pay NOSCRIPT, a load and a retry within its deadline; and `connections` connections open (to every
+        primary), pinged on at once, so the burst does not open one each."""
+        for source in scripts:
+            await self.client.script_load(source)
+        await asyncio.gather(*(self.ping() for _ in range(connections)))
 
     async def reset(self) -> None:
         """Drop every pooled connection (dead after a restart or failover): the next command reconnects,

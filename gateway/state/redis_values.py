@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterUnreachableError, SlotNotCoveredError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.state.base import LimitDecision, ResponseOwner
@@ -29,7 +30,7 @@ def reason_of(exc: BaseException) -> str:
     """A small fixed vocabulary, fit for a metric label."""
     if isinstance(exc, TimeoutError | RedisTimeoutError):
         return "timeout"
-    if isinstance(exc, RedisConnectionError | OSError):
+    if isinstance(exc, RedisConnectionError | OSError | RedisClusterUnreachableError | SlotNotCoveredError):
         return "unreachable"
     return "error"
 

@@ -5,8 +5,10 @@ cost no request (docs/scale-out.md)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,15 +16,19 @@ import redis
 from redis.crc import key_slot
 
 from gateway.config.types import CacheConfig, StateConfig
+from gateway.state import lua
 from gateway.state.base import create_backend
-from gateway.state.keys import rate_key
+from gateway.state.keys import cache_redis_key, rate_key, spend_key
+from gateway.state.redis import SEED_CHUNK, WARM_CONNECTIONS
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
+from tests.redis_server import free_port
 from tests.redis_topologies import RedisClusterNodes
 from tests.scaleout_load import (
     LOAD_KEY,
     PATH,
+    STREAMS,
     StreamLoad,
     alternate,
     config,
@@ -30,6 +36,7 @@ from tests.scaleout_load import (
     error_code,
     poll,
     sdk,
+    served_locally,
     status_of,
 )
 
@@ -37,6 +44,8 @@ Make = Callable[..., GatewayServer]
 # Budgets wide enough that a test machine's CPU contention never flips a replica to local counting where
 # a test counts shared admissions exactly; the budget itself is test_state_degraded.py's.
 SHARED_MS, FAILOVER_MS = 1000, 200
+NOW = 1_700_000_000.0
+SCRIPTS = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +90,7 @@ def test_a_slot_migrating_under_load_loses_no_request(
     slot = key_slot(rate_key(str(LOAD_KEY["name"]), "rpm", 0).encode())
     source = cluster.primary_of(slot)
     dest = next(s for s in cluster.primaries() if s is not source)
-    with StreamLoad(gws) as load:
+    with StreamLoad(gws, STREAMS) as load:
         load.wait_for_more(20)
         cluster.migrate_slot(slot, dest)
         load.wait_for_more(20)
@@ -103,17 +112,21 @@ def test_killing_the_primary_of_the_limit_slot_under_load(upstream: FakeUpstream
         gws = replicas(make_gateway, upstream, cluster.url, keys, timeout_ms=FAILOVER_MS)
         upstream.defaults[PATH] = text_stream(["a ", "stream"])
         slot = key_slot(rate_key(str(LOAD_KEY["name"]), "rpm", 0).encode())
-        with StreamLoad(gws) as load:
+        with StreamLoad(gws, STREAMS) as load:
+            load.wait_for_more(20)  # the warm-up, not in the figure printed below
+            # a busy machine can hold a replica past a deadline and flip it local for a moment: shared first
+            poll(lambda: not any(degraded(g) for g in gws), "shared counting before the kill")
             started = time.monotonic()
             load.wait_for_more(20)
             victim = cluster.primary_of(slot)
-            killed = time.monotonic()
+            killed, local_before = time.monotonic(), served_locally(gws)
             cluster.kill(victim)
             poll(lambda: all(degraded(g) for g in gws), "both replicas to count locally")
             cluster.wait_failover(slot, victim)
             promoted = time.monotonic()
             restored = poll(lambda: not any(degraded(g) for g in gws), "shared counting to resume")
             assert restored - promoted <= 5.0
+            assert served_locally(gws) > local_before, "the limits were counted locally during the gap"
             load.wait_for_more(20)
             victim.start()  # the lost node comes back (its nodes.conf kept) and rejoins as a replica
             cluster.wait_rejoined(victim)
@@ -140,3 +153,94 @@ async def test_a_burst_beyond_the_connection_cap_waits_for_nothing_and_stays_sha
     finally:
         await backend.close()
     assert modes == [] and all(decision.allowed for decision, _ in results)
+
+
+async def test_operations_waiting_on_redis_go_local_once_one_operation_fails(cluster: RedisClusterNodes) -> None:
+    """The circuit: once an operation finds Redis failing, those already waiting on it go local at once
+    instead of each waiting out `state.timeout_ms` (here far longer than the test may take). The limit
+    slot's primary holds writes (CLIENT PAUSE WRITE: EVALSHA waits, GET answers); a cache read then fails
+    at once (a key of the wrong type) and opens the circuit."""
+    modes: list[bool] = []
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=60_000)
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    wrong = redis.RedisCluster(host="127.0.0.1", port=cluster.servers[0].port)
+    wrong.hset(cache_redis_key("wrong-type"), "field", "value")  # GET of a hash: WRONGTYPE, at once
+    holder = redis.Redis(port=cluster.primary_of(key_slot(rate_key("held", "rpm", 0).encode())).port)
+    try:
+        await backend.check_request("held", 10, None, 0, NOW)  # connected, scripts loaded
+        holder.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+        waiting = asyncio.ensure_future(backend.check_request("held", 10, None, 0, NOW))
+        done, _ = await asyncio.wait({waiting}, timeout=0.5)
+        assert not done, "the check waits on the paused primary"
+        assert await backend.cache_get("wrong-type") is None  # fails, served locally: a miss
+        decision, reservation = await asyncio.wait_for(waiting, 20)  # old code: 60 s, then local
+        assert decision.allowed and reservation is None and modes == [True]
+    finally:
+        holder.execute_command("CLIENT", "UNPAUSE")
+        wrong.delete(cache_redis_key("wrong-type"))
+        await backend.close()
+
+
+async def test_budget_seeding_through_a_cluster_pipeline(cluster: RedisClusterNodes) -> None:
+    """`seed_spend` pipelines one script per counter, chunked, over every slot's primary: each counter is
+    raised to the ledger's figure (never lowered), the period's marker set; on an empty script cache too."""
+    for primary in cluster.primaries():
+        redis.Redis(port=primary.port).script_flush()  # as on a new cluster: the pipeline must load it
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=SHARED_MS)
+    backend = create_backend(state, CacheConfig(), lambda _reason: None)
+    ledger = {f"seed-{i}": round(0.01 * (i + 1), 2) for i in range(SEED_CHUNK + 150)}  # two chunks
+    try:
+        assert not await backend.spend_seeded("day", NOW)
+        await backend.seed_spend("day", NOW, ledger)
+        assert await backend.spend_seeded("day", NOW)
+        await backend.add_spend("seed-0", "day", 1.0, NOW)  # spent since: seeding again keeps it
+        await backend.seed_spend("day", NOW, {"seed-0": 0.5, "seed-1": 5.0})
+        spent = {k: await backend.spend(k, "day", NOW) for k in ledger}
+    finally:
+        await backend.close()
+    slots = {key_slot(spend_key(k, "day", NOW).encode()) for k in ledger}
+    assert {cluster.primary_of(s).port for s in slots} == {p.port for p in cluster.primaries()}
+    expected = {**ledger, "seed-0": 1.01, "seed-1": 5.0}
+    assert spent == pytest.approx(expected), "raised to the ledger's figure, never lowered"
+
+
+async def test_warm_connects_to_every_primary_before_the_first_request(cluster: RedisClusterNodes) -> None:
+    """At start (`App.start`), before any request: every script loaded on every primary and a pool of
+    connections open to each, so the first burst of requests does not open them all within its deadline
+    (it overran it and started the replica degraded); an unreachable Redis starts degraded, at once."""
+    for primary in cluster.primaries():
+        redis.Redis(port=primary.port).script_flush()
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=SHARED_MS)
+    modes: list[bool] = []
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        await backend.warm()
+        for primary in cluster.primaries():
+            node = redis.Redis(port=primary.port)
+            assert node.script_exists(*(script_sha(s) for s in SCRIPTS)) == [True] * len(SCRIPTS)
+            assert int(node.info("clients")["connected_clients"]) > WARM_CONNECTIONS
+    finally:
+        await backend.close()
+    nowhere = replace(state, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    unreachable = create_backend(nowhere, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        await unreachable.warm()  # never raises (redis-py raised RedisClusterUnreachableError through)
+        assert modes == [True] and (await unreachable.check_request("w", 10, None, 0, NOW))[0].allowed
+    finally:
+        await unreachable.close()
+
+
+async def test_a_cluster_no_node_of_which_answers_is_redis_away_not_an_error() -> None:
+    """redis-py's cluster errors are not all RedisErrors: one that reached the request failed it."""
+    modes: list[bool] = []
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
+    try:
+        decision, _ = await backend.check_request("nowhere", 10, None, 0, NOW)
+        assert decision.allowed and modes == [True] and not await backend.healthy()
+    finally:
+        await backend.close()
+
+
+def script_sha(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()
