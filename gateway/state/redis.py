@@ -1,23 +1,15 @@
 """Shared state in Redis, so every replica enforces one key's limits and budget together.
 
 Each operation is one Lua script (or one command), hence atomic across replicas; in a Redis Cluster each
-touches one hash slot (keys.py). Every operation has a hard deadline (`state.timeout_ms`), so a dead,
-stalled or failing-over Redis never holds a request for longer (docs/scale-out.md).
+touches one hash slot (keys.py). Every operation has a hard deadline (`state.timeout_ms`).
 
-Outage: the first failing operation switches the backend to *degraded*: one warning is logged,
-`on_mode(True)` is called, and until Redis answers again every operation runs against an embedded
-MemoryBackend: rpm and tpm at this process's share of each limit (limit / (replicas x workers)), budgets
-from the last spend Redis gave plus this process's own spend since, the cache this process's own.
-`on_degraded(reason)` is called each time an operation falls back. A background task probes Redis with
-backoff; the first answer loads the scripts (a promoted replica has none), opens a few connections,
-flushes the spend recorded meanwhile into Redis and switches back (`on_mode(False)`, one log line), so
-requests never pay for probing.
-
-The switch is a circuit: once one operation failed, the operations already waiting on Redis stop waiting
-too (their deadlines are moved to now) and go local, so a failover costs each request at most one
-`state.timeout_ms`, and only the requests in flight when it began (docs/scale-out.md, While Redis is away).
-Writes that add to a total (spend) are left to finish or time out: cut short after Redis applied them,
-they would be counted again on recovery.
+The backend is a circuit (docs/scale-out.md, While Redis is away): the first failing operation opens it
+(one warning, `on_mode(True)`), the operations already waiting on Redis stop waiting, and until a
+background probe finds Redis answering again (it loads the scripts a promoted replica lacks, opens a
+few connections and flushes the spend held meanwhile) every operation runs on an embedded MemoryBackend:
+rpm and tpm at this process's share of each limit, budgets from Redis's last figure plus this process's
+own spend since, the cache this process's own. `on_degraded(reason)` is called at each fallback. Writes
+that add to a total (spend) are never cut short: cut after Redis applied them, they would count twice.
 """
 
 from __future__ import annotations
@@ -45,6 +37,7 @@ from gateway.state.base import (
 from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, seeded_key, spend_key
 from gateway.state.memory import MemoryBackend
 from gateway.state.redis_client import connect
+from gateway.state.redis_seed import seed_counters
 from gateway.state.redis_values import local_share, owner_of, reason_of, refusal
 from gateway.state.redis_values import log as _log
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of, previous_weight
@@ -59,7 +52,6 @@ SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 63 * 86_400}
 # a failover) count as Redis being away too: raised past the backend, they failed the request or ended
 # the recovery probe for good
 _FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
-SEED_CHUNK = 500  # counters seeded per pipelined round trip
 MAX_PROBE_INTERVAL_S = 1.0  # the recovery probe backs off to this
 # connections opened before switching back: the operations a process has in flight at once under load;
 # without them the first burst after recovery opens one each, overruns the deadline and degrades again
@@ -302,22 +294,8 @@ class RedisBackend:
         return await self._run(remote, local)
 
     async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
-        """Each counter raised to the ledger's figure (`lua.SEED_SPEND`), then the period's marker set.
-        Raises what Redis raises: the caller tries again later."""
-        ttl = SPEND_TTL_S[period]
-        items = list(ledger.items())
-        # A pipeline does not load a missing script (redis-py's cluster pipeline raises NOSCRIPT): a new
-        # or failed-over cluster has none, so load it on every primary first.
-        async with asyncio.timeout(self._probe_budget_s):
-            await self._link.prepare((lua.SEED_SPEND,), 1)
-        for start in range(0, len(items), SEED_CHUNK):
-            async with asyncio.timeout(self._deadline_s * 4):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for key, usd in items[start:start + SEED_CHUNK]:
-                        await self._seed(keys=[spend_key(key, period, now)], args=[repr(usd), ttl], client=pipe)
-                    await pipe.execute()
-        async with asyncio.timeout(self._deadline_s):
-            await self._redis.set(seeded_key(period, now), b"1", ex=ttl)
+        await seed_counters(self._link, self._seed, period, now, ledger, SPEND_TTL_S[period], self._deadline_s,
+                            self._probe_budget_s)
 
     # -- cache ---------------------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ from gateway.config.types import CacheConfig, StateConfig
 from gateway.state import lua
 from gateway.state.base import create_backend
 from gateway.state.keys import cache_redis_key, rate_key, spend_key
-from gateway.state.redis import SEED_CHUNK, WARM_CONNECTIONS
+from gateway.state.redis import WARM_CONNECTIONS
+from gateway.state.redis_seed import SEED_CHUNK
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
