@@ -207,7 +207,6 @@ def record_upstream_ttft(rt: Runtime, ctx: RequestContext, won: Won, first_token
         ctx.rec.upstream_first_token(ctx.model.name, d, seconds)
         routing = ctx.model.routing
         if routing == "latency" or routing == "cost":  # learned where routing reads it (docs/routing.md)
-            now = rt.mono()
-            average = rt.latency.observe(ctx.api, d.label, seconds, now)
-            if rt.latency.publish_due(ctx.api, d.label, now):
+            average = rt.latency.observe(ctx.api, d.label, seconds, rt.mono())
+            if average is not None:  # at most once a second per deployment and API
                 ctx.rec.deployment_ttft(ctx.model.name, d, ctx.api, average)

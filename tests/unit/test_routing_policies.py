@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.config.types import Deployment, Price
-from gateway.core.policy.latency import LatencyBook
+from gateway.core.policy.latency import PUBLISH_EVERY_S, RERANK_S, LatencyBook
 from gateway.core.policy.routing import RouteTable, Routing, Signals, plan_order, route
 from gateway.core.policy.tiers import ROUTING_POLICIES
 
@@ -255,10 +255,47 @@ def test_cost_prices_the_requests_estimated_tokens_and_breaks_ties_by_latency() 
 
 
 def test_the_learned_average_is_published_at_most_once_a_second() -> None:
-    from gateway.core.policy.latency import PUBLISH_EVERY_S, LatencyBook
-
     book = LatencyBook()
-    assert book.publish_due("chat", "p/a", 100.0)
-    assert not book.publish_due("chat", "p/a", 100.0 + PUBLISH_EVERY_S / 2)
-    assert book.publish_due("chat", "p/b", 100.0 + PUBLISH_EVERY_S / 2)  # each deployment on its own
-    assert book.publish_due("chat", "p/a", 100.0 + PUBLISH_EVERY_S)
+    assert book.observe("chat", "p/a", 0.1, 100.0) == 0.1  # the new average, due for its gauge
+    assert book.observe("chat", "p/a", 0.3, 100.0 + PUBLISH_EVERY_S / 2) is None  # learned, not published
+    assert abs((book.average("chat", "p/a") or 0) - 0.2) < 0.001  # (decayed by half a second)
+    assert book.observe("chat", "p/b", 0.5, 100.0 + PUBLISH_EVERY_S / 2) == 0.5  # each deployment on its own
+    assert book.observe("chat", "p/a", 0.2, 100.0 + PUBLISH_EVERY_S) == book.average("chat", "p/a")
+
+
+# -- the ranking a request reads (latency.TierView) --------------------------------------------------
+
+
+def test_a_sample_reranks_the_tier_only_once_RERANK_S_has_passed() -> None:
+    """Routing follows a sample at most RERANK_S late, so a busy tier is not ranked on every request:
+    until then requests read the ranking made before it; after it, the new one."""
+    book, deps = LatencyBook(), (dep("a"), dep("b"))
+    for d in deps:
+        book.observe(API, d.label, 0.05, 0.0)
+    table, rand = RouteTable.of(deps), random.Random(4).random
+
+    def firsts(now: float) -> set[int]:
+        return {route(deps, table, "latency", Signals({}, rand, book, API, now))[0] for _ in range(40)}
+
+    assert firsts(1.0) == {0, 1}  # within the margin: shared
+    book.observe(API, deps[0].label, 5.0, 1.0)  # `a` became far slower
+    assert firsts(1.0 + RERANK_S / 2) == {0, 1}  # the ranking made at 1.0 still holds
+    assert firsts(1.0 + RERANK_S) == {1}  # made again: `a` is beyond the margin now
+    assert route(deps, table, "latency", Signals({}, rand, book, API, 1.0 + RERANK_S))[1] == 0  # a fallback
+
+
+def test_without_a_sample_the_ranking_is_kept_and_with_one_it_is_made_again() -> None:
+    book = LatencyBook()
+    book.observe(API, "a", 0.05, 0.0)
+    book.observe(API, "b", 0.40, 0.0)
+    view = book.view(API, ("a", "b"))
+    ranking = view.ranking(1.0)
+    assert (ranking.near, ranking.rest) == ((0,), (1,))
+    assert view.ranking(1.0 + 10 * RERANK_S) is ranking  # nothing new: not made again, however long
+    for _ in range(20):  # `b` as fast as `a` now
+        book.observe(API, "b", 0.05, 2.0)
+    again = view.ranking(2.0)  # the last was made 1 s ago: at once
+    assert again is not ranking and (again.near, again.rest) == ((0, 1), ())
+    book.observe(API, "a", 5.0, 2.0)
+    assert view.ranking(2.0 + RERANK_S / 2) is again  # made less than RERANK_S ago: kept
+    assert view.ranking(2.0 + RERANK_S).near == (1,)

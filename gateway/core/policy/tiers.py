@@ -10,27 +10,30 @@ never choose a fallback-only or last-resort deployment).
 - latency: the lowest learned upstream TTFT wins; those within `LATENCY_MARGIN` (10%) or
   `LATENCY_MARGIN_S` (20 ms) of it share the load as `balanced` does; slower ones follow, fastest first,
   and deployments with no data last. While nothing is known the whole tier is shared. A deployment due a
-  probe (`latency.LatencyBook.claim_probe`) goes first, once.
+  probe (`latency.LatencyBook.claim_probe`) goes first, once. The ranking is the book's
+  (`latency.TierView.ranking`, made again at most every 0.25 s after a sample), so a request only shares
+  the near-fastest out.
 - cost: the lowest price for the request's estimated tokens first, equal prices by learned latency.
 
 Everything is a pure function of its inputs and the `rand` draws, so a seeded source gives the same order.
 The per-request work is a handful of float operations per deployment of a tier; no policy allocates more
-than the small lists it returns.
+than the small lists it returns (and `latency`, between samples, not even the ranking).
 """
 
 from __future__ import annotations
 
-import math
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gateway.core.policy.latency import LatencyBook
+from gateway.core.policy.latency import LATENCY_MARGIN, LATENCY_MARGIN_S, LatencyBook, Ranking
+
+__all__ = ["LATENCY_MARGIN", "LATENCY_MARGIN_S", "ROUTING_POLICIES", "RouteTable", "Routing", "Signals",
+           "order_tier"]
 
 Routing = Literal["ordered", "balanced", "weighted", "latency", "cost"]
 ROUTING_POLICIES: tuple[Routing, ...] = ("ordered", "balanced", "weighted", "latency", "cost")
-LATENCY_MARGIN = 0.10
-LATENCY_MARGIN_S = 0.020
 DEFAULT_OUTPUT_TOKENS = 1000  # `cost` without the request's max_tokens
 
 
@@ -98,7 +101,7 @@ def _no_draw() -> float:
 TierOrder = tuple[list[int], list[int]]
 
 
-def order_tier(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], routing: Routing,
+def order_tier(deployments: Sequence[Routable], tier: Sequence[int], labels: tuple[str, ...], routing: Routing,
                sig: Signals, first_tier: bool) -> TierOrder:
     """One tier's deployments (indexes into `deployments`, `labels` theirs) in the order `routing` tries
     them."""
@@ -116,10 +119,23 @@ def order_tier(deployments: Sequence[Routable], tier: Sequence[int], labels: Seq
 
 
 def _balanced(deployments: Sequence[Routable], indexes: Sequence[int], sig: Signals) -> list[int]:
-    # One draw per deployment breaks ties; sort is stable, so equal draws keep config order.
-    inflight, rand = sig.inflight, sig.rand
-    keys = {i: (inflight.get(deployments[i].label, 0), rand()) for i in indexes}
-    return sorted(indexes, key=keys.__getitem__)
+    return _share(indexes, [deployments[i].label for i in indexes], range(len(indexes)), sig)
+
+
+def _share(indexes: Sequence[int], labels: Sequence[str], positions: Sequence[int], sig: Signals) -> list[int]:
+    """`indexes[k]` for each `k` of `positions`, least in flight first (by `labels[k]`), ties at random.
+    One draw per deployment, halved and added to its in-flight count: a count is a whole number and a half
+    draw below 0.5, so the sums order by count first, and equal counts by the draws; equal sums (equal
+    draws) keep the order of `positions`."""
+    get, rand = sig.inflight.get, sig.rand
+    keys: list[float] = []
+    out: list[int] = []
+    for k in positions:  # an insertion sort: a tier has a few deployments
+        key = get(labels[k], 0) + 0.5 * rand()
+        j = bisect_right(keys, key)
+        keys.insert(j, key)
+        out.insert(j, indexes[k])
+    return out
 
 
 def _weighted(deployments: Sequence[Routable], tier: Sequence[int], rand: Callable[[], float]) -> TierOrder:
@@ -134,36 +150,30 @@ def _weighted(deployments: Sequence[Routable], tier: Sequence[int], rand: Callab
     return drawn + [i for i in tier if i not in keys], drawn
 
 
-def _latency(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], sig: Signals,
+def _latency(deployments: Sequence[Routable], tier: Sequence[int], labels: tuple[str, ...], sig: Signals,
              first_tier: bool) -> TierOrder:
-    assert sig.book is not None
+    book = sig.book
+    assert book is not None
+    view = book.view(sig.api, labels)
+    ranking = view.ranking(sig.now)
     # probes stay in the first tier: a later one gets no traffic while this one serves
-    averages, due = sig.book.read(sig.api, labels, sig.now, first_tier)
-    lead = [tier[due]] if due >= 0 else []
-    best = min(averages)
-    if best == math.inf:  # nothing known yet: shared
-        shared = _balanced(deployments, [i for k, i in enumerate(tier) if k != due], sig)
-        return lead + shared, shared
-    limit = best + max(best * LATENCY_MARGIN, LATENCY_MARGIN_S)
-    near: list[int] = []
-    rest: list[int] = []
-    for k, i in enumerate(tier):
-        if k != due:
-            (near if averages[k] <= limit else rest).append(i)
-    if len(near) > 1:
-        near = _balanced(deployments, near, sig)
-    if len(rest) > 1:
-        position = dict(zip(tier, averages, strict=True))
-        rest.sort(key=position.__getitem__)
-    order = near + rest if rest else near[:]
-    if lead:
-        order[:0] = lead
-    return order, near
+    due = book.claim_probe(view, sig.now) if first_tier and sig.now >= view.due_at else -1
+    if due >= 0:
+        return _with_probe(tier, labels, ranking, due, sig)
+    near, rest = ranking.near, ranking.rest
+    firsts = _share(tier, labels, near, sig) if len(near) > 1 else [tier[near[0]]]
+    return (firsts + [tier[k] for k in rest] if rest else firsts[:]), firsts
+
+
+def _with_probe(tier: Sequence[int], labels: Sequence[str], ranking: Ranking, due: int, sig: Signals) -> TierOrder:
+    """The tier with the deployment at `due` first, for its probe; the others as ranked."""
+    firsts = _share(tier, labels, [k for k in ranking.near if k != due], sig)
+    return [tier[due], *firsts, *(tier[k] for k in ranking.rest if k != due)], firsts
 
 
 def _cost(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], sig: Signals) -> TierOrder:
     book = sig.book
-    latencies = book.read(sig.api, labels, sig.now, False)[0] if book is not None else [0.0] * len(tier)
+    latencies = book.read(sig.api, labels) if book is not None else [0.0] * len(tier)
     keys: dict[int, tuple[float, float]] = {}
     for k, i in enumerate(tier):
         price = deployments[i].price
