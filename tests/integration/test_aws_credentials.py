@@ -5,8 +5,6 @@ checked by recomputing it (tests/fake_aws.verify_sigv4)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,18 +18,8 @@ from tests.fake_aws import FakeContainerCredentials, FakeSts, KeyPair, verify_si
 
 URL = "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-x%3A0/invoke"
 BODY = b'{"messages": []}'
-
-
-@pytest.fixture(autouse=True)
-def aws_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Nothing of the machine's own AWS setup: no keys, empty shared files, no instance metadata."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    yield tmp_path
+# every test: nothing of the machine's own AWS setup (tests/integration/conftest.py)
+pytestmark = pytest.mark.usefixtures("aws_env")
 
 
 def provider(**aws: str) -> ProviderConfig:
