@@ -5,11 +5,9 @@ Also the scripted IdP, and `aws_env`: an AWS environment with nothing of the mac
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from tests.fake_idp import FakeIdp
@@ -23,19 +21,12 @@ def postgres() -> Iterator[PostgresServer]:
         yield pg
 
 
-def new_database(pg: PostgresServer) -> str:
-    """The URL of a new, empty database on `pg`."""
-    db = f"t{time.monotonic_ns()}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")  # type: ignore[arg-type]  # a name of digits
-    return pg.url.rsplit("/", 1)[0] + "/" + db
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/gateway.db"
-    return new_database(request.getfixturevalue("postgres"))
+    pg: PostgresServer = request.getfixturevalue("postgres")
+    return pg.new_database()
 
 
 @pytest.fixture

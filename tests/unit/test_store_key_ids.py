@@ -5,11 +5,9 @@ was created, a revoked predecessor's keep none), and the spend budgets start fro
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from gateway.config.types import ApiKey
@@ -31,10 +29,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/s.db"
     pg: PostgresServer = request.getfixturevalue("postgres")
-    db = f"t{time.monotonic_ns()}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")  # type: ignore[arg-type]  # a name of digits
-    return pg.url.rsplit("/", 1)[0] + "/" + db
+    return pg.new_database()
 
 
 def _row(row_id: str, key: str, ts: float, key_id: str | None = None, cost: float = 1.0) -> SpendRow:
