@@ -1,6 +1,5 @@
-"""Fixtures of the integration tests that run once per store engine: a PostgreSQL server per module, and
-a store URL per test (a SQLite file, or a new database on that server). A module may define its own.
-Also the scripted IdP, and `aws_env`: an AWS environment with nothing of the machine's own in it."""
+"""Fixtures of the integration tests: the scripted IdP, and `aws_env`, an AWS environment with nothing of
+the machine's own in it. The store fixtures (`postgres`, `store_url`) are tests/conftest.py's."""
 
 from __future__ import annotations
 
@@ -12,21 +11,6 @@ import pytest
 
 from tests.fake_idp import FakeIdp
 from tests.harness import LoopThread
-from tests.postgres_server import PostgresServer
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as pg:
-        yield pg
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/gateway.db"
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    return pg.new_database()
 
 
 @pytest.fixture
