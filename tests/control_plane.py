@@ -1,5 +1,5 @@
 """Helpers of the control-plane tests: a gateway config with a store and an admin key, the admin API over
-plain HTTP, and a gateway process of its own (`gateway serve --config`)."""
+plain HTTP, and a gateway process of its own (`gateway serve --config`), alone or as replicas."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +97,24 @@ class GatewayProcess:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+
+@contextmanager
+def running(*gws: GatewayProcess) -> Iterator[None]:
+    """The processes started in order; on leaving, every one stopped (a graceful stop commits what it
+    holds), also when a start failed or the body raised."""
+    try:
+        for gw in gws:
+            gw.start()
+        yield
+    finally:
+        for gw in gws:
+            gw.stop()
+
+
+@contextmanager
+def two_replicas(tmp: Path, raw: dict[str, Any]) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
+    """Two gateway processes, `a` and `b`, with one config: replicas on one store."""
+    a, b = GatewayProcess(tmp, raw, "a"), GatewayProcess(tmp, raw, "b")
+    with running(a, b):
+        yield a, b

@@ -4,6 +4,7 @@ when the tests run as root (postgres refuses root).
 
     with PostgresServer() as pg:
         url = pg.url            # postgresql://gateway@127.0.0.1:<port>/postgres
+        url = pg.new_database() # the URL of a new, empty database on it
         pg.stop(); pg.start()   # down and back on the same port, the data kept
         pg.pause(); pg.resume() # hung (SIGSTOP) and answering again
 
@@ -67,6 +68,13 @@ class PostgresServer:
     @property
     def url(self) -> str:
         return f"postgresql://gateway@127.0.0.1:{self.port}/postgres"
+
+    def new_database(self) -> str:
+        """The URL of a new, empty database on this server: a test's own store on a shared server."""
+        db = f"t{time.monotonic_ns()}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {db}")  # type: ignore[arg-type]  # a name of digits
+        return self.url.rsplit("/", 1)[0] + "/" + db
 
     def start(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

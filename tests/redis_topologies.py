@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import redis
 
@@ -51,7 +52,30 @@ def _myid(client: redis.Redis) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-class RedisClusterNodes:
+class _Topology:
+    """Several processes started as one: `with` starts them all, and closes those already started when
+    one fails to start, so a failed start leaves no process behind."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class RedisClusterNodes(_Topology):
     def __init__(self, nodes: int = 6) -> None:
         self.servers = [
             RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-port", str(free_port()),
@@ -143,18 +167,6 @@ class RedisClusterNodes:
         for server in self.servers:
             server.close()
 
-    def __enter__(self) -> RedisClusterNodes:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
 
 class _SentinelProcess:
     def __init__(self, master_port: int) -> None:
@@ -187,7 +199,7 @@ class _SentinelProcess:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-class RedisSentinels:
+class RedisSentinels(_Topology):
     def __init__(self) -> None:
         self.primary = RedisServer(extra_args=FAST_REPLICATION[:2])
         self.replica: RedisServer | None = None
@@ -244,15 +256,3 @@ class RedisSentinels:
         self.primary.close()
         if self.replica is not None:
             self.replica.close()
-
-    def __enter__(self) -> RedisSentinels:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()

@@ -1,39 +1,16 @@
-"""Fixtures of the integration tests that run once per store engine: a PostgreSQL server per module, and
-a store URL per test (a SQLite file, or a new database on that server). A module may define its own."""
+"""Fixtures of the integration tests: the scripted IdP, and `aws_env`, an AWS environment with nothing of
+the machine's own in it. The store fixtures (`postgres`, `store_url`) are tests/conftest.py's."""
 
 from __future__ import annotations
 
-import time
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from tests.fake_idp import FakeIdp
 from tests.harness import LoopThread
-from tests.postgres_server import PostgresServer
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as pg:
-        yield pg
-
-
-def new_database(pg: PostgresServer) -> str:
-    """The URL of a new, empty database on `pg`."""
-    db = f"t{time.monotonic_ns()}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")  # type: ignore[arg-type]  # a name of digits
-    return pg.url.rsplit("/", 1)[0] + "/" + db
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/gateway.db"
-    return new_database(request.getfixturevalue("postgres"))
 
 
 @pytest.fixture
@@ -43,3 +20,16 @@ def idp(servers: LoopThread) -> Iterator[FakeIdp]:
     servers.run(server.start())
     yield server
     servers.run(server.stop())
+
+
+@pytest.fixture
+def aws_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Nothing of the machine's own AWS setup: no keys, empty shared files, no instance metadata. The
+    folder the shared files would be in (`config`, `credentials`), for a test to write them."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return tmp_path

@@ -5,9 +5,10 @@ checked by recomputing it (tests/fake_aws.verify_sigv4)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -20,18 +21,9 @@ from tests.fake_aws import FakeContainerCredentials, FakeSts, KeyPair, verify_si
 
 URL = "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-x%3A0/invoke"
 BODY = b'{"messages": []}'
-
-
-@pytest.fixture(autouse=True)
-def aws_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Nothing of the machine's own AWS setup: no keys, empty shared files, no instance metadata."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    yield tmp_path
+# every test: nothing of the machine's own AWS setup (tests/integration/conftest.py)
+pytestmark = pytest.mark.usefixtures("aws_env")
+Served = TypeVar("Served", FakeSts, FakeContainerCredentials)
 
 
 def provider(**aws: str) -> ProviderConfig:
@@ -49,18 +41,32 @@ def check(signer: SigV4Signer, keys: dict[str, KeyPair]) -> None:
     assert verify_sigv4("POST", path, signed(signer), BODY, keys, "bedrock", "us-east-1") is None
 
 
-async def started(cfg: ProviderConfig) -> SigV4Signer:
+@asynccontextmanager
+async def signing(cfg: ProviderConfig) -> AsyncIterator[SigV4Signer]:
+    """The provider's signer, started (its credential chain resolved); closed on leaving."""
     signer = SIGNERS["sigv4"](cfg)
     assert isinstance(signer, SigV4Signer)
     await signer.start()
-    return signer
+    try:
+        yield signer
+    finally:
+        await signer.close()
+
+
+@asynccontextmanager
+async def serving(server: Served) -> AsyncIterator[Served]:
+    """A scripted AWS endpoint on loopback for the length of the block."""
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 async def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAENV")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
-    signer = await started(provider())
-    try:
+    async with signing(provider()) as signer:
         assert signer.access_key_id == "AKIAENV"
         check(signer, {"AKIAENV": KeyPair("env-secret")})
         # a wrong secret is told apart: the verification can fail
@@ -70,8 +76,6 @@ async def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         # a body changed after signing is told apart too
         assert verify_sigv4("POST", path, signed(signer), BODY + b" ", {"AKIAENV": KeyPair("env-secret")},
                             "bedrock", "us-east-1") is not None
-    finally:
-        await signer.close()
 
 
 async def test_profile_in_shared_files(aws_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,86 +83,57 @@ async def test_profile_in_shared_files(aws_env: Path, monkeypatch: pytest.Monkey
                                          "[team]\naws_access_key_id = AKIATEAM\naws_secret_access_key = t-secret\n"
                                          "aws_session_token = t-token\n")
     monkeypatch.setenv("AWS_PROFILE", "team")
-    signer = await started(provider())
-    try:
+    async with signing(provider()) as signer:
         assert signer.access_key_id == "AKIATEAM"
         check(signer, {"AKIATEAM": KeyPair("t-secret", "t-token")})
-    finally:
-        await signer.close()
 
 
 async def test_web_identity_through_sts(aws_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sts = FakeSts(web_identity_token="eks-projected-token")
-    await sts.start()
-    try:
+    async with serving(FakeSts(web_identity_token="eks-projected-token")) as sts:
         (aws_env / "token").write_text("eks-projected-token")
         monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(aws_env / "token"))
         monkeypatch.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/gateway")
         monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts.url)
-        signer = await started(provider())
-        try:
+        async with signing(provider()) as signer:
             assert sts.calls == ["AssumeRoleWithWebIdentity"]
             assert signer.access_key_id == "ASIASTS0001"
             check(signer, sts.issuer.issued)
-        finally:
-            await signer.close()
-    finally:
-        await sts.stop()
 
 
 async def test_container_credentials_and_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
     """Credentials that expire within botocore's refresh window are replaced on the next refresh pass,
     in the signer's thread; `sign` uses the new ones from then on."""
-    ctr = FakeContainerCredentials(lifetime_s=120)  # inside the 15-minute advisory window: refreshed each pass
-    await ctr.start()
-    try:
+    # inside the 15-minute advisory window: refreshed each pass
+    async with serving(FakeContainerCredentials(lifetime_s=120)) as ctr:
         monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f"{ctr.url}/v2/credentials")
         monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "container-token")
-        signer = await started(provider())
-        try:
+        async with signing(provider()) as signer:
             first = signer.access_key_id
             assert first is not None and first.startswith("ASIACTR")
             check(signer, ctr.issuer.issued)
             await signer.refresh()
             assert signer.access_key_id not in (None, first)
             check(signer, {signer.access_key_id: ctr.issuer.issued[signer.access_key_id]})  # type: ignore[index]
-        finally:
-            await signer.close()
-    finally:
-        await ctr.stop()
 
 
 async def test_keys_in_config_and_assumed_role(monkeypatch: pytest.MonkeyPatch) -> None:
     source = {"AKIACONFIG": KeyPair("config-secret")}
-    sts = FakeSts(source_keys=source)
-    await sts.start()
-    try:
+    async with serving(FakeSts(source_keys=source)) as sts:
         monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts.url)
-        signer = await started(provider(access_key_id="AKIACONFIG", secret_access_key="config-secret"))
-        try:
+        async with signing(provider(access_key_id="AKIACONFIG", secret_access_key="config-secret")) as signer:
             assert signer.access_key_id == "AKIACONFIG"
             check(signer, source)
-        finally:
-            await signer.close()
-        signer = await started(provider(access_key_id="AKIACONFIG", secret_access_key="config-secret",
-                                        role_arn="arn:aws:iam::123456789012:role/bedrock"))
-        try:
+        async with signing(provider(access_key_id="AKIACONFIG", secret_access_key="config-secret",
+                                    role_arn="arn:aws:iam::123456789012:role/bedrock")) as signer:
             assert sts.calls == ["AssumeRole"]  # signed with the config's keys, verified by the STS
             assert signer.access_key_id == "ASIASTS0001"
             check(signer, sts.issuer.issued)
-        finally:
-            await signer.close()
-    finally:
-        await sts.stop()
 
 
 async def test_no_credentials_is_an_auth_failure_not_a_crash() -> None:
-    signer = await started(provider())
-    try:
+    async with signing(provider()) as signer:
         assert signer.access_key_id is None
         with pytest.raises(UpstreamError) as info:
             signed(signer)
         assert info.value.failure.kind is FailureKind.UPSTREAM_AUTH
         assert "secret" not in info.value.failure.message
-    finally:
-        await signer.close()

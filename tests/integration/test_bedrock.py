@@ -7,7 +7,6 @@ during a stream sign the next request."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -210,18 +209,7 @@ def test_bad_signature_moves_to_the_next_deployment(bedrock: FakeBedrock, gw: Ga
     assert bedrock.rejected == ["InvalidSignatureException"] and bedrock.key_ids == [KEY_ID]
 
 
-@pytest.fixture
-def container_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    yield
-
-
-def test_credentials_refreshed_during_a_stream(servers: LoopThread, container_env: None,
+def test_credentials_refreshed_during_a_stream(servers: LoopThread, aws_env: Path,
                                                monkeypatch: pytest.MonkeyPatch,
                                                make_gateway: Callable[..., GatewayServer]) -> None:
     ctr = FakeContainerCredentials(lifetime_s=120)  # inside botocore's refresh window: every pass renews
@@ -265,7 +253,7 @@ def test_credentials_refreshed_during_a_stream(servers: LoopThread, container_en
         servers.run(ctr.stop())
 
 
-def test_no_credentials_moves_to_the_next_deployment(servers: LoopThread, container_env: None,
+def test_no_credentials_moves_to_the_next_deployment(servers: LoopThread, aws_env: Path,
                                                      bedrock: FakeBedrock,
                                                      make_gateway: Callable[..., GatewayServer]) -> None:
     """A provider whose chain found nothing still starts; its deployments fail as an authentication

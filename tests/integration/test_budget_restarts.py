@@ -10,34 +10,20 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import openai
-import psycopg
 import pytest
 
 from gateway.state.base import seconds_until_reset
-from tests.control_plane import GatewayProcess, admin_call, raw_config
+from tests.control_plane import GatewayProcess, admin_call, raw_config, two_replicas
 from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer
 
 PROMPT = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as pg:
-        yield pg
-
-
-def _database(pg: PostgresServer) -> str:
-    db = f"b{time.monotonic_ns()}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
-    return pg.url.rsplit("/", 1)[0] + "/" + db
 
 
 def _chat(port: int, key: str) -> tuple[int, dict[str, str]]:
@@ -166,7 +152,7 @@ def _a_budget_refusal_is_not_retried(port: int, key: str) -> None:
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 def test_two_workers_with_a_store_serve_and_share_the_budget_across_restarts(
         dialect: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    url = f"sqlite:///{tmp_path}/gw.db" if dialect == "sqlite" else _database(request.getfixturevalue("postgres"))
+    url = f"sqlite:///{tmp_path}/gw.db" if dialect == "sqlite" else request.getfixturevalue("postgres").new_database()
     gw = GatewayProcess(tmp_path, raw_config(url), extra_args=("--workers", "2"))
     gw.start()
     try:
@@ -197,13 +183,10 @@ def test_two_workers_with_a_store_serve_and_share_the_budget_across_restarts(
 
 def test_two_replicas_on_postgres_and_redis_keep_one_budget_through_restarts_and_an_emptied_redis(
         postgres: PostgresServer, tmp_path: Path) -> None:
-    raw = raw_config(_database(postgres))
+    raw = raw_config(postgres.new_database())
     with RedisServer() as redis:
         raw["state"] = {"backend": "redis", "redis_url": redis.url}
-        a, b = GatewayProcess(tmp_path, raw, "a"), GatewayProcess(tmp_path, raw, "b")
-        a.start()
-        b.start()
-        try:
+        with two_replicas(tmp_path, raw) as (a, b):
             cost = _cost_of_one(a.port)
             key = _new_key(a.port, "k", budget_usd=2.5 * cost)
             _until(lambda: _chat(b.port, key)[0] == 200)  # b knows the key (its cache follows the store)
@@ -231,6 +214,3 @@ def test_two_replicas_on_postgres_and_redis_keep_one_budget_through_restarts_and
             assert (_chat(a.port, key)[0], _chat(b.port, key)[0]) == (429, 429)
             assert ledger_figure_everywhere()
             assert _ledger(a.port, "key")["k"] <= 2.5 * cost + 2 * cost
-        finally:
-            a.stop()
-            b.stop()

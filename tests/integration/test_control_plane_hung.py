@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterator
 
 import openai
-import psycopg
 import pytest
 
 from tests.control_plane import admin_call, store_config
@@ -16,13 +15,6 @@ from tests.harness import GatewayServer, LoopThread
 from tests.postgres_server import PostgresServer
 
 WAIT_S = 2.0
-
-
-def _database(pg: PostgresServer) -> str:
-    db = f"t{time.monotonic_ns()}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")  # type: ignore[arg-type]  # a name of digits
-    return pg.url.rsplit("/", 1)[0] + "/" + db
 
 
 @pytest.fixture
@@ -33,7 +25,7 @@ def postgres() -> Iterator[PostgresServer]:
 
 @pytest.fixture
 def gateway(servers: LoopThread, postgres: PostgresServer) -> Iterator[GatewayServer]:
-    gw = GatewayServer(store_config(_database(postgres), ledger_wait_s=WAIT_S))
+    gw = GatewayServer(store_config(postgres.new_database(), ledger_wait_s=WAIT_S))
     servers.run(gw.start())
     yield gw
     servers.run(gw.stop())

@@ -9,7 +9,6 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2 as httpx
@@ -18,22 +17,9 @@ import psycopg
 import pytest
 
 from gateway.store import Store
-from tests.control_plane import ADMIN_KEY, GatewayProcess, admin_call, raw_config, store_config
+from tests.control_plane import ADMIN_KEY, GatewayProcess, admin_call, raw_config, store_config, two_replicas
 from tests.harness import GatewayServer, LoopThread
 from tests.postgres_server import PostgresServer
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as pg:
-        yield pg
-
-
-def _database(pg: PostgresServer) -> str:
-    db = f"t{time.monotonic_ns()}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
-    return pg.url.rsplit("/", 1)[0] + "/" + db
 
 
 def _status(base_url: str, key: str) -> int:
@@ -53,20 +39,13 @@ def _within(deadline_s: float, cond: object) -> float:
 
 def test_a_key_revoked_through_one_gateway_is_refused_by_the_other_within_2s(
         postgres: PostgresServer, tmp_path: Path) -> None:
-    raw = raw_config(_database(postgres), poll_s=0.5)
-    a, b = GatewayProcess(tmp_path, raw, "a"), GatewayProcess(tmp_path, raw, "b")
-    a.start()
-    b.start()
-    try:
+    with two_replicas(tmp_path, raw_config(postgres.new_database(), poll_s=0.5)) as (a, b):
         status, created = admin_call(a.port, "POST", "keys", {"name": "leaked"})
         assert status == 201
         _within(2.0, lambda: _status(b.base_url, created["key"]) == 200)
         assert admin_call(a.port, "DELETE", "keys/leaked")[0] == 200
         took = _within(2.0, lambda: _status(b.base_url, created["key"]) == 401)
         print(f"revocation reached the other gateway in {took * 1000:.0f} ms")
-    finally:
-        a.stop()
-        b.stop()
 
 
 async def _stream(client: httpx.AsyncClient, key: str, rid: str) -> bool:
@@ -133,7 +112,7 @@ def test_kill_9_in_the_middle_of_500_requests_loses_and_doubles_no_ledger_row(
             with sqlite3.connect(db) as conn:
                 return [r[0] for r in conn.execute(_KILLED)]
     else:
-        url = _database(request.getfixturevalue("postgres"))
+        url = request.getfixturevalue("postgres").new_database()
         store = {"ledger_journal": str(journal)} if where.endswith("journal") else {}
 
         def ledger() -> list[str]:
@@ -164,7 +143,7 @@ def test_kill_9_in_the_middle_of_500_requests_loses_and_doubles_no_ledger_row(
 
 
 def test_postgres_stopped_under_load(servers: LoopThread, postgres: PostgresServer) -> None:
-    gw = GatewayServer(store_config(_database(postgres)))
+    gw = GatewayServer(store_config(postgres.new_database()))
     servers.run(gw.start())
     try:
         _, created = admin_call(gw.port, "POST", "keys", {"name": "busy"})
@@ -211,7 +190,7 @@ def test_postgres_stopped_under_load(servers: LoopThread, postgres: PostgresServ
 
 
 def test_replicas_starting_together_apply_each_migration_once(postgres: PostgresServer) -> None:
-    url = _database(postgres)
+    url = postgres.new_database()
 
     async def both() -> list[list[int]]:
         stores = [await Store.open(url) for _ in range(3)]

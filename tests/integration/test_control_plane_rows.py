@@ -19,7 +19,7 @@ import httpx2 as httpx
 import psycopg
 import pytest
 
-from tests.control_plane import GatewayProcess, admin_call, raw_config
+from tests.control_plane import GatewayProcess, admin_call, raw_config, two_replicas
 
 KEY_COLS = ("name", "team", "models", "rpm", "tpm", "budget_usd", "budget_period", "expires_at", "metadata",
             "created_at", "id")
@@ -76,15 +76,8 @@ class Database:
 
 @pytest.fixture
 def replicas(store_url: str, tmp_path: Path) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
-    raw = raw_config(store_url, poll_s=0.5)
-    a, b = GatewayProcess(tmp_path, raw, "a"), GatewayProcess(tmp_path, raw, "b")
-    a.start()
-    b.start()
-    try:
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
+    with two_replicas(tmp_path, raw_config(store_url, poll_s=0.5)) as pair:
+        yield pair
 
 
 def _status(gw: GatewayProcess, key: str) -> int:

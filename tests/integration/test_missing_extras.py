@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import openai
@@ -126,19 +126,8 @@ def test_a_reload_to_a_config_that_needs_a_missing_extra_is_rejected(tmp_path: P
         proc.stop()
 
 
-@pytest.fixture
-def no_aws_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    yield
-
-
 def test_a_deployment_without_credentials_is_named_with_the_fix_in_the_log_only(
-        no_aws_credentials: None, make_gateway: Callable[..., GatewayServer]) -> None:
+        aws_env: Path, make_gateway: Callable[..., GatewayServer]) -> None:
     gw = make_gateway(parse_config({
         "auth": {"keys": [{"name": "k", "key": "gw-extras-key-0001"}]},
         "providers": {"bedrock-us": {"type": "bedrock", "region": "us-east-1", "base_url": "http://127.0.0.1:9"}},

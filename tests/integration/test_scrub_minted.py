@@ -11,7 +11,6 @@ one after it, and Bedrock's count_tokens. The credentials are not shaped like an
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,17 +100,6 @@ class Rig:
     path: Callable[[bool], str]  # the model's path, streamed or not
     secrets: Callable[[], set[str]]  # every credential given out so far: none may show
     signer: str | None = None  # the provider whose signer the test can refresh
-
-
-@pytest.fixture
-def aws_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing of the machine's own AWS setup: no keys, empty shared files, no instance metadata."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 @pytest.fixture

@@ -5,9 +5,7 @@ cost no request (docs/scale-out.md)."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -16,37 +14,37 @@ import redis
 from redis.crc import key_slot
 
 from gateway.config.types import CacheConfig, StateConfig
-from gateway.state import lua
 from gateway.state.base import create_backend
 from gateway.state.keys import cache_redis_key, rate_key, spend_key
 from gateway.state.redis import WARM_CONNECTIONS
 from gateway.state.redis_seed import SEED_CHUNK
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
-from tests.harness import GatewayServer
 from tests.redis_server import free_port
 from tests.redis_topologies import RedisClusterNodes
 from tests.scaleout_load import (
     LOAD_KEY,
     PATH,
+    SCRIPTS,
     STREAMS,
+    Make,
     StreamLoad,
     alternate,
-    config,
+    burst,
     degraded,
     error_code,
+    fail_over_under_load,
     poll,
+    replicas,
+    script_sha,
     sdk,
-    served_locally,
     status_of,
 )
 
-Make = Callable[..., GatewayServer]
 # Budgets wide enough that a test machine's CPU contention never flips a replica to local counting where
 # a test counts shared admissions exactly; the budget itself is test_state_degraded.py's.
 SHARED_MS, FAILOVER_MS = 1000, 200
 NOW = 1_700_000_000.0
-SCRIPTS = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND)
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +53,15 @@ def cluster() -> Iterator[RedisClusterNodes]:
         yield running
 
 
-def replicas(make: Make, upstream: FakeUpstream, url: str, keys: list[dict[str, Any]],
-             **state: Any) -> list[GatewayServer]:
-    return [make(config(upstream.base_url, {"redis_mode": "cluster", "redis_url": url, **state}, keys))
-            for _ in range(2)]
+def on_cluster(url: str, timeout_ms: int) -> dict[str, Any]:
+    return {"redis_mode": "cluster", "redis_url": url, "timeout_ms": timeout_ms}
 
 
 def test_two_replicas_share_rpm_tpm_budget_and_cache_on_a_cluster(
         cluster: RedisClusterNodes, upstream: FakeUpstream, make_gateway: Make) -> None:
     keys = [{"name": "c-rpm", "key": "k-rpm", "rpm": 7}, {"name": "c-tpm", "key": "k-tpm", "tpm": 100},
             {"name": "c-budget", "key": "k-budget", "budget_usd": 0.01}, {"name": "c-cache", "key": "k-cache"}]
-    gws = replicas(make_gateway, upstream, cluster.url, keys, timeout_ms=SHARED_MS)
+    gws = replicas(make_gateway, upstream.base_url, on_cluster(cluster.url, SHARED_MS), keys)
     upstream.defaults[PATH] = completion("ok")  # usage: 18 tokens
     statuses = alternate(gws, "k-rpm", 20)
     assert statuses.count(200) == 7, statuses
@@ -86,7 +82,7 @@ def test_two_replicas_share_rpm_tpm_budget_and_cache_on_a_cluster(
 
 def test_a_slot_migrating_under_load_loses_no_request(
         cluster: RedisClusterNodes, upstream: FakeUpstream, make_gateway: Make) -> None:
-    gws = replicas(make_gateway, upstream, cluster.url, [LOAD_KEY], timeout_ms=SHARED_MS)
+    gws = replicas(make_gateway, upstream.base_url, on_cluster(cluster.url, SHARED_MS), [LOAD_KEY])
     upstream.defaults[PATH] = text_stream(["a ", "stream"])
     slot = key_slot(rate_key(str(LOAD_KEY["name"]), "rpm", 0).encode())
     source = cluster.primary_of(slot)
@@ -110,32 +106,19 @@ def test_killing_the_primary_of_the_limit_slot_under_load(upstream: FakeUpstream
     primary; the lost node replaced under load. A cluster of its own: this one loses a node."""
     with RedisClusterNodes() as cluster:
         keys = [LOAD_KEY, {"name": "after", "key": "k-after", "rpm": 5}]
-        gws = replicas(make_gateway, upstream, cluster.url, keys, timeout_ms=FAILOVER_MS)
+        gws = replicas(make_gateway, upstream.base_url, on_cluster(cluster.url, FAILOVER_MS), keys)
         upstream.defaults[PATH] = text_stream(["a ", "stream"])
         slot = key_slot(rate_key(str(LOAD_KEY["name"]), "rpm", 0).encode())
+        victim = cluster.primary_of(slot)
         with StreamLoad(gws, STREAMS) as load:
-            load.wait_for_more(20)  # the warm-up, not in the figure printed below
-            # a busy machine can hold a replica past a deadline and flip it local for a moment: shared first
-            poll(lambda: not any(degraded(g) for g in gws), "shared counting before the kill")
-            started = time.monotonic()
-            load.wait_for_more(20)
-            victim = cluster.primary_of(slot)
-            killed, local_before = time.monotonic(), served_locally(gws)
-            cluster.kill(victim)
-            poll(lambda: all(degraded(g) for g in gws), "both replicas to count locally")
-            cluster.wait_failover(slot, victim)
-            promoted = time.monotonic()
-            restored = poll(lambda: not any(degraded(g) for g in gws), "shared counting to resume")
-            assert restored - promoted <= 5.0
-            assert served_locally(gws) > local_before, "the limits were counted locally during the gap"
-            load.wait_for_more(20)
+            failover = fail_over_under_load(gws, load, lambda: cluster.kill(victim),
+                                            lambda _: cluster.wait_failover(slot, victim))
             victim.start()  # the lost node comes back (its nodes.conf kept) and rejoins as a replica
             cluster.wait_rejoined(victim)
             # a full sync to the rejoined node may stall its primary for a moment: shared again after it
             poll(lambda: not any(degraded(g) for g in gws), "shared counting with the node back", 10)
             load.wait_for_more(20)
-        print(f"cluster failover: p99 {load.p99_ms(started, killed):.0f} ms before the kill, "
-              f"{load.p99_ms(killed, restored):.0f} ms until shared again ({restored - killed:.1f} s)")
+        failover.report(load, "cluster")
         assert set(load.outcomes) == {200}, [o for o in load.outcomes if o != 200]
         statuses = alternate(gws, "k-after", 8)
         assert statuses.count(200) == 5, "shared again: the replicas enforce one rpm together"
@@ -145,15 +128,9 @@ async def test_a_burst_beyond_the_connection_cap_waits_for_nothing_and_stays_sha
         cluster: RedisClusterNodes) -> None:
     """More operations at once than connections per node: redis-py's cluster client refuses a connection
     over its cap instead of queueing, which must not flip the backend to local counting."""
-    modes: list[bool] = []
     state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=SHARED_MS)
-    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
-    try:
-        results = await asyncio.gather(*(backend.check_request(f"burst-{i % 3}", 10_000, None, 0, 1_700_000_000.0)
-                                         for i in range(300)))
-    finally:
-        await backend.close()
-    assert modes == [] and all(decision.allowed for decision, _ in results)
+    modes, decisions = await burst(state, [f"burst-{i % 3}" for i in range(300)])
+    assert modes == [] and all(decision.allowed for decision in decisions)
 
 
 async def test_operations_waiting_on_redis_go_local_once_one_operation_fails(cluster: RedisClusterNodes) -> None:
@@ -241,7 +218,3 @@ async def test_a_cluster_no_node_of_which_answers_is_redis_away_not_an_error() -
         assert decision.allowed and modes == [True] and not await backend.healthy()
     finally:
         await backend.close()
-
-
-def script_sha(source: str) -> str:
-    return hashlib.sha1(source.encode()).hexdigest()

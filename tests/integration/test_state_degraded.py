@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import openai
@@ -19,11 +19,8 @@ from gateway.config.types import CacheConfig, StateConfig
 from gateway.state.base import create_backend
 from tests.chat_scripts import completion
 from tests.fake_upstream import FakeUpstream
-from tests.harness import GatewayServer
 from tests.redis_server import RedisServer, free_port
-from tests.scaleout_load import PATH, config, degraded, poll, status_of
-
-Make = Callable[..., GatewayServer]
+from tests.scaleout_load import PATH, Make, degraded, poll, replicas, status_of
 
 
 @pytest.fixture
@@ -36,7 +33,7 @@ def test_each_replica_admits_its_share_while_redis_is_down(
         redis_server: RedisServer, upstream: FakeUpstream, make_gateway: Make) -> None:
     keys = [{"name": "shared", "key": "k", "rpm": 6}]
     state = {"redis_url": redis_server.url, "replicas": 2, "timeout_ms": 500}
-    gws = [make_gateway(config(upstream.base_url, state, keys)) for _ in range(2)]
+    gws = replicas(make_gateway, upstream.base_url, state, keys)
     upstream.defaults[PATH] = completion("ok")
     assert status_of(gws[0], "k", "before") == 200 and not degraded(gws[0])
     redis_server.kill()

@@ -5,7 +5,6 @@ is found (docs/scale-out.md)."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,33 +14,32 @@ import redis
 from structlog.testing import capture_logs
 
 from gateway.config.types import CacheConfig, SentinelConfig, StateConfig
-from gateway.state import lua
 from gateway.state.base import create_backend
 from gateway.state.keys import spend_key
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
-from tests.harness import GatewayServer
 from tests.redis_topologies import RedisSentinels
 from tests.scaleout_load import (
     LOAD_KEY,
     PATH,
+    SCRIPTS,
     STREAMS,
+    Make,
     StreamLoad,
     alternate,
-    config,
-    degraded,
+    burst,
     error_code,
+    fail_over_under_load,
     poll,
+    replicas,
+    script_sha,
     sdk,
-    served_locally,
     status_of,
 )
 
-Make = Callable[..., GatewayServer]
 # wide enough that a busy test machine does not flip a replica to local counting where the test counts
 # shared admissions exactly (the budget itself is test_state_degraded.py's)
 FAILOVER_MS = 300
-SCRIPTS = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND)
 
 
 @pytest.fixture
@@ -50,17 +48,16 @@ def sentinels() -> Iterator[RedisSentinels]:
         yield running
 
 
-def replicas(make: Make, upstream: FakeUpstream, sentinels: RedisSentinels, keys: list[dict[str, Any]],
-             **state: Any) -> list[GatewayServer]:
-    where = {"redis_mode": "sentinel", "sentinel": {"master": sentinels.master, "urls": sentinels.urls}}
-    return [make(config(upstream.base_url, {**where, **state}, keys)) for _ in range(2)]
+def through(sentinels: RedisSentinels, timeout_ms: int) -> dict[str, Any]:
+    return {"redis_mode": "sentinel", "sentinel": {"master": sentinels.master, "urls": sentinels.urls},
+            "timeout_ms": timeout_ms}
 
 
 def test_sentinel_replicas_share_then_survive_a_master_failover(
         sentinels: RedisSentinels, upstream: FakeUpstream, make_gateway: Make) -> None:
     keys = [LOAD_KEY, {"name": "s-rpm", "key": "k-rpm", "rpm": 5}, {"name": "s-after", "key": "k-after", "rpm": 5},
             {"name": "s-budget", "key": "k-budget", "budget_usd": 0.01}]
-    gws = replicas(make_gateway, upstream, sentinels, keys, timeout_ms=FAILOVER_MS)
+    gws = replicas(make_gateway, upstream.base_url, through(sentinels, FAILOVER_MS), keys)
     upstream.defaults[PATH] = completion("ok")
     assert alternate(gws, "k-rpm", 8).count(200) == 5
     assert status_of(gws[0], "k-budget") == 200
@@ -73,22 +70,8 @@ def test_sentinel_replicas_share_then_survive_a_master_failover(
 
     upstream.defaults[PATH] = text_stream(["a ", "stream"])
     with capture_logs() as logs, StreamLoad(gws, STREAMS) as load:
-        load.wait_for_more(20)  # the warm-up, not in the figure printed below
-        # a busy machine can hold a replica past a deadline and flip it local for a moment: shared first
-        poll(lambda: not any(degraded(g) for g in gws), "shared counting before the kill")
-        started = time.monotonic()
-        load.wait_for_more(20)
-        killed, local_before = time.monotonic(), served_locally(gws)
-        old = sentinels.kill_master()
-        poll(lambda: all(degraded(g) for g in gws), "both replicas to count locally")
-        sentinels.wait_failover(old)
-        promoted = time.monotonic()
-        restored = poll(lambda: not any(degraded(g) for g in gws), "shared counting to resume")
-        assert restored - promoted <= 5.0
-        assert served_locally(gws) > local_before, "the limits were counted locally during the gap"
-        load.wait_for_more(20)
-    print(f"sentinel failover: p99 {load.p99_ms(started, killed):.0f} ms before the kill, "
-          f"{load.p99_ms(killed, restored):.0f} ms until shared again ({restored - killed:.1f} s)")
+        failover = fail_over_under_load(gws, load, sentinels.kill_master, sentinels.wait_failover)
+    failover.report(load, "sentinel")
     assert set(load.outcomes) == {200}, [o for o in load.outcomes if o != 200]
     events = [e["event"] for e in logs if e["event"].startswith("state_backend_")]
     assert events.count("state_backend_degraded") >= 2 and events.count("state_backend_restored") >= 2, events
@@ -98,16 +81,10 @@ def test_sentinel_replicas_share_then_survive_a_master_failover(
 async def test_a_burst_beyond_the_default_connection_cap_stays_shared(sentinels: RedisSentinels) -> None:
     """redis-py's Sentinel pool refuses a connection over its cap instead of queueing: 300 operations at
     once must not count as Redis being away."""
-    modes: list[bool] = []
     state = StateConfig(backend="redis", redis_mode="sentinel", timeout_ms=2000,
                         sentinel=SentinelConfig(master=sentinels.master, urls=tuple(sentinels.urls)))
-    backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
-    try:
-        results = await asyncio.gather(*(backend.check_request("burst", 10_000, None, 0, 1_700_000_000.0)
-                                         for _ in range(300)))
-    finally:
-        await backend.close()
-    assert modes == [] and all(decision.allowed for decision, _ in results)
+    modes, decisions = await burst(state, ["burst"] * 300)
+    assert modes == [] and all(decision.allowed for decision in decisions)
 
 
 async def test_the_new_master_has_the_scripts_and_the_spend_before_shared_counting_resumes(
@@ -128,14 +105,10 @@ async def test_the_new_master_has_the_scripts_and_the_spend_before_shared_counti
         new = await asyncio.to_thread(sentinels.wait_failover, old)
         await wait_for(lambda: modes == [True, False], "the backend to count in Redis again")
         master = redis.Redis(port=new.port)
-        assert master.script_exists(*(redis_script_sha(s) for s in SCRIPTS)) == [True] * len(SCRIPTS)
+        assert master.script_exists(*(script_sha(s) for s in SCRIPTS)) == [True] * len(SCRIPTS)
         assert float(master.get(spend_key("scripts", "day", now)) or 0) == 0.25
     finally:
         await backend.close()
-
-
-def redis_script_sha(source: str) -> str:
-    return hashlib.sha1(source.encode()).hexdigest()
 
 
 async def wait_for(cond: Callable[[], bool], what: str, within_s: float = 15.0) -> None:

@@ -15,7 +15,7 @@ import httpx2 as httpx
 import psycopg
 import pytest
 
-from tests.control_plane import GatewayProcess, admin_call, raw_config
+from tests.control_plane import GatewayProcess, admin_call, raw_config, running
 from tests.postgres_server import PostgresServer
 
 DB = "gwfailover"
@@ -93,9 +93,7 @@ def test_promoting_the_replica_under_load(primary: PostgresServer, replica: Post
     url = f"postgresql://gateway@127.0.0.1:{replica.port},127.0.0.1:{primary.port}/{DB}"
     a = GatewayProcess(tmp_path, raw_config(url, ledger_journal=str(tmp_path / "journal-a")), "a")
     b = GatewayProcess(tmp_path, raw_config(url, ledger_journal=str(tmp_path / "journal-b")), "b")
-    a.start()
-    b.start()
-    try:
+    with running(a, b):  # b's graceful stop at the end commits what it holds
         status, created = admin_call(b.port, "POST", "keys", {"name": "busy"})
         assert status == 201
         _within(5, lambda: admin_call(a.port, "GET", "keys/busy")[0] == 200, "the key on the other replica")
@@ -113,9 +111,6 @@ def test_promoting_the_replica_under_load(primary: PostgresServer, replica: Post
             _within(20, lambda: len(load_b.received) >= during + 20, "inference after the switchover")
         assert load_b.failures == [], load_b.failures[:5]
         a.start()  # replays its journal into the new primary before serving
-    finally:
-        a.stop()
-        b.stop()  # a graceful stop commits what it holds
     with psycopg.connect(replica.url.rsplit("/", 1)[0] + "/" + DB) as conn:
         rows = [r[0] for r in conn.execute("SELECT request_id FROM gw_spend WHERE request_id LIKE 'a-%' "
                                            "OR request_id LIKE 'b-%'")]

@@ -5,36 +5,11 @@ was created, a revoked predecessor's keep none), and the spend budgets start fro
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
-import psycopg
-import pytest
-
 from gateway.config.types import ApiKey
 from gateway.store import Store
 from gateway.store.db import Tx
 from gateway.store.migrations import MIGRATIONS
 from gateway.store.types import Actor, SpendQuery, SpendRow, StoredKey
-from tests.postgres_server import PostgresServer
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as pg:
-        yield pg
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/s.db"
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    db = f"t{time.monotonic_ns()}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")  # type: ignore[arg-type]  # a name of digits
-    return pg.url.rsplit("/", 1)[0] + "/" + db
 
 
 def _row(row_id: str, key: str, ts: float, key_id: str | None = None, cost: float = 1.0) -> SpendRow:
@@ -65,8 +40,8 @@ async def _version_one(url: str) -> Store:
     return store
 
 
-async def test_a_store_without_key_ids_migrates_and_keeps_each_keys_own_spend(url: str) -> None:
-    store = await _version_one(url)
+async def test_a_store_without_key_ids_migrates_and_keeps_each_keys_own_spend(store_url: str) -> None:
+    store = await _version_one(store_url)
     assert await store.migrate() == [2, 3]
     [alice] = (await store.list_keys())[0]
     assert alice.id == "legacy-alice"
@@ -76,8 +51,8 @@ async def test_a_store_without_key_ids_migrates_and_keeps_each_keys_own_spend(ur
     await store.close()
 
 
-async def test_budgets_start_from_each_keys_own_spend_not_its_names(url: str) -> None:
-    store = await Store.open(url)
+async def test_budgets_start_from_each_keys_own_spend_not_its_names(store_url: str) -> None:
+    store = await Store.open(store_url)
     await store.migrate()
     actor = Actor("ops", 1000.0)
     old = StoredKey("alice", created_at=1000.0, id="k-old")
