@@ -96,6 +96,19 @@ def served_locally(gws: list[GatewayServer]) -> float:
     return sum(g.sample("llm_gateway_state_degraded_total") for g in gws)
 
 
+def admitted_while_shared(gws: list[GatewayServer], keys: Sequence[str], n: int) -> int:
+    """The 200s of `n` requests (`alternate`) under the first of `keys` whose burst ran wholly on shared
+    counting. On a starved host one operation over `state.timeout_ms` sends a replica local for a moment,
+    and a burst that met that says nothing about sharing; a broken sharing still fails every key."""
+    for key in keys:
+        poll(lambda: not any(degraded(g) for g in gws), "shared counting on both replicas")
+        before = served_locally(gws)
+        statuses = alternate(gws, key, n)
+        if served_locally(gws) == before:
+            return statuses.count(200)
+    raise AssertionError(f"every burst ({len(keys)}) met a local fallback: the host is too busy for its timeout_ms")
+
+
 class StreamLoad:
     """`streams` clients streaming through the replicas in turn until stopped; every outcome is kept
     (a status code, or the exception's name when the connection itself failed).
@@ -217,3 +230,16 @@ async def burst(state: StateConfig, names: Sequence[str]) -> tuple[list[bool], l
     finally:
         await backend.close()
     return modes, [decision for decision, _ in results]
+
+
+SPARES = 3  # keys per rpm check (`admitted_while_shared`)
+
+
+def spare_keys(key: str) -> list[str]:
+    return [key] + [f"{key}-{i}" for i in range(1, SPARES)]
+
+
+def spares(name: str, key: str, rpm: int) -> list[dict[str, Any]]:
+    """The config's keys for one rpm check: `SPARES` keys of one limit, each a fresh count."""
+    return [{"name": n, "key": k, "rpm": rpm}
+            for n, k in zip(spare_keys(name), spare_keys(key), strict=True)]
