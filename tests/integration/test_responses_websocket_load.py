@@ -5,6 +5,7 @@ tests do: p99 under 5 ms), and 1,000 idle connections cost a bounded, measured a
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import socket
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Callable
 import orjson
 import pytest
 
+from gateway.apis.responses_ws import BATCH
 from tests import anthropic_scripts as a
 from tests.fake_upstream import FakeUpstream, Gate, Script
 from tests.harness import GatewayServer, LoopThread, wait_until
@@ -28,6 +30,7 @@ IDLE_CONNECTIONS = 1_000
 LAG_P99_S = 0.005
 GAUGE = "llm_gateway_websocket_connections"
 BUSY = b'{"type":"error","code":"response_in_progress"'  # once an event (the nested `error` repeats the code)
+BUSY_FRAME = 256  # bytes: the `response_in_progress` event's frame is ~230
 
 
 @pytest.fixture
@@ -130,3 +133,53 @@ def test_a_thousand_idle_connections_cost_a_bounded_amount_each(servers: LoopThr
         s.close()
     servers.run(wait_until(lambda: gw.sample(GAUGE) == 0, 20))
     assert per < 32 * 1024
+
+
+def test_the_flood_of_a_client_that_reads_nothing_waits_unread(servers: LoopThread, upstream: FakeUpstream,
+                                                               gw: GatewayServer) -> None:
+    """Back-pressure (docs/reference.md, WebSocket mode): once the gateway's buffer for a client is past the
+    transport's high-water mark, the client's next messages wait unread (wsproto keeps them, reading is
+    paused) until it reads: the `response_in_progress` answers of a flood it never reads stop at the mark
+    plus one batch, instead of one answer for every message the last read brought in."""
+    gate = Gate()
+    events = [a.message_start(), a.ping(), *a.text_block(0, ["F", "inished."]), a.message_delta(), a.message_stop()]
+    upstream.enqueue(MESSAGES_PATH, Script([*(a.event(e) for e in events[:4]), gate,
+                                            *(a.event(e) for e in events[4:])]))
+    create = _masked(orjson.dumps({"type": "response.create", "model": "claude", "input": "x"}))
+    sock = handshake(gw.port)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.sendall(create)
+    got = b""
+    while b"response.output_text.delta" not in got:  # the response now waits at the gate
+        chunk = sock.recv(65536)
+        assert chunk, "the response started before the close"
+        got += chunk
+    sender = threading.Thread(target=_send_quietly, args=(sock, create * 60_000), daemon=True)  # 4 MiB
+    sender.start()
+    assert gw.api is not None
+    conn = next(c for c in gw.api.connections if c.tunnel is not None)
+
+    async def most_buffered() -> tuple[int, int]:
+        await wait_until(lambda: conn.writing_paused, 30)
+        assert conn.transport is not None
+        most = 0
+        for _ in range(1000):  # loop iterations: a batch of messages is taken in one at most
+            most = max(most, conn.transport.get_write_buffer_size())
+            await asyncio.sleep(0)
+        return most, conn.transport.get_write_buffer_limits()[1]
+
+    most, high = servers.run(most_buffered())
+    sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+    sender.join(10)
+    gate.opened.set()
+    servers.run(wait_until(lambda: gw.sample(GAUGE) == 0, 10))
+    print(f"a flood the client does not read: {most} bytes buffered at most (high-water mark {high})")
+    assert most <= high + BATCH * BUSY_FRAME
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+    except OSError:  # the test shut the socket down while the gateway was not reading
+        return
