@@ -9,16 +9,17 @@ gateway answers, counting what the test waits for. Commands on stdin, each answe
     send N            N copies of the frame in one write      -> "sent"
     wait NAME N S     until NAME was read N times, S s at most -> "ok" or "short <count>"
 
-`probe PORT PID SAMPLES`: asks /healthz again and again on one keep-alive connection, noting for each its
-start, its wait and the CPU time process PID (the test's, where the loop is the only thread with work)
-spent meanwhile. Prints "ready" after 5 answers, "enough" once it has SAMPLES since a "mark" line on stdin,
-and on a "stop" line the waits as JSON, then ends.
+`probe PORT PID SAMPLES CPU`: on CPU only, asks /healthz again and again on one keep-alive connection,
+noting for each its start, its wait and the CPU time process PID (the test's, where the loop is the only
+thread with work) spent meanwhile. Prints "ready" after 5 answers, "enough" once it has SAMPLES since a
+"mark" line on stdin, and on a "stop" line the waits as JSON, then ends.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import select
 import socket
 import sys
@@ -78,7 +79,8 @@ def process_cpu_clock(pid: int) -> int:
     return ((~pid) << 3) | 2
 
 
-def probe(port: int, pid: int, samples: int) -> None:
+def probe(port: int, pid: int, samples: int, cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})  # the loop's CPU, where the loop gives way to the probe
     clock = process_cpu_clock(pid)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     waits: list[tuple[float, float, float]] = []
@@ -111,4 +113,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "flood":
         flood(int(sys.argv[2]), bytes.fromhex(sys.argv[3]))
     else:
-        probe(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        probe(*(int(arg) for arg in sys.argv[2:6]))
