@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -44,8 +44,7 @@ IDLE_CONNECTIONS = 1_000
 LAG_P99_S = 0.005
 LOOP_NICE = 10
 GAUGE = "llm_gateway_websocket_connections"
-BUSY = b'{"type":"error","code":"response_in_progress"'  # once an event (the nested `error` repeats the code)
-BUSY_FRAME = 256  # bytes: the `response_in_progress` event's frame is ~230
+BUSY_FRAME = 320  # bytes: the `response_in_progress` event's frame is 310
 
 
 @pytest.fixture
@@ -98,6 +97,22 @@ class Child:
         self.proc.wait(10)
 
 
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., Child]]:
+    """Children that a failed test leaves running are killed at its end."""
+    made: list[Child] = []
+
+    def make(*args: str, pass_fds: tuple[int, ...] = ()) -> Child:
+        made.append(Child(*args, pass_fds=pass_fds))
+        return made[-1]
+
+    yield make
+    for child in made:
+        if child.proc.poll() is None:
+            child.proc.kill()
+            child.proc.wait(10)
+
+
 async def _give_way(cpu: int) -> None:
     """Run on the loop's thread (the fixture's, which ends with the test): it runs on `cpu` only, as the
     probe does, and gives way to it there (nice 10). The flood keeps the loop busy all the time; a probe
@@ -109,21 +124,22 @@ async def _give_way(cpu: int) -> None:
 
 
 def test_a_flood_of_creates_while_one_runs_keeps_the_loop_serving(servers: LoopThread, upstream: FakeUpstream,
-                                                                  gw: GatewayServer) -> None:
+                                                                  gw: GatewayServer,
+                                                                  spawn: Callable[..., Child]) -> None:
     gate = Gate(timeout_s=600)  # held through the flood, however slow the machine (see `gw`)
     events = [a.message_start(), a.ping(), *a.text_block(0, ["F", "inished."]), a.message_delta(), a.message_stop()]
     upstream.enqueue(MESSAGES_PATH, Script([*(a.event(e) for e in events[:4]), gate,
                                             *(a.event(e) for e in events[4:])]))
     create = _masked(orjson.dumps({"type": "response.create", "model": "claude", "input": "x"}))
     sock = handshake(gw.port)
-    flood = Child("flood", str(sock.fileno()), create.hex(), pass_fds=(sock.fileno(),))
+    flood = spawn("flood", str(sock.fileno()), create.hex(), pass_fds=(sock.fileno(),))
     assert flood.ask("send 1") == "sent"
     assert flood.ask("wait delta 1 10") == "ok"  # the response now waits at the gate
     cpu = max(os.sched_getaffinity(0))
     servers.run(_give_way(cpu))
     gc.collect()
     gc.freeze()  # as the gateway's server does at its start (tests/loop_probe.py)
-    probe = Child("probe", str(gw.port), str(os.getpid()), str(SAMPLES), str(cpu))
+    probe = spawn("probe", str(gw.port), str(os.getpid()), str(SAMPLES), str(cpu))
     try:
         assert probe.hear(20) == "ready"
         probe.say("mark")
