@@ -44,6 +44,8 @@ IDLE_CONNECTIONS = 1_000
 LAG_P99_S = 0.005
 LOOP_NICE = 10
 GAUGE = "llm_gateway_websocket_connections"
+BUSY = b'{"type":"error","code":"response_in_progress"'  # once an event (the nested `error` repeats the code)
+FLOODED = 60_000  # creates of the client that reads nothing
 BUSY_FRAME = 320  # bytes: the `response_in_progress` event's frame is 310
 
 
@@ -201,14 +203,13 @@ def test_the_flood_of_a_client_that_reads_nothing_waits_unread(servers: LoopThre
                                             *(a.event(e) for e in events[4:])]))
     create = _masked(orjson.dumps({"type": "response.create", "model": "claude", "input": "x"}))
     sock = handshake(gw.port)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.sendall(create)
     got = b""
     while b"response.output_text.delta" not in got:  # the response now waits at the gate
         chunk = sock.recv(65536)
         assert chunk, "the response started before the close"
         got += chunk
-    sender = threading.Thread(target=_send_quietly, args=(sock, create * 60_000), daemon=True)  # 4 MiB
+    sender = threading.Thread(target=_send_quietly, args=(sock, create * FLOODED), daemon=True)  # 4 MiB
     sender.start()
     assert gw.api is not None
     conn = next(c for c in gw.api.connections if c.tunnel is not None)
@@ -223,13 +224,27 @@ def test_the_flood_of_a_client_that_reads_nothing_waits_unread(servers: LoopThre
         return most, conn.transport.get_write_buffer_limits()[1]
 
     most, high = servers.run(most_buffered())
-    sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
-    sender.join(10)
-    gate.opened.set()
-    servers.run(wait_until(lambda: gw.sample(GAUGE) == 0, 10))
     print(f"a flood the client does not read: {most} bytes buffered at most (high-water mark {high})")
     assert most <= high + BATCH * BUSY_FRAME
+    # once the client reads, the messages that waited are taken: every one is answered
+    assert _count_read(sock, BUSY, FLOODED) == FLOODED
+    sender.join(10)
+    gate.opened.set()
+    assert _count_read(sock, b"response.completed", 1) == 1
+    sock.close()
+    servers.run(wait_until(lambda: gw.sample(GAUGE) == 0, 10))
+
+
+def _count_read(sock: socket.socket, what: bytes, count: int) -> int:
+    """Read until `what` came `count` times (a recv that times out, 10 s, fails the test)."""
+    seen, tail = 0, b""
+    while seen < count:
+        chunk = sock.recv(1 << 20)
+        assert chunk, f"{count} of {what!r} came before the close"
+        data = tail + chunk
+        seen += data.count(what) - tail.count(what)
+        tail = data[-(len(what) - 1):]
+    return seen
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> None:
