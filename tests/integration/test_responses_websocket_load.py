@@ -1,8 +1,9 @@
 """WebSocket mode under load (docs/reference.md, WebSocket mode): a flood of `response.create` on one
 connection while its response runs (each gets `response_in_progress`) does not stall the event loop for
-other traffic (a /healthz poller's waits, measured in the loop thread's own CPU time as the loop-stall
-tests do: p99 under 5 ms), the flood of a client that reads none of the answers waits unread, and 1,000
-idle connections cost a bounded, measured amount of memory each.
+other traffic (a /healthz poller's waits, measured in the loop's own CPU time as the loop-stall tests
+do, here the test process's, where the loop's thread is the only one with work: p99 under 5 ms), the
+flood of a client that reads none of the answers waits unread, and 1,000 idle connections cost a
+bounded, measured amount of memory each.
 
 The flooding client and the probe run in processes of their own (`tests/ws_flood_client.py`), and the
 loop's thread gives way to the probe's process on the CPU they share (`_give_way`): what the probe's
