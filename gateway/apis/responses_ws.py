@@ -117,7 +117,8 @@ class ResponsesSocket:
     """One WebSocket-mode connection (the server's `Tunnel`)."""
 
     __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
-                 "_key", "_loop", "_opened", "_responses", "_running", "_warmups", "app", "frames", "idle_s", "link")
+                 "_key", "_loop", "_opened", "_responses", "_resuming", "_running", "_warmups", "app", "frames",
+                 "idle_s", "link")
 
     def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None):
         self.app, self.link = app, link
@@ -128,6 +129,7 @@ class ResponsesSocket:
         self._headers["content-type"] = "application/json"
         self._conversation = Conversation()
         self._running: asyncio.Task[None] | None = None
+        self._resuming: asyncio.Task[None] | None = None  # the next batch, waiting for the peer to read
         # looked up once: CPython 3.11's `get_running_loop` makes a `getpid` call each time (bench/README.md)
         self._loop = asyncio.get_running_loop()
         self._done: asyncio.Future[None] = self._loop.create_future()
@@ -150,6 +152,8 @@ class ResponsesSocket:
             log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,
                      continued=self._conversation.continued, close_code=self._close_code,
                      duration_ms=round((self._loop.time() - self._opened) * 1000, 2))
+            if self._resuming is not None:
+                self._resuming.cancel()
             if self._running is not None:
                 self._running.cancel()  # the client went: its response's upstream request is closed too
 
@@ -160,21 +164,47 @@ class ResponsesSocket:
         if fed.more != self._held:
             self._held = fed.more
             self.link.hold_reading(fed.more)
-        if fed.more:
-            self._loop.call_soon(self.received, b"")
-        if fed.reply:
-            self._write(fed.reply)
+        slow = self._write(fed.reply) if fed.reply else False
         if fed.close is not None:
             self._close_code = fed.close
             self._end()
             return
-        for text in fed.texts:
+        slow = self._take(fed.texts) or slow
+        if not fed.more:
+            return
+        if slow:  # the peer reads less than it sends: its next messages wait until it has read ours
+            self._resuming = self._loop.create_task(self._after_drain())
+        else:
+            self._loop.call_soon(self.received, b"")
+
+    def _take(self, texts: list[str]) -> bool:
+        """Start a response, or answer `response_in_progress`: the answers of one batch go out in one write
+        (one syscall, not one per message). True when the peer is slow (its socket buffer is full)."""
+        slow, busy = False, 0
+        for text in texts:
             self._active = self._loop.time()
             if self._running is not None or self._draining:
-                self._write(self._busy())
+                busy += 1
                 continue
+            if busy:
+                slow = self._write(self._busy() * busy) or slow
+                busy = 0
             # its first step (parse, authorise, open the upstream) runs now, as an HTTP request's does
             self._running = start_eagerly(self._loop, self._respond(text))
+        if busy:
+            slow = self._write(self._busy() * busy) or slow
+        return slow
+
+    async def _after_drain(self) -> None:
+        """The next batch once the peer has read what we wrote (a peer that never reads is cut by the
+        server's send-stall bound, `server.send_timeout_s`)."""
+        try:
+            await self.link.drained()
+        except ConnectionError:
+            self._end()
+            return
+        self._resuming = None
+        self.received(b"")
 
     def _busy(self) -> bytes:
         if not self._busy_frame:
@@ -200,12 +230,14 @@ class ResponsesSocket:
         self._write(self.frames.close(code, reason))
         self._end()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes) -> bool:
+        """Write to the peer; True when it is slow (its socket buffer is full)."""
         if data and not self.link.closing:
             try:
-                self.link.send(data)
+                return self.link.send(data)
             except ConnectionError:
                 self._end()
+        return False
 
     def _end(self) -> None:
         if not self._done.done():
