@@ -1,17 +1,19 @@
 """A team deleted and created again under its name starts with no spend (docs/keys-teams-spend.md, "Spend
 belongs to a key's or a team's id"), on a real SQLite file and a real PostgreSQL server, with a real
-gateway process: its budget is not used up by the deleted team's rows, neither in the running process's
-counters nor after a restart (budgets start from the ledger), and spend by team still reports the
-deleted team's rows, under its own id."""
+gateway process and memory state or a real redis-server: its budget is not used up by the deleted team's
+rows, neither in the counters nor after a restart (budgets start from the ledger), and spend by team
+still reports the deleted team's rows, under its own id."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.control_plane import GatewayProcess, admin_call, raw_config
 from tests.integration.test_budget_restarts import _chat, _cost_of_one, _new_key, _spend_until_refused
+from tests.redis_server import RedisServer
 
 
 def _create_team(port: int, budget_usd: float) -> str | None:
@@ -20,8 +22,19 @@ def _create_team(port: int, budget_usd: float) -> str | None:
     return body.get("id")  # type: ignore[no-any-return]  # a str (None before teams had ids)
 
 
-def test_a_team_created_again_under_a_deleted_ones_name_starts_at_zero(tmp_path: Path, store_url: str) -> None:
-    gw = GatewayProcess(tmp_path, raw_config(store_url))
+@pytest.fixture(params=["memory", "redis"])
+def state(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """`state`: each process's own counters, or counters shared in a real redis-server."""
+    if request.param == "memory":
+        yield {"backend": "memory"}
+        return
+    with RedisServer() as redis:
+        yield {"backend": "redis", "redis_url": redis.url}
+
+
+def test_a_team_created_again_under_a_deleted_ones_name_starts_at_zero(tmp_path: Path, store_url: str,
+                                                                      state: dict[str, str]) -> None:
+    gw = GatewayProcess(tmp_path, {**raw_config(store_url), "state": state})
     gw.start()
     try:
         cost = _cost_of_one(gw.port)
