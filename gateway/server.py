@@ -146,9 +146,10 @@ STARTUP_CLEANUP_S = 5.0  # what a failed start may spend closing what it opened 
 async def run_server(config: Config, path: str | None, *, serve_api: bool, serve_metrics: bool,
                      reuse_port: bool, metrics: Metrics | None = None,
                      forward: Callable[[int], None] | None = None,
-                     workers_gone: Callable[[], Awaitable[None]] | None = None) -> int:
+                     workers_gone: Callable[[], Awaitable[None]] | None = None, workers: int = 0) -> int:
     """Serve until SIGTERM/SIGINT. `forward` also receives every signal (the workers' supervisor);
-    `workers_gone` returns once every worker has exited: the supervisor then stops with a StartupError."""
+    `workers_gone` returns once every worker has exited: the supervisor then stops with a StartupError.
+    `workers`: how many workers this supervisor started (0: none, the process serves on its own)."""
     metrics = metrics or create_metrics()
     s = config.server
     runners: list[web.AppRunner] = []
@@ -186,8 +187,10 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
         loop.add_signal_handler(sig, on_signal, sig)
     watcher = _watch_workers(workers_gone, stop)
     _tune_gc()
-    log.info("listening", host=s.host, port=s.port if serve_api else None,
-             metrics_port=s.metrics_port if serve_metrics else None)
+    # a supervisor serves no API itself, its workers do, on that port: its line says where the gateway
+    # listens and how many workers serve it (docs/reference.md, `gateway serve`)
+    log.info("listening", host=s.host, port=s.port if serve_api or workers else None,
+             metrics_port=s.metrics_port if serve_metrics else None, **({"workers": workers} if workers else {}))
     await stop.wait()
     log.info("draining", drain_s=s.drain_s)
     if api is not None and app is not None:

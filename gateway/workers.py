@@ -63,7 +63,8 @@ def run_workers(config: Config, path: str | None, count: int) -> int:
 
     try:
         return asyncio.run(run_server(config, path, serve_api=False, serve_metrics=True, reuse_port=False,
-                                      metrics=metrics, forward=forward, workers_gone=lambda: _all_exited(procs)))
+                                      metrics=metrics, forward=forward, workers_gone=lambda: _all_exited(procs),
+                                      workers=count))
     except BaseException:  # the supervisor cannot go on (its metrics port taken): nor do its workers
         forward(signal.SIGTERM)
         raise

@@ -213,13 +213,14 @@ async def rotate_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, pa
 # -- teams ----------------------------------------------------------------------------------------
 
 def team_view(t: Team) -> dict[str, Any]:
-    return {"object": "gateway.team", "name": t.name, **_limits_view(t.limits), "created_at": f.iso(t.created_at)}
+    return {"object": "gateway.team", "name": t.name, **_limits_view(t.limits), "created_at": f.iso(t.created_at),
+            "id": t.id}
 
 
 async def create_team(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:
     data = f.json_object(request.body, f.TEAM_FIELDS)
     team = Team(name=f.name_of(data), limits=f.limits(data, Limits(), frozenset(request.app.runtime.config.models)),
-                created_at=actor.now)
+                created_at=actor.now, id="t-" + secrets.token_hex(12))
     await cp.store.create_team(actor, team)
     await cp.changed()
     return json_response(team_view(team), status=201)

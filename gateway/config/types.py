@@ -78,17 +78,25 @@ class ServerConfig:
 @dataclass(frozen=True, slots=True)
 class TeamLimits:
     """A stored key's team (docs/keys-teams-spend.md): limits and a budget counted for all its keys together, on top
-    of each key's own. Counted in the state backend under `team/<name>` (`/` is in no key name)."""
+    of each key's own. Counted in the state backend under its id (`team_counter`)."""
 
     name: str
     rpm: int | None = None
     tpm: int | None = None
     budget_usd: float | None = None
     budget_period: Literal["day", "month"] = "day"
+    id: str | None = None  # a team created since teams have ids: unique for ever, unlike the name
 
     @property
     def counter(self) -> str:
-        return f"team/{self.name}"
+        return team_counter(self.name, self.id)
+
+
+def team_counter(name: str, team_id: str | None) -> str:
+    """`TeamLimits.counter` of a team's name and id: a team with an id counts under it (a team re-created
+    under a deleted one's name starts from nothing); one created before teams had ids, or an IdP token's
+    team the store does not hold, under its name. `/` is in no key or team name."""
+    return f"team/{name}" if team_id is None else f"team-id/{team_id}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,9 +22,13 @@ async function spendByTeam() {
   const [month, day] = await Promise.all([
     call("GET", `spend?group_by=team&from=${periodStart("month")}&to=${today()}`),
     call("GET", `spend?group_by=team&from=${today()}&to=${today()}`)]);
-  const index = (rows) => Object.fromEntries(rows.data.map((r) => [r.team, r.cost_usd]));
+  // by the team's id: a team created again under a deleted one's name starts from nothing; a team made
+  // before teams had ids has none, nor have its rows (docs/keys-teams-spend.md, How it behaves)
+  const index = (rows) => Object.fromEntries(rows.data.map((r) => [teamRef(r.team_id, r.team), r.cost_usd]));
   return { month: index(month), day: index(day) };
 }
+
+const teamRef = (id, name) => (id == null ? "name:" + name : "id:" + id);
 
 function createForm(ctx) {
   const period = h("select", { name: "budget_period" }, h("option", { value: "day" }, "day"),
@@ -60,7 +64,7 @@ export async function teamsPage(root, ctx) {
     { label: "Models", value: (t) => (t.models ? t.models.join(", ") : "all") },
     { label: "RPM", value: (t) => t.rpm, num: true },
     { label: "TPM", value: (t) => t.tpm, num: true },
-    { label: "Spend this period vs budget", value: (t) => meter(spent[t.budget_period === "month" ? "month" : "day"][t.name] || 0,
+    { label: "Spend this period vs budget", value: (t) => meter(spent[t.budget_period === "month" ? "month" : "day"][teamRef(t.id, t.name)] || 0,
       t.budget_usd) },
   ];
   if (ctx.can.writeTeams) {

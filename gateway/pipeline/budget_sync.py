@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 import structlog
 
-from gateway.config.types import TeamLimits
 from gateway.pipeline.ids import SPEND_ROW_IDS
 from gateway.state.base import Period, StateBackend, period_id
 from gateway.store import Store
@@ -105,5 +104,5 @@ class BudgetSync:
             exclude = None if shared else SPEND_ROW_IDS.prefix
             spent = await self._store.period_spend(period_start(period, now), exclude)
             counters = dict(spent.keys)
-            counters.update((TeamLimits(team).counter, usd) for team, usd in spent.teams.items())
+            counters.update(spent.teams)  # by `TeamLimits.counter` already
             await state.seed_spend(period, now, counters)

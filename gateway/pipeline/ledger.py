@@ -48,6 +48,7 @@ def spend_row(ctx: RequestContext, outcome: str, now: float) -> SpendRow:
         u.input if u else 0, u.output if u else 0, u.cached_input if u else 0,
         u.cache_creation_input if u else 0, u.reasoning if u else 0, ctx.cost_usd,
         key.id if key is not None else None, key.subject if key is not None else None,
+        key.team.id if key is not None and key.team is not None else None,
     )
 
 

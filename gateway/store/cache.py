@@ -69,4 +69,5 @@ def api_key(k: StoredKey, team: Team | None) -> ApiKey:
 
 def team_limits(team: Team) -> TeamLimits:
     t = team.limits
-    return TeamLimits(name=team.name, rpm=t.rpm, tpm=t.tpm, budget_usd=t.budget_usd, budget_period=t.budget_period)
+    return TeamLimits(name=team.name, rpm=t.rpm, tpm=t.tpm, budget_usd=t.budget_usd, budget_period=t.budget_period,
+                      id=team.id)

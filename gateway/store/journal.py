@@ -158,8 +158,8 @@ def parse_rows(data: bytes) -> list[SpendRow]:
         except orjson.JSONDecodeError:
             continue
         # a line of an older version has fewer fields (before keys had ids: no `key_id`; before IdP
-        # tokens: no `subject`), each None then
-        if isinstance(values, list) and _FIELDS - 2 <= len(values) <= _FIELDS:
+        # tokens: no `subject`; before teams had ids: no `team_id`), each None then
+        if isinstance(values, list) and _FIELDS - 3 <= len(values) <= _FIELDS:
             rows.append(SpendRow(*values))
     return rows
 

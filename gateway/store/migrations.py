@@ -53,6 +53,15 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         "ALTER TABLE gw_audit ADD COLUMN team TEXT",
         "ALTER TABLE gw_spend ADD COLUMN subject TEXT",
     )),
+    # teams get an id of their own and ledger rows carry it, as keys did in 2: a team deleted and created
+    # again under its name starts with no spend (docs/keys-teams-spend.md, "Spend belongs to a key's or a
+    # team's id"). Teams that exist now keep no id and count under their name, so their budgets carry on
+    # through the upgrade; their rows keep no id, which a re-created team's never lack.
+    (4, (
+        "ALTER TABLE gw_teams ADD COLUMN id TEXT",
+        "CREATE UNIQUE INDEX gw_teams_id ON gw_teams (id)",
+        "ALTER TABLE gw_spend ADD COLUMN team_id TEXT",
+    )),
 )
 LATEST = MIGRATIONS[-1][0]
 _ID = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgresql": "BIGSERIAL PRIMARY KEY"}

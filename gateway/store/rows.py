@@ -110,7 +110,7 @@ def key(r: tuple[Any, ...]) -> StoredKey:
 def team(r: tuple[Any, ...]) -> Team:
     """A gw_teams row, in `store._TEAM_COLS` order."""
     return Team(name=text("name", r[0]) or "", limits=limits(r[1], r[2], r[3], r[4], r[5]),
-                created_at=instant("created_at", r[6], optional=False) or 0.0)
+                created_at=instant("created_at", r[6], optional=False) or 0.0, id=text("id", r[7], optional=True))
 
 
 def secret(r: tuple[Any, ...]) -> Secret:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from gateway.config.types import key_counter
+from gateway.config.types import key_counter, team_counter
 from gateway.store import rows as parse
 from gateway.store.admin_keys import AdminKeys
 from gateway.store.db import Database, Tx, open_database
@@ -42,24 +42,24 @@ T = TypeVar("T")
 FIRST_PAGE = Page()
 CHANNEL = "gw_changes"
 _KEY_COLS = "name, team, models, rpm, tpm, budget_usd, budget_period, expires_at, metadata, created_at, id"
-_TEAM_COLS = "name, models, rpm, tpm, budget_usd, budget_period, created_at"
+_TEAM_COLS = "name, models, rpm, tpm, budget_usd, budget_period, created_at, id"
 # in SpendRow's field order: a row is its own parameters
 _SPEND_COLS = ("row_id, request_id, ts, day, key_name, team, model, deployment, api, outcome, input_tokens, "
                "output_tokens, cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, cost_usd, key_id, "
-               "subject")
-_SPEND_INSERT = (f"INSERT INTO gw_spend ({_SPEND_COLS}) VALUES ({', '.join('?' * 18)}) "
+               "subject, team_id")
+_SPEND_INSERT = (f"INSERT INTO gw_spend ({_SPEND_COLS}) VALUES ({', '.join('?' * 19)}) "
                  "ON CONFLICT (row_id) DO NOTHING")
 # PostgreSQL: the batch as one JSON parameter (an array of rows, each an array in column order), expanded
 # by the server: one round trip, and one text parameter to encode (orjson) instead of a value each
-_SPEND_PG_TYPES = ("text", "text", "float8", "text", "text", "text", "text", "text", "text", "text",
-                   "int8", "int8", "int8", "int8", "int8", "float8", "text", "text")
+_SPEND_PG_TYPES = ("text",) * 2 + ("float8",) + ("text",) * 7 + ("int8",) * 5 + ("float8",) + ("text",) * 3
 _SPEND_INSERT_PG = (f"INSERT INTO gw_spend ({_SPEND_COLS}) SELECT "
                     + ", ".join(f"(e->>{i})::{t}" for i, t in enumerate(_SPEND_PG_TYPES))
                     + " FROM json_array_elements(?::json) AS e ON CONFLICT (row_id) DO NOTHING")
-# `key` is grouped by its id too (`key_id` in the answer): a reused name's spend stays apart from the
-# spend of the revoked key that had the name before (docs/keys-teams-spend.md, "Spend")
-_GROUP_COL = {"key": "key_name", "key_id": "key_id", "team": "team", "model": "model", "deployment": "deployment",
-              "day": "day", "subject": "subject"}
+# `key` and `team` are grouped by their id too (`key_id`, `team_id` in the answer): a reused name's spend
+# stays apart from the spend of the deleted one that had the name before (docs/keys-teams-spend.md, "Spend")
+_GROUP_COL = {"key": "key_name", **{g: g for g in ("key_id", "team", "team_id", "model", "deployment", "day",
+                                                  "subject")}}
+_WITH_ID = {"key": "key_id", "team": "team_id"}
 
 
 class Store:
@@ -182,7 +182,7 @@ class Store:
         async def run(tx: Tx) -> None:
             if await tx.rows("SELECT 1 FROM gw_teams WHERE name = ?", (team.name,)):
                 raise Conflict(f"a team named {team.name} exists")
-            await tx.exec(f"INSERT INTO gw_teams ({_TEAM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)", _team_row(team))
+            await tx.exec(f"INSERT INTO gw_teams ({_TEAM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _team_row(team))
             await self._changed(tx, actor, "team.create", team.name, _limits_detail(team.limits), team.name)
 
         await self._db.transact(run)
@@ -259,7 +259,7 @@ class Store:
         return self._ledger.batch_now(_SPEND_INSERT, rows)
 
     async def spend(self, q: SpendQuery) -> list[SpendTotal]:
-        groups = tuple(g for field in q.group_by for g in ((field, "key_id") if field == "key" else (field,)))
+        groups = tuple(g for field in q.group_by for g in ((field, _WITH_ID[field]) if field in _WITH_ID else (field,)))
         cols = [_GROUP_COL[g] for g in groups]  # names from a fixed table, never from the request
         where, params = [], []
         if q.day_from:
@@ -282,24 +282,25 @@ class Store:
         return await self._db.transact(run, write=False)
 
     async def period_spend(self, since: str, exclude_row_prefix: str | None = None) -> PeriodSpend:
-        """Spend from day `since` on, per key (its `ApiKey.counter`) and per team (budgets start from it);
+        """Spend from day `since` on, per key and per team, by their state counters (budgets start from it);
         rows whose id starts with `exclude_row_prefix` (one process's own, `pipeline/ids.py`) left out."""
-        sql = "SELECT key_name, key_id, team, SUM(cost_usd) FROM gw_spend WHERE day >= ?"
+        sql = "SELECT key_name, key_id, team, team_id, SUM(cost_usd) FROM gw_spend WHERE day >= ?"
         params = [since]
         if exclude_row_prefix is not None:
             sql += " AND row_id NOT LIKE ?"
             params.append(exclude_row_prefix + "%")  # hex digits: no LIKE wildcard in it
-        sql += " GROUP BY key_name, key_id, team"
+        sql += " GROUP BY key_name, key_id, team, team_id"
 
         async def run(tx: Tx) -> PeriodSpend:
             out = PeriodSpend(since)
-            for key, key_id, team, cost in await tx.rows(sql, params):
+            for key, key_id, team, team_id, cost in await tx.rows(sql, params):
                 usd = float(cost or 0.0)
                 if key is not None:  # by the key's state counter: its id, so a reused name starts at 0
                     counter = key_counter(key, key_id)
                     out.keys[counter] = out.keys.get(counter, 0.0) + usd
-                if team is not None:
-                    out.teams[team] = out.teams.get(team, 0.0) + usd
+                if team is not None:  # the same for a team: a re-created one starts at 0
+                    counter = team_counter(team, team_id)
+                    out.teams[counter] = out.teams.get(counter, 0.0) + usd
             return out
 
         return await self._db.transact(run, write=False)
@@ -382,7 +383,7 @@ def _key_row(k: StoredKey) -> tuple[Any, ...]:
 
 def _team_row(t: Team) -> tuple[Any, ...]:
     lim = t.limits
-    return (t.name, _models_json(lim.models), lim.rpm, lim.tpm, lim.budget_usd, lim.budget_period, t.created_at)
+    return (t.name, _models_json(lim.models), lim.rpm, lim.tpm, lim.budget_usd, lim.budget_period, t.created_at, t.id)
 
 
 def _limits_detail(lim: Limits, **extra: Any) -> dict[str, Any]:

@@ -53,6 +53,7 @@ class Team:
     name: str
     limits: Limits = Limits()
     created_at: float = 0.0
+    id: str | None = None  # unique for ever (spend belongs to it); None: created before teams had ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,7 @@ class SpendRow(NamedTuple):
     cost_usd: float = 0.0
     key_id: str | None = None  # a stored key's id (its spend, whatever its name); None for a config key
     subject: str | None = None  # an IdP token's `sub` (docs/identity.md); None for a key
+    team_id: str | None = None  # the team's id (its spend, whatever its name); None: a team without one
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +154,7 @@ class SpendTotal:
 @dataclass(frozen=True, slots=True)
 class PeriodSpend:
     """The ledger's spend from a day on (inclusive), per key (`ApiKey.counter`: a stored key's id, a config
-    key's name) and per team: what budgets start from."""
+    key's name) and per team (`TeamLimits.counter`: its id, or its name): what budgets start from."""
 
     since: str  # YYYY-MM-DD
     keys: dict[str, float] = field(default_factory=dict)

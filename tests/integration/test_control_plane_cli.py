@@ -27,7 +27,7 @@ def test_migrate_then_admin_cli(tmp_path: Path) -> None:
     gw = GatewayProcess(tmp_path, raw_config(f"sqlite:///{tmp_path}/cli.db"))
     first, again = _gateway("migrate", "--config", str(gw.config_path)), _gateway("migrate", "--config",
                                                                                  str(gw.config_path))
-    assert (first.returncode, first.stdout.split()[:4]) == (0, ["applied", "1,", "2,", "3"]), first.stderr
+    assert (first.returncode, first.stdout.split()[:5]) == (0, ["applied", "1,", "2,", "3,", "4"]), first.stderr
     assert again.stdout.startswith("nothing to apply")
     gw.start()
     env = {"GATEWAY_ADMIN_URL": f"http://127.0.0.1:{gw.port}", "GATEWAY_ADMIN_KEY": ADMIN_KEY}

@@ -200,4 +200,4 @@ def test_replicas_starting_together_apply_each_migration_once(postgres: Postgres
             for s in stores:
                 await s.close()
 
-    assert sorted(asyncio.run(both())) == [[], [], [1, 2, 3]]
+    assert sorted(asyncio.run(both())) == [[], [], [1, 2, 3, 4]]

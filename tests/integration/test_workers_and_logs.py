@@ -54,6 +54,26 @@ def test_two_workers_share_the_port_and_metrics_sum_across_them(tmp_path: Path) 
     assert proc.returncode == 0
 
 
+def test_the_supervisors_listening_line_names_the_port_its_workers_serve(tmp_path: Path) -> None:
+    port, mport = free_port(), free_port()
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text("server: {host: 127.0.0.1}\nauth: {allow_unauthenticated: true}\n"
+                   "providers: {demo: {type: mock}}\n"
+                   "models: [{name: demo, deployments: [{provider: demo, model: d}]}]\n")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port),
+                             "--metrics-port", str(mport), "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait_ready(port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    lines = [orjson.loads(line) for line in out.splitlines() if line.startswith(b"{")]
+    [supervisor] = [x for x in lines if x.get("event") == "listening" and "workers" in x]
+    assert (supervisor["port"], supervisor["metrics_port"], supervisor["workers"]) == (port, mport, 2)
+    assert proc.returncode == 0
+
+
 def _wait_ready(port: int) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

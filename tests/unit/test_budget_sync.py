@@ -43,7 +43,7 @@ async def test_the_ledger_spend_of_a_period_by_key_and_team_without_one_process_
         _row("bbbb01", "2026-12-06", "j", "t", 4.0),
     ])
     month = await store.period_spend("2026-12-01")
-    assert (month.keys, month.teams) == ({"k": 3.0, "j": 4.0}, {"t": 5.0})
+    assert (month.keys, month.teams) == ({"k": 3.0, "j": 4.0}, {"team/t": 5.0})  # by `TeamLimits.counter`
     day = await store.period_spend("2026-12-06", exclude_row_prefix="bbbb")
     assert (day.keys, day.teams) == ({"k": 2.0}, {})
     await store.close()

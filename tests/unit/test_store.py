@@ -32,7 +32,7 @@ async def _store(tmp_path: Path) -> Store:
 
 async def test_migrations_apply_once(tmp_path: Path) -> None:
     store = await Store.open(f"sqlite:///{tmp_path}/s.db")
-    assert await store.migrate() == [1, 2, 3]
+    assert await store.migrate() == [1, 2, 3, 4]
     assert await store.migrate() == []
     assert await store.version() == 0
     await store.close()
@@ -61,7 +61,7 @@ async def test_spend_groups_and_days(tmp_path: Path) -> None:
     await store.record_spend([_row("1"), _row("2", key="b"), _row("3", day="2026-12-02", team=None, cost=2.5)])
     totals = await store.spend(SpendQuery(group_by=("team",)))
     assert [(t.group, t.requests, t.cost_usd) for t in totals] == [
-        ((("team", None),), 1, 2.5), ((("team", "t"),), 2, 2.0)]
+        ((("team", None), ("team_id", None)), 1, 2.5), ((("team", "t"), ("team_id", None)), 2, 2.0)]
     one_day = await store.spend(SpendQuery(group_by=("key", "day"), day_from="2026-12-02", day_to="2026-12-02"))
     assert [(t.group, t.input_tokens, t.output_tokens) for t in one_day] == [
         ((("key", "a"), ("key_id", None), ("day", "2026-12-02")), 10, 5)]

@@ -42,7 +42,7 @@ async def _version_one(url: str) -> Store:
 
 async def test_a_store_without_key_ids_migrates_and_keeps_each_keys_own_spend(store_url: str) -> None:
     store = await _version_one(store_url)
-    assert await store.migrate() == [2, 3]
+    assert await store.migrate() == [2, 3, 4]
     [alice] = (await store.list_keys())[0]
     assert alice.id == "legacy-alice"
     totals = await store.spend(SpendQuery(group_by=("key",)))

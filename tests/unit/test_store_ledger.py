@@ -22,7 +22,7 @@ from tests.postgres_server import PostgresServer
 
 COLS = ("row_id, request_id, ts, day, key_name, team, model, deployment, api, outcome, input_tokens, "
         "output_tokens, cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, cost_usd, key_id, "
-        "subject")
+        "subject, team_id")
 
 
 def _row(i: int, **kw: object) -> SpendRow:
