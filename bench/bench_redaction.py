@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -255,18 +255,24 @@ def nospace_us_per_delta(seed: int, reads: str) -> float:
     start = time.process_time()
     for _ in range(NOSPACE_ROUNDS):
         for stream in streams:
-            window = redactor.window()
-            i = 0
-            while i < len(stream):
-                k = rnd.randint(32, 64) if reads == "some" else len(stream) if reads == "all" else 1
-                if k == 1:
-                    window.push(stream[i])
-                else:
-                    window.push_together(list(stream[i:i + k]))
-                i += k
-            window.flush()
+            push_as_read(redactor, stream, reads, rnd)
             n += len(stream)
     return (time.process_time() - start) / n * 1e6
+
+
+def push_as_read(redactor: Redactor, stream: Sequence[str], reads: str, rnd: random.Random) -> None:
+    """One answer's deltas through a fresh window, handed over as the relay does: a whole answer in one
+    read (`"all"`), reads of 32-64 (`"some"`), or one by one (`"one"`, `push`)."""
+    window = redactor.window()
+    i = 0
+    while i < len(stream):
+        k = rnd.randint(32, 64) if reads == "some" else len(stream) if reads == "all" else 1
+        if k == 1:
+            window.push(stream[i])
+        else:
+            window.push_together(list(stream[i:i + k]))
+        i += k
+    window.flush()
 
 
 def _measure_in(checkout: Path, call: str) -> float:

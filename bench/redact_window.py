@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from bench.bench_redaction import push_as_read
 from bench.textgen import pieces
 from gateway.core.redact.window import Redactor
 
@@ -77,16 +78,7 @@ def us_per_delta(redactor: Redactor, texts: list[str], reads: str, seed: int) ->
     n = 0
     start = time.process_time()
     for stream in streams:
-        window = redactor.window()
-        i = 0
-        while i < len(stream):
-            k = rnd.randint(32, 64) if reads == "some" else len(stream) if reads == "all" else 1
-            if k == 1:
-                window.push(stream[i])
-            else:
-                window.push_together(stream[i:i + k])
-            i += k
-        window.flush()
+        push_as_read(redactor, stream, reads, rnd)
         n += len(stream)
     return (time.process_time() - start) / n * 1e6
 
