@@ -10,7 +10,7 @@ the rounds, which alternate between the transports) and the added TTFT
 (the client's send to its first `response.output_text.delta`, minus the same for the fake upstream
 asked directly with the turn's Messages request). Prints a markdown table (bench/README.md).
 
-    python -m bench.ws_turns [--conversations 30] [--turns 10] [--rounds 5]
+    python -m bench.ws_turns [--conversations 30] [--turns 10] [--rounds 5] [--pin]
     python -m bench.ws_turns --instructions [--conversations 10] [--rounds 2]
 
 `--instructions` runs the gateway under valgrind's callgrind instead (as `bench.instructions` does) and
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import os
 import re
 import shutil
 import signal
@@ -39,6 +40,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
 
 from bench import procstat, servers
+from bench.affinity import set_process_affinity, set_tree_affinity, split_cpus
 
 _TOTALS = re.compile(rb"^totals:\s*(\d+)", re.M)
 LINE = "Please look at the next file and tell me what it does, briefly. " * 4  # a turn's new user text
@@ -262,16 +264,24 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--instructions", action="store_true", help="count instructions per turn under callgrind")
     p.add_argument("--source", help="the checkout whose gateway runs (default: this one), e.g. a worktree of main")
+    p.add_argument("--pin", action="store_true", help="the gateway on a CPU of its own, this client and the "
+                   "upstream on the others (bench/affinity.py): the client's own work then moves no figure")
     args = p.parse_args()
     if args.instructions:
         instructions(args.conversations, args.turns, args.rounds)
         return
+    relay_cpus = None
+    if args.pin:  # this process first: the upstream inherits the clients' CPUs
+        relay_cpus, rest = split_cpus(os.sched_getaffinity(0))
+        set_process_affinity(os.getpid(), rest)
     workdir = Path(tempfile.mkdtemp(prefix="gateway-ws-bench-"))
     up = servers.start_upstream(workdir)
     config = workdir / "gateway.yaml"
     config.write_text(servers.gateway_config(up.port, redaction=False))
     gw = servers.start_gateway("gateway", workdir, config,
                                source=Path(args.source).resolve() if args.source else servers.ROOT)
+    if relay_cpus is not None:
+        set_tree_affinity(gw.pid, relay_cpus)
     try:
         direct = [t for _ in range(args.conversations) for t in direct_ttfts(up.port, args.turns)]
         base = statistics.median(direct)
@@ -283,8 +293,9 @@ def main() -> None:
     finally:
         gw.stop()
         up.stop()
+    layout = f", the gateway alone on CPU {sorted(relay_cpus)}" if relay_cpus else ""
     print(f"{args.rounds} rounds of {args.conversations} conversations x {args.turns} turns, through the Responses "
-          f"bridge to the fake upstream (direct TTFT p50 {base * 1000:.2f} ms)\n")
+          f"bridge to the fake upstream (direct TTFT p50 {base * 1000:.2f} ms){layout}\n")
     print("| transport | gateway CPU per turn, median round (ms) | mean of rounds (ms) | added TTFT p50 (ms) | "
           "added TTFT p95 (ms) |")
     print("| --- | --- | --- | --- | --- |")

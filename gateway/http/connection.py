@@ -222,7 +222,10 @@ class HttpConnection(asyncio.Protocol):
             elif self._wrote:  # a streamed response already began: nothing else may follow on it
                 raise RuntimeError("the handler returned a response after it began a streamed one")
             else:
-                if self.send(resp.encode(request)):
+                paused = self.send(resp.encode(request))
+                if resp.after is not None:
+                    resp.after()
+                if paused:
                     await self.drained()  # a client that pipelines and never reads is not answered faster
                 keep = request.keeps_alive()
         except (asyncio.CancelledError, ConnectionError):

@@ -3,6 +3,7 @@ response whose headers leave with its first write (one segment fewer on the time
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
@@ -60,13 +61,15 @@ class Request:
 
 
 class Response:
-    """A whole response, written in one piece after the handler returns."""
+    """A whole response, written in one piece after the handler returns; then `after`, if set, is called
+    (what need not delay the answer: it runs before the connection reads on)."""
 
-    __slots__ = ("body", "headers", "status")
+    __slots__ = ("after", "body", "headers", "status")
 
     def __init__(self, *, status: int = 200, body: bytes = b"", content_type: str | None = None,
                  headers: dict[str, str] | None = None):
         self.status, self.body = status, body
+        self.after: Callable[[], None] | None = None
         self.headers = dict(headers) if headers else {}
         if content_type is not None:
             self.headers["Content-Type"] = content_type

@@ -115,11 +115,19 @@ class RequestContext:
         self.cost_usd = usage_cost(self.usage, self.deployment.price)
 
     def sent_upstream(self) -> float:
-        """An attempt's request is about to leave (perf_counter, returned): the first one's time is kept."""
+        """An attempt's request is built and about to leave (perf_counter, returned): the first one's time
+        is kept, until `request_left` tells when it really left."""
         now = time.perf_counter()
         if not self.t_upstream:
             self.t_upstream = now
         return now
+
+    def request_left(self, built: float, left: float) -> None:
+        """The attempt whose request was built at `built` was written at `left` (`UpstreamResponse.sent_at`:
+        a new connection's set-up taken out): when it is the first attempt, the gateway's own time before
+        the upstream's ends there (taking a pooled connection, signing and the write are its own)."""
+        if self.t_upstream == built and left > built:
+            self.t_upstream = left
 
     def first_token_out(self, now: float, released: float = 0.0) -> None:
         """The first output token (a body: the answer) was written to the client at `now`: the gateway's

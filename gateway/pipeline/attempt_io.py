@@ -67,6 +67,14 @@ class Transcoded:
     def is_event_stream(self) -> bool:
         return True
 
+    @property
+    def sent_at(self) -> float:
+        return self._resp.sent_at
+
+    @property
+    def read_at(self) -> float:
+        return self._resp.read_at
+
     async def next_chunk(self) -> bytes:
         """The next SSE bytes; b"" at the end. A read that completes no event is not an end: read on."""
         while not self._ended:
@@ -162,10 +170,11 @@ class WholeAnswer:
     bytes in one chunk. A non-stream request that an upstream answered with a stream anyway is read
     through the API's stream core like any stream (docs/reference.md, Errors: in-band errors)."""
 
-    __slots__ = ("_headers", "_left", "body")
+    __slots__ = ("_headers", "_left", "body", "read_at", "sent_at")
 
-    def __init__(self, body: bytes, headers: Mapping[str, str]) -> None:
+    def __init__(self, body: bytes, headers: Mapping[str, str], sent_at: float, read_at: float) -> None:
         self.body, self._headers, self._left = body, headers, body
+        self.sent_at, self.read_at = sent_at, read_at  # the response's it was read from
 
     @property
     def status(self) -> int:
@@ -205,7 +214,7 @@ async def fetch_whole(rt: Runtime, d: Deployment, req: UpstreamRequest, classify
     if resp.status != 200:
         unexpected(resp.status, d.label)
         raise UpstreamError(classify(resp.status, resp.headers, body[:ERROR_BODY_LIMIT]))
-    return WholeAnswer(body, resp.headers)
+    return WholeAnswer(body, resp.headers, resp.sent_at, resp.read_at)
 
 
 async def fetch_body(rt: Runtime, d: Deployment, req: UpstreamRequest, classify: Classify,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
@@ -58,7 +57,7 @@ async def until_first_token(resp: UpstreamResponse, stream: StreamCore, label: s
             _within_bounds(stream, read, label)
         while not stream.committable and not stream.done:
             data = await resp.next_chunk()
-            t_read = time.perf_counter()
+            t_read = resp.read_at
             if not data:
                 stream.end_of_input()
                 break

@@ -91,6 +91,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
                                          send_stream_options=options))
             t_sent = ctx.sent_upstream()  # built: what follows is the connection's and the upstream's
             resp = deadline.track(await rt.upstream.open(provider, req, d.label, headers))
+            ctx.request_left(t_sent, resp.sent_at)
             # the stream core is built once the request is out and its head is back, while the model
             # thinks: not on the request's way out (issue #34, the "in" hop of the added TTFT)
             opened = deadline.track(Opened(d, resp, api.stream_core(tr.stream_parser(), d.label), t_sent))
@@ -98,7 +99,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
                                cache_key=_carries_cache_key(body))
             framing, ctype = tr.framing, resp.headers.get("content-type", "")
             first = b"" if framing.is_stream(ctype, b"") else await resp.next_chunk()
-            t_read = time.perf_counter()
+            t_read = resp.read_at
             if framing.is_stream(ctype, first):
                 if framing.transcoder is not None:  # bytes of another framing, read as SSE
                     resp = opened.response = Transcoded(resp, framing.transcoder())
@@ -106,7 +107,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
                 confirm(rt.learned, ctx, d, Fact.NO_STREAM_OPTIONS, ttl)
                 return opened
     try:  # a body to a stream request: the rest of it under the response's own `total_s`
-        _hold(opened, tr, first + await resp.read_body(MAX_BODY_BYTES - len(first)))
+        _hold(opened, tr, first + await resp.read_body(MAX_BODY_BYTES - len(first)), resp.read_at)
     except BaseException:
         opened.close()
         raise
@@ -121,25 +122,27 @@ async def _asked_for_a_body(rt: Runtime, ctx: RequestContext, api: ServedApi, d:
     req = _noted(ctx, tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False))
     opened: OpenedStream = Opened(d, None, api.stream_core(tr.stream_parser(), d.label), ctx.sent_upstream())
     whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
+    ctx.request_left(opened.t_sent, whole.sent_at)
     if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
         coder = tr.framing.transcoder
         resp = opened.response = whole if coder is None else Transcoded(whole, coder())
-        opened.t_first = await until_first_token(resp, opened.stream, d.label, t_first=time.perf_counter())
+        opened.t_first = await until_first_token(resp, opened.stream, d.label, t_first=whole.read_at)
         return opened
-    _hold(opened, tr, whole.body)
+    _hold(opened, tr, whole.body, whole.read_at)
     confirm(rt.learned, ctx, d, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
     return opened
 
 
-def _hold(opened: OpenedStream, tr: Translator, body: bytes) -> None:
-    """A whole answer as a body: checked like one, then held as the stream it would have been."""
+def _hold(opened: OpenedStream, tr: Translator, body: bytes, read_at: float) -> None:
+    """A whole answer as a body (read whole at `read_at`): checked like one, then held as the stream it
+    would have been."""
     parsed = tr.parse_body(body)
     raise_inband(parsed.events)
     try:
         opened.stream.hold_answer(parsed.obj, parsed.events)
     except StreamFailed as exc:
         raise UpstreamError(exc.failure) from None
-    opened.t_first = time.perf_counter()
+    opened.t_first = read_at
 
 
 async def check_status(resp: UpstreamResponse, classify: Classify, d: Deployment, added_options: bool,
@@ -207,12 +210,13 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
         return streamed
     headers = forwardable(rt, d, ctx.client_headers)
     req = _noted(ctx, tr.request(body, d.model, stream=False, client_headers=headers, send_stream_options=False))
-    ctx.sent_upstream()
+    built = ctx.sent_upstream()
     try:
         whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
     except UpstreamError as exc:
         raise _cache_key_rejection(exc, _carries_cache_key(body)) from None
-    ctx.t_answer = time.perf_counter()  # read whole: parsing it on is the gateway's own time
+    ctx.request_left(built, whole.sent_at)
+    ctx.t_answer = whole.read_at  # read whole: parsing it on is the gateway's own time
     if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
         return await _assembled(rt, api, tr, d.label, whole)
     parsed = tr.parse_body(whole.body)
@@ -227,8 +231,9 @@ async def _fetch_streamed(rt: Runtime, ctx: RequestContext, api: ServedApi, d: D
     answer, so a failure anywhere in the stream is still an attempt's failure, retried like any other."""
     headers = forwardable(rt, d, ctx.client_headers)
     req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers, send_stream_options=True))
-    ctx.sent_upstream()
+    built = ctx.sent_upstream()
     resp: UpstreamResponse = await rt.upstream.open(rt.provider(d), req, d.label, headers)
+    ctx.request_left(built, resp.sent_at)
     try:
         await raise_for_status(resp, tr.classify_http_error, d.label)
         return await _assembled(rt, api, tr, d.label, resp)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -105,8 +106,13 @@ class Upstream:
                        label: str, connect_s: float, idle_s: float | None, total_s: float) -> HttpResponse:
         loop = self.loop
         key: PoolKey = (*target.key, proxy.key if proxy is not None else "")
-        conn = self._pool.take(key, loop.time()) or await _connect(
-            loop, target, proxy, key, connect_s, label, self.tls_context() if target.tls else None)
+        conn = self._pool.take(key, loop.time())
+        set_up = 0.0
+        if conn is None:
+            t_connect = time.perf_counter()
+            conn = await _connect(loop, target, proxy, key, connect_s, label,
+                                  self.tls_context() if target.tls else None)
+            set_up = time.perf_counter() - t_connect
         headers.setdefault("accept-encoding", "identity")  # a compressed stream could not be relayed as it comes
         for name, value in TRACE_HEADERS.get():  # the attempt's span as the upstream's parent (docs/extensions.md,
         # "Traces")
@@ -129,6 +135,7 @@ class Upstream:
                 conn.transport.writelines((head, req.body))
             else:
                 conn.transport.write(head + req.body)
+            resp.sent_at = time.perf_counter() - set_up  # a new connection's set-up is the network's
             await resp.start()
         except BaseException:
             conn.lost = True  # never back to the pool, whatever state the failure left it in

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 import zlib
 from typing import Any, cast
 
@@ -36,7 +37,7 @@ class _Conn(asyncio.Protocol):
         self.lost = False
         self.busy = False
         self.idle_since = 0.0
-        self.last_data = 0.0
+        self.last_data = 0.0  # when the last read came (perf_counter): the idle watchdog's and `read_at`
         self.head: ResponseHead | None = None
         self.framer: ResponseFramer | None = None
         self.pieces: list[bytes] = []  # the framer's list: body pieces not taken yet
@@ -59,7 +60,7 @@ class _Conn(asyncio.Protocol):
         self.eof, self.failure, self.answered = False, None, False
 
     def data_received(self, data: bytes) -> None:
-        self.last_data = self.loop.time()
+        self.last_data = time.perf_counter()
         self.answered = True
         framer = self.framer
         if not self.busy or framer is None:  # bytes on an idle pooled connection: never trusted again
@@ -173,7 +174,7 @@ class HttpResponse:
     stream costs no timer per read."""
 
     __slots__ = ("_closed", "_conn", "_decoder", "_finishing", "_idle_s", "_label", "_pool", "_total",
-                 "_wait_from", "_watchdog", "headers", "status")
+                 "_wait_from", "_watchdog", "headers", "sent_at", "status")
 
     def __init__(self, conn: _Conn, pool: _Pool, label: str, idle_s: float | None, total_s: float):
         self._conn, self._pool, self._label, self._idle_s = conn, pool, label, idle_s
@@ -185,6 +186,7 @@ class HttpResponse:
         self._total = conn.loop.call_later(total_s, self._on_total)
         self.status = 0
         self.headers: dict[str, str] = {}
+        self.sent_at = 0.0  # set by the sender once the request is written (`UpstreamResponse.sent_at`)
 
     async def start(self) -> None:
         """Wait for the response head."""
@@ -202,6 +204,10 @@ class HttpResponse:
     @property
     def is_event_stream(self) -> bool:
         return self.headers.get("content-type", "").startswith("text/event-stream")
+
+    @property
+    def read_at(self) -> float:
+        return self._conn.last_data
 
     async def next_chunk(self) -> bytes:
         if self._decoder is not None:
@@ -247,7 +253,7 @@ class HttpResponse:
     async def _wait(self) -> None:
         conn = self._conn
         conn.waiter = conn.loop.create_future()
-        self._wait_from = conn.loop.time()
+        self._wait_from = time.perf_counter()
         if self._idle_s is not None and self._watchdog is None:
             self._watchdog = conn.loop.call_later(self._idle_s, self._on_idle)
         try:
@@ -262,7 +268,7 @@ class HttpResponse:
         self._watchdog = None
         if conn.waiter is None or idle_s is None:
             return
-        quiet = conn.loop.time() - max(self._wait_from, conn.last_data)
+        quiet = time.perf_counter() - max(self._wait_from, conn.last_data)
         if quiet >= idle_s:
             conn._fail(FailureKind.IDLE_TIMEOUT)
         else:

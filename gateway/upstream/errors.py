@@ -26,6 +26,15 @@ class UpstreamResponse(Protocol):
     @property
     def is_event_stream(self) -> bool: ...
 
+    # the upstream's time, told apart from the gateway's own (perf_counter; docs/overhead.md): when the
+    # request was written, its connection's set-up taken out (a pooled connection would have had none);
+    # when the read that brought what `next_chunk` last returned came, before any of it was parsed
+    @property
+    def sent_at(self) -> float: ...
+
+    @property
+    def read_at(self) -> float: ...
+
     async def next_chunk(self) -> bytes: ...  # b"" at end of stream
 
     async def read_body(self, limit: int = MAX_BODY_BYTES) -> bytes: ...

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from gateway.providers.base import MAX_BODY_BYTES
 from gateway.providers.demo import MockScript
@@ -12,12 +13,13 @@ from gateway.providers.demo import MockScript
 class MockResponse:
     """Plays a `MockScript` with its pacing; same surface as an HTTP response."""
 
-    __slots__ = ("_parts", "_pos", "headers", "status")
+    __slots__ = ("_parts", "_pos", "headers", "read_at", "sent_at", "status")
 
     def __init__(self, script: MockScript):
         self.status = script.status
         self.headers = {"content-type": script.content_type}
         self._parts, self._pos = script.parts, 0
+        self.sent_at = self.read_at = time.perf_counter()
 
     @property
     def is_event_stream(self) -> bool:
@@ -30,6 +32,7 @@ class MockResponse:
         self._pos += 1
         if delay > 0:
             await asyncio.sleep(delay)
+        self.read_at = time.perf_counter()
         out = [data]
         while self._pos < len(self._parts) and self._parts[self._pos][0] == 0:
             out.append(self._parts[self._pos][1])  # what arrives together is read together
