@@ -62,16 +62,22 @@ async def _route(request: GatewayRequest) -> Response | StreamResponse:
     return await handler(request)
 
 
+def _cors(request: GatewayRequest) -> Response | None:
+    """A preflight's answer, or None with the CORS headers added to the answer to come."""
+    cors = request.app.runtime.config.server.cors
+    if applies(cors, request.path):
+        if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
+            return preflight(cors, request.headers)
+        request.extra_headers.update(cors_headers(cors, request.headers))
+    return None
+
+
 async def handle(request: GatewayRequest) -> Response | StreamResponse:
     rid = _request_id(request)
     request.request_id, request.t0 = rid, request.t0 or time.perf_counter()  # t0: read whole (http.connection)
-    extra = request.extra_headers
-    extra["x-request-id"] = rid
-    cors = request.app.runtime.config.server.cors
-    if "origin" in request.headers and applies(cors, request.path):
-        if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
-            return preflight(cors, request.headers)
-        extra.update(cors_headers(cors, request.headers))
+    request.extra_headers["x-request-id"] = rid
+    if "origin" in request.headers and (answer := _cors(request)) is not None:
+        return answer
     api: ClientApi | None = request.app.apis.get(request.path)
     if api is None:
         try:

@@ -106,13 +106,7 @@ class Upstream:
                        label: str, connect_s: float, idle_s: float | None, total_s: float) -> HttpResponse:
         loop = self.loop
         key: PoolKey = (*target.key, proxy.key if proxy is not None else "")
-        conn = self._pool.take(key, loop.time())
-        set_up = 0.0
-        if conn is None:
-            t_connect = time.perf_counter()
-            conn = await _connect(loop, target, proxy, key, connect_s, label,
-                                  self.tls_context() if target.tls else None)
-            set_up = time.perf_counter() - t_connect
+        conn, set_up = await self._connection(key, target, proxy, connect_s, label)
         headers.setdefault("accept-encoding", "identity")  # a compressed stream could not be relayed as it comes
         for name, value in TRACE_HEADERS.get():  # the attempt's span as the upstream's parent (docs/extensions.md,
         # "Traces")
@@ -145,6 +139,17 @@ class Upstream:
             resp.close()
             raise UpstreamError(proxy_failure(label, "the proxy refused our credentials (HTTP 407)", 407))
         return resp
+
+    async def _connection(self, key: PoolKey, target: _Target, proxy: Proxy | None, connect_s: float,
+                          label: str) -> tuple[_Conn, float]:
+        """A pooled connection, or a new one, and how long setting it up took (0 for a pooled one)."""
+        conn = self._pool.take(key, self.loop.time())
+        if conn is not None:
+            return conn, 0.0
+        t_connect = time.perf_counter()
+        conn = await _connect(self.loop, target, proxy, key, connect_s, label,
+                              self.tls_context() if target.tls else None)
+        return conn, time.perf_counter() - t_connect
 
     async def post_json(self, url: str, payload: Any, timeout_s: float, label: str) -> Any:
         """A small JSON call (webhook guardrails), bounded by `timeout_s` in all. Raises UpstreamError on
