@@ -5,8 +5,8 @@ turns, Codex's way, through the gateway's Responses bridge to the fake upstream 
                (the gateway keeps the conversation and sends the upstream the whole of it)
     http       one keep-alive connection; each turn POSTs the whole input so far (`store: false`)
 
-Per turn: the gateway process's CPU (utime+stime from /proc over a round's turns, divided; the median of
-the rounds, which alternate between the transports) and the added TTFT
+Per turn: the gateway process's CPU (the scheduler's run time of its threads over a round's turns,
+divided; the median of the rounds, which alternate between the transports) and the added TTFT
 (the client's send to its first `response.output_text.delta`, minus the same for the fake upstream
 asked directly with the turn's Messages request). Prints a markdown table (bench/README.md).
 
@@ -179,16 +179,18 @@ def direct_ttfts(port: int, turns: int) -> list[float]:
 
 
 def measure(gw: servers.Server, run: Any, conversations: int, turns: int) -> tuple[float, list[float]]:
-    before = procstat.usage(gw.pid).cpu_s
+    """CPU per turn as the scheduler's run time (`procstat.run_time_s`): a round is ~0.25 s, 25 clock
+    ticks, too coarse for utime+stime, which the kernel samples at ticks."""
+    before = procstat.run_time_s(gw.pid)
     ttfts = [t for _ in range(conversations) for t in run(gw.port, turns)]
-    cpu = procstat.usage(gw.pid).cpu_s - before
+    cpu = procstat.run_time_s(gw.pid) - before
     return cpu / (conversations * turns), ttfts
 
 
 def compare(gw: servers.Server, conversations: int, turns: int,
             rounds: int) -> dict[str, tuple[float, float, list[float]]]:
     """Rounds of each transport, alternated (the machine's speed drifts): the median round's CPU per turn,
-    the mean over all rounds (finer: /proc counts CPU in 10 ms ticks) and every turn's TTFT."""
+    the mean over all rounds and every turn's TTFT."""
     runs = {"http": http_conversation, "websocket": ws_conversation}
     for run in runs.values():
         run(gw.port, turns)  # warm-up: imports, pools
