@@ -341,8 +341,11 @@ class ResponsesSocket:
         KeyRing.authorize(key, model.name, name)
 
     def _refused(self, resp: Response) -> None:
-        """A response refused before its stream (the status and error body HTTP would have carried)."""
+        """A response refused before its stream (the status and error body HTTP would have carried); then
+        what the response leaves for after its write (the request's log line), as the HTTP server does."""
         self._refused_with(resp.status, error_from_body(resp.status, resp.body))
+        if resp.after is not None:
+            resp.after()
 
     def _refused_with(self, status: int, event: str) -> None:
         self._write(self.frames.text(event))

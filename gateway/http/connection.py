@@ -222,9 +222,11 @@ class HttpConnection(asyncio.Protocol):
             elif self._wrote:  # a streamed response already began: nothing else may follow on it
                 raise RuntimeError("the handler returned a response after it began a streamed one")
             else:
-                paused = self.send(resp.encode(request))
-                if resp.after is not None:
-                    resp.after()
+                try:
+                    paused = self.send(resp.encode(request))
+                finally:  # written or not (the client went): the response's `after` runs once
+                    if resp.after is not None:
+                        resp.after()
                 if paused:
                     await self.drained()  # a client that pipelines and never reads is not answered faster
                 keep = request.keeps_alive()

@@ -19,6 +19,8 @@ class AnswerThenLook:
     def __init__(self, client: socket.socket) -> None:
         self.client = client
         self.seen: list[bytes] = []
+        self.conn: HttpConnection | None = None  # set: its transport is closed before the answer (gone)
+        self.looked = asyncio.Event()
 
     def make_request(self, head: RequestHead, body: bytes, channel: Channel) -> Request:
         return Request(head, body, channel)
@@ -27,6 +29,8 @@ class AnswerThenLook:
         return self._answer(request)
 
     async def _answer(self, request: Request) -> Response:
+        if self.conn is not None and self.conn.transport is not None:
+            self.conn.transport.close()  # the client is gone before its answer could be written
         resp = Response(body=b"the answer", content_type="text/plain")
         resp.after = self._look
         return resp
@@ -36,6 +40,7 @@ class AnswerThenLook:
             self.seen.append(self.client.recv(65536, socket.MSG_PEEK))
         except BlockingIOError:
             self.seen.append(b"")  # nothing written yet
+        self.looked.set()
 
 
 async def test_after_runs_once_the_answer_is_on_the_clients_socket() -> None:
@@ -59,3 +64,18 @@ async def test_after_runs_once_the_answer_is_on_the_clients_socket() -> None:
         theirs.close()
         if conn.transport is not None:
             conn.transport.close()
+
+
+async def test_after_runs_when_the_client_has_gone_before_the_answer() -> None:
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    endpoint = AnswerThenLook(theirs)
+    conn = endpoint.conn = HttpConnection(HttpServer(endpoint))
+    await loop.connect_accepted_socket(lambda: conn, ours)
+    try:
+        await loop.sock_sendall(theirs, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        await asyncio.wait_for(endpoint.looked.wait(), 10)  # times out (fails) if `after` never runs
+        assert endpoint.seen == [b""]  # once, with nothing written: the connection was closed first
+    finally:
+        theirs.close()

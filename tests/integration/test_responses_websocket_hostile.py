@@ -118,6 +118,16 @@ def test_a_second_create_while_one_runs_gets_response_in_progress(upstream: Fake
     assert len(upstream.bodies(MESSAGES_PATH)) == 1
 
 
+def test_a_refused_turn_has_its_log_line_too(servers: LoopThread, gw: GatewayServer) -> None:
+    with capture_logs() as logs:
+        with raw_socket(gw) as ws:
+            ws.send(orjson.dumps({"type": "response.create", "model": "nope", "input": "x"}).decode())
+            assert recv_json(ws)["code"] == "model_not_found"
+        servers.run(wait_until(lambda: gw.sample(GAUGE) == 0))
+    (line,) = [e for e in logs if e["event"] == "request"]
+    assert line["transport"] == "websocket" and line["status"] == 404 and line["reason"] == "model_not_found"
+
+
 def test_the_gauge_counts_open_connections_and_the_log_line_says_websocket(
         servers: LoopThread, upstream: FakeUpstream, gw: GatewayServer) -> None:
     upstream.enqueue(MESSAGES_PATH, a.text_stream(["Hi."]))
