@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -63,8 +64,14 @@ class SqliteDatabase:
         if self._conn is None:
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
             conn = await aiosqlite.connect(self._path, timeout=self._timeout, isolation_level=None)
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a process crash loses no commit
+            try:
+                await _into_wal(conn, self._timeout)
+                await conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a process crash loses no commit
+            except BaseException:
+                # its thread is no daemon: left open, it would keep the process from ever exiting (a
+                # failed start then hung, and with `--workers` so did the supervisor, waiting for it)
+                await conn.close()
+                raise
             self._conn = conn
         return self._conn
 
@@ -162,6 +169,23 @@ class SqliteDatabase:
             plain, self._plain = self._plain, None
             if plain is not None:
                 plain.close()
+
+
+async def _into_wal(conn: aiosqlite.Connection, within_s: float) -> None:
+    """WAL mode (kept by the file once set). Setting it on a new file takes an exclusive lock, and SQLite
+    answers BUSY at once, without waiting out its busy timeout, while another connection holds a lock
+    (the other `--workers` opening the same new file): tried again until `within_s` has passed."""
+    deadline = time.monotonic() + within_s
+    pause = 0.005
+    while True:
+        try:
+            await conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != SQLITE_BUSY or time.monotonic() + pause > deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def _insert(conn: sqlite3.Connection, sql: str, rows: Sequence[Params]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -49,4 +50,27 @@ def test_workers_that_all_fail_to_start_end_the_supervisor_with_exit_1(tmp_path:
     lines = result.stderr.strip().splitlines()
     taken = f"gateway: cannot listen on 127.0.0.1:{port} (server.port): address already in use"
     assert lines == [taken, taken, "gateway: every worker exited (their own lines above say why)"]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_new_sqlite_file_another_process_holds_locked_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """Another process (a second worker opening the same new file) holds a lock: switching the new file
+    to WAL is answered BUSY at once. The start tries again for `connect_timeout_s`, then fails with one
+    line; its connection's thread (not a daemon) is closed, or the process would never exit."""
+    db = tmp_path / "gateway.db"
+    other = sqlite3.connect(db, isolation_level=None)
+    try:
+        other.execute("CREATE TABLE held (i INTEGER)")
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO held VALUES (1)")
+        cfg = tmp_path / "gw.yaml"
+        cfg.write_text(yaml.safe_dump(raw_config(f"sqlite:///{db}", connect_timeout_s=0.5)))
+        result = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port",
+                                 str(free_port()), "--metrics-port", str(free_port())], capture_output=True,
+                                text=True, timeout=EXIT_WITHIN_S, env={**os.environ})
+    finally:
+        other.close()
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("gateway: store.url: cannot open the store: ") and "OperationalError" in line
     assert "Traceback" not in result.stdout + result.stderr
