@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
 
 from gateway.core.http1_request import RequestHead
 from gateway.http import HttpServer, Request, Response, StreamResponse
 from gateway.http.connection import Channel, HttpConnection
+
+GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 
 
 class AnswerThenLook:
@@ -43,39 +46,42 @@ class AnswerThenLook:
         self.looked.set()
 
 
-async def test_after_runs_once_the_answer_is_on_the_clients_socket() -> None:
+@asynccontextmanager
+async def served(gone: bool = False) -> AsyncIterator[tuple[AnswerThenLook, HttpConnection, socket.socket]]:
+    """A real server's connection on a socket pair (the client's end non-blocking); `gone`: the client is
+    gone before each answer."""
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair()
     theirs.setblocking(False)
     endpoint = AnswerThenLook(theirs)
     conn = HttpConnection(HttpServer(endpoint))
+    if gone:
+        endpoint.conn = conn
     await loop.connect_accepted_socket(lambda: conn, ours)
     try:
-        for n in (1, 2):  # and again on the kept-alive connection
-            await loop.sock_sendall(theirs, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-            got = b""
-            while not got.endswith(b"the answer"):
-                got += await loop.sock_recv(theirs, 65536)
-            while conn.task is not None:
-                await conn.task
-            assert len(endpoint.seen) == n
-            assert endpoint.seen[-1].startswith(b"HTTP/1.1 200") and endpoint.seen[-1].endswith(b"the answer")
+        yield endpoint, conn, theirs
     finally:
         theirs.close()
         if conn.transport is not None:
             conn.transport.close()
 
 
-async def test_after_runs_when_the_client_has_gone_before_the_answer() -> None:
+async def test_after_runs_once_the_answer_is_on_the_clients_socket() -> None:
     loop = asyncio.get_running_loop()
-    ours, theirs = socket.socketpair()
-    theirs.setblocking(False)
-    endpoint = AnswerThenLook(theirs)
-    conn = endpoint.conn = HttpConnection(HttpServer(endpoint))
-    await loop.connect_accepted_socket(lambda: conn, ours)
-    try:
-        await loop.sock_sendall(theirs, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    async with served() as (endpoint, conn, client):
+        for n in (1, 2):  # and again on the kept-alive connection
+            await loop.sock_sendall(client, GET)
+            got = b""
+            while not got.endswith(b"the answer"):
+                got += await loop.sock_recv(client, 65536)
+            while conn.task is not None:
+                await conn.task
+            assert len(endpoint.seen) == n
+            assert endpoint.seen[-1].startswith(b"HTTP/1.1 200") and endpoint.seen[-1].endswith(b"the answer")
+
+
+async def test_after_runs_when_the_client_has_gone_before_the_answer() -> None:
+    async with served(gone=True) as (endpoint, _, client):
+        await asyncio.get_running_loop().sock_sendall(client, GET)
         await asyncio.wait_for(endpoint.looked.wait(), 10)  # times out (fails) if `after` never runs
         assert endpoint.seen == [b""]  # once, with nothing written: the connection was closed first
-    finally:
-        theirs.close()
