@@ -24,15 +24,22 @@ LOG_FIELDS = {"request_id", "api", "model", "deployment", "key", "stream", "stat
               "cost_usd", "redactions", "guardrails"}
 
 
-def test_two_workers_share_the_port_and_metrics_sum_across_them(tmp_path: Path) -> None:
+def _two_workers(tmp_path: Path, provider: str) -> tuple[subprocess.Popen[bytes], int, int]:
+    """`gateway serve --workers 2` with the demo model on a mock `provider` (its YAML flow mapping):
+    the process, its port and its metrics port."""
     port, mport = free_port(), free_port()
     cfg = tmp_path / "gw.yaml"
     cfg.write_text("server: {host: 127.0.0.1}\nauth: {allow_unauthenticated: true}\n"
-                   "providers: {demo: {type: mock, ttft_ms: 1, token_delay_ms: 0}}\n"
+                   f"providers: {{demo: {provider}}}\n"
                    "models: [{name: demo, deployments: [{provider: demo, model: demo-1}]}]\n")
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port),
                              "--metrics-port", str(mport), "--workers", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return proc, port, mport
+
+
+def test_two_workers_share_the_port_and_metrics_sum_across_them(tmp_path: Path) -> None:
+    proc, port, mport = _two_workers(tmp_path, "{type: mock, ttft_ms: 1, token_delay_ms: 0}")
     try:
         _wait_ready(port)
         total = 40
@@ -55,14 +62,7 @@ def test_two_workers_share_the_port_and_metrics_sum_across_them(tmp_path: Path) 
 
 
 def test_the_supervisors_listening_line_names_the_port_its_workers_serve(tmp_path: Path) -> None:
-    port, mport = free_port(), free_port()
-    cfg = tmp_path / "gw.yaml"
-    cfg.write_text("server: {host: 127.0.0.1}\nauth: {allow_unauthenticated: true}\n"
-                   "providers: {demo: {type: mock}}\n"
-                   "models: [{name: demo, deployments: [{provider: demo, model: d}]}]\n")
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port),
-                             "--metrics-port", str(mport), "--workers", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc, port, mport = _two_workers(tmp_path, "{type: mock}")
     try:
         _wait_ready(port)
     finally:
