@@ -12,6 +12,7 @@ from gateway.core.redact.gate import max_width, start_gate, union_gate
 from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
+    hint_pattern,
     literal_hint,
     prefix_source,
     sees_only_behind,
@@ -42,7 +43,7 @@ class RuleScan:
     def build(cls, hint: str | None, hint_by: int, detect: str, near: str | None) -> RuleScan:
         detect_re = re.compile(detect)
         near_re = None if near is None else re.compile(near)
-        return cls(None if hint is None else re.compile(factor_hints([hint])), hint_by, detect_re,
+        return cls(None if hint is None else hint_pattern(hint), hint_by, detect_re,
                    start_gate(detect_re, True), max_width(detect_re), near_re,
                    None if near_re is None else start_gate(near_re, True),
                    0 if near_re is None else max_width(near_re))

@@ -35,7 +35,7 @@ from gateway.core.redact.checks import Span, has_letter_and_digit
 from gateway.core.redact.cuts import may_match
 from gateway.core.redact.engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
 from gateway.core.redact.gate import search, start_gate, union_gate
-from gateway.core.redact.regex import factor_hints, literal_hint
+from gateway.core.redact.regex import hint_pattern, literal_hint
 from gateway.core.redact.rules import BUILTIN, expand
 
 COMPILED_KEPT = 8  # compiled profiles kept for reuse (each a few MiB at most): the latest configs' profiles
@@ -91,7 +91,7 @@ def _builtin(name: str) -> _Rule:
     regex = re.compile(rule.pattern)
     find = rule.refine or (_secret_group if "s" in regex.groupindex else _whole)
     return _Rule(name, regex, _checked(find) if rule.token_check else find, rule.hint, rule.hint_by,
-                 _hint(rule.hint), start_gate(regex, True))
+                 hint_pattern(rule.hint), start_gate(regex, True))
 
 
 def _custom(name: str, pattern: str) -> _Rule:
@@ -102,13 +102,7 @@ def _custom(name: str, pattern: str) -> _Rule:
     except re.error as exc:
         raise ValueError(f'custom redaction rule "{name}": invalid regular expression: {exc.msg}') from None
     hint = literal_hint(regex)
-    return _Rule(name, regex, _whole, None, 0, None if hint is None else _hint(hint), start_gate(regex, True))
-
-
-def _hint(hint: str) -> re.Pattern[str]:
-    """A rule's hint as the trigger has it (`factor_hints`): every branch starts with a literal, so a
-    search skips at C speed where it cannot fire, as it does over most segments."""
-    return re.compile(factor_hints([hint]))
+    return _Rule(name, regex, _whole, None, 0, None if hint is None else hint_pattern(hint), start_gate(regex, True))
 
 
 def _at_start(rule: _Rule, segment: str) -> Iterator[Span]:
