@@ -14,6 +14,7 @@ from typing import TypeVar
 import structlog
 from aiohttp import web
 
+from gateway import COMPILED
 from gateway.app import App, Reload, create_metrics_app, server_limits
 from gateway.app import serve_api as start_api
 from gateway.config import ConfigError, load_config
@@ -190,7 +191,8 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
     # a supervisor serves no API itself, its workers do, on that port: its line says where the gateway
     # listens and how many workers serve it (docs/reference.md, `gateway serve`)
     log.info("listening", host=s.host, port=s.port if serve_api or workers else None,
-             metrics_port=s.metrics_port if serve_metrics else None, **({"workers": workers} if workers else {}))
+             metrics_port=s.metrics_port if serve_metrics else None, **({"workers": workers} if workers else {}),
+             build="compiled" if COMPILED else "pure-python")
     await stop.wait()
     log.info("draining", drain_s=s.drain_s)
     if api is not None and app is not None:

@@ -11,6 +11,7 @@ command -v promtool >/dev/null || need+=(prometheus)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 # bench.footprint's test measures the first-token code's footprint under callgrind
 command -v valgrind >/dev/null || need+=(valgrind)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)  # make compile: mypyc's C (docs/compiled.md)
 # the admin console's browser tests (tests/browser) drive Debian's Chromium through Playwright
 command -v chromium >/dev/null || need+=(chromium)
 # No helm binary: Debian, PyPI and npm have none. The chart's tests (and scripts/chart.py) render and

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 MAX_DEPTH = 128
 DEPTH_MESSAGE = f"request body is nested deeper than {MAX_DEPTH} levels"
@@ -117,6 +118,7 @@ class DepthCheck:
         return not stack
 
 
+@mypyc_attr(native_class=False)
 class JsonText(str):
     """A long text of a client's body that keeps its JSON literal (`json`, quotes included), so that
     `encode` writes those bytes back instead of escaping the text again: 10 MiB of escapes or non-ASCII

@@ -14,7 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from gateway import __version__
+from gateway import COMPILED, __version__
 from tests.harness import free_port
 
 GATEWAY = [sys.executable, "-m", "gateway"]
@@ -107,6 +107,8 @@ def demo() -> Iterator[tuple[subprocess.Popen[str], int]]:
         proc.kill()
         pytest.fail("gateway did not start: " + "".join(lines))
     assert any("demo_mode" in line for line in lines), "the demo logs a warning"
+    # which build serves: `make test` runs this file on the compiled build (docs/compiled.md)
+    assert f'"build":"{"compiled" if COMPILED else "pure-python"}"' in lines[-1], lines[-1]
     # the default max_connections is what the fd limit holds: a default start does not warn about it
     assert not any("max_connections_lowered" in line for line in lines), lines
     yield proc, port

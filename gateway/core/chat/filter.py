@@ -48,9 +48,15 @@ class ChatOutputFilter:
     def active(self) -> bool:
         return self._factory is not None
 
+    def _refused(self) -> bool:
+        """Whether a stage has refused. A call, not a check of `self.refusal` in `apply`: mypy keeps the
+        attribute narrowed to None past the calls that can set it, and the compiled build (mypyc) checks
+        that type at run time (docs/compiled.md)."""
+        return self.refusal is not None
+
     def apply(self, obj: dict[str, Any] | None, raw: bytes | None, has_token: bool = False) -> bytes:
         """`has_token`: the upstream chunk carried an output token (before filtering)."""
-        if obj is None or self.refusal is not None:
+        if obj is None or self._refused():  # not `self.refusal is not None`: see `_refused`
             return b""
         choices = obj.get("choices")
         if not choices and obj.get("usage") is not None and not self._forward_usage:

@@ -36,9 +36,15 @@ class MessagesOutputFilter:
         self.refusal: Refusal | None = None  # set once a stage refuses; nothing more is released
         self.output_released = False  # an output token has left the filter (the TTFT moment)
 
+    def _refused(self) -> bool:
+        """Whether a stage has refused. A call, not a check of `self.refusal` in `apply`: mypy keeps the
+        attribute narrowed to None past the calls that can set it, and the compiled build (mypyc) checks
+        that type at run time (docs/compiled.md)."""
+        return self.refusal is not None
+
     def apply(self, ev: MessagesEvent) -> bytes:
         obj = ev.obj
-        if obj is None or self.refusal is not None:
+        if obj is None or self._refused():  # not `self.refusal is not None`: see `_refused`
             return b""
         if ev.kind is not None and self._factory is not None:
             return self._delta(ev, obj)

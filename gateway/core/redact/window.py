@@ -224,7 +224,8 @@ class RedactionWindow(SegmentWindow):
     # Feed a delta; return the masked text that is safe to release now ("" if all is held). It is
     # `_feed(text, False)` without the stop check, as one call: this window never stops (its
     # `_close` always succeeds), and this runs once per delta of every stream.
-    push = SegmentWindow._push
+    def push(self, delta: str) -> str:
+        return self._push(delta)
 
     def flush(self) -> str:
         """End of stream: release everything still held, masked."""

@@ -39,8 +39,8 @@ class OpenAIStreamParser:
         except orjson.JSONDecodeError:
             return [ChatChunk(chunk_events(None), None)]
         content = content_only(obj)
-        if content is None:
-            return [ChatChunk(other_chunk_events(obj), obj, data)]
+        if content is None:  # a chunk that is not an object carries no `obj` (a malformed event says why)
+            return [ChatChunk(other_chunk_events(obj), obj if isinstance(obj, dict) else None, data)]
         if not content:
             return [ChatChunk([], obj, data)]
         if shape is not None:
