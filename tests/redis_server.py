@@ -41,10 +41,12 @@ def _answers_ping(port: int) -> bool:
 
 
 class RedisServer:
-    def __init__(self, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, port: int | None = None, extra_args: tuple[str, ...] = (), cluster_bus: bool = False) -> None:
         self._fixed_port = port is not None
         self.port = port if port is not None else free_port()
         self._extra_args = extra_args
+        # a cluster node's bus port: taken like `port` at each first-start attempt, then kept for restarts
+        self.cluster_port = free_port() if cluster_bus else None
         self._dir = Path(tempfile.mkdtemp(prefix="gateway-redis-"))
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -72,13 +74,17 @@ class RedisServer:
                 return
             if self._fixed_port:
                 break
-            self.port = free_port()  # lost the race for the port: take another one
+            self.port = free_port()  # lost the race for a port: take others
+            if self.cluster_port is not None:
+                self.cluster_port = free_port()
         raise RuntimeError(f"redis-server did not start on port {self.port}: {self._log_tail()}")
 
     def _launch(self) -> bool:
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
         args += ["--save", "", "--appendonly", "no", "--dir", str(self._dir), "--daemonize", "no"]
         args += ["--logfile", str(self._dir / "redis.log"), "--loglevel", "warning", *self._extra_args]
+        if self.cluster_port is not None:
+            args += ["--cluster-port", str(self.cluster_port)]
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -78,9 +78,9 @@ class _Topology:
 class RedisClusterNodes(_Topology):
     def __init__(self, nodes: int = 6) -> None:
         self.servers = [
-            RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-port", str(free_port()),
+            RedisServer(extra_args=("--cluster-enabled", "yes",
                                     "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS),
-                                    "--cluster-config-file", "nodes.conf", *FAST_REPLICATION))
+                                    "--cluster-config-file", "nodes.conf", *FAST_REPLICATION), cluster_bus=True)
             for _ in range(nodes)]
 
     @property
