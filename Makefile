@@ -58,7 +58,7 @@ compile: $(STAMP)
 
 clean-compiled:
 	find gateway -name '*.so' -delete
-	rm -f gateway/core/COMPILED ./*__mypyc*.so
+	rm -f gateway/core/COMPILED
 
 bench: $(STAMP) compile  ## make bench BENCH_ARGS="--baseline ../base --store --only S1,S2"
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

@@ -222,8 +222,9 @@ class RedactionWindow(SegmentWindow):
         self._counts: dict[str, int] = {}
 
     # Feed a delta; return the masked text that is safe to release now ("" if all is held). It is
-    # `_feed(text, False)` without the stop check, as one call: this window never stops (its
-    # `_close` always succeeds), and this runs once per delta of every stream.
+    # `_feed(text, False)` without the stop check: this window never stops (its `_close` always
+    # succeeds), and this runs once per delta of every stream. A method, not `push = SegmentWindow._push`:
+    # a compiled class does not bind a method stored as a class attribute (docs/compiled.md).
     def push(self, delta: str) -> str:
         return self._push(delta)
 
