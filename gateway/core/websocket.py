@@ -1,10 +1,12 @@
-"""WebSocket (RFC 6455) for the server side of an upgraded connection, over `wsproto` (sans-I/O, never a
-frame parser of ours): the handshake's answer, and a connection's frames as whole text messages, with
-the bounds the gateway holds every client to (docs/reference.md, WebSocket mode).
+"""WebSocket (RFC 6455) for the server side of an upgraded connection, over the sans-I/O protocol of
+`websockets` (never a frame parser of ours; its C speedups unmask, ~3.5 us a message where `wsproto`
+took ~11, bench/README.md): the handshake's answer, and a connection's frames as whole text messages,
+with the bounds the gateway holds every client to (docs/reference.md, WebSocket mode).
 
 - A message is gathered up to `max_message` bytes; a bigger one closes the connection with 1009.
-- A binary message closes it with 1003 (the Responses API's messages are JSON text).
-- A malformed frame closes it with the code wsproto names (1002 protocol error, 1007 bad UTF-8).
+- A binary message closes it with 1003 (the Responses API's messages are JSON text); text that is not
+  UTF-8 with 1007.
+- A malformed frame closes it with 1002 (protocol error), as the protocol fails it.
 - Pings are answered with pongs at once; the peer's close is answered with a close.
 - permessage-deflate is declined (no extension is accepted): a zlib window per connection costs up to
   ~300 KiB, against ~a few KiB for a connection without it, so many idle agent sessions stay cheap.
@@ -12,18 +14,48 @@ the bounds the gateway holds every client to (docs/reference.md, WebSocket mode)
 
 from __future__ import annotations
 
-from wsproto.connection import Connection, ConnectionState, ConnectionType
-from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
-from wsproto.utilities import generate_accept_token
+from typing import Any, cast
 
-NORMAL, GOING_AWAY, PROTOCOL_ERROR, UNSUPPORTED_DATA, POLICY_VIOLATION, TOO_BIG = 1000, 1001, 1002, 1003, 1008, 1009
+from websockets.frames import Frame, Opcode
+from websockets.protocol import Event, Protocol, Side, State
+from websockets.typing import BytesLike
+from websockets.utils import accept_key
+
+NORMAL, GOING_AWAY, PROTOCOL_ERROR, UNSUPPORTED_DATA, NO_STATUS = 1000, 1001, 1002, 1003, 1005
+INVALID_DATA, POLICY_VIOLATION, TOO_BIG = 1007, 1008, 1009
+# bytes given to the parser at a time: a read full of tiny frames (6 bytes each, masked) is parsed ~700
+# frames a step (~1 ms), so a flood cannot hold the loop for a whole 256 KiB read
+SLICE = 4096
+
+
+class _Unlogged:
+    """The protocol's logger: none. At debug it would log every frame (model output, keys); what it logs
+    otherwise (a parser's own failure, answered 1011) shows in the connection's `websocket_closed` line."""
+
+    def isEnabledFor(self, level: int) -> bool:  # logging's name
+        return False
+
+    def debug(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def info(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def warning(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def error(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+_QUIET = cast(Any, _Unlogged())
 
 
 def text_frame(payload: bytes) -> bytes:
     """One unfragmented, unmasked text frame (a server's, RFC 6455 §5.2) of UTF-8 `payload`: the header
-    alone is written here, as wsproto writes it; a stream's events are the hot path (wsproto's
-    `send` costs ~8 us an event, this ~0.3), and tests check the bytes equal wsproto's. Reading frames
-    is wsproto's alone."""
+    alone is written here, as a library writes it; a stream's events are the hot path (wsproto's
+    `send` costs ~8 us an event, this ~0.3), and tests check the bytes equal wsproto's and websockets'.
+    Reading frames is the library's alone."""
     size = len(payload)
     if size < 126:
         return bytes((0x81, size)) + payload
@@ -46,7 +78,7 @@ def accept_head(headers: dict[str, str]) -> bytes:
         raise HandshakeError("a Sec-WebSocket-Key of 16 base64-encoded bytes is required")
     if "upgrade" not in {t.strip().lower() for t in headers.get("connection", "").split(",")}:
         raise HandshakeError("Connection must include Upgrade")
-    token: bytes = generate_accept_token(key.encode("ascii", "replace"))
+    token = accept_key(key).encode("ascii")
     return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             b"Sec-WebSocket-Accept: " + token + b"\r\n\r\n")
 
@@ -66,72 +98,105 @@ class Fed:
 
 
 class ServerSocket:
-    """One connection's frames, after the handshake."""
+    """One connection's frames, after the handshake (the protocol's state machine is websockets'
+    sans-I/O `Protocol`, opened past its handshake: ours is `accept_head`)."""
 
-    __slots__ = ("_conn", "_parts", "_size", "max_message")
+    __slots__ = ("_at", "_parts", "_pending", "_proto", "_ready", "max_message")
 
     def __init__(self, max_message: int):
         self.max_message = max_message
-        self._conn = Connection(ConnectionType.SERVER)
-        self._parts: list[str] = []  # the fragments of the message being received
-        self._size = 0
+        self._proto = Protocol(Side.SERVER, state=State.OPEN, max_size=max_message, logger=_QUIET)
+        self._parts: list[bytes] | None = None  # the fragments of the text message being received
+        self._ready: list[str] = []  # whole messages past `max_messages`, for the next call
+        self._pending = b""  # bytes not yet given to the parser: a flood is parsed a slice at a time
+        self._at = 0
 
     @property
     def open(self) -> bool:
-        return self._conn.state is ConnectionState.OPEN
+        return self._proto.state is State.OPEN
 
     def feed(self, data: bytes, max_messages: int = 1 << 30) -> Fed:
-        """Take `data`; stop after `max_messages` whole messages (wsproto keeps the rest of its buffer, and
-        its parser's place, for the next call), so a flood of small messages is taken a batch at a time."""
+        """Take `data`; stop after `max_messages` whole messages (the rest of the bytes are kept, unparsed,
+        for the next call), so a flood of small messages is taken a batch at a time."""
         fed = Fed()
-        if self._conn.state is ConnectionState.CLOSED:
+        proto = self._proto
+        if proto.state is not State.OPEN:
             return fed
         if data:
-            self._conn.receive_data(data)
-        for event in self._conn.events():
-            if isinstance(event, TextMessage):
-                text = event.data
-                if event.message_finished and not self._parts:  # a whole message in one piece: the usual
-                    # UTF-8 takes 1-4 bytes a character: the exact size is counted only near the bound
-                    if len(text) * 4 > self.max_message and len(text.encode()) > self.max_message:
-                        return self._closing(fed, TOO_BIG, "message too big")
-                    fed.texts.append(text)
-                else:
-                    self._size += len(text.encode())
-                    if self._size > self.max_message:
-                        return self._closing(fed, TOO_BIG, "message too big")
-                    self._parts.append(text)
-                    if not event.message_finished:
-                        continue
-                    fed.texts.append("".join(self._parts))
-                    self._parts.clear()
-                    self._size = 0
-                if len(fed.texts) >= max_messages:  # the frames after it stay unparsed in wsproto
-                    fed.more = True
-                    return fed
-            elif isinstance(event, BytesMessage):
-                return self._closing(fed, UNSUPPORTED_DATA, "binary messages are not supported")
-            elif isinstance(event, Ping):
-                fed.reply += self._conn.send(event.response())
-            elif isinstance(event, CloseConnection):
-                code = int(event.code) if event.code != 1005 else NORMAL  # 1005: the peer sent no code
-                return self._closing(fed, code, event.reason or "")
+            self._pending = self._pending[self._at:] + data if self._at < len(self._pending) else data
+            self._at = 0
+        ready = self._ready
+        while len(ready) < max_messages and self._at < len(self._pending):
+            at = self._at
+            self._at = at + SLICE
+            proto.receive_data(self._pending[at:at + SLICE] if len(self._pending) > SLICE else self._pending)
+            if self._take(proto.events_received(), ready, fed):
+                break
+            if proto.parser_exc is not None:  # the parser failed the connection: its close frame is written
+                fed.close = int(proto.close_sent.code) if proto.close_sent is not None else PROTOCOL_ERROR
+                break
+        writes = proto.data_to_send()
+        if writes:
+            fed.reply += b"".join(writes)
+        if fed.close is not None:
+            self._pending, self._at, ready[:] = b"", 0, []
+            return fed
+        if self._at >= len(self._pending):
+            self._pending, self._at = b"", 0
+        fed.texts = ready[:max_messages]
+        del ready[:max_messages]
+        fed.more = bool(ready) or bool(self._pending)
         return fed
 
-    def _closing(self, fed: Fed, code: int, reason: str) -> Fed:
-        fed.reply += self.close(code, reason)
+    def _take(self, frames: list[Event], ready: list[str], fed: Fed) -> bool:
+        """Gather the frames' whole text messages into `ready`; True when the connection is to end (a
+        close from the peer, a binary message, text that is not UTF-8)."""
+        for frame in frames:
+            if not isinstance(frame, Frame):  # handshake events: the handshake was ours
+                continue
+            op = frame.opcode
+            if op is Opcode.TEXT or op is Opcode.CONT:
+                if op is Opcode.TEXT and not frame.fin:
+                    self._parts = [bytes(frame.data)]
+                    continue
+                if op is Opcode.CONT:
+                    if self._parts is None:  # can't happen: a binary first frame ended the connection
+                        continue
+                    self._parts.append(bytes(frame.data))
+                    if not frame.fin:
+                        continue
+                    payload: BytesLike = b"".join(self._parts)
+                    self._parts = None
+                else:
+                    payload = frame.data
+                try:
+                    ready.append(str(payload, "utf-8"))
+                except UnicodeDecodeError:
+                    return self._failing(fed, INVALID_DATA, "a text message that is not UTF-8")
+            elif op is Opcode.BINARY:
+                return self._failing(fed, UNSUPPORTED_DATA, "binary messages are not supported")
+            elif op is Opcode.CLOSE:
+                got = self._proto.close_rcvd  # the protocol echoed it already
+                fed.close = int(got.code) if got is not None and got.code != NO_STATUS else NORMAL
+                return True
+            # pings are answered by the protocol (a pong among its writes); pongs need nothing
+        return False
+
+    def _failing(self, fed: Fed, code: int, reason: str) -> bool:
+        self._proto.fail(code, reason)
         fed.close = code
-        self._parts.clear()
-        return fed
+        return True
 
     def text(self, data: str | bytes) -> bytes:
         """One text message (empty once the connection is closing); bytes are UTF-8 already."""
-        if self._conn.state is not ConnectionState.OPEN:
+        if self._proto.state is not State.OPEN:
             return b""
         return text_frame(data.encode() if isinstance(data, str) else data)
 
     def close(self, code: int, reason: str = "") -> bytes:
-        """The close frame (once: empty when one was sent)."""
-        if self._conn.state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
+        """The close frame (once: empty when one was sent or the peer's was answered)."""
+        proto = self._proto
+        if proto.state is not State.OPEN:
             return b""
-        return self._conn.send(CloseConnection(code=code, reason=reason[:120]))
+        proto.send_close(code, reason[:120])
+        return b"".join(proto.data_to_send())

@@ -1,6 +1,6 @@
-"""gateway/core does no I/O: it imports only the standard library, orjson, the sans-I/O wsproto (WebSocket
-frames: bytes in, events out), mypy_extensions (`mypyc_attr`, for the compiled build: docs/compiled.md)
-and our pure modules."""
+"""gateway/core does no I/O: it imports only the standard library, orjson, the sans-I/O protocol of
+websockets (WebSocket frames: bytes in, events out), mypy_extensions (`mypyc_attr`, for the compiled
+build: docs/compiled.md) and our pure modules."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "gateway" / "core"
-ALLOWED_THIRD_PARTY = {"orjson", "wsproto", "mypy_extensions"}
+ALLOWED_THIRD_PARTY = {"orjson", "websockets", "mypy_extensions"}
 ALLOWED_OURS = {"gateway.core"}
 BANNED_STDLIB = {"asyncio", "socket", "ssl", "selectors", "subprocess", "threading", "http", "urllib",
                  "logging"}

@@ -1,19 +1,24 @@
-"""The pure parts of WebSocket mode: frames and bounds over wsproto (`core.websocket`) and one connection's
+"""The pure parts of WebSocket mode: frames and bounds over websockets' sans-I/O protocol (`core.websocket`,
+fed frames written by another library, wsproto's client) and one connection's
 Responses state (`core.responses.socket`): messages, previous_response_id from what the connection keeps,
 the warm-up, error events, and the HTTP stream's SSE cut into messages."""
 
 from __future__ import annotations
 
 import contextvars
+import itertools
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from websockets.protocol import Protocol, Side
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
 from gateway.core.responses.filter import EVENT_ENCODER, ResponsesOutputFilter
 from gateway.core.responses.socket import Conversation, EventCutter, SocketMessageError, read_message, warmup_events
-from gateway.core.websocket import HandshakeError, ServerSocket, accept_head, text_frame
+from gateway.core.websocket import SLICE, HandshakeError, ServerSocket, accept_head, text_frame
 
 
 def frames(*events: object) -> bytes:
@@ -66,6 +71,60 @@ def test_a_flood_is_taken_a_batch_at_a_time() -> None:
     assert sock.feed(b"", max_messages=2).texts == ["2", "3"]
     last = sock.feed(b"", max_messages=2)
     assert last.texts == ["4"] and not last.more
+
+
+def test_a_flood_in_one_read_is_parsed_a_slice_at_a_time() -> None:
+    """Thousands of tiny messages in one read: one call parses a slice of the bytes, not all of them."""
+    sock = ServerSocket(100)
+    data = frames(*(TextMessage("x") for i in range(3000)))  # 7 bytes each, 21,000 bytes
+    fed = sock.feed(data, max_messages=10)
+    assert fed.texts == ["x"] * 10 and fed.more
+    assert len(sock._ready) < SLICE // 6  # at most one slice's frames were parsed
+    taken = 10
+    while fed.more:
+        fed = sock.feed(b"", max_messages=10)
+        taken += len(fed.texts)
+    assert taken == 3000 and fed.close is None
+
+
+def test_a_message_split_at_every_byte_is_whole() -> None:
+    data = frames(TextMessage("héllo", message_finished=False), Ping(b"p"), TextMessage(" wörld"),
+                  TextMessage("x" * 300))
+    for cut in range(1, len(data)):
+        sock = ServerSocket(1000)
+        first, second = sock.feed(data[:cut]), sock.feed(data[cut:])
+        assert first.texts + second.texts == ["héllo wörld", "x" * 300] and second.close is None
+
+
+def test_a_fragmented_message_is_bounded_as_a_whole() -> None:
+    data = frames(TextMessage("x" * 6, message_finished=False), TextMessage("y" * 6))
+    fed = ServerSocket(10).feed(data)
+    assert fed.close == 1009 and fed.texts == [] and fed.reply.startswith(b"\x88")
+
+
+def test_text_that_is_not_utf8_closes_with_1007() -> None:
+    mask = b"\x00\x00\x00\x00"  # a zero mask leaves the payload as written
+    fed = ServerSocket(100).feed(b"\x81\x82" + mask + b"\xc3\x28")
+    assert fed.close == 1007 and fed.texts == []
+
+
+@pytest.mark.parametrize("frame", [
+    b"\x81\x02hi",  # a client's frame unmasked
+    b"\xc1\x82\x00\x00\x00\x00hi",  # a reserved bit set, no extension agreed
+    b"\x83\x80\x00\x00\x00\x00",  # a reserved opcode
+    b"\x80\x82\x00\x00\x00\x00hi",  # a continuation with no message begun
+    b"\x09\x80\x00\x00\x00\x00",  # a fragmented ping
+])
+def test_a_malformed_frame_closes_with_1002(frame: bytes) -> None:
+    sock = ServerSocket(100)
+    fed = sock.feed(frame)
+    assert fed.close == 1002 and fed.reply[0] == 0x88 and fed.reply[2:4] == b"\x03\xea" and not sock.open
+    assert sock.feed(b"\x81\x80\x00\x00\x00\x00").texts == []  # nothing is read after it
+
+
+def test_the_close_frame_is_written_once() -> None:
+    sock = ServerSocket(100)
+    assert sock.close(1001, "bye").startswith(b"\x88") and sock.close(1001) == b"" and sock.text("x") == b""
 
 
 def test_read_message() -> None:
@@ -141,7 +200,50 @@ def test_a_text_frame_is_the_frame_wsproto_writes(size: int) -> None:
     server = Connection(ConnectionType.SERVER)
     text = "x" * size
     assert text_frame(text.encode()) == server.send(TextMessage(text))
+    other = Protocol(Side.SERVER)
+    other.send_text(text.encode())
+    assert text_frame(text.encode()) == b"".join(other.data_to_send())
     client = Connection(ConnectionType.CLIENT)
     client.receive_data(text_frame(text.encode()))
     (event,) = client.events()
     assert isinstance(event, TextMessage) and event.data == text and event.message_finished
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.lists(st.integers(min_value=0, max_value=300), max_size=4))
+def test_any_bytes_give_messages_or_a_close_never_an_exception(data: bytes, cuts: list[int]) -> None:
+    if len(data) > 1:  # a client's frame is masked: past the first check more often
+        data = data[:1] + bytes((data[1] | 0x80,)) + data[2:]
+    sock = ServerSocket(64)
+    edges = [0, *sorted(c for c in cuts if c <= len(data)), len(data)]
+    for start, end in itertools.pairwise(edges):
+        fed = sock.feed(data[start:end])
+        assert fed.close is None or 1000 <= fed.close <= 1014 or 3000 <= fed.close < 5000
+        assert all(len(t.encode()) <= 64 for t in fed.texts)
+        if fed.close is not None:
+            assert not sock.open and sock.feed(b"\x81\x80\x00\x00\x00\x00").texts == []
+            return
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=40), st.integers(min_value=1, max_value=3), st.booleans()),
+                min_size=1, max_size=6), st.integers(min_value=1, max_value=50))
+def test_what_another_library_writes_is_read_whole_at_every_split(messages: list[tuple[str, int, bool]],
+                                                                  step: int) -> None:
+    """wsproto's client frames (fragmented, pings between fragments) read by ours, fed `step` bytes at a
+    time: the same texts in the same order."""
+    events: list[object] = []
+    for text, parts, ping in messages:
+        size = max(1, len(text) // parts)
+        pieces = [text[i:i + size] for i in range(0, len(text), size)] or [""]
+        for i, piece in enumerate(pieces):
+            events.append(TextMessage(piece, message_finished=i == len(pieces) - 1))
+            if ping and i < len(pieces) - 1:
+                events.append(Ping(b"p"))
+    data = frames(*events)
+    sock, got = ServerSocket(1 << 16), []
+    for i in range(0, len(data), step):
+        fed = sock.feed(data[i:i + step])
+        assert fed.close is None
+        got += fed.texts
+    assert got == [text for text, _, _ in messages]
