@@ -198,5 +198,6 @@ class ServerSocket:
         proto = self._proto
         if proto.state is not State.OPEN:
             return b""
-        proto.send_close(code, reason[:120])
+        # a control frame carries 125 bytes at most: the code's 2, and the reason cut on a character
+        proto.send_close(code, reason.encode()[:120].decode(errors="ignore"))
         return b"".join(proto.data_to_send())

@@ -125,6 +125,8 @@ def test_a_malformed_frame_closes_with_1002(frame: bytes) -> None:
 def test_the_close_frame_is_written_once() -> None:
     sock = ServerSocket(100)
     assert sock.close(1001, "bye").startswith(b"\x88") and sock.close(1001) == b"" and sock.text("x") == b""
+    frame = ServerSocket(100).close(1011, "é" * 100)  # 200 bytes of reason: cut to fit a control frame
+    assert frame[0] == 0x88 and frame[1] <= 125 and frame[4:].decode() == "é" * 60
 
 
 def test_read_message() -> None:
