@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+from typing import Any
 
 import orjson
 import pytest
@@ -139,7 +140,7 @@ def test_read_message() -> None:
 
 def test_previous_response_id_of_the_connection_is_expanded_and_others_pass() -> None:
     conv = Conversation()
-    body = {"input": "one", "previous_response_id": "resp_elsewhere"}
+    body: dict[str, Any] = {"input": "one", "previous_response_id": "resp_elsewhere"}
     assert conv.expand(body) == [{"type": "message", "role": "user", "content": "one"}]
     assert body["previous_response_id"] == "resp_elsewhere"  # not the connection's: as over HTTP
     conv.keep("resp_1", [{"role": "user", "content": "one"}], [{"type": "message", "role": "assistant"}])
