@@ -20,6 +20,14 @@ class Refusal(Protocol):
     def reason(self) -> str: ...
 
 
+def refused(refusal: Refusal | None) -> bool:
+    """Whether a filter's stage has refused, asked at the top of its `apply`: through a call, not as
+    `self.refusal is not None` there, because mypy then keeps the attribute narrowed to None past the
+    calls that can set it, and the compiled build (mypyc) checks that type at run time
+    (docs/compiled.md)."""
+    return refusal is not None
+
+
 class TextStage(Protocol):
     def push(self, text: str) -> tuple[str, Refusal | None]: ...
 

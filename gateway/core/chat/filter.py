@@ -16,7 +16,7 @@ import orjson
 from gateway.core.chat.wire import TEXT_FIELDS, content_only
 from gateway.core.events import DeltaKind
 from gateway.core.sse import encode_data
-from gateway.core.stages import Refusal, StageFactory, TextStage
+from gateway.core.stages import Refusal, StageFactory, TextStage, refused
 
 _KIND_OF = dict(TEXT_FIELDS)
 _CONTENT = DeltaKind.CONTENT
@@ -48,15 +48,9 @@ class ChatOutputFilter:
     def active(self) -> bool:
         return self._factory is not None
 
-    def _refused(self) -> bool:
-        """Whether a stage has refused. A call, not a check of `self.refusal` in `apply`: mypy keeps the
-        attribute narrowed to None past the calls that can set it, and the compiled build (mypyc) checks
-        that type at run time (docs/compiled.md)."""
-        return self.refusal is not None
-
     def apply(self, obj: dict[str, Any] | None, raw: bytes | None, has_token: bool = False) -> bytes:
         """`has_token`: the upstream chunk carried an output token (before filtering)."""
-        if obj is None or self._refused():  # not `self.refusal is not None`: see `_refused`
+        if obj is None or refused(self.refusal):  # not `self.refusal is not None`: see `refused`
             return b""
         choices = obj.get("choices")
         if not choices and obj.get("usage") is not None and not self._forward_usage:

@@ -19,7 +19,7 @@ import orjson
 from gateway.core.events import DeltaKind, InbandError
 from gateway.core.messages.wire import BLOCK_TEXT, DELTA_OF, TEXT_DELTAS, MessagesEvent
 from gateway.core.sse import encode_event
-from gateway.core.stages import Refusal, StageFactory, TextStage
+from gateway.core.stages import Refusal, StageFactory, TextStage, refused
 
 _ENDS = frozenset({"message_delta", "message_stop"})
 
@@ -36,15 +36,9 @@ class MessagesOutputFilter:
         self.refusal: Refusal | None = None  # set once a stage refuses; nothing more is released
         self.output_released = False  # an output token has left the filter (the TTFT moment)
 
-    def _refused(self) -> bool:
-        """Whether a stage has refused. A call, not a check of `self.refusal` in `apply`: mypy keeps the
-        attribute narrowed to None past the calls that can set it, and the compiled build (mypyc) checks
-        that type at run time (docs/compiled.md)."""
-        return self.refusal is not None
-
     def apply(self, ev: MessagesEvent) -> bytes:
         obj = ev.obj
-        if obj is None or self._refused():  # not `self.refusal is not None`: see `_refused`
+        if obj is None or refused(self.refusal):  # not `self.refusal is not None`: see `refused`
             return b""
         if ev.kind is not None and self._factory is not None:
             return self._delta(ev, obj)

@@ -34,7 +34,7 @@ from gateway.core.responses.wire import (
     map_response_texts,
 )
 from gateway.core.sse import encode_event
-from gateway.core.stages import Refusal, StageFactory, TextStage
+from gateway.core.stages import Refusal, StageFactory, TextStage, refused
 
 _PART_EVENTS = {"response.content_part.added": ("content", "content_index"),
                 "response.content_part.done": ("content", "content_index"),
@@ -74,15 +74,9 @@ class ResponsesOutputFilter:
     def active(self) -> bool:
         return self._factory is not None
 
-    def _refused(self) -> bool:
-        """Whether a stage has refused. A call, not a check of `self.refusal` in `apply`: mypy keeps the
-        attribute narrowed to None past the calls that can set it, and the compiled build (mypyc) checks
-        that type at run time (docs/compiled.md)."""
-        return self.refusal is not None
-
     def apply(self, ev: ResponsesEvent) -> bytes:
         obj = ev.obj
-        if obj is None or self._refused():  # not `self.refusal is not None`: see `_refused`
+        if obj is None or refused(self.refusal):  # not `self.refusal is not None`: see `refused`
             return b""
         changed = self._rewrite(ev, obj) if self._factory is not None else False
         if ev.type in ERROR_TYPES and not isinstance(obj.get("error"), dict):
