@@ -155,31 +155,29 @@ class ServerSocket:
             if not isinstance(frame, Frame):  # handshake events: the handshake was ours
                 continue
             op = frame.opcode
-            if op is Opcode.TEXT or op is Opcode.CONT:
-                if op is Opcode.TEXT and not frame.fin:
-                    self._parts = [bytes(frame.data)]
+            payload: BytesLike
+            if op is Opcode.TEXT and frame.fin:  # a whole message in one frame: the usual
+                payload = frame.data
+            elif op is Opcode.TEXT:
+                self._parts = [bytes(frame.data)]
+                continue
+            elif op is Opcode.CONT and self._parts is not None:  # (a binary first frame ended the connection)
+                self._parts.append(bytes(frame.data))
+                if not frame.fin:
                     continue
-                if op is Opcode.CONT:
-                    if self._parts is None:  # can't happen: a binary first frame ended the connection
-                        continue
-                    self._parts.append(bytes(frame.data))
-                    if not frame.fin:
-                        continue
-                    payload: BytesLike = b"".join(self._parts)
-                    self._parts = None
-                else:
-                    payload = frame.data
-                try:
-                    ready.append(str(payload, "utf-8"))
-                except UnicodeDecodeError:
-                    return self._failing(fed, INVALID_DATA, "a text message that is not UTF-8")
+                payload, self._parts = b"".join(self._parts), None
             elif op is Opcode.BINARY:
                 return self._failing(fed, UNSUPPORTED_DATA, "binary messages are not supported")
             elif op is Opcode.CLOSE:
                 got = self._proto.close_rcvd  # the protocol echoed it already
                 fed.close = int(got.code) if got is not None and got.code != NO_STATUS else NORMAL
                 return True
-            # pings are answered by the protocol (a pong among its writes); pongs need nothing
+            else:  # pings are answered by the protocol (a pong among its writes); pongs need nothing
+                continue
+            try:
+                ready.append(str(payload, "utf-8"))
+            except UnicodeDecodeError:
+                return self._failing(fed, INVALID_DATA, "a text message that is not UTF-8")
         return False
 
     def _failing(self, fed: Fed, code: int, reason: str) -> bool:
