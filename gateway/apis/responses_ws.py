@@ -144,9 +144,12 @@ class ResponsesSocket:
         app.metrics.websocket_opened()
         log.info("websocket_opened", key=self._key, path=RESPONSES.path)
 
-    async def run(self) -> None:
+    async def run(self) -> bool:
+        """Until the connection ends; True when the client closed it (its close frame answered: RFC 6455
+        §7.1.1, the server then closes the TCP connection at once), False when we did."""
         try:
             await self._done
+            return self.frames.closed_by_peer
         finally:
             self.app.metrics.websocket_closed()
             log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,

@@ -115,6 +115,12 @@ class ServerSocket:
     def open(self) -> bool:
         return self._proto.state is State.OPEN
 
+    @property
+    def closed_by_peer(self) -> bool:
+        """The peer sent its close frame (and it was answered, or it answered ours): the closing handshake
+        is done, and a peer sends nothing after it (RFC 6455 §5.5.1)."""
+        return self._proto.close_rcvd is not None
+
     def feed(self, data: bytes, max_messages: int = 1 << 30) -> Fed:
         """Take `data`; stop after `max_messages` whole messages (the rest of the bytes are kept, unparsed,
         for the next call), so a flood of small messages is taken a batch at a time."""

@@ -266,8 +266,8 @@ class HttpConnection(asyncio.Protocol):
             if data:
                 tunnel.received(data)
             self._apply_reading()  # reading paused over MAX_PENDING resumes: the tunnel reads now
-            await tunnel.run()
-            self._linger()  # the tunnel's last bytes out with a FIN; what the client still sends is dropped
+            if not await tunnel.run():  # else the peer is done sending: the socket closes now (finally)
+                self._linger()  # the tunnel's last bytes out with a FIN; what the client still sends is dropped
         except (asyncio.CancelledError, ConnectionError):
             pass
         except Exception:

@@ -31,10 +31,12 @@ class Link(Protocol):
 
 class Tunnel(Protocol):
     """A connection's protocol after the switch. `run` lasts as long as the tunnel (the connection
-    closes when it returns); `received` is called with each read; `swept` once a second with the
-    loop's time (idle deadlines); `drain` once on shutdown (finish what runs, then end `run`)."""
+    closes when it returns: at once when it returns True, the peer having ended the session and being
+    done sending; else lingering, what the peer still sends read and dropped); `received` is called with
+    each read; `swept` once a second with the loop's time (idle deadlines); `drain` once on shutdown
+    (finish what runs, then end `run`)."""
 
-    async def run(self) -> None: ...
+    async def run(self) -> bool: ...
 
     def received(self, data: bytes) -> None: ...
 

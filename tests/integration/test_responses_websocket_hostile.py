@@ -252,6 +252,24 @@ def test_websocket_connections_count_against_max_connections(upstream: FakeUpstr
     assert got.startswith(b"HTTP/1.1 503 ")
 
 
+def test_the_clients_close_is_answered_and_the_connection_closed_at_once(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """RFC 6455 §7.1.1: once the closing handshake is done, the server closes the TCP connection. It does not
+    linger for the client's FIN, holding a `max_connections` place (and a timer) for a client that sends
+    nothing more: the only place is free for the next connection while this client's socket is still open."""
+    gw = make_gateway(ws_config(upstream, max_connections=1))
+    sock = handshake(gw.port)
+    try:
+        sock.sendall(b"\x88\x82\x00\x00\x00\x00\x03\xe8")  # a masked close frame, code 1000
+        got = read_to_close(sock)  # the gateway's close frame, then the end of its side
+        assert got[:1] == b"\x88" and int.from_bytes(got[2:4], "big") == 1000
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as other:
+            other.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+            assert read_to_close(other).startswith(b"HTTP/1.1 200 ")
+    finally:
+        sock.close()
+
+
 def test_a_client_gone_mid_response_closes_the_upstream_request(servers: LoopThread, upstream: FakeUpstream,
                                                                 gw: GatewayServer) -> None:
     events = [a.message_start(), a.ping(), *a.text_block(0, ["Half"])[:2]]
