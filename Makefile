@@ -63,7 +63,7 @@ clean-compiled:
 bench: $(STAMP) compile  ## make bench BENCH_ARGS="--baseline ../base --store --only S1,S2"
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-bench-ws: $(STAMP)  ## agent turns over the Responses API's WebSocket mode vs HTTP (bench/README.md)
+bench-ws: $(STAMP) compile  ## the compiled build, as `make bench`: agent turns over the Responses API's WebSocket mode vs HTTP (bench/README.md)
 	$(BIN)/python -m bench.ws_turns $(BENCH_WS_ARGS)
 
 clean: clean-compiled

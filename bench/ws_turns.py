@@ -10,8 +10,8 @@ divided; the median of the rounds, which alternate between the transports) and t
 (the client's send to its first `response.output_text.delta`, minus the same for the fake upstream
 asked directly with the turn's Messages request). Prints a markdown table (bench/README.md).
 
-    python -m bench.ws_turns [--conversations 30] [--turns 10] [--rounds 5] [--pin]
-    python -m bench.ws_turns --instructions [--conversations 10] [--rounds 2]
+    python -m bench.ws_turns [--conversations 30] [--turns 10 | --turns 3,10,30] [--rounds 5] [--pin]
+    python -m bench.ws_turns --instructions [--conversations 10] [--turns 10] [--rounds 2]
 
 `--instructions` runs the gateway under valgrind's callgrind instead (as `bench.instructions` does) and
 counts the user-space instructions per turn of each transport: a figure this machine's load does not
@@ -259,10 +259,33 @@ def instructions(conversations: int, turns: int, rounds: int) -> None:
     print(f"\nwebsocket / http: {ws / http - 1:+.1%}")
 
 
+def _turn_counts(text: str) -> list[int]:
+    counts = [int(t) for t in text.split(",") if t.strip()]
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError("--turns: one or more positive counts, e.g. 10 or 3,10,30")
+    return counts
+
+
+def _rows(gw: servers.Server, up_port: int, conversations: int, turns: int, rounds: int) -> list[str]:
+    """The table's two rows for conversations of `turns` turns (added TTFT against the upstream asked
+    directly with the same conversations)."""
+    direct = [t for _ in range(conversations) for t in direct_ttfts(up_port, turns)]
+    base = statistics.median(direct)
+    measured = compare(gw, conversations, turns, rounds)
+    http_mean = measured["http"][1]
+    rows = []
+    for name, (cpu, mean, ttfts) in measured.items():
+        q = statistics.quantiles(ttfts, n=100)
+        rows.append(f"| {turns} | {name} | {cpu * 1000:.3f} | {mean * 1000:.3f} | {mean / http_mean:.3f} | "
+                    f"{(statistics.median(ttfts) - base) * 1000:.2f} | {(q[94] - base) * 1000:.2f} |")
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--conversations", type=int, default=30)
-    p.add_argument("--turns", type=int, default=10)
+    p.add_argument("--turns", type=_turn_counts, default=[10], help="turns per conversation; a comma-separated "
+                   "list (3,10,30) measures each in turn: a connection's set-up is shared by fewer or more turns")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--instructions", action="store_true", help="count instructions per turn under callgrind")
     p.add_argument("--source", help="the checkout whose gateway runs (default: this one), e.g. a worktree of main")
@@ -270,7 +293,8 @@ def main() -> None:
                    "upstream on the others (bench/affinity.py): the client's own work then moves no figure")
     args = p.parse_args()
     if args.instructions:
-        instructions(args.conversations, args.turns, args.rounds)
+        for turns in args.turns:
+            instructions(args.conversations, turns, args.rounds)
         return
     relay_cpus = None
     if args.pin:  # this process first: the upstream inherits the clients' CPUs
@@ -285,22 +309,16 @@ def main() -> None:
     if relay_cpus is not None:
         set_tree_affinity(gw.pid, relay_cpus)
     try:
-        direct = [t for _ in range(args.conversations) for t in direct_ttfts(up.port, args.turns)]
-        base = statistics.median(direct)
-        rows = []
-        for name, (cpu, mean, ttfts) in compare(gw, args.conversations, args.turns, args.rounds).items():
-            q = statistics.quantiles(ttfts, n=100)
-            rows.append(f"| {name} | {cpu * 1000:.2f} | {mean * 1000:.3f} | "
-                        f"{(statistics.median(ttfts) - base) * 1000:.2f} | {(q[94] - base) * 1000:.2f} |")
+        rows = [row for turns in args.turns for row in _rows(gw, up.port, args.conversations, turns, args.rounds)]
     finally:
         gw.stop()
         up.stop()
     layout = f", the gateway alone on CPU {sorted(relay_cpus)}" if relay_cpus else ""
-    print(f"{args.rounds} rounds of {args.conversations} conversations x {args.turns} turns, through the Responses "
-          f"bridge to the fake upstream (direct TTFT p50 {base * 1000:.2f} ms){layout}\n")
-    print("| transport | gateway CPU per turn, median round (ms) | mean of rounds (ms) | added TTFT p50 (ms) | "
-          "added TTFT p95 (ms) |")
-    print("| --- | --- | --- | --- | --- |")
+    print(f"{args.rounds} rounds of {args.conversations} conversations per turn count, through the Responses "
+          f"bridge to the fake upstream{layout}\n")
+    print("| turns | transport | gateway CPU per turn, median round (ms) | mean of rounds (ms) | mean ÷ http's | "
+          "added TTFT p50 (ms) | added TTFT p95 (ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
 
 
