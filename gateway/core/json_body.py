@@ -9,7 +9,6 @@ error. No tool schema or message list comes near it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,10 +71,27 @@ def may_be_deep(raw: bytes) -> bool:
 
 
 def depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether containers nest more than `limit` deep (iterative: no recursion limit to hit)."""
-    check = DepthCheck(value, limit, sys.maxsize)
-    check.step()
-    return check.exceeded
+    """Whether containers nest more than `limit` deep, in one call (a body small enough to walk at once, a
+    split parse's skeleton; `DepthCheck` walks a bigger one a step at a time). Recursive, so at most `limit`
+    calls deep, and over containers only: compiled, ~6x faster than the step-wise walk was on a 30-turn
+    conversation (bench/README.md, "The depth walk")."""
+    return _container(value) and _deeper(value, limit - 1)
+
+
+def _deeper(node: dict[str, Any] | list[Any], room: int) -> bool:
+    """Whether `node` holds a container with more than `room` levels of containers under it and itself."""
+    if room < 0:
+        return True
+    # a tuple, not `isinstance(x, dict | list)`: compiled, that builds a union for every value (most of the
+    # step-wise walk's cost, bench/README.md)
+    for child in node.values() if isinstance(node, dict) else node:
+        if isinstance(child, (dict, list)) and _deeper(child, room - 1):
+            return True
+    return False
+
+
+def _container(value: Any) -> bool:
+    return isinstance(value, (dict, list))
 
 
 def _children(node: dict[str, Any] | list[Any]) -> Iterator[Any]:
@@ -94,7 +110,7 @@ class DepthCheck:
             raise ValueError("budget must be positive")
         self._limit, self._budget = limit, budget
         # one iterator per open container: the values of the innermost are at depth len(stack) + 1
-        self._stack: list[Iterator[Any]] = [_children(value)] if isinstance(value, dict | list) else []
+        self._stack: list[Iterator[Any]] = [_children(value)] if _container(value) else []
         self.exceeded = bool(self._stack) and limit < 1
         if self.exceeded:
             self._stack.clear()
@@ -104,7 +120,7 @@ class DepthCheck:
         while stack and budget > 0:
             for child in stack[-1]:
                 budget -= 1
-                if isinstance(child, dict | list):
+                if isinstance(child, (dict, list)):  # a tuple, not `dict | list`: see _deeper
                     if len(stack) >= limit:
                         self.exceeded = True
                         stack.clear()

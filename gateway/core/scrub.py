@@ -133,7 +133,7 @@ class Scrubber:
         b.nodes -= 1
         if isinstance(value, str):
             return self.text(value, b) if b.nodes >= 0 else ""
-        if isinstance(value, list | dict) and (depth == 0 or b.nodes < 0):
+        if isinstance(value, (list, dict)) and (depth == 0 or b.nodes < 0):  # a tuple: see core.json_body._deeper
             return None
         if isinstance(value, list):
             items = [self._walk(v, b, depth - 1) for v in value]
