@@ -51,7 +51,7 @@ test: $(STAMP) tools lint e2e-deps
 	$(MAKE) compile
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-# gateway/core compiled with mypyc, in place (its modules shadow their sources until `make clean-compiled`;
+# gateway/core and gateway/providers/convert compiled with mypyc, in place (its modules shadow their sources until `make clean-compiled`;
 # an edited source makes `import gateway` refuse until one of the two is run again)
 compile: $(STAMP)
 	GATEWAY_COMPILE=1 $(BIN)/python setup.py -q build_ext --inplace --build-temp build/mypyc-temp

@@ -1,55 +1,75 @@
-"""The compiled build's guard (gateway/__init__.py, docs/compiled.md): a compiled `gateway/core` whose sources
-changed since `make compile` refuses to import, instead of silently running the old code."""
+"""The compiled build's guard (gateway/__init__.py, docs/compiled.md): compiled modules whose sources
+changed since `make compile` refuse to import, instead of silently running the old code."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 
-from gateway import StaleBuild, compiled_core, sources_digest
+from gateway import COMPILED_PACKAGES, STAMP, StaleBuild, compiled_build, sources_digest
+
+SO = "cpython-311-x86_64-linux-gnu.so"
 
 
-def _core(tmp_path: Path) -> Path:
-    core = tmp_path / "core"
-    (core / "chat").mkdir(parents=True)
-    (core / "sse.py").write_text("X = 1\n")
-    (core / "chat" / "stream.py").write_text("Y = 2\n")
-    return core
+def _root(tmp_path: Path) -> Path:
+    """A `gateway` directory with sources in both compiled packages."""
+    root = tmp_path / "gateway"
+    (root / "core" / "chat").mkdir(parents=True)
+    (root / "providers" / "convert").mkdir(parents=True)
+    (root / "core" / "sse.py").write_text("X = 1\n")
+    (root / "core" / "chat" / "stream.py").write_text("Y = 2\n")
+    (root / "providers" / "convert" / "openai_chat.py").write_text("Z = 3\n")
+    return root
+
+
+def _built(root: Path) -> None:
+    (root / "core" / f"sse.{SO}").write_bytes(b"")
+    (root / "providers" / "convert" / f"openai_chat.{SO}").write_bytes(b"")
+    (root / STAMP).write_text(sources_digest(root) + "\n")
 
 
 def test_sources_without_compiled_modules_are_the_pure_build(tmp_path: Path) -> None:
-    assert compiled_core(_core(tmp_path)) is False
+    assert compiled_build(_root(tmp_path)) is False
 
 
 def test_compiled_modules_of_these_sources_are_the_compiled_build(tmp_path: Path) -> None:
-    core = _core(tmp_path)
-    (core / "sse.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
-    (core / "COMPILED").write_text(sources_digest(core) + "\n")
-    assert compiled_core(core) is True
+    root = _root(tmp_path)
+    _built(root)
+    assert compiled_build(root) is True
 
 
-@pytest.mark.parametrize("change", ["edited", "added", "no stamp"])
+@pytest.mark.parametrize("change", ["core edited", "convert edited", "added", "no stamp"])
 def test_compiled_modules_older_than_their_sources_refuse_to_import(tmp_path: Path, change: str) -> None:
-    core = _core(tmp_path)
-    (core / "sse.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
-    (core / "COMPILED").write_text(sources_digest(core) + "\n")
-    if change == "edited":
-        (core / "chat" / "stream.py").write_text("Y = 3\n")
+    root = _root(tmp_path)
+    _built(root)
+    if change == "core edited":
+        (root / "core" / "chat" / "stream.py").write_text("Y = 3\n")
+    elif change == "convert edited":
+        (root / "providers" / "convert" / "openai_chat.py").write_text("Z = 4\n")
     elif change == "added":
-        (core / "new.py").write_text("")
+        (root / "core" / "new.py").write_text("")
     else:
-        (core / "COMPILED").unlink()
+        (root / STAMP).unlink()
     with pytest.raises(StaleBuild, match="make compile"):
-        compiled_core(core)
+        compiled_build(root)
+
+
+def test_a_compiled_convert_package_alone_is_checked_too(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (root / "providers" / "convert" / f"openai_chat.{SO}").write_bytes(b"")
+    with pytest.raises(StaleBuild):
+        compiled_build(root)
 
 
 def test_the_digest_is_the_one_setup_py_writes() -> None:
-    """setup.py names each source by its path from the repository root, in sorted order."""
-    import hashlib
-
-    root = Path(__file__).resolve().parents[2]
+    """setup.py names each source by its path from the repository root, sorted over both packages."""
+    repo = Path(__file__).resolve().parents[2]
     digest = hashlib.sha256()
-    for path in sorted(str(p.relative_to(root)) for p in (root / "gateway" / "core").rglob("*.py")):
-        digest.update(path.encode() + b"\0" + (root / path).read_bytes())
-    assert sources_digest(root / "gateway" / "core") == digest.hexdigest()
+    paths = sorted(str(p.relative_to(repo)) for package in COMPILED_PACKAGES
+                   for p in (repo / "gateway" / package).rglob("*.py"))
+    for path in paths:
+        digest.update(path.encode() + b"\0" + (repo / path).read_bytes())
+    assert sources_digest(repo / "gateway") == digest.hexdigest()
+    assert 'PACKAGES = ("core", "providers/convert")' in (repo / "setup.py").read_text()

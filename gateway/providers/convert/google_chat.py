@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from gateway.core.events import Failure
 from gateway.providers.base import SSE, ParsedBody, UpstreamRequest
@@ -25,6 +26,7 @@ def method_url(models_url: str, model: str, stream: bool) -> str:
     return f"{models_url}/{model}:streamGenerateContent?alt=sse" if stream else f"{models_url}/{model}:generateContent"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a provider's own translator extends it (docs/compiled.md)
 class GoogleChat:
     """Chat Completions on a generateContent endpoint: `models_url` is the URL the model's name follows."""
 

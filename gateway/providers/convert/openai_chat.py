@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from gateway.core.chat.shape import ContentShape
 from gateway.core.chat.wire import chunk_events, content_only, other_chunk_events
@@ -19,6 +20,7 @@ from gateway.providers.retry_after import with_retry_after
 _CONTENT = DeltaKind.CONTENT
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a provider's own translator extends it (docs/compiled.md)
 class OpenAIStreamParser:
     """Per stream. Every chunk given to `parse` is parsed whole; a content-only one teaches `shape` the
     stream's envelope, which the relay then matches against later chunks' bytes before calling `parse`

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from gateway.core.events import Failure, FailureKind, InbandError
 from gateway.core.json_body import encode
@@ -61,6 +62,7 @@ class Endpoint(Protocol):
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> Failure: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a provider's own translator extends it (docs/compiled.md)
 class ResponsesPassThrough:
     """The Responses API passed through to a provider that serves it, at `endpoint.url("/responses")`."""
 
