@@ -27,8 +27,9 @@ from gateway.pipeline.serve import serve
 from gateway.pipeline.slicer import TextSlot
 
 
-def input_slots(body: dict[str, Any]) -> list[TextSlot]:
-    """Where the prompt's text lives: each message's content string and each content part's text."""
+def input_slots(body: dict[str, Any], texts: bool = True) -> list[TextSlot]:
+    """Where the prompt's text lives: each message's content string and each content part's text. The
+    shape is checked either way; with `texts` False (nothing reads the prompt's texts) none is gathered."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise InvalidRequest("messages must be an array", param="messages")
@@ -36,6 +37,8 @@ def input_slots(body: dict[str, Any]) -> list[TextSlot]:
     for m in messages:
         if not isinstance(m, dict):
             raise InvalidRequest("each message must be an object", param="messages")
+        if not texts:
+            continue
         content = m.get("content")
         if isinstance(content, str):
             slots.append((m, "content"))

@@ -43,10 +43,13 @@ def _blocks(content: Any, slots: list[TextSlot]) -> None:
                 _blocks(block.get("content"), slots)
 
 
-def input_slots(body: dict[str, Any]) -> list[TextSlot]:
-    """Where the prompt's text lives: (object, key) of `system` and of each message's text."""
+def input_slots(body: dict[str, Any], texts: bool = True) -> list[TextSlot]:
+    """Where the prompt's text lives: (object, key) of `system` and of each message's text. The shape is
+    checked either way; with `texts` False (nothing reads the prompt's texts) none is gathered."""
     slots: list[TextSlot] = []
-    if isinstance(body.get("system"), str):
+    if not texts:
+        pass
+    elif isinstance(body.get("system"), str):
         slots.append((body, "system"))
     else:
         _blocks(body.get("system"), slots)
@@ -56,6 +59,8 @@ def input_slots(body: dict[str, Any]) -> list[TextSlot]:
     for m in msgs:
         if not isinstance(m, dict):
             raise InvalidRequest("each message must be an object", param="messages")
+        if not texts:
+            continue
         if isinstance(m.get("content"), str):
             slots.append((m, "content"))
         else:

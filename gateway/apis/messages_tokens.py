@@ -37,7 +37,7 @@ BYTES_PER_TOKEN = 4
 
 async def count_tokens(request: GatewayRequest) -> Response:
     rt, ctx = await resolve(request, COUNT_TOKENS)
-    input_slots(ctx.body)  # the same validation as a Messages request
+    input_slots(ctx.body, False)  # the same validation as a Messages request (no texts gathered)
     keep_serving(ctx, lambda d: rt.translator(COUNT_TOKENS.schema, d), "Messages")
     await admit(rt, request.app.state, ctx, tokens=False)
     counting = tuple(d for d in ctx.model.deployments if _counter(rt, d, request) is not None)

@@ -31,19 +31,23 @@ def self_contained(body: dict[str, Any]) -> bool:
     return body.get("store") is False and body.get("previous_response_id") is None
 
 
-def input_slots(body: dict[str, Any]) -> list[TextSlot]:
+def input_slots(body: dict[str, Any], texts: bool = True) -> list[TextSlot]:
     """Where the prompt's text lives: (object, key) of `instructions`, of `input` as a string, and of
-    each input item's `content` string or content part's `text`."""
+    each input item's `content` string or content part's `text`. The shape is checked either way; with
+    `texts` False (nothing reads the prompt's texts) none is gathered."""
     slots: list[TextSlot] = []
-    if isinstance(body.get("instructions"), str):
+    if texts and isinstance(body.get("instructions"), str):
         slots.append((body, "instructions"))
     value = body.get("input")
     if isinstance(value, str):
-        slots.append((body, "input"))
+        if texts:
+            slots.append((body, "input"))
     elif isinstance(value, list):
         for item in value:
             if not isinstance(item, dict):
                 raise InvalidRequest("each input item must be an object", param="input")
+            if not texts:
+                continue
             content = item.get("content")
             if isinstance(content, str):
                 slots.append((item, "content"))

@@ -45,7 +45,7 @@ class ServedApi:
     api: ClientApi  # name, route, key headers, error shape, schema (its row of the support matrix)
     # where the prompt's text lives, for input redaction and guardrails (raises InvalidRequest on a
     # body of the wrong shape)
-    input_slots: Callable[[Body], list[TextSlot]]
+    input_slots: Callable[[Body, bool], list[TextSlot]]  # (body, texts wanted): validates either way
     stream_core: Callable[[Any, str], StreamCore]  # (the translator's parser, the deployment's label)
     output_filter: Callable[[StageFactory | None, bool], OutputFilter]  # (redaction run, forward usage)
     error_event: Callable[[GatewayError], bytes]  # a failure as its in-stream error, after early headers
