@@ -47,12 +47,11 @@ def input_slots(body: dict[str, Any], texts: bool = True) -> list[TextSlot]:
     """Where the prompt's text lives: (object, key) of `system` and of each message's text. The shape is
     checked either way; with `texts` False (nothing reads the prompt's texts) none is gathered."""
     slots: list[TextSlot] = []
-    if not texts:
-        pass
-    elif isinstance(body.get("system"), str):
+    system = body.get("system") if texts else None
+    if isinstance(system, str):
         slots.append((body, "system"))
-    else:
-        _blocks(body.get("system"), slots)
+    elif system is not None:
+        _blocks(system, slots)
     msgs = body.get("messages")
     if not isinstance(msgs, list):
         raise InvalidRequest("messages: Field required (an array of messages)", param="messages")
