@@ -159,6 +159,8 @@ class ResponsesSocket:
                 self._resuming.cancel()
             if self._running is not None:
                 self._running.cancel()  # the client went: its response's upstream request is closed too
+            self.frames.release()
+            self._conversation.forget()  # freed now, not when the connection's objects are
 
     def received(self, data: bytes) -> None:
         if self._done.done():

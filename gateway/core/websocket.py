@@ -197,6 +197,16 @@ class ServerSocket:
             return b""
         return text_frame(data.encode() if isinstance(data, str) else data)
 
+    def release(self) -> None:
+        """The connection ended: end the protocol's parser, a generator holding the protocol that holds
+        it (a cycle the cyclic collector would otherwise free, once per connection); and its failure,
+        whose traceback holds the parser's frames. Nothing is fed after."""
+        proto = self._proto
+        proto.state = State.CLOSED  # `feed`, `text` and `close` then do nothing
+        proto.parser.close()
+        proto.parser_exc = None
+        self._pending, self._at = b"", 0
+
     def close(self, code: int, reason: str = "") -> bytes:
         """The close frame (once: empty when one was sent or the peer's was answered)."""
         proto = self._proto

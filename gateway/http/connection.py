@@ -111,8 +111,10 @@ class HttpConnection(asyncio.Protocol):
         self._server.connections.discard(self)
         if self.task is not None:
             self.task.cancel()
-        if self.tunnel is not None:
-            self.tunnel.lost()
+        tunnel, self.tunnel = self.tunnel, None  # it holds this connection (its link): no cycle left behind
+        if tunnel is not None:
+            tunnel.lost()
+        self._reader.release()
         self._cancel_stall()
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():

@@ -54,6 +54,9 @@ def _after_head(lines: bytes) -> bytes:
     return lines[m.end():] if m else b""
 
 
+_SPENT = httptools.HttpRequestParser(None)  # what a released reader holds instead of its parser: never fed
+
+
 class _Saturated(Exception):
     """Raised inside llhttp's message-complete callback: nothing more is read from this connection."""
 
@@ -117,6 +120,14 @@ class RequestReader:
         if self._error is not None:
             raise self._error
         return None
+
+    def release(self) -> None:
+        """The connection is gone: drop the parser. llhttp's parser holds this reader's callbacks (and
+        the last exception raised in one, with its frames), and this reader holds it: a cycle only the
+        cyclic collector would free, once per connection (docs/reference.md, "WebSocket mode").
+        Nothing is parsed after (`saturated`: nothing more is read)."""
+        self._parser = _SPENT
+        self.saturated = True
 
     def continue_due(self) -> bytes:
         """The interim answer to send now, or b""."""
@@ -187,16 +198,21 @@ class RequestReader:
         except httptools.HttpParserUpgrade as upgrade:
             return self._after_upgrade(data[int(upgrade.args[0]):])
         except httptools.HttpParserCallbackError as exc:
-            cause = exc.__context__
-            if isinstance(cause, _Saturated):
-                self.saturated = True
-            elif isinstance(cause, RequestError):
-                self._error = cause
-            else:
-                self._error = RequestError(400, "bad request")
+            self._callback_failed(exc.__context__)
         except httptools.HttpParserError as exc:
             self._error = RequestError(400, f"bad request: {exc}")
         return b""
+
+    def _callback_failed(self, cause: BaseException | None) -> None:
+        """What one of our callbacks raised inside llhttp. Not bound in `_execute`'s own frame: the
+        exception's traceback holds that frame, and a local naming the exception would make a cycle of
+        the two (with the connection the frames above it hold), left to the cyclic collector."""
+        if isinstance(cause, _Saturated):
+            self.saturated = True
+        elif isinstance(cause, RequestError):
+            self._error = cause
+        else:
+            self._error = RequestError(400, "bad request")
 
     def _after_upgrade(self, rest: bytes) -> bytes:
         """httptools stops after the head of a request asking to switch protocols and skips its body
