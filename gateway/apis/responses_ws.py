@@ -19,7 +19,7 @@ import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.core.http1_request import RequestHead
-from gateway.core.json_body import DEPTH_MESSAGE
+from gateway.core.json_body import DEPTH_MESSAGE, Scan, bracket_count
 from gateway.core.responses.filter import EVENT_ENCODER
 from gateway.core.responses.socket import (
     Conversation,
@@ -40,6 +40,7 @@ from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.middleware import error_response, handle
+from gateway.providers.base import may_carry_markers
 
 log = structlog.get_logger("gateway")
 # fields of the upgrade request a response's own request does not carry
@@ -50,6 +51,12 @@ _HOP_FIELDS = frozenset(("upgrade", "connection", "content-length", "transfer-en
 # (reading held meanwhile), so other connections are served between the batches (~15 us a message)
 BATCH = 32
 _TEXT_FRAME = 0x81  # a whole text frame's first byte (`core.websocket.text_frame`); SSE starts with text
+
+
+def scanned(part: bytes) -> Scan:
+    """A part of a conversation (a message's JSON, a response's terminal event), scanned as it comes."""
+    brackets = bracket_count(part)
+    return Scan(brackets, brackets, may_carry_markers(part))
 
 
 async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
@@ -267,12 +274,12 @@ class ResponsesSocket:
     async def _serve(self, text: str) -> None:
         try:
             create = read_message(text)
-            whole = self._conversation.expand(create.body)
+            whole, scan = self._conversation.expand(create.body, scanned(text.encode()))
         except SocketMessageError as exc:
             self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
             return
         if not create.generate:
-            self._warm_up(create.body, whole)
+            self._warm_up(create.body, whole, scan)
             return
         loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
@@ -284,6 +291,7 @@ class ResponsesSocket:
         EVENT_ENCODER.set(channel.cutter.frame)  # this task's (the response's) events, framed as made
         request = self._request(raw, channel)
         request.parsed = create.body  # parsed once, from the message; `raw` is its size and its bytes
+        request.scan = scan  # and scanned in the parts it came in, not again as a whole every turn
         self._responses += 1
         resp = await handle(request)
         if isinstance(resp, StreamResponse):
@@ -294,9 +302,10 @@ class ResponsesSocket:
             return
         ended = channel.cutter.ended
         if ended is not None and not channel.cutter.failed:
-            self._conversation.keep(ended.response_id, whole, ended.output)
+            output = scanned(orjson.dumps({"input": ended.output}))  # wrapped as a body will hold it
+            self._conversation.keep(ended.response_id, whole, ended.output, scan.joined(output))
 
-    def _warm_up(self, body: dict[str, Any], whole: list[Any]) -> None:
+    def _warm_up(self, body: dict[str, Any], whole: list[Any], scan: Scan) -> None:
         """`generate: false` (Codex's warm-up): answered as OpenAI does, with no model call."""
         self._warmups += 1
         try:
@@ -306,7 +315,7 @@ class ResponsesSocket:
             return
         rid, events = warmup_events(body)
         self._write(b"".join(self.frames.text(e) for e in events))
-        self._conversation.keep(rid, whole, [])
+        self._conversation.keep(rid, whole, [], scan)
 
     def _sized(self, body: dict[str, Any]) -> bytes | None:
         """The response's body as HTTP would have carried it, or None (an error event sent) when it cannot

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from gateway.core.api import ClientApi
 from gateway.core.http1_request import RequestHead
+from gateway.core.json_body import Scan
 from gateway.http import Request, Response, StreamResponse
 from gateway.http.messages import Channel
 from gateway.observe.context import Admission, RequestContext
@@ -51,7 +52,7 @@ class Host(Protocol):
 
 
 class GatewayRequest(Request):
-    __slots__ = ("admission", "app", "ctx", "parsed", "rec", "transport")
+    __slots__ = ("admission", "app", "ctx", "parsed", "rec", "scan", "transport")
 
     def __init__(self, app: Host, head: RequestHead, body: bytes, channel: Channel):
         super().__init__(head, body, channel)
@@ -63,6 +64,7 @@ class GatewayRequest(Request):
         # the body as its transport parsed it already (WebSocket mode), `body` its JSON: `read_json` takes
         # it instead of parsing `body` again, under the same bounds (docs/reference.md, WebSocket mode)
         self.parsed: dict[str, Any] | None = None
+        self.scan: Scan | None = None  # and what its transport knows of `body`'s bytes, scanned in parts
 
     @property
     def recorder(self) -> RequestRecorder:

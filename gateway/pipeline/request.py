@@ -14,6 +14,7 @@ from gateway.core.json_body import (
     BodyError,
     DepthCheck,
     bracket_count,
+    depth_exceeds,
     parse_object,
     parse_shallow,
 )
@@ -39,29 +40,40 @@ async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any
     the walk of a big body's containers (~20 ms a MiB of small objects) a slice at a time, between the
     loop's other work (`pipeline.slicer`). A body over SPLIT_BYTES with long strings in it is parsed in
     steps too (`core.json_split`), its marker search with it; any other is parsed whole in a step of its
-    own."""
+    own. A body its transport parsed and scanned in parts (`request.scan`, WebSocket mode) is held to
+    the same bounds by what those scans found, its bytes not scanned again."""
     raw = request.body
     try:
-        if len(raw) <= INLINE_DEPTH_BYTES:
+        if request.scan is not None:
+            known = request.scan
+            body, marked, deep = parse_shallow(raw, known.brackets, request.parsed), known.marked, known.may_be_deep
+        elif len(raw) <= INLINE_DEPTH_BYTES:
             return parse_object(raw, request.parsed), may_carry_markers(raw)
-        if len(raw) > SPLIT_BYTES and request.parsed is None:
+        elif len(raw) > SPLIT_BYTES and request.parsed is None:
             split = SplitParse(raw, MARKER_NEEDLES)
             await rt.slicer.run(split)
             if split.body is not None:
                 return split.body, split.found
-            brackets, marked = split.brackets, split.found
+            body = parse_shallow(raw, split.brackets)
+            marked, deep = split.found, split.brackets >= MAX_DEPTH
         else:
             brackets = bracket_count(raw)  # once: the container bound and the depth's (~1 ms a MiB)
-            marked = may_carry_markers(raw)
-        body = parse_shallow(raw, brackets, request.parsed)
+            body = parse_shallow(raw, brackets, request.parsed)
+            marked, deep = may_carry_markers(raw), brackets >= MAX_DEPTH
     except BodyError as exc:
         raise InvalidRequest(str(exc)) from None
-    if brackets >= MAX_DEPTH:  # `may_be_deep`
-        check = DepthCheck(body, MAX_DEPTH, DEPTH_STEP_VALUES)
-        await rt.slicer.run(check)
-        if check.exceeded:
-            raise InvalidRequest(DEPTH_MESSAGE)
+    if deep and await _too_deep(rt, body, len(raw)):
+        raise InvalidRequest(DEPTH_MESSAGE)
     return body, marked
+
+
+async def _too_deep(rt: Runtime, body: dict[str, Any], size: int) -> bool:
+    """The nesting bound: walked at once for a small body, a slice at a time for a bigger one."""
+    if size <= INLINE_DEPTH_BYTES:
+        return depth_exceeds(body, MAX_DEPTH)
+    check = DepthCheck(body, MAX_DEPTH, DEPTH_STEP_VALUES)
+    await rt.slicer.run(check)
+    return check.exceeded
 
 
 def is_anthropic(request: GatewayRequest) -> bool:

@@ -279,3 +279,21 @@ def test_input_redaction_masks_each_turn_and_keeps_the_clients_own_history(
     assert len(judged) == 2 and all("ACME-123456" in j for j in judged), judged
     texts = [[_text(m) for m in body["messages"]] for body in upstream.bodies(MESSAGES_PATH)]
     assert texts == [["ticket [REDACTED:ticket]"], ["ticket [REDACTED:ticket]", "One", "and now?"]]
+
+
+def test_the_markers_a_kept_conversation_carries_are_fitted_on_every_turn(upstream: FakeUpstream,
+                                                                           gw: GatewayServer) -> None:
+    """What the scans of a kept conversation found travels with it (`core.json_body.Scan`): a turn whose
+    new items carry no cache marker still has the kept ones fitted to Anthropic's four breakpoints."""
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["One"]), a.text_stream(["Two"]))
+    marked = [{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": f"part {i}", "cache_control": {"type": "ephemeral"}}]} for i in range(5)]
+    with raw_socket(gw) as ws:
+        first = turn(ws, {"model": "claude", "input": marked, "store": False})
+        second = turn(ws, {"model": "claude", "input": [user("and now?")], "store": False,
+                           "previous_response_id": first[-1]["response"]["id"]})
+    assert second[-1]["type"] == "response.completed", second
+    breakpoints = [sum(1 for m in body["messages"] if isinstance(m["content"], list)
+                       for block in m["content"] if "cache_control" in block)
+                   for body in upstream.bodies(MESSAGES_PATH)]
+    assert breakpoints == [4, 4]

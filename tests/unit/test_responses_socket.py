@@ -17,9 +17,12 @@ from websockets.protocol import Protocol, Side
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
+from gateway.apis.responses_ws import scanned
+from gateway.core.json_body import Scan
 from gateway.core.responses.filter import EVENT_ENCODER, ResponsesOutputFilter
 from gateway.core.responses.socket import Conversation, EventCutter, SocketMessageError, read_message, warmup_events
 from gateway.core.websocket import SLICE, HandshakeError, ServerSocket, accept_head, text_frame
+from gateway.providers.base import may_carry_markers
 
 
 def frames(*events: object) -> bytes:
@@ -141,13 +144,53 @@ def test_read_message() -> None:
 def test_previous_response_id_of_the_connection_is_expanded_and_others_pass() -> None:
     conv = Conversation()
     body: dict[str, Any] = {"input": "one", "previous_response_id": "resp_elsewhere"}
-    assert conv.expand(body) == [{"type": "message", "role": "user", "content": "one"}]
+    first = Scan(3, 3, False)
+    assert conv.expand(body, first) == ([{"type": "message", "role": "user", "content": "one"}], first)
     assert body["previous_response_id"] == "resp_elsewhere"  # not the connection's: as over HTTP
-    conv.keep("resp_1", [{"role": "user", "content": "one"}], [{"type": "message", "role": "assistant"}])
+    conv.keep("resp_1", [{"role": "user", "content": "one"}], [{"type": "message", "role": "assistant"}],
+              Scan(7, 4, True))
     body = {"input": [{"role": "user", "content": "two"}], "previous_response_id": "resp_1"}
-    whole = conv.expand(body)
+    whole, scan = conv.expand(body, Scan(5, 5, False))
     assert "previous_response_id" not in body and body["input"] == whole and len(whole) == 3
     assert conv.continued == 1
+    assert scan == Scan(12, 5, True)  # the kept parts' scans with the message's: a marker kept stays known
+    conv.forget()
+    assert conv.expand({"input": "x", "previous_response_id": "resp_1"}, first)[1] == first
+
+
+_PART = st.recursive(st.none() | st.integers(-9, 9) | st.text(alphabet="ab{[\\u\"", max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                         st.sampled_from(["a", "cache_control", "cache\\u005fcontrol"]), inner, max_size=3),
+                     max_leaves=12)
+
+
+def _depth(value: Any) -> int:
+    """Levels of containers, the outermost one counted."""
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    return 0 if children is None else 1 + max(map(_depth, children), default=0)
+
+
+def _containers(value: Any) -> int:
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    return 0 if children is None else 1 + sum(map(_containers, children))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_PART, max_size=3), min_size=1, max_size=4))
+def test_the_parts_scans_bound_the_whole_as_its_own_scan_would(turns: list[list[Any]]) -> None:
+    """A conversation assembled turn by turn (each message's JSON, each response's terminal event scanned
+    as it came) is bounded as the whole body's bytes would bound it: no fewer containers or levels, and
+    a marker the whole may carry is one the parts said they may carry."""
+    conv, body = Conversation(), {}
+    for i, items in enumerate(turns):
+        message = {"type": "response.create", "model": "m", "input": items,
+                   **({"previous_response_id": f"r{i - 1}"} if i else {})}
+        body = {k: v for k, v in message.items() if k != "type"}
+        whole, scan = conv.expand(body, scanned(orjson.dumps(message)))
+        conv.keep(f"r{i}", whole, items, scan.joined(scanned(orjson.dumps({"input": items}))))
+    assert scan.brackets >= _containers(body)
+    assert scan.widest >= _depth(body)  # so a body nested past MAX_DEPTH is one `may_be_deep` says may be
+    assert scan.marked or not may_carry_markers(orjson.dumps(body))
 
 
 def test_the_warmup_is_a_completed_response_with_no_output() -> None:
@@ -173,12 +216,13 @@ def test_the_cutter_sends_each_event_whole_and_keeps_the_completed_response() ->
 def test_events_handed_over_whole_are_framed_and_watched_as_cut_ones() -> None:
     cutter = EventCutter()
     payload = b'{"type":"response.output_text.delta","delta":"hi"}'
-    assert cutter.frame("response.output_text.delta", payload) == text_frame(payload)
+    assert cutter.frame("response.output_text.delta", payload, orjson.loads(payload)) == text_frame(payload)
     assert cutter.ended is None and not cutter.failed
-    completed = orjson.dumps({"type": "response.completed", "response": {"id": "resp_7", "output": [{"y": 2}]}})
-    assert cutter.frame("response.completed", completed) == text_frame(completed)
+    event = {"type": "response.completed", "response": {"id": "resp_7", "output": [{"y": 2}]}}
+    completed = orjson.dumps(event)
+    assert cutter.frame("response.completed", completed, event) == text_frame(completed)
     assert cutter.ended is not None and cutter.ended.response_id == "resp_7" and cutter.ended.output == [{"y": 2}]
-    cutter.frame("error", b'{"type":"error"}')
+    cutter.frame("error", b'{"type":"error"}', {"type": "error"})
     assert cutter.failed
 
 

@@ -48,8 +48,16 @@ _INDEX_FIELD = {"content": "content_index", "summary": "summary_index"}
 # transport that carries each event whole. WebSocket mode sets its framer for the task serving one
 # `response.create` (docs/reference.md, WebSocket mode), so the one serve path writes text frames
 # directly instead of SSE the socket would cut apart again (bench/README.md, "Agent turns").
-EVENT_ENCODER: ContextVar[Callable[[str, bytes], bytes]] = ContextVar("responses_event_encoder",
-                                                                      default=encode_event)
+# The encoder is also handed the event's object: a transport that keeps what a response produced (the
+# socket keeps the terminal event's output) reads it there, not by parsing the JSON text it was just made.
+EventEncoder = Callable[[str, bytes, dict[str, Any]], bytes]
+
+
+def sse_event(name: str, payload: bytes, obj: dict[str, Any]) -> bytes:
+    return encode_event(name, payload)
+
+
+EVENT_ENCODER: ContextVar[EventEncoder] = ContextVar("responses_event_encoder", default=sse_event)
 
 
 class ResponsesOutputFilter:
@@ -97,8 +105,8 @@ class ResponsesOutputFilter:
             changed = True
         self._seq += 1
         if not changed and ev.raw is not None:
-            return self._encode_event(ev.type, ev.raw)
-        return self._encode_event(ev.type, orjson.dumps(obj))
+            return self._encode_event(ev.type, ev.raw, obj)
+        return self._encode_event(ev.type, orjson.dumps(obj), obj)
 
     def _rewrite(self, ev: ResponsesEvent, obj: dict[str, Any]) -> bool:
         etype = ev.type
@@ -212,7 +220,7 @@ class ResponsesOutputFilter:
             obj["logprobs"] = []
         self._seq += 1
         self.output_released = True
-        return self._encode_event(etype, orjson.dumps(obj))
+        return self._encode_event(etype, orjson.dumps(obj), obj)
 
     def flush_open(self) -> bytes:
         """End every streamed text that has not ended yet (the terminal event is next, or the stream ends)."""
@@ -224,7 +232,7 @@ class ResponsesOutputFilter:
         obj = {"type": "error", "sequence_number": self._seq, "code": error.get("code"),
                "message": error.get("message"), "param": error.get("param"), "error": error}
         self._seq += 1
-        return self._encode_event("error", orjson.dumps(obj))
+        return self._encode_event("error", orjson.dumps(obj), obj)
 
 
 def _text(v: Any) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core.json_body import NOTHING, Scan
 from gateway.core.websocket import text_frame
 
 TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
@@ -76,33 +77,38 @@ def _items(value: Any) -> list[Any]:
 
 @dataclass(slots=True)
 class Conversation:
-    """The connection's last response: its id, the whole input it answered and its output items."""
+    """The connection's last response: its id, the whole input it answered and its output items, and
+    what the scans of the parts they came in found (`core.json_body.Scan`)."""
 
     last_id: str | None = None
     items: list[Any] = field(default_factory=list)
     continued: int = 0  # requests that continued from the connection's last response (the log says)
+    scan: Scan = NOTHING
 
-    def expand(self, body: dict[str, Any]) -> list[Any]:
+    def expand(self, body: dict[str, Any], scan: Scan) -> tuple[list[Any], Scan]:
         """A body naming the connection's last response gets that response's input and output before its
         own new items, and no `previous_response_id` (the upstream is sent the whole conversation). Any
         other id is left alone (as over HTTP: an OpenAI Responses upstream's own, checked against its
-        creator). Returns the request's whole input."""
+        creator). Returns the request's whole input, and the scan of the whole body given `scan`, the
+        message's own."""
         new = _items(body.get("input"))
         if self.last_id is not None and body.get("previous_response_id") == self.last_id:
             del body["previous_response_id"]
             self.continued += 1
             whole = [*self.items, *new]
             body["input"] = whole
-            return whole
-        return new
+            return whole, self.scan.joined(scan)
+        return new, scan
 
-    def keep(self, response_id: str, whole_input: list[Any], output: list[Any]) -> None:
-        """After a response ended: only the last one is kept (docs/reference.md, WebSocket mode)."""
+    def keep(self, response_id: str, whole_input: list[Any], output: list[Any], scan: Scan) -> None:
+        """After a response ended: only the last one is kept (docs/reference.md, WebSocket mode). `scan`:
+        the scans of the parts its input and output came in."""
         self.last_id = response_id
         self.items = [*whole_input, *output]
+        self.scan = scan
 
     def forget(self) -> None:
-        self.last_id, self.items = None, []
+        self.last_id, self.items, self.scan = None, [], NOTHING
 
 
 def warmup_events(body: dict[str, Any]) -> tuple[str, list[str]]:
@@ -186,11 +192,16 @@ class EventCutter:
         """The same events as WebSocket text frames, in one piece."""
         return b"".join([text_frame(p) for p in self.feed(data)])
 
-    def frame(self, name: str, payload: bytes) -> bytes:
+    def frame(self, name: str, payload: bytes, obj: dict[str, Any]) -> bytes:
         """One event the serve path hands over whole (`core.responses.filter.EVENT_ENCODER`), as its
-        text frame: no SSE to encode and cut apart again. Watched as `feed` watches the SSE events."""
+        text frame: no SSE to encode and cut apart again. Watched as `feed` watches the SSE events, the
+        terminal one's response read from its object (a response echoes the request's instructions and
+        tools: its JSON is as big as the request's, and parsing it again cost as much)."""
         if name in _WATCHED_NAMES:
-            self._terminal(name.encode(), payload)
+            if name == "response.completed":
+                self._completed(obj.get("response"))
+            else:
+                self.failed = True
         return text_frame(payload)
 
     def _watch(self, name: bytes, payload: bytes) -> None:
@@ -221,5 +232,8 @@ class EventCutter:
             resp = orjson.loads(payload).get("response")
         except (orjson.JSONDecodeError, AttributeError):
             return
+        self._completed(resp)
+
+    def _completed(self, resp: Any) -> None:
         if isinstance(resp, dict) and isinstance(resp.get("id"), str) and isinstance(resp.get("output"), list):
             self.ended = Ended(resp["id"], resp["output"])
