@@ -41,6 +41,7 @@ from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.middleware import error_response, handle
 from gateway.providers.base import may_carry_markers
+from gateway.providers.convert.responses_chat_request import INPUT_MEMO, InputMemo
 
 log = structlog.get_logger("gateway")
 # fields of the upgrade request a response's own request does not carry
@@ -124,8 +125,8 @@ class ResponsesSocket:
     """One WebSocket-mode connection (the server's `Tunnel`)."""
 
     __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
-                 "_key", "_loop", "_opened", "_responses", "_resuming", "_running", "_warmups", "app", "frames",
-                 "idle_s", "link")
+                 "_key", "_loop", "_memo", "_opened", "_responses", "_resuming", "_running", "_warmups", "app",
+                 "frames", "idle_s", "link")
 
     def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None):
         self.app, self.link = app, link
@@ -135,6 +136,7 @@ class ResponsesSocket:
         self._headers = {k: v for k, v in head.headers.items() if k not in _HOP_FIELDS}
         self._headers["content-type"] = "application/json"
         self._conversation = Conversation()
+        self._memo = InputMemo()  # its input's translation to chat messages (the bridges'), kept between turns
         self._running: asyncio.Task[None] | None = None
         self._resuming: asyncio.Task[None] | None = None  # the next batch, waiting for the peer to read
         # looked up once: CPython 3.11's `get_running_loop` makes a `getpid` call each time (bench/README.md)
@@ -289,6 +291,7 @@ class ResponsesSocket:
             return
         channel = _EventChannel(self)
         EVENT_ENCODER.set(channel.cutter.frame)  # this task's (the response's) events, framed as made
+        INPUT_MEMO.set(self._memo)  # and its conversation's translation, extended by its new items only
         request = self._request(raw, channel)
         request.parsed = create.body  # parsed once, from the message; `raw` is its size and its bytes
         request.scan = scan  # and scanned in the parts it came in, not again as a whole every turn

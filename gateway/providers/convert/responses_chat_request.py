@@ -29,6 +29,7 @@ the Anthropic conversion reads it (a marked text keeps its parts instead of bein
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,11 +97,56 @@ def _instructions(text: Any) -> list[Message]:
 def _input(value: Any) -> list[Message]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
-    out: list[Message] = []
-    for item in value if isinstance(value, list) else ():
+    if not isinstance(value, list):
+        return []
+    memo = INPUT_MEMO.get()
+    if memo is not None:
+        return memo.translated(value)
+    return _folded(value, [])
+
+
+def _folded(items: list[Any], out: list[Message]) -> list[Message]:
+    for item in items:
         if isinstance(item, dict):
             _item(item, out)
     return out
+
+
+class InputMemo:
+    """A conversation's input items and the chat messages they translated to, kept between its requests
+    by a transport that sends the same item objects again with a few new ones after them (WebSocket mode
+    keeps the conversation: docs/reference.md, WebSocket mode). A request whose items begin with the
+    kept ones, the same objects, translates only its new ones. Sound because neither side is changed
+    in place: the pipeline never changes the items a transport lends it, no chat cell changes the messages
+    it is given (tests/unit/test_chat_cells_leave_messages.py), and the one message a later item may
+    still add a tool call to, the last, is copied before it can."""
+
+    __slots__ = ("_items", "_messages")
+
+    def __init__(self) -> None:
+        self._items: tuple[Any, ...] = ()
+        self._messages: list[Message] = []
+
+    def translated(self, items: list[Any]) -> list[Message]:
+        kept = self._items
+        if kept and len(items) >= len(kept) and all(a is b for a, b in zip(kept, items[:len(kept)], strict=True)):
+            out = list(self._messages)
+            if out and out[-1]["role"] == "assistant":  # `_call` adds a call to it, in place
+                out[-1] = _copied(out[-1])
+            _folded(items[len(kept):], out)
+        else:
+            out = _folded(items, [])
+        self._items, self._messages = tuple(items), list(out)
+        return out
+
+
+def _copied(message: Message) -> Message:
+    calls = message.get("tool_calls")
+    return {**message, "tool_calls": list(calls)} if isinstance(calls, list) else dict(message)
+
+
+# the memo of the conversation a request belongs to, when its transport keeps one (set per response task)
+INPUT_MEMO: ContextVar[InputMemo | None] = ContextVar("responses_input_memo", default=None)
 
 
 def _item(item: dict[str, Any], out: list[Message]) -> None:
