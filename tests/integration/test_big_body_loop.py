@@ -26,6 +26,7 @@ from gateway.config import parse_config
 from tests.chat_scripts import completion
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread
+from tests.integration.test_responses_websocket import KEY, raw_socket, recv_json
 
 PATH = "/v1/chat/completions"
 BODY_BYTES = 10 * 1024 * 1024 - 4096  # under server.max_body_bytes (10 MiB), as bench/hostile.py sends
@@ -111,3 +112,31 @@ def test_ten_mib_bodies_of_one_string_do_not_hold_the_loop(servers: LoopThread, 
     step = probe.longest_step()
     print(f"longest loop step: {step * 1000:.1f} ms over {len(probe.marks)} ticks")
     assert step < BOUND_S, "the loop ran 25 ms or more in one step while the bodies went through"
+
+
+def test_a_websocket_message_of_too_many_containers_is_refused_before_it_is_parsed(servers: LoopThread) -> None:
+    """WebSocket mode holds a message to the container bound of an HTTP body before parsing it (CONTRACT
+    §10; core.json_body.MAX_CONTAINERS): a 4.5 MB message of 1.5 million empty arrays used to hold the loop
+    ~0.35 s in one orjson call. It gets an `error` event, and the connection serves the next message."""
+    config = parse_config({"server": {"max_body_bytes": 8 * 1024 * 1024},
+                           "auth": {"keys": [{"name": "ws", "key": KEY}]},
+                           "providers": {"demo": {"type": "mock"}},
+                           "models": [{"name": "demo", "deployments": [{"provider": "demo", "model": "demo"}]}]},
+                          env={})
+    gw = GatewayServer(config)
+    servers.run(gw.start())
+    flood = '{"type": "response.create", "model": "demo", "input": [' + "[]," * 1_500_000 + "[]]}"
+    try:
+        with raw_socket(gw) as ws, StepProbe(servers) as probe:
+            ws.send(flood)
+            err = recv_json(ws)
+            ws.send(orjson.dumps({"type": "response.create", "model": "demo", "input": "hi",
+                                  "generate": False}).decode())
+            after = [recv_json(ws)["type"] for _ in range(2)]
+    finally:
+        servers.run(gw.stop())
+    assert err["type"] == "error" and "JSON arrays and objects" in err["message"], err
+    assert after == ["response.created", "response.completed"]
+    step = probe.longest_step()
+    print(f"longest loop step: {step * 1000:.1f} ms over {len(probe.marks)} ticks")
+    assert step < BOUND_S * 2, "the loop ran 50 ms or more in one step on the message"

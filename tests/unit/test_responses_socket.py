@@ -18,7 +18,7 @@ from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
 from gateway.apis.responses_ws import scanned
-from gateway.core.json_body import Scan
+from gateway.core.json_body import MAX_CONTAINERS, Scan
 from gateway.core.responses.filter import EVENT_ENCODER, ResponsesOutputFilter
 from gateway.core.responses.socket import Conversation, EventCutter, SocketMessageError, read_message, warmup_events
 from gateway.core.websocket import SLICE, HandshakeError, ServerSocket, accept_head, text_frame
@@ -139,6 +139,10 @@ def test_read_message() -> None:
     for bad in ("nope", "[]", '{"type": "session.update"}', '{"type": "response.create", "generate": 1}'):
         with pytest.raises(SocketMessageError):
             read_message(bad)
+    flood = '{"type": "response.create", "input": [' + "[]," * MAX_CONTAINERS + "[]]}"
+    with pytest.raises(SocketMessageError, match="JSON arrays and objects"):  # refused before it is parsed
+        read_message(flood)
+    assert read_message(flood.replace("[]", "1", 1).replace("[],", "1,", MAX_CONTAINERS // 2)).generate
 
 
 def test_previous_response_id_of_the_connection_is_expanded_and_others_pass() -> None:
