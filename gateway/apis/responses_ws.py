@@ -275,8 +275,9 @@ class ResponsesSocket:
 
     async def _serve(self, text: str) -> None:
         try:
-            create = read_message(text)
-            whole, scan = self._conversation.expand(create.body, scanned(text.encode()))
+            part = scanned(text.encode())
+            create = read_message(text, part.brackets)
+            whole, scan = self._conversation.expand(create.body, part)
         except SocketMessageError as exc:
             self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
             return

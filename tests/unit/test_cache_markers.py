@@ -6,7 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.config import ConfigError, parse_config
 from gateway.core.events import Usage
@@ -142,6 +145,8 @@ def test_a_body_is_walked_for_markers_only_when_its_bytes_may_hold_one() -> None
     assert may_carry_markers(b'{"messages": [{"role": "user", "content": "hi"}]}') is False
     assert may_carry_markers(b'{"system": [{"type": "text", "text": "s", "cache_control": {}}]}') is True
     assert may_carry_markers(b'{"c": {"cache\\u005fcontrol": {}}}') is True  # an escape could spell it
+    assert may_carry_markers(b'{"c": {"\\u0063ache_control": {}}}') is True
+    assert may_carry_markers(b'{"text": "\\u4e2d\\u6587 unescaped u"}') is False  # escapes of non-ASCII cannot
     assert may_carry_markers(b'{"text": "a \\"cache_control\\" in prose"}') is False  # inside a string
     unmarked: dict[str, Any] = {"system": "rules", "messages": [{"role": "user", "content": "hi"}]}
     out = dict(unmarked)
@@ -165,3 +170,14 @@ def test_a_null_cache_control_is_no_marker() -> None:
                                                                           "cache_control": None}]}]
     assert fit(body, auto=False) == 0
     assert marked(body) == ["tools[0]", "system[0]", "m0.0", "m1.0", "m2.0"]  # untouched, None included
+
+
+@given(st.lists(st.booleans(), min_size=len("cache_control"), max_size=len("cache_control")), st.booleans())
+def test_the_key_however_its_letters_are_escaped_may_be_there(escaped: list[bool], upper: bool) -> None:
+    """JSON may spell any letter of a key as `\\u00XX` (hex digits of either case): every spelling parses to
+    the key, and `may_carry_markers` says so of each."""
+    spelled = "".join(f"\\u{ord(c):04X}" if e and upper else f"\\u{ord(c):04x}" if e else c
+                      for c, e in zip("cache_control", escaped, strict=True))
+    raw = ('{"system": [{"type": "text", "text": "s", "' + spelled + '": {"type": "ephemeral"}}]}').encode()
+    assert "cache_control" in orjson.loads(raw)["system"][0]
+    assert may_carry_markers(raw) is True

@@ -44,12 +44,16 @@ class Create:
     generate: bool
 
 
-def read_message(text: str) -> Create:
+def read_message(text: str, brackets: int | None = None) -> Create:
     """A client message, held to an HTTP body's container bound before it is parsed: orjson builds every
     container of a message in one call the loop cannot interleave (a 9 MiB message of empty arrays held
-    it ~0.7 s; at the bound, ~30 ms), core.json_body.MAX_CONTAINERS."""
-    if len(text) > MAX_CONTAINERS and text.count("{") + text.count("[") > MAX_CONTAINERS:
-        raise SocketMessageError(CONTAINERS_MESSAGE)
+    it ~0.7 s; at the bound, ~30 ms), core.json_body.MAX_CONTAINERS. `brackets`: its bracket count, when
+    the caller has it."""
+    if len(text) > MAX_CONTAINERS:
+        if brackets is None:
+            brackets = text.count("{") + text.count("[")
+        if brackets > MAX_CONTAINERS:
+            raise SocketMessageError(CONTAINERS_MESSAGE)
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:
