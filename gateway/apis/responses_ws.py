@@ -18,8 +18,9 @@ import orjson
 import structlog
 
 from gateway.apis.catalog import RESPONSES
+from gateway.core.body_scan import NOTHING, body_scans, walked
 from gateway.core.http1_request import RequestHead
-from gateway.core.json_body import DEPTH_MESSAGE, Scan, bracket_count
+from gateway.core.json_body import DEPTH_MESSAGE
 from gateway.core.responses.filter import EVENT_ENCODER
 from gateway.core.responses.socket import (
     Conversation,
@@ -40,7 +41,7 @@ from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.middleware import error_response, handle
-from gateway.providers.base import may_carry_markers
+from gateway.providers.base import MARKER
 from gateway.providers.convert.responses_chat_request import INPUT_MEMO, InputMemo
 
 log = structlog.get_logger("gateway")
@@ -52,12 +53,6 @@ _HOP_FIELDS = frozenset(("upgrade", "connection", "content-length", "transfer-en
 # (reading held meanwhile), so other connections are served between the batches (~15 us a message)
 BATCH = 32
 _TEXT_FRAME = 0x81  # a whole text frame's first byte (`core.websocket.text_frame`); SSE starts with text
-
-
-def scanned(part: bytes) -> Scan:
-    """A part of a conversation (a message's JSON, a response's terminal event), scanned as it comes."""
-    brackets = bracket_count(part)
-    return Scan(brackets, brackets, may_carry_markers(part))
 
 
 async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
@@ -275,14 +270,14 @@ class ResponsesSocket:
 
     async def _serve(self, text: str) -> None:
         try:
-            part = scanned(text.encode())
-            create = read_message(text, part.brackets)
-            whole, scan = self._conversation.expand(create.body, part)
+            create = read_message(text)
+            own, given = body_scans(create.body, MARKER)  # walked before the kept conversation joins them
+            whole, scan = self._conversation.expand(create.body, own, given)
         except SocketMessageError as exc:
             self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
             return
         if not create.generate:
-            self._warm_up(create.body, whole, scan)
+            self._warm_up(create.body, whole)
             return
         loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
@@ -295,7 +290,7 @@ class ResponsesSocket:
         INPUT_MEMO.set(self._memo)  # and its conversation's translation, extended by its new items only
         request = self._request(raw, channel)
         request.parsed = create.body  # parsed once, from the message; `raw` is its size and its bytes
-        request.scan = scan  # and scanned in the parts it came in, not again as a whole every turn
+        request.scan = scan  # and walked in the parts it came in, not again as a whole every turn
         self._responses += 1
         resp = await handle(request)
         if isinstance(resp, StreamResponse):
@@ -306,10 +301,10 @@ class ResponsesSocket:
             return
         ended = channel.cutter.ended
         if ended is not None and not channel.cutter.failed:
-            output = scanned(orjson.dumps({"input": ended.output}))  # wrapped as a body will hold it
-            self._conversation.keep(ended.response_id, whole, ended.output, scan.joined(output))
+            output = walked(ended.output, 1, MARKER)  # as the next turn's body holds it, in `input`
+            self._conversation.keep(ended.response_id, whole, ended.output, output)
 
-    def _warm_up(self, body: dict[str, Any], whole: list[Any], scan: Scan) -> None:
+    def _warm_up(self, body: dict[str, Any], whole: list[Any]) -> None:
         """`generate: false` (Codex's warm-up): answered as OpenAI does, with no model call."""
         self._warmups += 1
         try:
@@ -319,7 +314,7 @@ class ResponsesSocket:
             return
         rid, events = warmup_events(body)
         self._write(b"".join(self.frames.text(e) for e in events))
-        self._conversation.keep(rid, whole, [], scan)
+        self._conversation.keep(rid, whole, [], NOTHING)
 
     def _sized(self, body: dict[str, Any]) -> bytes | None:
         """The response's body as HTTP would have carried it, or None (an error event sent) when it cannot

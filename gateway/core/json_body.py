@@ -10,7 +10,6 @@ error. No tool schema or message list comes near it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -63,29 +62,6 @@ def parse_shallow(raw: bytes, brackets: int | None = None, parsed: dict[str, Any
     if not isinstance(body, dict):
         raise BodyError("request body must be a JSON object")
     return body
-
-
-@dataclass(frozen=True, slots=True)
-class Scan:
-    """What the scans of a body's bytes found, kept by a transport that assembles a body from parts it
-    scanned as each came (WebSocket mode: the conversation a connection keeps, then each message's new
-    items), so the whole is not scanned again on every turn (`pipeline.request.read_json`)."""
-
-    brackets: int  # its opening brackets, strings' included (`bracket_count`): a bound on its containers
-    widest: int  # the most brackets of any one part: a bound on the depth of the whole, which nests its
-    # parts side by side (each part's count includes the levels that wrap it)
-    marked: bool  # it may carry a cache marker (`providers.base.may_carry_markers`)
-
-    def joined(self, other: Scan) -> Scan:
-        """The scan of a body made of both."""
-        return Scan(self.brackets + other.brackets, max(self.widest, other.widest), self.marked or other.marked)
-
-    @property
-    def may_be_deep(self) -> bool:
-        return self.widest >= MAX_DEPTH
-
-
-NOTHING = Scan(0, 0, False)
 
 
 def may_be_deep(raw: bytes) -> bool:

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from gateway.core.api import ClientApi
+from gateway.core.body_scan import Scan
 from gateway.core.http1_request import RequestHead
-from gateway.core.json_body import Scan
 from gateway.http import Request, Response, StreamResponse
 from gateway.http.messages import Channel
 from gateway.observe.context import Admission, RequestContext
@@ -64,7 +64,7 @@ class GatewayRequest(Request):
         # the body as its transport parsed it already (WebSocket mode), `body` its JSON: `read_json` takes
         # it instead of parsing `body` again, under the same bounds (docs/reference.md, WebSocket mode)
         self.parsed: dict[str, Any] | None = None
-        self.scan: Scan | None = None  # and what its transport knows of `body`'s bytes, scanned in parts
+        self.scan: Scan | None = None  # and what its transport found walking it, a part at a time
 
     @property
     def recorder(self) -> RequestRecorder:

@@ -8,8 +8,11 @@ from typing import Any
 
 from gateway.config.types import Deployment
 from gateway.core.api import ClientApi
+from gateway.core.body_scan import Scan
 from gateway.core.json_body import (
+    CONTAINERS_MESSAGE,
     DEPTH_MESSAGE,
+    MAX_CONTAINERS,
     MAX_DEPTH,
     BodyError,
     DepthCheck,
@@ -40,16 +43,15 @@ async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any
     the walk of a big body's containers (~20 ms a MiB of small objects) a slice at a time, between the
     loop's other work (`pipeline.slicer`). A body over SPLIT_BYTES with long strings in it is parsed in
     steps too (`core.json_split`), its marker search with it; any other is parsed whole in a step of its
-    own. A body its transport parsed and scanned in parts (`request.scan`, WebSocket mode) is held to
-    the same bounds by what those scans found, its bytes not scanned again."""
+    own. A body its transport parsed and walked in parts (`request.scan`, WebSocket mode) is held to the
+    same bounds by what those walks found, its bytes not scanned again."""
     raw = request.body
     try:
-        if request.scan is not None:
-            known = request.scan
-            body, marked, deep = parse_shallow(raw, known.brackets, request.parsed), known.marked, known.may_be_deep
-        elif len(raw) <= INLINE_DEPTH_BYTES:
+        if request.scan is not None and request.parsed is not None:
+            return _walked(request.parsed, request.scan)
+        if len(raw) <= INLINE_DEPTH_BYTES:
             return parse_object(raw, request.parsed), may_carry_markers(raw)
-        elif len(raw) > SPLIT_BYTES and request.parsed is None:
+        if len(raw) > SPLIT_BYTES and request.parsed is None:
             split = SplitParse(raw, MARKER_NEEDLES)
             await rt.slicer.run(split)
             if split.body is not None:
@@ -65,6 +67,15 @@ async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any
     if deep and await _too_deep(rt, body, len(raw)):
         raise InvalidRequest(DEPTH_MESSAGE)
     return body, marked
+
+
+def _walked(body: dict[str, Any], known: Scan) -> tuple[dict[str, Any], bool]:
+    """A body its transport parsed and walked in parts (`core.body_scan`), held to the same bounds."""
+    if known.containers > MAX_CONTAINERS:
+        raise InvalidRequest(CONTAINERS_MESSAGE)
+    if known.too_deep:
+        raise InvalidRequest(DEPTH_MESSAGE)
+    return body, known.marked
 
 
 async def _too_deep(rt: Runtime, body: dict[str, Any], size: int) -> bool:

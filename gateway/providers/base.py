@@ -158,6 +158,7 @@ def breakpoints_for(scan: bool, auto: bool) -> Breakpoints:
     return _SETTINGS[scan, auto]
 
 
+MARKER = "cache_control"  # a prompt-cache marker's key (docs/caching.md)
 MARKER_KEY = b'"cache_control"'
 # an escape spelling one of the key's letters (all ASCII) is `\u00` and two hex digits: searching for that
 # rather than any `\u` is ~1.6x faster (English text is full of u's, each a false start of a two-byte

@@ -17,12 +17,12 @@ from websockets.protocol import Protocol, Side
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
-from gateway.apis.responses_ws import scanned
-from gateway.core.json_body import MAX_CONTAINERS, Scan
+from gateway.core.body_scan import NOTHING, Scan, body_scans, walked
+from gateway.core.json_body import MAX_CONTAINERS, MAX_DEPTH, depth_exceeds
 from gateway.core.responses.filter import EVENT_ENCODER, ResponsesOutputFilter
 from gateway.core.responses.socket import Conversation, EventCutter, SocketMessageError, read_message, warmup_events
 from gateway.core.websocket import SLICE, HandshakeError, ServerSocket, accept_head, text_frame
-from gateway.providers.base import may_carry_markers
+from gateway.providers.base import MARKER
 
 
 def frames(*events: object) -> bytes:
@@ -148,53 +148,82 @@ def test_read_message() -> None:
 def test_previous_response_id_of_the_connection_is_expanded_and_others_pass() -> None:
     conv = Conversation()
     body: dict[str, Any] = {"input": "one", "previous_response_id": "resp_elsewhere"}
-    first = Scan(3, 3, False)
-    assert conv.expand(body, first) == ([{"type": "message", "role": "user", "content": "one"}], first)
+    own = Scan(1, 1, False)
+    assert conv.expand(body, own, NOTHING) == ([{"type": "message", "role": "user", "content": "one"}], own)
     assert body["previous_response_id"] == "resp_elsewhere"  # not the connection's: as over HTTP
     conv.keep("resp_1", [{"role": "user", "content": "one"}], [{"type": "message", "role": "assistant"}],
-              Scan(7, 4, True))
+              Scan(2, 3, True))
     body = {"input": [{"role": "user", "content": "two"}], "previous_response_id": "resp_1"}
-    whole, scan = conv.expand(body, Scan(5, 5, False))
+    whole, scan = conv.expand(body, own, Scan(2, 3, False))
     assert "previous_response_id" not in body and body["input"] == whole and len(whole) == 3
     assert conv.continued == 1
-    assert scan == Scan(12, 5, True)  # the kept parts' scans with the message's: a marker kept stays known
+    # the message's own, the string input kept as a message, the output, the new input: a marker kept stays known
+    assert scan == Scan(1 + 2 + 2 + 2, 3, True)
     conv.forget()
-    assert conv.expand({"input": "x", "previous_response_id": "resp_1"}, first)[1] == first
+    assert conv.expand({"input": "x", "previous_response_id": "resp_1"}, own, NOTHING)[1] == own
 
 
 _PART = st.recursive(st.none() | st.integers(-9, 9) | st.text(alphabet="ab{[\\u\"", max_size=8),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                         st.sampled_from(["a", "cache_control", "cache\\u005fcontrol"]), inner, max_size=3),
+                         st.sampled_from(["a", MARKER, "cache\\u005fcontrol"]), inner, max_size=3),
                      max_leaves=12)
+
+
+def _children(value: Any) -> Any:
+    return value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
 
 
 def _depth(value: Any) -> int:
     """Levels of containers, the outermost one counted."""
-    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    children = _children(value)
     return 0 if children is None else 1 + max(map(_depth, children), default=0)
 
 
 def _containers(value: Any) -> int:
-    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    children = _children(value)
     return 0 if children is None else 1 + sum(map(_containers, children))
 
 
+def _marked(value: Any) -> bool:
+    children = _children(value)
+    return children is not None and ((isinstance(value, dict) and MARKER in value) or any(map(_marked, children)))
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(_PART, max_size=3), min_size=1, max_size=4))
-def test_the_parts_scans_bound_the_whole_as_its_own_scan_would(turns: list[list[Any]]) -> None:
-    """A conversation assembled turn by turn (each message's JSON, each response's terminal event scanned
-    as it came) is bounded as the whole body's bytes would bound it: no fewer containers or levels, and
-    a marker the whole may carry is one the parts said they may carry."""
-    conv, body = Conversation(), {}
-    for i, items in enumerate(turns):
-        message = {"type": "response.create", "model": "m", "input": items,
-                   **({"previous_response_id": f"r{i - 1}"} if i else {})}
-        body = {k: v for k, v in message.items() if k != "type"}
-        whole, scan = conv.expand(body, scanned(orjson.dumps(message)))
-        conv.keep(f"r{i}", whole, items, scan.joined(scanned(orjson.dumps({"input": items}))))
-    assert scan.brackets >= _containers(body)
-    assert scan.widest >= _depth(body)  # so a body nested past MAX_DEPTH is one `may_be_deep` says may be
-    assert scan.marked or not may_carry_markers(orjson.dumps(body))
+@given(st.lists(st.tuples(st.lists(_PART, max_size=3) | st.text(max_size=3), _PART, st.booleans()), min_size=1,
+                max_size=4))
+def test_a_conversation_walked_a_part_at_a_time_is_the_whole_walked(turns: list[tuple[Any, Any, bool]]) -> None:
+    """A conversation assembled turn by turn, each message's fields and input and each response's output
+    walked as they came, holds what a walk of the whole body finds: its depth and its markers exactly, its
+    containers, counting each turn's `input` list once more than the whole has (a bound)."""
+    conv, body, scan = Conversation(), dict[str, Any](), NOTHING
+    for i, (given_input, metadata, continued) in enumerate(turns):
+        body = {"model": "m", "input": given_input, "metadata": metadata,
+                **({"previous_response_id": f"r{i - 1}"} if continued else {})}
+        own, given = body_scans(body, MARKER)
+        whole, scan = conv.expand(body, own, given)
+        output = [metadata]
+        conv.keep(f"r{i}", whole, output, walked(output, 1, MARKER))
+    assert scan.depth == _depth(body) and scan.marked == _marked(body)
+    assert _containers(body) <= scan.containers <= _containers(body) + 2 * len(turns)
+
+
+def _nest(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_the_depth_bound_is_the_bodys_and_a_walk_goes_no_deeper_than_one_past_it() -> None:
+    """The body's own level counted: `metadata` may nest MAX_DEPTH - 1 levels, not one more; a body far
+    deeper is measured as just past the bound (the walk stops there)."""
+    for levels in (MAX_DEPTH - 1, MAX_DEPTH):  # the bound an HTTP body is held to, `depth_exceeds`
+        body = {"metadata": _nest(levels)}
+        assert body_scans(body, MARKER)[0].too_deep == depth_exceeds(body, MAX_DEPTH) == (levels == MAX_DEPTH)
+    own, given = body_scans({"input": [], "metadata": _nest(MAX_DEPTH + 50)}, MARKER)
+    assert own.depth == MAX_DEPTH + 1 and not given.too_deep
+    assert walked([_nest(MAX_DEPTH - 2)], 1, MARKER).depth == MAX_DEPTH  # an input item, as deep as it may be
 
 
 def test_the_warmup_is_a_completed_response_with_no_output() -> None:

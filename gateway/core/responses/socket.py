@@ -19,7 +19,8 @@ from typing import Any
 
 import orjson
 
-from gateway.core.json_body import CONTAINERS_MESSAGE, MAX_CONTAINERS, NOTHING, Scan
+from gateway.core.body_scan import NOTHING, Scan
+from gateway.core.json_body import CONTAINERS_MESSAGE, MAX_CONTAINERS
 from gateway.core.websocket import text_frame
 
 TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
@@ -44,16 +45,12 @@ class Create:
     generate: bool
 
 
-def read_message(text: str, brackets: int | None = None) -> Create:
+def read_message(text: str) -> Create:
     """A client message, held to an HTTP body's container bound before it is parsed: orjson builds every
     container of a message in one call the loop cannot interleave (a 9 MiB message of empty arrays held
-    it ~0.7 s; at the bound, ~30 ms), core.json_body.MAX_CONTAINERS. `brackets`: its bracket count, when
-    the caller has it."""
-    if len(text) > MAX_CONTAINERS:
-        if brackets is None:
-            brackets = text.count("{") + text.count("[")
-        if brackets > MAX_CONTAINERS:
-            raise SocketMessageError(CONTAINERS_MESSAGE)
+    it ~0.7 s; at the bound, ~30 ms), core.json_body.MAX_CONTAINERS."""
+    if len(text) > MAX_CONTAINERS and text.count("{") + text.count("[") > MAX_CONTAINERS:
+        raise SocketMessageError(CONTAINERS_MESSAGE)
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -84,37 +81,45 @@ def _items(value: Any) -> list[Any]:
     raise SocketMessageError("input must be a string or an array", param="input")
 
 
+# a string `input`, kept as the one user message it means: a list holding an object, 3 levels deep in a body
+STRING_INPUT = Scan(2, 3, False)
+
+
 @dataclass(slots=True)
 class Conversation:
     """The connection's last response: its id, the whole input it answered and its output items, and
-    what the scans of the parts they came in found (`core.json_body.Scan`)."""
+    what the walks of the parts they came in found (`core.body_scan.Scan`)."""
 
     last_id: str | None = None
     items: list[Any] = field(default_factory=list)
     continued: int = 0  # requests that continued from the connection's last response (the log says)
     scan: Scan = NOTHING
+    _input: Scan = NOTHING  # the scan of the input of the response under way (one at a time)
 
-    def expand(self, body: dict[str, Any], scan: Scan) -> tuple[list[Any], Scan]:
+    def expand(self, body: dict[str, Any], own: Scan, given: Scan) -> tuple[list[Any], Scan]:
         """A body naming the connection's last response gets that response's input and output before its
         own new items, and no `previous_response_id` (the upstream is sent the whole conversation). Any
         other id is left alone (as over HTTP: an OpenAI Responses upstream's own, checked against its
-        creator). Returns the request's whole input, and the scan of the whole body given `scan`, the
-        message's own."""
-        new = _items(body.get("input"))
+        creator). Returns the request's whole input, and the whole body's scan, given the message's own
+        (`body_scans`: its fields, and its `input` as given)."""
+        given_input = body.get("input")
+        new = _items(given_input)
+        self._input = STRING_INPUT if isinstance(given_input, str) else given
         if self.last_id is not None and body.get("previous_response_id") == self.last_id:
             del body["previous_response_id"]
             self.continued += 1
             whole = [*self.items, *new]
             body["input"] = whole
-            return whole, self.scan.joined(scan)
-        return new, scan
+            self._input = self.scan.joined(self._input)
+            return whole, own.joined(self._input)
+        return new, own.joined(given)
 
-    def keep(self, response_id: str, whole_input: list[Any], output: list[Any], scan: Scan) -> None:
-        """After a response ended: only the last one is kept (docs/reference.md, WebSocket mode). `scan`:
-        the scans of the parts its input and output came in."""
+    def keep(self, response_id: str, whole_input: list[Any], output: list[Any], output_scan: Scan) -> None:
+        """After a response ended: only the last one is kept (docs/reference.md, WebSocket mode), with the
+        scans of its input (from `expand`) and of its output (`output_scan`)."""
         self.last_id = response_id
         self.items = [*whole_input, *output]
-        self.scan = scan
+        self.scan = self._input.joined(output_scan)
 
     def forget(self) -> None:
         self.last_id, self.items, self.scan = None, [], NOTHING
