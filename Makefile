@@ -60,8 +60,9 @@ clean-compiled:
 	find gateway -name '*.so' -delete
 	rm -f gateway/core/COMPILED
 
-bench: $(STAMP) compile  ## make bench BENCH_ARGS="--baseline ../base --store --only S1,S2"
+bench: $(STAMP) compile  ## make bench BENCH_ARGS="--baseline ../base --store --only S1,S2"; then the agent turns (bench-ws)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+	$(BIN)/python -m bench.ws_turns $(BENCH_WS_ARGS)
 
 bench-ws: $(STAMP) compile  ## the compiled build, as `make bench`: agent turns over the Responses API's WebSocket mode vs HTTP (bench/README.md)
 	$(BIN)/python -m bench.ws_turns $(BENCH_WS_ARGS)
