@@ -37,19 +37,13 @@ NOTHING = Scan(0, 0, False)
 def body_scans(body: dict[str, Any], marker: str) -> tuple[Scan, Scan]:
     """A body's own scan but for its `input`, and its `input`'s: the two parts a turn keeps apart (the
     conversation keeps the input, not the turn's other fields)."""
-    walk = _Walk(marker)
-    walk.containers, walk.marked = 1, marker in body  # the body itself
-    depth = 1
-    for key, value in body.items():
-        if key != "input" and isinstance(value, (dict, list)):  # a tuple: see core.json_body._deeper
-            depth = max(depth, 1 + walk.levels(value, MAX_DEPTH - 1))
-    own = Scan(walk.containers, depth, walk.marked)
-    return own, walked(body.get("input"), 1, marker)
+    fields = {key: value for key, value in body.items() if key != "input"}
+    return walked(fields, 0, marker), walked(body.get("input"), 1, marker)
 
 
 def walked(value: Any, wrapped: int, marker: str) -> Scan:
     """`value` as a part of a body, `wrapped` levels of containers deep in it (an `input` list: 1)."""
-    if not isinstance(value, (dict, list)):
+    if not isinstance(value, (dict, list)):  # a tuple: see core.json_body._deeper
         return NOTHING
     walk = _Walk(marker)
     depth = wrapped + walk.levels(value, MAX_DEPTH - wrapped)
