@@ -80,6 +80,19 @@ def run_time_s(pid: int) -> float:
     return total / 1e9
 
 
+def user_sys_s(pid: int) -> tuple[float, float]:
+    """utime and stime of `pid` and the live processes below it, apart, in seconds (clock ticks: compare
+    over seconds of load, not milliseconds)."""
+    user = system = 0
+    for p in tree(pid):
+        try:
+            fields = _stat_fields(p)
+            user, system = user + int(fields[11]), system + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return user / _TICK, system / _TICK
+
+
 def usage(pid: int) -> Usage:
     cpu, rss, hwm, n = 0.0, 0, 0, 0
     for p in tree(pid):

@@ -10,10 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bench import servers
 from bench.bench_sse_reads import READS, cases_for, chat_body, decoder_feed
+from bench.fixed_cost import Tally, report, split
 from bench.loadgen import LoadSpec, _MessagesText, _SSEText, run_load
-from bench.procstat import usage
+from bench.procstat import usage, user_sys_s
 from bench.run import python_build
 from bench.textgen import expected_text, messages_events, stream_events
 from bench.upstream import start_upstream
@@ -49,6 +52,26 @@ def test_stream_events_assemble_to_the_expected_text_at_any_split() -> None:
 def test_procstat_reads_this_process() -> None:
     u = usage(os.getpid())
     assert u.procs >= 1 and u.rss_kib > 0 and u.hwm_kib >= u.rss_kib and u.cpu_s > 0
+
+
+def test_fixed_cost_reads_user_and_system_time_apart() -> None:
+    user0, sys0 = user_sys_s(os.getpid())
+    deadline = time.perf_counter() + 0.1  # a clock read without a system call (the vDSO's)
+    while time.perf_counter() < deadline:  # spend user time, which the tick-granular counter then shows
+        sum(range(10_000))
+    user1, sys1 = user_sys_s(os.getpid())
+    assert user1 > user0 and sys1 >= sys0 >= 0
+
+
+def test_fixed_cost_splits_a_request_into_its_fixed_part_and_its_chunks() -> None:
+    assert split((1, 0.30), (51, 0.40)) == pytest.approx((0.298, 0.002))
+    with pytest.raises(ValueError):
+        split((5, 0.3), (5, 0.4))
+    tallies = {(name, n): Tally(user_s=u, sys_s=0.5 * u, requests=1000) for name, n, u in
+               (("nginx", 1, 0.01), ("nginx", 51, 0.03), ("gateway", 1, 0.2), ("gateway", 51, 0.3))}
+    table = report(tallies, ["nginx", "gateway"], [1, 51])
+    assert "| gateway | 1 | 0.2000 | 0.1000 | 0.3000 | 20.00x |" in table
+    assert "| gateway | 0.2970 (0.1980, 0.0990) | 3.00 (2.00, 1.00) |" in table
 
 
 async def test_loadgen_messages_against_fake_upstream() -> None:
