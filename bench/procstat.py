@@ -80,16 +80,22 @@ def run_time_s(pid: int) -> float:
     return total / 1e9
 
 
+def _cpu_ticks(fields: list[str]) -> tuple[int, int]:
+    """utime and stime from a stat line's fields after the name: state(0) ppid(1) ... utime(11) stime(12),
+    i.e. fields 14 and 15 of stat(5)."""
+    return int(fields[11]), int(fields[12])
+
+
 def user_sys_s(pid: int) -> tuple[float, float]:
     """utime and stime of `pid` and the live processes below it, apart, in seconds (clock ticks: compare
     over seconds of load, not milliseconds)."""
     user = system = 0
     for p in tree(pid):
         try:
-            fields = _stat_fields(p)
-            user, system = user + int(fields[11]), system + int(fields[12])
+            u, s = _cpu_ticks(_stat_fields(p))
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
+        user, system = user + u, system + s
     return user / _TICK, system / _TICK
 
 
@@ -97,9 +103,7 @@ def usage(pid: int) -> Usage:
     cpu, rss, hwm, n = 0.0, 0, 0, 0
     for p in tree(pid):
         try:
-            fields = _stat_fields(p)
-            # after the name: state(0) ppid(1) ... utime(11) stime(12), i.e. fields 14 and 15 of stat(5)
-            cpu += (int(fields[11]) + int(fields[12])) / _TICK
+            cpu += sum(_cpu_ticks(_stat_fields(p))) / _TICK
             rss += _status_kib(p, "VmRSS:")
             hwm += _status_kib(p, "VmHWM:")
             n += 1

@@ -54,7 +54,7 @@ def test_procstat_reads_this_process() -> None:
     assert u.procs >= 1 and u.rss_kib > 0 and u.hwm_kib >= u.rss_kib and u.cpu_s > 0
 
 
-def test_fixed_cost_reads_user_and_system_time_apart() -> None:
+def test_procstat_reads_user_and_system_time_apart() -> None:
     user0, sys0 = user_sys_s(os.getpid())
     deadline = time.perf_counter() + 0.1  # a clock read without a system call (the vDSO's)
     while time.perf_counter() < deadline:  # spend user time, which the tick-granular counter then shows
