@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.redact.cuts import keep_start, tail_start
-from gateway.core.redact.gate import search, start_gate
+from gateway.core.redact.gate import Gate, has_digit, needs_digit, search, start_gate
 from gateway.core.redact.rules import BUILTIN
 from gateway.core.redact.window import Redactor
 from tests.unit.redaction_corpus import positives
@@ -126,7 +126,7 @@ def test_the_gate_of_each_builtin_rule_lets_every_match_start() -> None:
             if gate is None:
                 continue
             for m in regex.finditer(case.text):
-                assert m.start() == 0 or gate.match(case.text, m.start() - 1), (name, m.group())
+                assert m.start() == 0 or gate.stop.match(case.text, m.start() - 1), (name, m.group())
                 assert search(regex, gate, case.text, m.start()) is not None
 
 
@@ -146,8 +146,8 @@ def test_a_gate_needs_a_one_character_lookbehind_in_every_way_to_match(pattern: 
 def test_a_case_insensitive_lookbehind_excludes_both_cases_and_stops_at_the_kelvin_sign() -> None:
     gate = start_gate(re.compile(r"(?i)(?<![k])x"))
     assert gate is not None
-    assert gate.match("k") is None and gate.match("K") is None
-    assert gate.match("\u212a") is not None  # KELVIN SIGN: the gate may stop where the lookbehind would not
+    assert gate.stop.match("k") is None and gate.stop.match("K") is None
+    assert gate.stop.match("\u212a") is not None  # KELVIN SIGN: the gate may stop where the lookbehind would not
     regex = re.compile(r"(?i)(?<![k])x")
     for text in ("kx", "Kx", "\u212ax", "ax", "x", "kxax"):
         found, full = search(regex, gate, text, 0), regex.search(text)
@@ -155,22 +155,56 @@ def test_a_case_insensitive_lookbehind_excludes_both_cases_and_stops_at_the_kelv
 
 
 GATED = [r"(?<![a-z])[0-9]+", r"(?<![a-z])x?y[0-9]", r"(?<![a-z0-9])x*", r"(?i)(?<![k])(?:ab|c+d)",
-         r"(?<![a-z])\+[0-9]|(?<![a-z0-9])(?:0[0-9]|[(][0-9])", r"\b(?<![.])[a-z]+@[a-z]+(?=\.)"]
+         r"(?<![a-z])\+[0-9]|(?<![a-z0-9])(?:0[0-9]|[(][0-9])", r"\b(?<![.])[a-z]+@[a-z]+(?=\.)",
+         r"(?<![a-z])(x|y)[0-9]\1", r"(?<![k])(?i:x)[0-9]*+y", r"(?<![kx])(?>x+|y)\Z"]
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.sampled_from(GATED), st.text(alphabet="ab xy0+9.(@kK\u212a", max_size=40), st.booleans())
-def test_a_search_by_the_gate_finds_what_a_plain_search_finds(pattern: str, text: str, first: bool) -> None:
-    regex = re.compile(pattern)
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(GATED), st.text(alphabet="ab xy0+9.(@kK\u212a", max_size=40), st.booleans(),
+       st.sampled_from([0, re.IGNORECASE]))
+def test_a_search_by_the_gate_finds_what_a_plain_search_finds(pattern: str, text: str, first: bool,
+                                                               flags: int) -> None:
+    """By the lead (one C search) and by the stops one at a time (a pattern with its global flags at its
+    start has no lead), at every start and two ends."""
+    regex = re.compile(pattern, flags)
     gate = start_gate(regex, first)
     assert gate is not None
-    for pos in range(len(text) + 1):
-        for end in (len(text), max(pos, len(text) - 3)):
-            found, plain = search(regex, gate, text, pos, end), regex.search(text, pos, end)
-            assert (found and found.span()) == (plain and plain.span()), (pos, end)
+    assert (gate.lead is None) is pattern.startswith("(?i)")
+    for way in (gate, Gate(gate.stop, None)):
+        for pos in range(len(text) + 1):
+            for end in (len(text), max(pos, len(text) - 3)):
+                found, plain = search(regex, way, text, pos, end), regex.search(text, pos, end)
+                assert (found and found.span()) == (plain and plain.span()), (pos, end)
+                assert found is None or found.groups() == plain.groups()  # type: ignore[union-attr]
+
+
+def test_the_lead_keeps_its_class_case_sensitive_under_a_case_insensitive_pattern() -> None:
+    """The lookbehind is case-sensitive, so the gate excludes `k` only: under IGNORECASE a lead class
+    spelled plainly would exclude `K` too, and miss the match after it."""
+    regex = re.compile(r"(?-i:(?<![k]))x", re.IGNORECASE)
+    gate = start_gate(regex)
+    assert gate is not None and gate.lead is not None
+    for text in ("Kx", "kxKX", "\u212ax"):
+        found, plain = search(regex, gate, text, 0), regex.search(text)
+        assert (found and found.span()) == (plain and plain.span()), text
 
 
 def test_a_two_character_gate_needs_the_first_character_of_every_way_to_match() -> None:
-    assert start_gate(re.compile(r"(?<![a-z])x?y"), True).pattern.endswith(r"[xy\x80-\U0010ffff]")  # type: ignore[union-attr]
+    assert start_gate(re.compile(r"(?<![a-z])x?y"), True).stop.pattern.endswith(r"[xy\x80-\U0010ffff]")  # type: ignore[union-attr]
     for pattern in (r"(?<![a-z])x*", r"(?<![a-z])(?:x|)"):  # may be empty: the one-character gate
         assert start_gate(re.compile(pattern), True) == start_gate(re.compile(pattern))
+
+
+@pytest.mark.parametrize(("pattern", "needs"), [
+    (r"[0-9]", True), (r"a[0-9]{2}", True), (r"(?:1|2)x", True), (r"(?:[0-3]x|y5)+", True), (r"(?>7|8)", True),
+    (r"[0-9]?", False), (r"(?:1|a)", False), (r"(?<=1)a", False), (r"a(?=1)", False), (r"\d", False),
+    (r"[0-9a]", False), (r"[^a]", False), (r"(?:[0-9]){0,2}", False),
+])
+def test_a_hint_needs_a_digit_when_every_match_consumes_one(pattern: str, needs: bool) -> None:
+    """`\\d` is any Unicode digit (`٣`), which `has_digit` does not look for; lookarounds may look outside."""
+    assert needs_digit(re.compile(pattern)) is needs
+
+
+@given(st.text(alphabet="ab9é٣0", max_size=12), st.integers(0, 12), st.integers(0, 12))
+def test_has_digit_looks_between_its_bounds(text: str, pos: int, end: int) -> None:
+    assert has_digit(text, pos, end) == any(ch in "0123456789" for ch in text[pos:end])

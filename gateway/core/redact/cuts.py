@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from gateway.core.redact.gate import search
+from gateway.core.redact.gate import has_digit, search
 
 if TYPE_CHECKING:
     from gateway.core.redact.spec import RuleScan, ScanSpec
@@ -79,9 +79,12 @@ def _spans_by_rule(spec: ScanSpec, text: str, first: int, keep: int, end: int) -
     spans: dict[int, int] = {}
     rules = spec.by_rule
     quiet = _quiet(spec.detect_gates, text, first, keep)
+    digits = has_digit(text, first, end)
     for i, rule in enumerate(rules):
         if quiet and rule.detect_gate is not None:
             continue
+        if rule.needs_digit and not digits:
+            continue  # its hint holds a digit
         if rule.fires is not None and rule.fires.search(text, first, end) is None:
             continue
         pos = max(first, keep - rule.detect_width) if rule.detect_width else first
@@ -108,11 +111,12 @@ def _near_by_rule(spec: ScanSpec, text: str, low: int, end: int, found: int) -> 
     that rule's own hint, so it starts less than `hint_by` before the rule's first hint from `low`; and
     one of a rule whose matches have a bound starts no further than that from the end."""
     quiet = _quiet(spec.near_gates, text, low, end)
+    digits = has_digit(text, low, end)
     for rule in spec.by_rule:
         if rule.near is None or rule.fires is None or (quiet and rule.near_gate is not None):
             continue
         start = max(low, end - rule.near_width) if rule.near_width else low
-        h = rule.fires.search(text, start, end)
+        h = rule.fires.search(text, start, end) if digits or not rule.needs_digit else None
         start = max(start, (end if h is None else h.start()) - rule.hint_by)
         stop = end if found < 0 else found  # only a candidate left of the one found matters
         if start >= stop:

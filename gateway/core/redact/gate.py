@@ -13,12 +13,18 @@ characters that no lookbehind would let through (it stops at every one outside A
 tries that fail, never a match missed. When every way to match begins with a character of a known set
 (`phone`: `+`, `(` or a digit), the gate takes that character too (two characters, the match starting
 at the second): fewer stops in minified JSON or base64, where the gate characters are common.
+
+The stops are found and tried in one C call: the *lead* is the gate's class followed by the pattern,
+and `re` skips to the characters of a pattern's leading class at C speed. A stop that fails costs the
+pattern's own attempt, no Python call: in text dense in gate characters (`a@b.`, `-_.:/@`, minified
+JSON) that was ~1.5 µs a stop (bench/README.md, "Goal 5").
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.redact.regex import _parser, _scoped, _Tree
@@ -31,10 +37,20 @@ _SLACK = 4 * SPARSE
 _CHAR_NODES = ("LITERAL", "NOT_LITERAL", "ANY", "IN")
 
 
-def start_gate(pattern: re.Pattern[str], first: bool = False) -> re.Pattern[str] | None:
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """Where a pattern's match can start: right after a `stop` (a character of the gate's class, with,
+    when known, the match's first character after it), and the `lead`: the class, then the pattern (None
+    when the pattern does not compile inside another, as one with its global flags spelled at its start)."""
+
+    stop: re.Pattern[str]
+    lead: re.Pattern[str] | None
+
+
+def start_gate(pattern: re.Pattern[str], first: bool = False) -> Gate | None:
     """The gate of `pattern` (one character class), or None when some way to match it does not begin
     with a one-character negative lookbehind (then every position is a start). With `first`, when every
-    match begins with a character of a known set, the gate is two characters: a gate character, then
+    match begins with a character of a known set, the stop is two characters: a gate character, then
     one of those (a match starts at the second; `search` takes either form)."""
     tree = _Tree(pattern)
     tests = _leading_lookbehinds(tree, tree.items, tree.flags)
@@ -44,12 +60,22 @@ def start_gate(pattern: re.Pattern[str], first: bool = False) -> re.Pattern[str]
     if not excluded:
         return None
     gate = "[^" + "".join(re.escape(ch) for ch in excluded) + "]"
+    stop = gate
     found = _seq_first(tree, tree.items, tree.flags) if first else None
     if found is not None and not found[1]:
         starts = [ch for ch in map(chr, range(128)) if any(t.fullmatch(ch) for t in found[0])]
         if len(starts) < 128:  # and every character outside ASCII, which the tests were not tried on
-            gate += "[" + "".join(re.escape(ch) for ch in starts) + "\\x80-\\U0010ffff]"
-    return re.compile(gate)
+            stop += "[" + "".join(re.escape(ch) for ch in starts) + "\\x80-\\U0010ffff]"
+    return Gate(re.compile(stop), _lead(gate, pattern))
+
+
+def _lead(gate: str, pattern: re.Pattern[str]) -> re.Pattern[str] | None:
+    """The gate's class (case-sensitive, whatever the pattern's flags), then the pattern, unnumbered: its
+    groups and back-references keep their numbers."""
+    try:
+        return re.compile(f"(?-i:{gate})(?:{pattern.pattern})", pattern.flags)
+    except re.error:
+        return None
 
 
 def _seq_first(tree: _Tree, items: list[tuple[Any, Any]], flags: int) -> tuple[list[re.Pattern[str]], bool] | None:
@@ -84,10 +110,10 @@ def _seq_first(tree: _Tree, items: list[tuple[Any, Any]], flags: int) -> tuple[l
     return tests, True
 
 
-def union_gate(gates: list[re.Pattern[str]]) -> re.Pattern[str] | None:
+def union_gate(gates: list[Gate]) -> re.Pattern[str] | None:
     """A class that stops wherever one of `gates` does (None: no gate, or one that stops everywhere in
     ASCII). Where it finds no stop in a text, each of those rules can match only at the text's start."""
-    excluded = [ch for ch in map(chr, range(128)) if gates and all(g.match(ch) is None for g in gates)]
+    excluded = [ch for ch in map(chr, range(128)) if gates and all(g.stop.match(ch) is None for g in gates)]
     return re.compile("[^" + "".join(re.escape(ch) for ch in excluded) + "]") if excluded else None
 
 
@@ -124,14 +150,26 @@ def _leading_lookbehinds(tree: _Tree, items: list[tuple[Any, Any]], flags: int) 
     return None
 
 
-def search(regex: re.Pattern[str], gate: re.Pattern[str] | None, text: str, pos: int,
+def search(regex: re.Pattern[str], gate: Gate | None, text: str, pos: int,
            end: int | None = None) -> re.Match[str] | None:
     """`regex.search(text, pos, end)`; with a `gate` (its `start_gate`), `regex` is tried only where the
-    gate lets a match start, until the stops come too densely (then a plain search from there on: no
-    match starts before the stop where it takes over, all of them tried)."""
+    gate lets a match start: at `pos` when it can start there, then right after each gate character, by
+    the lead's search. The lead's hit is matched again for the match itself (same pattern, same place,
+    same end): only when there is one."""
     end = len(text) if end is None else end
     if gate is None:
         return regex.search(text, pos, end)
+    if gate.lead is None:
+        return _by_stops(regex, gate.stop, text, pos, end)
+    if (pos == 0 or gate.stop.match(text, pos - 1) is not None) and (m := regex.match(text, pos, end)) is not None:
+        return m
+    hit = gate.lead.search(text, pos, end)
+    return None if hit is None else regex.match(text, hit.start() + 1, end)
+
+
+def _by_stops(regex: re.Pattern[str], gate: re.Pattern[str], text: str, pos: int, end: int) -> re.Match[str] | None:
+    """The stops one by one, until they come too densely (then a plain search from there on: no match
+    starts before the stop where it takes over, all of them tried)."""
     for tries, start in enumerate(_starts(gate, text, pos, end), 1):
         if (m := regex.match(text, start, end)) is not None:
             return m
@@ -146,3 +184,41 @@ def _starts(gate: re.Pattern[str], text: str, pos: int, end: int) -> Iterator[in
     while (g := gate.search(text, pos, end)) is not None:
         pos = g.start() + 1  # a one-character gate ends there; a two-character one, one further
         yield pos
+
+
+_DIGITS = "0123456789"
+
+
+def needs_digit(pattern: re.Pattern[str]) -> bool:
+    """Whether every match of `pattern` consumes an ASCII digit (a phone's, a card's, an IBAN's hint): in a
+    text with none it cannot match, which `has_digit` tells with ten `str.find`s at memchr speed, where
+    a search of the hint scans every character (~5 ns each: ~20 µs over a 4,096-character run of
+    `a@b.`; bench/README.md, "Goal 5"). What lookarounds look at is not counted: it may lie outside."""
+    tree = _Tree(pattern)
+    return _consumes_digit(list(tree.items))
+
+
+def has_digit(text: str, pos: int = 0, end: int | None = None) -> bool:
+    end = len(text) if end is None else end
+    return any(text.find(d, pos, end) >= 0 for d in _DIGITS)
+
+
+def _consumes_digit(items: list[tuple[Any, Any]]) -> bool:
+    return any(_item_consumes_digit(str(op), av) for op, av in items)
+
+
+def _item_consumes_digit(name: str, av: Any) -> bool:
+    if name == "LITERAL":
+        return chr(av) in _DIGITS
+    if name == "IN":
+        return all((str(op) == "LITERAL" and chr(a) in _DIGITS) or (str(op) == "RANGE" and 48 <= a[0] <= a[1] <= 57)
+                   for op, a in av)
+    if name == "SUBPATTERN":
+        return _consumes_digit(list(av[3].data))
+    if name == "ATOMIC_GROUP":
+        return _consumes_digit(list(av.data))
+    if name == "BRANCH":
+        return all(_consumes_digit(list(b.data)) for b in av[1])
+    if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+        return bool(av[0] >= 1 and _consumes_digit(list(av[2].data)))
+    return False  # lookarounds, anchors, back-references, any other character class

@@ -35,6 +35,8 @@ WHITESPACE = (
 )
 
 _DETECT, _PREFIX = 0, 1
+_GROUPREFS = ("GROUPREF", "GROUPREF_EXISTS")
+_NOT_PLAIN = ("AT", "ASSERT", "ASSERT_NOT", *_GROUPREFS)
 _FLAG_LETTERS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"), (re.ASCII, "a"))
 _CATEGORIES = {
     "CATEGORY_DIGIT": r"\d", "CATEGORY_NOT_DIGIT": r"\D", "CATEGORY_SPACE": r"\s",
@@ -109,12 +111,16 @@ class _Tree:
         if name == "SUBPATTERN":
             _group, add, delete, sub = av
             return _scoped(add, self.seq(list(sub.data), mode, (flags | add) & ~delete), delete)
+        # A possessive repeat or an atomic group of plain items stays one in detect mode: it takes what the
+        # pattern's does (the same items on the same text), and a failed try does not backtrack through it.
         if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             lo, hi, sub = av
+            keep = name == "POSSESSIVE_REPEAT" and mode == _DETECT and _plain(list(sub.data))
             body = self.seq(list(sub.data), mode, flags)
-            return f"(?:{body})" + _quantifier(lo, hi, name == "MIN_REPEAT")
+            return f"(?:{body})" + _quantifier(lo, hi, name == "MIN_REPEAT") + ("+" if keep else "")
         if name == "ATOMIC_GROUP":
-            return "(?:" + self.seq(list(av.data), mode, flags) + ")"
+            keep = mode == _DETECT and _plain(list(av.data))
+            return ("(?>" if keep else "(?:") + self.seq(list(av.data), mode, flags) + ")"
         if name == "AT":
             return _AT_DETECT[str(av)].replace("{g}", self.gap)
         if name in ("ASSERT", "ASSERT_NOT"):
@@ -246,14 +252,14 @@ def _can_match_ws(tree: _Tree, items: list[tuple[Any, Any]], flags: int) -> bool
     return False
 
 
+def _plain(items: list[tuple[Any, Any]]) -> bool:
+    """No lookaround, anchor or back-reference in `items`: their detect form is the pattern's own."""
+    return all(str(op) not in _NOT_PLAIN and all(_plain(list(s.data)) for s in _subs(str(op), av)) for op, av in items)
+
+
 def _has_groupref(items: list[tuple[Any, Any]]) -> bool:
-    for op, av in items:
-        name = str(op)
-        if name in ("GROUPREF", "GROUPREF_EXISTS"):
-            return True
-        if any(_has_groupref(list(s.data)) for s in _subs(name, av)):
-            return True
-    return False
+    return any(str(op) in _GROUPREFS or any(_has_groupref(list(s.data)) for s in _subs(str(op), av))
+               for op, av in items)
 
 
 def _subs(name: str, av: Any) -> list[Any]:
@@ -277,13 +283,8 @@ def sees_only_behind(pattern: re.Pattern[str]) -> bool:
 
 
 def _only_behind(items: list[tuple[Any, Any]]) -> bool:
-    for op, av in items:
-        name = str(op)
-        if name in ("AT", "ASSERT_NOT", "GROUPREF", "GROUPREF_EXISTS") or (name == "ASSERT" and av[0] == 1):
-            return False
-        if not all(_only_behind(list(sub.data)) for sub in _subs(name, av)):
-            return False
-    return True
+    return not any(str(op) in ("AT", "ASSERT_NOT", *_GROUPREFS) or (str(op) == "ASSERT" and av[0] == 1)
+                   or not all(_only_behind(list(sub.data)) for sub in _subs(str(op), av)) for op, av in items)
 
 
 def detect_source(pattern: re.Pattern[str], gap: str = r"\s") -> str:
@@ -321,9 +322,7 @@ def literal_hint(pattern: re.Pattern[str]) -> str | None:
         if str(op) != "LITERAL" or chr(av).isspace():
             break
         text += chr(av)
-    if not text:
-        return None
-    return re.escape(text) if not tree.flags & re.IGNORECASE else caseless(text)
+    return None if not text else re.escape(text) if not tree.flags & re.IGNORECASE else caseless(text)
 
 
 @functools.cache

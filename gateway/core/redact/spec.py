@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.redact.breaks import Gaps
-from gateway.core.redact.gate import max_width, start_gate, union_gate
+from gateway.core.redact.gate import Gate, max_width, needs_digit, start_gate, union_gate
 from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
@@ -33,20 +33,22 @@ class RuleScan:
     fires: re.Pattern[str] | None  # the rule's hint, factored (None: none known: always searched)
     hint_by: int  # `BuiltinRule.hint_by` of a given hint (0: not known)
     detect: re.Pattern[str]  # the rule's detect form (its part of `ScanSpec.detect`)
-    detect_gate: re.Pattern[str] | None  # `start_gate(detect, first=True)`
+    detect_gate: Gate | None  # `start_gate(detect, first=True)`
     detect_width: int  # the longest match of `detect` (0: no bound)
     near: re.Pattern[str] | None  # its prefix form at the end, when it is part of `ScanSpec.near`
-    near_gate: re.Pattern[str] | None  # `start_gate(near, first=True)`
+    near_gate: Gate | None  # `start_gate(near, first=True)`
     near_width: int  # the longest match of `near` (0: no bound)
+    needs_digit: bool  # `fires` cannot fire where no ASCII digit is (`core.redact.gate.needs_digit`)
 
     @classmethod
     def build(cls, hint: str | None, hint_by: int, detect: str, near: str | None) -> RuleScan:
         detect_re = re.compile(detect)
         near_re = None if near is None else re.compile(near)
-        return cls(None if hint is None else hint_pattern(hint), hint_by, detect_re,
+        fires = None if hint is None else hint_pattern(hint)
+        return cls(fires, hint_by, detect_re,
                    start_gate(detect_re, True), max_width(detect_re), near_re,
                    None if near_re is None else start_gate(near_re, True),
-                   0 if near_re is None else max_width(near_re))
+                   0 if near_re is None else max_width(near_re), fires is not None and needs_digit(fires))
 
 
 @dataclass(frozen=True, slots=True)

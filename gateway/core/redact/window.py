@@ -34,7 +34,7 @@ from types import MappingProxyType
 from gateway.core.redact.checks import Span, has_letter_and_digit
 from gateway.core.redact.cuts import may_match
 from gateway.core.redact.engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
-from gateway.core.redact.gate import search, start_gate, union_gate
+from gateway.core.redact.gate import Gate, has_digit, needs_digit, search, start_gate, union_gate
 from gateway.core.redact.regex import hint_pattern, literal_hint
 from gateway.core.redact.rules import BUILTIN, expand
 
@@ -66,7 +66,8 @@ class _Rule:
     # The rule's own hint, given or derived as ScanSpec.build does (None: none known, every
     # segment is searched), and its `start_gate(regex, first=True)` (None: a match may start anywhere).
     fires: re.Pattern[str] | None
-    gate: re.Pattern[str] | None
+    gate: Gate | None
+    needs_digit: bool  # `fires` cannot fire where no ASCII digit is (`core.redact.gate.needs_digit`)
 
 
 def _whole(m: re.Match[str]) -> Iterator[Span]:
@@ -90,8 +91,9 @@ def _builtin(name: str) -> _Rule:
     rule = BUILTIN[name]
     regex = re.compile(rule.pattern)
     find = rule.refine or (_secret_group if "s" in regex.groupindex else _whole)
+    fires = hint_pattern(rule.hint)
     return _Rule(name, regex, _checked(find) if rule.token_check else find, rule.hint, rule.hint_by,
-                 hint_pattern(rule.hint), start_gate(regex, True))
+                 fires, start_gate(regex, True), needs_digit(fires))
 
 
 def _custom(name: str, pattern: str) -> _Rule:
@@ -102,7 +104,8 @@ def _custom(name: str, pattern: str) -> _Rule:
     except re.error as exc:
         raise ValueError(f'custom redaction rule "{name}": invalid regular expression: {exc.msg}') from None
     hint = literal_hint(regex)
-    return _Rule(name, regex, _whole, None, 0, None if hint is None else hint_pattern(hint), start_gate(regex, True))
+    fires = None if hint is None else hint_pattern(hint)
+    return _Rule(name, regex, _whole, None, 0, fires, start_gate(regex, True), fires is not None and needs_digit(fires))
 
 
 def _at_start(rule: _Rule, segment: str) -> Iterator[Span]:
@@ -190,9 +193,12 @@ class Redactor:
             # do all over digits, hex or base64: a rule whose own hint does not fire cannot match here
             # (its hint lies inside each of its matches), and the others are tried where they can start.
             only_start = self.gates is not None and self.gates.search(segment) is None
+            digits = has_digit(segment)  # one look for the rules whose hints need one (phone, card, iban)
             for order, rule in enumerate(self.rules):
                 if only_start and rule.gate is not None:
                     spans.extend((a, b, order) for a, b in _at_start(rule, segment))
+                elif rule.needs_digit and not digits:
+                    continue  # its hint holds a digit
                 elif rule.fires is None or rule.fires.search(segment) is not None:
                     spans.extend((a, b, order) for a, b in _find_all(rule, segment, True))
         if not spans:
