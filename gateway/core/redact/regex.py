@@ -36,7 +36,8 @@ WHITESPACE = (
 
 _DETECT, _PREFIX = 0, 1
 _GROUPREFS = ("GROUPREF", "GROUPREF_EXISTS")
-_NOT_PLAIN = ("AT", "ASSERT", "ASSERT_NOT", *_GROUPREFS)
+_NOT_PLAIN = ("AT", "ASSERT", "ASSERT_NOT", "GROUPREF", "GROUPREF_EXISTS")
+_NOT_BEHIND = ("AT", "ASSERT_NOT", "GROUPREF", "GROUPREF_EXISTS")
 _FLAG_LETTERS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"), (re.ASCII, "a"))
 _CATEGORIES = {
     "CATEGORY_DIGIT": r"\d", "CATEGORY_NOT_DIGIT": r"\D", "CATEGORY_SPACE": r"\s",
@@ -283,7 +284,7 @@ def sees_only_behind(pattern: re.Pattern[str]) -> bool:
 
 
 def _only_behind(items: list[tuple[Any, Any]]) -> bool:
-    return not any(str(op) in ("AT", "ASSERT_NOT", *_GROUPREFS) or (str(op) == "ASSERT" and av[0] == 1)
+    return not any(str(op) in _NOT_BEHIND or (str(op) == "ASSERT" and av[0] == 1)
                    or not all(_only_behind(list(sub.data)) for sub in _subs(str(op), av)) for op, av in items)
 
 
