@@ -24,6 +24,8 @@ DEPTH_MESSAGE = f"request body is nested deeper than {MAX_DEPTH} levels"
 # prompt of millions of tokens, over any model's context.
 MAX_CONTAINERS = 250_000
 CONTAINERS_MESSAGE = f"request body has more than {MAX_CONTAINERS} JSON arrays and objects"
+NOT_JSON_MESSAGE = "request body is not valid JSON"
+NOT_OBJECT_MESSAGE = "request body must be a JSON object"
 
 
 class BodyError(ValueError):
@@ -58,9 +60,9 @@ def parse_shallow(raw: bytes, brackets: int | None = None, parsed: dict[str, Any
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise BodyError("request body is not valid JSON") from None
+        raise BodyError(NOT_JSON_MESSAGE) from None
     if not isinstance(body, dict):
-        raise BodyError("request body must be a JSON object")
+        raise BodyError(NOT_OBJECT_MESSAGE)
     return body
 
 

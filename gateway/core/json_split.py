@@ -33,6 +33,8 @@ from gateway.core.json_body import (
     DEPTH_MESSAGE,
     MAX_CONTAINERS,
     MAX_DEPTH,
+    NOT_JSON_MESSAGE,
+    NOT_OBJECT_MESSAGE,
     BodyError,
     JsonText,
     depth_exceeds,
@@ -132,7 +134,7 @@ class SplitParse:
         try:
             piece = orjson.loads(b'"' + self._raw[at:cut] + b'"')
         except orjson.JSONDecodeError:
-            raise BodyError("request body is not valid JSON") from None
+            raise BodyError(NOT_JSON_MESSAGE) from None
         self._pieces.append(piece)
         self._at = cut
         if cut == end:
@@ -160,9 +162,9 @@ class SplitParse:
         try:
             skeleton = orjson.loads(b"".join(parts))
         except orjson.JSONDecodeError:
-            raise BodyError("request body is not valid JSON") from None
+            raise BodyError(NOT_JSON_MESSAGE) from None
         if not isinstance(skeleton, dict):
-            raise BodyError("request body must be a JSON object")
+            raise BodyError(NOT_OBJECT_MESSAGE)
         if self.brackets >= MAX_DEPTH and depth_exceeds(skeleton, MAX_DEPTH):
             raise BodyError(DEPTH_MESSAGE)
         fill = _Fill(self._marker, self._texts)

@@ -20,7 +20,14 @@ from typing import Any
 import orjson
 
 from gateway.core.body_scan import NOTHING, Scan
-from gateway.core.json_body import CONTAINERS_MESSAGE, MAX_CONTAINERS
+from gateway.core.json_body import (
+    CONTAINERS_MESSAGE,
+    MAX_CONTAINERS,
+    NOT_JSON_MESSAGE,
+    NOT_OBJECT_MESSAGE,
+    BodyError,
+)
+from gateway.core.json_split import SplitParse
 from gateway.core.websocket import text_frame
 
 TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
@@ -51,10 +58,36 @@ def read_message(text: str) -> Create:
     it ~0.7 s; at the bound, ~30 ms), core.json_body.MAX_CONTAINERS."""
     if len(text) > MAX_CONTAINERS and text.count("{") + text.count("[") > MAX_CONTAINERS:
         raise SocketMessageError(CONTAINERS_MESSAGE)
+    return created(_loaded(text))
+
+
+def read_split(split: SplitParse, raw: bytes) -> Create:
+    """A big message (its bytes, `core.websocket.STEPPED_BYTES`) read as `read_message` reads a small one,
+    once `split` (over `raw`) has run its steps: parsed whole when it could not be split (its containers
+    were counted by the split, and bounded)."""
+    return created(split.body if split.body is not None else _loaded(raw))
+
+
+def split_error(exc: BodyError) -> SocketMessageError:
+    """A big message refused by its split parse, in `read_message`'s words."""
+    text = str(exc)
+    if text == NOT_JSON_MESSAGE:
+        return SocketMessageError("the message is not JSON")
+    if text == NOT_OBJECT_MESSAGE:
+        return SocketMessageError("the message must be a JSON object")
+    return SocketMessageError(text)
+
+
+def _loaded(text: str | bytes) -> Any:
     try:
-        obj = orjson.loads(text)
+        return orjson.loads(text)
     except orjson.JSONDecodeError:
         raise SocketMessageError("the message is not JSON") from None
+
+
+def created(obj: Any) -> Create:
+    """The `response.create` a parsed message asks for (the nested spelling of early clients unwrapped),
+    streamed, or the error it is."""
     if not isinstance(obj, dict):
         raise SocketMessageError("the message must be a JSON object")
     kind = obj.pop("type", None)
