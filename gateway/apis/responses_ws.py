@@ -20,15 +20,19 @@ import structlog
 from gateway.apis.catalog import RESPONSES
 from gateway.core.body_scan import NOTHING, body_scans, walked
 from gateway.core.http1_request import RequestHead
-from gateway.core.json_body import DEPTH_MESSAGE
+from gateway.core.json_body import DEPTH_MESSAGE, BodyError, encode
+from gateway.core.json_split import SplitParse
 from gateway.core.responses.filter import EVENT_ENCODER
 from gateway.core.responses.socket import (
     Conversation,
+    Create,
     EventCutter,
     SocketMessageError,
     error_event,
     error_from_body,
     read_message,
+    read_split,
+    split_error,
     warmup_events,
 )
 from gateway.core.websocket import GOING_AWAY, NORMAL, POLICY_VIOLATION, HandshakeError, ServerSocket, accept_head
@@ -186,7 +190,7 @@ class ResponsesSocket:
         else:
             self._loop.call_soon(self.received, b"")
 
-    def _take(self, texts: list[str]) -> bool:
+    def _take(self, texts: list[str | bytes]) -> bool:
         """Start a response, or answer `response_in_progress`: the answers of one batch go out in one write
         (one syscall, not one per message). True when the peer is slow (its socket buffer is full)."""
         slow, busy = False, 0
@@ -252,7 +256,7 @@ class ResponsesSocket:
         if not self._done.done():
             self._done.set_result(None)
 
-    async def _respond(self, text: str) -> None:
+    async def _respond(self, text: str | bytes) -> None:
         try:
             await self._serve(text)
         except (ConnectionError, asyncio.CancelledError):
@@ -268,9 +272,9 @@ class ResponsesSocket:
         if self._draining:
             self.close(GOING_AWAY, "the gateway is shutting down")
 
-    async def _serve(self, text: str) -> None:
+    async def _serve(self, text: str | bytes) -> None:
         try:
-            create = read_message(text)
+            create = read_message(text) if isinstance(text, str) else await self._read_big(text)
             own, given = body_scans(create.body, MARKER)  # walked before the kept conversation joins them
             whole, scan = self._conversation.expand(create.body, own, given)
         except SocketMessageError as exc:
@@ -304,6 +308,17 @@ class ResponsesSocket:
             output = walked(ended.output, 1, MARKER)  # as the next turn's body holds it, in `input`
             self._conversation.keep(ended.response_id, whole, ended.output, output)
 
+    async def _read_big(self, raw: bytes) -> Create:
+        """A big message (given as bytes, `core.websocket.STEPPED_BYTES`) parsed in steps between the
+        loop's other work, as an HTTP body over `pipeline.request.SPLIT_BYTES` is (`core.json_split`):
+        orjson parsed 10 MiB of one string in one call of 15-50 ms."""
+        split = SplitParse(raw)
+        try:
+            await self.app.runtime.slicer.run(split)
+        except BodyError as exc:
+            raise split_error(exc) from None
+        return read_split(split, raw)
+
     def _warm_up(self, body: dict[str, Any], whole: list[Any]) -> None:
         """`generate: false` (Codex's warm-up): answered as OpenAI does, with no model call."""
         self._warmups += 1
@@ -318,9 +333,11 @@ class ResponsesSocket:
 
     def _sized(self, body: dict[str, Any]) -> bytes | None:
         """The response's body as HTTP would have carried it, or None (an error event sent) when it cannot
-        be written or is over the message limit."""
+        be written or is over the message limit. Written by `json_body.encode`: a long text a big message
+        brought (now, or kept from a turn before) is written back as its literal, not escaped again in
+        one call (~30 ms for 10 MiB of non-ASCII text); as fast as `orjson.dumps` on other bodies."""
         try:
-            raw = orjson.dumps(body)
+            raw = encode(body)
         except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
             self._write(self.frames.text(error_event("invalid_request", DEPTH_MESSAGE, None, 400)))
             return None

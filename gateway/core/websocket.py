@@ -6,6 +6,9 @@ with the bounds the gateway holds every client to (docs/reference.md, WebSocket 
 - A message is gathered up to `max_message` bytes; a bigger one closes the connection with 1009.
 - A binary message closes it with 1003 (the Responses API's messages are JSON text); text that is not
   UTF-8 with 1007.
+- A message over `stepped` bytes (1 MiB) is given as its bytes, not a `str`, its UTF-8 checked a slice
+  per call (`core.utf8_check`), the messages after it waiting: decoding 10 MiB whole held the loop
+  10-25 ms, and such a message is parsed from its bytes a step at a time (`core.json_split`).
 - A malformed frame closes it with 1002 (protocol error), as the protocol fails it.
 - Pings are answered with pongs at once; the peer's close is answered with a close.
 - permessage-deflate is declined (no extension is accepted): a zlib window per connection costs up to
@@ -21,11 +24,14 @@ from websockets.protocol import Event, Protocol, Side, State
 from websockets.typing import BytesLike
 from websockets.utils import accept_key
 
+from gateway.core.utf8_check import CHECK_BYTES, Utf8Check
+
 NORMAL, GOING_AWAY, PROTOCOL_ERROR, UNSUPPORTED_DATA, NO_STATUS = 1000, 1001, 1002, 1003, 1005
 INVALID_DATA, POLICY_VIOLATION, TOO_BIG = 1007, 1008, 1009
 # bytes given to the parser at a time: a read full of tiny frames (6 bytes each, masked) is parsed ~700
 # frames a step (~1 ms), so a flood cannot hold the loop for a whole 256 KiB read
 SLICE = 4096
+STEPPED_BYTES = 1024 * 1024  # a bigger text message is given as bytes, checked a slice per call
 
 
 class _Unlogged:
@@ -91,7 +97,7 @@ class Fed:
     __slots__ = ("close", "more", "reply", "texts")
 
     def __init__(self) -> None:
-        self.texts: list[str] = []  # the whole text messages
+        self.texts: list[str | bytes] = []  # the whole text messages (a big one as its UTF-8 bytes)
         self.reply = b""
         self.close: int | None = None
         self.more = False  # stopped at `max_messages`: `feed(b"")` takes the next ones
@@ -101,15 +107,22 @@ class ServerSocket:
     """One connection's frames, after the handshake (the protocol's state machine is websockets'
     sans-I/O `Protocol`, opened past its handshake: ours is `accept_head`)."""
 
-    __slots__ = ("_at", "_parts", "_pending", "_proto", "_ready", "max_message")
+    __slots__ = ("_at", "_big", "_check", "_check_bytes", "_later", "_parts", "_pending", "_proto", "_ready",
+                 "_stepped", "max_message")
 
-    def __init__(self, max_message: int):
+    def __init__(self, max_message: int, stepped: int = STEPPED_BYTES, check_bytes: int = CHECK_BYTES):
+        """`stepped`, `check_bytes`: a message's size past which it is checked in slices, and the slices'
+        (tests pass small ones)."""
         self.max_message = max_message
         self._proto = Protocol(Side.SERVER, state=State.OPEN, max_size=max_message, logger=_QUIET)
         self._parts: list[bytes] | None = None  # the fragments of the text message being received
-        self._ready: list[str] = []  # whole messages past `max_messages`, for the next call
+        self._ready: list[str | bytes] = []  # whole messages past `max_messages`, for the next call
         self._pending = b""  # bytes not yet given to the parser: a flood is parsed a slice at a time
         self._at = 0
+        self._stepped, self._check_bytes = stepped, check_bytes
+        self._big = b""  # a whole message over `stepped` bytes, its UTF-8 being checked by `_check`
+        self._check: Utf8Check | None = None
+        self._later: list[Event] = []  # the frames parsed after it, taken once it is
 
     @property
     def open(self) -> bool:
@@ -126,38 +139,74 @@ class ServerSocket:
         for the next call), so a flood of small messages is taken a batch at a time."""
         fed = Fed()
         proto = self._proto
-        if proto.state is not State.OPEN:
+        # (a peer's close parsed with a big message waits in `_later`: the protocol answered it already)
+        if proto.state is not State.OPEN and not (self._checking() or self._later):
             return fed
         if data:
             self._pending = self._pending[self._at:] + data if self._at < len(self._pending) else data
             self._at = 0
         ready = self._ready
-        while len(ready) < max_messages and self._at < len(self._pending):
-            at = self._at
-            self._at = at + SLICE
-            proto.receive_data(self._pending[at:at + SLICE] if len(self._pending) > SLICE else self._pending)
-            if self._take(proto.events_received(), ready, fed):
-                break
-            if proto.parser_exc is not None:  # the parser failed the connection: its close frame is written
-                fed.close = int(proto.close_sent.code) if proto.close_sent is not None else PROTOCOL_ERROR
-                break
+        while len(ready) < max_messages and self._next(ready, fed):
+            pass
         writes = proto.data_to_send()
         if writes:
             fed.reply += b"".join(writes)
         if fed.close is not None:
             self._pending, self._at, ready[:] = b"", 0, []
+            self._big, self._check, self._later = b"", None, []
             return fed
         if self._at >= len(self._pending):
             self._pending, self._at = b"", 0
         fed.texts = ready[:max_messages]
         del ready[:max_messages]
-        fed.more = bool(ready) or bool(self._pending)
+        fed.more = bool(ready) or bool(self._pending) or self._checking() or bool(self._later)
         return fed
 
-    def _take(self, frames: list[Event], ready: list[str], fed: Fed) -> bool:
+    def _next(self, ready: list[str | bytes], fed: Fed) -> bool:
+        """One piece of work toward the next messages: a slice of a big message's check, the frames parsed
+        after it, or a slice of the bytes parsed. False when this call is to stop: nothing left, a big
+        message's check begins or goes on (a slice per call), or the connection ends."""
+        if self._checking():
+            return self._checked(ready, fed)
+        if self._later:
+            events, self._later = self._later, []
+            return not self._take(events, ready, fed) and not self._checking()
+        if self._at >= len(self._pending):
+            return False
+        proto, at = self._proto, self._at
+        self._at = at + SLICE
+        proto.receive_data(self._pending[at:at + SLICE] if len(self._pending) > SLICE else self._pending)
+        if self._take(proto.events_received(), ready, fed):
+            return False
+        if proto.parser_exc is not None:  # the parser failed the connection: its close frame is written
+            fed.close = int(proto.close_sent.code) if proto.close_sent is not None else PROTOCOL_ERROR
+            return False
+        return not self._checking()
+
+    def _checking(self) -> bool:
+        """A big message is being checked (a call, not the attribute: mypy would keep the attribute's
+        narrowing across the calls that set it, and compiled code trusts it)."""
+        return self._check is not None
+
+    def _checked(self, ready: list[str | bytes], fed: Fed) -> bool:
+        """A slice of the big message's UTF-8 checked; True when it is taken whole (False: more to check,
+        or it is not UTF-8 and the connection ends)."""
+        check = self._check
+        assert check is not None
+        if not check.step():
+            return False
+        self._check = None
+        if not check.valid:
+            return not self._failing(fed, INVALID_DATA, "a text message that is not UTF-8")
+        ready.append(self._big)
+        self._big = b""
+        return True
+
+    def _take(self, frames: list[Event], ready: list[str | bytes], fed: Fed) -> bool:
         """Gather the frames' whole text messages into `ready`; True when the connection is to end (a
-        close from the peer, a binary message, text that is not UTF-8)."""
-        for frame in frames:
+        close from the peer, a binary message, text that is not UTF-8). A big message stops the
+        gathering: its check starts, the frames after it are kept for after it (`_later`)."""
+        for i, frame in enumerate(frames):
             if not isinstance(frame, Frame):  # handshake events: the handshake was ours
                 continue
             op = frame.opcode
@@ -180,6 +229,11 @@ class ServerSocket:
                 return True
             else:  # pings are answered by the protocol (a pong among its writes); pongs need nothing
                 continue
+            if len(payload) > self._stepped:
+                self._big = bytes(payload)
+                self._check = Utf8Check(self._big, self._check_bytes)
+                self._later = frames[i + 1:]
+                return False
             try:
                 ready.append(str(payload, "utf-8"))
             except UnicodeDecodeError:
@@ -206,6 +260,7 @@ class ServerSocket:
         proto.parser.close()
         proto.parser_exc = None
         self._pending, self._at = b"", 0
+        self._big, self._check, self._later = b"", None, []
 
     def close(self, code: int, reason: str = "") -> bytes:
         """The close frame (once: empty when one was sent or the peer's was answered)."""

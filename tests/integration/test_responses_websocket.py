@@ -7,20 +7,20 @@ line per response with `transport: "websocket"`."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
 import orjson
 import pytest
 import trustme
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
 from tests.fake_upstream import Close, FakeUpstream, Script, json_script
-from tests.harness import GatewayServer
+from tests.harness import GatewayServer, LoopThread
 
 KEY = "gw-ws-key-0001"
 MESSAGES_PATH, SECOND_PATH = "/v1/messages", "/two/v1/messages"
@@ -297,3 +297,38 @@ def test_the_markers_a_kept_conversation_carries_are_fitted_on_every_turn(upstre
                        for block in m["content"] if "cache_control" in block)
                    for body in upstream.bodies(MESSAGES_PATH)]
     assert breakpoints == [4, 4]
+
+
+@pytest.fixture
+def roomy_upstream(servers: LoopThread) -> Iterator[FakeUpstream]:
+    """A fake upstream taking bodies up to 8 MiB."""
+    up = FakeUpstream()
+    up.max_body = 8 * 1024 * 1024
+    servers.run(up.start())
+    yield up
+    servers.run(up.stop())
+
+
+def test_a_big_message_is_read_in_steps_as_a_small_one_is_read_whole(
+        roomy_upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """A message over 1 MiB is checked and parsed in steps (`core.utf8_check`, `core.json_split`): not JSON,
+    an error event and the connection serves the next; its long text reaches the upstream exactly, on its
+    turn and on the next one that continues it; text that is not UTF-8 closes the connection with 1007."""
+    upstream = roomy_upstream
+    gw = make_gateway(ws_config(upstream, max_body_bytes=4 * 1024 * 1024))
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["One"]), a.text_stream(["Two"]))
+    big = 'é\n"中😀\\' * 150_000  # ~2 MiB of JSON
+    with raw_socket(gw) as ws:
+        ws.send(orjson.dumps({"type": "response.create", "model": "claude", "input": big}).decode()[:-1])
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["message"] == "the message is not JSON", err
+        first = turn(ws, {"model": "claude", "input": [user(big)], "store": False})
+        second = turn(ws, {"model": "claude", "input": [user("and now?")], "store": False,
+                           "previous_response_id": first[-1]["response"]["id"]})
+        assert output_text(first) == "One" and output_text(second) == "Two"
+        ws.send(b'{"type": "response.create", "input": "' + b"\xff" * (2 * 1024 * 1024) + b'"}', text=True)
+        with pytest.raises(ConnectionClosedError) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+    texts = [[_text(m) for m in body["messages"]] for body in upstream.bodies(MESSAGES_PATH)]
+    assert texts == [[big], [big, "One", "and now?"]]
