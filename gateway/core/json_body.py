@@ -164,3 +164,16 @@ def _as_builtin(value: Any) -> Any:
     if isinstance(value, list):
         return list(value)
     raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+def copy_containers(value: Any, depth: int) -> Any:
+    """`value` with its own copies of its objects and arrays `depth` levels down (`value` itself is the
+    first), what they hold further down and every string shared: a text masked in place in the copy
+    (input redaction) is not masked in `value`."""
+    if depth <= 0:
+        return value
+    if isinstance(value, dict):
+        return {k: copy_containers(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_containers(v, depth - 1) for v in value]
+    return value

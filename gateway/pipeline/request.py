@@ -17,6 +17,7 @@ from gateway.core.json_body import (
     BodyError,
     DepthCheck,
     bracket_count,
+    copy_containers,
     depth_exceeds,
     parse_object,
     parse_shallow,
@@ -35,6 +36,9 @@ from gateway.providers.base import MARKER_NEEDLES, Translator, Unserved, may_car
 INLINE_DEPTH_BYTES = 64 * 1024  # a smaller body's depth is walked at once: ~1 ms at worst
 SPLIT_BYTES = 1024 * 1024  # a bigger body is parsed in steps where it can be (a whole parse is 1-2 ms a MiB)
 DEPTH_STEP_VALUES = 2000  # values visited per step of a bigger body's walk: ~0.5 ms
+# How deep a lent body's prompt texts lie: WebSocket mode lends Responses bodies, whose texts are in the body,
+# `input`, its items, their `content` lists and parts (apis/responses.py:input_slots; tests/unit/test_json_body.py)
+LENT_TEXT_DEPTH = 5
 
 
 async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any], bool]:
@@ -113,8 +117,10 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
     KeyRing.authorize(key, model.name, name)
     if body is request.parsed and rt.safety.models[model.name].redact_inputs:
         # input redaction masks the prompt's texts in place (redact_input_slots, below): in objects of this
-        # request's own, not in the ones its transport lent it (WebSocket mode keeps them for the next turn)
-        body = parse_object(request.body)
+        # request's own, not in the ones its transport lent it (WebSocket mode keeps them for the next turn).
+        # A copy of the containers they lie in, the texts shared: parsing the bytes again for one held the
+        # loop ~20-50 ms for a 10 MiB text
+        body = copy_containers(body, LENT_TEXT_DEPTH)
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("stream must be a boolean", param="stream")

@@ -65,7 +65,8 @@ class Slicer:
         steps = MaskSteps(redactor, texts, SLICE_CHARS)
         await self.run(steps)
         for (obj, key), text in zip(slots, steps.texts, strict=True):
-            obj[key] = text
+            if text != obj[key]:  # a text left whole keeps its object: a long one its JSON literal (json_body.JsonText)
+                obj[key] = text
         return steps.counts
 
     async def check(self, guard: TextGuard, text: str) -> Verdict:

@@ -89,13 +89,17 @@ def body_of(text: str) -> bytes:
     return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text * times}]})
 
 
-@pytest.mark.parametrize("text", ["a", 'é\n"中😀\\'], ids=["ascii", "escapes-and-non-ascii"])
+@pytest.mark.parametrize(("text", "inputs"), [("a", False), ('é\n"中😀\\', False), ('é\n"中😀\\', True)],
+                         ids=["ascii", "escapes-and-non-ascii", "non-ascii-inputs-redacted"])
 def test_ten_mib_bodies_of_one_string_do_not_hold_the_loop(servers: LoopThread, far_upstream: FakeUpstream,
-                                                           text: str) -> None:
+                                                           text: str, inputs: bool) -> None:
+    """With input redaction too: a text it leaves whole keeps its JSON literal (`pipeline.slicer`)."""
     config = parse_config({
         "auth": {"allow_unauthenticated": True},
         "providers": {"up": {"type": "openai", "base_url": f"{far_upstream.base_url}/v1", "api_key": "k"}},
-        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}]}],
+        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}],
+                    **({"redaction": "in"} if inputs else {})}],
+        "redaction": {"profiles": {"in": {"rules": ["secrets"], "inputs": True}}},
     }, env={})
     gw = GatewayServer(config)
     servers.run(gw.start())
@@ -128,15 +132,20 @@ def message_of(text: str) -> str:
     return orjson.dumps(create(text * (room // (len(orjson.dumps(text)) - 2)))).decode()
 
 
-@pytest.mark.parametrize("text", ["a", 'é\n"中😀\\'], ids=["ascii", "escapes-and-non-ascii"])
+@pytest.mark.parametrize(("text", "inputs"), [("a", False), ('é\n"中😀\\', False), ("a", True), ('é\n"中😀\\', True)],
+                         ids=["ascii", "escapes-and-non-ascii", "ascii-inputs-redacted", "non-ascii-inputs-redacted"])
 def test_ten_mib_websocket_messages_of_one_string_do_not_hold_the_loop(servers: LoopThread,
-                                                                     far_upstream: FakeUpstream, text: str) -> None:
+                                                                     far_upstream: FakeUpstream, text: str,
+                                                                     inputs: bool) -> None:
     """Goal 4 over WebSocket mode: the same bodies as `response.create` messages, served by an OpenAI
-    Responses upstream, with the loop's longest step under the same bound."""
+    Responses upstream, with the loop's longest step under the same bound; with input redaction too, which
+    masks a copy of what the connection keeps (that copy was a second parse of the message, in one step)."""
     config = parse_config({
         "auth": {"keys": [{"name": "ws", "key": KEY}]},
         "providers": {"up": {"type": "openai", "base_url": f"{far_upstream.base_url}/v1", "api_key": "k"}},
-        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}]}],
+        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}],
+                    **({"redaction": "in"} if inputs else {})}],
+        "redaction": {"profiles": {"in": {"rules": ["secrets"], "inputs": True}}},
     }, env={})
     gw = GatewayServer(config)
     servers.run(gw.start())

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.json_body import MAX_DEPTH, BodyError, DepthCheck, depth_exceeds, parse_object, parse_shallow
+from gateway.apis.responses import input_slots
+from gateway.core.json_body import (
+    MAX_DEPTH,
+    BodyError,
+    DepthCheck,
+    copy_containers,
+    depth_exceeds,
+    parse_object,
+    parse_shallow,
+)
+from gateway.pipeline.request import LENT_TEXT_DEPTH
 
 JSON = st.recursive(st.none() | st.integers() | st.text(max_size=3),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=4),
@@ -60,3 +71,45 @@ def test_a_body_with_more_brackets_than_the_container_bound_is_refused_before_pa
     over = b'{"x": "' + b"{" * MAX_CONTAINERS + b'"}'  # brackets in a string count too: a bound, not a parse
     with pytest.raises(BodyError, match=CONTAINERS_MESSAGE):
         parse_shallow(over)
+
+
+def _containers(value: Any) -> list[int]:
+    if isinstance(value, dict):
+        return [id(value), *(i for v in value.values() for i in _containers(v))]
+    if isinstance(value, list):
+        return [id(value), *(i for v in value for i in _containers(v))]
+    return []
+
+
+def test_a_copy_to_the_lent_text_depth_owns_every_container_a_prompt_text_is_masked_in() -> None:
+    """WebSocket mode lends its request the objects it keeps for the next turn; input redaction masks the
+    copy (`pipeline.request.LENT_TEXT_DEPTH`): every slot `apis.responses.input_slots` finds in the copy is
+    an object of the copy's own, and masking them all leaves the lent body as it was."""
+    lent = {"model": "m", "instructions": "be brief", "input": [
+        {"type": "message", "role": "user", "content": "ticket ACME-1"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "key sk-1"},
+                                                         {"type": "input_image", "image_url": {"url": "x"}}]},
+        {"type": "function_call_output", "call_id": "c", "output": "done"}], "tools": [{"type": "function"}]}
+    before = copy.deepcopy(lent)
+    own = copy_containers(lent, LENT_TEXT_DEPTH)
+    slots = input_slots(own)
+    assert len(slots) == 3
+    lent_ids = set(_containers(lent))
+    for obj, key in slots:
+        assert id(obj) not in lent_ids, (obj, key)
+        obj[key] = "[REDACTED]"
+    assert lent == before
+    assert own["input"][1]["content"][1]["image_url"] is lent["input"][1]["content"][1]["image_url"]  # past the depth
+    string_input = {"model": "m", "input": "hi"}
+    copy_containers(string_input, LENT_TEXT_DEPTH)["input"] = "[REDACTED]"
+    assert string_input["input"] == "hi"
+
+
+def test_a_copy_to_a_depth_shares_what_lies_deeper_and_every_string() -> None:
+    text = "x" * 100
+    value = {"a": [{"b": [text]}]}
+    for depth, shared in ((0, value), (1, value["a"]), (2, value["a"][0]), (3, value["a"][0]["b"])):
+        copied = copy_containers(value, depth)
+        path = [copied, copied["a"], copied["a"][0], copied["a"][0]["b"]][depth]
+        assert path is shared, depth
+    assert copy_containers(value, 9)["a"][0]["b"][0] is text
