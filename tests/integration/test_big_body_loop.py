@@ -22,11 +22,13 @@ import gc
 import http.client
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 import pytest
 
 from gateway.config import parse_config
+from gateway.config.types import Config
 from tests.chat_scripts import completion
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread
@@ -82,6 +84,17 @@ def far_upstream() -> Iterator[FakeUpstream]:
     lt.stop()
 
 
+def one_model(upstream: FakeUpstream, auth: dict[str, Any], inputs: bool) -> Config:
+    """Model `m` on the fake OpenAI upstream; with `inputs`, its prompts' secrets masked (`redaction.inputs`)."""
+    return parse_config({
+        "auth": auth,
+        "providers": {"up": {"type": "openai", "base_url": f"{upstream.base_url}/v1", "api_key": "k"}},
+        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}],
+                    **({"redaction": "in"} if inputs else {})}],
+        "redaction": {"profiles": {"in": {"rules": ["secrets"], "inputs": True}}},
+    }, env={})
+
+
 def body_of(text: str) -> bytes:
     envelope = {"model": "m", "messages": [{"role": "user", "content": ""}]}
     room = BODY_BYTES - len(orjson.dumps(envelope))
@@ -94,14 +107,7 @@ def body_of(text: str) -> bytes:
 def test_ten_mib_bodies_of_one_string_do_not_hold_the_loop(servers: LoopThread, far_upstream: FakeUpstream,
                                                            text: str, inputs: bool) -> None:
     """With input redaction too: a text it leaves whole keeps its JSON literal (`pipeline.slicer`)."""
-    config = parse_config({
-        "auth": {"allow_unauthenticated": True},
-        "providers": {"up": {"type": "openai", "base_url": f"{far_upstream.base_url}/v1", "api_key": "k"}},
-        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}],
-                    **({"redaction": "in"} if inputs else {})}],
-        "redaction": {"profiles": {"in": {"rules": ["secrets"], "inputs": True}}},
-    }, env={})
-    gw = GatewayServer(config)
+    gw = GatewayServer(one_model(far_upstream, {"allow_unauthenticated": True}, inputs))
     servers.run(gw.start())
     body = body_of(text)
     try:
@@ -140,14 +146,7 @@ def test_ten_mib_websocket_messages_of_one_string_do_not_hold_the_loop(servers: 
     """Goal 4 over WebSocket mode: the same bodies as `response.create` messages, served by an OpenAI
     Responses upstream, with the loop's longest step under the same bound; with input redaction too, which
     masks a copy of what the connection keeps (that copy was a second parse of the message, in one step)."""
-    config = parse_config({
-        "auth": {"keys": [{"name": "ws", "key": KEY}]},
-        "providers": {"up": {"type": "openai", "base_url": f"{far_upstream.base_url}/v1", "api_key": "k"}},
-        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}],
-                    **({"redaction": "in"} if inputs else {})}],
-        "redaction": {"profiles": {"in": {"rules": ["secrets"], "inputs": True}}},
-    }, env={})
-    gw = GatewayServer(config)
+    gw = GatewayServer(one_model(far_upstream, {"keys": [{"name": "ws", "key": KEY}]}, inputs))
     servers.run(gw.start())
     message = message_of(text)
     answers = []
