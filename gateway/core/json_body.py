@@ -145,6 +145,35 @@ class JsonText(str):
     json: bytes
 
 
+class LiteralSteps:
+    """`text` as a `JsonText`, its literal written `slice_chars` characters a step (a `core.redact.sliced`
+    Steps): a long text that input redaction masked is a new `str`, which the translator's `encode` escaped
+    whole (~30 ms for 10 MiB of non-ASCII text). JSON escapes each character on its own, so the slices'
+    escapes joined are the whole text's."""
+
+    __slots__ = ("_parts", "_pos", "_slice", "_text", "result")
+
+    def __init__(self, text: str, slice_chars: int) -> None:
+        if slice_chars < 1:
+            raise ValueError("slice_chars must be positive")
+        self._text, self._slice, self._pos = text, slice_chars, 0
+        self._parts: list[bytes] = [b'"']
+        self.result: JsonText | None = None
+
+    def step(self) -> bool:
+        text, pos = self._text, self._pos
+        end = min(pos + self._slice, len(text))
+        self._parts.append(orjson.dumps(text[pos:end])[1:-1])
+        self._pos = end
+        if end < len(text):
+            return False
+        self._parts.append(b'"')
+        result = JsonText(text)
+        result.json = b"".join(self._parts)
+        self.result, self._parts = result, []
+        return True
+
+
 def encode(value: Any) -> bytes:
     """`orjson.dumps(value)`, a `JsonText` written as its literal (the same JSON text, maybe spelled
     with other escapes). Other subclasses of str, int, list and dict are written as orjson writes them."""

@@ -26,6 +26,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from gateway.core.json_body import JsonText, LiteralSteps
 from gateway.core.redact.sliced import MaskSteps, Steps
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 INLINE_CHARS = 1024  # ~3 ms at the worst rate: not worth a trip through the scheduler
 SLICE_CHARS = 512  # one step of one work: ~1.5 ms at the worst rate, well under 1 ms on prose
+LITERAL_SLICE_CHARS = 256 * 1024  # a masked text's JSON literal, per step: ~1 ms of non-ASCII text
 TURN_S = 0.002  # the scheduler's work between two returns to the loop
 
 TextSlot = tuple[dict[str, Any], str]  # (object, key) of one text of a prompt or a body
@@ -66,8 +68,15 @@ class Slicer:
         await self.run(steps)
         for (obj, key), text in zip(slots, steps.texts, strict=True):
             if text != obj[key]:  # a text left whole keeps its object: a long one its JSON literal (json_body.JsonText)
-                obj[key] = text
+                obj[key] = text if len(text) <= LITERAL_SLICE_CHARS else await self._literal(text)
         return steps.counts
+
+    async def _literal(self, text: str) -> JsonText:
+        """A long masked text with its JSON literal written in steps, not escaped whole by the translator."""
+        steps = LiteralSteps(text, LITERAL_SLICE_CHARS)
+        await self.run(steps)
+        assert steps.result is not None
+        return steps.result
 
     async def check(self, guard: TextGuard, text: str) -> Verdict:
         """`guard.check(text)`, a slice at a time when the text is long."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,8 +15,11 @@ from gateway.core.json_body import (
     MAX_DEPTH,
     BodyError,
     DepthCheck,
+    JsonText,
+    LiteralSteps,
     copy_containers,
     depth_exceeds,
+    encode,
     parse_object,
     parse_shallow,
 )
@@ -113,3 +117,18 @@ def test_a_copy_to_a_depth_shares_what_lies_deeper_and_every_string() -> None:
         path = [copied, copied["a"], copied["a"][0], copied["a"][0]["b"]][depth]
         assert path is shared, depth
     assert copy_containers(value, 9)["a"][0]["b"][0] is text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=40), st.integers(1, 9))
+def test_a_literal_written_in_slices_is_the_whole_texts(text: str, size: int) -> None:
+    """JSON escapes each character on its own: the slices' escapes joined are orjson's of the whole text,
+    control characters, quotes, backslashes and characters outside the BMP included."""
+    steps = LiteralSteps(text, size)
+    taken = 1
+    while not steps.step():
+        taken += 1
+    assert taken == max(1, -(-len(text) // size))
+    assert isinstance(steps.result, JsonText) and steps.result == text
+    assert steps.result.json == orjson.dumps(text)
+    assert encode({"t": steps.result}) == orjson.dumps({"t": text})

@@ -14,7 +14,7 @@ from gateway.core.json_body import JsonText
 from gateway.core.policy.guard import TextGuard, Verdict
 from gateway.core.redact.sliced import MaskSteps
 from gateway.core.redact.window import Redactor
-from gateway.pipeline.slicer import INLINE_CHARS, SLICE_CHARS, Slicer
+from gateway.pipeline.slicer import INLINE_CHARS, LITERAL_SLICE_CHARS, SLICE_CHARS, Slicer
 
 REDACTOR = Redactor.compile(["secrets", "pii"], [])
 WORDS = ["sk-proj-AbCdEf0123456789GhIjKlMnOpQrStUv", "DE89", "3704", "0044", "0532", "0130", "00", "Bearer",
@@ -56,6 +56,17 @@ def test_a_long_text_with_nothing_to_mask_keeps_its_object() -> None:
     run(slots)
     assert slots[0][0]["t"] is clean
     assert slots[1][0]["t"] == REDACTOR.redact(masked).text != masked
+
+
+def test_a_long_masked_text_comes_back_with_its_json_literal() -> None:
+    """A masked text longer than a literal's slice is written back as a `JsonText` whose literal was written
+    in steps: the translator writes it as it is instead of escaping the whole text again in one call."""
+    text = 'é\n"中😀\\ ' * (LITERAL_SLICE_CHARS // 4) + "sk-proj-AbCdEf0123456789GhIjKlMnOpQrStUv"
+    slots: list[tuple[dict[str, Any], str]] = [({"t": text}, "t")]
+    run(slots)
+    masked = slots[0][0]["t"]
+    assert masked == REDACTOR.redact(text).text != text
+    assert isinstance(masked, JsonText) and masked.json == orjson.dumps(str(masked))
 
 
 def test_a_small_prompt_is_not_queued_behind_a_big_one() -> None:
