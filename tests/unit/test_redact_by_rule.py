@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.redact.cuts import keep_start, tail_start
-from gateway.core.redact.gate import Gate, has_digit, needs_digit, search, start_gate
+from gateway.core.redact.gate import Gate, Hint, has_digit, needs_digit, search, start_gate
+from gateway.core.redact.regex import hint_pattern
 from gateway.core.redact.rules import BUILTIN
 from gateway.core.redact.window import Redactor
 from tests.unit.redaction_corpus import positives
@@ -208,3 +209,39 @@ def test_a_hint_needs_a_digit_when_every_match_consumes_one(pattern: str, needs:
 @given(st.text(alphabet="ab9é٣0", max_size=12), st.integers(0, 12), st.integers(0, 12))
 def test_has_digit_looks_between_its_bounds(text: str, pos: int, end: int) -> None:
     assert has_digit(text, pos, end) == any(ch in "0123456789" for ch in text[pos:end])
+
+
+WORDED = [rule for rule in BUILTIN.values() if rule.words]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="awsecrtbAWSECRTB _-=:x\u017f\u212a", max_size=30), st.integers(0, 30), st.integers(0, 30))
+def test_a_hint_with_words_finds_what_its_regex_finds(text: str, pos: int, end: int) -> None:
+    """The words are a claim about each rule's hint (in every match, in any case); the search that relies on
+    them answers as the hint's regex does, at every start and end, a word begun before the start and the
+    case folds `re` makes beyond ASCII (the long s, the Kelvin sign) included."""
+    assert [r.name for r in WORDED] == ["aws_secret_access_key", "bearer_token"]
+    for rule in WORDED:
+        hint = Hint(hint_pattern(rule.hint), rule.words)
+        found, plain = hint.search(text, pos, end), hint.regex.search(text, pos, end)
+        assert (found and found.span()) == (plain and plain.span()), rule.name
+
+
+@pytest.mark.parametrize("text", ["aws", "xAWSx", "secret", "a sEcReT", "Bearer x", "aws_secret"])
+def test_a_hint_with_words_answers_as_its_regex_at_every_start_and_end(text: str) -> None:
+    """A start inside a word: the hint's lookbehind sees the word's beginning before the start."""
+    for rule in WORDED:
+        hint = Hint(hint_pattern(rule.hint), rule.words)
+        for pos in range(len(text) + 1):
+            for end in range(pos, len(text) + 1):
+                found, plain = hint.search(text, pos, end), hint.regex.search(text, pos, end)
+                assert (found and found.span()) == (plain and plain.span()), (rule.name, pos, end)
+
+
+@pytest.mark.parametrize("text", ["AWS", "xaWs", "SECRET_ACCESS_KEY", "my secret", "Authorization: BEARER x",
+                                  "bEaReR", "\u017fecret", "a\u017fecret"])
+def test_the_words_of_a_hint_are_in_every_text_it_fires_in(text: str) -> None:
+    for rule in WORDED:
+        if hint_pattern(rule.hint).search(text) is not None and text.isascii():
+            assert any(word in text.lower() for word in rule.words), (rule.name, text)
+    assert Hint(hint_pattern(BUILTIN["aws_secret_access_key"].hint), ("aws", "secret")).search("\u017fecret")

@@ -189,6 +189,27 @@ def _starts(gate: re.Pattern[str], text: str, pos: int, end: int) -> Iterator[in
 _DIGITS = "0123456789"
 
 
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """A rule's own hint (`regex`), and `words` (lowercase ASCII): one of them, in any case, is in every
+    text the hint fires in (`BuiltinRule.words`). An ASCII text without one is passed over at the speed of
+    `str.lower` and `in` (~2 µs a 4,096-character run), where `re` stops at every `b` of a run to try
+    "bearer" (~170 ns each: 20-40 µs a run of base64, minified JSON or `a@b.`; bench/README.md, "Goal 5").
+    Other text is searched (`re` folds case beyond ASCII: U+017F, the long s, matches `s`)."""
+
+    regex: re.Pattern[str]
+    words: tuple[str, ...] = ()
+
+    def search(self, text: str, pos: int = 0, end: int | None = None) -> re.Match[str] | None:
+        end = len(text) if end is None else end
+        if self.words:
+            # a word can begin before `pos`: a hint's lookbehind looks there (`_late` in core.redact.rules)
+            seen = text[max(0, pos - max(map(len, self.words))):end]
+            if seen.isascii() and not any(word in seen.lower() for word in self.words):
+                return None
+        return self.regex.search(text, pos, end)
+
+
 def needs_digit(pattern: re.Pattern[str]) -> bool:
     """Whether every match of `pattern` consumes an ASCII digit (a phone's, a card's, an IBAN's hint): in a
     text with none it cannot match, which `has_digit` tells with ten `str.find`s at memchr speed, where

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.redact.breaks import Gaps
-from gateway.core.redact.gate import Gate, max_width, needs_digit, start_gate, union_gate
+from gateway.core.redact.gate import Gate, Hint, max_width, needs_digit, start_gate, union_gate
 from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
@@ -30,7 +30,7 @@ class RuleScan:
     base64): a rule whose own hint does not fire is passed over, the others are tried where their gate
     lets a match start (`core.redact.gate`). See `Redactor.mask` and `core.redact.cuts`."""
 
-    fires: re.Pattern[str] | None  # the rule's hint, factored (None: none known: always searched)
+    fires: Hint | None  # the rule's hint, factored (None: none known: always searched)
     hint_by: int  # `BuiltinRule.hint_by` of a given hint (0: not known)
     detect: re.Pattern[str]  # the rule's detect form (its part of `ScanSpec.detect`)
     detect_gate: Gate | None  # `start_gate(detect, first=True)`
@@ -41,14 +41,15 @@ class RuleScan:
     needs_digit: bool  # `fires` cannot fire where no ASCII digit is (`core.redact.gate.needs_digit`)
 
     @classmethod
-    def build(cls, hint: str | None, hint_by: int, detect: str, near: str | None) -> RuleScan:
+    def build(cls, hint: str | None, hint_by: int, detect: str, near: str | None,
+              words: tuple[str, ...] = ()) -> RuleScan:
         detect_re = re.compile(detect)
         near_re = None if near is None else re.compile(near)
-        fires = None if hint is None else hint_pattern(hint)
+        fires = None if hint is None else Hint(hint_pattern(hint), words)
         return cls(fires, hint_by, detect_re,
                    start_gate(detect_re, True), max_width(detect_re), near_re,
                    None if near_re is None else start_gate(near_re, True),
-                   0 if near_re is None else max_width(near_re), fires is not None and needs_digit(fires))
+                   0 if near_re is None else max_width(near_re), fires is not None and needs_digit(fires.regex))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,18 +85,17 @@ class ScanSpec:
         object.__setattr__(self, "clean_scan", clean)
 
     @classmethod
-    def build(cls, rules: Sequence[tuple[re.Pattern[str], str | None]], hint_by: Sequence[int] = ()) -> ScanSpec:
+    def build(cls, rules: Sequence[tuple[re.Pattern[str], str | None]], hint_by: Sequence[int] = (),
+              words: Sequence[tuple[str, ...]] = ()) -> ScanSpec:
         """`rules`: (pattern, hint). A hint is a regex that fires inside the first word of every
         match and of every partial match that continues into whitespace (None: derive one).
         `hint_by`: per rule, where its given hint ends at the latest (`BuiltinRule.hint_by`; 0 or
-        missing: not known)."""
+        missing: not known); `words`: per rule, `BuiltinRule.words` of its given hint."""
         if not rules:
             return cls(True, None, None, None, None)
         gaps = Gaps.build([p for p, _hint in rules], RUN_LIMIT)
         g = gaps.cls
-        hints: list[str] = []
-        residual: list[str] = []
-        prefixes: list[str] = []
+        hints, residual, prefixes = list[str](), list[str](), list[str]()
         by_rule: list[RuleScan] = []
         wholes = [prefix_source(p, g) for p, _hint in rules]
         for i, ((pattern, given), whole) in enumerate(zip(rules, wholes, strict=True)):
@@ -103,7 +103,7 @@ class ScanSpec:
             if prefix is not None:
                 prefixes.append(prefix)
             hint = given if given is not None else literal_hint(pattern)
-            by_rule.append(_rule_scan(pattern, given, hint, whole, hint_by[i] if i < len(hint_by) else 0, g))
+            by_rule.append(_rule_scan(pattern, given, hint, whole, g, hint_by[i:i + 1], words[i:i + 1]))
             if hint is not None:
                 hints.append(hint)
             else:
@@ -182,10 +182,12 @@ def _at_end(prefixes: list[str]) -> re.Pattern[str] | None:
     return re.compile("(?:" + "|".join(prefixes) + r")\Z") if prefixes else None
 
 
-def _rule_scan(pattern: re.Pattern[str], given: str | None, hint: str | None, whole: str | None, hint_by: int,
-               gaps: str) -> RuleScan:
+def _rule_scan(pattern: re.Pattern[str], given: str | None, hint: str | None, whole: str | None, gaps: str,
+               hint_by: Sequence[int], words: Sequence[tuple[str, ...]]) -> RuleScan:
     """One rule's own scan (`ScanSpec.by_rule`): its hint, its detect form and, where its given hint
-    has a bound, the prefix form `tail_start` searches near the end."""
-    bound = hint_by if given is not None else 0
+    has a bound, the prefix form `tail_start` searches near the end. `hint_by`, `words`: the rule's own
+    (`BuiltinRule`: its given hint's), or none."""
+    bound = hint_by[0] if hint_by and given is not None else 0
+    own_words = words[0] if words and given is not None else ()
     near = f"(?:{whole})\\Z" if whole is not None and bound else None
-    return RuleScan.build(hint, bound, detect_source(pattern, gaps), near)
+    return RuleScan.build(hint, bound, detect_source(pattern, gaps), near, own_words)

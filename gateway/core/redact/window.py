@@ -34,7 +34,7 @@ from types import MappingProxyType
 from gateway.core.redact.checks import Span, has_letter_and_digit
 from gateway.core.redact.cuts import may_match
 from gateway.core.redact.engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
-from gateway.core.redact.gate import Gate, has_digit, needs_digit, search, start_gate, union_gate
+from gateway.core.redact.gate import Gate, Hint, has_digit, needs_digit, search, start_gate, union_gate
 from gateway.core.redact.regex import hint_pattern, literal_hint
 from gateway.core.redact.rules import BUILTIN, expand
 
@@ -65,7 +65,7 @@ class _Rule:
     hint_by: int  # see BuiltinRule.hint_by (0: not known)
     # The rule's own hint, given or derived as ScanSpec.build does (None: none known, every
     # segment is searched), and its `start_gate(regex, first=True)` (None: a match may start anywhere).
-    fires: re.Pattern[str] | None
+    fires: Hint | None
     gate: Gate | None
     needs_digit: bool  # `fires` cannot fire where no ASCII digit is (`core.redact.gate.needs_digit`)
 
@@ -91,9 +91,9 @@ def _builtin(name: str) -> _Rule:
     rule = BUILTIN[name]
     regex = re.compile(rule.pattern)
     find = rule.refine or (_secret_group if "s" in regex.groupindex else _whole)
-    fires = hint_pattern(rule.hint)
+    fires = Hint(hint_pattern(rule.hint), rule.words)
     return _Rule(name, regex, _checked(find) if rule.token_check else find, rule.hint, rule.hint_by,
-                 fires, start_gate(regex, True), needs_digit(fires))
+                 fires, start_gate(regex, True), needs_digit(fires.regex))
 
 
 def _custom(name: str, pattern: str) -> _Rule:
@@ -104,8 +104,9 @@ def _custom(name: str, pattern: str) -> _Rule:
     except re.error as exc:
         raise ValueError(f'custom redaction rule "{name}": invalid regular expression: {exc.msg}') from None
     hint = literal_hint(regex)
-    fires = None if hint is None else hint_pattern(hint)
-    return _Rule(name, regex, _whole, None, 0, fires, start_gate(regex, True), fires is not None and needs_digit(fires))
+    fires = None if hint is None else Hint(hint_pattern(hint))
+    return _Rule(name, regex, _whole, None, 0, fires, start_gate(regex, True),
+                 fires is not None and needs_digit(fires.regex))
 
 
 def _at_start(rule: _Rule, segment: str) -> Iterator[Span]:
@@ -157,7 +158,8 @@ class Redactor:
                 raise ValueError(f'duplicate redaction rule "{name}"')
             names.add(name)
             compiled.append(_custom(name, pattern))
-        spec = ScanSpec.build([(r.regex, r.hint) for r in compiled], [r.hint_by for r in compiled])
+        spec = ScanSpec.build([(r.regex, r.hint) for r in compiled], [r.hint_by for r in compiled],
+                              [r.fires.words if r.fires is not None else () for r in compiled])
         gates = union_gate([g for r in compiled if (g := start_gate(r.regex)) is not None])
         return cls(tuple(compiled), spec, gates=gates)
 
