@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.redact.cuts import keep_start, tail_start
-from gateway.core.redact.gate import Gate, Hint, has_digit, needs_digit, search, start_gate
+from gateway.core.redact.gate import Gate, search, start_gate
+from gateway.core.redact.needs import DIGITS, Hint, has_digit, needs_one_of
 from gateway.core.redact.regex import hint_pattern
 from gateway.core.redact.rules import BUILTIN
 from gateway.core.redact.window import Redactor
@@ -203,7 +204,7 @@ def test_a_two_character_gate_needs_the_first_character_of_every_way_to_match() 
 ])
 def test_a_hint_needs_a_digit_when_every_match_consumes_one(pattern: str, needs: bool) -> None:
     """`\\d` is any Unicode digit (`٣`), which `has_digit` does not look for; lookarounds may look outside."""
-    assert needs_digit(re.compile(pattern)) is needs
+    assert needs_one_of(re.compile(pattern), DIGITS) is needs
 
 
 @given(st.text(alphabet="ab9é٣0", max_size=12), st.integers(0, 12), st.integers(0, 12))
@@ -222,7 +223,7 @@ def test_a_hint_with_words_finds_what_its_regex_finds(text: str, pos: int, end: 
     case folds `re` makes beyond ASCII (the long s, the Kelvin sign) included."""
     assert [r.name for r in WORDED] == ["aws_secret_access_key", "bearer_token"]
     for rule in WORDED:
-        hint = Hint(hint_pattern(rule.hint), rule.words)
+        hint = Hint.of(rule.hint, rule.words)
         found, plain = hint.search(text, pos, end), hint.regex.search(text, pos, end)
         assert (found and found.span()) == (plain and plain.span()), rule.name
 
@@ -231,7 +232,7 @@ def test_a_hint_with_words_finds_what_its_regex_finds(text: str, pos: int, end: 
 def test_a_hint_with_words_answers_as_its_regex_at_every_start_and_end(text: str) -> None:
     """A start inside a word: the hint's lookbehind sees the word's beginning before the start."""
     for rule in WORDED:
-        hint = Hint(hint_pattern(rule.hint), rule.words)
+        hint = Hint.of(rule.hint, rule.words)
         for pos in range(len(text) + 1):
             for end in range(pos, len(text) + 1):
                 found, plain = hint.search(text, pos, end), hint.regex.search(text, pos, end)
@@ -244,4 +245,12 @@ def test_the_words_of_a_hint_are_in_every_text_it_fires_in(text: str) -> None:
     for rule in WORDED:
         if hint_pattern(rule.hint).search(text) is not None and text.isascii():
             assert any(word in text.lower() for word in rule.words), (rule.name, text)
-    assert Hint(hint_pattern(BUILTIN["aws_secret_access_key"].hint), ("aws", "secret")).search("\u017fecret")
+    assert Hint.of(BUILTIN["aws_secret_access_key"].hint, ("aws", "secret")).search("\u017fecret")
+
+
+@pytest.mark.parametrize(("pattern", "needs"), [
+    (r"[A-Z]{2}[0-9]", True), (r"DE[0-9]{2}|GB[0-9]{2}", True), (r"(?i:DE)", False), (r"(?i)[A-Z]", False),
+    (r"[A-Za-z]", False), (r"(?i)[0-9]x", False), (r"x(?-i:A)", True), (r"(?<=A)x", False),
+])
+def test_a_hint_needs_a_capital_when_every_match_consumes_one_case_sensitively(pattern: str, needs: bool) -> None:
+    assert needs_one_of(re.compile(pattern), "ABCDEFGHIJKLMNOPQRSTUVWXYZ") is needs

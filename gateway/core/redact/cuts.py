@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from gateway.core.redact.gate import has_digit, search
+from gateway.core.redact.gate import search
+from gateway.core.redact.needs import has_digit
 
 if TYPE_CHECKING:
     from gateway.core.redact.spec import RuleScan, ScanSpec

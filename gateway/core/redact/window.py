@@ -34,8 +34,9 @@ from types import MappingProxyType
 from gateway.core.redact.checks import Span, has_letter_and_digit
 from gateway.core.redact.cuts import may_match
 from gateway.core.redact.engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
-from gateway.core.redact.gate import Gate, Hint, has_digit, needs_digit, search, start_gate, union_gate
-from gateway.core.redact.regex import hint_pattern, literal_hint
+from gateway.core.redact.gate import Gate, search, start_gate, union_gate
+from gateway.core.redact.needs import DIGITS, Hint, has_digit, needs_one_of
+from gateway.core.redact.regex import literal_hint
 from gateway.core.redact.rules import BUILTIN, expand
 
 COMPILED_KEPT = 8  # compiled profiles kept for reuse (each a few MiB at most): the latest configs' profiles
@@ -67,7 +68,7 @@ class _Rule:
     # segment is searched), and its `start_gate(regex, first=True)` (None: a match may start anywhere).
     fires: Hint | None
     gate: Gate | None
-    needs_digit: bool  # `fires` cannot fire where no ASCII digit is (`core.redact.gate.needs_digit`)
+    needs_digit: bool  # `fires` cannot fire where no ASCII digit is (`core.redact.needs`)
 
 
 def _whole(m: re.Match[str]) -> Iterator[Span]:
@@ -91,9 +92,9 @@ def _builtin(name: str) -> _Rule:
     rule = BUILTIN[name]
     regex = re.compile(rule.pattern)
     find = rule.refine or (_secret_group if "s" in regex.groupindex else _whole)
-    fires = Hint(hint_pattern(rule.hint), rule.words)
+    fires = Hint.of(rule.hint, rule.words)
     return _Rule(name, regex, _checked(find) if rule.token_check else find, rule.hint, rule.hint_by,
-                 fires, start_gate(regex, True), needs_digit(fires.regex))
+                 fires, start_gate(regex, True), needs_one_of(fires.regex, DIGITS))
 
 
 def _custom(name: str, pattern: str) -> _Rule:
@@ -104,9 +105,9 @@ def _custom(name: str, pattern: str) -> _Rule:
     except re.error as exc:
         raise ValueError(f'custom redaction rule "{name}": invalid regular expression: {exc.msg}') from None
     hint = literal_hint(regex)
-    fires = None if hint is None else Hint(hint_pattern(hint))
+    fires = None if hint is None else Hint.of(hint)
     return _Rule(name, regex, _whole, None, 0, fires, start_gate(regex, True),
-                 fires is not None and needs_digit(fires.regex))
+                 fires is not None and needs_one_of(fires.regex, DIGITS))
 
 
 def _at_start(rule: _Rule, segment: str) -> Iterator[Span]:
