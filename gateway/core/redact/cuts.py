@@ -84,9 +84,7 @@ def _spans_by_rule(spec: ScanSpec, text: str, first: int, keep: int, end: int) -
     for i, rule in enumerate(rules):
         if quiet and rule.detect_gate is not None:
             continue
-        if rule.needs_digit and not digits:
-            continue  # its hint holds a digit
-        if rule.fires is not None and rule.fires.search(text, first, end) is None:
+        if rule.fires is not None and rule.fires.search(text, first, end, digits) is None:
             continue
         pos = max(first, keep - rule.detect_width) if rule.detect_width else first
         while pos < keep and (m := search(rule.detect, rule.detect_gate, text, pos, end)) is not None:
@@ -117,7 +115,7 @@ def _near_by_rule(spec: ScanSpec, text: str, low: int, end: int, found: int) -> 
         if rule.near is None or rule.fires is None or (quiet and rule.near_gate is not None):
             continue
         start = max(low, end - rule.near_width) if rule.near_width else low
-        h = rule.fires.search(text, start, end) if digits or not rule.needs_digit else None
+        h = rule.fires.search(text, start, end, digits)
         start = max(start, (end if h is None else h.start()) - rule.hint_by)
         stop = end if found < 0 else found  # only a candidate left of the one found matters
         if start >= stop:

@@ -23,19 +23,25 @@ DIGITS = "0123456789"
 
 @dataclass(frozen=True, slots=True)
 class Hint:
-    """A rule's own hint (`regex`), and `words` (lowercase ASCII, `BuiltinRule.words`): one of them, in
-    any case, is in every text it fires in. An ASCII text without one is passed over (~2-7 µs a run, where
-    `re` stops at every `b` of it to try "bearer"); other text is searched (`re` folds case beyond ASCII:
-    U+017F, the long s, matches `s`)."""
+    """A rule's own hint (`regex`); `digit`: every match consumes an ASCII digit (`needs_one_of`); `words`
+    (lowercase ASCII, `BuiltinRule.words`): one of them, in any case, is in every text it fires in. An ASCII
+    text without one is passed over (~2-7 µs a run, where `re` stops at every `b` of it to try "bearer");
+    other text is searched (`re` folds case beyond ASCII: U+017F, the long s, matches `s`)."""
 
     regex: re.Pattern[str]
     words: tuple[str, ...] = ()
+    digit: bool = False
 
     @classmethod
     def of(cls, source: str, words: tuple[str, ...] = ()) -> Hint:
-        return cls(hint_pattern(source), words)
+        regex = hint_pattern(source)
+        return cls(regex, words, needs_one_of(regex, DIGITS))
 
-    def search(self, text: str, pos: int = 0, end: int | None = None) -> re.Match[str] | None:
+    def search(self, text: str, pos: int = 0, end: int | None = None, digits: bool = True) -> re.Match[str] | None:
+        """`regex.search(text, pos, end)`; `digits`: whether text[pos:end] may hold a digit (False: the
+        caller's `has_digit` found none, looked for once for all the rules of a run)."""
+        if self.digit and not digits:
+            return None
         end = len(text) if end is None else end
         if self.words:
             # a word can begin before `pos`: a hint's lookbehind looks there (`_late` in core.redact.rules)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from gateway.core.redact.breaks import Gaps
 from gateway.core.redact.gate import Gate, max_width, start_gate, union_gate
-from gateway.core.redact.needs import DIGITS, Hint, needs_one_of
+from gateway.core.redact.needs import Hint
 from gateway.core.redact.regex import (
     detect_source,
     factor_hints,
@@ -38,18 +38,16 @@ class RuleScan:
     near: re.Pattern[str] | None  # its prefix form at the end, when it is part of `ScanSpec.near`
     near_gate: Gate | None  # `start_gate(near, first=True)`
     near_width: int  # the longest match of `near` (0: no bound)
-    needs_digit: bool  # `fires` cannot fire where no ASCII digit is (`core.redact.needs`)
 
     @classmethod
     def build(cls, hint: str | None, hint_by: int, detect: str, near: str | None,
               words: tuple[str, ...] = ()) -> RuleScan:
         detect_re = re.compile(detect)
         near_re = None if near is None else re.compile(near)
-        fires = None if hint is None else Hint.of(hint, words)
-        digit = fires is not None and needs_one_of(fires.regex, DIGITS)
-        return cls(fires, hint_by, detect_re, start_gate(detect_re, True), max_width(detect_re), near_re,
+        return cls(None if hint is None else Hint.of(hint, words), hint_by, detect_re,
+                   start_gate(detect_re, True), max_width(detect_re), near_re,
                    None if near_re is None else start_gate(near_re, True),
-                   0 if near_re is None else max_width(near_re), digit)
+                   0 if near_re is None else max_width(near_re))
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from gateway.core.redact.checks import Span, has_letter_and_digit
 from gateway.core.redact.cuts import may_match
 from gateway.core.redact.engine import MAX_HELD_CHARS, ScanSpec, SegmentWindow
 from gateway.core.redact.gate import Gate, search, start_gate, union_gate
-from gateway.core.redact.needs import DIGITS, Hint, has_digit, needs_one_of
+from gateway.core.redact.needs import Hint, has_digit
 from gateway.core.redact.regex import literal_hint
 from gateway.core.redact.rules import BUILTIN, expand
 
@@ -68,7 +68,6 @@ class _Rule:
     # segment is searched), and its `start_gate(regex, first=True)` (None: a match may start anywhere).
     fires: Hint | None
     gate: Gate | None
-    needs_digit: bool  # `fires` cannot fire where no ASCII digit is (`core.redact.needs`)
 
 
 def _whole(m: re.Match[str]) -> Iterator[Span]:
@@ -92,9 +91,8 @@ def _builtin(name: str) -> _Rule:
     rule = BUILTIN[name]
     regex = re.compile(rule.pattern)
     find = rule.refine or (_secret_group if "s" in regex.groupindex else _whole)
-    fires = Hint.of(rule.hint, rule.words)
     return _Rule(name, regex, _checked(find) if rule.token_check else find, rule.hint, rule.hint_by,
-                 fires, start_gate(regex, True), needs_one_of(fires.regex, DIGITS))
+                 Hint.of(rule.hint, rule.words), start_gate(regex, True))
 
 
 def _custom(name: str, pattern: str) -> _Rule:
@@ -105,9 +103,7 @@ def _custom(name: str, pattern: str) -> _Rule:
     except re.error as exc:
         raise ValueError(f'custom redaction rule "{name}": invalid regular expression: {exc.msg}') from None
     hint = literal_hint(regex)
-    fires = None if hint is None else Hint.of(hint)
-    return _Rule(name, regex, _whole, None, 0, fires, start_gate(regex, True),
-                 fires is not None and needs_one_of(fires.regex, DIGITS))
+    return _Rule(name, regex, _whole, None, 0, None if hint is None else Hint.of(hint), start_gate(regex, True))
 
 
 def _at_start(rule: _Rule, segment: str) -> Iterator[Span]:
@@ -200,9 +196,7 @@ class Redactor:
             for order, rule in enumerate(self.rules):
                 if only_start and rule.gate is not None:
                     spans.extend((a, b, order) for a, b in _at_start(rule, segment))
-                elif rule.needs_digit and not digits:
-                    continue  # its hint holds a digit
-                elif rule.fires is None or rule.fires.search(segment) is not None:
+                elif rule.fires is None or rule.fires.search(segment, digits=digits) is not None:
                     spans.extend((a, b, order) for a, b in _find_all(rule, segment, True))
         if not spans:
             return segment
