@@ -17,15 +17,15 @@ _LONGEST = 4  # bytes of the longest UTF-8 sequence: a slice at least this long 
 class Utf8Check:
     """Steps over `data`; once `step()` has answered True, `valid` says whether it is UTF-8."""
 
-    __slots__ = ("_at", "_data", "_slice", "valid")
+    __slots__ = ("_at", "_slice", "data", "valid")
 
     def __init__(self, data: bytes, slice_bytes: int = CHECK_BYTES) -> None:
-        self._data, self._slice = data, max(_LONGEST, slice_bytes)
+        self.data, self._slice = data, max(_LONGEST, slice_bytes)
         self._at = 0
         self.valid = True
 
     def step(self) -> bool:
-        data, at = self._data, self._at
+        data, at = self.data, self._at
         end = utf8_cut(data, at + self._slice)
         piece = data[at:end]
         if not piece.isascii():  # at memchr speed: most of a prompt's bytes are ASCII

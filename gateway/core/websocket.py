@@ -107,7 +107,7 @@ class ServerSocket:
     """One connection's frames, after the handshake (the protocol's state machine is websockets'
     sans-I/O `Protocol`, opened past its handshake: ours is `accept_head`)."""
 
-    __slots__ = ("_at", "_big", "_check", "_check_bytes", "_later", "_parts", "_pending", "_proto", "_ready",
+    __slots__ = ("_at", "_check", "_check_bytes", "_later", "_parts", "_pending", "_proto", "_ready",
                  "_stepped", "max_message")
 
     def __init__(self, max_message: int, stepped: int = STEPPED_BYTES, check_bytes: int = CHECK_BYTES):
@@ -120,8 +120,7 @@ class ServerSocket:
         self._pending = b""  # bytes not yet given to the parser: a flood is parsed a slice at a time
         self._at = 0
         self._stepped, self._check_bytes = stepped, check_bytes
-        self._big = b""  # a whole message over `stepped` bytes, its UTF-8 being checked by `_check`
-        self._check: Utf8Check | None = None
+        self._check: Utf8Check | None = None  # a whole message over `stepped` bytes, its UTF-8 being checked
         self._later: list[Event] = []  # the frames parsed after it, taken once it is
 
     @property
@@ -153,7 +152,7 @@ class ServerSocket:
             fed.reply += b"".join(writes)
         if fed.close is not None:
             self._pending, self._at, ready[:] = b"", 0, []
-            self._big, self._check, self._later = b"", None, []
+            self._check, self._later = None, []
             return fed
         if self._at >= len(self._pending):
             self._pending, self._at = b"", 0
@@ -198,8 +197,7 @@ class ServerSocket:
         self._check = None
         if not check.valid:
             return not self._failing(fed, INVALID_DATA, "a text message that is not UTF-8")
-        ready.append(self._big)
-        self._big = b""
+        ready.append(check.data)
         return True
 
     def _take(self, frames: list[Event], ready: list[str | bytes], fed: Fed) -> bool:
@@ -230,8 +228,7 @@ class ServerSocket:
             else:  # pings are answered by the protocol (a pong among its writes); pongs need nothing
                 continue
             if len(payload) > self._stepped:
-                self._big = bytes(payload)
-                self._check = Utf8Check(self._big, self._check_bytes)
+                self._check = Utf8Check(bytes(payload), self._check_bytes)
                 self._later = frames[i + 1:]
                 return False
             try:
@@ -260,7 +257,7 @@ class ServerSocket:
         proto.parser.close()
         proto.parser_exc = None
         self._pending, self._at = b"", 0
-        self._big, self._check, self._later = b"", None, []
+        self._check, self._later = None, []
 
     def close(self, code: int, reason: str = "") -> bytes:
         """The close frame (once: empty when one was sent or the peer's was answered)."""
