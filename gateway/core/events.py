@@ -29,6 +29,9 @@ class OutputDelta:
     kind: DeltaKind
     text: str
 
+    def __init__(self, choice: int, kind: DeltaKind, text: str) -> None:  # compiled (docs/compiled.md)
+        self.choice, self.kind, self.text = choice, kind, text
+
 
 @dataclass(slots=True)
 class ToolCallDelta:
@@ -40,11 +43,18 @@ class ToolCallDelta:
     name: str | None = None
     arguments: str = ""
 
+    def __init__(self, choice: int, index: int, id: str | None = None, name: str | None = None,
+                 arguments: str = "") -> None:
+        self.choice, self.index, self.id, self.name, self.arguments = choice, index, id, name, arguments
+
 
 @dataclass(slots=True)
 class Finish:
     choice: int
     reason: str
+
+    def __init__(self, choice: int, reason: str) -> None:
+        self.choice, self.reason = choice, reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,16 @@ class Usage:
     cache_creation_input: int = 0
     reasoning: int = 0
     cache_creation_input_1h: int = 0  # the part of `cache_creation_input` written for an hour (Anthropic)
+
+    def __init__(self, input: int = 0, output: int = 0, cached_input: int = 0, cache_creation_input: int = 0,
+                 reasoning: int = 0, cache_creation_input_1h: int = 0) -> None:
+        # frozen: set as the generated __init__ sets them, here compiled (docs/compiled.md)
+        object.__setattr__(self, "input", input)
+        object.__setattr__(self, "output", output)
+        object.__setattr__(self, "cached_input", cached_input)
+        object.__setattr__(self, "cache_creation_input", cache_creation_input)
+        object.__setattr__(self, "reasoning", reasoning)
+        object.__setattr__(self, "cache_creation_input_1h", cache_creation_input_1h)
 
     def as_openai(self, writes_reported: bool = False) -> dict[str, object]:
         """OpenAI's usage object; cache writes (which OpenAI's caches never report) as

@@ -75,6 +75,10 @@ class EventMessage:
     headers: dict[str, HeaderValue]
     payload: bytes
 
+    def __init__(self, headers: dict[str, HeaderValue], payload: bytes) -> None:
+        object.__setattr__(self, "headers", headers)  # frozen, compiled (docs/compiled.md)
+        object.__setattr__(self, "payload", payload)
+
     def header(self, name: str) -> str:
         value = self.headers.get(name)
         return value if isinstance(value, str) else ""

@@ -20,6 +20,9 @@ class ResponseHead:
     headers: dict[str, str]  # lower-case names; repeated fields joined with ", " (RFC 9110 §5.3)
     keep_alive: bool
 
+    def __init__(self, status: int, headers: dict[str, str], keep_alive: bool) -> None:  # docs/compiled.md
+        self.status, self.headers, self.keep_alive = status, headers, keep_alive
+
 
 def request_bytes(method: str, target: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
     """One request, head and body in one buffer (see `request_head`)."""

@@ -65,6 +65,12 @@ class RequestHead:
     expects_continue: bool
     upgrade: str | None = None  # the `Upgrade` field, lower-cased: the connection's last request
 
+    def __init__(self, method: str, path: str, query: str, headers: dict[str, str], keep_alive: bool, http10: bool,
+                 content_length: int | None, expects_continue: bool, upgrade: str | None = None) -> None:
+        self.method, self.path, self.query, self.headers = method, path, query, headers  # docs/compiled.md
+        self.keep_alive, self.http10, self.content_length = keep_alive, http10, content_length
+        self.expects_continue, self.upgrade = expects_continue, upgrade
+
     @property
     def wants_websocket(self) -> bool:
         """A WebSocket handshake (RFC 6455 §4.1): the server's upgrader answers it (http/upgrade.py), or 426."""

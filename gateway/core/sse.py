@@ -42,6 +42,9 @@ class SSEEvent:
     event: str | None = None
     id: str | None = None
 
+    def __init__(self, data: bytes, event: str | None = None, id: str | None = None) -> None:  # docs/compiled.md
+        self.data, self.event, self.id = data, event, id
+
 
 class SSEDecoder:
     """Feed bytes as they arrive; get complete events back. Never blocks, never does I/O.

@@ -49,6 +49,10 @@ class ChatChunk:
     raw: bytes | None = None
     done: bool = False  # the upstream's `[DONE]` (or its protocol's end): stop reading
 
+    def __init__(self, events: list[StreamEvent], obj: dict[str, Any] | None, raw: bytes | None = None,
+                 done: bool = False) -> None:  # compiled, unlike a dataclass's own (docs/compiled.md)
+        self.events, self.obj, self.raw, self.done = events, obj, raw, done
+
 
 class StreamParser(Protocol):
     def parse(self, event: SSEEvent) -> list[ChatChunk]: ...

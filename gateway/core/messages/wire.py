@@ -150,6 +150,11 @@ class MessagesEvent:
     index: int = 0
     kind: DeltaKind | None = None
 
+    def __init__(self, type: str, obj: dict[str, Any] | None, raw: bytes | None = None,
+                 events: list[StreamEvent] | None = None, index: int = 0, kind: DeltaKind | None = None) -> None:
+        self.type, self.obj, self.raw, self.index, self.kind = type, obj, raw, index, kind
+        self.events = [] if events is None else events  # compiled, unlike a dataclass's own (docs/compiled.md)
+
     @property
     def failure(self) -> Failure | None:
         for e in self.events:

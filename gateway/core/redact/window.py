@@ -56,6 +56,10 @@ class RedactionResult:
     text: str
     counts: Mapping[str, int]  # rule name -> number of masks
 
+    def __init__(self, text: str, counts: Mapping[str, int]) -> None:
+        object.__setattr__(self, "text", text)  # frozen, compiled (docs/compiled.md)
+        object.__setattr__(self, "counts", counts)
+
 
 @dataclass(frozen=True, slots=True)
 class _Rule:

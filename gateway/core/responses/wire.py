@@ -85,6 +85,18 @@ class ResponsesEvent:
     kind: DeltaKind | None = None
     done: bool = False  # a `[DONE]` sentinel (compatible servers): stop reading
 
+    def __init__(self, type: str, obj: dict[str, Any] | None, raw: bytes | None,
+                 events: list[StreamEvent] | None = None, key: TextKey | None = None, kind: DeltaKind | None = None,
+                 done: bool = False) -> None:
+        # frozen: set as the generated __init__ sets them, here compiled (docs/compiled.md)
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "obj", obj)
+        object.__setattr__(self, "raw", raw)
+        object.__setattr__(self, "events", [] if events is None else events)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "done", done)
+
     @property
     def failure(self) -> Failure | None:
         for e in self.events:
