@@ -39,6 +39,10 @@ from gateway.upstream.tunnel import open_tunnel, proxy_failure, route
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 JOIN_BYTES = 64 * 1024  # a bigger request body is written after its head, not copied behind it
+# a bigger one was just encoded, in this step (~1 ms a MiB): it is written in the next, not this one too
+# (a 10 MiB body's encoding and write were one 20-30 ms step on a slow machine; docs/architecture.md,
+# "One streamed chat request through the files")
+STEP_BYTES = 1024 * 1024
 
 __all__ = ["_FINISHING", "HttpResponse", "MockResponse", "Upstream", "UpstreamError", "UpstreamResponse"]
 
@@ -105,6 +109,8 @@ class Upstream:
     async def _request(self, req: UpstreamRequest, headers: dict[str, str], target: _Target, proxy: Proxy | None,
                        label: str, connect_s: float, idle_s: float | None, total_s: float) -> HttpResponse:
         loop = self.loop
+        if len(req.body) > STEP_BYTES:
+            await asyncio.sleep(0)
         key: PoolKey = (*target.key, proxy.key if proxy is not None else "")
         conn, set_up = await self._connection(key, target, proxy, connect_s, label)
         headers.setdefault("accept-encoding", "identity")  # a compressed stream could not be relayed as it comes

@@ -38,8 +38,12 @@ from tests.responses_scripts import Answer, stream_script
 PATH = "/v1/chat/completions"
 BODY_BYTES = 10 * 1024 * 1024 - 4096  # under server.max_body_bytes (10 MiB), as bench/hostile.py sends
 # The longest step allowed: the steps left are copies of the body (its bytes from the socket's buffer,
-# the joined text, the upstream body's encoding), ~5 ms each here; the old path took 45-90 ms in one.
-BOUND_S = 0.025
+# the joined text, the upstream body's encoding, each a step of its own), ~5 ms each on a fast machine;
+# the old paths took 45-90 ms (HTTP) and 58-150 ms (WebSocket) in one. On a slow shared 2-core machine a
+# 10 MiB non-ASCII text joined into one `str` (40 MB with an emoji in it, its pages new) is 13-20 ms of
+# CPU in one call that cannot be cut, and 25 ms failed there one run in three (bench/README.md, "#63,
+# 2026-12-07, later"). 40 ms stays under the issue's 50 ms and far under the old paths.
+BOUND_S = 0.040
 
 
 class StepProbe:
@@ -126,7 +130,7 @@ def test_ten_mib_bodies_of_one_string_do_not_hold_the_loop(servers: LoopThread, 
     assert sent == orjson.loads(body)["messages"][0]["content"], "the upstream got the client's text"
     step = probe.longest_step()
     print(f"longest loop step: {step * 1000:.1f} ms over {len(probe.marks)} ticks")
-    assert step < BOUND_S, "the loop ran 25 ms or more in one step while the bodies went through"
+    assert step < BOUND_S, "the loop ran 40 ms or more in one step while the bodies went through"
 
 
 def message_of(text: str) -> str:
@@ -169,7 +173,7 @@ def test_ten_mib_websocket_messages_of_one_string_do_not_hold_the_loop(servers: 
     assert sent == orjson.loads(message)["input"][0]["content"][0]["text"], "the upstream got the client's text"
     step = probe.longest_step()
     print(f"longest loop step: {step * 1000:.1f} ms over {len(probe.marks)} ticks")
-    assert step < BOUND_S, "the loop ran 25 ms or more in one step while the messages went through"
+    assert step < BOUND_S, "the loop ran 40 ms or more in one step while the messages went through"
 
 
 def test_a_ten_mib_text_with_a_secret_is_masked_without_holding_the_loop(servers: LoopThread,
@@ -196,7 +200,7 @@ def test_a_ten_mib_text_with_a_secret_is_masked_without_holding_the_loop(servers
     assert sent == text[:-len(secret)] + "[REDACTED:openai_key]"
     step = probe.longest_step()
     print(f"longest loop step: {step * 1000:.1f} ms over {len(probe.marks)} ticks")
-    assert step < BOUND_S, "the loop ran 25 ms or more in one step while the body went through"
+    assert step < BOUND_S, "the loop ran 40 ms or more in one step while the body went through"
 
 
 def test_a_websocket_message_of_too_many_containers_is_refused_before_it_is_parsed(servers: LoopThread) -> None:

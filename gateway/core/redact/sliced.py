@@ -51,8 +51,10 @@ class MaskSteps:
         if end < len(text):
             return False
         self._out.append(self._window.flush())
-        self.texts[self._text] = "".join(self._out)
-        for rule, n in self._window.take_counts().items():
+        counts = self._window.take_counts()
+        if counts:  # every mask is counted: a text with none is its own, not a copy joined from its slices
+            self.texts[self._text] = "".join(self._out)  # (that join was ~20 ms for 10 MiB of non-ASCII text)
+        for rule, n in counts.items():
             self.counts[rule] = self.counts.get(rule, 0) + n
         self._text, self._pos, self._out, self._window = self._text + 1, 0, [], self.redactor.window()
         return self.done
