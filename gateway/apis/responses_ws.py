@@ -20,7 +20,7 @@ import structlog
 from gateway.apis.catalog import RESPONSES
 from gateway.core.body_scan import NOTHING, body_scans, walked
 from gateway.core.http1_request import RequestHead
-from gateway.core.json_body import DEPTH_MESSAGE, BodyError, encode
+from gateway.core.json_body import DEPTH_MESSAGE, BodyError
 from gateway.core.json_split import SplitParse
 from gateway.core.responses.filter import EVENT_ENCODER
 from gateway.core.responses.socket import (
@@ -47,6 +47,7 @@ from gateway.pipeline.ids import REQUEST_IDS
 from gateway.pipeline.middleware import error_response, handle
 from gateway.providers.base import MARKER
 from gateway.providers.convert.responses_chat_request import INPUT_MEMO, InputMemo
+from gateway.upstream import STEP_BYTES
 
 log = structlog.get_logger("gateway")
 # fields of the upgrade request a response's own request does not carry
@@ -286,14 +287,16 @@ class ResponsesSocket:
         loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
             await TURNS.wait(loop)
-        raw = self._sized(create.body)
-        if raw is None:
+        size = self._sized(create.body)
+        if size is None:
             return
+        if size > STEP_BYTES:  # counting it was this step's work (~1 ms a MiB): the pipeline's is the next's
+            await asyncio.sleep(0)
         channel = _EventChannel(self)
         EVENT_ENCODER.set(channel.cutter.frame)  # this task's (the response's) events, framed as made
         INPUT_MEMO.set(self._memo)  # and its conversation's translation, extended by its new items only
-        request = self._request(raw, channel)
-        request.parsed = create.body  # parsed once, from the message; `raw` is its size and its bytes
+        request = self._request(size, channel)
+        request.parsed = create.body  # parsed once, from the message, and never written out whole here
         request.scan = scan  # and walked in the parts it came in, not again as a whole every turn
         self._responses += 1
         resp = await handle(request)
@@ -331,27 +334,27 @@ class ResponsesSocket:
         self._write(b"".join(self.frames.text(e) for e in events))
         self._conversation.keep(rid, whole, [], NOTHING)
 
-    def _sized(self, body: dict[str, Any]) -> bytes | None:
-        """The response's body as HTTP would have carried it, or None (an error event sent) when it cannot
-        be written or is over the message limit. Written by `json_body.encode`: a long text a big message
-        brought (now, or kept from a turn before) is written back as its literal, not escaped again in
-        one call (~30 ms for 10 MiB of non-ASCII text); as fast as `orjson.dumps` on other bodies."""
+    def _sized(self, body: dict[str, Any]) -> int | None:
+        """The size of the response's body as HTTP would have carried it, or None (an error event sent) when
+        it cannot be written or is over the message limit. Counted by `Conversation.body_size`: the kept
+        conversation's bytes were counted as it was kept, and a long text a big message brought is counted
+        as its literal (`json_body.encode`), not escaped again (~30 ms for 10 MiB of non-ASCII text)."""
         try:
-            raw = encode(body)
+            size = self._conversation.body_size(body)
         except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
             self._write(self.frames.text(error_event("invalid_request", DEPTH_MESSAGE, None, 400)))
             return None
-        if len(raw) > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
+        if size > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
             self._write(self.frames.text(error_event(
                 "request_too_large", f"the conversation is larger than {self.frames.max_message} bytes: start a "
                 "new one without previous_response_id", "previous_response_id", 413)))
             return None
-        return raw
+        return size
 
-    def _request(self, raw: bytes, channel: _EventChannel) -> GatewayRequest:
-        head = RequestHead("POST", RESPONSES.path, "", self._headers, True, False, len(raw), False, None)
-        request = GatewayRequest(self.app, head, raw, channel)
-        request.transport = "websocket"
+    def _request(self, size: int, channel: _EventChannel) -> GatewayRequest:
+        head = RequestHead("POST", RESPONSES.path, "", self._headers, True, False, size, False, None)
+        request = GatewayRequest(self.app, head, b"", channel)  # its body is `parsed`, its size `size`
+        request.transport, request.body_size = "websocket", size
         return request
 
     def _check_warmup(self, body: dict[str, object]) -> None:

@@ -180,6 +180,31 @@ def encode(value: Any) -> bytes:
     return orjson.dumps(value, default=_as_builtin, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
+def encoded_size(value: Any) -> int:
+    """`len(encode(value))`, a `JsonText` counted by its literal's length instead of copied into the output
+    (measuring a conversation that holds a 10 MiB text was ~10 ms of copying it; `Conversation.body_size`)."""
+    literals = _Literals()
+    return len(orjson.dumps(value, default=literals.counted, option=orjson.OPT_PASSTHROUGH_SUBCLASS)) + literals.extra
+
+
+_EMPTY_STRING = orjson.Fragment(b'""')
+
+
+class _Literals:
+    """`encoded_size`'s `default`: each `JsonText` written as `""`, the rest of its literal's bytes added up."""
+
+    __slots__ = ("extra",)
+
+    def __init__(self) -> None:
+        self.extra = 0
+
+    def counted(self, value: Any) -> Any:
+        if isinstance(value, JsonText):
+            self.extra += len(value.json) - 2
+            return _EMPTY_STRING
+        return _as_builtin(value)
+
+
 def _as_builtin(value: Any) -> Any:
     if isinstance(value, JsonText):
         return orjson.Fragment(value.json)

@@ -52,7 +52,7 @@ class Host(Protocol):
 
 
 class GatewayRequest(Request):
-    __slots__ = ("admission", "app", "ctx", "parsed", "rec", "scan", "transport")
+    __slots__ = ("admission", "app", "body_size", "ctx", "parsed", "rec", "scan", "transport")
 
     def __init__(self, app: Host, head: RequestHead, body: bytes, channel: Channel):
         super().__init__(head, body, channel)
@@ -65,6 +65,7 @@ class GatewayRequest(Request):
         # it instead of parsing `body` again, under the same bounds (docs/reference.md, WebSocket mode)
         self.parsed: dict[str, Any] | None = None
         self.scan: Scan | None = None  # and what its transport found walking it, a part at a time
+        self.body_size = len(body)  # the body's bytes as HTTP carried them (WebSocket mode: `parsed`'s, counted)
 
     @property
     def recorder(self) -> RequestRecorder:

@@ -131,7 +131,7 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
                          t_start=request.t0,
                          client_headers={**request.headers, "x-request-id": request.request_id},
                          response_headers=request.extra_headers,
-                         session=session_digest(request.headers, body), body_bytes=len(request.body),
+                         session=session_digest(request.headers, body), body_bytes=request.body_size,
                          cache_marked=cache_marked)
     request.ctx = ctx
     return rt, ctx

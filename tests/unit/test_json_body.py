@@ -20,10 +20,12 @@ from gateway.core.json_body import (
     copy_containers,
     depth_exceeds,
     encode,
+    encoded_size,
     parse_object,
     parse_shallow,
 )
 from gateway.pipeline.request import LENT_TEXT_DEPTH
+from tests.unit.json_literals import literal_of
 
 JSON = st.recursive(st.none() | st.integers() | st.text(max_size=3),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=4),
@@ -132,3 +134,16 @@ def test_a_literal_written_in_slices_is_the_whole_texts(text: str, size: int) ->
     assert isinstance(steps.result, JsonText) and steps.result == text
     assert steps.result.json == orjson.dumps(text)
     assert encode({"t": steps.result}) == orjson.dumps({"t": text})
+
+
+
+_TEXTS = st.text(alphabet="ab\"\\\n\u00e9\U0001f600", max_size=5)
+_VALUES = st.recursive(st.none() | st.integers(-9, 9) | _TEXTS | _TEXTS.map(literal_of),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXTS, inner, max_size=3),
+                       max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_the_encoded_size_is_the_encodings_length_literals_counted_not_copied(value: Any) -> None:
+    assert encoded_size(value) == len(encode(value))

@@ -26,6 +26,7 @@ from gateway.core.json_body import (
     NOT_JSON_MESSAGE,
     NOT_OBJECT_MESSAGE,
     BodyError,
+    encoded_size,
 )
 from gateway.core.json_split import SplitParse
 from gateway.core.websocket import text_frame
@@ -127,7 +128,10 @@ class Conversation:
     items: list[Any] = field(default_factory=list)
     continued: int = 0  # requests that continued from the connection's last response (the log says)
     scan: Scan = NOTHING
+    joined: int = 0  # the bytes of `items` as JSON, commas between them and no brackets (`body_size`)
     _input: Scan = NOTHING  # the scan of the input of the response under way (one at a time)
+    _input_joined: int = -1  # its input's bytes as `joined` counts them (-1: not counted by `body_size`)
+    _continuing: bool = False  # its body's `input` begins with `items` (`expand` put them there)
 
     def expand(self, body: dict[str, Any], own: Scan, given: Scan) -> tuple[list[Any], Scan]:
         """A body naming the connection's last response gets that response's input and output before its
@@ -138,9 +142,11 @@ class Conversation:
         given_input = body.get("input")
         new = _items(given_input)
         self._input = STRING_INPUT if isinstance(given_input, str) else given
+        self._input_joined, self._continuing = -1, False
         if self.last_id is not None and body.get("previous_response_id") == self.last_id:
             del body["previous_response_id"]
             self.continued += 1
+            self._continuing = True
             whole = [*self.items, *new]
             body["input"] = whole
             self._input = self.scan.joined(self._input)
@@ -153,9 +159,38 @@ class Conversation:
         self.last_id = response_id
         self.items = [*whole_input, *output]
         self.scan = self._input.joined(output_scan)
+        counted = self._input_joined if self._input_joined >= 0 else joined_size(whole_input)
+        self.joined = _join(counted, joined_size(output))
 
     def forget(self) -> None:
-        self.last_id, self.items, self.scan = None, [], NOTHING
+        self.last_id, self.items, self.scan, self.joined = None, [], NOTHING, 0
+
+    def body_size(self, body: dict[str, Any]) -> int:
+        """`len(encode(body))` for the body `expand` returned, without encoding the kept items again:
+        their bytes were counted when they were kept (`joined`), so a turn encodes its own fields and new
+        items only, not the whole conversation (the size bound is the HTTP body's, byte for byte). Raises
+        `orjson.JSONEncodeError` as `encode` does."""
+        given = body.get("input")
+        if not isinstance(given, list):  # a string (kept as the message it means) or none: as given
+            return encoded_size(body)
+        body["input"] = []
+        try:
+            outer = encoded_size(body)  # its fields, and `[]`: the items go between the brackets
+        finally:
+            body["input"] = given
+        kept = len(self.items) if self._continuing else 0
+        self._input_joined = _join(self.joined if kept else 0, joined_size(given[kept:]))
+        return outer + self._input_joined
+
+
+def joined_size(items: list[Any]) -> int:
+    """The bytes of `items` as JSON between an array's brackets (commas included): 0 for none."""
+    return encoded_size(items) - 2 if items else 0
+
+
+def _join(first: int, second: int) -> int:
+    """The `joined_size` of two runs of items, one after the other (a comma between when both have some)."""
+    return first + second + 1 if first and second else first + second
 
 
 def warmup_events(body: dict[str, Any]) -> tuple[str, list[str]]:
