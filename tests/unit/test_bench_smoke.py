@@ -20,6 +20,7 @@ from bench.procstat import usage, user_sys_s
 from bench.run import python_build
 from bench.textgen import expected_text, messages_events, stream_events
 from bench.upstream import start_upstream
+from bench.ws_size import per_turn_us
 
 
 async def test_loadgen_against_fake_upstream() -> None:
@@ -206,3 +207,9 @@ def test_the_bench_config_takes_a_slice_and_its_base_copy_drops_it(tmp_path: Pat
     assert "sched_slice_us: 250" in config.read_text()
     assert servers.check_config(config) == ""
     assert servers.without_slice(config, "gateway-base").read_text() == plain
+
+
+@pytest.mark.parametrize("escapes", [False, True])
+def test_the_ws_size_bench_counts_what_it_times_writing_out(escapes: bool) -> None:
+    """`bench.ws_size` times the count and the write-out over the same conversation: both give its size."""
+    assert per_turn_us(4, 50, escapes, True)[1] == per_turn_us(4, 50, escapes, False)[1] > 4 * 50
