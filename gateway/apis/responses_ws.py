@@ -338,7 +338,7 @@ class ResponsesSocket:
         """The size of the response's body as HTTP would have carried it, or None (an error event sent) when
         it cannot be written or is over the message limit. Counted by `Conversation.body_size`: the kept
         conversation's bytes were counted as it was kept, and a long text a big message brought is counted
-        as its literal (`json_body.encode`), not escaped again (~30 ms for 10 MiB of non-ASCII text)."""
+        by its literal's length (`json_body.encoded_size`), neither escaped again nor copied."""
         try:
             size = self._conversation.body_size(body)
         except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
