@@ -37,6 +37,7 @@ from gateway.state.base import (
 from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, seeded_key, spend_key
 from gateway.state.memory import MemoryBackend
 from gateway.state.redis_client import connect
+from gateway.state.redis_held import HeldSpend
 from gateway.state.redis_seed import seed_counters
 from gateway.state.redis_values import local_share, owner_of, reason_of, refusal
 from gateway.state.redis_values import log as _log
@@ -92,7 +93,7 @@ class RedisBackend:
         self._reason: str | None = None  # why we are degraded; None while Redis answers
         self._probe: asyncio.Task[None] | None = None
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
-        self._unsynced: dict[str, tuple[float, int]] = {}
+        self._unsynced = HeldSpend()
         self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
         self._owner_writes: dict[str, asyncio.Task[None]] = {}  # response id -> its write in flight
         self._waiting: set[asyncio.Timeout] = set()  # deadlines of operations waiting on Redis now
@@ -154,42 +155,41 @@ class RedisBackend:
         # Backoff from a short first wait: a failover is over in seconds, and an outage costs one
         # probe per MAX_PROBE_INTERVAL_S at most, never one per request.
         delay = min(0.05, self._probe_interval_s)
+        answered = False  # the last attempt's ping: its pool leads to the live primary (or primaries)
         while True:
-            # Drop pooled connections: after a restart or failover they are dead, or lead to the old
-            # master; the next command reconnects (re-reading cluster slots, asking the Sentinels).
-            with contextlib.suppress(*_FAILURES):
-                await self._link.reset()
+            # Drop pooled connections (dead after a restart or failover, or leading to the old master; the
+            # next command reconnects, re-reading slots or asking the Sentinels), unless a ping answered:
+            # dropping what that attempt made ready started a busy host over, again and again.
+            if not answered:
+                with contextlib.suppress(*_FAILURES):
+                    await self._link.reset()
             await asyncio.sleep(delay)  # a timer between probes, not synchronisation
             delay = min(delay * 2, self._probe_interval_s)
+            answered = False
             try:
                 # After the reset a ping re-reads the cluster's slots and connects to every primary first:
                 # several round trips, each slower on a busy host; a budget of one request's deadline
                 # failed attempt after attempt there, each costing a backoff (no request waits on these)
                 async with asyncio.timeout(self._probe_budget_s):
                     await self._link.ping()
+                answered = True
                 async with asyncio.timeout(self._probe_budget_s):
                     await self._link.prepare(self._scripts, WARM_CONNECTIONS)
-                await self._flush_unsynced()
+                await self._unsynced.write(self._write_held)
             except _FAILURES:
                 continue
-            self._reason = None
-            self._on_mode(False)
-            _log().info("state_backend_restored", redis=self._where)
-            return
+            break
+        self._reason = None
+        self._on_mode(False)
+        _log().info("state_backend_restored", redis=self._where)
+        try:  # spend held while the pass above waited: none is held now, so this pass ends it
+            await self._unsynced.write(self._write_held)
+        except _FAILURES as exc:
+            self._enter_degraded(reason_of(exc))  # the next probe writes it
 
-    async def _flush_unsynced(self) -> None:
-        while self._unsynced:
-            rkey, (usd, ttl) = self._unsynced.popitem()
-            try:
-                async with asyncio.timeout(self._deadline_s):
-                    await self._add_spend(keys=[rkey], args=[repr(usd), ttl])
-            except BaseException:
-                self._hold_unsynced(rkey, usd, ttl)  # still owed; retried at the next probe
-                raise
-
-    def _hold_unsynced(self, rkey: str, usd: float, ttl: int) -> None:
-        held = self._unsynced.get(rkey, (0.0, ttl))[0]
-        self._unsynced[rkey] = (held + usd, ttl)
+    async def _write_held(self, rkey: str, usd: float, ttl: int) -> None:
+        async with asyncio.timeout(self._deadline_s):
+            await self._add_spend(keys=[rkey], args=[repr(usd), ttl])
 
     # -- rate limits ---------------------------------------------------------------------------
 
@@ -253,7 +253,7 @@ class RedisBackend:
             self._remember(key, period, now, float(total))
 
         async def local() -> None:
-            self._hold_unsynced(rkey, usd, SPEND_TTL_S[period])
+            self._unsynced.hold(rkey, usd, SPEND_TTL_S[period])
 
         await self._run(remote, local, cut_short=False)  # applied then cut, it would be added twice
 
@@ -271,7 +271,7 @@ class RedisBackend:
             pid = period_id(period, now)
             known = self._known_spend.get((key, period))
             base = known[1] if known is not None and known[0] == pid else 0.0
-            return base + self._unsynced.get(rkey, (0.0, 0))[0]
+            return base + self._unsynced.amount(rkey)
 
         return await self._run(remote, local)
 

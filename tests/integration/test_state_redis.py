@@ -250,6 +250,38 @@ async def test_spend_during_an_outage_reaches_redis_on_recovery(server: RedisSer
     assert await backend.spend("team", "day", now) == pytest.approx(0.25)
 
 
+async def test_spend_arriving_all_the_while_neither_holds_recovery_back_nor_is_lost(
+        server: RedisServer, make: Factory, raw: Redis) -> None:
+    """Requests keep spending while the probe writes what was held: the probe writes one pass and
+    switches back (a pass until nothing was held chased them and kept the replica local for seconds);
+    what they held meanwhile reaches Redis too, once."""
+    backend = make()
+    now = epoch("2024-05-31T12:00:00")
+    server.kill()
+    await backend.add_spend("team", "day", 1.0, now)
+    assert backend.degraded
+    added, cents = 1.0, 0
+
+    async def spend_until_shared() -> None:
+        nonlocal added, cents
+        for _ in range(100_000):  # each a loop step; far more than the probe's few round trips take
+            if not backend.degraded:
+                return
+            await backend.add_spend("team", "day", 0.01, now)
+            cents += 1
+            await asyncio.sleep(0)
+
+    server.start()
+    await spend_until_shared()
+    assert not backend.degraded, "the probe kept writing while spend kept arriving"
+    added += cents * 0.01
+
+    async def all_written() -> bool:
+        return float(await raw.get(spend_key("team", "day", now)) or 0) == pytest.approx(added)
+
+    assert cents > 0 and await eventually(all_written)
+
+
 async def test_a_stalled_redis_times_out_into_local_limits(server: RedisServer, make: Factory) -> None:
     reasons: list[str] = []
     backend = make(reasons.append)
