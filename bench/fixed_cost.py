@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0, help="each target's load per round and length")
     p.add_argument("--chunks", default="1,50", help="answer lengths, comma-separated")
     p.add_argument("--noredact", action="store_true", help="the gateway with redaction off")
+    p.add_argument("--log-info", action="store_true",
+                   help="the gateways at logging level info: each request's line written, as in production")
     args = p.parse_args(argv)
     raise_nofile()
     lengths = sorted({int(x) for x in args.chunks.split(",")})
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         targets["nginx"] = servers.start_nginx(workdir, upstream.port, servers.ensure_nginx())
         config = workdir / "gateway.yaml"
-        config.write_text(servers.gateway_config(upstream.port, redaction=not args.noredact))
+        text = servers.gateway_config(upstream.port, redaction=not args.noredact)
+        config.write_text(text.replace("level: warning", "level: info") if args.log_info else text)
         targets["gateway"] = servers.start_gateway("gateway", workdir, config)
         if args.baseline:
             targets["gateway-base"] = servers.start_gateway("gateway-base", workdir, config,

@@ -1,11 +1,17 @@
 """structlog configured once: JSON lines on stdout via orjson (console renderer when asked for, on a
-TTY), request id from contextvars. Nothing here ever receives message text or a key."""
+TTY), request id from contextvars. Nothing here ever receives message text or a key.
+
+The per-request line (`write_info`) runs the configured processors itself: structlog's bound logger
+(the lazy proxy, the level's method, the keyword arguments copied three times) cost more than the
+processors and the write together, ~20 µs of each request's CPU (docs/overhead.md)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+import time
+from typing import Any
 
 import orjson
 import structlog
@@ -29,7 +35,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         _add_pid,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _utc_timestamp,
         structlog.processors.format_exc_info,
     ]
     if console:
@@ -46,7 +52,54 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     )
 
 
+def write_info(event: str, fields: dict[str, Any]) -> None:
+    """`log.info(event, **fields)`, for a line written once a request: the processors configured now
+    (a test's `capture_logs` among them), then the configured logger's `msg`. `fields` becomes the line."""
+    config = structlog.get_config()
+    logger = config["logger_factory"]()
+    fields["event"] = event
+    line: Any = fields
+    try:
+        for processor in config["processors"]:
+            line = processor(logger, "info", line)
+    except structlog.DropEvent:
+        return
+    logger.msg(line)
+
+
+_PID = os.getpid()
+
+
+def _child_pid() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_child_pid)  # `--workers N` forks after this module is imported
+
+
 def _add_pid(_: object, __: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
-    """Which worker process wrote the line (`--workers N`)."""
-    event["pid"] = os.getpid()
+    """Which worker process wrote the line (`--workers N`): read once per process, not a call per line."""
+    event["pid"] = _PID
+    return event
+
+
+class _SecondStamp:
+    """The date and time of day of the last second a line was written in, formatted once per second."""
+
+    second = -1
+    text = ""
+
+
+_STAMP = _SecondStamp()
+
+
+def _utc_timestamp(_: object, __: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """ISO 8601 in UTC with microseconds (`2026-12-07T09:40:46.123456Z`), structlog's `TimeStamper(fmt="iso",
+    utc=True)` but for its dropping a fraction of 0: that one formatted a `datetime` for every line."""
+    now = time.time()
+    second = int(now)
+    if second != _STAMP.second:
+        _STAMP.second, _STAMP.text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    event["timestamp"] = f"{_STAMP.text}.{int((now - second) * 1_000_000):06d}Z"
     return event

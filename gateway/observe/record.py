@@ -16,11 +16,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import structlog
-
 from gateway.config.types import Deployment
 from gateway.core.events import Usage
 from gateway.observe import genai
+from gateway.observe.logs import write_info
 from gateway.observe.metrics import Metrics, usage_cost
 from gateway.observe.recorder import NO_TRACE, RequestTrace
 from gateway.observe.stats_window import WINDOW
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from gateway.observe.context import Admission, RequestContext
 
 T = TypeVar("T")
-log = structlog.get_logger("gateway")
 CACHE_PROVIDER = "cache"  # the `provider` label of a cache hit's TTFT
 UNRESOLVED = "(unresolved)"
 _TOKEN_FIELDS = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
@@ -209,28 +207,27 @@ class RequestRecorder:
         sent, cut; `reason` why a request did not succeed."""
         usage = ctx.usage if ctx else None
         key = ctx.key if ctx else adm.key
-        log.info(
-            "request", request_id=self.request_id, api=self.api, model=ctx.model.name if ctx else UNRESOLVED,
-            model_unresolved=None if ctx else end.reason, requested_model=adm.requested_model,
-            deployment=_deployment(ctx, end), reason=end.reason,
-            key=key.name if key else None, stream=bool(ctx and ctx.stream), status=end.status,
-            outcome=end.outcome, attempts=ctx.attempts if ctx else 0,
-            ttft_ms=round(ctx.ttft_s * 1000, 2) if ctx and ctx.ttft_s is not None else None,
-            overhead_ms=round(ctx.overhead_s * 1000, 3) if ctx and ctx.overhead_s is not None else None,
-            duration_ms=round(self._duration * 1000, 2),
-            input_tokens=usage.input if usage else None, output_tokens=usage.output if usage else None,
-            cached_tokens=usage.cached_input if usage else None,
-            cache_creation_tokens=usage.cache_creation_input if usage else None,
-            cache_markers_dropped=ctx.cache_markers_dropped if ctx else 0,
-            reasoning_tokens=usage.reasoning if usage else None,
-            estimated=ctx.usage_estimated if ctx else False,
-            cost_usd=round(ctx.cost_usd, 8) if ctx else 0.0, redactions=ctx.redactions if ctx else 0,
-            guardrails=dict(ctx.verdicts) if ctx else {}, stream_error=ctx.stream_error if ctx else None,
-            cache_hit=ctx.cache_hit if ctx else False, continued=ctx.continued if ctx else None,
-            session_hash=ctx.session if ctx else None, affinity=ctx.affinity if ctx else None,
-            subject_hash=subject_hash(key.subject) if key is not None and key.subject else None,
-            transport=self.transport,
-        )
+        write_info("request", {
+            "request_id": self.request_id, "api": self.api, "model": ctx.model.name if ctx else UNRESOLVED,
+            "model_unresolved": None if ctx else end.reason, "requested_model": adm.requested_model,
+            "deployment": _deployment(ctx, end), "reason": end.reason, "key": key.name if key else None,
+            "stream": bool(ctx and ctx.stream), "status": end.status, "outcome": end.outcome,
+            "attempts": ctx.attempts if ctx else 0,
+            "ttft_ms": round(ctx.ttft_s * 1000, 2) if ctx and ctx.ttft_s is not None else None,
+            "overhead_ms": round(ctx.overhead_s * 1000, 3) if ctx and ctx.overhead_s is not None else None,
+            "duration_ms": round(self._duration * 1000, 2), "input_tokens": usage.input if usage else None,
+            "output_tokens": usage.output if usage else None, "cached_tokens": usage.cached_input if usage else None,
+            "cache_creation_tokens": usage.cache_creation_input if usage else None,
+            "cache_markers_dropped": ctx.cache_markers_dropped if ctx else 0,
+            "reasoning_tokens": usage.reasoning if usage else None,
+            "estimated": ctx.usage_estimated if ctx else False, "cost_usd": round(ctx.cost_usd, 8) if ctx else 0.0,
+            "redactions": ctx.redactions if ctx else 0, "guardrails": dict(ctx.verdicts) if ctx else {},
+            "stream_error": ctx.stream_error if ctx else None, "cache_hit": ctx.cache_hit if ctx else False,
+            "continued": ctx.continued if ctx else None, "session_hash": ctx.session if ctx else None,
+            "affinity": ctx.affinity if ctx else None,
+            "subject_hash": subject_hash(key.subject) if key is not None and key.subject else None,
+            "transport": self.transport,
+        })
 
     # -- process-level facts a request found -------------------------------------------------------------
 

@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+import structlog
 
 from bench import servers
 from bench.bench_sse_reads import READS, cases_for, chat_body, decoder_feed
 from bench.fixed_cost import Tally, report, split
 from bench.loadgen import LoadSpec, _MessagesText, _SSEText, run_load
+from bench.log_line import measure as log_line_figures
 from bench.procstat import usage, user_sys_s
 from bench.run import python_build
 from bench.textgen import expected_text, messages_events, stream_events
@@ -213,3 +215,13 @@ def test_the_bench_config_takes_a_slice_and_its_base_copy_drops_it(tmp_path: Pat
 def test_the_ws_size_bench_counts_what_it_times_writing_out(escapes: bool) -> None:
     """`bench.ws_size` times the count and the write-out over the same conversation: both give its size."""
     assert per_turn_us(4, 50, escapes, True)[1] == per_turn_us(4, 50, escapes, False)[1] > 4 * 50
+
+
+def test_the_log_line_bench_times_both_ways_on_both_chains_and_puts_logging_back() -> None:
+    """`bench.log_line` measures four cells, then leaves stdout and structlog's configuration as it found them."""
+    stdout, processors = sys.stdout, structlog.get_config()["processors"]
+    figures = log_line_figures(50, 1)
+    assert sorted(figures) == ["log.info, chain before", "log.info, chain now",
+                               "write_info, chain before", "write_info, chain now"]
+    assert all(len(runs) == 1 and runs[0] > 0 for runs in figures.values())
+    assert sys.stdout is stdout and structlog.get_config()["processors"] is processors
