@@ -3,7 +3,7 @@ TTY), request id from contextvars. Nothing here ever receives message text or a 
 
 The per-request line (`write_info`) runs the configured processors itself: structlog's bound logger
 (the lazy proxy, the level's method, the keyword arguments copied three times) cost more than the
-processors and the write together, ~20 µs of each request's CPU (docs/overhead.md)."""
+processors and the write together: 20-30 µs of each request's CPU at level info (docs/overhead.md)."""
 
 from __future__ import annotations
 
