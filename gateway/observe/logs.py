@@ -54,7 +54,10 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
 
 def write_info(event: str, fields: dict[str, Any]) -> None:
     """`log.info(event, **fields)`, for a line written once a request: the processors configured now
-    (a test's `capture_logs` among them), then the configured logger's `msg`. `fields` becomes the line."""
+    (a test's `capture_logs` among them), then the configured logger's `msg`. `fields` becomes the line.
+    Nothing is written below level info (the caller need not build the line then: `info_enabled`)."""
+    if not _INFO_ENABLED:
+        return
     config = structlog.get_config()
     logger = config["logger_factory"]()
     fields["event"] = event

@@ -100,3 +100,16 @@ def test_a_forked_worker_writes_its_own_pid() -> None:
     written, actual = ends[0].recv()
     child.join()
     assert written == actual != os.getpid()
+
+
+def test_nothing_is_written_below_level_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO()))
+    saved = structlog.get_config()
+    try:
+        logs.configure_logging("warning", "json")
+        with capture_logs() as captured:
+            logs.write_info("request", {"status": 200})
+        assert captured == [] and not logs.info_enabled()
+    finally:
+        logs.configure_logging("info", "json")  # the module's level, as the other tests expect it
+        structlog.configure(**saved)
