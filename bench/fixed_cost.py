@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         targets["nginx"] = servers.start_nginx(workdir, upstream.port, servers.ensure_nginx())
         config = workdir / "gateway.yaml"
-        text = servers.gateway_config(upstream.port, redaction=not args.noredact)
-        config.write_text(text.replace("level: warning", "level: info") if args.log_info else text)
+        config.write_text(servers.gateway_config(upstream.port, redaction=not args.noredact,
+                                                 log_level="info" if args.log_info else "warning"))
         targets["gateway"] = servers.start_gateway("gateway", workdir, config)
         if args.baseline:
             targets["gateway-base"] = servers.start_gateway("gateway-base", workdir, config,

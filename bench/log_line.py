@@ -48,8 +48,8 @@ def configure(out: Any, chain: str) -> None:
     logs.configure_logging("info", "json")
     if chain == "before":
         processors = structlog.get_config()["processors"]
-        processors[2] = _pid
-        processors[3] = structlog.processors.TimeStamper(fmt="iso", utc=True)
+        processors[processors.index(logs._add_pid)] = _pid
+        processors[processors.index(logs._utc_timestamp)] = structlog.processors.TimeStamper(fmt="iso", utc=True)
 
 
 def per_line_us(write: Callable[[], None], lines: int) -> float:

@@ -117,15 +117,14 @@ def start_otlp_sink(workdir: Path) -> Server:
 
 def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | None = None,
                    store_url: str | None = None, faults: bool = False, ledger_journal: str | None = None,
-                   sched_slice_us: int = 0) -> str:
-    """The brief's minimal config: one OpenAI-compatible upstream, no auth, warnings-only logging (the
-    per-request info line stays out of the measurement); and the same fake upstream as an `anthropic`
-    provider behind model `ma`, for the Messages API scenarios. With `otlp_endpoint`, every request is
-    traced (sampling 1.0) and its spans exported there. With `store_url`, the control plane's store is on:
-    every request's spend row is journaled (SQLite, or `ledger_journal`) or committed (group commit) before
-    its last byte. With `faults`, model `m`
-    tries a deployment under the upstream's `/fail/` prefix first (a 503 once the upstream's faults are
-    armed) and falls back to the plain one. `sched_slice_us`: `server.sched_slice_us` (0: not set)."""
+                   sched_slice_us: int = 0, log_level: str = "warning") -> str:
+    """The brief's minimal config: one OpenAI-compatible upstream, no auth, warnings-only logging (the per-request info
+    line stays out of the measurement; `log_level` "info" writes it); and the same fake upstream as an `anthropic`
+    provider behind model `ma`, for the Messages API scenarios. With `otlp_endpoint`, every request is traced
+    (sampling 1.0) and its spans exported there. With `store_url`, the control plane's store is on: every request's
+    spend row is journaled (SQLite, or `ledger_journal`) or committed (group commit) before its last byte. With
+    `faults`, model `m` tries a deployment under the upstream's `/fail/` prefix first (a 503 once the upstream's
+    faults are armed) and falls back to the plain one. `sched_slice_us`: `server.sched_slice_us` (0: not set)."""
     timeouts = "timeouts: {connect_s: 5, first_token_s: 60, idle_s: 60, total_s: 600}"
     mode = "default" if redaction else "'off'"
     base = f"http://127.0.0.1:{upstream_port}"
@@ -140,7 +139,7 @@ def gateway_config(upstream_port: int, redaction: bool, otlp_endpoint: str | Non
         f'            anth: {{type: anthropic, base_url: "{base}", api_key: x, {timeouts}}}{flaky_provider}}}',
         f"models: [{{name: m, deployments: [{flaky}{{provider: up, model: up-model}}], redaction: {mode}}},",
         f"         {{name: {MESSAGES_MODEL}, deployments: [{{provider: anth, model: up-model}}], redaction: {mode}}}]",
-        "logging: {level: warning}",
+        f"logging: {{level: {log_level}}}",
     ]
     if redaction:
         lines.append("redaction: {profiles: {default: {rules: [secrets, pii]}}}")

@@ -59,7 +59,7 @@ def write_info(event: str, fields: dict[str, Any]) -> None:
     if not _INFO_ENABLED:
         return
     config = structlog.get_config()
-    logger = config["logger_factory"]()
+    logger = config["logger_factory"]()  # per line, as structlog's uncached loggers: a PrintLogger binds sys.stdout
     fields["event"] = event
     line: Any = fields
     try:
