@@ -38,6 +38,7 @@ from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key,
 from gateway.state.memory import MemoryBackend
 from gateway.state.redis_client import connect
 from gateway.state.redis_held import HeldSpend
+from gateway.state.redis_pacing import RecoveryPacing
 from gateway.state.redis_seed import seed_counters
 from gateway.state.redis_values import local_share, owner_of, reason_of, refusal
 from gateway.state.redis_values import log as _log
@@ -92,6 +93,7 @@ class RedisBackend:
         self._local = MemoryBackend(cache)
         self._reason: str | None = None  # why we are degraded; None while Redis answers
         self._probe: asyncio.Task[None] | None = None
+        self._pacing = RecoveryPacing()  # a Redis that keeps dropping right after answering is tried later
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
         self._unsynced = HeldSpend()
         self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
@@ -133,14 +135,12 @@ class RedisBackend:
             return
         self._reason = reason
         self._release_waiting()
-        _log().warning(
-            "state_backend_degraded",
-            reason=reason,
-            redis=self._where,
-            fallback=f"local limits (1/{self._share_of} of each) until Redis answers",
-        )
+        loop = asyncio.get_running_loop()
+        wait_s = self._pacing.fell_back(loop.time(), min(0.05, self._probe_interval_s))
+        _log().warning("state_backend_degraded", reason=reason, redis=self._where, flaps=self._pacing.flaps,
+                       probe_in_s=wait_s, fallback=f"local limits (1/{self._share_of} of each) until Redis answers")
         self._on_mode(True)
-        self._probe = asyncio.get_running_loop().create_task(self._probe_until_recovered())
+        self._probe = loop.create_task(self._probe_until_recovered(wait_s))
 
     def _release_waiting(self) -> None:
         """Redis is known away: every operation still waiting on it times out now and goes local, instead
@@ -151,10 +151,9 @@ class RedisBackend:
                 deadline.reschedule(now)
         self._waiting.clear()
 
-    async def _probe_until_recovered(self) -> None:
-        # Backoff from a short first wait: a failover is over in seconds, and an outage costs one
-        # probe per MAX_PROBE_INTERVAL_S at most, never one per request.
-        delay = min(0.05, self._probe_interval_s)
+    async def _probe_until_recovered(self, delay: float) -> None:
+        # Backoff from a short first wait (longer for a flap: redis_pacing.py): a failover is over in
+        # seconds, and an outage costs one probe per MAX_PROBE_INTERVAL_S at most, never one per request.
         answered = False  # the last attempt's ping: its pool leads to the live primary (or primaries)
         while True:
             # Drop pooled connections (dead after a restart or failover, or leading to the old master; the
@@ -180,6 +179,7 @@ class RedisBackend:
                 continue
             break
         self._reason = None
+        self._pacing.restored(asyncio.get_running_loop().time())
         self._on_mode(False)
         _log().info("state_backend_restored", redis=self._where)
         try:  # spend held while the pass above waited: none is held now, so this pass ends it

@@ -19,6 +19,7 @@ from gateway.config.types import CacheConfig, StateConfig
 from gateway.state import MemoryBackend, create_backend
 from gateway.state.base import Reservation
 from gateway.state.redis import RedisBackend, cache_redis_key, rate_key, spend_key
+from gateway.state.redis_pacing import FIRST_FLAP_WAIT_S
 from gateway.state.window import minute_of
 from tests.redis_server import RedisServer, free_port
 
@@ -295,6 +296,30 @@ async def test_a_stalled_redis_times_out_into_local_limits(server: RedisServer, 
     finally:
         server.resume()
     assert await eventually(backend.healthy)
+
+
+async def test_a_redis_that_stalls_again_right_after_answering_is_tried_later(server: RedisServer) -> None:
+    """A flap (a fallback soon after a recovery) makes the next recovery wait (redis_pacing.py): each
+    switch back can admit a limit more, so a Redis that comes and goes is not switched back at once."""
+    loop = asyncio.get_running_loop()
+    modes: list[tuple[bool, float]] = []
+    backend = RedisBackend(server.url, CacheConfig(max_entries=10), probe_interval_s=0.02,
+                           on_mode=lambda degraded: modes.append((degraded, loop.time())))
+    try:
+        with capture_logs() as logs:
+            for _ in range(2):
+                server.pause()
+                try:
+                    await backend.check_request("k", 5, None, 0, T0)  # times out: falls back
+                finally:
+                    server.resume()
+                assert await eventually(backend.healthy)
+    finally:
+        await backend.close()
+    fell = [(e["flaps"], e["probe_in_s"]) for e in logs if e["event"] == "state_backend_degraded"]
+    assert fell == [(0, 0.02), (1, FIRST_FLAP_WAIT_S)]
+    assert [degraded for degraded, _ in modes] == [True, False, True, False]
+    assert modes[3][1] - modes[2][1] >= FIRST_FLAP_WAIT_S - 0.01  # the loop's timers may fire a tick early
 
 
 async def test_logs_never_show_the_redis_password(make: Factory) -> None:
