@@ -72,7 +72,7 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(gateway: Gat
         head = bytes(buf[:head_end])
         del buf[:head_end]
         assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Length: 15\r\n" in head
-        assert orjson.loads(read_response(sock, buf)[2]) == {"status": "ready"}
+        assert orjson.loads(read_response(sock, buf)[2]) == {"status": "ready", "state": "ok"}
 
 
 def test_expect_100_continue_gets_the_interim_answer_before_the_body(upstream: FakeUpstream,
