@@ -19,6 +19,7 @@ from bench.fixed_cost import Tally, report, split
 from bench.loadgen import LoadSpec, _MessagesText, _SSEText, run_load
 from bench.log_line import measure as log_line_figures
 from bench.procstat import usage, user_sys_s
+from bench.redis_flap import measure as flap_figures
 from bench.run import python_build
 from bench.textgen import expected_text, messages_events, stream_events
 from bench.upstream import start_upstream
@@ -225,3 +226,10 @@ def test_the_log_line_bench_times_both_ways_on_both_chains_and_puts_logging_back
                                "write_info, chain before", "write_info, chain now"]
     assert all(len(runs) == 1 and runs[0] > 0 for runs in figures.values())
     assert sys.stdout is stdout and structlog.get_config()["processors"] is processors
+
+
+async def test_the_redis_flap_bench_sees_redis_go_and_come_back() -> None:
+    """`bench.redis_flap` against a real redis-server: its stalls send the backend local (operations pay
+    the deadline) and it comes back to shared counting between them."""
+    figures = await flap_figures(2.5, 0.3, 1.0)
+    assert figures["ops"] > 50 and figures["switches_back"] >= 1 and figures["paid_deadline"] >= 1
