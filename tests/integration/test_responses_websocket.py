@@ -100,6 +100,22 @@ def test_three_turns_send_only_new_items_and_the_bridge_gets_the_whole_conversat
     assert texts[2] == ["first", "One", "second", "Two", "third"]
 
 
+def test_a_response_cut_short_by_max_tokens_is_kept_and_continued(upstream: FakeUpstream, gw: GatewayServer) -> None:
+    """`response.incomplete` (a `max_output_tokens` cut or a content filter) is a response the connection
+    keeps, as OpenAI continues it: the next turn naming it gets the whole conversation upstream."""
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["One"], stop="max_tokens"), a.text_stream(["Two"]))
+    with sdk(gw).responses.connect() as conn:
+        conn.response.create(model="claude", input=[user("first")], store=False)
+        got = events_until_end(conn)
+        assert got[-1].type == "response.incomplete", got
+        conn.response.create(model="claude", input=[user("go on")], previous_response_id=got[-1].response.id,
+                             store=False)
+        got = events_until_end(conn)
+        assert got[-1].type == "response.completed", got
+    texts = [[_text(m) for m in body["messages"]] for body in upstream.bodies(MESSAGES_PATH)]
+    assert texts == [["first"], ["first", "One", "go on"]]
+
+
 def _text(message: dict[str, Any]) -> str:
     content = message["content"]
     return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)

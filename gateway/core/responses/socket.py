@@ -34,6 +34,10 @@ from gateway.core.websocket import text_frame
 TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")
 _WATCHED = (b"response.completed", b"response.incomplete", b"response.failed", b"error")
 _WATCHED_NAMES = frozenset(n.decode() for n in _WATCHED)
+# the ends a connection keeps to continue from: a response cut short by `max_output_tokens` or a content
+# filter (`incomplete`) is one too, as OpenAI continues it (docs/reference.md, WebSocket mode)
+_KEPT = (b"response.completed", b"response.incomplete")
+_KEPT_NAMES = frozenset(n.decode() for n in _KEPT)
 MAX_PENDING_EVENT = 16 * 1024 * 1024  # bytes of one SSE event awaiting its end (ours are whole writes)
 
 
@@ -280,8 +284,8 @@ class EventCutter:
         terminal one's response read from its object (a response echoes the request's instructions and
         tools: its JSON is as big as the request's, and parsing it again cost as much)."""
         if name in _WATCHED_NAMES:
-            if name == "response.completed":
-                self._completed(obj.get("response"))
+            if name in _KEPT_NAMES:
+                self._ended(obj.get("response"))
             else:
                 self.failed = True
         return text_frame(payload)
@@ -307,15 +311,15 @@ class EventCutter:
         return payload
 
     def _terminal(self, name: bytes, payload: bytes) -> None:
-        if name != b"response.completed":
+        if name not in _KEPT:
             self.failed = True
             return
         try:
             resp = orjson.loads(payload).get("response")
         except (orjson.JSONDecodeError, AttributeError):
             return
-        self._completed(resp)
+        self._ended(resp)
 
-    def _completed(self, resp: Any) -> None:
+    def _ended(self, resp: Any) -> None:
         if isinstance(resp, dict) and isinstance(resp.get("id"), str) and isinstance(resp.get("output"), list):
             self.ended = Ended(resp["id"], resp["output"])
