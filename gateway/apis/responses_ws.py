@@ -159,6 +159,10 @@ class ResponsesSocket:
         try:
             await self._done
             return self.frames.closed_by_peer
+        except asyncio.CancelledError:
+            if self._draining:  # `server.drain_s` ran out with a response running (the cancel took `_done` too)
+                self._cut_by_drain()
+            raise
         finally:
             self.app.metrics.websocket_closed()
             log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,
@@ -238,6 +242,14 @@ class ResponsesSocket:
 
     def lost(self) -> None:
         self._end()
+
+    def _cut_by_drain(self) -> None:
+        """The response in flight did not end within the drain: the client is told so (an `error` event,
+        the response having no terminal one) and the close is 1001 as for an idle connection at shutdown
+        (docs/reference.md, WebSocket mode), not a bare TCP close it would read as a network failure."""
+        self._write(self.frames.text(error_event(
+            "unavailable", "the gateway is shutting down: the response was cut after server.drain_s", None, 503)))
+        self.close(GOING_AWAY, "the gateway is shutting down")
 
     def close(self, code: int, reason: str) -> None:
         self._close_code = code

@@ -170,6 +170,28 @@ def test_a_drain_finishes_the_response_in_flight_then_closes_with_1001(
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
 
 
+def test_a_response_that_outlasts_the_drain_gets_an_error_event_then_1001(
+        servers: LoopThread, upstream: FakeUpstream, gw: GatewayServer) -> None:
+    """Past `server.drain_s` the response is cut, and the client is told: an `error` event (the response
+    has no terminal one), then the close frame 1001, not a bare TCP close."""
+    script, gate = gated("Never finished.")
+    upstream.enqueue(MESSAGES_PATH, script)
+    assert gw.api is not None
+    with raw_socket(gw) as ws:
+        ws.send(orjson.dumps({"type": "response.create", "model": "claude", "input": "go"}).decode())
+        while recv_json(ws)["type"] != "response.output_text.delta":  # the upstream now waits at the gate
+            pass
+        api = gw.api
+        servers.loop.call_soon_threadsafe(lambda: servers.loop.create_task(api.shutdown(0.2)))  # a short drain
+        events = []
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                events.append(recv_json(ws))
+    gate.opened.set()
+    assert [(e["type"], e.get("code")) for e in events] == [("error", "unavailable")]
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+
+
 def test_a_key_revoked_since_the_upgrade_gets_an_error_event_then_1008(
         servers: LoopThread, upstream: FakeUpstream, gw: GatewayServer) -> None:
     with raw_socket(gw) as ws:
