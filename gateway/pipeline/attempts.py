@@ -78,6 +78,7 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
     """
     model = ctx.model
     failures: list[Failure] = []
+    where: list[str] = []  # the deployment of each failure, for the client's error message
     # Breakers are asked lazily, just before a deployment is tried: asking admits a half-open probe.
     session = ctx.session if model.affinity == "session" else None  # docs/agents.md, "Session affinity": the session's
     # ranking
@@ -98,7 +99,8 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
             else:
                 result = await run_one(rt, ctx, d, attempt)
         except _HedgeFailed as hf:
-            failures.extend(hf.earlier)
+            failures.extend(f for _, f in hf.earlier)
+            where.extend(d.label for d, _ in hf.earlier)
             total, pos, on_this, d, failure = ctx.attempts, hf.pos, 1, hf.deployment, hf.failure
         except UpstreamError as exc:
             failure = exc.failure
@@ -115,6 +117,7 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
             pos, on_this = nxt, 0  # another deployment may answer where this one said nothing
             continue
         failures.append(failure)
+        where.append(d.label)
         after_failure(rt, ctx, d, failure)
         state = AttemptState(total, on_this, pos + 1 < len(order), False)
         decision = decide(failure, state, model.retry, rt.rand.random)
@@ -131,7 +134,7 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
             await asyncio.sleep(decision.delay_s)
         if decision.action is Action.NEXT:
             pos, on_this = _next_allowed(rt, order, model.deployments, pos + 1), 0
-    raise give_up_error(model.name, failures)
+    raise give_up_error(model.name, failures, where)
 
 
 def _signals(rt: Runtime, ctx: RequestContext) -> Signals:
@@ -149,7 +152,7 @@ def _signals(rt: Runtime, ctx: RequestContext) -> Signals:
 
 
 class _HedgeFailed(Exception):
-    def __init__(self, deployment: Deployment, failure: Failure, earlier: list[Failure], pos: int):
+    def __init__(self, deployment: Deployment, failure: Failure, earlier: list[tuple[Deployment, Failure]], pos: int):
         super().__init__(failure.message)
         self.deployment, self.failure, self.earlier, self.pos = deployment, failure, earlier, pos
 
@@ -202,7 +205,7 @@ class _Hedge(Generic[T]):
         for d, f in failed[:-1]:
             after_failure(self.rt, self.ctx, d, f)
         last_d, last_f = failed[-1]
-        raise _HedgeFailed(last_d, last_f, [f for _, f in failed[:-1]], hedge_pos)
+        raise _HedgeFailed(last_d, last_f, failed[:-1], hedge_pos)
 
     def _settle(self, racers: dict[asyncio.Future[T], Deployment], winner: asyncio.Future[T],
                 first: asyncio.Future[T]) -> None:
@@ -277,7 +280,7 @@ def after_failure(rt: Runtime, ctx: RequestContext, d: Deployment, failure: Fail
              code=failure.code)
 
 
-def give_up_error(model: str, failures: list[Failure]) -> GatewayError:
+def give_up_error(model: str, failures: list[Failure], where: list[str]) -> GatewayError:
     """What the client gets once the gateway has spent its own retries, its class decided by
     `core.policy.retry.final_error`: `x-should-retry: false` on all of it (docs/reference.md, "Routes"), so an SDK's
     retries don't multiply upstream calls."""
@@ -290,7 +293,7 @@ def give_up_error(model: str, failures: list[Failure]) -> GatewayError:
         return _after_retries(UpstreamClientError.from_failure(last), wait, last)
     if final.kind == "quota":
         return _after_retries(UpstreamQuota.from_failure(last), wait, last)
-    summary = "; ".join(_describe(f) for f in failures[-3:])
+    summary = "; ".join(map(_describe, failures[-3:], where[-3:]))
     if final.kind == "rate_limited":
         err: GatewayError = UpstreamRateLimited(f"model {model}: every attempt was rate-limited upstream ({summary})")
     elif final.kind == "timeout":
@@ -310,12 +313,12 @@ def _after_retries(err: GatewayError, wait: float | None = None, last: Failure |
     return err
 
 
-def _describe(f: Failure) -> str:
-    """Client-safe: the failure kind and status, and the message only for messages we wrote ourselves
-    (connection failures name the deployment, never a URL)."""
+def _describe(f: Failure, label: str) -> str:
+    """Client-safe, naming the deployment (docs/reference.md, "Errors"): the message only for messages we
+    wrote ourselves (they name it already, never a URL); else the failure kind, status and code."""
     if f.kind in (FailureKind.CONNECT, FailureKind.EARLY_EOF, FailureKind.IDLE_TIMEOUT,
                   FailureKind.TOTAL_TIMEOUT, FailureKind.FIRST_TOKEN_TIMEOUT, FailureKind.MALFORMED):
         return f.message
     status = f" HTTP {f.status}" if f.status else ""
     code = f" {f.code}" if f.code else ""
-    return f"{f.kind.value}{status}{code}"
+    return f"{label}: {f.kind.value}{status}{code}"

@@ -197,6 +197,21 @@ def test_every_error_after_our_retries_says_do_not_retry(
     assert calls == (4 if status == 502 else 1), "the SDK did not multiply our attempts"
 
 
+def test_a_502_names_each_failed_deployment_and_no_address(upstream: FakeUpstream,
+                                                           make_gateway: Callable[..., GatewayServer]) -> None:
+    """5xx failures are described by deployment (docs/reference.md, "Errors"), so a client or an on-call
+    engineer can tell which one fails; never by URL or address."""
+    gw = make_gateway(two_deployments(upstream.base_url))
+    upstream.defaults[CHAT] = error_script(500, None, "boom", "server_error")
+    upstream.defaults[B_CHAT] = error_script(503, None, "busy", "server_error")
+    with pytest.raises(openai.APIStatusError) as info:
+        sdk(gw).chat.completions.create(model="m", messages=MESSAGES)
+    message = info.value.message
+    assert info.value.status_code == 502
+    assert "p/model-a: http_5xx HTTP 500" in message and "b/model-b: http_5xx HTTP 503" in message, message
+    assert "127.0.0.1" not in message and "boom" not in message
+
+
 def test_an_empty_stream_moves_to_the_next_deployment(upstream: FakeUpstream,
                                                       make_gateway: Callable[..., GatewayServer]) -> None:
     gw = make_gateway(two_deployments(upstream.base_url))
