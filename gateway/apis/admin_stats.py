@@ -1,6 +1,6 @@
 """`GET /admin/v1/stats?window_s=3600`: per model, this replica's own recent numbers (docs/console.md,
-Stats): requests, error rate, time to first token p50/p95, and the gateway's overhead p50 (null until
-the gateway measures it per request). Read from `observe.stats_window`, never from the store."""
+Stats): requests, error rate, time to first token p50/p95, and the gateway's overhead p50 (null when no
+request of the window measured one). Read from `observe.stats_window`, never from the store."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def window_of(query: str) -> int:
 
 def _row(s: ModelStats) -> dict[str, object]:
     return {"model": s.model, "requests": s.requests, "errors": s.errors, "error_rate": round(s.error_rate, 6),
-            "ttft_p50_s": s.ttft_p50_s, "ttft_p95_s": s.ttft_p95_s, "overhead_p50_s": None}
+            "ttft_p50_s": s.ttft_p50_s, "ttft_p95_s": s.ttft_p95_s, "overhead_p50_s": s.overhead_p50_s}
 
 
 async def stats(request: GatewayRequest, cp: ControlPlane, actor: Actor, parts: list[str]) -> Response:

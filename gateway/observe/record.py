@@ -117,6 +117,7 @@ class RequestRecorder:
     def overhead(self, model: str, seconds: float) -> None:
         """The gateway's own share of the first token's time (docs/overhead.md)."""
         self.m.child(self.m.overhead, self.api, model).observe(seconds)
+        WINDOW.overhead(model, seconds)  # the console's last hour (observe/stats_window.py)
 
     def text_delay(self, seconds: float) -> None:
         """Per write: how long the text spent inside the gateway."""

@@ -3,8 +3,8 @@
 The Prometheus histograms count since the process started (and, with `--workers`, are shared files),
 so they cannot answer "the last hour"; this keeps a small ring of one-minute buckets per model instead,
 fed by the request recorder (`observe.record`). Everything is bounded: 60 buckets per model, at most
-`SAMPLES` time-to-first-token samples per bucket (a reservoir), at most `MAX_MODELS` models (model
-names are the configured ones, so the cap is only a guard across reloads).
+`SAMPLES` time-to-first-token samples and `SAMPLES` overhead samples per bucket (two reservoirs), at
+most `MAX_MODELS` models (model names are the configured ones, so the cap is only a guard across reloads).
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ ERROR_OUTCOMES = frozenset({"upstream_error", "timeout"})
 
 
 class _Bucket:
-    __slots__ = ("errors", "minute", "requests", "seen", "ttft")
+    __slots__ = ("errors", "minute", "overhead", "overhead_seen", "requests", "seen", "ttft")
 
     def __init__(self, minute: int):
-        self.minute, self.requests, self.errors, self.seen = minute, 0, 0, 0
+        self.minute, self.requests, self.errors, self.seen, self.overhead_seen = minute, 0, 0, 0, 0
         self.ttft: list[float] = []
+        # the gateway's own share of the first token's time (docs/overhead.md), sampled like `ttft`
+        self.overhead: list[float] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class ModelStats:
     errors: int
     ttft_p50_s: float | None
     ttft_p95_s: float | None
+    overhead_p50_s: float | None
 
     @property
     def error_rate(self) -> float:
@@ -82,6 +85,20 @@ class RollingStats:
             if i < SAMPLES:
                 b.ttft[i] = seconds
 
+    def overhead(self, model: str, seconds: float) -> None:
+        """The gateway's own share of a request's first token (docs/overhead.md): the same reservoir as
+        `first_token`, written out again rather than shared, so neither pays a call more per request."""
+        b = self._bucket(model)
+        if b is None:
+            return
+        b.overhead_seen += 1
+        if len(b.overhead) < SAMPLES:
+            b.overhead.append(seconds)
+        else:
+            i = self._random.randrange(b.overhead_seen)
+            if i < SAMPLES:
+                b.overhead[i] = seconds
+
     def snapshot(self, window_s: int) -> list[ModelStats]:
         """Per model with a request in the last `window_s` (rounded up to whole minutes), by name."""
         now = int(self._clock() // BUCKET_S)
@@ -93,8 +110,9 @@ class RollingStats:
             if not requests:
                 continue
             samples = sorted(s for b in live for s in b.ttft)
-            out.append(ModelStats(model, requests, sum(b.errors for b in live),
-                                  _quantile(samples, 0.5), _quantile(samples, 0.95)))
+            overhead = sorted(s for b in live for s in b.overhead)
+            out.append(ModelStats(model, requests, sum(b.errors for b in live), _quantile(samples, 0.5),
+                                  _quantile(samples, 0.95), _quantile(overhead, 0.5)))
         return out
 
 

@@ -121,6 +121,7 @@ def test_key_lifecycle_with_the_openai_sdk(page: Page, console: Console) -> None
     model_row = page.get_by_role("row").filter(has=page.get_by_role("cell", name="m", exact=True))
     expect(model_row.get_by_role("cell").nth(1)).to_have_text("6")  # this replica's requests of m
     expect(model_row.get_by_role("cell").nth(4)).to_contain_text(" ms")  # a TTFT p50, streamed
+    expect(model_row.get_by_role("cell").nth(6)).to_contain_text(" ms")  # the gateway's overhead p50
     expect(page.get_by_role("img", name="Error rate")).to_contain_text("0.0 %")
     screenshot(page, "stats")
 

@@ -9,19 +9,23 @@ import openai
 import pytest
 
 from gateway.config import parse_config
-from tests.chat_scripts import error_script, text_stream
+from tests.chat_scripts import completion, error_script, text_stream
 from tests.control_plane import CONFIG_KEY, admin_call, raw_config
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread
 
-MODEL = "stats-model"  # a name of this test only: the window is the process's
+MODEL = "stats-model"  # names of this test only: the window is the process's
+BODY_MODEL = "stats-model-body"
+FAILING_MODEL = "stats-model-failing"
+USER = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
 def gateway(servers: LoopThread, upstream: FakeUpstream, tmp_path: Path) -> Iterator[GatewayServer]:
     raw = raw_config(f"sqlite:///{tmp_path}/gateway.db")
     raw["providers"] = {"up": {"type": "openai", "base_url": f"{upstream.base_url}/v1", "api_key": "sk-up"}}
-    raw["models"] = [{"name": MODEL, "deployments": [{"provider": "up", "model": "x"}]}]
+    raw["models"] = [{"name": m, "deployments": [{"provider": "up", "model": "x"}]}
+                     for m in (MODEL, BODY_MODEL, FAILING_MODEL)]
     gw = GatewayServer(parse_config(raw, env={}))
     servers.run(gw.start())
     yield gw
@@ -41,7 +45,23 @@ def test_stats_count_requests_errors_and_first_tokens(gateway: GatewayServer, up
     [row] = [r for r in body["data"] if r["model"] == MODEL]
     assert (row["requests"], row["errors"], row["error_rate"]) == (4, 1, 0.25)
     assert 0 < row["ttft_p50_s"] <= row["ttft_p95_s"] < 10
-    assert row["overhead_p50_s"] is None
+    # the gateway's own share of each first token (docs/overhead.md): a part of it
+    assert 0 < row["overhead_p50_s"] <= row["ttft_p50_s"]
+
+
+def test_stats_answer_the_overhead_of_whole_answers(gateway: GatewayServer, upstream: FakeUpstream) -> None:
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=CONFIG_KEY, max_retries=0)
+    upstream.defaults["/v1/chat/completions"] = completion("Hello")
+    for _ in range(2):
+        assert client.chat.completions.create(model=BODY_MODEL, messages=USER).choices[0].message.content == "Hello"
+    upstream.defaults["/v1/chat/completions"] = error_script(500, "server_error")
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model=FAILING_MODEL, messages=USER)
+    status, body = admin_call(gateway.port, "GET", "stats?window_s=600")
+    rows = {r["model"]: r for r in body["data"]}
+    assert status == 200 and rows[BODY_MODEL]["ttft_p50_s"] is None  # no streamed first token
+    assert 0 < rows[BODY_MODEL]["overhead_p50_s"] < 10
+    assert (rows[FAILING_MODEL]["requests"], rows[FAILING_MODEL]["overhead_p50_s"]) == (1, None)  # none measured
 
 
 @pytest.mark.parametrize("window", ["5", "3601", "abc", "-60", "", "%C2%B2", "9" * 5000])

@@ -1,5 +1,6 @@
 """The rolling window behind GET /admin/v1/stats (gateway/observe/stats_window.py): counts per model in
-one-minute buckets, an hour at most, bounded samples, nearest-rank percentiles."""
+one-minute buckets, an hour at most, bounded samples, nearest-rank percentiles; the gateway's overhead
+(docs/overhead.md) beside the time to first token."""
 
 from __future__ import annotations
 
@@ -55,3 +56,44 @@ def test_samples_and_models_are_bounded() -> None:
     for i in range(MAX_MODELS + 10):
         w.request(f"m{i}", "ok")
     assert len(w._models) == MAX_MODELS
+
+
+def test_overhead_p50_is_of_the_requests_that_measured_one() -> None:
+    w = RollingStats(Clock(), seed=3)
+    for i in range(1, 11):
+        w.request("a", "ok")
+        w.overhead("a", i / 10_000)  # a whole answer: an overhead, no streamed first token
+    w.request("a", "upstream_error")  # a failure measures none, and weighs nothing in the p50
+    w.request("hits", "ok")  # cache hits only: a first token, no overhead
+    w.first_token("hits", 0.002)
+    a, hits = w.snapshot(3600)
+    assert (a.requests, a.ttft_p50_s, a.overhead_p50_s) == (11, None, 0.0005)
+    assert (hits.ttft_p50_s, hits.overhead_p50_s) == (0.002, None)
+
+
+def test_overhead_leaves_the_window_with_its_minute() -> None:
+    clock = Clock()
+    w = RollingStats(clock)
+    w.request("a", "ok")
+    w.overhead("a", 0.004)
+    clock.t += 2 * BUCKET_S
+    w.request("a", "ok")
+    w.overhead("a", 0.001)
+    assert w.snapshot(3600)[0].overhead_p50_s == 0.001  # nearest rank of two: the lower
+    assert w.snapshot(60)[0].overhead_p50_s == 0.001
+    w.request("a", "ok")
+    clock.t += 2 * BUCKET_S
+    w.request("a", "ok")
+    assert w.snapshot(60)[0].overhead_p50_s is None  # this minute's request measured none
+
+
+def test_overhead_samples_are_bounded_apart_from_the_first_tokens() -> None:
+    w = RollingStats(Clock(), seed=4)
+    w.request("a", "ok")
+    w.first_token("a", 9.0)
+    for i in range(SAMPLES * 10):
+        w.overhead("a", float(i))
+    [b] = [b for b in w._models["a"] if b is not None]
+    assert (len(b.overhead), b.ttft, b.seen) == (SAMPLES, [9.0], 1)
+    p50 = w.snapshot(60)[0].overhead_p50_s
+    assert p50 is not None and SAMPLES < p50 < SAMPLES * 9  # a sample of the whole minute
