@@ -75,29 +75,25 @@ class RollingStats:
 
     def first_token(self, model: str, seconds: float) -> None:
         b = self._bucket(model)
-        if b is None:
-            return
-        b.seen += 1
-        if len(b.ttft) < SAMPLES:
-            b.ttft.append(seconds)
-        else:  # reservoir sampling: every sample of the minute equally likely to be kept
-            i = self._random.randrange(b.seen)
-            if i < SAMPLES:
-                b.ttft[i] = seconds
+        if b is not None:
+            b.seen += 1
+            self._keep(b.ttft, b.seen, seconds)
 
     def overhead(self, model: str, seconds: float) -> None:
-        """The gateway's own share of a request's first token (docs/overhead.md): the same reservoir as
-        `first_token`, written out again rather than shared, so neither pays a call more per request."""
+        """The gateway's own share of a request's first token (docs/overhead.md), sampled as `first_token`."""
         b = self._bucket(model)
-        if b is None:
-            return
-        b.overhead_seen += 1
-        if len(b.overhead) < SAMPLES:
-            b.overhead.append(seconds)
+        if b is not None:
+            b.overhead_seen += 1
+            self._keep(b.overhead, b.overhead_seen, seconds)
+
+    def _keep(self, samples: list[float], seen: int, seconds: float) -> None:
+        """Reservoir sampling: every one of the minute's `seen` samples equally likely to be kept."""
+        if len(samples) < SAMPLES:
+            samples.append(seconds)
         else:
-            i = self._random.randrange(b.overhead_seen)
+            i = self._random.randrange(seen)
             if i < SAMPLES:
-                b.overhead[i] = seconds
+                samples[i] = seconds
 
     def snapshot(self, window_s: int) -> list[ModelStats]:
         """Per model with a request in the last `window_s` (rounded up to whole minutes), by name."""
