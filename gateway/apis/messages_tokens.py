@@ -1,8 +1,9 @@
 """`POST /v1/messages/count_tokens`: Anthropic's token counting, for the Messages API's clients (Claude Code).
 
-Passed through to the model's `anthropic` deployments (the attempt loop over those alone: retries and
-fallback as for any request, model rewritten, betas passed through), the answer as Anthropic gave it.
-A model with no `anthropic` deployment gets an *estimate* (about 4 bytes of the request's JSON a token),
+Passed through to the model's Claude deployments that count tokens (`anthropic`, and Claude models on
+`bedrock` and `vertex`: the attempt loop over those alone, retries and fallback as for any request, model
+rewritten, betas passed through), the answer as the upstream gave it, in Anthropic's shape. A model with
+none gets an *estimate* (about 4 bytes of the request's JSON a token),
 marked as one: the header `x-gateway-token-count: estimate` and `"estimate": true` in the body; a
 Messages client reads `input_tokens` and ignores the rest.
 
