@@ -26,11 +26,13 @@ REQUESTED_MODEL_CHARS = 128
 @dataclass(frozen=True, slots=True)
 class Admission:
     """What the request said of itself before (or without) a resolved model: the key it authenticated
-    with and the model name as sent (cut to `REQUESTED_MODEL_CHARS`). The log line's `key` and
-    `requested_model`, and the metrics' `key` label, on every answer, a 4xx included (docs/reference.md, "Logs")."""
+    with, the model name as sent (cut to `REQUESTED_MODEL_CHARS`) and the session it belongs to. The log line's
+    `key`, `requested_model` and `session_hash`, and the metrics' `key` label, on every answer, a 4xx included
+    (docs/reference.md, "Logs")."""
 
     key: ApiKey | None = None
     requested_model: str | None = None
+    session: str | None = None  # the session id's digest, once the body is read (a 404's line has it too)
 
     @property
     def key_name(self) -> str:

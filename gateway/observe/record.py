@@ -224,7 +224,7 @@ class RequestRecorder:
             "estimated": ctx.usage_estimated if ctx else False, "cost_usd": round(ctx.cost_usd, 8) if ctx else 0.0,
             "redactions": ctx.redactions if ctx else 0, "guardrails": dict(ctx.verdicts) if ctx else {},
             "stream_error": ctx.stream_error if ctx else None, "cache_hit": ctx.cache_hit if ctx else False,
-            "continued": ctx.continued if ctx else None, "session_hash": ctx.session if ctx else None,
+            "continued": ctx.continued if ctx else None, "session_hash": ctx.session if ctx else adm.session,
             "affinity": ctx.affinity if ctx else None,
             "subject_hash": subject_hash(key.subject) if key is not None and key.subject else None,
             "transport": self.transport,

@@ -107,10 +107,12 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
         key = await rt.keyring.after_refetch(request.headers, x_api_key=api.x_api_key)
     request.admission = Admission(key)
     body, cache_marked = await read_json(rt, request)
+    session = session_digest(request.headers, body)
     name = body.get("model")
     if not isinstance(name, str) or not name:
+        request.admission = Admission(key, None, session)
         raise InvalidRequest("you must provide a model parameter", param="model")
-    request.admission = Admission(key, name[:REQUESTED_MODEL_CHARS])
+    request.admission = Admission(key, name[:REQUESTED_MODEL_CHARS], session)
     model = rt.model(name, key)
     if model is None:
         raise ModelNotFound.named(name)
@@ -131,7 +133,7 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
                          t_start=request.t0,
                          client_headers={**request.headers, "x-request-id": request.request_id},
                          response_headers=request.extra_headers,
-                         session=session_digest(request.headers, body), body_bytes=request.body_size,
+                         session=session, body_bytes=request.body_size,
                          cache_marked=cache_marked)
     request.ctx = ctx
     return rt, ctx

@@ -154,6 +154,23 @@ def test_the_log_line_names_the_key_the_requested_model_the_deployment_and_the_r
     assert gw.sample("llm_gateway_requests_total", api="chat", model="m", outcome="upstream_error", key="team") == 1
 
 
+def test_a_refused_requests_log_line_carries_its_session_as_a_served_one_does(
+        upstream: FakeUpstream, gw: GatewayServer) -> None:
+    """A session's 404 (a misnamed model) is tied to its other requests in the logs: `session_hash` is set
+    once the body is read, before the model is resolved."""
+    upstream.defaults[CHAT] = json_script({"id": "c", "object": "chat.completion", "created": 1, "model": "x",
+                                           "choices": [{"index": 0, "finish_reason": "stop",
+                                                        "message": {"role": "assistant", "content": "ok"}}]})
+    session = {"X-Claude-Code-Session-Id": "session-404"}
+    with capture_logs() as logs:
+        with pytest.raises(openai.NotFoundError):
+            oai(gw).chat.completions.create(model="absent", messages=HI, extra_headers=session)  # type: ignore[arg-type]
+        oai(gw).chat.completions.create(model="m", messages=HI, extra_headers=session)  # type: ignore[arg-type]
+    hashes = [e["session_hash"] for e in request_lines(logs)]
+    assert len(hashes) == 2 and hashes[0] is not None and hashes[0] == hashes[1], hashes
+    assert "session-404" not in str(logs)
+
+
 def _inband_rate_limit(headers: dict[str, str]) -> Script:
     return Script([sse({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "x",
                         "choices": [{"index": 0, "delta": {"role": "assistant"}}]}), sse(RATE_LIMITED)],
