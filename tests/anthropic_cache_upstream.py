@@ -10,7 +10,9 @@ longest written prefix ending at one of its own markers or at one of the 20 bloc
 (Anthropic's lookback). Reads and writes are reported in the provider's usage fields; a token is a
 character of a block's text (a tool's JSON), to keep the arithmetic plain. Like the real APIs it refuses a
 fifth marker (Anthropic's 400 `invalid_request_error`, Bedrock's `ValidationException`), a marker of
-another shape, and a 1-hour marker after a 5-minute one.
+another shape, and a 1-hour marker after a 5-minute one; the markers on the blocks inside a `tool_result`
+count there too (listed as `...content[j].content[k]`, before the block's own), though the cache itself
+works on whole outer blocks.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ def anthropic_blocks(body: dict[str, Any]) -> tuple[list[Block], list[tuple[str,
     where: list[tuple[str, Any]] = []
 
     def add(path: str, role: str, block: dict[str, Any], tokens: int) -> None:
+        inner = block.get("content")  # a tool_result's blocks: their markers count, before the block's own
+        for k, part in enumerate(inner if isinstance(inner, list) else ()):
+            if isinstance(part, dict) and part.get("cache_control") is not None:
+                where.append((f"{path}.content[{k}]", part["cache_control"]))
         cc = block.get("cache_control")
         plain = {k: v for k, v in block.items() if k != "cache_control"}
         blocks.append(Block(orjson.dumps([role, plain]), tokens, cc))

@@ -265,6 +265,29 @@ def test_markers_over_four_are_dropped_from_the_oldest_and_logged(claude: Cachin
     assert claude.sent[-1]["system"] == [{"type": "text", "text": "rules"}]
 
 
+def test_markers_inside_a_tool_result_count_toward_the_four(claude: CachingClaudeUpstream,
+                                                              gw: GatewayServer) -> None:
+    """Claude Code marks the blocks inside its tool results: the gateway counts them with the others, so
+    five markers are not Anthropic's 400, and `auto` adds none to a request whose only marker is one."""
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{gw.port}", api_key="any", max_retries=0, timeout=30)
+    result: Any = {"type": "tool_result", "tool_use_id": "c1",
+                   "content": [{"type": "text", "text": "a.txt b.txt", "cache_control": EPHEMERAL}]}
+    call: Any = {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "shell", "input": {}}]}
+    tool: Any = {"name": "shell", "description": "run", "input_schema": {"type": "object"}}
+    messages: list[Any] = [
+        {"role": "user", "content": [{"type": "text", "text": "list the files", "cache_control": EPHEMERAL}]},
+        call, {"role": "user", "content": [result, {"type": "text", "text": "and?", "cache_control": EPHEMERAL}]}]
+    with capture_logs() as logs:
+        client.messages.create(model="anthropic", max_tokens=16, tools=[{**tool, "cache_control": HOUR}],
+                               system=[{"type": "text", "text": "rules", "cache_control": HOUR}], messages=messages)
+    assert [path for path, _ in claude.log[-1].markers] == [  # the tools' marker, the oldest, dropped
+        "system[0]", "messages[0].content[0]", "messages[2].content[0].content[0]", "messages[2].content[1]"]
+    assert next(e for e in logs if e.get("event") == "request")["cache_markers_dropped"] == 1
+    unmarked = [{"role": "user", "content": "list the files"}, call, {"role": "user", "content": [result]}]
+    client.messages.create(model="anthropic-auto", max_tokens=16, tools=[tool], system="rules", messages=unmarked)
+    assert [path for path, _ in claude.log[-1].markers] == ["messages[2].content[0].content[0]"]
+
+
 def test_markers_spelled_with_escapes_are_fitted_too(claude: CachingClaudeUpstream, gw: GatewayServer) -> None:
     """A key written `cache\\u005fcontrol` is `cache_control` to every JSON reader: the byte check that
     spares unmarked bodies the walk must not let six of them through."""

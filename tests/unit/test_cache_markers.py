@@ -37,9 +37,18 @@ def marked(body: dict[str, Any]) -> list[str]:
     out += [f"system[{i}]" for i, b in enumerate(system if isinstance(system, list) else ()) if "cache_control" in b]
     for i, m in enumerate(body["messages"]):
         content = m["content"]
-        out += [f"m{i}.{j}" for j, b in enumerate(content if isinstance(content, list) else ())
-                if "cache_control" in b]
+        for j, b in enumerate(content if isinstance(content, list) else ()):
+            inner = b.get("content")
+            out += [f"m{i}.{j}.{k}" for k, p in enumerate(inner if isinstance(inner, list) else ())
+                    if "cache_control" in p]
+            out += [f"m{i}.{j}"] if "cache_control" in b else []
     return out
+
+
+def tool_result(*texts: str, marked: tuple[int, ...], cc: Any = E) -> dict[str, Any]:
+    """A tool_result whose content blocks at `marked` carry `cc` (Claude Code marks them so)."""
+    return {"type": "tool_result", "tool_use_id": "c", "content": [
+        {"type": "text", "text": t, **({"cache_control": cc} if k in marked else {})} for k, t in enumerate(texts)]}
 
 
 def test_four_markers_pass_untouched_and_more_are_dropped_from_the_oldest_without_changing_the_client_body() -> None:
@@ -51,6 +60,63 @@ def test_four_markers_pass_untouched_and_more_are_dropped_from_the_oldest_withou
     assert fit(out, auto=False) == 3
     assert marked(out) == ["m1.0", "m2.0", "m3.0", "m4.0"]  # the newest four: the next turn reads from them
     assert client == before
+
+
+def test_markers_inside_a_tool_result_count_toward_the_four_and_are_dropped_in_prefix_order() -> None:
+    at_limit: dict[str, Any] = {**body_with(2), "messages": [
+        {"role": "user", "content": [tool_result("out", marked=(0,))]},
+        {"role": "user", "content": [{"type": "text", "text": "next", "cache_control": E}]}]}
+    before = copy.deepcopy(at_limit)
+    assert fit(at_limit, auto=True) == 0 and at_limit == before  # four, one of them nested: as sent
+    # the audit's body: tools, system, a text, a text inside a tool_result, one more text
+    five: dict[str, Any] = {**body_with(3), "messages": [
+        *body_with(3)["messages"], {"role": "user", "content": [tool_result("out", marked=(0,))]},
+        {"role": "user", "content": [{"type": "text", "text": "next", "cache_control": E}]}]}
+    assert fit(five, auto=False) == 1
+    assert marked(five) == ["system[0]", "m0.0", "m1.0.0", "m2.0"]
+    # nested markers come before their tool_result's own one; the client's body stays as it came
+    client: dict[str, Any] = {**body_with(2), "messages": [
+        {"role": "user", "content": [{**tool_result("a", "b", "c", marked=(0, 2)), "cache_control": E}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "x", "cache_control": E}]},
+        {"role": "user", "content": [{"type": "text", "text": "y", "cache_control": E}]}]}
+    before = copy.deepcopy(client)
+    out = dict(client)
+    assert fit(out, auto=False) == 3
+    assert marked(out) == ["m0.0.2", "m0.0", "m1.0", "m2.0"]
+    assert out["messages"][0]["content"][0]["content"][0] == {"type": "text", "text": "a"}
+    assert client == before
+
+
+def test_markers_on_a_chat_tool_messages_parts_count_toward_the_four_too() -> None:
+    part: Any = {"type": "text", "text": "out", "cache_control": E}
+    body = anthropic_body({"messages": [
+        {"role": "system", "content": [{"type": "text", "text": "s", "cache_control": H}]},
+        {"role": "user", "content": [{"type": "text", "text": "u", "cache_control": E}]},
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                                              "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": [part, part]},
+        {"role": "user", "content": [{"type": "text", "text": "next", "cache_control": E}]}],
+        "tools": [{"type": "function", "function": {"name": "f"}, "cache_control": H}]}, "claude", stream=False)
+    assert fit(body, auto=False) == 2
+    assert marked(body) == ["m0.0", "m2.0.0", "m2.0.1", "m2.1"]  # the tool result and the user text: one turn
+
+
+def test_a_nested_one_hour_marker_after_a_five_minute_one_is_sent_as_five_minutes() -> None:
+    body: dict[str, Any] = {"system": [{"type": "text", "text": "s", "cache_control": E}], "messages": [
+        {"role": "user", "content": [{**tool_result("a", "b", marked=(1,), cc=H), "cache_control": H}]}]}
+    assert fit(body, auto=False) == 0
+    result = body["messages"][0]["content"][0]
+    assert result["content"][1]["cache_control"] == E and result["cache_control"] == E
+
+
+def test_auto_adds_nothing_when_the_only_marker_is_inside_a_tool_result() -> None:
+    body: dict[str, Any] = {"tools": [{"name": "t"}], "system": "rules", "messages": [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "t", "input": {}}]},
+        {"role": "user", "content": [tool_result("out", marked=(0,))]}]}
+    before = copy.deepcopy(body)
+    assert fit(body, auto=True) == 0
+    assert body == before and marked(body) == ["m2.0.0"]
 
 
 def test_a_one_hour_marker_after_a_five_minute_one_is_sent_as_five_minutes() -> None:
