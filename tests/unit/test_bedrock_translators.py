@@ -26,6 +26,7 @@ from gateway.core.eventstream import BedrockStreamTranscoder
 from gateway.core.policy.retry import Action, AttemptState, RetryPolicy, decide
 from gateway.core.sse import SSEDecoder, SSEEvent
 from gateway.providers.chat_bedrock import BedrockChat
+from gateway.providers.convert.bedrock_converse import converse_body
 from gateway.providers.messages_bedrock import BedrockMessages
 from gateway.providers.settings import AwsSettings, ProviderConfig
 from tests.eventstream_frames import chunk, event, exception
@@ -258,6 +259,19 @@ CONVERSE_BODY = {"output": {"message": {"role": "assistant", "content": [
     {"toolUse": {"toolUseId": "t1", "name": "get", "input": {"a": 1}}}]}},
     "stopReason": "tool_use", "usage": {"inputTokens": 5, "outputTokens": 9, "totalTokens": 121,
                                         "cacheReadInputTokens": 100, "cacheWriteInputTokens": 7}}
+
+
+def test_a_marker_inside_a_tool_result_becomes_a_cache_point_after_it() -> None:
+    """Converse has no cache point inside a toolResult: a marker on its content (Claude Code marks its
+    latest tool result) is the one after the block, as a marker on the block itself is."""
+    mark = {"type": "ephemeral"}
+    marked = [{"type": "text", "text": "out", "cache_control": mark}]
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": marked}
+    plain = {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": "out"}]}
+    body = converse_body({"max_tokens": 5, "messages": [
+        {"role": "user", "content": [result, plain]}, {"role": "user", "content": [{**plain, "cache_control": mark}]}]})
+    kinds = [[next(iter(b)) for b in m["content"]] for m in body["messages"]]
+    assert kinds == [["toolResult", "cachePoint", "toolResult"], ["toolResult", "cachePoint"]]
 
 
 def test_converse_body_to_chat_completion() -> None:

@@ -11,8 +11,9 @@ Request (Anthropic -> Converse): `system` -> `system[].text`; blocks text -> `te
 `image` (format from the media type), base64 PDF -> `document`, tool_use -> `toolUse`, tool_result ->
 `toolResult` (`status: error` for `is_error`), thinking -> `reasoningContent.reasoningText`,
 redacted_thinking -> `reasoningContent.redactedContent`; a `cache_control` adds a `cachePoint` after its
-block (a tool's: after it in `toolConfig.tools`); `max_tokens`, `temperature`, `top_p`, `stop_sequences`
--> `inferenceConfig`; `tools` and `tool_choice` (auto, any, tool; none sends no choice) -> `toolConfig`.
+block (a tool's: after it in `toolConfig.tools`; one on a tool_result's content: after the toolResult);
+`max_tokens`, `temperature`, `top_p`, `stop_sequences` -> `inferenceConfig`; `tools` and `tool_choice`
+(auto, any, tool; none sends no choice) -> `toolConfig`.
 Image URLs have no Converse form (only bytes or S3) and are dropped.
 Answer (Converse -> Anthropic): content blocks the other way round; `stopReason` (end_turn, tool_use,
 max_tokens, stop_sequence pass; guardrail_intervened and content_filtered -> refusal); `usage`
@@ -84,9 +85,17 @@ def _message(m: Mapping[str, Any]) -> dict[str, Any]:
     for block in content if isinstance(content, list) else ():
         if isinstance(block, dict):
             blocks += _block(block)
-            if block.get("cache_control"):
+            if block.get("cache_control") or _marked_inside(block):
                 blocks.append(_CACHE_POINT)
     return {"role": "assistant" if m.get("role") == "assistant" else "user", "content": blocks}
+
+
+def _marked_inside(block: Mapping[str, Any]) -> bool:
+    """A `tool_result` with a marker on a block of its content (docs/caching.md): Converse has no cache
+    point inside a `toolResult`, so the one after it stands for it (a prefix a little longer)."""
+    content = block.get("content")
+    return block.get("type") == "tool_result" and isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("cache_control") for part in content)
 
 
 def _block(block: Mapping[str, Any]) -> list[Block]:
