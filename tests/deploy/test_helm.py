@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import os
 import shutil
 import subprocess
@@ -335,6 +336,16 @@ def test_probes_and_ports_follow_the_config(chart: helm.Chart) -> None:
     assert c["args"] == ["serve", "--config", "/etc/gateway/config.yaml"]
 
 
+def test_a_tls_listener_gets_https_probes(chart: helm.Chart) -> None:
+    """`config.server.tls` (a certificate mounted with extraVolumes) renders, and the probes speak HTTPS:
+    over plain HTTP they would fail the handshake and no pod would ever be ready."""
+    tls = {"cert_file": "/etc/gateway/tls/tls.crt", "key_file": "/etc/gateway/tls/tls.key"}
+    pod = container(render(chart, {"config": {"server": {"tls": tls}}}))
+    assert [pod[p]["httpGet"].get("scheme") for p in ("startupProbe", "livenessProbe", "readinessProbe")] == \
+        ["HTTPS"] * 3
+    assert "scheme" not in container(render(chart))["readinessProbe"]["httpGet"]
+
+
 @pytest.mark.parametrize("drain_s", [30, 120, 7.5])
 def test_grace_period_outlasts_prestop_and_drain(chart: helm.Chart, drain_s: float) -> None:
     docs = render(chart, {"config": {"server": {"drain_s": drain_s}}})
@@ -621,6 +632,112 @@ def test_store_url_stays_out_of_the_configmap(chart: helm.Chart) -> None:
     configmaps = yaml.safe_dump([d for d in docs if d["kind"] == "ConfigMap"])
     assert "s3cret-db-pw" not in configmaps
     assert secret_env(docs)["GATEWAY_STORE_URL"] == "postgresql://gw:s3cret-db-pw@db:5432/gw"
+
+
+# ---- identity, admin roles and store tuning in `config` ------------------------------------------
+
+ENG_ADMIN_DIGEST = "ab" * 32
+
+
+def identity_values() -> dict[str, Any]:
+    """IdP identity (`auth.jwt`), admin roles and console SSO (`admin`), store tuning (`store`), as
+    docs/identity.md and docs/keys-teams-spend.md configure them; the store's URL from a Secret."""
+    config = {
+        "auth": {"jwt": {"issuer": "https://idp.example.com", "audience": "llm-gateway", "leeway_s": 30,
+                         "groups": {"eng": {"team": "eng", "models": ["demo"]}}}},
+        "admin": {"jwt_groups": {"platform-admins": "admin", "eng-leads": {"role": "team_admin", "team": "eng"}},
+                  "console": {"oidc_client_id": "gateway-console"},
+                  "keys": [{"name": "ops", "key": "${OPS_ADMIN_KEY}", "role": "viewer"},
+                           {"name": "eng-admin", "key_sha256": ENG_ADMIN_DIGEST, "role": "team_admin",
+                            "team": "eng"}]},
+        "store": {"poll_s": "${STORE_POLL_S}", "ledger_wait_s": 0.5, "connect_timeout_s": 3,
+                  "ledger_journal": "off"},
+    }
+    return {"config": config, "store": {"existingSecret": "gateway-db"},
+            "secret": {"env": {"OPS_ADMIN_KEY": "an-ops-admin-key", "STORE_POLL_S": "1"}}}
+
+
+def schema_accepts(schema: dict[str, Any], key: str) -> bool:
+    """Whether the values schema lets `config.<key>` through, for a key as `config_keys()` spells it
+    (`models[].retry.max_attempts`, `providers.<name>.proxy`): a property, or an open mapping."""
+    def resolve(node: Any) -> Any:
+        while isinstance(node, dict) and ("$ref" in node or "anyOf" in node):
+            if "$ref" in node:
+                node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]]
+            else:  # the mapping branch, if any: `jwt_groups.<group>` is a role or {role, team}
+                node = next((b for b in node["anyOf"] if resolve(b).get("type") == "object"), node["anyOf"][0])
+        return node
+
+    node = schema["properties"]["config"]
+    for part in key.split("."):
+        name, is_list = part.removesuffix("[]"), part.endswith("[]")
+        node = resolve(node)
+        if name.startswith("<") or name not in node.get("properties", {}):
+            extra = node.get("additionalProperties", True)
+            if extra is False:
+                return False
+            if extra is True:
+                return True  # an open mapping: the gateway checks what is under it
+            node = extra
+        else:
+            node = node["properties"][name]
+        if is_list:
+            node = resolve(node).get("items")
+            if node is None:
+                return True
+    return True
+
+
+def test_values_schema_accepts_every_gateway_config_key() -> None:
+    """`config` is the gateway's config: the schema must not refuse a key the gateway accepts
+    (gateway/config/load.py's config_keys(), the list docs/reference.md documents)."""
+    from gateway.config.load import config_keys
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    refused = sorted(k for k in config_keys() if not schema_accepts(schema, k))
+    assert refused == []
+    assert not schema_accepts(schema, "auth.jwt.issuer_url"), "the check can fail: a typo is refused"
+
+
+def test_identity_admin_roles_and_store_tuning_render_and_pass_check_config(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
+    values = identity_values()
+    docs = render(chart, values)
+    config = gateway_config(docs)
+    assert config["auth"]["jwt"] == values["config"]["auth"]["jwt"]
+    assert config["admin"] == values["config"]["admin"]
+    assert config["store"] == {**values["config"]["store"], "url": "${GATEWAY_STORE_URL}"}
+    result = check_config(config, {**secret_env(docs), "GATEWAY_STORE_URL": "postgresql://u:p@db:5432/g"}, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_admin_secret_key_is_added_to_the_configured_admin_section(chart: helm.Chart, tmp_path: Path) -> None:
+    values = {**identity_values(), "admin": {"existingSecret": "gateway-admin"}}
+    docs = render(chart, values)
+    admin = gateway_config(docs)["admin"]
+    configured = values["config"]["admin"]
+    assert admin["keys"] == [*configured["keys"], {"name": "platform", "key": "${GATEWAY_ADMIN_KEY}"}]
+    assert admin["jwt_groups"] == configured["jwt_groups"]
+    assert admin["console"] == configured["console"]
+    result = check_config(gateway_config(docs), {**secret_env(docs), "GATEWAY_STORE_URL": "postgresql://u:p@db:5432/g",
+                                                 "GATEWAY_ADMIN_KEY": "the-platform-admin-key"}, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with pytest.raises(helm.HelmError, match=r'admin\.name "ops" is also the name of a key in config\.admin\.keys'):
+        render(chart, {**values, "admin": {"existingSecret": "gateway-admin", "name": "ops"}})
+
+
+@pytest.mark.parametrize(("bad", "named"), [
+    ({"auth": {"jwt": {"issuer_url": "https://idp.example.com"}}}, "issuer_url"),
+    ({"admin": {"jwt_groups": {"ops": "superuser"}}}, "jwt_groups/ops"),
+    ({"admin": {"console": {"client_id": "c"}}}, "client_id"),
+    ({"store": {"ledger_wait": 1}}, "ledger_wait"),
+    ({"store": {"ledger_wait_s": "soon"}}, "ledger_wait_s"),
+])
+def test_values_schema_names_a_bad_key_in_the_new_sections(chart: helm.Chart, bad: dict[str, Any], named: str) -> None:
+    """Still strict where it helps: a misspelt key or a wrong type is refused at render, by its name."""
+    with pytest.raises(helm.HelmValuesError, match=named):
+        chart.render(keyed({"config": bad}), name=RELEASE, namespace=NAMESPACE)
 
 
 # ---- cloud credentials -----------------------------------------------------------------------------

@@ -81,7 +81,8 @@ sentinel:
 
 {{/*
 The effective gateway config as a dict: values.config, with state pointed at ${REDIS_URL} when
-redis is configured, so the URL (which may hold a password) lives in a Secret, not in the ConfigMap.
+redis is configured, so the URL (which may hold a password) lives in a Secret, not in the ConfigMap;
+likewise store.url at ${GATEWAY_STORE_URL}, and admin.existingSecret's key added to admin.keys.
 */}}
 {{- define "llm-gateway.configYaml" -}}
 {{- $cfg := deepCopy .Values.config }}
@@ -93,7 +94,16 @@ redis is configured, so the URL (which may hold a password) lives in a Secret, n
 {{- $_ := set $cfg.store "url" "${GATEWAY_STORE_URL}" }}
 {{- end }}
 {{- if .Values.admin.existingSecret }}
-{{- $_ := set $cfg "admin" (dict "keys" (list (dict "name" .Values.admin.name "key" "${GATEWAY_ADMIN_KEY}"))) }}
+{{- /* appended to config.admin.keys: jwt_groups, console and the keys given there (with their roles) stay */}}
+{{- $admin := default dict $cfg.admin }}
+{{- $keys := default list $admin.keys }}
+{{- range $keys }}
+{{- if eq (toString .name) (toString $.Values.admin.name) }}
+{{- fail (printf "admin.name %q is also the name of a key in config.admin.keys: give admin.name another" $.Values.admin.name) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $admin "keys" (append $keys (dict "name" .Values.admin.name "key" "${GATEWAY_ADMIN_KEY}")) }}
+{{- $_ := set $cfg "admin" $admin }}
 {{- end }}
 {{- $server := default dict $cfg.server }}
 {{- if has (toString (default "127.0.0.1" $server.host)) (list "127.0.0.1" "localhost" "::1") }}
@@ -105,6 +115,12 @@ redis is configured, so the URL (which may hold a password) lives in a Secret, n
 {{- define "llm-gateway.apiPort" -}}
 {{- $server := default dict .Values.config.server }}
 {{- if hasKey $server "port" }}{{ int $server.port }}{{ else }}8080{{ end }}
+{{- end }}
+
+{{/* True ("true") when the API listener serves TLS (config.server.tls, docs/reference.md): the probes
+then speak HTTPS (the kubelet does not verify the certificate). */}}
+{{- define "llm-gateway.apiTls" -}}
+{{- if (default dict .Values.config.server).tls }}true{{ end }}
 {{- end }}
 
 {{- define "llm-gateway.metricsPort" -}}
