@@ -22,7 +22,7 @@ import structlog
 from gateway.apis import admin_fields as f
 from gateway.apis import admin_scope as s
 from gateway.apis import admin_stats
-from gateway.apis.admin_auth import admin_principal
+from gateway.apis.admin_auth import admin_principal, control_plane
 from gateway.config.types import Config
 from gateway.core.policy.roles import AdminPrincipal, may
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound
@@ -63,9 +63,7 @@ class RowUnreadable(GatewayError):
 
 async def admin(request: GatewayRequest) -> Response:
     rt = request.app.runtime
-    control: ControlPlane | None = rt.control
-    if control is None or not (rt.config.admin.enabled or await _stored_admins(control)):
-        raise NotFound("the control plane is off: configure admin.keys (or admin.jwt_groups) and store.url")
+    control = await control_plane(rt.config, rt.control)
     who = await admin_principal(rt.config, rt.keyring.jwt, control, request.headers)
     actor = Actor(admin=who.name, now=time.time(), role=who.role, team=who.team)
     parts = [unquote(p) for p in request.path[len(PREFIX):].split("/")]
@@ -90,13 +88,6 @@ async def admin(request: GatewayRequest) -> Response:
         log.info("admin_request", request_id=request.request_id, admin=_logged(who), role=who.role,
                  method=request.method, route=handler.__name__, name=parts[1][:128] if len(parts) > 1 else None,
                  status=status)
-
-
-async def _stored_admins(control: ControlPlane) -> bool:
-    try:
-        return await control.store.admin_keys.any()
-    except StoreUnavailable:
-        return False
 
 
 def _logged(who: AdminPrincipal) -> str:
@@ -185,7 +176,7 @@ async def patch_key(request: GatewayRequest, cp: ControlPlane, actor: Actor, par
     old = await s.team_key(cp, actor, parts[1])
     models = frozenset(request.app.runtime.config.models)
     lim = f.limits(data, old.limits, models)
-    await s.within_team(cp, actor, lim)
+    await s.within_team(cp, actor, lim, data.keys())
     new = replace(old, limits=lim, team=s.key_team(actor, f.team_of(data, old.team)),
                   expires_at=f.expires_at(data, old.expires_at, actor.now), metadata=f.metadata(data, old.metadata))
     await cp.store.update_key(actor, new, data)

@@ -16,9 +16,26 @@ from typing import cast
 from gateway.config.types import Config
 from gateway.core.policy.identity import looks_like_jwt
 from gateway.core.policy.roles import AdminPrincipal, Role, strongest
-from gateway.errors import InvalidApiKey, PermissionDenied
+from gateway.errors import InvalidApiKey, NotFound, PermissionDenied
 from gateway.pipeline.jwt_auth import JwtAuth, SigningKeyUnknown, invalid_token
 from gateway.store import ControlPlane
+from gateway.store.types import StoreUnavailable
+
+
+async def control_plane(config: Config, control: ControlPlane | None) -> ControlPlane:
+    """The control plane, or the 404 of one that is off. It is on with a store and any admin credential
+    that can exist: config admin keys, `admin.jwt_groups`, or admin keys kept in the store. The API and
+    the console (`/admin/`, docs/console.md) both ask here, so one is never on without the other."""
+    if control is None or not (config.admin.enabled or await _stored_admins(control)):
+        raise NotFound("the control plane is off: configure admin.keys (or admin.jwt_groups) and store.url")
+    return control
+
+
+async def _stored_admins(control: ControlPlane) -> bool:
+    try:
+        return await control.store.admin_keys.any()
+    except StoreUnavailable:
+        return False
 
 
 def bearer(headers: Mapping[str, str]) -> str:

@@ -54,8 +54,8 @@ def _count(data: dict[str, Any], field: str) -> int | None:
     v = data[field]
     if v is None:
         return None
-    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT:
-        raise InvalidRequest(f"{field} must be an integer from 1 to 2^53, or null", param=field)
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_INT:  # 0: refuse every request
+        raise InvalidRequest(f"{field} must be an integer from 0 to 2^53, or null", param=field)
     return v
 
 

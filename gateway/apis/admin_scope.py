@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Collection
 from typing import Any
 
 from gateway.apis import admin_fields as f
@@ -15,7 +16,7 @@ from gateway.http import Response, json_response
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.store import ControlPlane
 from gateway.store.admin_keys import StoredAdminKey
-from gateway.store.types import Actor, Limits, StoredKey
+from gateway.store.types import Actor, Conflict, Limits, StoredKey
 
 ADMIN_KEY_FIELDS = ("name", "role", "team")
 
@@ -55,16 +56,21 @@ def key_team(actor: Actor, asked: str | None) -> str | None:
     return team
 
 
-async def within_team(cp: ControlPlane, actor: Actor, lim: Limits) -> None:
-    """A team admin's key may not exceed its team's own limits (models, rpm, tpm, budget)."""
+async def within_team(cp: ControlPlane, actor: Actor, lim: Limits,
+                      written: Collection[str] = f.LIMIT_FIELDS) -> None:
+    """A team admin's key may not exceed its team's own limits (models, rpm, tpm, budget). A limit the
+    key leaves out (None) is within: the team's applies to it anyway (a key in a team may use only the
+    models both allow, `store/cache.py`). Only the fields in `written` (those the request sets) are
+    checked, so a PATCH of one field is not refused for another that an admin set above the team's."""
     s = scope(actor)
     if s is None:
         return
     team = (await cp.store.get_team(s)).limits
-    if team.models is not None and (lim.models is None or not set(lim.models) <= set(team.models)):
+    if "models" in written and team.models is not None and lim.models is not None \
+            and not set(lim.models) <= set(team.models):
         raise InvalidRequest("models must be within the team's own models", param="models")
     for field in ("rpm", "tpm", "budget_usd"):
-        if over_team_limit(getattr(lim, field), getattr(team, field)):
+        if field in written and over_team_limit(getattr(lim, field), getattr(team, field)):
             raise InvalidRequest(f"{field} must not exceed the team's own {field}", param=field)
 
 
@@ -86,8 +92,8 @@ async def create_admin_key(request: GatewayRequest, cp: ControlPlane, actor: Act
     team = f.team_of(data, None)
     if (role == "team_admin") != (team is not None):
         raise InvalidRequest("a team_admin needs its team; the other roles take none", param="team")
-    if any(k.name == name for k in request.app.runtime.config.admin.keys):
-        raise InvalidRequest(f"an admin key named {name} exists (in the config file)", param="name")
+    if any(k.name == name for k in request.app.runtime.config.admin.keys):  # 409, as a stored one's
+        raise Conflict(f"an admin key named {name} exists (in the config file)")
     secret = "sk-gw-admin-" + secrets.token_urlsafe(32)
     key = StoredAdminKey(name, role, team, actor.now)
     await cp.store.admin_keys.create(actor, key, hashlib.sha256(secret.encode()).hexdigest())

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from gateway.apis.admin_auth import control_plane
 from gateway.config.types import Config
 from gateway.errors import NotFound
 from gateway.http import Response
@@ -53,17 +54,17 @@ def _idp_origin(config: Config) -> str | None:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def _answer(request: GatewayRequest, body: bytes, content_type: str, cache: str = "no-store") -> Response:
-    config: Config = request.app.runtime.config
-    if not config.admin.enabled:
-        raise NotFound("the control plane is off: configure admin.keys and store.url")
+async def _answer(request: GatewayRequest, body: bytes, content_type: str, cache: str = "no-store") -> Response:
+    rt = request.app.runtime
+    config: Config = rt.config
+    await control_plane(config, rt.control)  # on and off with the API: its admin keys may all be stored ones
     headers = {**security_headers(_idp_origin(config)), "Cache-Control": cache}
     return Response(body=body, content_type=content_type, headers=headers)
 
 
 async def page(request: GatewayRequest) -> Response:
     """The page itself, also at `/admin/callback` (where the IdP sends the browser back with a code)."""
-    return _answer(request, FILES["index.html"], _TYPES[".html"])
+    return await _answer(request, FILES["index.html"], _TYPES[".html"])
 
 
 async def asset(request: GatewayRequest) -> Response:
@@ -71,7 +72,7 @@ async def asset(request: GatewayRequest) -> Response:
     body = FILES.get(name)
     if body is None or name == "index.html":
         raise NotFound("no such console asset")
-    return _answer(request, body, _TYPES[Path(name).suffix], cache="no-cache")
+    return await _answer(request, body, _TYPES[Path(name).suffix], cache="no-cache")
 
 
 async def console_config(request: GatewayRequest) -> Response:
@@ -79,7 +80,7 @@ async def console_config(request: GatewayRequest) -> Response:
     config: Config = request.app.runtime.config
     jwt, client_id = config.auth.jwt, config.admin.console_oidc_client_id
     oidc = None if jwt is None or client_id is None else {"issuer": jwt.issuer, "client_id": client_id}
-    return _answer(request, orjson.dumps({"oidc": oidc}), "application/json")
+    return await _answer(request, orjson.dumps({"oidc": oidc}), "application/json")
 
 
 async def to_page(request: GatewayRequest) -> Response:

@@ -110,7 +110,7 @@ def _api_key(path: str, raw: Any, errs: Errors) -> ApiKey:
     return ApiKey(
         name=name, key=key or None, key_sha256=digest or None,
         models=s.strings("models") if s.has("models") else None,
-        rpm=s.optional_int("rpm"), tpm=s.optional_int("tpm"), budget_usd=budget,
+        rpm=s.optional_int("rpm", 0), tpm=s.optional_int("tpm", 0), budget_usd=budget,  # 0: refuse every request
         budget_period=s.choice("budget_period", ("day", "month"), "day"),  # type: ignore[arg-type]
     )
 

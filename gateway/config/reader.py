@@ -115,8 +115,8 @@ class Section:
             self.errs.add(self.at(key), f"must be >= {minimum}")
         return value
 
-    def optional_int(self, key: str) -> int | None:
-        return self.integer(key, 0, 1) if self.has(key) else None
+    def optional_int(self, key: str, minimum: int = 1) -> int | None:
+        return self.integer(key, 0, minimum) if self.has(key) else None
 
     def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
         value = self.get(key, str, default)

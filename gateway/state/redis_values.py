@@ -54,7 +54,8 @@ def refusal(decision: LimitDecision, rpm: int | None) -> LimitDecision:
 
 def local_share(limit: int | None, processes: int) -> int | None:
     """One process's part of a limit while Redis is away: limit / (replicas x workers), rounded down so
-    the processes together stay within the limit, but at least 1 so a key is never shut out entirely."""
+    the processes together stay within the limit, but at least 1 so a key is never shut out entirely;
+    a limit of 0 stays 0, a key or team frozen on purpose (docs/keys-teams-spend.md)."""
     if limit is None:
         return None
-    return max(1, limit // processes)
+    return min(limit, max(1, limit // processes))

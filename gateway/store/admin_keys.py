@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.store.db import Database, Tx
-from gateway.store.types import Actor, Conflict, Missing, Page
+from gateway.store.types import Actor, Conflict, Invalid, Missing, Page
 
 Changed = Callable[[Tx, Actor, str, str, dict[str, Any], str | None], Awaitable[None]]
 _ROLES = ("admin", "team_admin", "viewer")
@@ -33,7 +33,7 @@ class AdminKeys:
             if await tx.rows("SELECT 1 FROM gw_admin_keys WHERE name = ?", (key.name,)):
                 raise Conflict(f"an admin key named {key.name} exists")
             if key.team is not None and not await tx.rows("SELECT 1 FROM gw_teams WHERE name = ?", (key.team,)):
-                raise Missing(f"no team named {key.team}")
+                raise Invalid(f"no team named {key.team}", param="team")  # a bad field, as on a gateway key
             await tx.exec("INSERT INTO gw_admin_keys (name, digest, role, team, created_at) VALUES (?, ?, ?, ?, ?)",
                           (key.name, digest, key.role, key.team, key.created_at))
             await self._changed(tx, actor, "admin_key.create", key.name, {"role": key.role, "team": key.team},

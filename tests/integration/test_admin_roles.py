@@ -95,6 +95,56 @@ def test_a_team_admin_sees_and_writes_only_its_team(gw: GatewayServer) -> None:
     assert admin_call(gw.port, "DELETE", "keys/mine", key=LEAD_A)[0] == 200
 
 
+def test_a_team_admins_key_may_leave_its_limits_to_the_team(gw: GatewayServer) -> None:
+    """A limit a team admin's key leaves out is the team's (a key in a team uses only the models both
+    allow); a change is checked on the fields it sets, not on one an admin set above the team's."""
+    assert admin_call(gw.port, "PATCH", "teams/a", {"models": ["m"]}, key=ADMIN_KEY)[0] == 200
+    status, plain = admin_call(gw.port, "POST", "keys", {"name": "plain"}, key=LEAD_A)
+    assert (status, plain["team"], plain["models"]) == (201, "a", None), plain
+    assert admin_call(gw.port, "POST", "keys", {"name": "slow", "rpm": 50}, key=LEAD_A)[0] == 201
+    assert admin_call(gw.port, "PATCH", "keys/key-a", {"rpm": 10}, key=LEAD_A)[0] == 200
+    assert admin_call(gw.port, "PATCH", "keys/plain", {"models": None}, key=LEAD_A)[0] == 200
+    status, err = admin_call(gw.port, "PATCH", "keys/plain", {"models": ["m", "other"]}, key=LEAD_A)
+    assert (status, err["error"]["param"]) == (400, "models")
+    assert admin_call(gw.port, "POST", "keys", {"name": "wide", "team": "a", "rpm": 500})[0] == 201  # by an admin
+    assert admin_call(gw.port, "PATCH", "keys/wide", {"metadata": {"owner": "x"}}, key=LEAD_A)[0] == 200
+    status, err = admin_call(gw.port, "PATCH", "keys/wide", {"rpm": 101}, key=LEAD_A)
+    assert (status, err["error"]["param"]) == (400, "rpm")
+    _ask(gw, plain["key"])
+    with pytest.raises(openai.NotFoundError):  # the team's models only
+        _ask(gw, plain["key"], "other")
+
+
+def test_a_limit_of_zero_refuses_every_request(tmp_path: Path, make_gateway: Callable[..., GatewayServer]) -> None:
+    """rpm 0 or tpm 0 (on a key, a team, a config key) is a frozen key: 429 every time; budget 0 likewise."""
+    raw: dict[str, Any] = raw_config(f"sqlite:///{tmp_path}/zero.db")
+    raw["auth"]["keys"].append({"name": "frozen-config", "key": "sk-frozen-" + "f" * 20, "rpm": 0})
+    gw = make_gateway(parse_config(raw, env={}))
+    status, team = admin_call(gw.port, "POST", "teams", {"name": "frozen", "rpm": 0})
+    assert (status, team["rpm"]) == (201, 0), team
+    secrets = {"frozen-config": ("sk-frozen-" + "f" * 20, "rate_limit_exceeded")}
+    for name, body, code in (("rpm0", {"rpm": 0}, "rate_limit_exceeded"), ("tpm0", {"tpm": 0}, "rate_limit_exceeded"),
+                             ("in-frozen", {"team": "frozen"}, "rate_limit_exceeded"),
+                             ("broke", {"budget_usd": 0}, "budget_exceeded")):
+        status, made = admin_call(gw.port, "POST", "keys", {"name": name, **body})
+        assert status == 201, made
+        secrets[name] = (made["key"], code)
+    for name, (secret, code) in secrets.items():
+        for _ in range(3):
+            with pytest.raises(openai.RateLimitError) as info:
+                _ask(gw, secret)
+            assert info.value.code == code, name
+            if code == "rate_limit_exceeded":  # never fits: come back after a whole window
+                assert info.value.response.headers["retry-after"] == "60", name
+    assert admin_call(gw.port, "PATCH", "keys/rpm0", {"rpm": None})[0] == 200  # thawed
+    _ask(gw, secrets["rpm0"][0])
+
+
+def _ask(gw: GatewayServer, secret: str, model: str = "m") -> None:
+    client = openai.OpenAI(base_url=gw.base_url, api_key=secret, max_retries=0)
+    assert client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}]).choices
+
+
 def test_a_team_admins_spend_and_audit_are_its_teams(gw: GatewayServer) -> None:
     key_a = admin_call(gw.port, "POST", "keys/key-a/rotate", {})[1]["key"]
     key_b = admin_call(gw.port, "POST", "keys/key-b/rotate", {})[1]["key"]
@@ -134,6 +184,19 @@ def test_stored_admin_keys(gw: GatewayServer) -> None:
     client = openai.OpenAI(base_url=gw.base_url, api_key=ADMIN_KEY, max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         client.models.list()
+
+
+def test_admin_key_errors_are_those_of_gateway_keys(gw: GatewayServer) -> None:
+    """A name taken by a config admin key is 409, as one taken by a stored admin key (or a gateway key by
+    a config key); a team that does not exist is a bad field, 400 `team`, as on a gateway key."""
+    for path, body in (("admin-keys", {"name": "lead-a", "role": "viewer"}), ("keys", {"name": "from-config"})):
+        status, err = admin_call(gw.port, "POST", path, body)
+        assert (status, err["error"]["code"]) == (409, "conflict"), (path, err)
+    for path, body in (("admin-keys", {"name": "lead-c", "role": "team_admin", "team": "c"}),
+                       ("keys", {"name": "key-c", "team": "c"})):
+        status, err = admin_call(gw.port, "POST", path, body)
+        assert (status, err["error"]["param"]) == (400, "team"), (path, err)
+    assert admin_call(gw.port, "GET", "admin-keys")[1]["data"] == []
 
 
 def test_tokens_without_an_admin_group_or_invalid_are_refused(gw: GatewayServer, idp: FakeIdp) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gateway.config import parse_config
-from tests.control_plane import raw_config
+from tests.control_plane import admin_call, raw_config
 from tests.harness import GatewayServer, LoopThread
 
 Start = Callable[[dict[str, Any]], GatewayServer]
@@ -88,3 +88,18 @@ def test_no_console_without_the_control_plane(start: Start) -> None:
                 "models": [{"name": "m", "deployments": [{"provider": "mock", "model": "x"}]}]})
     for path in ("/admin/", "/admin/assets/app.js", "/admin/config.json"):
         assert get(gw, path)[0] == 404
+
+
+def test_the_console_is_on_with_stored_admin_keys_only(start: Start, tmp_path: Path) -> None:
+    """A config without `admin.keys` whose store holds admin keys: the API is on, and so is the console."""
+    url = f"sqlite:///{tmp_path}/g.db"
+    bare = raw_config(url)
+    del bare["admin"]
+    gw = start(bare)
+    assert get(gw, "/admin/")[0] == 404  # no admin credential can exist yet
+    status, made = admin_call(start(raw_config(url)).port, "POST", "admin-keys", {"name": "ops", "role": "admin"})
+    assert status == 201
+    assert admin_call(gw.port, "GET", "me", key=made["key"])[0] == 200
+    for path in ("/admin/", "/admin/callback", "/admin/assets/app.js", "/admin/config.json"):
+        status, headers, _ = get(gw, path)
+        assert status == 200 and "frame-ancestors 'none'" in headers["Content-Security-Policy"], path

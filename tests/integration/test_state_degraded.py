@@ -20,7 +20,7 @@ from gateway.state.base import create_backend
 from tests.chat_scripts import completion
 from tests.fake_upstream import FakeUpstream
 from tests.redis_server import RedisServer, free_port
-from tests.scaleout_load import PATH, Make, degraded, poll, replicas, status_of
+from tests.scaleout_load import PATH, Make, degraded, error_code, poll, replicas, status_of
 
 
 @pytest.fixture
@@ -43,6 +43,19 @@ def test_each_replica_admits_its_share_while_redis_is_down(
     assert all(degraded(g) for g in gws)
     redis_server.start()
     poll(lambda: not any(degraded(g) for g in gws), "the replicas to count in Redis again")
+
+
+def test_a_limit_of_zero_stays_zero_while_redis_is_down(
+        redis_server: RedisServer, upstream: FakeUpstream, make_gateway: Make) -> None:
+    """rpm 0 (or tpm 0) freezes a key: refused in Redis, and refused locally too, where a share is at
+    least 1 only for a limit that is (docs/keys-teams-spend.md, "A limit of 0")."""
+    keys = [{"name": "rpm0", "key": "k-rpm0", "rpm": 0}, {"name": "tpm0", "key": "k-tpm0", "tpm": 0}]
+    gws = replicas(make_gateway, upstream.base_url, {"redis_url": redis_server.url, "timeout_ms": 500}, keys)
+    upstream.defaults[PATH] = completion("ok")
+    assert [error_code(gw, k) for gw in gws for k in ("k-rpm0", "k-tpm0")] == ["rate_limit_exceeded"] * 4
+    redis_server.kill()
+    local = [error_code(gw, k) for gw in gws for k in ("k-rpm0", "k-tpm0") for _ in range(3)]
+    assert local == ["rate_limit_exceeded"] * 12 and all(degraded(g) for g in gws)
 
 
 async def test_no_operation_waits_longer_than_timeout_ms(redis_server: RedisServer) -> None:

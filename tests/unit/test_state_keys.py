@@ -50,7 +50,8 @@ def test_a_brace_in_a_key_name_cannot_move_its_hash_tag() -> None:
 
 
 @pytest.mark.parametrize(("limit", "processes", "share"),
-                         [(None, 4, None), (100, 1, 100), (100, 4, 25), (10, 3, 3), (2, 8, 1), (1, 1, 1)])
+                         [(None, 4, None), (100, 1, 100), (100, 4, 25), (10, 3, 3), (2, 8, 1), (1, 1, 1),
+                          (0, 1, 0), (0, 4, 0)])
 def test_local_share_divides_a_limit_among_the_processes(limit: int | None, processes: int,
                                                          share: int | None) -> None:
     assert local_share(limit, processes) == share
