@@ -699,6 +699,16 @@ def test_values_schema_accepts_every_gateway_config_key() -> None:
     assert not schema_accepts(schema, "auth.jwt.issuer_url"), "the check can fail: a typo is refused"
 
 
+def test_values_schema_accepts_every_provider_type() -> None:
+    """A provider type the gateway has (providers/registry.py) is one a chart install may configure:
+    vertex and gemini were refused."""
+    from gateway.providers.registry import PROVIDER_TYPES
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    providers = schema["properties"]["config"]["properties"]["providers"]["additionalProperties"]
+    assert sorted(providers["properties"]["type"]["enum"]) == sorted(PROVIDER_TYPES)
+
+
 def test_identity_admin_roles_and_store_tuning_render_and_pass_check_config(
     chart: helm.Chart, tmp_path: Path
 ) -> None:
