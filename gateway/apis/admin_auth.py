@@ -17,7 +17,7 @@ from gateway.config.types import Config
 from gateway.core.policy.identity import looks_like_jwt
 from gateway.core.policy.roles import AdminPrincipal, Role, strongest
 from gateway.errors import InvalidApiKey, NotFound, PermissionDenied
-from gateway.pipeline.jwt_auth import JwtAuth, SigningKeyUnknown, invalid_token
+from gateway.pipeline.jwt_auth import JwtAuth, SigningKeyUnknown
 from gateway.store import ControlPlane
 from gateway.store.types import StoreUnavailable
 
@@ -63,12 +63,8 @@ async def admin_principal(config: Config, jwt: JwtAuth | None, control: ControlP
 async def _token_principal(config: Config, jwt: JwtAuth, token: str) -> AdminPrincipal:
     try:
         claims = jwt.claims(token)
-    except SigningKeyUnknown:
-        await jwt.refetch()
-        try:
-            claims = jwt.claims(token)
-        except SigningKeyUnknown:
-            raise invalid_token() from None
+    except SigningKeyUnknown:  # as on the data plane: the refetch, or the one in flight, may bring the key
+        claims = await jwt.after_refetch(lambda: jwt.claims(token))
     held = set(jwt.groups(claims))
     grant = strongest((g.role, g.team) for g in config.admin.jwt_groups if g.group in held)
     if grant is None:

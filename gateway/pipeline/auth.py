@@ -84,13 +84,10 @@ class KeyRing:
 
     async def after_refetch(self, headers: Mapping[str, str], *, x_api_key: bool = False) -> ApiKey | None:
         """`authenticate` again after a token named a signing key the cached JWKS lacks: one refetch
-        (at most one per `auth.jwt.refetch_s`), then a `kid` still unknown is an invalid token."""
+        (at most one per `auth.jwt.refetch_s`) or the one in flight, then a `kid` still unknown is an
+        invalid token (`JwtAuth.after_refetch`)."""
         assert self.jwt is not None
-        await self.jwt.refetch()
-        try:
-            return self.authenticate(headers, x_api_key=x_api_key)
-        except SigningKeyUnknown:
-            raise InvalidApiKey("invalid token", headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
+        return await self.jwt.after_refetch(lambda: self.authenticate(headers, x_api_key=x_api_key))
 
     @staticmethod
     def authorize(key: ApiKey | None, model: str, requested: str) -> None:

@@ -7,7 +7,8 @@ groups then grant a team and models (`core.policy.identity.grant_for`).
 
 The cost stays off the request path: a verified token is kept (by digest) until it expires, so each
 token is verified once; the JWKS is fetched at start and again only for an unknown `kid`, at most once
-per `refetch_s`, while the cached keys keep working through an IdP outage.
+per `refetch_s` (a token with an unknown `kid` waits for the fetch in flight), while the cached keys keep
+working through an IdP outage.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import jwt
 import structlog
@@ -38,6 +39,7 @@ MAX_KEYS = 64  # keys of one JWKS kept; an IdP publishes two or three
 _INVALID_TOKEN = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
 
 FetchJson = Callable[[str, float, str], Awaitable[Any]]
+T = TypeVar("T")
 
 
 class TeamSource(Protocol):
@@ -70,13 +72,18 @@ class Jwks:
 
     async def refresh(self) -> None:
         """Fetch the JWKS (one fetch at a time: concurrent callers share it). A failure keeps the keys."""
-        if self._inflight is not None:
-            return await asyncio.shield(self._inflight)
-        self._inflight = asyncio.ensure_future(self._fetch_keys())
-        try:
-            await asyncio.shield(self._inflight)
-        finally:
-            self._inflight = None
+        if self._inflight is None or self._inflight.done():
+            self._inflight = asyncio.ensure_future(self._fetch_keys())
+        await asyncio.shield(self._inflight)  # a caller that goes away leaves the fetch to the others
+
+    async def settled(self) -> bool:
+        """The end of the fetch in flight, if one is (bounded by `timeout_s`, as the fetch is): whether
+        there was one. Shielded: a waiter cancelled (its client gone) does not cancel the shared fetch."""
+        inflight = self._inflight
+        if inflight is None or inflight.done():  # done: its keys (or its failure) are already in place
+            return False
+        await asyncio.shield(inflight)
+        return True
 
     async def _fetch_keys(self) -> None:
         self.fetches += 1
@@ -126,6 +133,7 @@ class JwtAuth:
         self._config_teams = frozenset(g.team for g in cfg.groups if g.team)
         self._verified: TokenCache[tuple[ApiKey, int]] = TokenCache()
         self._prepared: dict[tuple[str, str], jwt.PyJWK] = {}
+        self._prepared_from = jwks.keys  # the keys `_prepared` was built from
         self._gate = RefetchGate(cfg.refetch_s)
 
     def cached(self, digest: bytes) -> ApiKey | None:
@@ -161,12 +169,22 @@ class JwtAuth:
         return claim_groups(claims, self.cfg.groups_claim)
 
     async def refetch(self) -> bool:
-        """One JWKS fetch for an unknown `kid`, unless one ran within `refetch_s`: whether it ran."""
-        if not self._gate.try_pass(time.monotonic()):
-            return False
-        await self.jwks.refresh()
-        self._prepared.clear()
-        return True
+        """Fresh keys for an unknown `kid`: one JWKS fetch, unless one ran within `refetch_s`; then the end
+        of the fetch still in flight, if one is, since that fetch may bring the key a token was signed
+        with (an IdP rotating under load: docs/identity.md). Whether keys were fetched for the caller."""
+        if self._gate.try_pass(time.monotonic()):
+            await self.jwks.refresh()
+            return True
+        return await self.jwks.settled()  # the gate closed: the fetch in flight, or none (then refused at once)
+
+    async def after_refetch(self, again: Callable[[], T]) -> T:
+        """`again()` (what raised SigningKeyUnknown) after `refetch`: a `kid` still unknown is an invalid
+        token. The data plane (`KeyRing.after_refetch`) and the control plane (`admin_auth`) share it."""
+        await self.refetch()
+        try:
+            return again()
+        except SigningKeyUnknown:
+            raise invalid_token() from None
 
     def _verify(self, token: str) -> dict[str, Any]:
         try:
@@ -189,6 +207,8 @@ class JwtAuth:
         if not isinstance(alg, str) or not any(alg in f for f in _FAMILY.values()):
             raise invalid_token()  # `none`, HS256 and anything we would not verify: refused unread
         keys = self.jwks.keys
+        if keys is not self._prepared_from:  # a fetch replaced the keys (whoever awaited it)
+            self._prepared, self._prepared_from = {}, keys
         if kid is None and len(keys) == 1:
             kid = next(iter(keys))
         if not isinstance(kid, str) or kid not in keys:

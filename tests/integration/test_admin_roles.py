@@ -5,6 +5,7 @@ objects gets 404, as if they did not exist."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,12 @@ from typing import Any
 import openai
 import pytest
 
+from gateway.apis.admin_auth import admin_principal
 from gateway.config import parse_config
+from gateway.core.policy.roles import AdminPrincipal
 from tests.control_plane import ADMIN_KEY, admin_call, raw_config
 from tests.fake_idp import AUDIENCE, FakeIdp
-from tests.harness import GatewayServer
+from tests.harness import GatewayServer, LoopThread
 
 LEAD_A, LEAD_B, VIEWER = "adm-lead-a-" + "a" * 30, "adm-lead-b-" + "b" * 30, "adm-viewer-" + "v" * 30
 
@@ -213,3 +216,20 @@ def test_spend_by_subject_for_idp_callers(gw: GatewayServer, idp: FakeIdp) -> No
     rows = admin_call(gw.port, "GET", "spend?group_by=subject,team")[1]["data"]
     assert [(r["subject"], r["team"], r["requests"]) for r in rows] == [("dave@example.com", "a", 1)]
     assert admin_call(gw.port, "GET", "spend?group_by=subject", key=LEAD_B)[1]["data"] == []  # team b's view
+
+
+def test_admins_with_a_rotated_key_wait_for_the_one_fetch(gw: GatewayServer, idp: FakeIdp,
+                                                          servers: LoopThread) -> None:
+    assert gw.app is not None and gw.app.runtime.control is not None
+    rt, control = gw.app.runtime, gw.app.runtime.control
+    fetched = idp.jwks_fetches
+    rotated = idp.rotate("ES256")
+    tokens = [idp.token(["platform-admins"], key=rotated, sub=f"admin-{i}") for i in range(5)]
+
+    async def together() -> list[AdminPrincipal]:  # requests arriving at once: one fetch, the others wait for it
+        return list(await asyncio.gather(*(admin_principal(rt.config, rt.keyring.jwt, control,
+                                                           {"authorization": f"Bearer {t}"}) for t in tokens)))
+
+    who = servers.run(together())
+    assert [(p.name, p.role) for p in who] == [(f"admin-{i}", "admin") for i in range(5)]
+    assert idp.jwks_fetches == fetched + 1

@@ -4,6 +4,7 @@ API key. Every refusal is checked to reach no upstream."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -25,10 +26,11 @@ from structlog.testing import capture_logs
 
 from gateway.config import parse_config
 from gateway.config.types import Config
+from gateway.errors import GatewayError
 from tests.chat_scripts import completion, text_stream
 from tests.fake_idp import AUDIENCE, FakeIdp, b64url, new_key
 from tests.fake_upstream import FakeUpstream, json_script
-from tests.harness import GatewayServer
+from tests.harness import GatewayServer, LoopThread
 
 CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
@@ -194,6 +196,71 @@ def test_key_rotation_and_an_idp_outage(gw: GatewayServer, idp: FakeIdp, upstrea
         assert post(gw, CHAT, idp.token(["ml-eng"], key=new_key("RS256")), {"model": "m", "messages": HI})[0] == 401
     # every unknown kid within the refetch interval shares one fetch: the first was spent on the rotation
     assert idp.jwks_fetches <= fetched + 2
+
+
+async def _answer(gw: GatewayServer, idp: FakeIdp, token: str) -> tuple[str, int]:
+    """What the gateway's key ring makes of a token (the principal's name, or the refusal's code), and how
+    many JWKS fetches the IdP had answered by then."""
+    assert gw.app is not None
+    try:
+        key = await gw.app.runtime.keyring.caller({"Authorization": f"Bearer {token}"})
+        name = key.name if key is not None else "anonymous"
+    except GatewayError as exc:
+        name = exc.code
+    return name, idp.jwks_fetches
+
+
+async def _together(gw: GatewayServer, idp: FakeIdp, tokens: list[str]) -> list[tuple[str, int]]:
+    """The tokens as requests arriving at once: each reaches the key ring before any JWKS fetch ends."""
+    return list(await asyncio.gather(*(_answer(gw, idp, t) for t in tokens)))
+
+
+def test_a_burst_with_a_rotated_key_waits_for_the_one_fetch(gw: GatewayServer, idp: FakeIdp,
+                                                            servers: LoopThread) -> None:
+    fetched = idp.jwks_fetches
+    rotated = idp.rotate()
+    sprayed = [idp.token(["ml-eng"], key=new_key("EdDSA")) for _ in range(5)]  # made-up kids, published nowhere
+    good = [idp.token(["ml-eng"], key=rotated) for _ in range(5)]
+    answers = servers.run(_together(gw, idp, [t for pair in zip(sprayed, good, strict=True) for t in pair]))
+    # the first made-up kid passes the gate; every other token waits for that fetch, which brings the new key
+    assert answers == [("invalid_api_key", fetched + 1), ("jwt:ml", fetched + 1)] * 5
+    assert idp.jwks_fetches == fetched + 1
+    # no fetch in flight and the gate closed: made-up kids are refused at once, with no fetch
+    again = servers.run(_together(gw, idp, [idp.token(["ml-eng"], key=new_key("EdDSA")) for _ in range(5)]))
+    assert again == [("invalid_api_key", fetched + 1)] * 5 and idp.jwks_fetches == fetched + 1
+
+
+def test_a_failed_fetch_leaves_its_waiters_401_and_the_cached_keys(gw: GatewayServer, idp: FakeIdp,
+                                                                   servers: LoopThread) -> None:
+    fetched = idp.jwks_fetches
+    rotated = idp.rotate()
+    idp.down = True
+    answers = servers.run(_together(gw, idp, [idp.token(["ml-eng"], key=rotated) for _ in range(5)]))
+    assert answers == [("invalid_api_key", fetched + 1)] * 5  # each answered after the failed fetch, not before
+    assert idp.jwks_fetches == fetched + 1
+    cached = idp.token(["ml-eng"], key=idp.keys[1])  # a key fetched at start, a token never seen
+    assert servers.run(_answer(gw, idp, cached)) == ("jwt:ml", fetched + 1)
+
+
+def test_a_caller_gone_mid_fetch_leaves_the_fetch_to_the_others(gw: GatewayServer, idp: FakeIdp,
+                                                                servers: LoopThread) -> None:
+    fetched = idp.jwks_fetches
+    rotated = idp.rotate()
+    tokens = [idp.token(["ml-eng"], key=rotated) for _ in range(4)]
+
+    async def scenario() -> list[Any]:
+        calls = [asyncio.ensure_future(_answer(gw, idp, t)) for t in tokens]
+
+        async def clients_gone() -> None:
+            calls[0].cancel()  # the one that started the fetch
+            calls[1].cancel()  # one waiting for it
+
+        await asyncio.ensure_future(clients_gone())  # tasks start in order: each call has reached the fetch
+        return list(await asyncio.gather(*calls, return_exceptions=True))
+
+    answers = servers.run(scenario())
+    assert [type(a).__name__ for a in answers[:2]] == ["CancelledError"] * 2
+    assert answers[2:] == [("jwt:ml", fetched + 1)] * 2 and idp.jwks_fetches == fetched + 1
 
 
 def test_a_token_is_verified_once(gw: GatewayServer, idp: FakeIdp, upstream: FakeUpstream) -> None:
