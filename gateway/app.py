@@ -31,8 +31,8 @@ from gateway.apis.spend import key_spend
 from gateway.config.extras import missing_extras
 from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
-from gateway.core.http1_request import RequestHead
-from gateway.errors import StartupError
+from gateway.core.http1_request import HeadSeen, RequestHead
+from gateway.errors import GatewayError, StartupError
 from gateway.http import Accepted, HttpServer, ServerLimits
 from gateway.http.messages import Channel, Response, StreamResponse
 from gateway.observe.metrics import Metrics, create_metrics, exposition, preinitialise
@@ -40,7 +40,7 @@ from gateway.observe.record import RequestRecorder
 from gateway.observe.recorder import NO_TRACE
 from gateway.pipeline.budget_sync import BudgetSync
 from gateway.pipeline.exchange import GatewayRequest, Handler
-from gateway.pipeline.middleware import handle
+from gateway.pipeline.middleware import handle, refused_response
 from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.providers.registry import auth_of, in_process
 from gateway.state.base import StateBackend, create_backend
@@ -87,6 +87,11 @@ class App:
 
     def handle(self, request: GatewayRequest) -> Awaitable[Response | StreamResponse]:
         return handle(request)  # the middleware's own coroutine: every await resumes one frame fewer
+
+    def refusal(self, err: GatewayError, seen: HeadSeen) -> Response:
+        """The server's `Refusals`: what it refused before routing (413, 431, 408...) answered in the
+        route's error shape with the client's request id (docs/messages.md, Errors)."""
+        return refused_response(self.apis, err, seen.path, seen.headers)
 
     def upgrade(self, head: RequestHead) -> Awaitable[Response | Accepted]:
         """The server's `Upgrader`: WebSocket mode on `GET /v1/responses` (apis/responses_ws.py)."""
@@ -271,7 +276,7 @@ async def serve_api(app: App, host: str, port: int, *, reuse_port: bool = False,
     `max_connections` caps the configured limit (what the process's file descriptors allow)."""
     await app.start()
     server = HttpServer(app, server_limits(app.config.server, max_connections), events=_RefusalCounter(app.metrics),
-                        upgrader=app)
+                        upgrader=app, refusals=app)
     await server.listen(host, port, reuse_port=reuse_port, tls=app.tls)
     return server
 

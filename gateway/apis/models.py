@@ -18,7 +18,7 @@ from gateway.pipeline.request import is_anthropic
 
 async def list_models(request: GatewayRequest) -> Response:
     rt = request.app.runtime
-    anthropic = is_anthropic(request)
+    anthropic = is_anthropic(request.headers)
     key = await rt.keyring.caller(request.headers, x_api_key=anthropic)
     names = KeyRing.visible(key, list(rt.config.models))
     if anthropic:
@@ -32,7 +32,7 @@ async def retrieve_model(request: GatewayRequest) -> Response:
     alias (answered under the name asked for, as a client checks it), else a 404 as for an unknown name
     (a model the key may not use is not disclosed either)."""
     rt = request.app.runtime
-    anthropic = is_anthropic(request)
+    anthropic = is_anthropic(request.headers)
     key = await rt.keyring.caller(request.headers, x_api_key=anthropic)
     name = unquote(request.path.rpartition("/")[2])
     model = rt.model(name, key)

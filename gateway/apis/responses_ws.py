@@ -37,14 +37,13 @@ from gateway.core.responses.socket import (
 )
 from gateway.core.websocket import GOING_AWAY, NORMAL, POLICY_VIOLATION, HandshakeError, ServerSocket, accept_head
 from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, ModelNotFound
-from gateway.http import Accepted, Link, Response, StreamResponse, json_response
+from gateway.http import Accepted, Link, Response, StreamResponse
 from gateway.http.eager import start_eagerly
 from gateway.http.turns import TURNS
 from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
-from gateway.pipeline.ids import REQUEST_IDS
-from gateway.pipeline.middleware import error_response, handle
+from gateway.pipeline.middleware import handle, refused_response
 from gateway.providers.base import MARKER
 from gateway.providers.convert.responses_chat_request import INPUT_MEMO, InputMemo
 from gateway.upstream import STEP_BYTES
@@ -62,28 +61,28 @@ _TEXT_FRAME = 0x81  # a whole text frame's first byte (`core.websocket.text_fram
 
 async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
     """Answer an upgrade request: 426 on any route but `GET /v1/responses`, 400 for a bad handshake,
-    the key's refusal (401) before any `101`; else the `101` and the connection's session."""
+    the key's refusal (401) before any `101` (each with the client's `x-request-id` when it sent a safe
+    one); else the `101` and the connection's session."""
     if head.path != RESPONSES.path or head.method != "GET":
         err = GatewayError("WebSocket mode is served on GET /v1/responses only", status=426,
                            code="upgrade_required", type="invalid_request_error")
-        return error_response(err, REQUEST_IDS.new())
+        return refused_response(app.apis, err, head.path, head.headers)
     origin = head.headers.get("origin")
     if origin is not None and not origin_allowed(app.runtime.config.server.cors, origin):
         # a browser opens a socket to any site with no preflight: a page may use the gateway only when
         # its origin is allowed (server.cors.allow_origins), else an unauthenticated gateway is anyone's
         err = GatewayError("this Origin may not open a WebSocket (server.cors.allow_origins)", status=403,
                            code="permission_denied", type="invalid_request_error")
-        return error_response(err, REQUEST_IDS.new())
+        return refused_response(app.apis, err, head.path, head.headers)
     try:
         if head.http10:
             raise HandshakeError("a WebSocket handshake is an HTTP/1.1 request")
         answer = accept_head(head.headers)
         key = await app.runtime.keyring.caller(head.headers)  # a key, or an IdP token (one JWKS refetch)
     except HandshakeError as exc:
-        return json_response({"error": {"message": str(exc), "type": "invalid_request_error", "param": None,
-                                        "code": "invalid_request"}}, status=400)
+        return refused_response(app.apis, InvalidRequest(str(exc)), head.path, head.headers)
     except GatewayError as err:
-        return error_response(err, REQUEST_IDS.new())
+        return refused_response(app.apis, err, head.path, head.headers)
     name = key.name if key is not None else None
     return Accepted(answer, lambda link: ResponsesSocket(app, head, link, name))
 

@@ -21,6 +21,7 @@ here does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 MAX_REQUEST_HEAD = 64 * 1024
@@ -75,6 +76,26 @@ class RequestHead:
     def wants_websocket(self) -> bool:
         """A WebSocket handshake (RFC 6455 §4.1): the server's upgrader answers it (http/upgrade.py), or 426."""
         return self.upgrade is not None and "websocket" in {t.strip() for t in self.upgrade.split(",")}
+
+
+@dataclass(frozen=True, slots=True)
+class HeadSeen:
+    """What was read of a refused request's head: its path, and the fields parsed before the refusal (all,
+    some or none). The server's own refusals are answered in its route's shape with the client's request
+    id by the application (`gateway.http.Refusals`)."""
+
+    path: str
+    headers: Mapping[str, str]
+
+
+def head_seen(target: bytes, fields: Mapping[str, str]) -> HeadSeen:
+    return HeadSeen(target.decode("latin-1").partition("?")[0], fields)
+
+
+def partial_request_line(line: bytes) -> HeadSeen | None:
+    """What a request line refused before its end names (a target too long: 414): the target so far."""
+    parts = line.split(b" ", 2)
+    return head_seen(parts[1], {}) if len(parts) > 1 else None
 
 
 class FieldCollector:

@@ -14,8 +14,10 @@ before a handshake). Every refusal is counted by reason and logged at most once 
 On shutdown it stops accepting, closes idle connections and lets requests in flight finish for up to
 the drain time, then cancels them. It knows no application: it takes an endpoint (which makes its
 requests and answers them), limits, an observer of what it refuses, and optionally an upgrader that
-answers WebSocket handshakes (`upgrade.py`; without one they get 426). An upgraded connection stays
-one of the server's: counted, swept once a second (its tunnel's idle deadline), drained on shutdown.
+answers WebSocket handshakes (`upgrade.py`; without one they get 426), and optionally `Refusals`: how
+to answer what it refuses itself (413, 431, 408...) when it read enough of the head to know the route
+(without, or with nothing read: OpenAI's error shape and a drawn request id). An upgraded connection
+stays one of the server's: counted, swept once a second (its tunnel's idle deadline), drained on shutdown.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Any, Protocol
 
 import structlog
 
+from gateway.core.http1_request import HeadSeen
+from gateway.errors import GatewayError
 from gateway.http.connection import Endpoint, HttpConnection
 from gateway.http.dates import HttpDates
 from gateway.http.messages import Request, Response, StreamResponse, json_response
@@ -37,8 +41,8 @@ from gateway.http.tls import TlsListener, listening_sockets
 from gateway.http.turns import TURN_S, TURNS
 from gateway.http.upgrade import Accepted, Link, Tunnel, Upgrader
 
-__all__ = ["Accepted", "Endpoint", "HttpServer", "Link", "Request", "Response", "ServerEvents", "ServerLimits",
-           "StreamResponse", "Tunnel", "Upgrader", "json_response"]
+__all__ = ["Accepted", "Endpoint", "HttpServer", "Link", "Refusals", "Request", "Response", "ServerEvents",
+           "ServerLimits", "StreamResponse", "Tunnel", "Upgrader", "json_response"]
 log = structlog.get_logger("gateway")
 KEEPALIVE_S = 75.0  # as aiohttp's and nginx's defaults: longer than the usual client pool's idle time
 
@@ -58,6 +62,13 @@ class ServerEvents(Protocol):
     def refused(self, reason: str) -> None: ...
 
 
+class Refusals(Protocol):
+    """The application's answer to a request the server refused before any handler ran: the server knows
+    no route, the application knows which shape its errors take there and which request id to echo."""
+
+    def refusal(self, err: GatewayError, seen: HeadSeen) -> Response: ...
+
+
 class _NoEvents:
     def refused(self, reason: str) -> None:
         pass
@@ -65,9 +76,11 @@ class _NoEvents:
 
 class HttpServer:
     def __init__(self, endpoint: Endpoint[Any], limits: ServerLimits | None = None, *,
-                 events: ServerEvents | None = None, upgrader: Upgrader | None = None):
+                 events: ServerEvents | None = None, upgrader: Upgrader | None = None,
+                 refusals: Refusals | None = None):
         self.endpoint = endpoint
         self.upgrader = upgrader  # answers `Upgrade: websocket` (http/upgrade.py); None: 426
+        self.refusals = refusals  # answers the server's own refusals; None: OpenAI's shape, a drawn id
         self.set_limits(limits or ServerLimits())
         self.events: ServerEvents = events or _NoEvents()
         self.loop = asyncio.get_running_loop()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 
-from gateway.core.http1_request import RequestError, RequestHead, response_head
+from gateway.core.http1_request import HeadSeen, RequestError, RequestHead, response_head
 from gateway.errors import GatewayError
 from gateway.http.eager import start_eagerly
 from gateway.http.messages import Channel, Request, Response, StreamResponse
@@ -190,7 +190,8 @@ class HttpConnection(asyncio.Protocol):
             return
         if got[0].wants_websocket:  # docs/reference.md, Routes: only an upgrader's route is switched
             if self._server.upgrader is None:
-                self._reject(RequestError(426, "WebSocket mode is not supported: use HTTP streaming"), "upgrade")
+                self._reject(RequestError(426, "WebSocket mode is not supported: use HTTP streaming"), "upgrade",
+                             HeadSeen(got[0].path, got[0].headers))
             else:
                 self.task = self._server.loop.create_task(self._upgrade(got[0]))
             return
@@ -310,19 +311,32 @@ class HttpConnection(asyncio.Protocol):
         elif self._reader.saturated:
             self._close()  # its last queued request was served; nothing more is read from it
 
-    def _reject(self, exc: RequestError, reason: str | None = None) -> None:
+    def _reject(self, exc: RequestError, reason: str | None = None, seen: HeadSeen | None = None) -> None:
         """A request we cannot read: answer its status and close (its framing is not to be trusted).
         The client may still be sending (a body over the limit): closing a socket with unread bytes
         resets it, and the client would lose the answer. So the answer goes out with a FIN, what
         still comes is read and dropped, and the socket closes when the client does (or after
         LINGER_S): the lingering close of RFC 9112 §9.6."""
-        code = _CODES.get(exc.status, "invalid_request")  # docs/reference.md, "Routes" codes
         self._server.refused(reason or ("too_large" if exc.status in (413, 414, 431) else "bad_request"))
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(_error_answer(exc.status, exc.message, code, self.date()))
+        transport.write(self._refusal(exc, seen or self._reader.seen()))
         self._linger()
+
+    def _refusal(self, exc: RequestError, seen: HeadSeen | None) -> bytes:
+        """The answer to a refused request: in its route's error shape, with the client's request id, when
+        the head was read far enough to name its path (the application's `Refusals`: docs/messages.md,
+        Errors); else OpenAI's shape and a drawn id."""
+        code = _CODES.get(exc.status, "invalid_request")  # docs/reference.md, "Routes" codes
+        err = GatewayError(exc.message, status=exc.status, code=code,
+                           type="invalid_request_error" if exc.status < 500 else "api_error")
+        refusals = self._server.refusals
+        if refusals is None or seen is None:
+            return _error_answer(err, self.date())
+        answer = refusals.refusal(err, seen)
+        return response_head(answer.status, answer.headers, self.date(), length=len(answer.body),
+                             keep_alive=False, http10=False) + answer.body
 
     def _linger(self) -> None:
         """Close after the last answer without resetting what the client still sends: the answer goes
@@ -360,20 +374,20 @@ class HttpConnection(asyncio.Protocol):
         self._server.refused("max_connections")
         transport = self.transport
         if transport is not None:
-            transport.write(_error_answer(503, "the gateway is at its connection limit", "unavailable",
-                                          self.date(), retry_after=True))
+            err = GatewayError("the gateway is at its connection limit", status=503, code="unavailable",
+                               type="api_error")
+            transport.write(_error_answer(err, self.date(), retry_after=True))
             transport.close()
 
 
 _CODES = {413: "request_too_large", 426: "upgrade_required"}
 
 
-def _error_answer(status: int, message: str, code: str, date: str, *, retry_after: bool = False) -> bytes:
-    body = GatewayError(message, status=status, code=code,
-                        type="invalid_request_error" if status < 500 else "api_error").json_bytes()
+def _error_answer(err: GatewayError, date: str, *, retry_after: bool = False) -> bytes:
+    body = err.json_bytes()
     # an answer before any handler ran still carries a request id (one drawn here: nothing was read to
-    # take the client's from), so every answer can be quoted in a support request
+    # take the client's from, or no application says how), so every answer can be quoted in a support request
     headers = {"Content-Type": "application/json", "x-request-id": os.urandom(16).hex()}
     if retry_after:
         headers["Retry-After"] = "1"
-    return response_head(status, headers, date, length=len(body), keep_alive=False, http10=False) + body
+    return response_head(err.status, headers, date, length=len(body), keep_alive=False, http10=False) + body

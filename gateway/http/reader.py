@@ -30,11 +30,14 @@ from gateway.core.http1_request import (
     MAX_REQUEST_HEAD,
     MAX_TARGET,
     FieldCollector,
+    HeadSeen,
     LineGauge,
     RequestError,
     RequestHead,
     body_framing_head,
     continue_line,
+    head_seen,
+    partial_request_line,
     request_head,
 )
 
@@ -119,6 +122,17 @@ class RequestReader:
             return self._ready.popleft()
         if self._error is not None:
             raise self._error
+        return None
+
+    def seen(self) -> HeadSeen | None:
+        """What was read of the head of the request `feed` refused (its path, the fields parsed so far);
+        None when not even its target was."""
+        if self._head is not None:
+            return HeadSeen(self._head.path, self._head.headers)
+        if self._target:
+            return head_seen(self._target, self._fields.fields if self._fields is not None else {})
+        if not self._started and self._unfed:  # a request line refused before its end (414)
+            return partial_request_line(bytes(self._unfed))
         return None
 
     def release(self) -> None:

@@ -31,9 +31,16 @@ ADMIN_PREFIX = "/admin/v1/"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
-def _request_id(request: GatewayRequest) -> str:
-    given = request.headers.get("x-request-id", "")
+def client_request_id(headers: Mapping[str, str]) -> str:
+    """The request's id: the client's `x-request-id` when it is safe to echo (docs/reference.md, "Response
+    headers"), else one drawn."""
+    given = headers.get("x-request-id", "")
     return given if given and _SAFE_ID.match(given) else REQUEST_IDS.new()
+
+
+def _anthropic_models(path: str, headers: Mapping[str, str]) -> bool:
+    """A models request from an Anthropic client: its errors are in Anthropic's shape too."""
+    return path.startswith("/v1/models") and is_anthropic(headers)
 
 
 def error_response(err: GatewayError, request_id: str, anthropic: bool = False) -> Response:
@@ -42,6 +49,16 @@ def error_response(err: GatewayError, request_id: str, anthropic: bool = False) 
     headers = {"x-request-id": request_id, **err.headers}
     body = orjson.dumps(err.anthropic_body()) if anthropic else err.json_bytes()
     return Response(status=err.status, body=body, content_type="application/json", headers=headers)
+
+
+def refused_response(apis: Mapping[str, ClientApi], err: GatewayError, path: str,
+                     headers: Mapping[str, str]) -> Response:
+    """A request refused before it was routed (by the HTTP server: 413, 431...; a WebSocket handshake) in
+    its route's error shape (Anthropic's on `/v1/messages`: docs/messages.md, Errors), with the id the
+    client sent."""
+    api = apis.get(path)
+    anthropic = api.anthropic_errors if api is not None else _anthropic_models(path, headers)
+    return error_response(err, client_request_id(headers), anthropic)
 
 
 async def _route(request: GatewayRequest) -> Response | StreamResponse:
@@ -73,7 +90,7 @@ def _cors(request: GatewayRequest) -> Response | None:
 
 
 async def handle(request: GatewayRequest) -> Response | StreamResponse:
-    rid = _request_id(request)
+    rid = client_request_id(request.headers)
     request.request_id, request.t0 = rid, request.t0 or time.perf_counter()  # t0: read whole (http.connection)
     request.extra_headers["x-request-id"] = rid
     if "origin" in request.headers and (answer := _cors(request)) is not None:
@@ -83,8 +100,7 @@ async def handle(request: GatewayRequest) -> Response | StreamResponse:
         try:
             return await _route(request)
         except GatewayError as err:
-            models = request.path.startswith("/v1/models") and is_anthropic(request)
-            return error_response(err, rid, anthropic=models)
+            return error_response(err, rid, anthropic=_anthropic_models(request.path, request.headers))
     rec = request.rec = request.app.recorder(request, api, rid)
     rec.started()
     structlog.contextvars.bind_contextvars(request_id=rid)

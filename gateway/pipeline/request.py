@@ -91,10 +91,10 @@ async def _too_deep(rt: Runtime, body: dict[str, Any], size: int) -> bool:
     return check.exceeded
 
 
-def is_anthropic(request: GatewayRequest) -> bool:
+def is_anthropic(headers: Mapping[str, str]) -> bool:
     """A request from an Anthropic client (SDK, Claude Code): it names the Messages API's version. On
     `/v1/models` it gets Anthropic's shapes and may carry the key in `x-api-key`."""
-    return "anthropic-version" in request.headers
+    return "anthropic-version" in headers
 
 
 async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, RequestContext]:
