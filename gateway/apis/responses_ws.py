@@ -18,6 +18,7 @@ import orjson
 import structlog
 
 from gateway.apis.catalog import RESPONSES
+from gateway.config.types import ApiKey
 from gateway.core.body_scan import NOTHING, body_scans, walked
 from gateway.core.http1_request import RequestHead
 from gateway.core.json_body import DEPTH_MESSAGE, BodyError
@@ -43,6 +44,7 @@ from gateway.http.turns import TURNS
 from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
+from gateway.pipeline.limits import within_budgets
 from gateway.pipeline.middleware import handle, refused_response
 from gateway.providers.base import MARKER
 from gateway.providers.convert.responses_chat_request import INPUT_MEMO, InputMemo
@@ -293,7 +295,7 @@ class ResponsesSocket:
             self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
             return
         if not create.generate:
-            self._warm_up(create.body, whole)
+            await self._warm_up(create.body, whole)
             return
         loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
@@ -333,11 +335,12 @@ class ResponsesSocket:
             raise split_error(exc) from None
         return read_split(split, raw)
 
-    def _warm_up(self, body: dict[str, Any], whole: list[Any]) -> None:
+    async def _warm_up(self, body: dict[str, Any], whole: list[Any]) -> None:
         """`generate: false` (Codex's warm-up): answered as OpenAI does, with no model call."""
         self._warmups += 1
         try:
-            self._check_warmup(body)
+            key = self._check_warmup(body)
+            await within_budgets(self.app.runtime, self.app.state, key)  # spends nothing: not counted
         except GatewayError as err:
             self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status))
             return
@@ -368,9 +371,8 @@ class ResponsesSocket:
         request.transport, request.body_size = "websocket", size
         return request
 
-    def _check_warmup(self, body: dict[str, object]) -> None:
-        """A warm-up calls no model, but is refused as a response would be: the key re-checked, the model
-        one it may use."""
+    def _check_warmup(self, body: dict[str, object]) -> ApiKey | None:
+        """A warm-up calls no model, but is refused as a response would be: the key, the model (then budgets)."""
         rt = self.app.runtime
         try:
             key = rt.keyring.authenticate(self._headers)
@@ -383,6 +385,7 @@ class ResponsesSocket:
         if model is None:
             raise ModelNotFound.named(name)
         KeyRing.authorize(key, model.name, name)
+        return key
 
     def _refused(self, resp: Response) -> None:
         """A response refused before its stream (the status and error body HTTP would have carried); then

@@ -12,7 +12,7 @@ import time
 
 import structlog
 
-from gateway.config.types import TeamLimits
+from gateway.config.types import ApiKey, TeamLimits
 from gateway.errors import BudgetExceeded, RateLimited
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
@@ -42,9 +42,7 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens
     if key.team is not None:  # a stored key in a team: the team's limits first, then the key's own
         await admit_team(rt, state, ctx, key.team, now)
     if key.budget_usd is not None:
-        spent = await state.spend(key.counter, key.budget_period, now)
-        if spent >= key.budget_usd:
-            raise budget_refusal(f"key {key.name}", key.budget_period, now)
+        await within_budget(state, key, now)
     tpm = key.tpm if tokens else None
     if key.rpm is None and tpm is None:
         return
@@ -62,9 +60,7 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens
 async def admit_team(rt: Runtime, state: StateBackend, ctx: RequestContext, team: TeamLimits, now: float) -> None:
     """The team's budget, rpm and tpm, counted for all its keys together (docs/keys-teams-spend.md)."""
     if team.budget_usd is not None:
-        spent = await state.spend(team.counter, team.budget_period, now)
-        if spent >= team.budget_usd:
-            raise budget_refusal(f"team {team.name}", team.budget_period, now)
+        await within_budget(state, team, now)
     if team.rpm is None and team.tpm is None:
         return
     reserve = estimate_tokens(ctx) if team.tpm is not None else 0
@@ -74,6 +70,23 @@ async def admit_team(rt: Runtime, state: StateBackend, ctx: RequestContext, team
         retry = max(1, int(decision.retry_after_s + 0.999))
         raise RateLimited(f"team {team.name} is over its {limit} limit", headers={"Retry-After": str(retry)})
     ctx.team_reservation = reservation
+
+
+async def within_budget(state: StateBackend, owner: ApiKey | TeamLimits, now: float) -> None:
+    """Refuse when the key's or team's spend for its period has reached its budget."""
+    if owner.budget_usd is not None and await state.spend(owner.counter, owner.budget_period, now) >= owner.budget_usd:
+        whose = f"team {owner.name}" if isinstance(owner, TeamLimits) else f"key {owner.name}"
+        raise budget_refusal(whose, owner.budget_period, now)
+
+
+async def within_budgets(rt: Runtime, state: StateBackend, key: ApiKey | None) -> None:
+    """The budgets alone, for what spends nothing and is not counted (a WebSocket warm-up: docs/reference.md,
+    WebSocket mode): the key's team's, then the key's own."""
+    if key is not None:
+        now = rt.clock()
+        if key.team is not None:
+            await within_budget(state, key.team, now)
+        await within_budget(state, key, now)
 
 
 def budget_refusal(whose: str, period: Period, now: float) -> BudgetExceeded:

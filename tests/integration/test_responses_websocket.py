@@ -23,6 +23,7 @@ from tests.fake_upstream import Close, FakeUpstream, Script, json_script
 from tests.harness import GatewayServer, LoopThread
 
 KEY = "gw-ws-key-0001"
+SPENT_KEY = "gw-ws-key-spent"  # a budget of 0: every request refused
 MESSAGES_PATH, SECOND_PATH = "/v1/messages", "/two/v1/messages"
 TIMEOUTS = {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}
 RETRY = {"max_attempts": 3, "per_deployment": 1, "initial_backoff_ms": 1, "max_backoff_ms": 5}
@@ -36,7 +37,7 @@ def gw(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> Ga
 def ws_config(upstream: FakeUpstream, **server: Any) -> Any:
     return parse_config({
         "server": {"max_body_bytes": 64 * 1024, **server},
-        "auth": {"keys": [{"name": "ws", "key": KEY}]},
+        "auth": {"keys": [{"name": "ws", "key": KEY}, {"name": "spent", "key": SPENT_KEY, "budget_usd": 0}]},
         "providers": {
             "claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-SECRET",
                        "timeouts": TIMEOUTS},
@@ -234,6 +235,15 @@ def test_a_warmup_is_refused_as_a_response_would_be(upstream: FakeUpstream, gw: 
         ws.send(orjson.dumps({"type": "response.create", "model": "claude", "generate": False}).decode())
         assert [recv_json(ws)["type"] for _ in range(2)] == ["response.created", "response.completed"]
     assert upstream.bodies(MESSAGES_PATH) == []
+
+
+def test_a_warmup_past_the_keys_budget_is_refused_as_a_response_would_be(gw: GatewayServer) -> None:
+    """A warm-up spends nothing, but a key past its budget is told so at once, not only at its first real
+    turn: the connection would look healthy when no response can run on it."""
+    with raw_socket(gw, Authorization=f"Bearer {SPENT_KEY}") as ws:
+        ws.send(orjson.dumps({"type": "response.create", "model": "claude", "generate": False}).decode())
+        err = recv_json(ws)
+    assert (err["type"], err["code"], err["status"]) == ("error", "budget_exceeded", 429)
 
 
 def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
