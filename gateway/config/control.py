@@ -112,8 +112,8 @@ def store_config(s: Section, admin: AdminConfig) -> StoreConfig:
     if url is None and admin.enabled:
         s.errs.add(s.at("url"), "required with admin.keys or admin.jwt_groups: the control plane keeps keys "
                                 "in the store")
-    journal = s.get("ledger_journal", str, d.ledger_journal).strip()
-    if not journal:
+    journal = s.word("ledger_journal", d.ledger_journal).strip()
+    if journal in ("", "on"):  # `on` (or a bare `true`) names no directory: the setting is auto, off or one
         s.errs.add(s.at("ledger_journal"), "must be auto, off or a directory")
     return StoreConfig(url=url, poll_s=s.number("poll_s", d.poll_s, 0.05),
                        ledger_wait_s=s.number("ledger_wait_s", d.ledger_wait_s, 0.01),

@@ -171,12 +171,9 @@ def _price(p: Section) -> Price:
 
 
 def _prompt_cache(s: Section) -> bool:
-    """`prompt_cache: {breakpoints: off | auto}`: True for auto (YAML reads a bare `off` as false)."""
+    """`prompt_cache: {breakpoints: off | auto}`: True for auto."""
     p = Section(s.raw.get("prompt_cache"), s.at("prompt_cache"), s.errs, ("breakpoints",))
-    value: bool | str = p.get("breakpoints", (bool, str), False)
-    if value not in (False, "off", "auto"):
-        p.errs.add(p.at("breakpoints"), 'must be "off" or "auto"')
-    return value == "auto"
+    return p.choice("breakpoints", ("off", "auto"), "off") == "auto"
 
 
 def _retry(s: Section) -> RetryPolicy:
@@ -205,7 +202,7 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
     for i, g in enumerate(guardrails):
         if g not in ctx.guardrail_names:
             ctx.errs.add(f"{s.at('guardrails')}[{i}]", f'unknown guardrail "{g}"')
-    redaction = s.get("redaction", str, "off")
+    redaction = s.word("redaction", "off")  # a profile name, or off (bare or quoted)
     if redaction != "off" and redaction not in ctx.profile_names:
         ctx.errs.add(s.at("redaction"), f'unknown redaction profile "{redaction}"')
     return ModelConfig(
@@ -214,7 +211,8 @@ def _model(path: str, raw: Any, ctx: _Ctx) -> ModelConfig:
         retry=_retry(Section(s.raw.get("retry"), s.at("retry"), ctx.errs,
                               ("max_attempts", "per_deployment", "initial_backoff_ms", "max_backoff_ms"))),
         hedge_after_ms=s.number("hedge_after_ms", 0.0), guardrails=guardrails,
-        cache=s.get("cache", bool, False), redaction=redaction, continuation=_on_off(s, "continuation"),
+        cache=s.get("cache", bool, False), redaction=redaction,
+        continuation=s.choice("continuation", ("on", "off"), "off") == "on",
         aliases=s.strings("aliases"), affinity=s.choice("affinity", ("off", "session"), "off"),  # type: ignore[arg-type]
         auto_breakpoints=_prompt_cache(s),
     )
@@ -229,16 +227,6 @@ def _check_routing(s: Section, routing: str, deployments: tuple[Deployment, ...]
         for path, raw in s.items("deployments"):
             if isinstance(raw, dict) and raw.get("price") is None:
                 s.errs.add(f"{path}.price", "required with routing: cost")
-
-
-def _on_off(s: Section, key: str) -> bool:
-    """`on`/`off` (YAML 1.1 reads a bare on/off as a boolean; a quoted one stays a string)."""
-    value: bool | str = s.get(key, (bool, str), False)
-    if isinstance(value, bool):
-        return value
-    if value not in ("on", "off"):
-        s.errs.add(s.at(key), 'must be "on" or "off"')
-    return value == "on"
 
 
 class _Ctx:

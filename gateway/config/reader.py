@@ -118,8 +118,18 @@ class Section:
     def optional_int(self, key: str, minimum: int = 1) -> int | None:
         return self.integer(key, 0, minimum) if self.has(key) else None
 
+    def word(self, key: str, default: str) -> str:
+        """A string option that may be written as a bare `on`/`off`: YAML 1.1 reads those (and `true`/`false`,
+        `yes`/`no`) as booleans, which mean "on"/"off" (docs/reference.md, "Config keys"). The one rule for
+        every on/off-style option; each caller still checks the word against what it allows."""
+        value: bool | str = self.get(key, (str, bool), default)
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
+
     def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
-        value = self.get(key, str, default)
+        on_off = "on" in options or "off" in options  # where a bare on/off is a word (`word`), else a type error
+        value = self.word(key, default) if on_off else self.get(key, str, default)
         if value not in options:
             self.errs.add(self.at(key), f'must be one of {", ".join(options)}, got "{value}"')
             return default

@@ -244,7 +244,7 @@ class Price:
     output: float = 0.0
     cached_input: float | None = None
     cache_creation_input: float | None = None  # `cache_write` in the config is the same price
-    cache_creation_input_1h: float | None = None  # Anthropic's 1-hour cache writes; unset: the one above
+    cache_creation_input_1h: float | None = None  # Anthropic's 1-hour cache writes; unset: `input`
 
 
 @dataclass(frozen=True, slots=True)

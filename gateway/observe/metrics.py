@@ -368,10 +368,12 @@ def _preinitialise_safety(m: Metrics, config: Config) -> None:
 
 
 def usage_cost(usage: Usage, price: Price) -> float:
-    """USD for one answer: uncached input, cached input and cache writes at their own prices."""
+    """USD for one answer: uncached input, cached input and cache writes at their own prices; each cache
+    price left unset is the input price (docs/caching.md, "Usage, metrics, cost, ledger"), the
+    1-hour writes' too."""
     cached_price = price.cached_input if price.cached_input is not None else price.input
     creation_price = price.cache_creation_input if price.cache_creation_input is not None else price.input
-    hour_price = price.cache_creation_input_1h if price.cache_creation_input_1h is not None else creation_price
+    hour_price = price.cache_creation_input_1h if price.cache_creation_input_1h is not None else price.input
     uncached = max(0, usage.input - usage.cached_input - usage.cache_creation_input)
     hour = min(usage.cache_creation_input_1h, usage.cache_creation_input)
     return (uncached * price.input + usage.cached_input * cached_price

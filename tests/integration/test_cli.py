@@ -67,6 +67,32 @@ def test_check_config_accepts_a_valid_file_with_env(tmp_path: Path) -> None:
     assert run("check-config", str(cfg), env={"MISSING_KEY_VAR": "k"}).returncode == 0
 
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "config" / "contract_example.yaml"
+# what the example leaves out: the models its allowlists name (`fast`, `claude-*`), which the gateway
+# requires to exist (docs/reference.md, "Config keys"), and the secrets of its `${VAR}`s
+EXAMPLE_MODELS = """\
+  - name: fast
+    deployments: [{provider: demo, model: fast}]
+  - name: claude-sonnet
+    deployments: [{provider: claude, model: claude-sonnet-4-5}]
+"""
+EXAMPLE_ENV = {"TEAM_A_KEY": "gw-team-a-key-0001", "OPENAI_API_KEY": "sk-o", "ANTHROPIC_API_KEY": "sk-a",
+               "AZURE_KEY": "az", "GEMINI_API_KEY": "g", "ADMIN_KEY": "gw-admin-key-0001",
+               "ML_ADMIN_KEY": "gw-ml-admin-key-0001"}
+
+
+def test_the_example_config_with_bare_on_off_is_valid(tmp_path: Path) -> None:
+    """The documented example as written, bare `affinity: off`, `continuation: off` and
+    `prompt_cache: {breakpoints: off}` included (docs/reference.md, "Config keys")."""
+    text = EXAMPLE.read_text()
+    assert "    affinity: off  " in text and text.count("\nguardrails:\n") == 1
+    cfg = tmp_path / "example.yaml"
+    cfg.write_text(text.replace("\nguardrails:\n", f"\n{EXAMPLE_MODELS}guardrails:\n"))
+    result = run("check-config", str(cfg), env=EXAMPLE_ENV)
+    assert result.returncode == 0, result.stderr
+    assert "valid (3 models, 7 providers)" in result.stdout
+
+
 def test_check_config_refuses_two_keys_with_one_secret_or_one_name(tmp_path: Path) -> None:
     digest = hashlib.sha256(SECRET.encode()).hexdigest()
     cfg = tmp_path / "dup.yaml"

@@ -207,6 +207,19 @@ def test_prompt_cache_config_and_cache_prices() -> None:
     assert usage_cost(usage, price) == pytest.approx(want)
 
 
+def test_an_unset_one_hour_write_price_is_the_input_price() -> None:
+    """docs/caching.md: every cache price left unset is `input`, the 1-hour writes' too (not `cache_write`);
+    one that is set, 0 included, is its own."""
+    # 1000 read at input (no cached_input price), 50 written for 5 minutes, 20 for an hour, 10 out
+    usage = Usage(input=1070, output=10, cached_input=1000, cache_creation_input=70, cache_creation_input_1h=20)
+    unset = _config({}, {"input": 3, "output": 15, "cache_write": 3.75}).models["m"].deployments[0].price
+    assert unset.cache_creation_input_1h is None
+    assert usage_cost(usage, unset) == pytest.approx((1000 * 3 + 50 * 3.75 + 20 * 3 + 10 * 15) / 1e6)
+    free = _config({}, {"input": 3, "output": 15, "cache_write": 3.75, "cache_creation_input_1h": 0})
+    assert usage_cost(usage, free.models["m"].deployments[0].price) == pytest.approx(
+        (1000 * 3 + 50 * 3.75 + 10 * 15) / 1e6)
+
+
 def test_a_body_is_walked_for_markers_only_when_its_bytes_may_hold_one() -> None:
     assert may_carry_markers(b'{"messages": [{"role": "user", "content": "hi"}]}') is False
     assert may_carry_markers(b'{"system": [{"type": "text", "text": "s", "cache_control": {}}]}') is True

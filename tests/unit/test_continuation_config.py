@@ -42,8 +42,8 @@ def test_continuation_is_off_and_prefill_is_anthropics_by_default() -> None:
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), [
-    ("continuation", "sometimes", 'models[0].continuation: must be "on" or "off"'),
-    ("continuation", 1, "models[0].continuation: must be bool or str, got int"),
+    ("continuation", "sometimes", 'models[0].continuation: must be one of on, off, got "sometimes"'),
+    ("continuation", 1, "models[0].continuation: must be str or bool, got int"),
 ])
 def test_a_bad_value_names_its_key(key: str, value: Any, expected: str) -> None:
     raw: dict[str, Any] = yaml.safe_load(DOC % "on")
