@@ -95,8 +95,9 @@ class Section:
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if isinstance(value, str) and (int in kinds or float in kinds) and str not in kinds:
-            value = number_from_env_string(value, kinds)
+        if isinstance(value, str) and str not in kinds:
+            value = number_from_env_string(value, kinds) if int in kinds or float in kinds else \
+                _BOOLEAN_WORDS.get(value.strip().lower(), value) if bool in kinds else value
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             names = " or ".join(k.__name__ for k in kinds)
             self.errs.add(self.at(key), f"must be {names}, got {type(value).__name__}")
@@ -153,6 +154,10 @@ class Section:
 def did_you_mean(key: str, allowed: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+# `${FLAG}` interpolates to a string; where a boolean is expected it is read as YAML would read it bare
+_BOOLEAN_WORDS = {"true": True, "false": False, "on": True, "off": False, "yes": True, "no": False}
 
 
 def number_from_env_string(value: str, kinds: tuple[type, ...]) -> Any:

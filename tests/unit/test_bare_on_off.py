@@ -84,3 +84,18 @@ def test_a_bare_on_where_only_off_is_a_value_names_the_word(key: str, value: str
     journal never becomes a directory named "on"."""
     assert errors(key, value, where) == [expected]
 
+
+
+@pytest.mark.parametrize(("value", "expected"), [("true", True), ("off", False), ("Yes", True), ("false", False)])
+def test_a_boolean_written_as_a_variable_reads_as_the_word_would_bare(value: str, expected: bool) -> None:
+    """`${FLAG}` interpolates to a string (docs/reference.md, "Config keys"): where a boolean is expected it
+    reads as YAML reads the word bare, as `${PORT}` reads as a number."""
+    doc = yaml.safe_load(DOC % "cache: {enabled: '${FLAG}'}")
+    assert parse_config(doc, env={"FLAG": value}).cache.enabled is expected
+
+
+def test_a_variable_that_is_no_boolean_word_is_still_an_error() -> None:
+    doc = yaml.safe_load(DOC % "cache: {enabled: '${FLAG}'}")
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, env={"FLAG": "maybe"})
+    assert info.value.errors == ["cache.enabled: must be bool, got str"]
