@@ -111,7 +111,7 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
     if not isinstance(name, str) or not name:
         raise InvalidRequest("you must provide a model parameter", param="model")
     request.admission = Admission(key, name[:REQUESTED_MODEL_CHARS])
-    model = rt.model(name, key)
+    model = await rt.shared_model(name, key, request.app.state)
     if model is None:
         raise ModelNotFound.named(name)
     KeyRing.authorize(key, model.name, name)
