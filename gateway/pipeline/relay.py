@@ -131,7 +131,6 @@ class Relay:
 
     async def _relay(self) -> None:
         stream, filt, sink, client = self.stream, self.filt, self.sink, self.client
-        self.rt.learn_served_name(self.opened.deployment, self.ctx.model.name, stream.reported_model())
         first = stream.commit(filt)
         keep_last = sink.hold is None and not self.safety.audit_guards  # nothing is judged between the writes
         if stream.done and keep_last:

@@ -114,6 +114,8 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
         raise InvalidRequest("you must provide a model parameter", param="model")
     request.admission = Admission(key, name[:REQUESTED_MODEL_CHARS], session)
     model = rt.model(name, key)
+    if model is None:  # perhaps a name another process learned from an answer (the state backend asked)
+        model = await rt.shared_model(name, key, request.app.state)
     if model is None:
         raise ModelNotFound.named(name)
     KeyRing.authorize(key, model.name, name)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gateway.config.aliases import ALIAS
 from gateway.config.types import ApiKey, Config, Deployment, ModelConfig, ProviderConfig
 from gateway.core.policy.affinity import SeenSessions
 from gateway.core.policy.breaker import BreakerPolicy, CircuitBreaker
@@ -22,6 +23,7 @@ from gateway.pipeline.served_names import LearnedNames, served_model
 from gateway.pipeline.slicer import Slicer
 from gateway.providers.base import Translator
 from gateway.providers.registry import Translators, build_translators
+from gateway.state.base import ServedName, StateBackend
 from gateway.store import ControlPlane
 from gateway.upstream import Upstream
 
@@ -75,10 +77,25 @@ class Runtime:
             return model
         return served_model(name, key, self.config.model_names, self.served_names, self.config.models.get)
 
-    def learn_served_name(self, d: Deployment, model: str, reported: object) -> None:
+    async def shared_model(self, name: str, key: ApiKey | None, state: StateBackend) -> ModelConfig | None:
+        """`model`, and for a name it does not reach, the names other processes learned from answers, from
+        the state backend (docs/agents.md, "Names the gateway gave back"): asked only then, so a request
+        for a known name never waits on the state; one read per request for an unknown name."""
+        model = self.model(name, key)
+        if model is not None or not ALIAS.match(name):
+            return model  # a name no upstream could have reported is never looked up
+        served = await state.served_names(name)
+        if not served:
+            return None
+        self.served_names.adopt(name, served, self.config.model_names)
+        return self.model(name, key)
+
+    def learn_served_name(self, d: Deployment, model: str, reported: object, state: StateBackend) -> None:
         """An answer of deployment `d` of `model` carried `reported` as its model: kept if it is a name
-        the config does not resolve, so a client may send it back."""
-        self.served_names.learn(reported, model, d.model, self.config.model_names)
+        the config does not resolve, so a client may send it back, and recorded in the state backend the
+        first time, for the other processes (in the background: the answer never waits for it)."""
+        if isinstance(reported, str) and self.served_names.learn(reported, model, d.model, self.config.model_names):
+            state.record_served_name(reported, ServedName(model=model, upstream=d.model))
 
 
 def build_runtime(config: Config, upstream: Upstream,

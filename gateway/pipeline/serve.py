@@ -69,6 +69,8 @@ async def _stream(request: GatewayRequest, rt: Runtime, ctx: RequestContext, ser
         resume = Continuation(rt, ctx, served) if ctx.model.continuation else None
         if served.owned is not None:  # the loop's next turn: after the first token's write
             rt.upstream.loop.call_soon(ownership.record_streamed, rt, request.app.state, ctx, served.owned, opened)
+        # before the commit, from the held answer's first event
+        rt.learn_served_name(opened.deployment, ctx.model.name, opened.stream.reported_model(), request.app.state)
         await Relay(rt, ctx, opened, client, safety, run, filt, resume).run()
         if ctx.cache_store and ctx.stream_error is None:
             await _store_streamed(rt, request, ctx, served, opened.stream)
@@ -100,7 +102,7 @@ async def _complete(rt: Runtime, ctx: RequestContext, served: ServedApi, request
     won, parsed = await run_attempts(rt, ctx, attempt)
     if served.owned is not None:
         ownership.record(rt, request.app.state, ctx, served.owned, won.deployment, served.owned.body_id(parsed.obj))
-    rt.learn_served_name(won.deployment, ctx.model.name, parsed.obj.get("model"))
+    rt.learn_served_name(won.deployment, ctx.model.name, parsed.obj.get("model"), request.app.state)
     return await answer_body(rt, ctx, request.app.state, won, parsed.obj, mask, read,
                              cacheable=served.answer_cacheable(parsed.obj))
 

@@ -19,6 +19,9 @@ from gateway.config.types import CacheConfig, StateConfig
 Period = Literal["day", "month"]
 LimitName = Literal["rpm", "tpm"]
 MAX_PENDING_OWNER_WRITES = 1024  # response-owner writes in flight to a shared store, at most
+MAX_PENDING_NAME_WRITES = 256  # served-name writes in flight (one per name a process learns: rare)
+SERVED_NAME_TTL_S = 30 * 86_400  # a served name kept since it was last recorded (a `--resume` days later)
+MAX_MODELS_PER_SERVED_NAME = 16  # models kept under one served name (two on one upstream are already rare)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,16 @@ class ResponseOwner:
     def admits(self, key: str | None, team: str | None) -> bool:
         """The creating key, or another key of the same team (docs/responses-bridge.md, ownership)."""
         return key == self.key or (team is not None and team == self.team)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedName:
+    """A model whose answer carried a name its upstream reported, and the configured upstream name (the
+    deployment's `model`) it answered under: what another process checks against its own config before it
+    takes the name (docs/agents.md, "Names the gateway gave back")."""
+
+    model: str
+    upstream: str
 
 
 # a response id longer than this was never given out by an upstream: unknown, without a lookup
@@ -111,6 +124,18 @@ class StateBackend(Protocol):
 
     async def response_owner(self, response_id: str) -> ResponseOwner | None:
         """Who created `response_id`; None when nobody is on record (unknown, expired, or never ours)."""
+        ...
+
+    def record_served_name(self, name: str, served: ServedName) -> None:
+        """Remember for every process that an answer of `served` carried `name` as its model, for
+        `SERVED_NAME_TTL_S` (at most `MAX_MODELS_PER_SERVED_NAME` per name). Never waits: a shared store's
+        write runs in the background (bounded: over `MAX_PENDING_NAME_WRITES` in flight, dropped and
+        logged). While the shared store is away, this process's memory keeps it: known here only."""
+        ...
+
+    async def served_names(self, name: str) -> tuple[ServedName, ...]:
+        """What `record_served_name` remembered under `name` (with a shared store: any process's); asked
+        only for a name this process cannot resolve."""
         ...
 
     async def healthy(self) -> bool:

@@ -36,6 +36,11 @@ def owner_key(response_id: str) -> str:
     return f"{PREFIX}owner:{{{_tag(response_id)}}}"
 
 
+def served_key(name: str) -> str:
+    """The set of models (and configured upstream names) an upstream-reported model name reached."""
+    return f"{PREFIX}served:{{{_tag(name)}}}"
+
+
 def _tag(key: str) -> str:
     # Braces inside a hash tag would change which part Redis Cluster hashes, and an empty tag `{}` is
     # no tag at all (the whole key is hashed, so one operation's keys would spread over slots). "()"

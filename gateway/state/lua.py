@@ -6,6 +6,8 @@ Key layout (all under `llmgw:`; the `{…}` hash tag keeps one key's buckets in 
   llmgw:spend:{<key>}:<period id>      USD spent in a UTC day (2024-05-31) or month (2024-05)
   llmgw:spend-seeded:<period id>       set once the period's spend counters were seeded from the ledger
   llmgw:cache:<sha256>                 a cached response body (plain SET with PX, no script needed)
+  llmgw:owner:{<response id>}          who created a response id (plain SET with PX)
+  llmgw:served:{<model name>}          the models an upstream-reported model name reached (a set)
 """
 
 from __future__ import annotations
@@ -69,5 +71,16 @@ if tonumber(ARGV[1]) > cur then
   redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
   return 1
 end
+return 0
+"""
+
+# KEYS: the served name's set. ARGV: the member ([model, configured upstream name] as JSON), ttl ms, the
+# most members kept. Added unless the set is full; the TTL counts from the last record, so a name still
+# being answered under stays (docs/agents.md, "Names the gateway gave back").
+ADD_SERVED_NAME = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 and redis.call('SCARD', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('SADD', KEYS[1], ARGV[1])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 0
 """

@@ -14,7 +14,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from gateway.config.types import CacheConfig
-from gateway.state.base import ALLOWED, LimitDecision, Period, Reservation, ResponseOwner, period_id
+from gateway.state.base import (
+    ALLOWED,
+    MAX_MODELS_PER_SERVED_NAME,
+    SERVED_NAME_TTL_S,
+    LimitDecision,
+    Period,
+    Reservation,
+    ResponseOwner,
+    ServedName,
+    period_id,
+)
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of
 
 
@@ -61,6 +71,9 @@ class _KeyWindows:
 
 # response ids remembered at most, oldest dropped first (an id dropped is unknown: a 404, never a leak)
 MAX_RESPONSE_OWNERS = 100_000
+# served names remembered at most, oldest recorded dropped first (in one process: what the runtime's own
+# table already knows; kept here for the Redis backend's fallback)
+MAX_SERVED_NAMES = 4096
 
 
 class MemoryBackend:
@@ -76,6 +89,7 @@ class MemoryBackend:
         self._others: dict[Period, tuple[str, Mapping[str, float]]] = {}
         self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._owners: OrderedDict[str, tuple[float, ResponseOwner]] = OrderedDict()  # id -> (expiry, owner)
+        self._served: OrderedDict[str, tuple[float, tuple[ServedName, ...]]] = OrderedDict()  # (expiry, served)
 
     async def check_request(
         self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
@@ -175,6 +189,27 @@ class MemoryBackend:
             return None
         return entry[1]
 
+    def record_served_name(self, name: str, served: ServedName) -> None:
+        known = self._served_now(name)
+        if served not in known and len(known) < MAX_MODELS_PER_SERVED_NAME:
+            known = (*known, served)
+        self._served[name] = (self._clock() + SERVED_NAME_TTL_S, known)
+        self._served.move_to_end(name)
+        while len(self._served) > MAX_SERVED_NAMES:
+            self._served.popitem(last=False)
+
+    async def served_names(self, name: str) -> tuple[ServedName, ...]:
+        return self._served_now(name)
+
+    def _served_now(self, name: str) -> tuple[ServedName, ...]:
+        entry = self._served.get(name)
+        if entry is None:
+            return ()
+        if entry[0] <= self._clock():
+            del self._served[name]
+            return ()
+        return entry[1]
+
     def tracked_keys(self) -> int:
         """Keys whose rate windows are held (for tests and metrics: proves the pruning)."""
         return len(self._windows)
@@ -193,3 +228,4 @@ class MemoryBackend:
         self._windows.clear()
         self._cache.clear()
         self._owners.clear()
+        self._served.clear()

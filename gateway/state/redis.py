@@ -32,16 +32,19 @@ from gateway.state.base import (
     Period,
     Reservation,
     ResponseOwner,
+    ServedName,
     period_id,
 )
 from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, seeded_key, spend_key
 from gateway.state.memory import MemoryBackend
 from gateway.state.redis_client import connect
 from gateway.state.redis_held import HeldSpend
+from gateway.state.redis_names import SharedNames
 from gateway.state.redis_pacing import RecoveryPacing
 from gateway.state.redis_seed import seed_counters
 from gateway.state.redis_values import local_share, owner_of, reason_of, refusal
 from gateway.state.redis_values import log as _log
+from gateway.state.redis_writes import BackgroundWrites
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of, previous_weight
 
 __all__ = ["RedisBackend", "cache_redis_key", "local_share", "owner_key", "rate_key", "spend_key"]
@@ -78,11 +81,9 @@ class RedisBackend:
         state = state or StateConfig(backend="redis", redis_url=url)
         self._link = connect(state, op_timeout_s, max_connections)
         self._redis = self._link.client
-        self._scripts = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND)
-        self._check = self._redis.register_script(lua.CHECK_REQUEST)
-        self._settle = self._redis.register_script(lua.SETTLE_TOKENS)
-        self._add_spend = self._redis.register_script(lua.ADD_SPEND)
-        self._seed = self._redis.register_script(lua.SEED_SPEND)
+        self._scripts = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND, lua.ADD_SERVED_NAME)
+        self._check, self._settle, self._add_spend, self._seed, self._add_served = (
+            self._redis.register_script(source) for source in self._scripts)
         self._deadline_s = op_timeout_s
         self._probe_budget_s = max(op_timeout_s * 4, 1.0)  # the probe's and the warm-up's, per step
         self._probe_interval_s = probe_interval_s
@@ -97,7 +98,8 @@ class RedisBackend:
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
         self._unsynced = HeldSpend()
         self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
-        self._owner_writes: dict[str, asyncio.Task[None]] = {}  # response id -> its write in flight
+        self._owner_writes = BackgroundWrites("response_owner_not_recorded")  # by response id
+        self._names = SharedNames(self._redis, self._add_served, self._local, self._run)
         self._waiting: set[asyncio.Timeout] = set()  # deadlines of operations waiting on Redis now
 
     @property
@@ -325,19 +327,8 @@ class RedisBackend:
     # -- response ownership ----------------------------------------------------------------------
 
     def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
-        if len(self._owner_writes) >= MAX_PENDING_OWNER_WRITES:
-            _log().warning("response_owner_not_recorded", reason="too many writes in flight",
-                           in_flight=len(self._owner_writes))
-            return
-        task = asyncio.get_running_loop().create_task(self._write_owner(response_id, owner, ttl_s))
-        self._owner_writes[response_id] = task
-        task.add_done_callback(lambda done: self._owner_written(response_id, done))
-
-    def _owner_written(self, response_id: str, task: asyncio.Task[None]) -> None:
-        if self._owner_writes.get(response_id) is task:
-            del self._owner_writes[response_id]
-        if not task.cancelled() and task.exception() is not None:
-            _log().warning("response_owner_not_recorded", reason=type(task.exception()).__name__)
+        self._owner_writes.start(response_id, lambda: self._write_owner(response_id, owner, ttl_s),
+                                 MAX_PENDING_OWNER_WRITES)
 
     async def _write_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
         value, ttl_ms = orjson.dumps([owner.key, owner.team]), max(1, round(ttl_s * 1000))
@@ -353,7 +344,7 @@ class RedisBackend:
     async def response_owner(self, response_id: str) -> ResponseOwner | None:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        pending = self._owner_writes.get(response_id)
+        pending = self._owner_writes.pending(response_id)
         if pending is not None:  # written from this replica a moment ago: read it after the write
             with contextlib.suppress(Exception):
                 await asyncio.shield(pending)  # bounded: the write has its own deadline
@@ -366,6 +357,14 @@ class RedisBackend:
 
         # One deadline for the wait on the write and the read: the request waits `state.timeout_ms` at most
         return await self._run(remote, local, within_s=self._deadline_s - (loop.time() - started))
+
+    # -- names upstreams reported (docs/agents.md, "Names the gateway gave back") -----------------
+
+    def record_served_name(self, name: str, served: ServedName) -> None:
+        self._names.record(name, served)  # in the background, bounded (redis_names.py)
+
+    async def served_names(self, name: str) -> tuple[ServedName, ...]:
+        return await self._names.read(name)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -388,8 +387,8 @@ class RedisBackend:
             self._enter_degraded(reason_of(exc))  # the probe takes over, as after any failure
 
     async def close(self) -> None:
-        for task in list(self._owner_writes.values()):
-            task.cancel()
+        self._owner_writes.cancel()
+        self._names.cancel()
         if self._probe is not None:
             self._probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -2,24 +2,29 @@
 name that an answer carried in its `model` (configured, or reported by the upstream and learned from an
 answer), through the official SDKs on chat, Messages and Responses. It reaches the model that deployment
 serves, for the keys allowed that model (others: the 404 of an unknown name), and is logged and counted
-as that model; exact names and aliases win; two models on one upstream name: the first the key may use."""
+as that model; exact names and aliases win; two models on one upstream name: the first the key may use.
+With replicas sharing Redis, a name one replica learned reaches the model on the others."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import anthropic
 import openai
 import pytest
+import redis
 from structlog.testing import capture_logs
 
 from gateway.config import parse_config
+from gateway.state.keys import served_key
 from tests import anthropic_scripts as a
 from tests import responses_scripts as r
 from tests.chat_scripts import MODEL as REPORTED
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
+from tests.redis_server import RedisServer
+from tests.scaleout_load import PATH, Make, poll, replicas, sdk
 
 ALL, SONNET_ONLY, B_ONLY = "gw-key-served-all01", "gw-key-served-son01", "gw-key-served-bbb01"
 CHAT, ANT, RESP = "/oai/v1/chat/completions", "/ant/v1/messages", "/oai/v1/responses"
@@ -130,3 +135,38 @@ def test_models_retrieve_answers_an_upstream_name_only_for_a_key_allowed_its_mod
     assert claude(gw, SONNET_ONLY).models.retrieve("us.anthropic.sonnet-dep-v1:0").id == "us.anthropic.sonnet-dep-v1:0"
     with pytest.raises(anthropic.NotFoundError):
         claude(gw, B_ONLY).models.retrieve("us.anthropic.sonnet-dep-v1:0")
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+def test_a_name_one_replica_learned_reaches_the_model_on_another(
+        redis_server: RedisServer, upstream: FakeUpstream, make_gateway: Make) -> None:
+    """Two replicas sharing Redis (docs/scale-out.md): replica A streams an answer under the dated name its
+    upstream reported; replica B, which never saw that answer, resolves the name a client sends back
+    (Claude Code's `--resume`, a retry sent elsewhere) to the same model. A name recorded for a model or a
+    deployment B's config does not have reaches nothing; `models.retrieve` looks names up the same way."""
+    a, b = replicas(make_gateway, upstream.base_url, {"redis_url": redis_server.url, "timeout_ms": 1000},
+                    [{"name": "k", "key": "key-served"}])
+    upstream.enqueue(PATH, text_stream(["first"]), completion("resumed"))
+    with pytest.raises(openai.NotFoundError):  # nothing has answered under that name yet, anywhere
+        sdk(b, "key-served").chat.completions.create(model=REPORTED, messages=HI)  # type: ignore[call-overload]
+    stream = sdk(a, "key-served").chat.completions.create(model="m", messages=HI, stream=True)  # type: ignore[call-overload]
+    assert {c.model for c in stream} == {REPORTED}  # what a resuming client sends back
+    raw = redis.Redis.from_url(redis_server.url)
+    poll(lambda: bool(raw.exists(served_key(REPORTED))), "replica A to record the name (in the background)")
+    with capture_logs() as logs:
+        resumed = sdk(b, "key-served").chat.completions.create(model=REPORTED, messages=HI)  # type: ignore[call-overload]
+    assert resumed.choices[0].message.content == "resumed"
+    assert request_lines(logs) == [("m", REPORTED, 200)]
+    raw.sadd(served_key("up-model-2025-02-02"), b'["m", "not-x"]', b'["gone", "x"]')
+    with pytest.raises(openai.NotFoundError) as info:
+        sdk(b, "key-served").chat.completions.create(model="up-model-2025-02-02", messages=HI)  # type: ignore[call-overload]
+    assert info.value.code == "model_not_found"
+    raw.sadd(served_key("up-model-2025-03-03"), b'["m", "x"]')
+    assert sdk(b, "key-served").models.retrieve("up-model-2025-03-03").id == "up-model-2025-03-03"
+    raw.close()
+    assert [body["model"] for body in upstream.bodies(PATH)] == ["x", "x"]

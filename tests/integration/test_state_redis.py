@@ -375,3 +375,46 @@ async def test_response_owner_writes_in_flight_are_bounded(make: Factory, monkey
     assert [e["event"] for e in logs] == ["response_owner_not_recorded"]
     assert await backend.response_owner("resp_a") == ResponseOwner("alice")
     assert await backend.response_owner("resp_b") is None
+
+
+async def test_served_names_are_shared_bounded_and_kept_locally_while_redis_is_away(
+        server: RedisServer, make: Factory, raw: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names upstreams reported (docs/agents.md, "Names the gateway gave back"): recorded by one replica in
+    the background, read by another; a set per name with a TTL, at most MAX_MODELS_PER_SERVED_NAME models;
+    writes in flight bounded; local only while Redis is away."""
+    from gateway.state import redis_names
+    from gateway.state.base import MAX_MODELS_PER_SERVED_NAME, SERVED_NAME_TTL_S, ServedName
+    from gateway.state.keys import served_key
+
+    first, second = make(), make()
+    gpt, eu = ServedName("gpt", "gpt-4o"), ServedName("gpt-eu", "gpt-4o")
+    assert await second.served_names("gpt-4o-2024-08-06") == ()
+    first.record_served_name("gpt-4o-2024-08-06", gpt)
+    second.record_served_name("gpt-4o-2024-08-06", eu)
+    assert await eventually(lambda: _served_is(second, "gpt-4o-2024-08-06", (gpt, eu)))
+    assert 0 < await raw.pttl(served_key("gpt-4o-2024-08-06")) <= SERVED_NAME_TTL_S * 1000
+    assert served_key("a{b}") == "llmgw:served:{a(b)}", "one hash tag, braces inside it replaced"
+    for i in range(MAX_MODELS_PER_SERVED_NAME + 3):
+        first.record_served_name("many", ServedName(f"m{i:02}", "up"))
+    assert await eventually(lambda: _served_len(second, "many", MAX_MODELS_PER_SERVED_NAME))
+    assert await raw.scard(served_key("many")) == MAX_MODELS_PER_SERVED_NAME
+    await raw.sadd(served_key("bad"), b"not json", b'["one"]', b'["m", "up"]')
+    assert await second.served_names("bad") == (ServedName("m", "up"),), "an unreadable member is left out"
+    monkeypatch.setattr(redis_names, "MAX_PENDING_NAME_WRITES", 1)
+    with capture_logs() as logs:
+        first.record_served_name("snap-a", gpt)
+        first.record_served_name("snap-b", gpt)  # over the bound: dropped
+    assert [e["event"] for e in logs] == ["served_name_not_recorded"]
+    assert await eventually(lambda: _served_is(second, "snap-a", (gpt,)))
+    assert await second.served_names("snap-b") == ()
+    server.kill()
+    second.record_served_name("local-only", gpt)  # written locally while Redis is away
+    assert await eventually(lambda: _served_is(second, "local-only", (gpt,)))
+
+
+async def _served_is(backend: RedisBackend, name: str, expected: tuple[object, ...]) -> bool:
+    return await backend.served_names(name) == expected
+
+
+async def _served_len(backend: RedisBackend, name: str, n: int) -> bool:
+    return len(await backend.served_names(name)) == n

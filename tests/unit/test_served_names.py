@@ -61,3 +61,34 @@ def test_a_name_the_config_resolves_is_remembered_per_compiled_config() -> None:
     reloaded, _ = compile_names([Named("models[0]", "c", (), ("dep-z",))])  # no glob any more
     learned.learn("glob-snap-1", "c", "dep-z", reloaded)
     assert learned.models("glob-snap-1") == ("c",)
+
+
+def test_names_from_the_state_are_adopted_only_for_a_model_and_deployment_of_this_config() -> None:
+    """What another process recorded (docs/agents.md): kept when this config has that model serving under
+    that configured upstream name and does not resolve the name itself; anything else reaches nothing."""
+    from gateway.state.base import ServedName
+
+    learned = LearnedNames()
+    learned.adopt("dep-z-2025", [ServedName("c", "dep-x"), ServedName("gone", "dep-z"),
+                                 ServedName("a", "dep-old")], NAMES)
+    assert len(learned) == 0 and pick("dep-z-2025", learned) is None
+    learned.adopt("glob-snap", [ServedName("a", "dep-x")], NAMES)  # the config resolves it: never learned
+    learned.adopt("dep-z-2025", [ServedName("c", "dep-z"), ServedName("b", "dep-x")], NAMES)
+    assert learned.models("dep-z-2025") == ("c", "b") and len(learned) == 1
+    assert pick("dep-z-2025", learned) == "b"
+    assert learned.learn("dep-z-2025", "a", "dep-x", NAMES) and not learned.learn("dep-z-2025", "a", "dep-x", NAMES)
+
+
+def test_a_learned_name_still_answered_under_is_recorded_again_once_a_day() -> None:
+    """True tells the runtime to record the name in the state backend: when first learned, and again once
+    `RECORD_AGAIN_S` passed, so the shared record (with its TTL) outlives a process that runs for weeks."""
+    from gateway.pipeline.served_names import RECORD_AGAIN_S
+
+    now = [0.0]
+    learned = LearnedNames(clock=lambda: now[0])
+    assert learned.learn("dep-z-2025", "c", "dep-z", NAMES)
+    now[0] += RECORD_AGAIN_S - 1
+    assert not learned.learn("dep-z-2025", "c", "dep-z", NAMES)
+    now[0] += 1
+    assert learned.learn("dep-z-2025", "c", "dep-z", NAMES)
+    assert not learned.learn("dep-z-2025", "c", "dep-z", NAMES)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, spend_key
+from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, served_key, spend_key
 from gateway.state.redis import local_share
 
 NAMES = ["team-a", "", "a{b}c", "{x}", "}{", "{", "}", "key:with:colons", "ünïcode-κλειδί", "x" * 300]
@@ -39,9 +39,10 @@ def test_different_keys_spread_over_slots() -> None:
     assert len(slots([rate_key(f"key-{i}", "rpm", 1) for i in range(50)])) > 40
 
 
-@pytest.mark.parametrize("one_key", [cache_redis_key("ab" * 32), owner_key("resp_123"), owner_key("a{b}")])
+@pytest.mark.parametrize("one_key", [cache_redis_key("ab" * 32), owner_key("resp_123"), owner_key("a{b}"),
+                                     served_key("gpt-4o-2024-08-06")])
 def test_single_key_operations_name_one_key(one_key: str) -> None:
-    # cache_get/cache_set and the response owner are single-key commands: any slot is fine
+    # cache_get/cache_set, the response owner and a served name are single-key operations: any slot is fine
     assert one_key.startswith("llmgw:")
 
 

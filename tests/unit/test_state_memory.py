@@ -205,3 +205,33 @@ async def test_response_owners_expire_and_stay_bounded(monkeypatch: pytest.Monke
     for i in range(5):
         backend.record_response_owner(f"resp_{i}", alice, ttl_s=60)
     assert [await backend.response_owner(f"resp_{i}") for i in range(5)] == [None, None, alice, alice, alice]
+
+
+async def test_served_names_are_kept_per_process_expire_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory backend's served names (docs/agents.md, "Names the gateway gave back"): this process's
+    own, as the Redis backend's fallback keeps them while Redis is away; bounded per name and in all."""
+    from gateway.state import memory
+    from gateway.state.base import MAX_MODELS_PER_SERVED_NAME, SERVED_NAME_TTL_S, ServedName
+
+    clock = ManualClock()
+    backend = MemoryBackend(clock=clock)
+    a, b = ServedName("gpt", "gpt-4o"), ServedName("gpt-eu", "gpt-4o")
+    assert await backend.served_names("gpt-4o-2024-08-06") == ()
+    backend.record_served_name("gpt-4o-2024-08-06", a)
+    backend.record_served_name("gpt-4o-2024-08-06", a)
+    backend.record_served_name("gpt-4o-2024-08-06", b)
+    assert await backend.served_names("gpt-4o-2024-08-06") == (a, b)
+    for i in range(MAX_MODELS_PER_SERVED_NAME + 3):
+        backend.record_served_name("many", ServedName(f"m{i}", "up"))
+    assert len(await backend.served_names("many")) == MAX_MODELS_PER_SERVED_NAME
+    clock.now += SERVED_NAME_TTL_S - 1
+    backend.record_served_name("many", ServedName("m0", "up"))  # recorded again: kept from now
+    clock.now += 1
+    assert await backend.served_names("gpt-4o-2024-08-06") == (), "expired"
+    assert len(await backend.served_names("many")) == MAX_MODELS_PER_SERVED_NAME
+    monkeypatch.setattr(memory, "MAX_SERVED_NAMES", 3)
+    for i in range(5):
+        backend.record_served_name(f"snap-{i}", a)
+    assert [await backend.served_names(f"snap-{i}") for i in range(5)] == [(), (), (a,), (a,), (a,)]
+    await backend.close()
+    assert await backend.served_names("snap-4") == ()
