@@ -339,7 +339,7 @@ class ResponsesSocket:
         """`generate: false` (Codex's warm-up): answered as OpenAI does, with no model call."""
         self._warmups += 1
         try:
-            key = self._check_warmup(body)
+            key = await self._check_warmup(body)
             await within_budgets(self.app.runtime, self.app.state, key)  # spends nothing: not counted
         except GatewayError as err:
             self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status))
@@ -371,7 +371,7 @@ class ResponsesSocket:
         request.transport, request.body_size = "websocket", size
         return request
 
-    def _check_warmup(self, body: dict[str, object]) -> ApiKey | None:
+    async def _check_warmup(self, body: dict[str, object]) -> ApiKey | None:
         """A warm-up calls no model, but is refused as a response would be: the key, the model (then budgets)."""
         rt = self.app.runtime
         try:
@@ -381,7 +381,7 @@ class ResponsesSocket:
         name = body.get("model")
         if not isinstance(name, str) or not name:
             raise InvalidRequest("you must provide a model parameter", param="model")
-        model = rt.model(name)
+        model = rt.model(name) or await rt.shared_model(name, None, self.app.state)  # as `resolve` finds it
         if model is None:
             raise ModelNotFound.named(name)
         KeyRing.authorize(key, model.name, name)
