@@ -28,6 +28,7 @@ from gateway.apis.models import healthz, list_models, readyz, retrieve_model
 from gateway.apis.responses import responses
 from gateway.apis.responses_ws import upgrade
 from gateway.apis.spend import key_spend
+from gateway.config import ConfigError
 from gateway.config.extras import missing_extras
 from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
@@ -115,6 +116,7 @@ class App:
                 await self.control.start()
             except StoreUnavailable as exc:  # start needs the schema; later outages are served from cache
                 raise StartupError(f"store.url: cannot open the store: {exc}") from None
+            _reserve_keys(self.control, self.config)  # raises ConfigError: exit 2 (docs/reference.md, "Commands")
             await self._start_budgets(self.control, self._state)
         if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
             await jwt.jwks.refresh()  # bounded by auth.jwt.timeout_s; a failure leaves a refetch to come
@@ -154,7 +156,8 @@ class App:
     def prepare_reload(self, config: Config) -> Reload:
         """SIGHUP, the slow half, safe off the loop (`asyncio.to_thread`): compile the new config and load
         its certificate into a new context; nothing in use is touched. Raises ValueError (nothing
-        changed) when the config cannot be compiled or the certificate cannot be loaded."""
+        changed) when the config cannot be compiled or the certificate cannot be loaded, ConfigError when
+        a key clashes with a stored one."""
         tls = config.server.tls
         if (tls is None) != (self.tls is None):
             raise ValueError("server.tls: turning TLS on or off needs a restart")
@@ -163,6 +166,8 @@ class App:
         if missing is not None:
             raise ValueError(missing)
         old = self.runtime
+        if old.control is not None:
+            _no_clash(old.control, config)  # the old config stays: reload_rejected
         if config.store != self.config.store:
             log.warning("store_change_needs_restart", message="store.* is read at start; a reload keeps it")
         runtime = build_runtime(config, old.upstream, previous=old)
@@ -173,6 +178,8 @@ class App:
         """The swap, on the loop: requests in flight keep the runtime they started with. Request signers
         are started for the new config's providers, then swapped in (`_swap_signers`)."""
         self.runtime = reload.runtime
+        if reload.runtime.control is not None:  # a stored key that clashed since `prepare_reload` is left out
+            reload.runtime.control.cache.reserve(reload.runtime.config.auth.keys)
         if reload.tls is not None:
             self.tls = reload.tls
         providers = reload.runtime.config.providers
@@ -200,6 +207,21 @@ def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:
         return None
     return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error,
                                                   pending=metrics.ledger_pending_rows))
+
+
+def _no_clash(control: ControlPlane, config: Config) -> None:
+    """A config key and a stored key with one name or one secret are a config error (docs/keys-teams-spend.md,
+    "Config keys and stored keys"): they would count under two counters behind one name. Raises ConfigError."""
+    clashes = control.cache.clashes(config.auth.keys)
+    if clashes:
+        raise ConfigError([c.line() for c in clashes])
+
+
+def _reserve_keys(control: ControlPlane, config: Config) -> None:
+    """At start, once the store's keys are loaded: refuse a clash, then let the config's keys win any
+    that a store sync brings later (written by a replica with another config)."""
+    _no_clash(control, config)
+    control.cache.reserve(config.auth.keys)
 
 
 def _start_tracing(config: Config, metrics: Metrics) -> Tracing | None:

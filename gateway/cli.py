@@ -108,6 +108,8 @@ def serve(args: argparse.Namespace) -> int:
     path = config_path_from_env(args.config)
     try:
         return _run(config, path, args.workers)
+    except ConfigError as exc:  # what only the store reveals: a key that clashes with a stored one
+        return _invalid(exc.errors)
     except StartupError as exc:  # one line, no traceback: a port in use, a certificate that does not load
         say_on_stderr(f"gateway: {exc}")
         return 1

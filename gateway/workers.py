@@ -24,12 +24,17 @@ REAP_SLACK_S = 30.0  # a worker still alive this long after its drain (server.dr
 
 
 def _worker(config: Config, path: str | None) -> None:
+    from gateway.config import ConfigError
     from gateway.errors import StartupError, say_on_stderr
     from gateway.server import run_server
 
     install_uvloop()
     try:
         asyncio.run(run_server(config, path, serve_api=True, serve_metrics=False, reuse_port=True))
+    except ConfigError as exc:  # a key that clashes with a stored one: the config error's lines, exit 2
+        for line in exc.errors:
+            say_on_stderr(line)
+        sys.exit(2)
     except StartupError as exc:
         say_on_stderr(f"gateway: {exc}")
         sys.exit(1)
