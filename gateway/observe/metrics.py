@@ -36,7 +36,7 @@ PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0
 DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                  0.25, 0.5, 1.0)
 ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
-                    "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled", "empty")
+                    "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled")
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
 AFFINITY_RESULTS = ("kept", "moved", "new")
 # `llm_gateway_overhead_seconds` (issue #62): from 0.1 ms (a streamed token's own hop) to 1 s (a gateway in

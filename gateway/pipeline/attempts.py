@@ -50,7 +50,7 @@ ATTEMPT_OUTCOME = {
     FailureKind.FIRST_TOKEN_TIMEOUT: "first_token_timeout", FailureKind.IDLE_TIMEOUT: "idle_timeout",
     FailureKind.TOTAL_TIMEOUT: "idle_timeout", FailureKind.STREAM_REJECTED: "http_4xx",
     FailureKind.STREAM_OPTIONS_REJECTED: "http_4xx", FailureKind.CACHE_KEY_REJECTED: "http_4xx",
-    FailureKind.EMPTY: "empty",
+    FailureKind.EMPTY: "inband_error",  # a 200 with no output at all: an in-band failure (docs/extensions.md)
     FailureKind.NOT_FOUND: "http_4xx",
 }
 
