@@ -28,6 +28,7 @@ class Errors:
         self.items: list[str] = []
         self.keys: set[str] = set()  # every key path a Section of this document accepts
         self._unset_env: set[str] = set()  # paths whose `${NAME}` is unset: that one error says it all
+        self.interpolated: set[str] = set()  # paths whose string held a `${NAME}`: a boolean may come as one
 
     def add(self, path: str, problem: str) -> None:
         if path in self._unset_env:
@@ -53,7 +54,10 @@ def interpolate(value: str, path: str, env: Mapping[str, str], errs: Errors) -> 
         errs.unset_env(path, name)
         return ""
 
-    return _ENV_REF.sub(sub, value) if "${" in value else value
+    if "${" not in value:
+        return value
+    errs.interpolated.add(path)
+    return _ENV_REF.sub(sub, value)
 
 
 def expand_env(node: Any, path: str, env: Mapping[str, str], errs: Errors) -> Any:
@@ -96,8 +100,10 @@ class Section:
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if isinstance(value, str) and str not in kinds:
-            value = number_from_env_string(value, kinds) if int in kinds or float in kinds else \
-                _BOOLEAN_WORDS.get(value.strip().lower(), value) if bool in kinds else value
+            if int in kinds or float in kinds:
+                value = number_from_env_string(value, kinds)
+            elif bool in kinds and self.at(key) in self.errs.interpolated:  # a quoted "yes" stays an error
+                value = _BOOLEAN_WORDS.get(value.strip().lower(), value)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             names = " or ".join(k.__name__ for k in kinds)
             self.errs.add(self.at(key), f"must be {names}, got {type(value).__name__}")

@@ -125,13 +125,9 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
         # A copy of the containers they lie in, the texts shared: parsing the bytes again for one held the
         # loop ~20-50 ms for a 10 MiB text
         body = copy_containers(body, LENT_TEXT_DEPTH)
-    stream = body.get("stream", False)
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("stream must be a boolean", param="stream")
-    opts = body.get("stream_options")
-    forward_usage = isinstance(opts, dict) and opts.get("include_usage") is True
+    stream, forward_usage = _stream_flags(body)
     ctx = RequestContext(request_id=request.request_id, api=api.name, schema=api.schema, model=model, body=body,
-                         stream=bool(stream), rec=request.recorder, key=key, forward_usage=forward_usage,
+                         stream=stream, rec=request.recorder, key=key, forward_usage=forward_usage,
                          t_start=request.t0,
                          client_headers={**request.headers, "x-request-id": request.request_id},
                          response_headers=request.extra_headers,
@@ -139,6 +135,15 @@ async def resolve(request: GatewayRequest, api: ClientApi) -> tuple[Runtime, Req
                          cache_marked=cache_marked)
     request.ctx = ctx
     return rt, ctx
+
+
+def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether the answer is streamed, and whether the client asked for the usage chunk."""
+    stream = body.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("stream must be a boolean", param="stream")
+    opts = body.get("stream_options")
+    return bool(stream), isinstance(opts, dict) and opts.get("include_usage") is True
 
 
 def answer_headers(ctx: RequestContext, won: Won) -> dict[str, str]:

@@ -57,7 +57,7 @@ class Served:
 def serving(config: Path) -> Iterator[Served]:
     gw = Served(config)
     try:
-        gw.log.wait("listening", timeout_s=30, what="the gateway did not start")
+        gw.log.wait("listening", timeout_s=30)  # fails with the process's output
         yield gw
     finally:
         if gw.proc.poll() is None:
