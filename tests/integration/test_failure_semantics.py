@@ -219,7 +219,8 @@ def test_an_empty_stream_moves_to_the_next_deployment(upstream: FakeUpstream,
     upstream.enqueue(B_CHAT, text_stream(["from ", "b"]))
     assert stream_text(gw, "m") == "from b"
     assert len(upstream.bodies(CHAT)) == 1, "an empty answer is not asked again of the same deployment"
-    assert gw.sample("llm_gateway_upstream_attempts_total", model="m", deployment="p/model-a", outcome="inband_error") == 1
+    assert gw.sample("llm_gateway_upstream_attempts_total", model="m", deployment="p/model-a",
+                     outcome="inband_error") == 1  # an empty answer is an in-band failure
 
 
 def test_an_empty_stream_on_the_last_deployment_is_the_answer(upstream: FakeUpstream,
