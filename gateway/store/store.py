@@ -43,6 +43,7 @@ FIRST_PAGE = Page()
 CHANNEL = "gw_changes"
 _KEY_COLS = "name, team, models, rpm, tpm, budget_usd, budget_period, expires_at, metadata, created_at, id"
 _TEAM_COLS = "name, models, rpm, tpm, budget_usd, budget_period, created_at, id"
+_TEAM_IN_USE = "SELECT 1 FROM gw_keys WHERE team = ? UNION ALL SELECT 1 FROM gw_admin_keys WHERE team = ?"
 # in SpendRow's field order: a row is its own parameters
 _SPEND_COLS = ("row_id, request_id, ts, day, key_name, team, model, deployment, api, outcome, input_tokens, "
                "output_tokens, cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, cost_usd, key_id, "
@@ -55,8 +56,7 @@ _SPEND_PG_TYPES = ("text",) * 2 + ("float8",) + ("text",) * 7 + ("int8",) * 5 + 
 _SPEND_INSERT_PG = (f"INSERT INTO gw_spend ({_SPEND_COLS}) SELECT "
                     + ", ".join(f"(e->>{i})::{t}" for i, t in enumerate(_SPEND_PG_TYPES))
                     + " FROM json_array_elements(?::json) AS e ON CONFLICT (row_id) DO NOTHING")
-# `key` and `team` are grouped by their id too (`key_id`, `team_id` in the answer): a reused name's spend
-# stays apart from the spend of the deleted one that had the name before (docs/keys-teams-spend.md, "Spend")
+# `key`, `team` grouped by their ids too: a reused name's spend stays apart (docs/keys-teams-spend.md, "Spend")
 _GROUP_COL = {"key": "key_name", **{g: g for g in ("key_id", "team", "team_id", "model", "deployment", "day",
                                                   "subject")}}
 _WITH_ID = {"key": "key_id", "team": "team_id"}
@@ -236,8 +236,8 @@ class Store:
 
     async def delete_team(self, actor: Actor, name: str) -> None:
         async def run(tx: Tx) -> None:
-            if await tx.rows("SELECT 1 FROM gw_keys WHERE team = ?", (name,)):
-                raise Conflict(f"team {name} still has keys: move or revoke them first")
+            if await tx.rows(_TEAM_IN_USE, (name, name)):  # its team admins, left, would govern a namesake
+                raise Conflict(f"team {name} still has keys or team admin keys: move or revoke them first")
             if await tx.exec("DELETE FROM gw_teams WHERE name = ?", (name,)) == 0:
                 raise Missing(f"no team named {name}")
             await self._changed(tx, actor, "team.delete", name, {}, name)

@@ -189,6 +189,19 @@ def test_stored_admin_keys(gw: GatewayServer) -> None:
         client.models.list()
 
 
+def test_a_team_with_team_admin_keys_cannot_be_deleted(gw: GatewayServer) -> None:
+    """Its team admins name the team: left behind, they would govern a team created later under its name."""
+    assert admin_call(gw.port, "POST", "teams", {"name": "gone"})[0] == 201
+    status, made = admin_call(gw.port, "POST", "admin-keys", {"name": "lead-gone", "role": "team_admin",
+                                                              "team": "gone"})
+    assert status == 201
+    status, err = admin_call(gw.port, "DELETE", "teams/gone")
+    assert (status, err["error"]["code"]) == (409, "conflict"), err
+    assert admin_call(gw.port, "DELETE", "admin-keys/lead-gone")[0] == 200
+    assert admin_call(gw.port, "DELETE", "teams/gone")[0] == 200
+    assert admin_call(gw.port, "GET", "keys", key=made["key"])[0] == 401
+
+
 def test_admin_key_errors_are_those_of_gateway_keys(gw: GatewayServer) -> None:
     """A name taken by a config admin key is 409, as one taken by a stored admin key (or a gateway key by
     a config key); a team that does not exist is a bad field, 400 `team`, as on a gateway key."""
