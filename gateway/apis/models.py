@@ -35,7 +35,7 @@ async def retrieve_model(request: GatewayRequest) -> Response:
     anthropic = is_anthropic(request.headers)
     key = await rt.keyring.caller(request.headers, x_api_key=anthropic)
     name = unquote(request.path.rpartition("/")[2])
-    model = await rt.shared_model(name, key, request.app.state)
+    model = rt.model(name, key) or await rt.shared_model(name, key, request.app.state)
     if model is None or not KeyRing.visible(key, [model.name]):
         raise ModelNotFound.named(name)
     return json_response(_anthropic_model(name) if anthropic else _model(name))

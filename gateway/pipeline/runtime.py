@@ -78,12 +78,11 @@ class Runtime:
         return served_model(name, key, self.config.model_names, self.served_names, self.config.models.get)
 
     async def shared_model(self, name: str, key: ApiKey | None, state: StateBackend) -> ModelConfig | None:
-        """`model`, and for a name it does not reach, the names other processes learned from answers, from
-        the state backend (docs/agents.md, "Names the gateway gave back"): asked only then, so a request
-        for a known name never waits on the state; one read per request for an unknown name."""
-        model = self.model(name, key)
-        if model is not None or not ALIAS.match(name):
-            return model  # a name no upstream could have reported is never looked up
+        """For a name `model` did not reach: the names other processes learned from answers, from the state
+        backend (docs/agents.md, "Names the gateway gave back"). Callers ask `model` first, so a request for
+        a known name never waits on the state; one read per request for an unknown name."""
+        if not ALIAS.match(name):
+            return None  # a name no upstream could have reported is never looked up
         served = await state.served_names(name)
         if not served:
             return None
