@@ -346,6 +346,19 @@ def test_a_tls_listener_gets_https_probes(chart: helm.Chart) -> None:
     assert "scheme" not in container(render(chart))["readinessProbe"]["httpGet"]
 
 
+def test_notes_give_https_urls_for_a_tls_listener(chart: helm.Chart) -> None:
+    """The NOTES a user copies from: with `config.server.tls` the API answers only TLS, so its URL and the
+    curl line say https (curl -k: the certificate names the Service, not 127.0.0.1); metrics stay HTTP."""
+    tls = {"cert_file": "/etc/gateway/tls/tls.crt", "key_file": "/etc/gateway/tls/tls.key"}
+    secure = notes(chart, {"config": {"server": {"tls": tls}}})
+    assert "API:     https://rel-llm-gateway." in secure
+    assert "curl -sNk https://127.0.0.1:8080/v1/chat/completions" in secure
+    assert "Metrics: http://rel-llm-gateway." in secure
+    plain = notes(chart, {})
+    assert "API:     http://rel-llm-gateway." in plain
+    assert "curl -sN http://127.0.0.1:8080/v1/chat/completions" in plain
+
+
 @pytest.mark.parametrize("drain_s", [30, 120, 7.5])
 def test_grace_period_outlasts_prestop_and_drain(chart: helm.Chart, drain_s: float) -> None:
     docs = render(chart, {"config": {"server": {"drain_s": drain_s}}})
