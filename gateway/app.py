@@ -119,7 +119,7 @@ class App:
             _reserve_keys(self.control, self.config)  # raises ConfigError: exit 2 (docs/reference.md, "Commands")
             await self._start_budgets(self.control, self._state)
         if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
-            await jwt.jwks.refresh()  # bounded by auth.jwt.timeout_s; a failure leaves a refetch to come
+            await jwt.jwks.refresh(jwt.cfg.timeout_s)  # bounded; a failure leaves a refetch to come
         if self.config.telemetry.metrics_endpoint is not None:  # OTEL_METRICS_EXPORTER=otlp
             from gateway.observe.genai_push import start_push
 

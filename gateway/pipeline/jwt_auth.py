@@ -70,10 +70,11 @@ class Jwks:
         self._inflight: asyncio.Future[None] | None = None
         self.fetches = 0  # how many times the JWKS was asked for (tests, the log line)
 
-    async def refresh(self) -> None:
-        """Fetch the JWKS (one fetch at a time: concurrent callers share it). A failure keeps the keys."""
+    async def refresh(self, timeout_s: float) -> None:
+        """Fetch the JWKS (one fetch at a time: concurrent callers share it). A failure keeps the keys.
+        `timeout_s`: the caller's config's (a reload that keeps the IdP keeps this object, not its cfg)."""
         if self._inflight is None or self._inflight.done():
-            self._inflight = asyncio.ensure_future(self._fetch_keys())
+            self._inflight = asyncio.ensure_future(self._fetch_keys(timeout_s))
         await asyncio.shield(self._inflight)  # a caller that goes away leaves the fetch to the others
 
     async def settled(self) -> bool:
@@ -85,11 +86,11 @@ class Jwks:
         await asyncio.shield(inflight)
         return True
 
-    async def _fetch_keys(self) -> None:
+    async def _fetch_keys(self, timeout_s: float) -> None:
         self.fetches += 1
         try:
-            url = self._jwks_url or await self._discover()
-            doc = await self._fetch(url, self._cfg.timeout_s, "jwks")
+            url = self._jwks_url or await self._discover(timeout_s)
+            doc = await self._fetch(url, timeout_s, "jwks")
         except Exception as exc:  # an IdP outage must never fail a request that a cached key verifies
             log.warning("jwks_fetch_failed", issuer=self._cfg.issuer, error=type(exc).__name__)
             return
@@ -100,9 +101,9 @@ class Jwks:
         else:
             log.warning("jwks_fetch_failed", issuer=self._cfg.issuer, error="no usable signing key")
 
-    async def _discover(self) -> str:
+    async def _discover(self, timeout_s: float) -> str:
         base = self._cfg.issuer.rstrip("/")
-        doc = await self._fetch(f"{base}/.well-known/openid-configuration", self._cfg.timeout_s, "oidc discovery")
+        doc = await self._fetch(f"{base}/.well-known/openid-configuration", timeout_s, "oidc discovery")
         url = doc.get("jwks_uri") if isinstance(doc, dict) else None
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
             raise ValueError("the discovery document has no jwks_uri")
@@ -127,14 +128,16 @@ class JwtAuth:
     """Verifies tokens and maps them to the principal the pipeline counts (an `ApiKey` named `jwt:<team>`)."""
 
     def __init__(self, cfg: JwtConfig, jwks: Jwks, teams: TeamSource | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, gate: RefetchGate | None = None) -> None:
         self.cfg, self.jwks, self._teams, self._clock = cfg, jwks, teams, clock
         self._rules = tuple(GroupRule(g.group, g.team, g.models) for g in cfg.groups)
         self._config_teams = frozenset(g.team for g in cfg.groups if g.team)
         self._verified: TokenCache[tuple[ApiKey, int]] = TokenCache()
         self._prepared: dict[tuple[str, str], jwt.PyJWK] = {}
         self._prepared_from = jwks.keys  # the keys `_prepared` was built from
-        self._gate = RefetchGate(cfg.refetch_s)
+        # `gate`: the one of the config this reload replaces, when it had the same IdP and `refetch_s`; a new
+        # one would let a made-up `kid` cause a JWKS fetch right after every SIGHUP (docs/identity.md)
+        self.gate = gate if gate is not None else RefetchGate(cfg.refetch_s)
 
     def cached(self, digest: bytes) -> ApiKey | None:
         """The principal of a token already verified (by its SHA-256), while it is valid and the store's
@@ -172,8 +175,8 @@ class JwtAuth:
         """Fresh keys for an unknown `kid`: one JWKS fetch, unless one ran within `refetch_s`; then the end
         of the fetch still in flight, if one is, since that fetch may bring the key a token was signed
         with (an IdP rotating under load: docs/identity.md). Whether keys were fetched for the caller."""
-        if self._gate.try_pass(time.monotonic()):
-            await self.jwks.refresh()
+        if self.gate.try_pass(time.monotonic()):
+            await self.jwks.refresh(self.cfg.timeout_s)
             return True
         return await self.jwks.settled()  # the gate closed: the fetch in flight, or none (then refused at once)
 

@@ -123,11 +123,14 @@ def build_runtime(config: Config, upstream: Upstream,
 
 def _jwt_auth(config: Config, upstream: Upstream, control: ControlPlane | None,
               previous: Runtime | None) -> JwtAuth | None:
-    """`auth.jwt`'s verifier; a reload with the same IdP keeps the keys already fetched."""
+    """`auth.jwt`'s verifier; a reload with the same IdP keeps the keys already fetched and, with the same
+    `refetch_s`, the gate that spaces the fetches unknown `kid`s cause."""
     cfg = config.auth.jwt
     if cfg is None:
         return None
+    teams = control.cache if control is not None else None
     old = previous.keyring.jwt if previous is not None else None
-    same_idp = old is not None and (old.cfg.issuer, old.cfg.jwks_url) == (cfg.issuer, cfg.jwks_url)
-    jwks = old.jwks if same_idp and old is not None else Jwks(cfg, upstream.get_json)
-    return JwtAuth(cfg, jwks, control.cache if control is not None else None)
+    if old is None or (old.cfg.issuer, old.cfg.jwks_url) != (cfg.issuer, cfg.jwks_url):
+        return JwtAuth(cfg, Jwks(cfg, upstream.get_json), teams)
+    gate = old.gate if old.cfg.refetch_s == cfg.refetch_s else None
+    return JwtAuth(cfg, old.jwks, teams, gate=gate)

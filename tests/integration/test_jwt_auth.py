@@ -263,6 +263,28 @@ def test_a_caller_gone_mid_fetch_leaves_the_fetch_to_the_others(gw: GatewayServe
     assert answers[2:] == [("jwt:ml", fetched + 1)] * 2 and idp.jwks_fetches == fetched + 1
 
 
+def test_a_reload_keeps_the_refetch_gate_closed(gw: GatewayServer, idp: FakeIdp, upstream: FakeUpstream,
+                                               servers: LoopThread) -> None:
+    """A SIGHUP with the same IdP keeps the last fetch's time: made-up `kid`s sent after each reload cause
+    no JWKS fetch (a new gate per reload would give every SIGHUP one to them). A changed `refetch_s` is a
+    new gate, open."""
+    assert gw.app is not None
+    fetched = idp.jwks_fetches
+    assert servers.run(_answer(gw, idp, idp.token(["ml-eng"], key=idp.rotate()))) == ("jwt:ml", fetched + 1)
+
+    async def reload(config: Config) -> None:
+        assert gw.app is not None
+        gw.app.reload(config)
+
+    for _ in range(3):
+        servers.run(reload(jwt_config(upstream, idp)))
+        made_up = idp.token(["ml-eng"], key=new_key("EdDSA"))
+        assert servers.run(_answer(gw, idp, made_up)) == ("invalid_api_key", fetched + 1)
+    servers.run(reload(jwt_config(upstream, idp, refetch_s=5)))
+    made_up = idp.token(["ml-eng"], key=new_key("EdDSA"))
+    assert servers.run(_answer(gw, idp, made_up)) == ("invalid_api_key", fetched + 2)
+
+
 def test_a_token_is_verified_once(gw: GatewayServer, idp: FakeIdp, upstream: FakeUpstream) -> None:
     assert gw.app is not None
     verifier = gw.app.runtime.keyring.jwt
