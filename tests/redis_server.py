@@ -21,14 +21,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from tests.ports import free_port
+
 START_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    """A port the kernel just handed out on 127.0.0.1 (free now; a tiny race remains, so start retries)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _answers_ping(port: int) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ import pytest
 
 from tests.contract_metrics import OTHER_BRANCHES
 from tests.deploy.promql_lint import substitute
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-gw-live-team-a"
@@ -46,12 +46,6 @@ admin: {{keys: [{{name: ops, key: {ADMIN_KEY}}}]}}
 # and the control plane's store (a SQLite file in the test's temp dir), with a stored key in a team:
 # the per-team panels get real series too
 DEADLINE_S = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -95,7 +89,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
     tmp = tmp_path_factory.mktemp("gateway")
     (tmp / "config.yaml").write_text(GATEWAY_CONFIG + f"store: {{url: 'sqlite:///{tmp}/store.db'}}\n")
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     proc = _start([sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "config.yaml"),
                    "--port", str(port), "--metrics-port", str(metrics_port)], tmp / "gateway.log")
     try:
@@ -128,7 +122,7 @@ def prometheus(gateway: tuple[int, int], tmp_path_factory: pytest.TempPathFactor
                             "static_configs": [{"targets": [f"127.0.0.1:{gateway[1]}"]}]}],
     }
     (tmp / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-    port = _free_port()
+    port = free_port()
     proc = _start([exe, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
                    f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], tmp / "prometheus.log")
     base = f"http://127.0.0.1:{port}"
