@@ -274,6 +274,24 @@ def test_a_marker_inside_a_tool_result_becomes_a_cache_point_after_it() -> None:
     assert kinds == [["toolResult", "cachePoint", "toolResult"], ["toolResult", "cachePoint"]]
 
 
+def test_a_deeper_marker_in_a_tool_result_is_the_cache_point_after_it_one_with_no_place_is_counted() -> None:
+    """A marker on a search_result inside a tool_result, or on a text inside that search_result, is inside
+    the toolResult too: the cachePoint after it stands for it. One inside a message-level search_result
+    (no Converse form: the block is dropped) has no place: dropped, and counted with `fit`'s."""
+    mark = {"type": "ephemeral"}
+    text = {"type": "text", "text": "found"}
+    found = {"type": "search_result", "source": "s", "title": "t", "content": [text]}
+    found_marked_inside = {**found, "content": [{**text, "cache_control": mark}]}
+    deep = [{"type": "tool_result", "tool_use_id": "t1", "content": [{**found, "cache_control": mark}]},
+            {"type": "tool_result", "tool_use_id": "t2", "content": [found_marked_inside]}]
+    body = {"max_tokens": 5, "messages": [{"role": "user", "content": deep}, {"role": "user", "content": [
+        found_marked_inside, {"type": "text", "text": "next"}]}]}
+    req = BedrockMessages(PROVIDER).request(body, NOVA, stream=False, client_headers={}, send_stream_options=False)
+    kinds = [[next(iter(b)) for b in m["content"]] for m in orjson.loads(req.body)["messages"]]
+    assert kinds == [["toolResult", "cachePoint", "toolResult", "cachePoint"], ["text"]]
+    assert req.cache_markers_dropped == 1
+
+
 def test_converse_body_to_chat_completion() -> None:
     parsed = BedrockChat(PROVIDER).parse_body(orjson.dumps(CONVERSE_BODY))
     msg = parsed.obj["choices"][0]["message"]
