@@ -87,21 +87,33 @@ def _message(m: Mapping[str, Any]) -> dict[str, Any]:
         blocks.append({"text": content})
     for block in content if isinstance(content, list) else ():
         if isinstance(block, dict):
-            blocks += _block(block)
-            if block.get("cache_control") or (block.get("type") == "tool_result" and marked_inside(block)):
-                # Converse has no cache point inside a `toolResult`: the one after it stands for those inside
-                # its content, however deep (a prefix a little longer; docs/caching.md)
+            converted = _block(block)
+            blocks += converted
+            # a dropped block's marker has no place (a cachePoint after nothing could open the message);
+            # Converse has no cache point inside a `toolResult`: the one after it stands for those inside its
+            # content, however deep (a prefix a little longer; docs/caching.md)
+            if converted and (block.get("cache_control") or (block.get("type") == "tool_result"
+                                                              and marked_inside(block))):
                 blocks.append(_CACHE_POINT)
     return {"role": "assistant" if m.get("role") == "assistant" else "user", "content": blocks}
 
 
 def unplaced_markers(anthropic: Mapping[str, Any]) -> int:
-    """The markers Converse has no place for: those inside the `content` of a message block other than a
-    tool_result (a `search_result`'s), a block it has no form for and drops with them. Counted with `fit`'s
-    in the log line's `cache_markers_dropped` (docs/caching.md)."""
-    return sum(marked_inside(block) for m in anthropic.get("messages") or () if isinstance(m, dict)
-               for block in (m["content"] if isinstance(m.get("content"), list) else ())
-               if isinstance(block, dict) and block.get("type") != "tool_result")
+    """The markers Converse has no place for, counted with `fit`'s in the log line's `cache_markers_dropped`
+    (docs/caching.md): those inside the `content` of a message block other than a tool_result (a
+    `search_result`'s, a block it has no form for and drops with them), and those on a block it drops (a
+    URL image)."""
+    count = 0
+    for m in anthropic.get("messages") or ():
+        content = m.get("content") if isinstance(m, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") != "tool_result":
+                count += marked_inside(block)
+            if block.get("cache_control") and not _block(block):
+                count += 1
+    return count
 
 
 def _block(block: Mapping[str, Any]) -> list[Block]:
