@@ -33,7 +33,8 @@ class UpstreamRequest:
     headers: Mapping[str, str]
     body: bytes
     stream: bool
-    # the client's cache markers dropped over Anthropic's limit (`convert.cache_markers`), for the log line
+    # the client's cache markers dropped over Anthropic's limit (`convert.cache_markers`) or where Bedrock
+    # Converse has no place for them (`convert.bedrock_converse.unplaced_markers`), for the log line
     cache_markers_dropped: int = 0
 
 

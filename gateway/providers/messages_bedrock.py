@@ -22,7 +22,13 @@ from gateway.core.messages.wire import MessagesEvent, malformed, parse_event
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import AddsBreakpoints, Framing, ParsedBody, UpstreamRequest
 from gateway.providers.convert.anthropic_messages import AnthropicMessagesStreamParser, parse_messages_body
-from gateway.providers.convert.bedrock_converse import CONVERSE_EVENTS, ConverseStream, anthropic_answer, converse_body
+from gateway.providers.convert.bedrock_converse import (
+    CONVERSE_EVENTS,
+    ConverseStream,
+    anthropic_answer,
+    converse_body,
+    unplaced_markers,
+)
 from gateway.providers.convert.bedrock_endpoint import (
     EVENTSTREAM,
     BedrockEndpoint,
@@ -78,6 +84,8 @@ class BedrockMessages(AddsBreakpoints):
         bp = self.breakpoints  # Converse's cachePoints are made of the markers; auto is for Claude only
         dropped = fit(anthropic, auto=bp.auto and claude, scan=bp.scan)
         out = claude_body(anthropic, client_headers) if claude else converse_body(anthropic)
+        if not claude and bp.scan:  # and those Converse has no place for, dropped there
+            dropped += unplaced_markers(anthropic)
         return UpstreamRequest("POST", self.endpoint.url(model, stream), self.endpoint.headers_for(stream),
                                orjson.dumps(out), stream, dropped)
 

@@ -274,6 +274,38 @@ def test_a_marker_inside_a_tool_result_becomes_a_cache_point_after_it() -> None:
     assert kinds == [["toolResult", "cachePoint", "toolResult"], ["toolResult", "cachePoint"]]
 
 
+def test_a_deeper_marker_in_a_tool_result_is_the_cache_point_after_it_one_with_no_place_is_counted() -> None:
+    """A marker on a search_result inside a tool_result, or on a text inside that search_result, is inside
+    the toolResult too: the cachePoint after it stands for it. One inside a message-level search_result
+    (no Converse form: the block is dropped) has no place: dropped, and counted with `fit`'s."""
+    mark = {"type": "ephemeral"}
+    text = {"type": "text", "text": "found"}
+    found = {"type": "search_result", "source": "s", "title": "t", "content": [text]}
+    found_marked_inside = {**found, "content": [{**text, "cache_control": mark}]}
+    deep = [{"type": "tool_result", "tool_use_id": "t1", "content": [{**found, "cache_control": mark}]},
+            {"type": "tool_result", "tool_use_id": "t2", "content": [found_marked_inside]}]
+    body = {"max_tokens": 5, "messages": [{"role": "user", "content": deep}, {"role": "user", "content": [
+        found_marked_inside, {"type": "text", "text": "next"}]}]}
+    req = BedrockMessages(PROVIDER).request(body, NOVA, stream=False, client_headers={}, send_stream_options=False)
+    kinds = [[next(iter(b)) for b in m["content"]] for m in orjson.loads(req.body)["messages"]]
+    assert kinds == [["toolResult", "cachePoint", "toolResult", "cachePoint"], ["text"]]
+    assert req.cache_markers_dropped == 1
+
+
+def test_a_marker_on_a_block_converse_drops_is_no_cache_point_and_is_counted() -> None:
+    """A marked block with no Converse form (a search_result, an image by URL) is dropped with its marker: a
+    cachePoint after nothing would open the message (Bedrock refuses a content list that starts with one)."""
+    mark = {"type": "ephemeral"}
+    url_image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}, "cache_control": mark}
+    found = {"type": "search_result", "source": "s", "title": "t", "content": [{"type": "text", "text": "x"}],
+             "cache_control": mark}
+    body = {"max_tokens": 5, "messages": [{"role": "user", "content": [
+        url_image, found, {"type": "text", "text": "hi", "cache_control": mark}]}]}
+    req = BedrockMessages(PROVIDER).request(body, NOVA, stream=False, client_headers={}, send_stream_options=False)
+    assert [next(iter(b)) for b in orjson.loads(req.body)["messages"][0]["content"]] == ["text", "cachePoint"]
+    assert req.cache_markers_dropped == 2
+
+
 def test_converse_body_to_chat_completion() -> None:
     parsed = BedrockChat(PROVIDER).parse_body(orjson.dumps(CONVERSE_BODY))
     msg = parsed.obj["choices"][0]["message"]

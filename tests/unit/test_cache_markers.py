@@ -4,6 +4,7 @@ markers carried from Chat and Responses clients, and the `prompt_cache` / cache 
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any
 
 import orjson
@@ -31,18 +32,29 @@ def body_with(markers: int) -> dict[str, Any]:
                          for i in range(markers - 2)]}
 
 
-def marked(body: dict[str, Any]) -> list[str]:
-    out = [f"tools[{i}]" for i, t in enumerate(body.get("tools", ())) if "cache_control" in t]
+def blocks(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every tool, system block and message block, with the blocks in its `content` lists before it (the
+    prefix's order), down to the 4 levels of `content` below a message `fit` walks; named m{i}.{j}.{k}..."""
+    out = [(f"tools[{i}]", t) for i, t in enumerate(body.get("tools", ()))]
     system = body.get("system")
-    out += [f"system[{i}]" for i, b in enumerate(system if isinstance(system, list) else ()) if "cache_control" in b]
+    out += [(f"system[{i}]", b) for i, b in enumerate(system if isinstance(system, list) else ())]
     for i, m in enumerate(body["messages"]):
         content = m["content"]
-        for j, b in enumerate(content if isinstance(content, list) else ()):
-            inner = b.get("content")
-            out += [f"m{i}.{j}.{k}" for k, p in enumerate(inner if isinstance(inner, list) else ())
-                    if "cache_control" in p]
-            out += [f"m{i}.{j}"] if "cache_control" in b else []
+        out += _inside(f"m{i}", content if isinstance(content, list) else [], 1)
     return out
+
+
+def _inside(name: str, content: list[Any], depth: int) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    for j, b in enumerate(content):
+        inner = b.get("content")
+        out += _inside(f"{name}.{j}", inner, depth + 1) if depth < 4 and isinstance(inner, list) else []
+        out.append((f"{name}.{j}", b))
+    return out
+
+
+def marked(body: dict[str, Any]) -> list[str]:
+    return [name for name, b in blocks(body) if "cache_control" in b]
 
 
 def tool_result(*texts: str, marked: tuple[int, ...], cc: Any = E) -> dict[str, Any]:
@@ -85,6 +97,113 @@ def test_markers_inside_a_tool_result_count_toward_the_four_and_are_dropped_in_p
     assert marked(out) == ["m0.0.2", "m0.0", "m1.0", "m2.0"]
     assert out["messages"][0]["content"][0]["content"][0] == {"type": "text", "text": "a"}
     assert client == before
+
+
+def search_result(*texts: str, marked: tuple[int, ...] = (), cc: Any = None) -> dict[str, Any]:
+    """A search_result (inside a tool_result's content: two levels below the message) carrying `cc`, its
+    texts at `marked` (three levels below) carrying E."""
+    return {"type": "search_result", "source": "s", "title": "t", **({"cache_control": cc} if cc else {}),
+            "content": [{"type": "text", "text": t, **({"cache_control": E} if k in marked else {})}
+                        for k, t in enumerate(texts)]}
+
+
+def in_tool_result(*content: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": list(content)}]}
+
+
+def test_a_marker_on_a_search_result_in_a_tool_result_or_on_a_text_in_it_counts_toward_the_four() -> None:
+    for fifth, name in ((search_result("found", cc=E), "m2.0.0"), (search_result("a", "b", marked=(1,)), "m2.0.0.1")):
+        client: dict[str, Any] = {**body_with(4), "messages": [*body_with(4)["messages"], in_tool_result(fifth)]}
+        before = copy.deepcopy(client)
+        out = dict(client)
+        assert fit(out, auto=False) == 1
+        assert marked(out) == ["system[0]", "m0.0", "m1.0", name]  # the oldest, the tool's, dropped
+        assert client == before
+
+
+def test_a_marker_three_levels_deep_is_seen_and_auto_adds_none() -> None:
+    body: dict[str, Any] = {"tools": [{"name": "t"}], "system": "rules", "messages": [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "t", "input": {}}]},
+        in_tool_result(search_result("a", "b", marked=(1,)))]}
+    before = copy.deepcopy(body)
+    assert fit(body, auto=True) == 0
+    assert body == before and marked(body) == ["m2.0.0.1"]
+
+
+def chain(levels: int) -> dict[str, Any]:
+    """A block with `levels` levels of `content` nested in it, each one marked."""
+    block: dict[str, Any] = {"type": "text", "text": "bottom", "cache_control": E}
+    for _ in range(levels - 1):
+        block = {"type": "search_result", "content": [block], "cache_control": E}
+    return block
+
+
+def test_markers_are_looked_for_four_levels_of_content_deep_and_no_deeper() -> None:
+    client: dict[str, Any] = {"messages": [
+        {"role": "user", "content": [chain(50)]}, {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": t, "cache_control": E} for t in "ab"]}]}
+    before = copy.deepcopy(client)
+    out = dict(client)
+    # the chain's top four levels and the two texts: six; the oldest two (the chain's 4th and 3rd) dropped
+    assert fit(out, auto=False) == 2
+    assert marked(out) == ["m0.0.0", "m0.0", "m2.0", "m2.1"] and client == before
+    fourth = out["messages"][0]["content"][0]["content"][0]["content"][0]["content"][0]
+    assert "cache_control" not in fourth and fourth["content"][0]["cache_control"] == E  # the 5th: not seen
+    assert fourth["content"] is client["messages"][0]["content"][0]["content"][0]["content"][0]["content"][0][
+        "content"]  # nor copied
+    # deeper than Python's recursion limit, marked at the bottom only: not walked there, so no RecursionError
+    bottom = {"type": "text", "text": "bottom", "cache_control": E}
+    for _ in range(sys.getrecursionlimit() + 100):
+        bottom = {"type": "search_result", "content": [bottom]}
+    hostile: dict[str, Any] = {"messages": [{"role": "user", "content": [bottom]}]}
+    messages = hostile["messages"]
+    assert fit(hostile, auto=False) == 0 and hostile["messages"] is messages
+
+
+def test_a_one_hour_marker_after_a_five_minute_one_deeper_in_the_prefix_is_sent_as_five_minutes() -> None:
+    # prefix order: the search_result's texts (the first 5m, then 1h), then the search_result itself (1h)
+    found = {**search_result("a", "b", cc=H), "content": [{"type": "text", "text": "a", "cache_control": E},
+                                                         {"type": "text", "text": "b", "cache_control": H}]}
+    client: dict[str, Any] = {"tools": [{"name": "t", "cache_control": H}], "messages": [
+        in_tool_result(found), {"role": "user", "content": [{"type": "text", "text": "next"}]}]}
+    before = copy.deepcopy(client)
+    out = dict(client)
+    assert fit(out, auto=False) == 0
+    result = out["messages"][0]["content"][0]["content"][0]
+    assert [b["cache_control"] for b in result["content"]] == [E, E] and result["cache_control"] == E
+    assert out["tools"][0]["cache_control"] == H and client == before
+    assert out["messages"][1] is client["messages"][1]  # an untouched message is not copied
+
+
+CC = st.sampled_from([None, E, H])
+
+
+def _node(cc: Any, inner: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "search_result" if inner else "text", "text": "x", **({"cache_control": cc} if cc else {}),
+            **({"content": inner} if inner else {})}
+
+
+TREES = st.recursive(st.builds(_node, CC, st.just([])), lambda kids: st.builds(_node, CC, st.lists(kids, max_size=3)),
+                     max_leaves=10)
+
+
+@given(st.lists(CC, max_size=2), st.lists(CC, max_size=2), st.lists(st.lists(TREES, min_size=1, max_size=3),
+                                                                    max_size=4))
+def test_markers_at_any_depth_are_fit_in_prefix_order(tools: list[Any], system: list[Any],
+                                                      messages: list[list[dict[str, Any]]]) -> None:
+    """Whatever the nesting: the newest four markers within the walked depth stay, the rest are dropped and
+    counted, no 1-hour marker follows a shorter one, and the client's body is as it came."""
+    client: dict[str, Any] = {"tools": [_node(cc, []) for cc in tools], "system": [_node(cc, []) for cc in system],
+                              "messages": [{"role": "user", "content": c} for c in messages]}
+    before = copy.deepcopy(client)
+    seen = marked(client)
+    out = dict(client)
+    dropped = fit(out, auto=False)
+    assert client == before
+    assert dropped == max(0, len(seen) - 4) and marked(out) == seen[dropped:]
+    ttls = [b["cache_control"].get("ttl") for _, b in blocks(out) if "cache_control" in b]
+    assert "1h" not in ttls[next((k for k, t in enumerate(ttls) if t != "1h"), len(ttls)):]
 
 
 def test_markers_on_a_chat_tool_messages_parts_count_toward_the_four_too() -> None:

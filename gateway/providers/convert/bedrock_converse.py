@@ -11,7 +11,9 @@ Request (Anthropic -> Converse): `system` -> `system[].text`; blocks text -> `te
 `image` (format from the media type), base64 PDF -> `document`, tool_use -> `toolUse`, tool_result ->
 `toolResult` (`status: error` for `is_error`), thinking -> `reasoningContent.reasoningText`,
 redacted_thinking -> `reasoningContent.redactedContent`; a `cache_control` adds a `cachePoint` after its
-block (a tool's: after it in `toolConfig.tools`; one on a tool_result's content: after the toolResult);
+block (a tool's: after it in `toolConfig.tools`; one inside a tool_result's content, at any depth `fit`
+walks: after the toolResult); one inside another block's `content` (a `search_result`'s, a block Converse
+has no form for) is dropped with it, counted by `unplaced_markers`;
 `max_tokens`, `temperature`, `top_p`, `stop_sequences` -> `inferenceConfig`; `tools` and `tool_choice`
 (auto, any, tool; none sends no choice) -> `toolConfig`.
 Image URLs have no Converse form (only bytes or S3) and are dropped.
@@ -29,6 +31,7 @@ from typing import Any
 import orjson
 
 from gateway.core.sse import SSEEvent
+from gateway.providers.convert.cache_markers import marked_inside
 
 Block = dict[str, Any]
 _CACHE_POINT: Block = {"cachePoint": {"type": "default"}}
@@ -84,18 +87,33 @@ def _message(m: Mapping[str, Any]) -> dict[str, Any]:
         blocks.append({"text": content})
     for block in content if isinstance(content, list) else ():
         if isinstance(block, dict):
-            blocks += _block(block)
-            if block.get("cache_control") or _marked_inside(block):
+            converted = _block(block)
+            blocks += converted
+            # a dropped block's marker has no place (a cachePoint after nothing could open the message);
+            # Converse has no cache point inside a `toolResult`: the one after it stands for those inside its
+            # content, however deep (a prefix a little longer; docs/caching.md)
+            if converted and (block.get("cache_control") or (block.get("type") == "tool_result"
+                                                              and marked_inside(block))):
                 blocks.append(_CACHE_POINT)
     return {"role": "assistant" if m.get("role") == "assistant" else "user", "content": blocks}
 
 
-def _marked_inside(block: Mapping[str, Any]) -> bool:
-    """A `tool_result` with a marker on a block of its content (docs/caching.md): Converse has no cache
-    point inside a `toolResult`, so the one after it stands for it (a prefix a little longer)."""
-    content = block.get("content")
-    return block.get("type") == "tool_result" and isinstance(content, list) and any(
-        isinstance(part, dict) and part.get("cache_control") for part in content)
+def unplaced_markers(anthropic: Mapping[str, Any]) -> int:
+    """The markers Converse has no place for, counted with `fit`'s in the log line's `cache_markers_dropped`
+    (docs/caching.md): those inside the `content` of a message block other than a tool_result (a
+    `search_result`'s, a block it has no form for and drops with them), and those on a block it drops (a
+    URL image)."""
+    count = 0
+    for m in anthropic.get("messages") or ():
+        content = m.get("content") if isinstance(m, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") != "tool_result":
+                count += marked_inside(block)
+            if block.get("cache_control") and not _block(block):
+                count += 1
+    return count
 
 
 def _block(block: Mapping[str, Any]) -> list[Block]:

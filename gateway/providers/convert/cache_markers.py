@@ -11,7 +11,11 @@ it leaves:
   reads from (a top-level `cache_control`, Anthropic's automatic caching, counts as the newest). The
   blocks inside a content block's own `content` (a `tool_result`'s: Claude Code marks them, and a Chat
   `tool` message's marked parts land there) count too, as Anthropic counts them: in the prefix they come
-  before their block's own marker, which ends a longer prefix;
+  before their block's own marker, which ends a longer prefix, and so do the blocks inside those (a
+  `search_result` in a `tool_result`'s content, the texts in its own `content`), down to `MAX_DEPTH` levels
+  of `content` below the message: Anthropic's own blocks nest 3 deep (tool_result > search_result > text),
+  and a body nested deeper, which Anthropic refuses anyway, is not walked further (a hostile body cannot
+  make the walk deep);
 - a 1-hour marker after a 5-minute one would be refused too (longer TTLs must come first): it is sent
   as a 5-minute one;
 - with `auto` (a model's `prompt_cache: {breakpoints: auto}`) and no marker from the client, nested ones
@@ -33,11 +37,14 @@ TTLS = frozenset({"5m", "1h"})
 EPHEMERAL: Mapping[str, str] = {"type": "ephemeral"}
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})  # blocks Anthropic takes no cache_control on
 
-TOOLS, SYSTEM, MESSAGES = _BODY_FIELDS = ("tools", "system", "messages")  # in the prefix's order
-WHOLE = -1  # a Slot's last index when the marker is on the block itself, not on one inside its `content`
-# (one of _BODY_FIELDS, index, block index within a message, index within that block's `content` or WHOLE)
-Slot = tuple[str, int, int, int]
-Tag = tuple[str, int, int]  # a container `_Editor` has copied
+_BODY_FIELDS = ("tools", "system", "messages")  # in the prefix's order
+TOOLS, SYSTEM, MESSAGES = 0, 1, 2  # their indices, a Slot's first
+MAX_DEPTH = 4  # levels of `content` below a message walked for markers (a message's blocks are level 1)
+LIST = -1  # a Tag's last index when it names the `content` list of the block its other indices name
+# A marked block's path: a body field's index, the index in that field's list, then (in a message) an index
+# in each `content` list down to the block: (MESSAGES, 3, 0, 2) is messages[3].content[0].content[2]
+Slot = tuple[int, ...]
+Tag = tuple[int, ...]  # a container `_Editor` has copied: a dict's path, (field,) or (*path, LIST) for a list
 
 
 def marker(value: Any) -> dict[str, str] | None:
@@ -77,40 +84,47 @@ def _marked(body: Mapping[str, Any]) -> list[Slot]:
     """Every block carrying a `cache_control`, in prefix order (tools, system, messages), nested ones
     included."""
     out: list[Slot] = []
-    tools = body.get("tools")
-    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
-        if isinstance(tool, dict) and tool.get("cache_control") is not None:
-            out.append((TOOLS, i, 0, WHOLE))
-    system = body.get("system")
-    for i, block in enumerate(system if isinstance(system, list) else ()):
-        if isinstance(block, dict) and block.get("cache_control") is not None:
-            out.append((SYSTEM, i, 0, WHOLE))
+    for field in (TOOLS, SYSTEM):
+        items = body.get(_BODY_FIELDS[field])
+        for i, item in enumerate(items if isinstance(items, list) else ()):
+            if isinstance(item, dict) and item.get("cache_control") is not None:
+                out.append((field, i))
     messages = body.get("messages")
     for i, m in enumerate(messages if isinstance(messages, list) else ()):
         content = m.get("content") if isinstance(m, dict) else None
-        for j, block in enumerate(content if isinstance(content, list) else ()):
-            if isinstance(block, dict):
-                _marked_block(out, i, j, block)
+        if isinstance(content, list):
+            _marked_in(out, (MESSAGES, i), content, 1)
     return out
 
 
-def _marked_block(out: list[Slot], i: int, j: int, block: Mapping[str, Any]) -> None:
-    """A message block's markers: those on the blocks of its own `content` (a `tool_result`'s), then its
-    own, which ends the longer prefix."""
+def _marked_in(out: list[Slot], path: Slot, content: list[Any], depth: int) -> None:
+    """The markers of the blocks in the `content` list at `path`, `depth` levels below the message: each
+    block's inner ones first (down to `MAX_DEPTH`), then its own, which ends the longer prefix."""
+    for j, block in enumerate(content):
+        if not isinstance(block, dict):
+            continue
+        inner = block.get("content")
+        if depth < MAX_DEPTH and isinstance(inner, list):
+            _marked_in(out, (*path, j), inner, depth + 1)
+        if block.get("cache_control") is not None:
+            out.append((*path, j))
+
+
+def marked_inside(block: Mapping[str, Any]) -> int:
+    """How many markers the blocks inside a message block's own `content` carry, as deep as `fit` looks
+    (Bedrock Converse places or drops them, `convert.bedrock_converse`)."""
     inner = block.get("content")
-    for k, part in enumerate(inner if isinstance(inner, list) else ()):
-        if isinstance(part, dict) and part.get("cache_control") is not None:
-            out.append((MESSAGES, i, j, k))
-    if block.get("cache_control") is not None:
-        out.append((MESSAGES, i, j, WHOLE))
+    out: list[Slot] = []
+    if isinstance(inner, list):
+        _marked_in(out, (), inner, 2)
+    return len(out)
 
 
 def _cache_control(body: Mapping[str, Any], slot: Slot) -> Any:
-    kind, i, j, k = slot
-    if kind != MESSAGES:
-        return body[kind][i].get("cache_control")
-    block = body["messages"][i]["content"][j]
-    return (block if k == WHOLE else block["content"][k]).get("cache_control")
+    node = body[_BODY_FIELDS[slot[0]]][slot[1]]
+    for k in slot[2:]:
+        node = node["content"][k]
+    return node.get("cache_control")
 
 
 def _order_ttls(editor: _Editor, slots: list[Slot]) -> None:
@@ -135,20 +149,12 @@ class _Editor:
         self.copied: set[Tag] = set()
 
     def edit(self, slot: Slot, cc: Mapping[str, Any] | None) -> None:
-        kind, i, j, k = slot
-        items = self.own_list(self.body, kind, (kind, -1, -1))
-        if kind != MESSAGES:
-            items[i] = _with(items[i], cc)
-            return
-        message = self.own_dict(items, i, ("message", i, -1))
-        content = self.own_list(message, "content", ("content", i, -1))
-        if k == WHOLE:
-            content[j] = _with(content[j], cc)
-            self.copied.add(("block", i, j))  # `_with` made it a new dict
-            return
-        block = self.own_dict(content, j, ("block", i, j))
-        inner = self.own_list(block, "content", ("inner", i, j))
-        inner[k] = _with(inner[k], cc)
+        items = self.own_list(self.body, _BODY_FIELDS[slot[0]], slot[:1])
+        for n in range(2, len(slot)):  # down the `content` lists to the block's own list
+            block = self.own_dict(items, slot[n - 1], slot[:n])
+            items = self.own_list(block, "content", (*slot[:n], LIST))
+        items[slot[-1]] = _with(items[slot[-1]], cc)
+        self.copied.add(slot)  # `_with` made it a new dict
 
     def own_list(self, owner: dict[str, Any], key: str, tag: Tag) -> list[Any]:
         if tag not in self.copied:
@@ -177,12 +183,12 @@ def _add_auto(body: dict[str, Any]) -> None:
     editor = _Editor(body)
     tools = body.get("tools")
     if isinstance(tools, list) and tools and isinstance(tools[-1], dict):
-        editor.edit((TOOLS, len(tools) - 1, 0, WHOLE), EPHEMERAL)
+        editor.edit((TOOLS, len(tools) - 1), EPHEMERAL)
     system = body.get("system")
     if isinstance(system, str) and system:
         body["system"] = [{"type": "text", "text": system, "cache_control": dict(EPHEMERAL)}]
     elif isinstance(system, list) and system and isinstance(system[-1], dict):
-        editor.edit((SYSTEM, len(system) - 1, 0, WHOLE), EPHEMERAL)
+        editor.edit((SYSTEM, len(system) - 1), EPHEMERAL)
     messages = body.get("messages")
     turns: list[Any] = messages if isinstance(messages, list) else []
     users: list[int] = []
@@ -199,15 +205,15 @@ def _mark_turn(editor: _Editor, i: int) -> None:
     content = editor.body["messages"][i].get("content")
     if isinstance(content, str):
         if content:  # a string turn becomes the one text block it stands for, marked
-            messages = editor.own_list(editor.body, MESSAGES, (MESSAGES, -1, -1))
+            messages = editor.own_list(editor.body, _BODY_FIELDS[MESSAGES], (MESSAGES,))
             messages[i] = {**messages[i], "content": [{"type": "text", "text": content,
                                                         "cache_control": dict(EPHEMERAL)}]}
-            editor.copied.update({("message", i, -1), ("content", i, -1)})
+            editor.copied.update({(MESSAGES, i), (MESSAGES, i, LIST)})
         return
     if not isinstance(content, list):
         return
     for j in range(len(content) - 1, -1, -1):
         block = content[j]
         if isinstance(block, dict) and block.get("type") not in _UNMARKABLE and block.get("text", True) != "":
-            editor.edit((MESSAGES, i, j, WHOLE), EPHEMERAL)
+            editor.edit((MESSAGES, i, j), EPHEMERAL)
             return
