@@ -43,13 +43,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# The pure-Python build's unit tests, then the whole suite on the compiled build, which is what the image
-# ships and `make bench` measures (docs/compiled.md).
+# The pure-Python build's unit tests (while the compiled build is made beside them), then the whole suite on
+# the compiled build, which is what the image ships and `make bench` measures (docs/compiled.md).
 test: $(STAMP) tools lint e2e-deps
-	$(MAKE) clean-compiled
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)
-	$(MAKE) compile
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	BIN=$(BIN) PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test-phases.sh
 
 # gateway/core and gateway/providers/convert compiled with mypyc, in place (its modules shadow their sources until `make clean-compiled`;
 # an edited source makes `import gateway` refuse until one of the two is run again)
