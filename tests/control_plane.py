@@ -19,7 +19,7 @@ import yaml
 
 from gateway.config import parse_config
 from gateway.config.types import Config
-from tests.redis_server import free_port
+from tests.ports import free_port
 
 ADMIN_KEY = "adm-" + "k" * 40
 CONFIG_KEY = "sk-config-key-" + "c" * 20

@@ -26,7 +26,7 @@ from types import TracebackType
 
 import psycopg
 
-from tests.redis_server import free_port
+from tests.ports import free_port
 
 START_TIMEOUT_S = 30.0
 

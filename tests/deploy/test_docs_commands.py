@@ -23,7 +23,8 @@ from tests.chat_scripts import completion
 from tests.control_plane import GatewayProcess
 from tests.docs_blocks import DOCS, ROOT, Terminal, at_port, block, blocks, reader_env
 from tests.fake_upstream import FakeUpstream
-from tests.harness import LoopThread, free_port
+from tests.harness import LoopThread
+from tests.ports import free_port
 
 DAY_ONE = "docs/keys-teams-spend.md"
 AGENTS = "docs/agents.md"

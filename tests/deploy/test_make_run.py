@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.docs_blocks import Terminal, at_port, block, reader_env
-from tests.harness import free_port
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # (wsproto and h11, its base, only feed frames to WebSocket mode's tests: websockets reads them in the gateway)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import free_port
+from tests.ports import free_port
 
 LLAMA_MODEL_ALIAS = "gemma-3-270m"
 # The GGUF carries no chat template: the server's built-in gemma format builds the prompt.

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from gateway import COMPILED, __version__
-from tests.harness import free_port
+from tests.ports import free_port
 
 GATEWAY = [sys.executable, "-m", "gateway"]
 SECRET = "sk-live-THIS-MUST-NOT-BE-PRINTED-123456"

@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from tests.control_plane import CONFIG_KEY, admin_call, raw_config
-from tests.harness import ProcessLog, free_port
+from tests.harness import ProcessLog
+from tests.ports import free_port
 
 EXIT_WITHIN_S = 60
 

@@ -22,7 +22,8 @@ from structlog.testing import capture_logs
 
 from gateway.config import parse_config
 from tests.e2e.processes import Process
-from tests.harness import GatewayServer, free_port
+from tests.harness import GatewayServer
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = {"aws": ("botocore",), "gcp": ("google.auth", "google.oauth2")}

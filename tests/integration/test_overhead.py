@@ -29,7 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests import anthropic_scripts as a
 from tests import chat_scripts as c
 from tests.fake_upstream import FakeUpstream, Pause
-from tests.harness import GatewayServer, ProcessLog, free_port, gateway_config
+from tests.harness import GatewayServer, ProcessLog, gateway_config
+from tests.ports import free_port
 
 UPSTREAM_TTFT_S = 0.05
 TOLERANCE_S = 0.001

@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives import serialization
 from gateway.server import _reload
 from tests.chat_scripts import chunk, text_stream
 from tests.fake_upstream import FakeUpstream, Pause, Script, sse
-from tests.harness import GatewayServer, LoopThread, ProcessLog, free_port
+from tests.harness import GatewayServer, LoopThread, ProcessLog
+from tests.ports import free_port
 
 CONFIG = """
 server: {{host: 127.0.0.1}}

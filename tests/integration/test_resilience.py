@@ -39,7 +39,8 @@ import pytest
 from gateway.config import parse_config
 from tests.chat_scripts import chunk, error_script, text_stream
 from tests.fake_upstream import Close, FakeUpstream, Hang, Pause, Script, json_script, sse
-from tests.harness import GatewayServer, LoopThread, free_port
+from tests.harness import GatewayServer, LoopThread
+from tests.ports import free_port
 
 A, B = "/a/v1/chat/completions", "/b/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -11,7 +11,8 @@ import threading
 from pathlib import Path
 
 from gateway.scheduling import Outcome, set_thread_slice, thread_slice_ns
-from tests.harness import ProcessLog, free_port
+from tests.harness import ProcessLog
+from tests.ports import free_port
 
 CONFIG = """
 server: {{host: 127.0.0.1{slice}}}

@@ -17,7 +17,7 @@ from pathlib import Path
 import openai
 import trustme
 
-from tests.harness import free_port
+from tests.ports import free_port
 
 GATEWAY = [sys.executable, "-m", "gateway"]
 CONFIG = """

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from tests.control_plane import raw_config
-from tests.redis_server import free_port
+from tests.ports import free_port
 
 EXIT_WITHIN_S = 60  # a hang fails here; a prompt exit is well under a second of the gateway's own work
 

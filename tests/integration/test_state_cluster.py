@@ -20,7 +20,7 @@ from gateway.state.redis import WARM_CONNECTIONS
 from gateway.state.redis_seed import SEED_CHUNK
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
-from tests.redis_server import free_port
+from tests.ports import free_port
 from tests.redis_topologies import RedisClusterNodes
 from tests.scaleout_load import (
     LOAD_KEY,

@@ -19,7 +19,8 @@ from gateway.config.types import CacheConfig, StateConfig
 from gateway.state.base import create_backend
 from tests.chat_scripts import completion
 from tests.fake_upstream import FakeUpstream
-from tests.redis_server import RedisServer, free_port
+from tests.ports import free_port
+from tests.redis_server import RedisServer
 from tests.scaleout_load import PATH, Make, degraded, error_code, poll, replicas, status_of
 
 

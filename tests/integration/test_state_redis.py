@@ -21,7 +21,8 @@ from gateway.state.base import Reservation
 from gateway.state.redis import RedisBackend, cache_redis_key, rate_key, spend_key
 from gateway.state.redis_pacing import FIRST_FLAP_WAIT_S
 from gateway.state.window import minute_of
-from tests.redis_server import RedisServer, free_port
+from tests.ports import free_port
+from tests.redis_server import RedisServer
 
 T0 = 1_700_000_040.0  # the start of a minute; limits take `now` from the caller, not from Redis
 MINUTE = minute_of(T0)

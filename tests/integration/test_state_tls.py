@@ -11,7 +11,8 @@ import trustme
 
 from gateway.config.types import CacheConfig, StateConfig
 from gateway.state.base import create_backend
-from tests.redis_server import RedisServer, free_port
+from tests.ports import free_port
+from tests.redis_server import RedisServer
 
 NOW = 1_700_000_000.0
 

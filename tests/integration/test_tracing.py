@@ -16,8 +16,9 @@ from gateway.config import parse_config
 from gateway.config.types import TelemetryConfig
 from tests.chat_scripts import USAGE, error_script, text_stream
 from tests.fake_upstream import FakeUpstream
-from tests.harness import GatewayServer, LoopThread, free_port, wait_until
+from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.ports import free_port
 
 A, B = "/a/v1/chat/completions", "/b/v1/chat/completions"
 TRACE_ID, CLIENT_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"

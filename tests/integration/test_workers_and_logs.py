@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 from gateway.config import parse_config
 from tests.chat_scripts import text_stream
 from tests.fake_upstream import FakeUpstream
-from tests.harness import GatewayServer, free_port
+from tests.harness import GatewayServer
+from tests.ports import free_port
 
 LOG_FIELDS = {"request_id", "api", "model", "deployment", "key", "stream", "status", "outcome", "attempts",
               "ttft_ms", "duration_ms", "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens",
