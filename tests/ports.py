@@ -9,14 +9,13 @@ until the range wraps), each checked free on 127.0.0.1 before it is returned."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
 from pathlib import Path
 
-_LOW, _HIGH = 20_000, 32_000  # below Linux's default ephemeral range (32768-60999)
-_lock = threading.Lock()
-_next = random.randrange(_LOW, _HIGH)
+_FIRST, _LAST = 20_000, 32_000  # below Linux's default ephemeral range (32768-60999)
 
 
 def _ephemeral_low() -> int:
@@ -26,7 +25,21 @@ def _ephemeral_low() -> int:
         return 32_768
 
 
-HIGH = min(_HIGH, _ephemeral_low())
+def _share() -> tuple[int, int]:
+    """This process's part of the range: with pytest-xdist's workers (`make test` runs some tests two at a
+    time), each has its own, so two workers never hand out the same port."""
+    high = min(_LAST, _ephemeral_low())
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0):
+        return _FIRST, high
+    size = (high - _FIRST) // int(count)
+    low = _FIRST + size * (int(worker[2:]) % int(count))
+    return low, low + size
+
+
+_LOW, HIGH = _share()
+_lock = threading.Lock()
+_next = random.randrange(_LOW, HIGH)
 
 
 def _bindable(port: int) -> bool:
