@@ -118,6 +118,20 @@ def one_model(upstream: FakeUpstream, auth: dict[str, Any], inputs: bool) -> Con
     }, env={})
 
 
+def post_thrice(gw: GatewayServer, upstream: FakeUpstream, probe: StepProbe, body: bytes) -> list[tuple[int, bytes]]:
+    """`body` posted three times, each a body of `probe`'s, each answered "fine" by the upstream."""
+    answers = []
+    for _ in range(3):
+        probe.next_body()
+        upstream.enqueue(PATH, completion("fine"))
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+        conn.request("POST", PATH, body=body, headers={"content-type": "application/json"})
+        answer = conn.getresponse()
+        answers.append((answer.status, answer.read()))
+        conn.close()
+    return answers
+
+
 def body_of(text: str) -> bytes:
     envelope = {"model": "m", "messages": [{"role": "user", "content": ""}]}
     room = BODY_BYTES - len(orjson.dumps(envelope))
@@ -135,15 +149,8 @@ def test_ten_mib_bodies_of_one_string_do_not_hold_the_loop(servers: LoopThread, 
     body = body_of(text)
     try:
         with StepProbe(servers) as probe:
-            for _ in range(3):
-                probe.next_body()
-                far_upstream.enqueue(PATH, completion("fine"))
-                conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
-                conn.request("POST", PATH, body=body, headers={"content-type": "application/json"})
-                answer = conn.getresponse()
-                content = orjson.loads(answer.read())["choices"][0]["message"]["content"]
-                assert answer.status == 200 and content == "fine"
-                conn.close()
+            for status, answer in post_thrice(gw, far_upstream, probe, body):
+                assert status == 200 and orjson.loads(answer)["choices"][0]["message"]["content"] == "fine"
     finally:
         servers.run(gw.stop())
     sent = far_upstream.received[-1].body["messages"][0]["content"]
@@ -205,14 +212,8 @@ def test_a_ten_mib_text_with_a_secret_is_masked_without_holding_the_loop(servers
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
     try:
         with StepProbe(servers) as probe:
-            for _ in range(3):
-                probe.next_body()
-                far_upstream.enqueue(PATH, completion("fine"))
-                conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
-                conn.request("POST", PATH, body=body, headers={"content-type": "application/json"})
-                answer = conn.getresponse()
-                assert answer.status == 200, answer.read()[:200]
-                conn.close()
+            for status, answer in post_thrice(gw, far_upstream, probe, body):
+                assert status == 200, answer[:200]
     finally:
         servers.run(gw.stop())
     sent = far_upstream.received[-1].body["messages"][0]["content"]
