@@ -57,6 +57,20 @@ def test_a_continued_turn_encodes_its_new_items_only() -> None:
     assert conv.body_size(second) == len(encoded)
 
 
+def test_a_string_input_is_kept_without_encoding_its_message_again() -> None:
+    """A string `input` is kept as the one user message it means; its size was counted with the body's, so
+    keeping it encodes it no more (a 10 MiB text was encoded twice). An item that cannot be encoded, standing
+    for it, shows that `keep` does not encode it."""
+    conv = Conversation()
+    body: dict[str, Any] = {"model": "m", "input": 'say "hi" é'}
+    whole, _ = conv.expand(body, NOTHING, NOTHING)
+    assert conv.body_size(body) == len(encode(body))
+    message = whole[0]
+    whole[0] = object()
+    conv.keep("r0", whole, [], NOTHING)
+    assert conv.joined == joined_size([message])
+
+
 def test_forget_starts_the_count_again() -> None:
     conv = Conversation()
     body: dict[str, Any] = {"input": ["x"]}

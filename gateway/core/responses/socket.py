@@ -175,7 +175,9 @@ class Conversation:
         items only, not the whole conversation (the size bound is the HTTP body's, byte for byte). Raises
         `orjson.JSONEncodeError` as `encode` does."""
         given = body.get("input")
-        if not isinstance(given, list):  # a string (kept as the message it means) or none: as given
+        if isinstance(given, str):
+            return self._string_body_size(body, given)
+        if not isinstance(given, list):  # none: as given
             return encoded_size(body)
         body["input"] = []
         try:
@@ -185,6 +187,23 @@ class Conversation:
         kept = len(self.items) if self._continuing else 0
         self._input_joined = _join(self.joined if kept else 0, joined_size(given[kept:]))
         return outer + self._input_joined
+
+
+    def _string_body_size(self, body: dict[str, Any], given: str) -> int:
+        """`body_size` for a string `input`: its text encoded once, for the body's size and for the one
+        message it is kept as (`_items`: `joined` then needs no encoding of it in `keep`)."""
+        text = encoded_size(given)  # a `JsonText` by its literal's length, not copied
+        body["input"] = ""
+        try:
+            outer = encoded_size(body) - 2  # its fields, and the `""` the text goes into
+        finally:
+            body["input"] = given
+        self._input_joined = _MESSAGE_HEAD + text + 1  # the closing brace
+        return outer + text
+
+
+# the bytes `_items` writes before a string input's text, in its order of keys
+_MESSAGE_HEAD = len(b'{"type":"message","role":"user","content":')
 
 
 def joined_size(items: list[Any]) -> int:
