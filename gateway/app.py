@@ -206,7 +206,8 @@ def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:
     if config.store.url is None:
         return None
     return ControlPlane(config.store, StoreHooks(health=metrics.store_health, error=metrics.store_error,
-                                                  pending=metrics.ledger_pending_rows))
+                                                  pending=metrics.ledger_pending_rows,
+                                                  shadowed=metrics.stored_keys_shadowed))
 
 
 def _no_clash(control: ControlPlane, config: Config) -> None:

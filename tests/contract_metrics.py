@@ -87,6 +87,7 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in (
 CONTROL_PLANE_METRICS: Mapping[str, MetricSpec] = MappingProxyType({m.name: m for m in (
     _spec("llm_gateway_store_up", "gauge", ""),
     _spec("llm_gateway_store_errors_total", "counter", "op", op=("refresh", "ledger", "admin")),
+    _spec("llm_gateway_stored_keys_shadowed", "gauge", ""),
     _spec("llm_gateway_team_requests_total", "counter", "team model"),
     _spec("llm_gateway_team_cost_usd_total", "counter", "team model"),
 )})

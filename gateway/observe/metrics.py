@@ -82,6 +82,7 @@ class Metrics:
     continuations: Any = None  # always set by `make_metrics`; a default keeps the field order additive
     state_degraded_now: Any = None  # always set by `create_metrics`: the gauge beside the counter
     ledger_pending: Any = None  # always set by `create_metrics`
+    stored_shadowed: Any = None  # always set by `create_metrics`
     affinity: Any = None  # always set by `create_metrics`
     routing_decisions: Any = None  # always set by `create_metrics`
     deployment_ttft: Any = None  # always set by `create_metrics`
@@ -133,6 +134,10 @@ class Metrics:
     def ledger_pending_rows(self, rows: int) -> None:
         """Spend rows queued and not yet committed, after each commit or failed one (docs/reference.md)."""
         self.ledger_pending.set(rows)
+
+    def stored_keys_shadowed(self, keys: int) -> None:
+        """Stored keys this replica refuses because a config key has their name or secret (docs/reference.md)."""
+        self.stored_shadowed.set(keys)
 
     def websocket_opened(self) -> None:
         """A WebSocket-mode connection was accepted (docs/reference.md, Metrics)."""
@@ -206,6 +211,9 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         store_up=Gauge("store_up", "1 while the control plane's store (store.url) answers, 0 while it does not "
                        "(stored keys are then served from each replica's cache)", [], multiprocess_mode="min", **kw),
         store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
+        # every worker loads the same store against the same config: any one's count is the replica's
+        stored_shadowed=Gauge("stored_keys_shadowed", "Stored keys refused because a config key has their name "
+                              "or secret (the config key wins)", [], multiprocess_mode="max", **kw),
         ledger_pending=Gauge("ledger_pending_rows", "Spend rows queued in this process and not yet committed to "
                              "the store's ledger (bounded; committed when the store answers)", [],
                              multiprocess_mode="livesum", **kw),

@@ -31,6 +31,7 @@ class StoreHooks:
     health: Callable[[bool], None]
     error: Callable[[str], None]  # the operation: refresh (a row skipped counts once per change), ledger, admin
     pending: Callable[[int], None] = lambda rows: None  # the ledger's rows not yet committed, after each commit
+    shadowed: Callable[[int], None] = lambda keys: None  # stored keys refused for a clash with a config key
 
 
 async def _journal(store: Store, setting: str) -> SpendJournal | None:
@@ -54,7 +55,7 @@ class ControlPlane:
     def __init__(self, config: StoreConfig, hooks: StoreHooks):
         assert config.url is not None
         self.config, self.hooks = config, hooks
-        self.cache = KeyCache()
+        self.cache = KeyCache(on_shadowed=hooks.shadowed)
         self._store: Store | None = None
         self._sync: StoreSync | None = None
         self._ledger: SpendLedger | None = None

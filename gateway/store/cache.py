@@ -45,7 +45,8 @@ class Clash:
 
 
 class KeyCache:
-    def __init__(self, clock: Callable[[], float] = time.time):
+    def __init__(self, clock: Callable[[], float] = time.time,
+                 on_shadowed: Callable[[int], None] = lambda keys: None):
         self._stored: dict[bytes, Hit] = {}  # every stored secret, a clashing key's included
         self._by_digest: dict[bytes, Hit] = {}  # what `find` answers: without the keys the config's shadow
         self._config: tuple[ApiKey, ...] = ()  # `auth.keys` of the config in use (`reserve`)
@@ -55,6 +56,7 @@ class KeyCache:
         self.teams: frozenset[str] = frozenset()
         self.team_limits: dict[str, TeamLimits] = {}  # by name: what an IdP token's team obeys
         self._clock = clock
+        self._on_shadowed = on_shadowed  # llm_gateway_stored_keys_shadowed: how many stored keys are left out
 
     def load(self, snap: Snapshot) -> None:
         teams = {t.name: t for t in snap.teams}
@@ -96,6 +98,7 @@ class KeyCache:
         out = {c.stored for c in clashes}
         stored = self._stored
         self._by_digest = {d: hit for d, hit in stored.items() if hit[0].name not in out} if out else stored
+        self._on_shadowed(len(out))  # before the log line, so the gauge already counts what it reports
         for c in clashes:
             if c not in self.shadowed:
                 log.error("stored_key_shadowed", key=c.stored, config_key=f"auth.keys[{c.index}]", field=c.field,

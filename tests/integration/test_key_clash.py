@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,9 +35,9 @@ class Served:
     """`gateway serve --config` with its output read line by line (`ProcessLog`)."""
 
     def __init__(self, config: Path):
-        self.config, self.port = config, free_port()
+        self.config, self.port, self.metrics_port = config, free_port(), free_port()
         self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(config),
-                                      "--port", str(self.port), "--metrics-port", str(free_port())],
+                                      "--port", str(self.port), "--metrics-port", str(self.metrics_port)],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
         self.log = ProcessLog(self.proc)
 
@@ -47,6 +48,13 @@ class Served:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())
+
+    def shadowed(self) -> float:
+        """`llm_gateway_stored_keys_shadowed` on this process's metrics port."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
+            found = re.search(r"^llm_gateway_stored_keys_shadowed (\S+)$", resp.read().decode(), re.MULTILINE)
+        assert found, "llm_gateway_stored_keys_shadowed is not exported"
+        return float(found.group(1))
 
     def models(self, key: str = CONFIG_KEY) -> list[str]:
         status, body = self.get("/v1/models", key)
@@ -141,8 +149,9 @@ def test_a_reload_to_a_config_key_that_clashes_with_a_stored_key_is_rejected(
 def test_a_stored_key_that_clashes_at_run_time_is_refused_and_the_config_key_wins(
         tmp_path: Path, raw: dict[str, Any]) -> None:
     """Replica `b` has `team-a` in its config; replica `a` (an older config, without it) creates a stored
-    `team-a`. `b` logs the clash once, naming both, and keeps answering `team-a` with its config key;
-    the stored key's secret is refused there (and served by `a`)."""
+    `team-a`. `b` logs the clash once, naming both, counts it (`llm_gateway_stored_keys_shadowed`, 1 while
+    it lasts, 0 once the stored key is revoked) and keeps answering `team-a` with its config key; the stored
+    key's secret is refused there (and served by `a`)."""
     config_secret = "sk-config-team-a-" + "y" * 20
     with serving(write(tmp_path / "a.yaml", raw)) as a, \
             serving(write(tmp_path / "b.yaml", with_key(raw, "team-a", config_secret))) as b:
@@ -150,6 +159,7 @@ def test_a_stored_key_that_clashes_at_run_time_is_refused_and_the_config_key_win
         (shadowed,) = b.log.wait("stored_key_shadowed", timeout_s=30, what="replica b did not see the clash")
         assert (shadowed["key"], shadowed["config_key"], shadowed["field"]) == ("team-a", "auth.keys[1]", "name")
         assert shadowed["level"] == "error"
+        assert (b.shadowed(), a.shadowed()) == (1, 0)  # set before the line is logged
         status, body = b.get("/v1/gateway/spend", secret)
         assert status == 401, body
         status, spend = b.get("/v1/gateway/spend", config_secret)
@@ -160,6 +170,9 @@ def test_a_stored_key_that_clashes_at_run_time_is_refused_and_the_config_key_win
         bob = stored_key(a, "bob")  # another change: b reloads the snapshot, the clash still in it
         assert within(10.0, lambda: b.get("/v1/gateway/spend", bob)[0] == 200), "b never saw bob"
         assert len(b.log.with_event("stored_key_shadowed")) == 1, "logged once per clash, not once per snapshot"
+        assert b.shadowed() == 1, "still the one stored key, whatever the snapshots"
+        assert admin_call(a.port, "DELETE", "keys/team-a")[0] == 200  # the clash goes away
+        assert within(10.0, lambda: b.shadowed() == 0), "b still counts the revoked key"
 
 
 def within(seconds: float, cond: Callable[[], bool]) -> bool:
