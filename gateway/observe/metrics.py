@@ -208,8 +208,10 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         local_limit_workers=Gauge("local_limit_workers", "Worker processes that each enforce every rate limit "
                                   "and budget on their own (--workers > 1 with state.backend memory)", [],
                                   multiprocess_mode="max", **kw),
+        # "max" over the processes: with --workers the supervisor, which serves /metrics and runs no store
+        # client, holds this gauge at 0 too; "min" read 0 with every worker's store answering
         store_up=Gauge("store_up", "1 while the control plane's store (store.url) answers, 0 while it does not "
-                       "(stored keys are then served from each replica's cache)", [], multiprocess_mode="min", **kw),
+                       "(stored keys are then served from each replica's cache)", [], multiprocess_mode="max", **kw),
         store_errors=Counter("store_errors", "Failed store operations", ["op"], **kw),
         # every worker loads the same store against the same config: any one's count is the replica's
         stored_shadowed=Gauge("stored_keys_shadowed", "Stored keys refused because a config key has their name "

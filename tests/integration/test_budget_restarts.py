@@ -48,6 +48,11 @@ def _spend(port: int, key: str) -> dict[str, Any]:
         return body
 
 
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
 def _ledger(port: int, group: str) -> dict[str, float]:
     """The period's (today's) spend in the ledger by key or team, from the admin API."""
     day = time.strftime("%Y-%m-%d", time.gmtime())
@@ -160,6 +165,8 @@ def test_two_workers_with_a_store_serve_and_share_the_budget_across_restarts(
         # below one request's cost: each worker admits at most its first request, whatever its view
         assert admin_call(gw.port, "POST", "teams", {"name": "t", "budget_usd": 0.5 * cost})[0] == 201
         key = _new_key(gw.port, "k", team="t")
+        # the supervisor serves /metrics and runs no store client: its 0 must not read as a store that is down
+        _until(lambda: "llm_gateway_store_up 1.0" in _metrics(gw.metrics_port))
         for restart in range(3):
             if restart:
                 gw.stop()
