@@ -188,7 +188,6 @@ class Conversation:
         self._input_joined = _join(self.joined if kept else 0, joined_size(given[kept:]))
         return outer + self._input_joined
 
-
     def _string_body_size(self, body: dict[str, Any], given: str) -> int:
         """`body_size` for a string `input`: its text encoded once, for the body's size and for the one
         message it is kept as (`_items`: `joined` then needs no encoding of it in `keep`)."""
@@ -202,8 +201,9 @@ class Conversation:
         return outer + text
 
 
-# the bytes `_items` writes before a string input's text, in its order of keys
-_MESSAGE_HEAD = len(b'{"type":"message","role":"user","content":')
+# the bytes the message `_items` makes of a string input has before its text (`""}`: the text's quotes and
+# the closing brace, counted with the text and after it)
+_MESSAGE_HEAD = encoded_size(_items("")[0]) - 3
 
 
 def joined_size(items: list[Any]) -> int:
