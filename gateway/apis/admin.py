@@ -22,7 +22,7 @@ import structlog
 from gateway.apis import admin_fields as f
 from gateway.apis import admin_scope as s
 from gateway.apis import admin_stats
-from gateway.apis.admin_auth import admin_principal, control_plane
+from gateway.apis.admin_auth import admin_principal, control_plane, store_down
 from gateway.config.types import Config
 from gateway.core.policy.roles import AdminPrincipal, may
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound
@@ -49,10 +49,6 @@ Handler = Callable[[GatewayRequest, ControlPlane, Actor, list[str]], Awaitable[R
 
 class NameTaken(GatewayError):
     status, type, code, outcome = 409, "invalid_request_error", "conflict", "client_error"
-
-
-class StoreDown(GatewayError):
-    status, type, code, outcome = 503, "api_error", "store_unavailable", "upstream_error"
 
 
 class RowUnreadable(GatewayError):
@@ -112,8 +108,7 @@ def _error(control: ControlPlane, exc: Exception) -> GatewayError:
         return InvalidRequest(str(exc), param=exc.param)
     if isinstance(exc, Unparsable):
         return RowUnreadable(str(exc))
-    control.hooks.error("admin")
-    return StoreDown(str(exc))
+    return store_down(control, exc)
 
 
 def _handler(method: str, parts: list[str]) -> tuple[str, Handler]:

@@ -16,10 +16,20 @@ from typing import cast
 from gateway.config.types import Config
 from gateway.core.policy.identity import looks_like_jwt
 from gateway.core.policy.roles import AdminPrincipal, Role, strongest
-from gateway.errors import InvalidApiKey, NotFound, PermissionDenied
+from gateway.errors import GatewayError, InvalidApiKey, NotFound, PermissionDenied
 from gateway.pipeline.jwt_auth import JwtAuth, SigningKeyUnknown
 from gateway.store import ControlPlane
 from gateway.store.types import StoreUnavailable
+
+
+class StoreDown(GatewayError):
+    status, type, code, outcome = 503, "api_error", "store_unavailable", "upstream_error"
+
+
+def store_down(control: ControlPlane, exc: Exception) -> StoreDown:
+    """The store's outage as the control plane answers it (counted in `llm_gateway_store_errors_total`)."""
+    control.hooks.error("admin")
+    return StoreDown(str(exc))
 
 
 async def control_plane(config: Config, control: ControlPlane | None) -> ControlPlane:
@@ -32,10 +42,12 @@ async def control_plane(config: Config, control: ControlPlane | None) -> Control
 
 
 async def _stored_admins(control: ControlPlane) -> bool:
+    """Whether the store holds an admin key. A store that cannot say is an outage (503), not a control
+    plane that is off: its stored admin keys may turn it on (docs/identity.md, "Admin roles")."""
     try:
         return await control.store.admin_keys.any()
-    except StoreUnavailable:
-        return False
+    except StoreUnavailable as exc:
+        raise store_down(control, exc) from None
 
 
 def bearer(headers: Mapping[str, str]) -> str:
@@ -54,7 +66,10 @@ async def admin_principal(config: Config, jwt: JwtAuth | None, control: ControlP
             return AdminPrincipal(k.name, k.role, k.team, "config_key")
     if jwt is not None and config.admin.jwt_groups and looks_like_jwt(credential):
         return await _token_principal(config, jwt, credential)
-    stored = await control.store.admin_keys.find(digest.hex())
+    try:  # read on each request (never cached): with the store down, no credential of it can be told apart
+        stored = await control.store.admin_keys.find(digest.hex())
+    except StoreUnavailable as exc:
+        raise store_down(control, exc) from None
     if stored is not None:
         return AdminPrincipal(stored.name, cast(Role, stored.role), stored.team, "stored_key")
     raise InvalidApiKey("invalid admin credential")

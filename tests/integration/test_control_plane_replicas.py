@@ -16,6 +16,7 @@ import openai
 import psycopg
 import pytest
 
+from gateway.config import parse_config
 from gateway.store import Store
 from tests.control_plane import ADMIN_KEY, GatewayProcess, admin_call, raw_config, store_config, two_replicas
 from tests.harness import GatewayServer, LoopThread
@@ -201,3 +202,33 @@ def test_replicas_starting_together_apply_each_migration_once(postgres: Postgres
                 await s.close()
 
     assert sorted(asyncio.run(both())) == [[], [], [1, 2, 3, 4]]
+
+
+def test_admin_credentials_with_the_store_down_answer_503(servers: LoopThread, postgres: PostgresServer) -> None:
+    """Stored admin keys are read from the store on each request: with it down, a credential that is not a
+    config admin key cannot be told apart, so the answer is the outage's 503 (not a dropped connection,
+    nor a 404 saying the control plane is off when stored admin keys alone turn it on)."""
+    url = postgres.new_database()
+    raw = raw_config(url)
+    with_config_key = GatewayServer(parse_config(raw, env={}))
+    del raw["admin"]
+    stored_only = GatewayServer(parse_config(raw, env={}))  # on by its stored admin keys only
+    servers.run(with_config_key.start())
+    servers.run(stored_only.start())
+    try:
+        status, made = admin_call(with_config_key.port, "POST", "admin-keys", {"name": "ops", "role": "viewer"})
+        assert status == 201
+        assert admin_call(stored_only.port, "GET", "me", key=made["key"])[0] == 200
+        postgres.stop()
+        try:
+            for port, key in ((with_config_key.port, made["key"]), (with_config_key.port, "sk-not-an-admin-key"),
+                              (stored_only.port, made["key"])):
+                status, body = admin_call(port, "GET", "me", key=key)
+                assert (status, body["error"]["code"]) == (503, "store_unavailable"), (port, key, body)
+            assert admin_call(with_config_key.port, "GET", "me")[0] == 200  # a config admin key needs no store
+        finally:
+            postgres.start()
+        _within(15, lambda: admin_call(stored_only.port, "GET", "me", key=made["key"])[0] == 200)
+    finally:
+        servers.run(with_config_key.stop())
+        servers.run(stored_only.stop())
