@@ -116,6 +116,8 @@ def _handler(method: str, parts: list[str]) -> tuple[str, Handler]:
     methods = _ROUTES.get(route)
     if methods is None or (len(parts) > 1 and not parts[1]):
         raise NotFound("no such admin route")
+    if len(parts) > 1 and "\x00" in parts[1]:  # no name holds a NUL (PostgreSQL's text cannot): none exists
+        raise NotFound(f"no {parts[0].rstrip('s')} named {parts[1][:64]!r}")
     handler = methods.get(method)
     if handler is None:
         raise MethodNotAllowed("method not allowed on this route", headers={"Allow": ", ".join(methods)})

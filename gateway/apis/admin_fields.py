@@ -189,7 +189,9 @@ def page(params: dict[str, str], *, numeric: bool = False) -> Page:
         raise InvalidRequest(f"limit must be an integer from 1 to {MAX_PAGE}", param="limit")
     after = params.get("after")
     if after is not None:
-        ok = after.isascii() and after.isdigit() and len(after) <= 18 if numeric else 0 < len(after) <= 256
+        # no name holds a NUL (PostgreSQL's text cannot: its driver would fail as if the store were down)
+        ok = after.isascii() and after.isdigit() and len(after) <= 18 if numeric else (
+            0 < len(after) <= 256 and "\x00" not in after)
         if not ok:
             raise InvalidRequest("after must be the last " + ("id" if numeric else "name") + " of the previous "
                                  "page", param="after")

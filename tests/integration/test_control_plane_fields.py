@@ -173,6 +173,24 @@ def _nested(depth: int) -> dict[str, Any]:
     return out
 
 
+def test_a_nul_in_a_name_is_no_store_outage(gateway: GatewayServer) -> None:
+    """No name holds a NUL: PostgreSQL's text cannot, and its driver's refusal read as the store down (503
+    `store_unavailable`, a store error counted, the connection dropped) for any caller with a name in its
+    path, a team admin's included. A NUL names nothing (404), and is no page's `after` (400)."""
+    port = gateway.port
+    assert admin_call(port, "POST", "teams", {"name": "t"})[0] == 201
+    assert admin_call(port, "POST", "keys", {"name": "a", "team": "t"})[0] == 201
+    for method, path in (("GET", "keys/a%00"), ("PATCH", "keys/a%00"), ("DELETE", "keys/a%00"),
+                         ("POST", "keys/a%00/rotate"), ("GET", "teams/t%00"), ("DELETE", "admin-keys/%00")):
+        status, body = admin_call(port, method, path, {} if method in ("PATCH", "POST") else None)
+        assert (status, body["error"]["code"]) == (404, "not_found"), (method, path, body)
+    for what in ("keys", "teams", "admin-keys"):
+        status, body = admin_call(port, "GET", f"{what}?after=a%00")
+        assert (status, body["error"]["param"]) == (400, "after"), (what, body)
+    assert gateway.sample("llm_gateway_store_errors_total") == 0
+    assert [k["name"] for k in admin_call(port, "GET", "keys")[1]["data"]] == ["a"]
+
+
 def test_spend_dates_are_strict(gateway: GatewayServer) -> None:
     port = gateway.port
     for query, param in (("from=2026-1-1", "from"), ("to=2026-01-1", "to"), ("from=2026-02-30", "from"),
