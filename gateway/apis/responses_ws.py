@@ -294,8 +294,9 @@ class ResponsesSocket:
         except SocketMessageError as exc:
             self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
             return
-        if not create.generate:
-            await self._warm_up(create.body, whole)
+        if not create.generate:  # kept as a response is, so sized as one (see `_sized`)
+            if self._sized(create.body) is not None:
+                await self._warm_up(create.body, whole)
             return
         loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
@@ -349,10 +350,9 @@ class ResponsesSocket:
         self._conversation.keep(rid, whole, [], NOTHING)
 
     def _sized(self, body: dict[str, Any]) -> int | None:
-        """The size of the response's body as HTTP would have carried it, or None (an error event sent) when
-        it cannot be written or is over the message limit. Counted by `Conversation.body_size`: the kept
-        conversation's bytes were counted as it was kept, and a long text a big message brought is counted
-        by its literal's length (`json_body.encoded_size`), neither escaped again nor copied."""
+        """The size of the body (a response's or a warm-up's: a chain of free warm-ups grew the kept conversation
+        without end) as HTTP would carry it, or None (an error event sent) when it cannot be written or is over
+        the limit. `Conversation.body_size` counts the kept conversation as kept, a long literal by its length."""
         try:
             size = self._conversation.body_size(body)
         except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
