@@ -92,6 +92,22 @@ def test_a_flood_in_one_read_is_parsed_a_slice_at_a_time() -> None:
     assert taken == 3000 and fed.close is None
 
 
+@pytest.mark.parametrize("opcode", [0x9, 0xA])  # pings (each answered) and pongs (answered by nothing)
+def test_a_flood_of_control_frames_in_one_read_is_parsed_a_slice_at_a_time(opcode: int) -> None:
+    """A read full of frames that are no message (6 bytes each) stops after a slice's worth of frames, as a
+    read of tiny messages does: parsed whole, a 256 KiB read held the loop for 160-300 ms."""
+    count = 256 * 1024 // 6
+    sock = ServerSocket(100)
+    fed = sock.feed(_masked(opcode, b"", True) * count)
+    calls, pongs = 1, len(fed.reply) // 2
+    while fed.more:
+        assert fed.texts == [] and fed.close is None
+        fed = sock.feed(b"")
+        calls, pongs = calls + 1, pongs + len(fed.reply) // 2
+    assert calls >= count // (SLICE // 6 + 1)
+    assert pongs == (count if opcode == 0x9 else 0)
+
+
 def test_a_message_split_at_every_byte_is_whole() -> None:
     data = frames(TextMessage("héllo", message_finished=False), Ping(b"p"), TextMessage(" wörld"),
                   TextMessage("x" * 300))
