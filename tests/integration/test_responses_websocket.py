@@ -277,6 +277,31 @@ def test_a_warmup_nested_too_deep_is_an_error_event_and_the_connection_stays_usa
         assert turn(ws, {"model": "claude", "input": "hi"})[-1]["type"] == "response.completed"
 
 
+def test_warmups_are_held_to_a_bodys_container_and_nesting_bounds(upstream: FakeUpstream,
+                                                                    make_gateway: Callable[..., GatewayServer]) -> None:
+    """The conversation a warm-up leaves is kept as a response's is, so it is held to an HTTP body's bounds
+    (250,000 arrays and objects, 128 levels), the kept items counted: each message under the container bound,
+    a chain of warm-ups would otherwise keep ~20 times that many (a 10 MiB conversation of empty arrays,
+    ~220 MB of Python objects), for no model call."""
+    gw = make_gateway(ws_config(upstream, max_body_bytes=2 * 1024 * 1024))
+    many = orjson.dumps({"type": "response.create", "model": "claude", "generate": False,
+                         "metadata": {}, "input": [{"type": "message", "role": "user", "content": [[]] * 200_000}]})
+    with raw_socket(gw) as ws:
+        ws.send(many.decode())
+        first = [recv_json(ws), recv_json(ws)]
+        assert first[-1]["type"] == "response.completed"
+        again = orjson.loads(many)
+        again["previous_response_id"] = first[-1]["response"]["id"]
+        ws.send(orjson.dumps(again).decode())
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "invalid_request" and "250000" in err["message"], err
+        deep = "[" * 130 + "]" * 130  # past the body's 128 levels, short of what orjson cannot write
+        ws.send('{"type": "response.create", "generate": false, "model": "claude", "metadata": {"x": ' + deep + "}}")
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "invalid_request" and "nested" in err["message"], err
+    assert upstream.bodies(MESSAGES_PATH) == []
+
+
 def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
                                  tmp_path: Any) -> None:
     ca = trustme.CA()
