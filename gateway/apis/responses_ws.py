@@ -19,7 +19,7 @@ import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.config.types import ApiKey
-from gateway.core.body_scan import NOTHING, body_scans, walked
+from gateway.core.body_scan import NOTHING, Scan, body_scans, walked
 from gateway.core.http1_request import RequestHead
 from gateway.core.json_body import DEPTH_MESSAGE, BodyError
 from gateway.core.json_split import SplitParse
@@ -46,6 +46,7 @@ from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.limits import within_budgets
 from gateway.pipeline.middleware import handle, refused_response
+from gateway.pipeline.request import walked_body
 from gateway.providers.base import MARKER
 from gateway.providers.convert.responses_chat_request import INPUT_MEMO, InputMemo
 from gateway.upstream import STEP_BYTES
@@ -294,8 +295,9 @@ class ResponsesSocket:
         except SocketMessageError as exc:
             self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
             return
-        if not create.generate:
-            await self._warm_up(create.body, whole)
+        if not create.generate:  # kept as a response is, so sized as one (see `_sized`)
+            if self._sized(create.body) is not None:
+                await self._warm_up(create.body, whole, scan)
             return
         loop = self._loop
         if TURNS.over(loop):  # under saturation a first step waits for a turn, as an HTTP request's does
@@ -335,11 +337,11 @@ class ResponsesSocket:
             raise split_error(exc) from None
         return read_split(split, raw)
 
-    async def _warm_up(self, body: dict[str, Any], whole: list[Any]) -> None:
+    async def _warm_up(self, body: dict[str, Any], whole: list[Any], scan: Scan) -> None:
         """`generate: false` (Codex's warm-up): answered as OpenAI does, with no model call."""
         self._warmups += 1
         try:
-            key = await self._check_warmup(body)
+            key = await self._check_warmup(body, scan)
             await within_budgets(self.app.runtime, self.app.state, key)  # spends nothing: not counted
         except GatewayError as err:
             self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status))
@@ -349,10 +351,7 @@ class ResponsesSocket:
         self._conversation.keep(rid, whole, [], NOTHING)
 
     def _sized(self, body: dict[str, Any]) -> int | None:
-        """The size of the response's body as HTTP would have carried it, or None (an error event sent) when
-        it cannot be written or is over the message limit. Counted by `Conversation.body_size`: the kept
-        conversation's bytes were counted as it was kept, and a long text a big message brought is counted
-        by its literal's length (`json_body.encoded_size`), neither escaped again nor copied."""
+        """The body's size as HTTP carries it (`Conversation.body_size`), or None (an error event sent)."""
         try:
             size = self._conversation.body_size(body)
         except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
@@ -371,8 +370,9 @@ class ResponsesSocket:
         request.transport, request.body_size = "websocket", size
         return request
 
-    async def _check_warmup(self, body: dict[str, object]) -> ApiKey | None:
-        """A warm-up calls no model, but is refused as a response would be: the key, the model (then budgets)."""
+    async def _check_warmup(self, body: dict[str, Any], scan: Scan) -> ApiKey | None:
+        """A warm-up calls no model, but is refused as a response would be: the body's bounds, key, model, budgets."""
+        walked_body(body, scan)  # its conversation is kept (a chain of warm-ups grew it past a body's bounds)
         rt = self.app.runtime
         try:
             key = rt.keyring.authenticate(self._headers)

@@ -31,6 +31,10 @@ INVALID_DATA, POLICY_VIOLATION, TOO_BIG = 1007, 1008, 1009
 # bytes given to the parser at a time: a read full of tiny frames (6 bytes each, masked) is parsed ~700
 # frames a step (~1 ms), so a flood cannot hold the loop for a whole 256 KiB read
 SLICE = 4096
+# frames parsed a call at most: a slice of the tiniest. Frames that are no message (pings, pongs, empty
+# fragments) do not end a call as a batch of messages does, and a 256 KiB read of them, parsed whole, held
+# the loop 160-300 ms; a call now stops after them, and the rest waits for the next as messages do
+FRAMES_PER_CALL = SLICE // 6
 STEPPED_BYTES = 1024 * 1024  # a bigger text message is given as bytes, checked a slice per call
 
 
@@ -107,7 +111,7 @@ class ServerSocket:
     """One connection's frames, after the handshake (the protocol's state machine is websockets'
     sans-I/O `Protocol`, opened past its handshake: ours is `accept_head`)."""
 
-    __slots__ = ("_at", "_check", "_check_bytes", "_later", "_parts", "_pending", "_proto", "_ready",
+    __slots__ = ("_at", "_check", "_check_bytes", "_frames", "_later", "_parts", "_pending", "_proto", "_ready",
                  "_stepped", "max_message")
 
     def __init__(self, max_message: int, stepped: int = STEPPED_BYTES, check_bytes: int = CHECK_BYTES):
@@ -115,13 +119,16 @@ class ServerSocket:
         (tests pass small ones)."""
         self.max_message = max_message
         self._proto = Protocol(Side.SERVER, state=State.OPEN, max_size=max_message, logger=_QUIET)
-        self._parts: list[bytes] | None = None  # the fragments of the text message being received
+        # the text message being received, its fragments' bytes joined as they come: a list of them held an
+        # object and a slot a fragment (~42 bytes for a 1-byte one, 6 on the wire), 40 times `max_message`
+        self._parts: bytearray | None = None
         self._ready: list[str | bytes] = []  # whole messages past `max_messages`, for the next call
         self._pending = b""  # bytes not yet given to the parser: a flood is parsed a slice at a time
         self._at = 0
         self._stepped, self._check_bytes = stepped, check_bytes
         self._check: Utf8Check | None = None  # a whole message over `stepped` bytes, its UTF-8 being checked
         self._later: list[Event] = []  # the frames parsed after it, taken once it is
+        self._frames = 0  # frames parsed in this call to `feed` (FRAMES_PER_CALL)
 
     @property
     def open(self) -> bool:
@@ -145,6 +152,7 @@ class ServerSocket:
             self._pending = self._pending[self._at:] + data if self._at < len(self._pending) else data
             self._at = 0
         ready = self._ready
+        self._frames = 0
         while len(ready) < max_messages and self._next(ready, fed):
             pass
         writes = proto.data_to_send()
@@ -175,12 +183,14 @@ class ServerSocket:
         proto, at = self._proto, self._at
         self._at = at + SLICE
         proto.receive_data(self._pending[at:at + SLICE] if len(self._pending) > SLICE else self._pending)
-        if self._take(proto.events_received(), ready, fed):
+        events = proto.events_received()
+        self._frames += len(events)
+        if self._take(events, ready, fed):
             return False
         if proto.parser_exc is not None:  # the parser failed the connection: its close frame is written
             fed.close = int(proto.close_sent.code) if proto.close_sent is not None else PROTOCOL_ERROR
             return False
-        return not self._checking()
+        return not self._checking() and self._frames < FRAMES_PER_CALL
 
     def _checking(self) -> bool:
         """A big message is being checked (a call, not the attribute: mypy would keep the attribute's
@@ -212,13 +222,13 @@ class ServerSocket:
             if op is Opcode.TEXT and frame.fin:  # a whole message in one frame: the usual
                 payload = frame.data
             elif op is Opcode.TEXT:
-                self._parts = [bytes(frame.data)]
+                self._parts = bytearray(frame.data)
                 continue
             elif op is Opcode.CONT and self._parts is not None:  # (a binary first frame ended the connection)
-                self._parts.append(bytes(frame.data))
+                self._parts += frame.data
                 if not frame.fin:
                     continue
-                payload, self._parts = b"".join(self._parts), None
+                payload, self._parts = bytes(self._parts), None
             elif op is Opcode.BINARY:
                 return self._failing(fed, UNSUPPORTED_DATA, "binary messages are not supported")
             elif op is Opcode.CLOSE:

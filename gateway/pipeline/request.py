@@ -52,7 +52,7 @@ async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any
     raw = request.body
     try:
         if request.scan is not None and request.parsed is not None:
-            return _walked(request.parsed, request.scan)
+            return walked_body(request.parsed, request.scan)
         if len(raw) <= INLINE_DEPTH_BYTES:
             return parse_object(raw, request.parsed), may_carry_markers(raw)
         if len(raw) > SPLIT_BYTES and request.parsed is None:
@@ -73,8 +73,9 @@ async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any
     return body, marked
 
 
-def _walked(body: dict[str, Any], known: Scan) -> tuple[dict[str, Any], bool]:
-    """A body its transport parsed and walked in parts (`core.body_scan`), held to the same bounds."""
+def walked_body(body: dict[str, Any], known: Scan) -> tuple[dict[str, Any], bool]:
+    """A body its transport parsed and walked in parts (`core.body_scan`), held to the same bounds (also
+    WebSocket mode's warm-up, whose conversation is kept as a response's is)."""
     if known.containers > MAX_CONTAINERS:
         raise InvalidRequest(CONTAINERS_MESSAGE)
     if known.too_deep:

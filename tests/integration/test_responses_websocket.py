@@ -246,6 +246,62 @@ def test_a_warmup_past_the_keys_budget_is_refused_as_a_response_would_be(gw: Gat
     assert (err["type"], err["code"], err["status"]) == ("error", "budget_exceeded", 429)
 
 
+def test_warmups_cannot_grow_the_kept_conversation_past_max_body_bytes(upstream: FakeUpstream,
+                                                                        gw: GatewayServer) -> None:
+    """A warm-up is kept like a response, so it is held to the same bound: a chain of free warm-ups, each
+    naming the last, would otherwise grow what the connection keeps without end (64 KiB here)."""
+    big = "z" * 40_000  # two of these outgrow the 64 KiB limit
+    with raw_socket(gw) as ws:
+        first = turn(ws, {"model": "claude", "input": big, "generate": False})
+        assert first[-1]["type"] == "response.completed"
+        refused = turn(ws, {"model": "claude", "input": big, "generate": False,
+                            "previous_response_id": first[-1]["response"]["id"]})
+        assert refused == [refused[-1]] and refused[-1]["code"] == "request_too_large" and refused[-1]["status"] == 413
+        # the first warm-up is still the one kept: a small turn continues from it
+        again = turn(ws, {"model": "claude", "input": "x", "generate": False,
+                          "previous_response_id": first[-1]["response"]["id"]})
+        assert again[-1]["type"] == "response.completed"
+    assert upstream.bodies(MESSAGES_PATH) == []
+
+
+def test_a_warmup_nested_too_deep_is_an_error_event_and_the_connection_stays_usable(
+        upstream: FakeUpstream, gw: GatewayServer) -> None:
+    """Past the 254 levels orjson writes, a warm-up's body (echoed in its events, and counted as kept) cannot be
+    written: an `invalid_request` error event, as for a response, not an internal error that closes with 1011."""
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["Fine"]))
+    deep = "[" * 300 + "]" * 300
+    with raw_socket(gw) as ws:
+        ws.send('{"type": "response.create", "generate": false, "model": "claude", "metadata": {"x": ' + deep + "}}")
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "invalid_request" and "nested" in err["message"], err
+        assert turn(ws, {"model": "claude", "input": "hi"})[-1]["type"] == "response.completed"
+
+
+def test_warmups_are_held_to_a_bodys_container_and_nesting_bounds(upstream: FakeUpstream,
+                                                                    make_gateway: Callable[..., GatewayServer]) -> None:
+    """The conversation a warm-up leaves is kept as a response's is, so it is held to an HTTP body's bounds
+    (250,000 arrays and objects, 128 levels), the kept items counted: each message under the container bound,
+    a chain of warm-ups would otherwise keep ~20 times that many (a 10 MiB conversation of empty arrays,
+    ~220 MB of Python objects), for no model call."""
+    gw = make_gateway(ws_config(upstream, max_body_bytes=2 * 1024 * 1024))
+    many = orjson.dumps({"type": "response.create", "model": "claude", "generate": False,
+                         "metadata": {}, "input": [{"type": "message", "role": "user", "content": [[]] * 200_000}]})
+    with raw_socket(gw) as ws:
+        ws.send(many.decode())
+        first = [recv_json(ws), recv_json(ws)]
+        assert first[-1]["type"] == "response.completed"
+        again = orjson.loads(many)
+        again["previous_response_id"] = first[-1]["response"]["id"]
+        ws.send(orjson.dumps(again).decode())
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "invalid_request" and "250000" in err["message"], err
+        deep = "[" * 130 + "]" * 130  # past the body's 128 levels, short of what orjson cannot write
+        ws.send('{"type": "response.create", "generate": false, "model": "claude", "metadata": {"x": ' + deep + "}}")
+        err = recv_json(ws)
+        assert err["type"] == "error" and err["code"] == "invalid_request" and "nested" in err["message"], err
+    assert upstream.bodies(MESSAGES_PATH) == []
+
+
 def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
                                  tmp_path: Any) -> None:
     ca = trustme.CA()

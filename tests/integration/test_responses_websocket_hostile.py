@@ -92,6 +92,25 @@ def test_pings_are_answered(gw: GatewayServer) -> None:
         assert ws.ping(b"are you there").wait(10)
 
 
+def test_a_flood_of_pings_and_pongs_is_taken_a_slice_at_a_time_and_the_socket_serves_on(
+        upstream: FakeUpstream, gw: GatewayServer) -> None:
+    """Frames that are no message, parsed a slice's worth a loop iteration (`core.websocket.FRAMES_PER_CALL`):
+    the rest of a read waits in the socket, reading held, and is taken in later iterations, every ping
+    answered, and the message behind them served."""
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["After."]))
+    count = 40_000  # 240 KB, a read of most of it at once
+    sock = handshake(gw.port)
+    flood = (b"\x89\x80\x00\x00\x00\x00" + b"\x8a\x80\x00\x00\x00\x00") * (count // 2)
+    sock.sendall(flood + _masked(orjson.dumps({"type": "response.create", "model": "claude", "input": "go"})))
+    got = b""
+    while b"response.completed" not in got:
+        chunk = sock.recv(1 << 20)
+        assert chunk, "the response completed before the close"
+        got += chunk
+    sock.close()
+    assert got.count(b"\x8a\x00") == count // 2 and b'"delta":"After."' in got
+
+
 def gated(text: str) -> tuple[Script, Gate]:
     gate = Gate()
     events = [a.message_start(), a.ping(), *a.text_block(0, [text[:1], text[1:]]), a.message_delta(),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import tracemalloc
 from typing import Any
 
 import orjson
@@ -91,6 +92,22 @@ def test_a_flood_in_one_read_is_parsed_a_slice_at_a_time() -> None:
     assert taken == 3000 and fed.close is None
 
 
+@pytest.mark.parametrize("opcode", [0x9, 0xA])  # pings (each answered) and pongs (answered by nothing)
+def test_a_flood_of_control_frames_in_one_read_is_parsed_a_slice_at_a_time(opcode: int) -> None:
+    """A read full of frames that are no message (6 bytes each) stops after a slice's worth of frames, as a
+    read of tiny messages does: parsed whole, a 256 KiB read held the loop for 160-300 ms."""
+    count = 256 * 1024 // 6
+    sock = ServerSocket(100)
+    fed = sock.feed(_masked(opcode, b"", True) * count)
+    calls, pongs = 1, len(fed.reply) // 2
+    while fed.more:
+        assert fed.texts == [] and fed.close is None
+        fed = sock.feed(b"")
+        calls, pongs = calls + 1, pongs + len(fed.reply) // 2
+    assert calls >= count // (SLICE // 6 + 1)
+    assert pongs == (count if opcode == 0x9 else 0)
+
+
 def test_a_message_split_at_every_byte_is_whole() -> None:
     data = frames(TextMessage("héllo", message_finished=False), Ping(b"p"), TextMessage(" wörld"),
                   TextMessage("x" * 300))
@@ -104,6 +121,33 @@ def test_a_fragmented_message_is_bounded_as_a_whole() -> None:
     data = frames(TextMessage("x" * 6, message_finished=False), TextMessage("y" * 6))
     fed = ServerSocket(10).feed(data)
     assert fed.close == 1009 and fed.texts == [] and fed.reply.startswith(b"\x88")
+
+
+def _masked(opcode: int, payload: bytes, fin: bool) -> bytes:
+    """A client's frame, masked with zeros (the payload stays as written); payloads under 126 bytes."""
+    return bytes(((0x80 if fin else 0) | opcode, 0x80 | len(payload))) + b"\x00\x00\x00\x00" + payload
+
+
+def test_a_message_in_tiny_fragments_holds_its_bytes_not_an_object_a_fragment() -> None:
+    """The message bound is its bytes (`max_message`): a message sent a byte a fragment is held as those
+    bytes while it comes, not as a bytes object and a list slot per fragment (~42 bytes each, 40 times
+    the bound), and a flood of empty fragments holds nothing."""
+    count = 20_000
+    sock = ServerSocket(1 << 20)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        sock.feed(_masked(0x1, b"x", False))
+        for frame in (_masked(0x0, b"x", False), _masked(0x0, b"", False)):
+            fed = sock.feed(frame * count)
+            while fed.more:
+                fed = sock.feed(b"")
+            assert fed.texts == [] and fed.close is None
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 4 * count, held  # the bytes (and a growing buffer's slack), not ~42 bytes a fragment
+    assert sock.feed(_masked(0x0, b"y", True)).texts == ["x" * (count + 1) + "y"]
 
 
 def test_text_that_is_not_utf8_closes_with_1007() -> None:
