@@ -43,9 +43,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# The pure-Python build's unit tests (while the compiled build is made beside them), then the whole suite on
-# the compiled build, which is what the image ships and `make bench` measures (docs/compiled.md).
-test: $(STAMP) tools lint e2e-deps
+# The compiled build made while the system tools, the lint, the end-to-end tests' tools and the pure-Python
+# build's unit tests run beside it, then the whole suite on the compiled build, which is what the image ships
+# and `make bench` measures (scripts/test-phases.sh, docs/compiled.md).
+test: $(STAMP)
 	BIN=$(BIN) PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test-phases.sh
 
 # gateway/core and gateway/providers/convert compiled with mypyc, in place (its modules shadow their sources until `make clean-compiled`;

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# `make test`'s runs of the suite (docs/compiled.md): the unit tests on the pure-Python sources while the
-# compiled build is made beside the tree (build/mypyc-lib: one compiler run on one core, the tests on the
-# other), then its modules put in place and the whole suite run on it (below). Each phase says how long it took.
+# `make test` (docs/compiled.md, tests/README.md): the compiled build is made beside the tree (build/mypyc-lib:
+# one compiler run on one core) while the system tools, the lint and the end-to-end tests' tools are set up and
+# the unit tests run on the pure-Python sources; then its modules are put in place and the whole suite runs on
+# it (below). Each phase says how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 read -r -a ARGS <<< "${PYTEST_ARGS:-}"
 pytest() { "$BIN/python" -m pytest -q -p no:cacheprovider "$@"; }
 took() { echo "make test: $1 took $(( $(date +%s) - $2 )) s" >&2; }
+# a run's failure is the script's; a run that PYTEST_ARGS left with no test (pytest's exit 5) is not
+run() { local rc=0; pytest "$@" "${ARGS[@]}" || rc=$?; [ "$rc" -eq 0 ] || [ "$rc" -eq 5 ] || status=$rc; }
 
 # every test file is in one of the runs below
 stray=$(find tests -name 'test_*.py' -not -path '*/node_modules/*' \
@@ -21,23 +24,30 @@ start=$(date +%s)
 GATEWAY_COMPILE=1 "$BIN/python" setup.py -q build_ext --build-lib build/mypyc-lib --build-temp build/mypyc-temp \
   > build/compile.log 2>&1 &
 compiling=$!
+stop_compiling() { kill "$compiling" 2>/dev/null || true; wait "$compiling" 2>/dev/null || true; }
 status=0
-pytest tests/unit "${ARGS[@]}" || status=$?
+make -s tools lint e2e-deps || status=$?
+took "the system tools, the lint and the end-to-end tests' tools" "$start"
+[ "$status" -eq 0 ] && run tests/unit
 took "the unit tests on the pure-Python build" "$start"
-if [ "$status" -ne 0 ]; then kill "$compiling" 2>/dev/null || true; wait "$compiling" 2>/dev/null || true; exit "$status"; fi
+if [ "$status" -ne 0 ]; then stop_compiling; exit "$status"; fi
 if ! wait "$compiling"; then cat build/compile.log >&2; exit 1; fi
 took "the compile, beside them" "$start"
 (cd build/mypyc-lib && find gateway -name '*.so') | while read -r so; do cp "build/mypyc-lib/$so" "$so"; done
 "$BIN/python" -c 'import gateway, sys; sys.exit(0 if gateway.COMPILED else "the compiled modules are not in place")'
-# The whole suite on the compiled build in two runs. The unit, deploy and browser tests two at a time (a
-# file's tests in one worker, tests/ports.py gives each worker its own ports); then the integration and
-# end-to-end tests alone, since many of them bound the loop's steps, latencies and failover times, which
-# another busy process on a 2-core machine would blur.
+# The whole suite on the compiled build. First two at a time (a file's tests in one worker; tests/ports.py
+# gives each worker its own ports): the unit, deploy and browser tests, and the integration tests that bound no
+# time. Then alone: the integration tests marked `alone` (they bound the loop's steps, latencies or failover
+# times, which another busy process on a 2-core machine would blur), and the end-to-end tests, whose model
+# server takes both cores.
 status=0
 start=$(date +%s)
-pytest -n 2 --dist loadfile tests/unit tests/deploy tests/browser "${ARGS[@]}" || status=$?
-took "the unit, deploy and browser tests on the compiled build" "$start"
+run -n 2 --dist loadfile -m "not alone" tests/unit tests/deploy tests/browser tests/integration
+took "the unit, deploy, browser and integration tests, two at a time, on the compiled build" "$start"
 start=$(date +%s)
-pytest tests/integration tests/e2e "${ARGS[@]}" || status=$?
-took "the integration and end-to-end tests on the compiled build" "$start"
+run -m alone tests/integration
+took "the integration tests marked alone on the compiled build" "$start"
+start=$(date +%s)
+run tests/e2e
+took "the end-to-end tests on the compiled build" "$start"
 exit "$status"

@@ -35,6 +35,9 @@ from tests.harness import GatewayServer, LoopThread
 from tests.integration.test_responses_websocket import KEY, raw_socket, recv_json
 from tests.responses_scripts import Answer, stream_script
 
+# bounds the event loop's longest step: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 PATH = "/v1/chat/completions"
 BODY_BYTES = 10 * 1024 * 1024 - 4096  # under server.max_body_bytes (10 MiB), as bench/hostile.py sends
 # The longest step allowed: the steps left are copies of the body (its bytes from the socket's buffer,

@@ -14,6 +14,9 @@ from tests.control_plane import admin_call, store_config
 from tests.harness import GatewayServer, LoopThread
 from tests.postgres_server import PostgresServer
 
+# bounds the wait a hung database costs: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 WAIT_S = 2.0
 
 

@@ -22,6 +22,9 @@ from tests.chat_scripts import MODEL, chunk
 from tests.fake_upstream import sse
 from tests.harness import GatewayServer, LoopThread, parse_config
 
+# bounds answer times and peak memory: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 MESSAGES = [{"role": "user", "content": "hi"}]
 PROVIDER_KEY = "sk-proj-HOSTILEupstreamKEY0123456789abcdef"
 BEARER = "tok.QuietlyEchoed-9f8e7d6c5b4a"

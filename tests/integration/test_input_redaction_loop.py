@@ -20,12 +20,16 @@ from collections.abc import Callable
 from typing import Any
 
 import openai
+import pytest
 
 from gateway.config import parse_config
 from tests.chat_scripts import completion
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread
 from tests.loop_probe import BOUND_S, Probes, paced_stream
+
+# bounds the event loop's steps: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
 
 PATH = "/v1/chat/completions"
 SECRET = "sk-proj-AbCdEf0123456789GhIjKlMnOpQrStUv"

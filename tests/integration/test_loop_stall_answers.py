@@ -34,6 +34,9 @@ from tests.harness import GatewayServer, LoopThread
 from tests.loop_probe import BOUND_S, Probes, paced_stream
 from tests.responses_scripts import Answer, body_script
 
+# bounds how long the event loop stalls: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 SECRET = "sk-proj-AbCdEf0123456789GhIjKlMnOpQrStUv"

@@ -32,6 +32,9 @@ from tests.fake_upstream import FakeUpstream, Pause
 from tests.harness import GatewayServer, ProcessLog, gateway_config
 from tests.ports import free_port
 
+# measures the latency the gateway adds: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 UPSTREAM_TTFT_S = 0.05
 TOLERANCE_S = 0.001
 RUNS = 15  # at most: the first run within the tolerance ends the test

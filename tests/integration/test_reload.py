@@ -15,6 +15,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import openai
+import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
 
@@ -23,6 +24,9 @@ from tests.chat_scripts import chunk, text_stream
 from tests.fake_upstream import FakeUpstream, Pause, Script, sse
 from tests.harness import GatewayServer, LoopThread, ProcessLog
 from tests.ports import free_port
+
+# bounds a stream's gaps during a reload: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
 
 CONFIG = """
 server: {{host: 127.0.0.1}}

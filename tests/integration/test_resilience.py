@@ -42,6 +42,9 @@ from tests.fake_upstream import Close, FakeUpstream, Hang, Pause, Script, json_s
 from tests.harness import GatewayServer, LoopThread
 from tests.ports import free_port
 
+# bounds how long failures take to answer: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 A, B = "/a/v1/chat/completions", "/b/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "hi"}]
 ANSWER = ["Second ", "deployment ", "answers."]

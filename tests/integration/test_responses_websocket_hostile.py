@@ -22,6 +22,9 @@ from tests.fake_upstream import FakeUpstream, Gate, Hang, Script
 from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.integration.test_responses_websocket import KEY, MESSAGES_PATH, raw_socket, recv_json, turn, ws_config
 
+# bounds the event loop's steps under hostile sockets: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 GAUGE = "llm_gateway_websocket_connections"
 
 

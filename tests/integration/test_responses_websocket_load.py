@@ -37,6 +37,9 @@ from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.integration.test_responses_websocket import KEY, MESSAGES_PATH
 from tests.integration.test_responses_websocket_hostile import _masked, handshake
 
+# bounds the event loop's steps under a flood: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 ROUND = 10_000  # creates a write
 FLOOD_MIN, FLOOD_MAX = 50_000, 300_000
 SAMPLES = 1_000  # /healthz waits in the flood's window

@@ -22,6 +22,9 @@ from tests.chat_scripts import completion, error_script, text_stream
 from tests.fake_upstream import FakeUpstream, Pause, Script
 from tests.harness import GatewayServer, LoopThread
 
+# routes by measured latency: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 MESSAGES = [{"role": "user", "content": "hi"}]
 BREAKER = {"failures": 1, "window_s": 60, "cooldown_s": 600}  # a failing deployment stays out for the test
 

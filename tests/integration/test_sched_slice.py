@@ -10,9 +10,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from gateway.scheduling import Outcome, set_thread_slice, thread_slice_ns
 from tests.harness import ProcessLog
 from tests.ports import free_port
+
+# measures the loop's turns: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
 
 CONFIG = """
 server: {{host: 127.0.0.1{slice}}}

@@ -30,6 +30,9 @@ from tests.control_plane import GatewayProcess
 from tests.fake_upstream import FakeUpstream, Hang, Script, sse
 from tests.harness import GatewayServer, LoopThread
 
+# times breakers' cooldowns across replicas: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 SESSIONS, TURNS = 20, 10
 SYSTEM = "You are a coding agent. " + "Tool definitions and instructions. " * 460  # ~16k, every session's
 TASK, RESULT = 1000, 2000  # a session's first message; what each turn adds (a tool's output)

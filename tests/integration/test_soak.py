@@ -15,12 +15,16 @@ from collections import Counter
 
 import aiohttp
 import orjson
+import pytest
 
 from gateway.config import parse_config
 from gateway.core.sse import SSEDecoder
 from tests.chat_scripts import chunk, error_script, text_stream
 from tests.fake_upstream import Close, FakeUpstream, Part, Script, sse
 from tests.harness import GatewayServer, LoopThread, wait_until
+
+# bounds memory over a long run: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
 
 STREAMS, CONCURRENCY, SEED = 2000, 64, 20261130
 WORDS = [f"w{i} " for i in range(12)]

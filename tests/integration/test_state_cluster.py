@@ -44,6 +44,9 @@ from tests.scaleout_load import (
     status_of,
 )
 
+# times a Redis Cluster failover under load: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 # Budgets wide enough that a test machine's CPU contention never flips a replica to local counting where
 # a test counts shared admissions exactly; the budget itself is test_state_degraded.py's.
 SHARED_MS, FAILOVER_MS = 1000, 200

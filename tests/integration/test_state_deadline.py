@@ -14,6 +14,9 @@ from gateway.config.types import CacheConfig, StateConfig
 from gateway.state.base import ResponseOwner, create_backend
 from tests.redis_server import RedisServer
 
+# times the state backend's deadline: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 TIMEOUT_MS = 2000
 FIRST_SLEEP_S, SECOND_SLEEP_S = 1.4, 1.2  # the write takes ~1.4 s; then the read would take 1.2 s more
 

@@ -23,6 +23,9 @@ from tests.ports import free_port
 from tests.redis_server import RedisServer
 from tests.scaleout_load import PATH, Make, degraded, error_code, poll, replicas, status_of
 
+# times the state backend's outage and recovery: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:

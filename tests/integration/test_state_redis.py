@@ -24,6 +24,9 @@ from gateway.state.window import minute_of
 from tests.ports import free_port
 from tests.redis_server import RedisServer
 
+# times the state backend's deadline: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 T0 = 1_700_000_040.0  # the start of a minute; limits take `now` from the caller, not from Redis
 MINUTE = minute_of(T0)
 

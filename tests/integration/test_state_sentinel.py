@@ -39,6 +39,9 @@ from tests.scaleout_load import (
     status_of,
 )
 
+# times a Sentinel failover under load: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 # wide enough that a busy test machine does not flip a replica to local counting where the test counts
 # shared admissions exactly (the budget itself is test_state_degraded.py's)
 FAILOVER_MS = 300

@@ -18,6 +18,9 @@ import pytest
 from tests.control_plane import GatewayProcess, admin_call, raw_config, running
 from tests.postgres_server import PostgresServer
 
+# times a PostgreSQL promotion under load: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 DB = "gwfailover"
 
 

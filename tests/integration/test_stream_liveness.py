@@ -18,6 +18,9 @@ from tests.fake_upstream import FakeUpstream, Gate, Pause
 from tests.harness import GatewayServer
 from tests.responses_scripts import Answer, stream_script
 
+# times keep-alives against a client's read timeout: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 PATH = "/v1/chat/completions"
 KEY = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
 JAPANESE = ("東京の天気は晴れです。明日は雨が降るので、傘を持って出かけてください。週末はまた晴れるでしょう。"

@@ -19,6 +19,9 @@ from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
 from tests.redis_server import RedisServer
 
+# times a Redis outage: run with no other test beside it (scripts/test-phases.sh)
+pytestmark = pytest.mark.alone
+
 PATH = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
 
