@@ -274,10 +274,15 @@ class Store:
         sql = ("SELECT " + "".join(c + ", " for c in cols) + "COUNT(*), SUM(input_tokens), SUM(output_tokens), "
                "SUM(cached_input_tokens), SUM(reasoning_tokens), SUM(cost_usd) FROM gw_spend"
                + (" WHERE " + " AND ".join(where) if where else "")
-               + (" GROUP BY " + ", ".join(cols) + " ORDER BY " + ", ".join(cols) if cols else ""))
+               + (" GROUP BY " + ", ".join(cols) + " ORDER BY " + ", ".join(cols) if cols else "")
+               + f" LIMIT {q.max_groups + 1:d}")  # an int of ours, never the request's
 
         async def run(tx: Tx) -> list[SpendTotal]:
-            return [_total(groups, r) for r in await tx.rows(sql, params)]
+            rows = await tx.rows(sql, params)
+            if len(rows) > q.max_groups:
+                raise Invalid(f"more than {q.max_groups} groups: narrow from and to, or group_by less",
+                              param="group_by")
+            return [_total(groups, r) for r in rows]
 
         return await self._db.transact(run, write=False)
 

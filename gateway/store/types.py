@@ -132,12 +132,18 @@ class SpendRow(NamedTuple):
     team_id: str | None = None  # the team's id (its spend, whatever its name); None: a team without one
 
 
+# groups one spend query may answer (docs/keys-teams-spend.md): `group_by=key,model,day,subject` over years
+# would otherwise be millions of rows built, held and written at once
+MAX_SPEND_GROUPS = 50_000
+
+
 @dataclass(frozen=True, slots=True)
 class SpendQuery:
     group_by: tuple[str, ...]  # a subset of GROUPS, in the order asked
     day_from: str | None = None  # YYYY-MM-DD inclusive
     day_to: str | None = None
     team: str | None = None  # only this team's rows (a team admin's view)
+    max_groups: int = MAX_SPEND_GROUPS  # more groups than this is a 400, never an answer held whole in memory
 
 
 @dataclass(frozen=True, slots=True)

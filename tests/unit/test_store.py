@@ -14,7 +14,18 @@ import pytest
 from gateway.config import ConfigError, parse_config
 from gateway.store import KeyCache, SpendLedger, Store
 from gateway.store.cache import api_key
-from gateway.store.types import Actor, Limits, Secret, Snapshot, SpendQuery, SpendRow, StoredKey, Team
+from gateway.store.types import (
+    MAX_SPEND_GROUPS,
+    Actor,
+    Invalid,
+    Limits,
+    Secret,
+    Snapshot,
+    SpendQuery,
+    SpendRow,
+    StoredKey,
+    Team,
+)
 
 ACTOR = Actor(admin="ops", now=1_700_000_000.0)
 
@@ -67,6 +78,18 @@ async def test_spend_groups_and_days(tmp_path: Path) -> None:
         ((("key", "a"), ("key_id", None), ("day", "2026-12-02")), 10, 5)]
     everything = await store.spend(SpendQuery(group_by=()))
     assert [(t.group, t.requests) for t in everything] == [((), 3)]
+    await store.close()
+
+
+async def test_a_spend_query_over_its_groups_is_refused_not_answered_whole(tmp_path: Path) -> None:
+    store = await _store(tmp_path)
+    await store.record_spend([_row(str(i), key=f"k{i}") for i in range(6)])
+    assert len(await store.spend(SpendQuery(group_by=("key",), max_groups=6))) == 6
+    with pytest.raises(Invalid) as refused:
+        await store.spend(SpendQuery(group_by=("key",), max_groups=5))
+    assert refused.value.param == "group_by" and "more than 5 groups" in str(refused.value)
+    assert [t.requests for t in await store.spend(SpendQuery(group_by=(), max_groups=1))] == [6]
+    assert SpendQuery(group_by=()).max_groups == MAX_SPEND_GROUPS
     await store.close()
 
 
