@@ -21,6 +21,11 @@ from gateway.pipeline.jwt_auth import JwtAuth, SigningKeyUnknown
 from gateway.store import ControlPlane
 from gateway.store.types import StoreUnavailable
 
+# what every admin key the store holds starts with (`admin_scope.create_admin_key` makes them): a credential
+# without it is none of them, and is refused without a store lookup (a flood of made-up credentials would
+# otherwise be a query each on the connection the key sync shares)
+STORED_ADMIN_KEY_PREFIX = "sk-gw-admin-"
+
 
 class StoreDown(GatewayError):
     status, type, code, outcome = 503, "api_error", "store_unavailable", "upstream_error"
@@ -66,6 +71,8 @@ async def admin_principal(config: Config, jwt: JwtAuth | None, control: ControlP
             return AdminPrincipal(k.name, k.role, k.team, "config_key")
     if jwt is not None and config.admin.jwt_groups and looks_like_jwt(credential):
         return await _token_principal(config, jwt, credential)
+    if not credential.startswith(STORED_ADMIN_KEY_PREFIX):
+        raise InvalidApiKey("invalid admin credential")
     try:  # read on each request (never cached): with the store down, no credential of it can be told apart
         stored = await control.store.admin_keys.find(digest.hex())
     except StoreUnavailable as exc:

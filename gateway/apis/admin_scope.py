@@ -10,6 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from gateway.apis import admin_fields as f
+from gateway.apis.admin_auth import STORED_ADMIN_KEY_PREFIX
 from gateway.core.policy.roles import over_team_limit
 from gateway.errors import InvalidRequest, NotFound
 from gateway.http import Response, json_response
@@ -94,7 +95,7 @@ async def create_admin_key(request: GatewayRequest, cp: ControlPlane, actor: Act
         raise InvalidRequest("a team_admin needs its team; the other roles take none", param="team")
     if any(k.name == name for k in request.app.runtime.config.admin.keys):  # 409, as a stored one's
         raise Conflict(f"an admin key named {name} exists (in the config file)")
-    secret = "sk-gw-admin-" + secrets.token_urlsafe(32)
+    secret = STORED_ADMIN_KEY_PREFIX + secrets.token_urlsafe(32)
     key = StoredAdminKey(name, role, team, actor.now)
     await cp.store.admin_keys.create(actor, key, hashlib.sha256(secret.encode()).hexdigest())
     return json_response({**admin_key_view(key), "key": secret}, status=201)

@@ -221,10 +221,13 @@ def test_admin_credentials_with_the_store_down_answer_503(servers: LoopThread, p
         assert admin_call(stored_only.port, "GET", "me", key=made["key"])[0] == 200
         postgres.stop()
         try:
-            for port, key in ((with_config_key.port, made["key"]), (with_config_key.port, "sk-not-an-admin-key"),
+            for port, key in ((with_config_key.port, made["key"]), (with_config_key.port, "sk-gw-admin-not-one"),
                               (stored_only.port, made["key"])):
                 status, body = admin_call(port, "GET", "me", key=key)
                 assert (status, body["error"]["code"]) == (503, "store_unavailable"), (port, key, body)
+            # no admin key the store could hold has another form: refused without asking the store
+            status, body = admin_call(with_config_key.port, "GET", "me", key="sk-not-an-admin-key")
+            assert (status, body["error"]["code"]) == (401, "invalid_api_key"), body
             assert admin_call(with_config_key.port, "GET", "me")[0] == 200  # a config admin key needs no store
         finally:
             postgres.start()
