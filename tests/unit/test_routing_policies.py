@@ -221,6 +221,21 @@ def test_a_deployment_without_data_for_30s_gets_one_probe() -> None:
     assert first(60.5) == 1
 
 
+def test_a_request_that_cannot_measure_a_probe_is_routed_by_the_ranking_and_leaves_the_probe() -> None:
+    book = LatencyBook()
+    deps = (dep("fast"), dep("slow"))
+    book.observe(API, deps[0].label, 0.05, 0.0)
+    book.observe(API, deps[1].label, 0.50, 0.0)
+    book.observe(API, deps[0].label, 0.05, 29.0)
+    table, rand = RouteTable.of(deps), random.Random(0).random
+
+    def first(now: float, probes: bool) -> int:
+        return route(deps, table, "latency", Signals({}, rand, book, API, now, probes=probes))[0]
+
+    assert [first(30.0, False), first(30.5, False)] == [0, 0]  # not streamed: no probe taken
+    assert first(31.0, True) == 1  # the next stream carries it
+
+
 def test_the_average_decays_with_a_30s_half_life_and_a_stale_one_restarts() -> None:
     book = LatencyBook(max_weight=1e9)
     assert book.average(API, "x") is None
