@@ -10,6 +10,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,16 @@ def test_weighted_shares_converge_and_weight_0_is_only_a_fallback(weights: list[
     order = route(deps, RouteTable.of(deps), "weighted", Signals({}, random.Random(seed).random))
     zeros = [i for i, w in enumerate(weights) if w == 0]
     assert order[len(order) - len(zeros):] == zeros  # every weight-0 one after every weighted one
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1e-2, 1.0, 1e6, 1e15, 1e100])
+def test_weighted_splits_by_the_shares_at_any_scale_of_the_weights(scale: float) -> None:
+    """`weight` is a share (docs/routing.md): 1 and 3 split as 0.0001 and 0.0003 do, and as 1e15 and 3e15.
+    The draw's `u ** (1 / weight)` rounded to 0.0 for small weights and to 1.0 for huge ones, and the tie
+    went to config order: 0.0001 and 0.0003 split about 80/20, 1e15 and 3e15 28/72, 1e17 and 3e17 100/0."""
+    deps = (dep("a", weight=1 * scale), dep("b", weight=3 * scale))
+    got = first_choices(deps, "weighted", 4000, seed=7)
+    assert abs(got[0] / 4000 - 0.25) <= 0.03, got  # ~4.5 standard deviations
 
 
 @settings(max_examples=30, deadline=None)

@@ -5,7 +5,8 @@ never choose a fallback-only or last-resort deployment).
 - ordered: config order; only the first may be a first choice.
 - balanced: least in flight first, ties at random; any may be a first choice.
 - weighted: a draw in proportion to `weight` (weighted sampling without replacement: each deployment's
-  key is `u ** (1 / weight)` for a uniform `u`, highest first), then the weight-0 ones in config order,
+  key is `u ** (1 / weight)` for a uniform `u`, highest first, compared as `ln(u) / weight` so that no
+  scale of weights rounds it), then the weight-0 ones in config order,
   which serve only as fallbacks.
 - latency: the lowest learned upstream TTFT wins; those within `LATENCY_MARGIN` (10%) or
   `LATENCY_MARGIN_S` (20 ms) of it share the load as `balanced` does; slower ones follow, fastest first,
@@ -23,6 +24,7 @@ than the small lists it returns (and `latency`, between samples, not even the ra
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -146,7 +148,9 @@ def _weighted(deployments: Sequence[Routable], tier: Sequence[int], rand: Callab
     for i in tier:
         w = deployments[i].weight
         if w > 0.0:
-            keys[i] = rand() ** (1.0 / w)
+            # `u ** (1 / w)` ordered by its logarithm, `ln(u) / w` (`u` = 1 - rand() in (0, 1]): the power
+            # itself rounds to 0.0 for small weights and to 1.0 for huge ones, and ties went to config order
+            keys[i] = math.log1p(-rand()) / w
     drawn = sorted(keys, key=keys.__getitem__, reverse=True)
     if not drawn:  # a tier of weight-0 deployments only: fallbacks, in config order
         return list(tier), []
