@@ -155,16 +155,17 @@ def _deployment(path: str, raw: Any, providers: Mapping[str, ProviderConfig], er
     kind = PROVIDERS.get(providers[provider].type) if provider in providers else None
     prefill = s.get("prefill", bool, kind is not None and kind.prefill)  # unset: the type's own (Anthropic's)
     return Deployment(provider=provider, model=model, price=price, prefill=prefill,
-                      tier=s.integer("tier", 0), weight=s.number("weight", 1.0))
+                      tier=s.integer("tier", 0), weight=s.number("weight", 1.0, finite=True))
 
 
 def _price(p: Section) -> Price:
     """USD per million tokens; a cache price left unset is charged as input (docs/caching.md, Cost)."""
     def optional(key: str) -> float | None:
-        return p.number(key, 0.0) if p.has(key) else None
+        return p.number(key, 0.0, finite=True) if p.has(key) else None
     if p.has("cache_creation_input") and p.has("cache_write"):
         p.errs.add(p.at("cache_write"), "the same price as cache_creation_input: give one of them")
-    return Price(input=p.number("input", 0.0), output=p.number("output", 0.0), cached_input=optional("cached_input"),
+    return Price(input=p.number("input", 0.0, finite=True), output=p.number("output", 0.0, finite=True),
+                 cached_input=optional("cached_input"),
                  cache_creation_input=optional("cache_creation_input") if p.has("cache_creation_input")
                  else optional("cache_write"),
                  cache_creation_input_1h=optional("cache_creation_input_1h"))

@@ -7,6 +7,7 @@ cannot end up in an error.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -110,8 +111,13 @@ class Section:
             return default
         return value  # type: ignore[return-value]
 
-    def number(self, key: str, default: float, minimum: float = 0.0) -> float:
+    def number(self, key: str, default: float, minimum: float = 0.0, *, finite: bool = False) -> float:
+        """`finite`: `.inf` is an error too (a share or a price; elsewhere it may mean "no limit"). NaN
+        (YAML's `.nan`) is an error everywhere: it passes every comparison, a minimum's too."""
         value = self.get(key, float, default)
+        if value != value or (finite and value in (math.inf, -math.inf)):
+            self.errs.add(self.at(key), "must be a finite number" if finite else "must be a number, got NaN")
+            return default
         if value < minimum:
             self.errs.add(self.at(key), f"must be >= {minimum:g}")
         return value

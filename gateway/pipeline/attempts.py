@@ -143,8 +143,8 @@ def _signals(rt: Runtime, ctx: RequestContext) -> Signals:
     routing = ctx.model.routing
     if routing == "ordered" or routing == "balanced" or routing == "weighted":
         return Signals(rt.inflight, rt.rand.random)
-    if routing == "latency":
-        return Signals(rt.inflight, rt.rand.random, rt.latency, ctx.api, rt.mono())
+    if routing == "latency":  # a probe only on a stream: a whole body is no TTFT, it would learn nothing
+        return Signals(rt.inflight, rt.rand.random, rt.latency, ctx.api, rt.mono(), probes=ctx.stream)
     body = ctx.body
     cap = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
     output = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else DEFAULT_OUTPUT_TOKENS

@@ -19,7 +19,7 @@ import pytest
 
 from gateway.config import parse_config
 from tests.chat_scripts import completion, error_script, text_stream
-from tests.fake_upstream import FakeUpstream, Pause, Script
+from tests.fake_upstream import FakeUpstream, Pause, Script, ScriptFor
 from tests.harness import GatewayServer, LoopThread
 
 # routes by measured latency: run with no other test beside it (scripts/test-phases.sh)
@@ -219,3 +219,43 @@ def test_a_hedge_starts_on_the_next_deployment_of_the_same_policy(
     served_by(gw, 1, stream=True, workers=1)
     assert [r.path.split("/")[1] for r in upstream.received[before:]] == ["fast", "mid"]
     assert gw.sample("llm_gateway_hedges_total", winner="hedge") == 1
+
+
+def test_a_request_that_teaches_nothing_never_takes_a_latency_probe(
+        servers: tuple[LoopThread, FakeUpstream], start: Callable[[Any], GatewayServer]) -> None:
+    """Only a stream's first token is a sample (docs/routing.md, latency): a non-streamed request that took
+    a recovered deployment's probe learned nothing and left it shed for another 30 s, so on a model with
+    non-streamed traffic too a recovered deployment stayed out for minutes, not "back within 30 s"."""
+    _, upstream = servers
+    ttft = {"late": 0.300, "fast": 0.010}  # `late` first in config order: the first due a probe
+
+    def answering(name: str) -> ScriptFor:  # a stream to a stream request, a body to any other
+        def script(headers: dict[str, str]) -> Script:
+            accept = {k.lower(): v for k, v in headers.items()}.get("accept", "")
+            return answer_after(ttft[name]) if "event-stream" in accept else body_answer()
+        return script
+
+    for n in ttft:
+        upstream.enqueue(path(n), *[answering(n)] * 200)
+    gw = start(config(upstream.base_url, "latency", [{"name": n} for n in ttft]))
+    assert gw.app is not None
+    offset = [0.0]
+    gw.app.runtime.mono = lambda: time.monotonic() + offset[0]
+
+    def streamed_to(n: int) -> Counter[str]:
+        before = len(upstream.received)
+        served_by(gw, n, stream=True, workers=1)
+        return Counter(r.path.split("/")[1] for r in upstream.received[before:])
+
+    streamed_to(4)  # cold probes: noise
+    offset[0] += 30.0
+    streamed_to(2)  # each probed again, warm: `late` is shed
+    deadline = time.monotonic() + 10.0
+    while streamed_to(8)["late"]:
+        assert time.monotonic() < deadline, "late never shed"
+
+    ttft["late"] = 0.010  # it recovers
+    offset[0] += 30.0  # both stale: due a probe each, `late` first
+    assert served_by(gw, 1, workers=1) == ["fast/up"]  # not streamed: by the ranking, and no probe taken
+    got = streamed_to(8)
+    assert got["late"] >= 1, got  # its probe went to a stream, which measured it

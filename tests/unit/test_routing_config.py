@@ -50,3 +50,22 @@ def test_cost_needs_a_price_on_every_deployment() -> None:
     assert errors(raw("cost", {"model": "a", "price": {"input": 1}}, {"model": "b"})) == [
         "models[0].deployments[1].price: required with routing: cost"]
     parse_config(raw("latency", {"model": "a"}), env={})  # only cost needs one
+
+
+def test_a_weight_or_price_that_is_no_finite_number_is_an_error_at_load() -> None:
+    """YAML reads `.nan` and `.inf` (and `1e400`) as floats. NaN passed every `>= 0` check: a NaN weight made
+    its deployment a fallback only, every weight NaN passed the "every weight is 0" check with no
+    weighted split at all, and a NaN price made every cost NaN (budgets never reached, `cost` unordered);
+    an infinite weight always won, and two of them went by config order, never split."""
+    nan, inf = float("nan"), float("inf")
+    assert errors(raw("weighted", {"model": "a", "weight": nan}, {"model": "b", "weight": nan})) == [
+        "models[0].deployments[0].weight: must be a finite number",
+        "models[0].deployments[1].weight: must be a finite number"]
+    assert errors(raw("weighted", {"model": "a", "weight": inf}, {"model": "b"})) == [
+        "models[0].deployments[0].weight: must be a finite number"]
+    assert errors(raw("cost", {"model": "a", "price": {"input": nan, "output": inf}})) == [
+        "models[0].deployments[0].price.input: must be a finite number",
+        "models[0].deployments[0].price.output: must be a finite number"]
+    doc = raw("ordered", {"model": "a"})
+    doc["models"][0]["hedge_after_ms"] = nan  # NaN > 0 is False: silently no hedging
+    assert errors(doc) == ["models[0].hedge_after_ms: must be a number, got NaN"]

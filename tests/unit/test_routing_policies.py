@@ -10,6 +10,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,16 @@ def test_weighted_shares_converge_and_weight_0_is_only_a_fallback(weights: list[
     order = route(deps, RouteTable.of(deps), "weighted", Signals({}, random.Random(seed).random))
     zeros = [i for i, w in enumerate(weights) if w == 0]
     assert order[len(order) - len(zeros):] == zeros  # every weight-0 one after every weighted one
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1e-2, 1.0, 1e6, 1e15, 1e100])
+def test_weighted_splits_by_the_shares_at_any_scale_of_the_weights(scale: float) -> None:
+    """`weight` is a share (docs/routing.md): 1 and 3 split as 0.0001 and 0.0003 do, and as 1e15 and 3e15.
+    The draw's `u ** (1 / weight)` rounded to 0.0 for small weights and to 1.0 for huge ones, and the tie
+    went to config order: 0.0001 and 0.0003 split about 80/20, 1e15 and 3e15 28/72, 1e17 and 3e17 100/0."""
+    deps = (dep("a", weight=1 * scale), dep("b", weight=3 * scale))
+    got = first_choices(deps, "weighted", 4000, seed=7)
+    assert abs(got[0] / 4000 - 0.25) <= 0.03, got  # ~4.5 standard deviations
 
 
 @settings(max_examples=30, deadline=None)
@@ -219,6 +230,21 @@ def test_a_deployment_without_data_for_30s_gets_one_probe() -> None:
     assert [first(30.0), first(30.5), first(45.0)] == [1, 0, 0]  # one probe, then not again for 30 s
     book.observe(API, deps[0].label, 0.05, 50.0)
     assert first(60.5) == 1
+
+
+def test_a_request_that_cannot_measure_a_probe_is_routed_by_the_ranking_and_leaves_the_probe() -> None:
+    book = LatencyBook()
+    deps = (dep("fast"), dep("slow"))
+    book.observe(API, deps[0].label, 0.05, 0.0)
+    book.observe(API, deps[1].label, 0.50, 0.0)
+    book.observe(API, deps[0].label, 0.05, 29.0)
+    table, rand = RouteTable.of(deps), random.Random(0).random
+
+    def first(now: float, probes: bool) -> int:
+        return route(deps, table, "latency", Signals({}, rand, book, API, now, probes=probes))[0]
+
+    assert [first(30.0, False), first(30.5, False)] == [0, 0]  # not streamed: no probe taken
+    assert first(31.0, True) == 1  # the next stream carries it
 
 
 def test_the_average_decays_with_a_30s_half_life_and_a_stale_one_restarts() -> None:

@@ -5,12 +5,14 @@ never choose a fallback-only or last-resort deployment).
 - ordered: config order; only the first may be a first choice.
 - balanced: least in flight first, ties at random; any may be a first choice.
 - weighted: a draw in proportion to `weight` (weighted sampling without replacement: each deployment's
-  key is `u ** (1 / weight)` for a uniform `u`, highest first), then the weight-0 ones in config order,
+  key is `u ** (1 / weight)` for a uniform `u`, highest first, compared as `ln(u) / weight` so that no
+  scale of weights rounds it), then the weight-0 ones in config order,
   which serve only as fallbacks.
 - latency: the lowest learned upstream TTFT wins; those within `LATENCY_MARGIN` (10%) or
   `LATENCY_MARGIN_S` (20 ms) of it share the load as `balanced` does; slower ones follow, fastest first,
   and deployments with no data last. While nothing is known the whole tier is shared. A deployment due a
-  probe (`latency.LatencyBook.claim_probe`) goes first, once. The ranking is the book's
+  probe (`latency.LatencyBook.claim_probe`) goes first, once, on a request that can measure it (`Signals.probes`:
+  a stream). The ranking is the book's
   (`latency.TierView.ranking`, made again at most every 0.25 s after a sample), so a request only shares
   the near-fastest out.
 - cost: the lowest price for the request's estimated tokens first, equal prices by learned latency.
@@ -22,6 +24,7 @@ than the small lists it returns (and `latency`, between samples, not even the ra
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,19 +81,21 @@ class Signals:
     """What one request's routing reads besides the config: made once per request (a plain class: a
     frozen dataclass's __init__ costs a microsecond more, on every request)."""
 
-    __slots__ = ("api", "book", "inflight", "input_tokens", "now", "output_tokens", "rand")
+    __slots__ = ("api", "book", "inflight", "input_tokens", "now", "output_tokens", "probes", "rand")
 
     def __init__(self, inflight: Mapping[str, int], rand: Callable[[], float], book: LatencyBook | None = None,
                  api: str = "", now: float = 0.0, input_tokens: int = 0,
-                 output_tokens: int = DEFAULT_OUTPUT_TOKENS) -> None:
+                 output_tokens: int = DEFAULT_OUTPUT_TOKENS, probes: bool = True) -> None:
         self.inflight, self.rand = inflight, rand
         self.book = book  # learned TTFTs (latency, cost's ties); None: nothing learned
         self.api, self.now = api, now  # the book's key and clock
         self.input_tokens, self.output_tokens = input_tokens, output_tokens  # cost's estimate of the request
+        # may this request carry a `latency` probe: only one whose first token is a sample (a stream) can
+        self.probes = probes
 
     def without_draws(self) -> Signals:
         return Signals(self.inflight, _no_draw, self.book, self.api, self.now, self.input_tokens,
-                       self.output_tokens)
+                       self.output_tokens, self.probes)
 
 
 def _no_draw() -> float:
@@ -143,7 +148,9 @@ def _weighted(deployments: Sequence[Routable], tier: Sequence[int], rand: Callab
     for i in tier:
         w = deployments[i].weight
         if w > 0.0:
-            keys[i] = rand() ** (1.0 / w)
+            # `u ** (1 / w)` ordered by its logarithm, `ln(u) / w` (`u` = 1 - rand() in (0, 1]): the power
+            # itself rounds to 0.0 for small weights and to 1.0 for huge ones, and ties went to config order
+            keys[i] = math.log1p(-rand()) / w
     drawn = sorted(keys, key=keys.__getitem__, reverse=True)
     if not drawn:  # a tier of weight-0 deployments only: fallbacks, in config order
         return list(tier), []
@@ -156,8 +163,9 @@ def _latency(deployments: Sequence[Routable], tier: Sequence[int], labels: tuple
     assert book is not None
     view = book.view(sig.api, labels)
     ranking = view.ranking(sig.now)
-    # probes stay in the first tier: a later one gets no traffic while this one serves
-    due = book.claim_probe(view, sig.now) if first_tier and sig.now >= view.due_at else -1
+    # probes stay in the first tier: a later one gets no traffic while this one serves; and go to requests
+    # that can measure them (a probe taken by one that cannot is lost for `stale_s`)
+    due = book.claim_probe(view, sig.now) if first_tier and sig.probes and sig.now >= view.due_at else -1
     if due >= 0:
         return _with_probe(tier, labels, ranking, due, sig)
     near, rest = ranking.near, ranking.rest
