@@ -1,0 +1,63 @@
+"""What a key is charged for a stream that did not end with the provider's usage (docs/extensions.md, "A
+stream without usage"): a client that went away mid-stream, a Messages client on a translated upstream,
+end to end with the official SDKs against a scripted upstream. The charge is read back where budgets read
+it (`GET /v1/gateway/spend`) and on the request's log line."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import openai
+from structlog.testing import capture_logs
+
+from gateway.config import parse_config
+from tests.chat_scripts import chunk
+from tests.fake_upstream import FakeUpstream, Hang, Script, sse
+from tests.harness import GatewayServer, LoopThread, wait_until
+
+KEY = "gw-key-usage"
+CHAT = "/p/v1/chat/completions"
+PROMPT = [{"role": "user", "content": "tell me a long story " * 20}]
+TIMEOUTS = {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}
+PRICE = {"input": 1_000_000, "output": 1_000_000}  # a dollar a token: the spend is the tokens charged
+
+
+def config(url: str) -> Any:
+    return parse_config({
+        "auth": {"keys": [{"name": "team", "key": KEY, "tpm": 1_000_000}]},
+        "providers": {"p": {"type": "openai", "base_url": f"{url}/p/v1", "api_key": "kp", "timeouts": TIMEOUTS}},
+        "models": [{"name": "m", "deployments": [{"provider": "p", "model": "model-p", "price": PRICE}]}],
+    }, env={})
+
+
+def spent(gw: GatewayServer) -> float:
+    req = urllib.request.Request(f"{gw.base_url}/gateway/spend", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return float(json.loads(resp.read())["spend_usd"])
+
+
+def request_line(servers: LoopThread, logs: list[dict[str, Any]]) -> dict[str, Any]:
+    servers.run(wait_until(lambda: any(e["event"] == "request" for e in logs), 5.0))
+    return next(e for e in logs if e["event"] == "request")
+
+
+def test_a_client_that_goes_away_mid_stream_is_charged_for_what_was_spent(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(CHAT, Script([sse(chunk({"role": "assistant", "content": ""})), sse(chunk({"content": "x" * 400})),
+                                   Hang()]))
+    sdk = openai.OpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0, timeout=20)
+    with capture_logs() as logs:
+        stream = sdk.chat.completions.create(model="m", messages=PROMPT, stream=True)  # type: ignore[arg-type]
+        next(iter(stream))
+        stream.close()  # the client goes away: the upstream has read the prompt and written 100 tokens
+        line = request_line(servers, logs)
+    assert line["outcome"] == "cancelled" and line["estimated"] is True
+    assert line["output_tokens"] == 100 and line["input_tokens"] > 100
+    assert spent(gw) == line["input_tokens"] + line["output_tokens"] == line["cost_usd"]
+    # the token metrics keep provider-reported counts only, and the upstream did not omit its usage
+    assert gw.sample("llm_gateway_tokens_total", model="m", provider="p", key="team", type="output") == 0
+    assert gw.sample("llm_gateway_usage_missing_total", model="m", provider="p") == 0
