@@ -24,3 +24,12 @@ def tokens_of(size_bytes: int) -> int:
 
 def estimate_usage(prompt_bytes: int, output_bytes: int) -> Usage:
     return Usage(input=tokens_of(prompt_bytes), output=tokens_of(output_bytes))
+
+
+def reported(usage: Usage | None) -> Usage | None:
+    """The provider's usage, or None when it reported nothing. Counts of not one input or output token
+    are a translation's placeholder, never a count (every prompt has tokens): the `message_start` a
+    Messages answer must open with before anything is known, the `message_delta` that ends the answer of
+    a chat upstream that sent no usage, a Converse stream's start."""
+    return usage if usage is not None and (usage.input > 0 or usage.output > 0) else None
+

@@ -21,6 +21,7 @@ from gateway.config.types import Deployment
 from gateway.core.events import Failure, StreamFailed
 from gateway.core.stages import Refusal
 from gateway.core.stream import Ended, StreamCore
+from gateway.core.usage_estimate import reported
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
@@ -263,11 +264,11 @@ class Relay:
 
 def stream_ended(ctx: RequestContext, opened: Opened[StreamCore], client_gone: bool = False) -> None:
     """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
-    and the unreadable events it skipped. Without usage the key is charged an estimate; a client that went
-    away before any usage came leaves no answer whose usage went missing (`llm_gateway_usage_missing_total`
-    counts the upstreams' omissions)."""
+    and the unreadable events it skipped. Without usage (a translation's placeholder zeros are none) the key
+    is charged an estimate; a client that went away before any usage came leaves no answer whose usage went
+    missing (`llm_gateway_usage_missing_total` counts the upstreams' omissions)."""
     asm = opened.stream.assembler
-    usage = asm.usage
+    usage = reported(asm.usage)
     if usage is not None or not client_gone:
         ctx.stream_ended(usage, opened.t_first if asm.first_token else None)
     if usage is None:

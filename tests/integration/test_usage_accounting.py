@@ -1,7 +1,7 @@
 """What a key is charged for a stream that did not end with the provider's usage (docs/extensions.md, "A
-stream without usage"): a client that went away mid-stream, a Messages client on a translated upstream,
-end to end with the official SDKs against a scripted upstream. The charge is read back where budgets read
-it (`GET /v1/gateway/spend`) and on the request's log line."""
+stream without usage"): a client that went away mid-stream, a Messages client on a translated upstream
+that reports no usage, end to end with the official SDKs against a scripted upstream. The charge is read
+back where budgets read it (`GET /v1/gateway/spend`) and on the request's log line."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import anthropic
 import openai
 from structlog.testing import capture_logs
 
 from gateway.config import parse_config
-from tests.chat_scripts import chunk
+from tests.chat_scripts import chunk, text_stream
 from tests.fake_upstream import FakeUpstream, Hang, Script, sse
 from tests.harness import GatewayServer, LoopThread, wait_until
 
 KEY = "gw-key-usage"
 CHAT = "/p/v1/chat/completions"
+MESSAGES = "/c/v1/messages"
 PROMPT = [{"role": "user", "content": "tell me a long story " * 20}]
 TIMEOUTS = {"connect_s": 2, "first_token_s": 10, "idle_s": 10, "total_s": 60}
 PRICE = {"input": 1_000_000, "output": 1_000_000}  # a dollar a token: the spend is the tokens charged
@@ -28,8 +30,10 @@ PRICE = {"input": 1_000_000, "output": 1_000_000}  # a dollar a token: the spend
 def config(url: str) -> Any:
     return parse_config({
         "auth": {"keys": [{"name": "team", "key": KEY, "tpm": 1_000_000}]},
-        "providers": {"p": {"type": "openai", "base_url": f"{url}/p/v1", "api_key": "kp", "timeouts": TIMEOUTS}},
-        "models": [{"name": "m", "deployments": [{"provider": "p", "model": "model-p", "price": PRICE}]}],
+        "providers": {"p": {"type": "openai", "base_url": f"{url}/p/v1", "api_key": "kp", "timeouts": TIMEOUTS},
+                      "c": {"type": "anthropic", "base_url": f"{url}/c", "api_key": "kc", "timeouts": TIMEOUTS}},
+        "models": [{"name": "m", "deployments": [{"provider": "p", "model": "model-p", "price": PRICE}]},
+                   {"name": "claude", "deployments": [{"provider": "c", "model": "claude-c", "price": PRICE}]}],
     }, env={})
 
 
@@ -61,3 +65,23 @@ def test_a_client_that_goes_away_mid_stream_is_charged_for_what_was_spent(
     # the token metrics keep provider-reported counts only, and the upstream did not omit its usage
     assert gw.sample("llm_gateway_tokens_total", model="m", provider="p", key="team", type="output") == 0
     assert gw.sample("llm_gateway_usage_missing_total", model="m", provider="p") == 0
+
+
+def claude(gw: GatewayServer) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{gw.port}", api_key=KEY, max_retries=0, timeout=20)
+
+
+def test_a_messages_stream_from_a_chat_upstream_without_usage_is_charged_an_estimate(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """The translation's `message_start` and `message_delta` must carry counts; their zeros are none."""
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(CHAT, text_stream(["x" * 400], usage="none"))
+    with capture_logs() as logs:
+        with claude(gw).messages.stream(model="m", max_tokens=500, messages=PROMPT) as s:  # type: ignore[arg-type]
+            assert s.get_final_text() == "x" * 400
+        line = request_line(servers, logs)
+    assert line["outcome"] == "ok" and line["estimated"] is True
+    assert line["output_tokens"] == 100 and line["input_tokens"] > 100
+    assert spent(gw) == line["input_tokens"] + line["output_tokens"]
+    assert gw.sample("llm_gateway_usage_missing_total", model="m", provider="p") == 1
+
