@@ -259,19 +259,22 @@ class Relay:
             self.resume.account(self.opened)
             malformed_skipped(ctx, self.opened)
         else:
-            stream_ended(ctx, self.opened, client_gone)
+            stream_ended(ctx, self.opened, passed, client_gone)
 
 
-def stream_ended(ctx: RequestContext, opened: Opened[StreamCore], client_gone: bool = False) -> None:
+def stream_ended(ctx: RequestContext, opened: Opened[StreamCore], passed: bool, client_gone: bool = False) -> None:
     """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
-    and the unreadable events it skipped. Without usage (a translation's placeholder zeros are none) the key
-    is charged an estimate; a client that went away before any usage came leaves no answer whose usage went
-    missing (`llm_gateway_usage_missing_total` counts the upstreams' omissions)."""
+    and the unreadable events it skipped. Without usage (a translation's placeholder zeros are none) the
+    key is charged an estimate; a stream that ended before its answer did (`passed` False, the answer
+    unfinished) has at most part of its usage (Anthropic's input at `message_start`), raised to the
+    estimate where it falls short (docs/extensions.md, "A stream without usage"). A client that went away
+    before any usage came leaves no answer whose usage went missing (`llm_gateway_usage_missing_total`
+    counts the upstreams' omissions)."""
     asm = opened.stream.assembler
     usage = reported(asm.usage)
     if usage is not None or not client_gone:
         ctx.stream_ended(usage, opened.t_first if asm.first_token else None)
-    if usage is None:
+    if usage is None or not (passed or asm.finished):
         ctx.estimate_unreported_usage(asm.output_bytes())
     malformed_skipped(ctx, opened)
 

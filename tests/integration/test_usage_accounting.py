@@ -1,7 +1,8 @@
 """What a key is charged for a stream that did not end with the provider's usage (docs/extensions.md, "A
 stream without usage"): a client that went away mid-stream, a Messages client on a translated upstream
-that reports no usage, end to end with the official SDKs against a scripted upstream. The charge is read
-back where budgets read it (`GET /v1/gateway/spend`) and on the request's log line."""
+that reports no usage, an Anthropic stream cut after `message_start` (which counts the input only), end
+to end with the official SDKs against a scripted upstream. The charge is read back where budgets read it
+(`GET /v1/gateway/spend`) and on the request's log line."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from typing import Any
 
 import anthropic
 import openai
+import pytest
 from structlog.testing import capture_logs
 
 from gateway.config import parse_config
+from tests import anthropic_scripts as a
 from tests.chat_scripts import chunk, text_stream
-from tests.fake_upstream import FakeUpstream, Hang, Script, sse
+from tests.fake_upstream import Close, FakeUpstream, Hang, Script, sse
 from tests.harness import GatewayServer, LoopThread, wait_until
 
 KEY = "gw-key-usage"
@@ -85,3 +88,26 @@ def test_a_messages_stream_from_a_chat_upstream_without_usage_is_charged_an_esti
     assert spent(gw) == line["input_tokens"] + line["output_tokens"]
     assert gw.sample("llm_gateway_usage_missing_total", model="m", provider="p") == 1
 
+
+@pytest.mark.parametrize("cut", ["upstream", "client"])
+def test_an_anthropic_stream_cut_after_message_start_is_charged_its_input_and_the_output_that_came(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], cut: str) -> None:
+    """`message_start` counts the whole input and one output token; the 100 tokens' worth of text that came
+    after it are charged as an estimate, the input as Anthropic counted it (cache reads included)."""
+    gw = make_gateway(config(upstream.base_url))
+    events = [a.message_start(), *a.text_block(0, ["x" * 400])[:2]]
+    upstream.enqueue(MESSAGES, a.stream(events, tail=[Close() if cut == "upstream" else Hang()]))
+    with capture_logs() as logs:
+        with claude(gw).messages.stream(model="claude", max_tokens=500, messages=PROMPT) as s:  # type: ignore[arg-type]
+            if cut == "client":
+                next(e for e in s if e.type == "content_block_delta")
+            else:
+                with pytest.raises(anthropic.APIError):
+                    s.get_final_text()
+        line = request_line(servers, logs)
+    assert line["estimated"] is True and line["outcome"] == ("cancelled" if cut == "client" else "upstream_error")
+    assert (line["input_tokens"], line["cached_tokens"], line["output_tokens"]) == (30, 10, 100)
+    assert spent(gw) == 130
+    # the metrics keep what the provider reported: its input, and the one output token of message_start
+    assert gw.sample("llm_gateway_tokens_total", model="claude", provider="c", key="team", type="input") == 30
+    assert gw.sample("llm_gateway_tokens_total", model="claude", provider="c", key="team", type="output") == 1
