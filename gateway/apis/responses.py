@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.apis.catalog import RESPONSES
 from gateway.core.continuation import prefill_input
-from gateway.core.events import StreamEvent
+from gateway.core.events import StreamEvent, Usage
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
@@ -75,9 +75,14 @@ def map_texts(obj: dict[str, Any], fn: TextMap) -> None:
     map_response_texts(obj, lambda _key, kind, text: fn(kind, text))
 
 
-def read_answer(obj: dict[str, Any], _events: list[StreamEvent]) -> ResponsesAssembler:
+def read_answer(obj: dict[str, Any], events: list[StreamEvent]) -> ResponsesAssembler:
+    """The masked body's text, with the usage the provider's own parser found (a translated `response`
+    object has no field for cache writes: `convert.responses_chat_stream.counted`)."""
     assembler = ResponsesAssembler()
     assembler.feed_response(obj)
+    usage = next((e for e in reversed(events) if type(e) is Usage), None)
+    if isinstance(usage, Usage):
+        assembler.usage = usage
     return assembler
 
 

@@ -56,6 +56,10 @@ class Answer(Protocol):
     @property
     def usage(self) -> Usage | None: ...
 
+    @property
+    def finished(self) -> bool:
+        """The answer ended by its protocol's terminal signal (which carries its final usage)."""
+
     def output_bytes(self) -> int: ...
 
     def text(self, kind: DeltaKind = DeltaKind.CONTENT) -> str:

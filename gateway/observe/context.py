@@ -13,7 +13,7 @@ import orjson
 from gateway.config.types import ApiKey, Deployment, ModelConfig
 from gateway.core.events import Usage
 from gateway.core.policy.learned import Fact
-from gateway.core.usage_estimate import estimate_usage
+from gateway.core.usage_estimate import charged, estimate_usage
 from gateway.observe.metrics import usage_cost
 from gateway.observe.record import RequestRecorder
 
@@ -67,7 +67,7 @@ class RequestContext:
     # learn-once fallbacks this request is trying, per deployment label (docs/extensions.md, "Failure semantics"):
     # learned for the deployment only when the attempt that used one succeeds
     fallbacks: set[tuple[str, Fact]] = field(default_factory=set)
-    usage_estimated: bool = False  # `usage` is our estimate: the provider reported none
+    usage_estimated: bool = False  # `usage` is (in part) our estimate: the provider reported none, or less
     # what the client sent (lower-case names; x-request-id is this request's id): the providers'
     # `forward_headers` pick from it
     client_headers: Mapping[str, str] = field(default_factory=dict)
@@ -108,13 +108,17 @@ class RequestContext:
         return self.key.name if self.key is not None else "none"
 
     def estimate_unreported_usage(self, output_bytes: int) -> None:
-        """The stream reported no usage: charge an estimate to the key's tpm and budget (`settle` reads
-        `usage` and `cost_usd`), logged as estimated; the token and cost metrics stay provider-reported."""
+        """The stream ended without its final usage (`usage` is what the provider reported so far, maybe
+        None): charge the key's tpm and budget an estimate where it counts more (`settle` reads `usage`
+        and `cost_usd`), logged as estimated; the token and cost metrics stay provider-reported."""
         assert self.deployment is not None
         prompt = sum(len(orjson.dumps(self.body[k])) for k in _PROMPT_FIELDS if k in self.body)
-        self.usage = estimate_usage(prompt, output_bytes)
+        usage = charged(self.usage, estimate_usage(prompt, output_bytes))
+        if usage is self.usage:
+            return  # the provider's counts cover what came
+        self.usage = usage
         self.usage_estimated = True
-        self.cost_usd = usage_cost(self.usage, self.deployment.price)
+        self.cost_usd = usage_cost(usage, self.deployment.price)
 
     def sent_upstream(self) -> float:
         """An attempt's request is built and about to leave (perf_counter, returned): the first one's time

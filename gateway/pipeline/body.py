@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from gateway.core.stream import Answer
+from gateway.core.usage_estimate import reported
 from gateway.http import Response
 from gateway.observe.context import RequestContext
 from gateway.pipeline import cache
@@ -35,8 +36,8 @@ async def answer_body(rt: Runtime, ctx: RequestContext, state: StateBackend, won
     answer = read(obj)  # after masking: guardrails judge what the client would read
     safety = rt.safety.models[ctx.model.name]
     refusal = await judge_output(rt, ctx, answer, safety.stream_guards + safety.hold_guards + safety.audit_guards)
-    ctx.usage = answer.usage
-    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, answer.usage, ctx.key_name)
+    ctx.usage = reported(answer.usage)  # a translation's zeros are no count: the usage is missing
+    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, ctx.usage, ctx.key_name)
     if refusal is not None:
         raise refusal
     if ctx.cache_store and cacheable:

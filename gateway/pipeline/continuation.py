@@ -39,6 +39,7 @@ from gateway.core.events import (
 )
 from gateway.core.policy.learned import Fact
 from gateway.core.stream import StreamCore
+from gateway.core.usage_estimate import reported
 from gateway.observe.context import RequestContext
 from gateway.pipeline.api import ServedApi
 from gateway.pipeline.attempt_io import Opened
@@ -99,7 +100,7 @@ class Continuation:
     async def __call__(self, opened: Opened[StreamCore], write: Write) -> bool:
         stream, model = opened.stream, self.ctx.model
         if not self.legs:
-            self.legs.append((opened.deployment, stream.assembler.usage))
+            self.legs.append((opened.deployment, reported(stream.assembler.usage)))
         for d in self._candidates(opened.deployment):
             text = stream.resume_point()
             if text is None or self.ctx.attempts >= model.retry.max_attempts:
@@ -155,7 +156,7 @@ class Continuation:
         finally:  # a guardrail's refusal or the client's leaving too: its usage is the request's
             if second.response is not None:
                 second.response.close()
-            self.legs.append((d, second.stream.assembler.usage))
+            self.legs.append((d, reported(second.stream.assembler.usage)))
         self._outcome(d, mode, outcome)
         return outcome == "ok"
 

@@ -21,6 +21,7 @@ from gateway.config.types import Deployment
 from gateway.core.events import Failure, StreamFailed
 from gateway.core.stages import Refusal
 from gateway.core.stream import Ended, StreamCore
+from gateway.core.usage_estimate import reported
 from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
@@ -127,7 +128,9 @@ class Relay:
             self.sink.close()
             opened.close()
             malformed_skipped(self.ctx, opened)
-            self.account(passed=False, usage=False)  # the client went away: no answer, so no usage to miss
+            # the client went away mid-stream: the upstream charged the prompt and what it sent, so the
+            # key is charged too (docs/extensions.md, "A stream without usage")
+            self.account(passed=False, client_gone=True)
 
     async def _relay(self) -> None:
         stream, filt, sink, client = self.stream, self.filt, self.sink, self.client
@@ -237,9 +240,10 @@ class Relay:
         await self.sink.quiet()
         await self.client.write(payload)
 
-    def account(self, passed: bool, usage: bool = True) -> None:
-        """Once per request, before the last write: stream guardrail verdicts (all pass when the stream
-        completed, a block for the one that refused), redactions, usage, cost and time per token."""
+    def account(self, passed: bool, client_gone: bool = False) -> None:
+        """Once per request, before the last write (or once the client went away): stream guardrail
+        verdicts (all pass when the stream completed, a block for the one that refused), redactions,
+        usage, cost and time per token."""
         if self.accounted:
             return
         self.accounted = True
@@ -251,19 +255,26 @@ class Relay:
                 record(self.rt, ctx, g.name, "output", refused is None or g.name != refused.guardrail)
         if self.run_safety is not None:
             ctx.redactions += ctx.rec.redactions(self.run_safety.redaction_counts().items())
-        if usage and self.resume is not None and self.resume.used:
+        if self.resume is not None and self.resume.used:
             self.resume.account(self.opened)
             malformed_skipped(ctx, self.opened)
-        elif usage:
-            stream_ended(ctx, self.opened)
+        else:
+            stream_ended(ctx, self.opened, passed, client_gone)
 
 
-def stream_ended(ctx: RequestContext, opened: Opened[StreamCore]) -> None:
+def stream_ended(ctx: RequestContext, opened: Opened[StreamCore], passed: bool, client_gone: bool = False) -> None:
     """Account a committed stream's end, whatever the API: its assembler's usage, its first token's time
-    and the unreadable events it skipped."""
+    and the unreadable events it skipped. Without usage (a translation's placeholder zeros are none) the
+    key is charged an estimate; a stream that ended before its answer did (`passed` False, the answer
+    unfinished) has at most part of its usage (Anthropic's input at `message_start`), raised to the
+    estimate where it falls short (docs/extensions.md, "A stream without usage"). A client that went away
+    before any usage came leaves no answer whose usage went missing (`llm_gateway_usage_missing_total`
+    counts the upstreams' omissions)."""
     asm = opened.stream.assembler
-    ctx.stream_ended(asm.usage, opened.t_first if asm.first_token else None)
-    if asm.usage is None:
+    usage = reported(asm.usage)
+    if usage is not None or not client_gone:
+        ctx.stream_ended(usage, opened.t_first if asm.first_token else None)
+    if usage is None or not (passed or asm.finished):
         ctx.estimate_unreported_usage(asm.output_bytes())
     malformed_skipped(ctx, opened)
 

@@ -329,10 +329,13 @@ def test_bedrock_converse_gets_cache_points(claude: CachingClaudeUpstream, gw: G
     assert all(m["content"][-1] == point for m in (body["messages"][i] for i in marked))
 
 
-def test_tokens_cost_and_ledger_price_cache_reads_and_writes(claude: CachingClaudeUpstream, tmp_path: Path,
+@pytest.mark.parametrize("api", list(CLIENTS))
+def test_tokens_cost_and_ledger_price_cache_reads_and_writes(api: str, claude: CachingClaudeUpstream, tmp_path: Path,
                                                             make_gateway: Callable[..., GatewayServer]) -> None:
+    """Every API prices Anthropic's writes as writes, the 1-hour ones at their own price, streamed or not:
+    Responses too, whose usage object has no field for them."""
     gw = make_gateway(parse_config(config(claude, tmp_path, store=True), env={}))
-    Messages(gw).run("anthropic", "priced", "one", 4, marked=True)
+    CLIENTS[api](gw).run("anthropic", "priced", "one", 4, marked=True)
     served = claude.log
     reads, writes = sum(s.read for s in served), sum(s.write for s in served)
     hour = sum(s.write_1h for s in served)

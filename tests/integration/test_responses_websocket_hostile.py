@@ -331,3 +331,6 @@ def test_a_client_gone_mid_response_closes_the_upstream_request(servers: LoopThr
         servers.run(wait_until(lambda: any(e["event"] == "request" for e in logs)))
     (line,) = [e for e in logs if e["event"] == "request"]
     assert line["status"] == 499 and line["outcome"] == "cancelled" and line["transport"] == "websocket"
+    # what the upstream spent is charged all the same, estimated (the bridge's usage comes at the end): the
+    # input "go" and the output "Half" are a token each
+    assert (line["input_tokens"], line["output_tokens"], line["estimated"]) == (1, 1, True)

@@ -91,6 +91,9 @@ def test_tool_calls_without_index_are_unnumbered_in_a_chunk_and_placed_in_a_body
 @pytest.mark.parametrize(("usage", "expected"), [
     ({"prompt_tokens": 3, "completion_tokens": 4}, Usage(3, 4)),
     ({"prompt_tokens": 3, "completion_tokens": 4, "prompt_cache_hit_tokens": 2}, Usage(3, 4, 2)),
+    # cache writes (the newer CompletionUsage field; this gateway's own chat answers carry it too)
+    ({"prompt_tokens": 900, "completion_tokens": 4,
+      "prompt_tokens_details": {"cached_tokens": 100, "cache_write_tokens": 700}}, Usage(900, 4, 100, 700)),
     # xAI: completion excludes reasoning, total includes it
     ({"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 354,
       "completion_tokens_details": {"reasoning_tokens": 340}}, Usage(12, 342, reasoning=340)),

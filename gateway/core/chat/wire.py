@@ -159,14 +159,18 @@ def parse_usage(obj: dict[str, Any]) -> Usage | None:
         if not isinstance(u, dict):
             return None
     prompt, completion = _int(u, "prompt_tokens"), _int(u, "completion_tokens")
-    cached = _int(u.get("prompt_tokens_details"), "cached_tokens") or _int(u, "prompt_cache_hit_tokens")
+    details = u.get("prompt_tokens_details")
+    cached = _int(details, "cached_tokens") or _int(u, "prompt_cache_hit_tokens")
+    # cache writes, part of prompt_tokens, priced as writes (docs/caching.md): the newer CompletionUsage
+    # field, which this gateway's own chat answers carry too (another gateway, a router in front of Claude)
+    writes = _int(details, "cache_write_tokens")
     reasoning = _int(u.get("completion_tokens_details"), "reasoning_tokens")
     total = _int(u, "total_tokens")
     if reasoning and total == prompt + completion + reasoning and completion < reasoning:
         # xAI counts reasoning outside completion_tokens (total = prompt + completion + reasoning);
         # OpenAI semantics put it inside. Decided from the totals, not from the provider's name.
         completion += reasoning
-    return Usage(input=prompt, output=completion, cached_input=cached, reasoning=reasoning)
+    return Usage(input=prompt, output=completion, cached_input=cached, cache_creation_input=writes, reasoning=reasoning)
 
 
 def has_output_token(events: list[StreamEvent]) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.core.events import InbandError
+from gateway.core.events import InbandError, Usage
 from gateway.core.responses.wire import response_events
 from gateway.providers.base import (
     AddsBreakpoints,
@@ -24,7 +24,7 @@ from gateway.providers.base import (
     with_breakpoints,
 )
 from gateway.providers.convert.responses_chat_request import Echo, chat_body, echo_of
-from gateway.providers.convert.responses_chat_stream import ResponsesFromChat, response_from_completion
+from gateway.providers.convert.responses_chat_stream import ResponsesFromChat, counted, response_from_completion
 from gateway.providers.convert.via_chat import ViaChat
 
 NO_STATE = Unserved("previous_response_id is not supported by this model's deployments: only OpenAI Responses "
@@ -68,4 +68,6 @@ class ResponsesViaChat(ViaChat, AddsBreakpoints):
         if errors or not parsed.obj:
             return ParsedBody({}, list(errors) or parsed.events)
         resp = response_from_completion(parsed.obj, parsed.events, self.echo)
-        return ParsedBody(resp, response_events(resp, with_output=True))
+        usage = next((e for e in reversed(parsed.events) if type(e) is Usage), None)
+        assert usage is None or isinstance(usage, Usage)
+        return ParsedBody(resp, counted(response_events(resp, with_output=True), usage))

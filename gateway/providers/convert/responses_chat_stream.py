@@ -310,6 +310,9 @@ class ResponsesFromChat:
         status, reason = self._status
         etype = "response.completed" if status == "completed" else "response.incomplete"
         self._emit({"type": etype, "response": self.response(status, reason)}, out)
+        if self._usage is not None:  # the count as the chat parser read it, for accounting (`counted`)
+            end = out[-1]
+            out[-1] = ResponsesEvent(end.type, end.obj, end.raw, counted(end.events, self._usage))
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -347,6 +350,15 @@ def _custom_input(arguments: str) -> str:
         return arguments
     value = obj.get(CUSTOM_INPUT) if isinstance(obj, dict) else None
     return value if isinstance(value, str) else arguments
+
+
+def counted(events: list[StreamEvent], usage: Usage | None) -> list[StreamEvent]:
+    """A translated `response`'s typed events with the usage the chat parser read in place of the one its
+    `usage` object gives back: that object has no field for cache writes (docs/caching.md), so Anthropic's
+    writes would be priced as uncached input, and its 1-hour ones as 5-minute ones."""
+    if usage is None:
+        return events
+    return [usage if type(e) is Usage else e for e in events]
 
 
 def response_from_completion(obj: dict[str, Any], events: list[StreamEvent], echo: Echo) -> dict[str, Any]:

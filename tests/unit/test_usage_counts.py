@@ -1,0 +1,80 @@
+"""What an answer's usage counts (`core.usage_estimate`), read from the assemblers fed by the translators'
+own output: a Messages answer translated from a chat upstream must open with `message_start` counts and
+end with `message_delta` counts before any are known; those zeros are no count, so the key is charged an
+estimate (docs/extensions.md, "A stream without usage"); the counts a stream cut before its end had
+reported are a floor the estimate raises (`charged`). A Responses answer translated from Anthropic is
+counted with its cache writes, which its `usage` object has no field for (docs/caching.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.core.events import Usage
+from gateway.core.messages.filter import MessagesOutputFilter
+from gateway.core.messages.stream import MessagesStream
+from gateway.core.responses.assemble import ResponsesAssembler
+from gateway.core.sse import SSEDecoder
+from gateway.core.usage_estimate import charged, reported
+from gateway.providers.messages_openai import OpenAIMessages
+from gateway.providers.responses_anthropic import AnthropicResponses
+from gateway.providers.settings import ProviderConfig
+from tests import anthropic_scripts as a
+from tests.chat_scripts import chunk, usage_chunk
+from tests.unit.reads import pump_reads, the_end
+
+TR = OpenAIMessages(ProviderConfig("oai", "openai", "http://up/v1", "sk-x"))
+CLAUDE = AnthropicResponses(ProviderConfig("claude", "anthropic", "http://up", "sk-ant-x"))
+WRITES = {"input_tokens": 20, "cache_read_input_tokens": 10, "cache_creation_input_tokens": 300,
+          "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200}, "output_tokens": 1}
+
+
+def messages_from_chat(objs: list[dict[str, Any]]) -> MessagesStream:
+    body = b"".join(b"data: " + orjson.dumps(o) + b"\n\n" for o in objs) + b"data: [DONE]\n\n"
+    stream = MessagesStream(TR.stream_parser(), "oai/x")
+    filt = MessagesOutputFilter(None)
+    pump_reads(stream, filt, [body], must_commit=True)
+    the_end(stream, filt)
+    return stream
+
+
+def test_a_translation_without_usage_reports_none_and_one_with_usage_its_counts() -> None:
+    answer = [chunk({"role": "assistant", "content": ""}), chunk({"content": "hello"}), chunk({}, "stop")]
+    without = messages_from_chat(answer)
+    assert without.assembler.finished and without.assembler.usage == Usage()  # the placeholder the client reads
+    assert reported(without.assembler.usage) is None
+    counted = reported(messages_from_chat([*answer, usage_chunk()]).assembler.usage)
+    assert counted is not None and (counted.input, counted.cached_input, counted.output) == (11, 3, 7)
+
+
+def test_reported_keeps_any_count() -> None:
+    assert reported(None) is None and reported(Usage()) is None
+    assert reported(Usage(input=1)) == Usage(input=1) and reported(Usage(output=2)) == Usage(output=2)
+
+
+def test_a_partial_usage_is_a_floor_raised_to_the_estimate() -> None:
+    start = Usage(input=30, output=1, cached_input=10, cache_creation_input=5, cache_creation_input_1h=5)
+    raised = charged(start, Usage(input=12, output=100))
+    assert raised == Usage(input=30, output=100, cached_input=10, cache_creation_input=5, cache_creation_input_1h=5)
+    assert charged(start, Usage(input=12, output=1)) is start  # nothing more came: the provider's counts
+    whole = Usage(input=30, output=500, reasoning=200)
+    assert charged(whole, Usage(input=12, output=100)) is whole
+    # no input counted (a Converse stream's start): the input estimated, the reported output kept if larger
+    assert charged(Usage(output=300, reasoning=40), Usage(input=12, output=100)) == Usage(12, 300, reasoning=40)
+    assert charged(None, Usage(input=12, output=100)) == Usage(input=12, output=100)
+
+
+def test_a_responses_answer_from_anthropic_is_counted_with_its_cache_writes() -> None:
+    want = Usage(input=330, output=12, cached_input=10, cache_creation_input=300, cache_creation_input_1h=200)
+    parser, asm = CLAUDE.stream_parser(), ResponsesAssembler()
+    for sse in SSEDecoder().feed(b"".join(a.event(e) for e in [
+            a.message_start(usage=WRITES), *a.text_block(0, ["hi"]), a.message_delta(), a.message_stop()])):
+        for ev in parser.parse(sse):
+            asm.feed(ev)
+    assert asm.finished and asm.usage == want
+    body = CLAUDE.parse_body(orjson.dumps({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "c", "stop_reason": "end_turn",
+        "content": [{"type": "text", "text": "hi"}], "usage": {**WRITES, "output_tokens": 12}}))
+    assert [e for e in body.events if type(e) is Usage] == [want]
+    assert "cache_write_tokens" not in orjson.dumps(body.obj["usage"]).decode()  # the client's shape as it was
