@@ -19,6 +19,7 @@ from gateway.store import rows as parse
 from gateway.store.admin_keys import AdminKeys
 from gateway.store.db import Database, Tx, open_database
 from gateway.store.migrations import migrate
+from gateway.store.spend_sql import spend_sql, spend_totals
 from gateway.store.types import (
     Actor,
     AuditEntry,
@@ -56,10 +57,6 @@ _SPEND_PG_TYPES = ("text",) * 2 + ("float8",) + ("text",) * 7 + ("int8",) * 5 + 
 _SPEND_INSERT_PG = (f"INSERT INTO gw_spend ({_SPEND_COLS}) SELECT "
                     + ", ".join(f"(e->>{i})::{t}" for i, t in enumerate(_SPEND_PG_TYPES))
                     + " FROM json_array_elements(?::json) AS e ON CONFLICT (row_id) DO NOTHING")
-# `key`, `team` grouped by their ids too: a reused name's spend stays apart (docs/keys-teams-spend.md, "Spend")
-_GROUP_COL = {"key": "key_name", **{g: g for g in ("key_id", "team", "team_id", "model", "deployment", "day",
-                                                  "subject")}}
-_WITH_ID = {"key": "key_id", "team": "team_id"}
 
 
 class Store:
@@ -259,30 +256,10 @@ class Store:
         return self._ledger.batch_now(_SPEND_INSERT, rows)
 
     async def spend(self, q: SpendQuery) -> list[SpendTotal]:
-        groups = tuple(g for field in q.group_by for g in ((field, _WITH_ID[field]) if field in _WITH_ID else (field,)))
-        cols = [_GROUP_COL[g] for g in groups]  # names from a fixed table, never from the request
-        where, params = [], []
-        if q.day_from:
-            where.append("day >= ?")
-            params.append(q.day_from)
-        if q.day_to:
-            where.append("day <= ?")
-            params.append(q.day_to)
-        if q.team is not None:
-            where.append("team = ?")
-            params.append(q.team)
-        sql = ("SELECT " + "".join(c + ", " for c in cols) + "COUNT(*), SUM(input_tokens), SUM(output_tokens), "
-               "SUM(cached_input_tokens), SUM(reasoning_tokens), SUM(cost_usd) FROM gw_spend"
-               + (" WHERE " + " AND ".join(where) if where else "")
-               + (" GROUP BY " + ", ".join(cols) + " ORDER BY " + ", ".join(cols) if cols else "")
-               + f" LIMIT {q.max_groups + 1:d}")  # an int of ours, never the request's
+        groups, sql, params = spend_sql(q)
 
         async def run(tx: Tx) -> list[SpendTotal]:
-            rows = await tx.rows(sql, params)
-            if len(rows) > q.max_groups:
-                raise Invalid(f"more than {q.max_groups} groups: narrow from and to, or group_by less",
-                              param="group_by")
-            return [_total(groups, r) for r in rows]
+            return spend_totals(q, groups, await tx.rows(sql, params))
 
         return await self._db.transact(run, write=False)
 
@@ -395,11 +372,3 @@ def _limits_detail(lim: Limits, **extra: Any) -> dict[str, Any]:
     out = {"models": lim.models, "rpm": lim.rpm, "tpm": lim.tpm, "budget_usd": lim.budget_usd,
            "budget_period": lim.budget_period, **extra}
     return {k: v for k, v in out.items() if v is not None}
-
-
-def _total(groups: tuple[str, ...], r: tuple[Any, ...]) -> SpendTotal:
-    n = len(groups)
-    return SpendTotal(group=tuple(zip(groups, r[:n], strict=True)), requests=int(r[n]),
-                      input_tokens=int(r[n + 1] or 0), output_tokens=int(r[n + 2] or 0),
-                      cached_input_tokens=int(r[n + 3] or 0), reasoning_tokens=int(r[n + 4] or 0),
-                      cost_usd=float(r[n + 5] or 0.0))
