@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 import openai
+import orjson
 import pytest
 
 from gateway.config import parse_config
@@ -113,6 +114,43 @@ def test_a_stream_that_comes_in_a_few_reads_is_masked_whole(
     assert "".join(got) == MASKED.replace("Sure.", 'Sure, "quoted" \\ and\nmore.')
     assert all(KEY[i:i + 6] not in piece for piece in got for i in range(len(KEY) - 5))
     assert gw.sample("llm_gateway_redactions_total", rule="openai_key") == 1
+
+
+def tokens(text: str) -> dict[str, Any]:
+    """`logprobs` as a server lists them when the client asks: every token, its bytes, its alternatives."""
+    return {"content": [{"token": t, "logprob": -0.1, "bytes": list(t.encode()),
+                         "top_logprobs": [{"token": t, "logprob": -0.1, "bytes": list(t.encode())}]}
+                        for t in (text[i:i + 4] for i in range(0, len(text), 4))], "refusal": None}
+
+
+def test_logprobs_never_spell_out_a_masked_secret(upstream: FakeUpstream,
+                                                  make_gateway: Callable[..., GatewayServer]) -> None:
+    """A client that asks for `logprobs` gets the answer's tokens listed one by one: in a stream of
+    chunks of several tokens (vLLM, batching servers) and in a body. Where the text was masked they are
+    the secret in clear, so they go; the masked text is what the client reads."""
+    parts = [sse(chunk({"role": "assistant", "content": ""}))]
+    for p in pieces(ANSWER, (9, 14, 5)):
+        obj = chunk({"content": p})
+        obj["choices"][0]["logprobs"] = tokens(p)
+        parts.append(sse(obj))
+    parts += [sse(chunk({}, "stop")), b"data: [DONE]\n\n"]
+    body = orjson.loads(completion(ANSWER).parts[0])  # type: ignore[arg-type]
+    body["choices"][0]["logprobs"] = tokens(ANSWER)
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, Script(parts), json_script(body))
+    listed: list[str] = []  # every token the client was shown, in order
+    text = ""
+    for c in sdk(gw).chat.completions.create(model="m", stream=True, logprobs=True,
+                                             messages=[{"role": "user", "content": "x"}]):
+        if c.choices:
+            text += c.choices[0].delta.content or ""
+            listed += [t.token for t in (c.choices[0].logprobs.content or [])] if c.choices[0].logprobs else []
+    answer = sdk(gw).chat.completions.create(model="m", logprobs=True, messages=[{"role": "user", "content": "x"}])
+    assert text == answer.choices[0].message.content == MASKED
+    assert KEY[:12] not in "".join(listed) and "ACME-123456" not in "".join(listed)
+    assert listed, "chunks released as they came keep theirs"
+    assert answer.choices[0].logprobs is not None and answer.choices[0].logprobs.content == []
+    assert [b.get("logprobs") for b in upstream.bodies(PATH)] == [True, True], "the request is passed on"
 
 
 def test_redaction_off_forwards_text_untouched(upstream: FakeUpstream,

@@ -112,3 +112,48 @@ def test_content_push_is_left_to_release_content_where_a_stage_can_refuse() -> N
     plain = ChatOutputFilter(None, False)
     push = plain.content_push(0)
     assert push is not None and push(["as is"]) == ["as is"]
+
+
+def with_logprobs(obj: dict[str, Any], field: str = "content") -> dict[str, Any]:
+    """The chunk as a server sends it when the client asked for `logprobs`: every token of the delta
+    listed, with its bytes (vLLM lists a reasoning delta's tokens under `content` too)."""
+    for choice in obj["choices"]:
+        text = choice["delta"].get(field) or ""
+        tokens = [text[i:i + 3] for i in range(0, len(text), 3)]
+        choice["logprobs"] = {"content": [{"token": t, "logprob": -0.5, "bytes": list(t.encode()),
+                                           "top_logprobs": [{"token": t, "logprob": -0.5, "bytes": None}]}
+                                          for t in tokens], "refusal": None}
+    return obj
+
+
+def leaks(wire: bytes) -> bool:
+    """Any 6 characters of the secret, in the text or in the bytes arrays of a token (as JSON numbers)."""
+    spelled = ",".join(str(b) for b in SECRET.encode())
+    return any(SECRET[i:i + 6].encode() in wire for i in range(len(SECRET) - 5)) or spelled in wire.decode()
+
+
+@pytest.mark.parametrize("field", ["content", "reasoning_content", "refusal"])
+@pytest.mark.parametrize("i", range(0, len(TEXT) + 1, 3))
+def test_logprobs_never_spell_out_what_the_window_masked(field: str, i: int) -> None:
+    """Tokens listed one by one (`logprobs`) are the text before the window: a chunk whose text the window
+    changed (masked, held back, or a tail added) loses them; the rest keep theirs."""
+    text = TEXT.replace(" then Project Nightingale ends", " ends")
+    filt = ChatOutputFilter(safety(False).start().factory, False)  # type: ignore[union-attr]
+    wire = b""
+    parts = [text[:i], text[i:]]
+    for obj in chunks_for([p for p in parts if p]):
+        if obj["choices"] and "content" in obj["choices"][0]["delta"] and field != "content":
+            obj["choices"][0]["delta"][field] = obj["choices"][0]["delta"].pop("content")
+        with_logprobs(obj, field)
+        raw = orjson.dumps(obj)
+        wire += filt.apply(orjson.loads(raw), raw)
+    assert not leaks(wire)
+    events = [orjson.loads(e.data) for e in SSEDecoder().feed(wire)]
+    got = "".join(c["choices"][0]["delta"].get(field) or "" for c in events if c["choices"])
+    assert got == "token [REDACTED:github_token] ends"
+    for c in events:
+        logprobs = c["choices"][0].get("logprobs") if c["choices"] else None
+        if logprobs and logprobs["content"]:  # kept: then they spell exactly what the client reads
+            assert "".join(t["token"] for t in logprobs["content"]) == c["choices"][0]["delta"][field]
+    if i == 6:
+        assert events[1]["choices"][0]["logprobs"]["content"], "a chunk released as it came keeps them"

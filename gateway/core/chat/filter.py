@@ -142,6 +142,8 @@ class ChatOutputFilter:
                 for field, tail in tails.items():
                     delta[field] = (delta.get(field) or "") + tail
                 changed = True
+        if changed:
+            empty_logprobs(choice)
         return changed
 
     def _stage(self, index: int, kind: DeltaKind) -> TextStage | None:
@@ -203,6 +205,17 @@ class ChatOutputFilter:
                 elif value not in (None, "", [], {}):
                     return False
         return True
+
+
+def empty_logprobs(choice: dict[str, Any]) -> None:
+    """A choice whose text the windows changed loses its logprobs: their tokens (one by one, with their
+    `bytes` and top alternatives) spell out the upstream's text before the window, the secret included.
+    Every list goes, not only `content`'s: some servers (vLLM) list a reasoning delta's tokens there too."""
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict):
+        for key, value in logprobs.items():
+            if isinstance(value, list) and value:
+                logprobs[key] = []
 
 
 def _has_output(obj: dict[str, Any]) -> bool:
