@@ -153,6 +153,37 @@ def test_logprobs_never_spell_out_a_masked_secret(upstream: FakeUpstream,
     assert [b.get("logprobs") for b in upstream.bodies(PATH)] == [True, True], "the request is passed on"
 
 
+def test_reasoning_details_are_masked_like_the_reasoning(upstream: FakeUpstream,
+                                                        make_gateway: Callable[..., GatewayServer]) -> None:
+    """OpenRouter repeats the reasoning in `reasoning_details` entries, in a stream and in a body: the
+    client reads every copy masked, as the `reasoning` field beside it."""
+    thought = f"The user pasted {KEY} earlier, ticket ACME-123456.\n"
+    masked = "The user pasted [REDACTED:openai_key] earlier, ticket [REDACTED:ticket].\n"
+    parts = [sse(chunk({"role": "assistant", "content": ""}))]
+    parts += [sse(chunk({"reasoning": p, "reasoning_details": [{"type": "reasoning.text", "text": p, "index": 0}]}))
+              for p in pieces(thought, (3, 8, 5))]
+    parts += [sse(chunk({"content": "Done."})), sse(chunk({}, "stop")), b"data: [DONE]\n\n"]
+    body = orjson.loads(completion("Done.").parts[0])  # type: ignore[arg-type]
+    body["choices"][0]["message"].update(reasoning=thought, reasoning_details=[
+        {"type": "reasoning.text", "text": thought, "index": 0},
+        {"type": "reasoning.summary", "summary": thought, "index": 1}])
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, Script(parts), json_script(body))
+    reasoning, details, wire = "", "", ""
+    for c in sdk(gw).chat.completions.create(model="m", stream=True, messages=[{"role": "user", "content": "x"}]):
+        wire += orjson.dumps(c.to_dict()).decode()
+        delta = c.to_dict()["choices"][0]["delta"] if c.choices else {}
+        reasoning += delta.get("reasoning") or ""
+        details += "".join(e.get("text") or "" for e in delta.get("reasoning_details") or [])
+    answer = sdk(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}]).to_dict()
+    wire += orjson.dumps(answer).decode()
+    assert reasoning == details == masked
+    message: Any = answer["choices"][0]["message"]
+    assert message["reasoning"] == masked
+    assert [e.get("text") or e.get("summary") for e in message["reasoning_details"]] == [masked, masked]
+    assert all(KEY[i:i + 6] not in wire for i in range(len(KEY) - 5)) and "ACME-123456" not in wire
+
+
 def test_redaction_off_forwards_text_untouched(upstream: FakeUpstream,
                                                make_gateway: Callable[..., GatewayServer]) -> None:
     gw = make_gateway(config(upstream.base_url, redaction="off"))

@@ -157,3 +157,32 @@ def test_logprobs_never_spell_out_what_the_window_masked(field: str, i: int) -> 
             assert "".join(t["token"] for t in logprobs["content"]) == c["choices"][0]["delta"][field]
     if i == 6:
         assert events[1]["choices"][0]["logprobs"]["content"], "a chunk released as it came keeps them"
+
+
+@pytest.mark.parametrize("etype, field", [("reasoning.text", "text"), ("reasoning.summary", "summary")])
+@pytest.mark.parametrize("i", range(0, len(TEXT) + 1, 2))
+def test_reasoning_details_are_masked_as_the_reasoning_beside_them(etype: str, field: str, i: int) -> None:
+    """OpenRouter sends the reasoning twice: `reasoning`, and entries of `reasoning_details`. Each copy
+    goes through a window of its own and the client reads both masked whole; what an entry's window
+    still holds at the finish comes as an entry of the same type and index."""
+    text = TEXT.replace(" then Project Nightingale ends", " ends")
+    filt = ChatOutputFilter(safety(False).start().factory, False)  # type: ignore[union-attr]
+    wire = b""
+    for obj in chunks_for([p for p in (text[:i], text[i:]) if p]):
+        delta = obj["choices"][0]["delta"] if obj["choices"] else {}
+        if delta.get("content"):
+            piece = delta.pop("content")
+            delta.update(reasoning=piece, reasoning_details=[
+                {"type": etype, field: piece, "format": "anthropic-claude-v1", "index": 0},
+                {"type": "reasoning.encrypted", "data": "opaque", "index": 1}])
+        raw = orjson.dumps(obj)
+        wire += filt.apply(orjson.loads(raw), raw)
+    assert all(SECRET[s:s + 6].encode() not in wire for s in range(len(SECRET) - 5))
+    events = [orjson.loads(e.data) for e in SSEDecoder().feed(wire)]
+    deltas = [c["choices"][0]["delta"] for c in events if c["choices"]]
+    masked = "token [REDACTED:github_token] ends"
+    assert "".join(d.get("reasoning") or "" for d in deltas) == masked
+    entries = [e for d in deltas for e in d.get("reasoning_details") or []]
+    assert "".join(e.get(field) or "" for e in entries if e["type"] == etype and e["index"] == 0) == masked
+    assert [e["data"] for e in entries if e["type"] == "reasoning.encrypted"] == ["opaque"] * len(
+        [p for p in (text[:i], text[i:]) if p])
