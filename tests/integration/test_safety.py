@@ -184,6 +184,30 @@ def test_reasoning_details_are_masked_like_the_reasoning(upstream: FakeUpstream,
     assert all(KEY[i:i + 6] not in wire for i in range(len(KEY) - 5)) and "ACME-123456" not in wire
 
 
+def test_reasoning_under_both_names_is_masked_and_cached_once(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """A server that writes the reasoning under both names (`reasoning_content` and `reasoning`): each is
+    masked as a body's field is, and the answer kept in the cache has it once, masked, for the next hit."""
+    aws = "AKIAIOSFODNN7EXAMPLE"  # its rule ends on a boundary: two copies back to back match nowhere
+    parts = [sse(chunk({"role": "assistant", "content": ""}))]
+    parts += [sse(chunk({"reasoning_content": p, "reasoning": p})) for p in ["id ", aws[:9], aws[9:], " ok"]]
+    parts += [sse(chunk({"content": "Done."})), sse(chunk({}, "stop")), b"data: [DONE]\n\n"]
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, Script(parts))
+    masked = "id [REDACTED:aws_access_key_id] ok"
+    for attempt in ("upstream", "cache"):
+        seen: dict[str, str] = {}
+        for c in sdk(gw).chat.completions.create(model="m", stream=True, extra_headers={"x-gateway-cache": "on"},
+                                                 messages=[{"role": "user", "content": "x"}]):
+            for field, text in (c.to_dict()["choices"][0]["delta"] if c.choices else {}).items():
+                if isinstance(text, str):
+                    seen[field] = seen.get(field, "") + text
+        assert seen["reasoning_content"] == masked, attempt
+        assert seen.get("reasoning", masked) == masked, attempt
+        assert aws[:9] not in str(seen) and aws[9:] not in str(seen), attempt
+    assert len(upstream.bodies(PATH)) == 1, "the second answer came from the cache"
+
+
 def test_redaction_off_forwards_text_untouched(upstream: FakeUpstream,
                                                make_gateway: Callable[..., GatewayServer]) -> None:
     gw = make_gateway(config(upstream.base_url, redaction="off"))

@@ -186,3 +186,25 @@ def test_reasoning_details_are_masked_as_the_reasoning_beside_them(etype: str, f
     assert "".join(e.get(field) or "" for e in entries if e["type"] == etype and e["index"] == 0) == masked
     assert [e["data"] for e in entries if e["type"] == "reasoning.encrypted"] == ["opaque"] * len(
         [p for p in (text[:i], text[i:]) if p])
+
+
+AWS = "AKIAIOSFODNN7EXAMPLE"  # its rule ends on a boundary: two copies back to back are no match at all
+
+
+@pytest.mark.parametrize("i", range(len(AWS) + 1))
+def test_both_spellings_of_the_reasoning_are_each_masked_whole(i: int) -> None:
+    """A server that sends the reasoning under both names (`reasoning_content` and `reasoning`, the same
+    text) has each masked as it is in a body; one window for both saw the text twice back to back, where
+    a rule that ends on a boundary matched neither copy."""
+    filt = ChatOutputFilter(safety(False).start().factory, False)  # type: ignore[union-attr]
+    wire = b""
+    for obj in chunks_for(["key ", AWS[:i], AWS[i:], " is here"]):
+        delta = obj["choices"][0]["delta"] if obj["choices"] else {}
+        if delta.get("content"):
+            delta["reasoning_content"] = delta["reasoning"] = delta.pop("content")
+        raw = orjson.dumps(obj)
+        wire += filt.apply(orjson.loads(raw), raw)
+    assert AWS[:8].encode() not in wire and AWS[-8:].encode() not in wire
+    deltas = [c["choices"][0]["delta"] for c in (orjson.loads(e.data) for e in SSEDecoder().feed(wire)) if c["choices"]]
+    for field in ("reasoning_content", "reasoning"):
+        assert "".join(d.get(field) or "" for d in deltas) == "key [REDACTED:aws_access_key_id] is here"

@@ -19,9 +19,7 @@ from gateway.core.sse import encode_data
 from gateway.core.stages import Refusal, StageFactory, TextStage, refused
 
 _KIND_OF = dict(TEXT_FIELDS)
-_CONTENT = DeltaKind.CONTENT
-_DEFAULT_FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_content",
-                  DeltaKind.REFUSAL: "refusal"}
+_CONTENT = "content"
 
 
 def _unchanged(texts: list[str]) -> list[str]:
@@ -31,14 +29,15 @@ def _unchanged(texts: list[str]) -> list[str]:
 class ChatOutputFilter:
     """Per request. `apply` returns the SSE bytes to write for one upstream chunk (b"" to drop it)."""
 
-    __slots__ = ("_base", "_details", "_emptied", "_factory", "_fields", "_forward_usage", "_stages",
-                 "output_released", "refusal")
+    __slots__ = ("_base", "_details", "_emptied", "_factory", "_forward_usage", "_stages", "output_released",
+                 "refusal")
 
     def __init__(self, factory: StageFactory | None, forward_usage: bool) -> None:
         self._factory = factory
         self._forward_usage = forward_usage
-        self._stages: dict[tuple[int, DeltaKind], TextStage | None] = {}
-        self._fields: dict[tuple[int, DeltaKind], str] = {}
+        # a window per (choice, text field): both spellings of the reasoning (`reasoning_content`,
+        # `reasoning`) are the same text when a server sends both, each masked as a body's field is
+        self._stages: dict[tuple[int, str], TextStage | None] = {}
         # a window per text of a `reasoning_details` entry, by (choice, entry index, field), and the entry's type
         self._details: dict[tuple[int, int, str], tuple[TextStage | None, object]] = {}
         self._base: dict[str, Any] = {}
@@ -112,7 +111,7 @@ class ChatOutputFilter:
     def _apply_content(self, obj: dict[str, Any], raw: bytes | None, text: str, has_token: bool) -> bytes:
         """Fast path: one choice, content only (see `content_only`)."""
         choice = obj["choices"][0]
-        released = self._push(choice.get("index", 0), DeltaKind.CONTENT, text)
+        released = self._push(choice.get("index", 0), _CONTENT, text)
         if not released:
             return b""  # held whole, and the chunk carries nothing else
         self.output_released = self.output_released or has_token
@@ -127,11 +126,10 @@ class ChatOutputFilter:
         delta = choice.get("delta")
         changed = False
         if isinstance(delta, dict) and delta:
-            for field, kind in TEXT_FIELDS:
+            for field in _KIND_OF:
                 text = delta.get(field)
                 if isinstance(text, str) and text:
-                    self._fields[(index, kind)] = field
-                    released = self._push(index, kind, text)
+                    released = self._push(index, field, text)
                     if released != text:
                         delta[field] = released
                         changed = True
@@ -175,16 +173,16 @@ class ChatOutputFilter:
                 changed = True
         return changed
 
-    def _stage(self, index: int, kind: DeltaKind) -> TextStage | None:
-        key = (index, kind)
+    def _stage(self, index: int, field: str) -> TextStage | None:
+        key = (index, field)
         try:
             return self._stages[key]
         except KeyError:
-            stage = self._stages[key] = self._factory(kind) if self._factory is not None else None
+            stage = self._stages[key] = self._factory(_KIND_OF[field]) if self._factory is not None else None
             return stage
 
-    def _push(self, index: int, kind: DeltaKind, text: str) -> str:
-        stage = self._stage(index, kind)
+    def _push(self, index: int, field: str, text: str) -> str:
+        stage = self._stage(index, field)
         if stage is None:
             return text
         released, refusal = stage.push(text)
@@ -196,12 +194,12 @@ class ChatOutputFilter:
         """What the choice's windows still hold, as delta fields: a text field's tail, and the tails of
         `reasoning_details` texts as entries of their own."""
         tails: dict[str, Any] = {}
-        for (i, kind), stage in self._stages.items():
+        for (i, field), stage in self._stages.items():
             if i != index or stage is None:
                 continue
             tail = self._flush(stage)
             if tail:
-                tails[self._fields.get((i, kind), _DEFAULT_FIELD[kind])] = tail
+                tails[field] = tail
         entries = []
         for (i, at, field), (stage, etype) in self._details.items():
             tail = self._flush(stage) if i == index and stage is not None else ""

@@ -108,9 +108,14 @@ def _choice_events(choice: dict[str, Any], pos: int, key: str, out: list[StreamE
     index = index if isinstance(index, int) else pos
     delta = choice.get(key)
     if isinstance(delta, dict):
+        reasoned = False
         for field, kind in TEXT_FIELDS:
             text = delta.get(field)
             if text and isinstance(text, str):
+                if kind is DeltaKind.REASONING:
+                    if reasoned:  # its other spelling beside it: the same text (a server that sends both)
+                        continue
+                    reasoned = True
                 out.append(OutputDelta(index, kind, text))
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
