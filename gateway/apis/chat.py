@@ -12,10 +12,10 @@ import orjson
 
 from gateway.apis.catalog import CHAT
 from gateway.core.chat.assemble import ChatAssembler, completion_to_chunks
-from gateway.core.chat.filter import ChatOutputFilter
+from gateway.core.chat.filter import ChatOutputFilter, empty_logprobs
 from gateway.core.chat.stream import ChatStream
-from gateway.core.chat.wire import TEXT_FIELDS, chunk_events
-from gateway.core.events import StreamEvent, Usage
+from gateway.core.chat.wire import REASONING_DETAILS, TEXT_FIELDS, chunk_events, detail_texts
+from gateway.core.events import DeltaKind, StreamEvent, Usage
 from gateway.core.sse import DONE_EVENT, encode_data
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.http import Response, StreamResponse
@@ -58,10 +58,18 @@ def map_texts(obj: dict[str, Any], fn: TextMap) -> None:
         msg = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(msg, dict):
             continue
+        changed = False
         for field, kind in TEXT_FIELDS:
             text = msg.get(field)
             if isinstance(text, str) and text:
                 msg[field] = fn(kind, text)
+                changed |= msg[field] != text
+        for _at, entry, field in detail_texts(msg.get(REASONING_DETAILS)):  # the reasoning once more
+            text = entry[field]
+            entry[field] = fn(DeltaKind.REASONING, text)
+            changed |= entry[field] != text
+        if changed:
+            empty_logprobs(choice)  # its tokens would spell out the text before masking
 
 
 def read_answer(obj: dict[str, Any], events: list[StreamEvent]) -> ChatAssembler:

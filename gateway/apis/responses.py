@@ -31,10 +31,15 @@ def self_contained(body: dict[str, Any]) -> bool:
     return body.get("store") is False and body.get("previous_response_id") is None
 
 
+_ITEM_TEXTS = ("content", "output")  # an input item's texts: a message's, a tool result's
+
+
 def input_slots(body: dict[str, Any], texts: bool = True) -> list[TextSlot]:
     """Where the prompt's text lives: (object, key) of `instructions`, of `input` as a string, and of
-    each input item's `content` string or content part's `text`. The shape is checked either way; with
-    `texts` False (nothing reads the prompt's texts) none is gathered."""
+    each input item's `content` and `output` (a tool's result: `function_call_output`,
+    `custom_tool_call_output`, ...), as a string or as parts with `text`, as a chat `tool` message's and a
+    Messages `tool_result`'s are read. The shape is checked either way; with `texts` False (nothing reads
+    the prompt's texts) none is gathered."""
     slots: list[TextSlot] = []
     if texts and isinstance(body.get("instructions"), str):
         slots.append((body, "instructions"))
@@ -48,11 +53,12 @@ def input_slots(body: dict[str, Any], texts: bool = True) -> list[TextSlot]:
                 raise InvalidRequest("each input item must be an object", param="input")
             if not texts:
                 continue
-            content = item.get("content")
-            if isinstance(content, str):
-                slots.append((item, "content"))
-            elif isinstance(content, list):
-                slots.extend((p, "text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+            for key in _ITEM_TEXTS:
+                content = item.get(key)
+                if isinstance(content, str):
+                    slots.append((item, key))
+                elif isinstance(content, list):
+                    slots.extend((p, "text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     elif value is not None:
         raise InvalidRequest("input must be a string or an array", param="input")
     return slots

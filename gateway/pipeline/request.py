@@ -37,7 +37,8 @@ INLINE_DEPTH_BYTES = 64 * 1024  # a smaller body's depth is walked at once: ~1 m
 SPLIT_BYTES = 1024 * 1024  # a bigger body is parsed in steps where it can be (a whole parse is 1-2 ms a MiB)
 DEPTH_STEP_VALUES = 2000  # values visited per step of a bigger body's walk: ~0.5 ms
 # How deep a lent body's prompt texts lie: WebSocket mode lends Responses bodies, whose texts are in the body,
-# `input`, its items, their `content` lists and parts (apis/responses.py:input_slots; tests/unit/test_json_body.py)
+# `input`, its items, their `content` and `output` lists and parts (apis/responses.py:input_slots;
+# tests/unit/test_json_body.py)
 LENT_TEXT_DEPTH = 5
 
 

@@ -217,6 +217,26 @@ def test_input_redaction_masks_the_prompt_before_it_leaves(upstream: FakeUpstrea
     assert key not in str(sent) and sent["instructions"] == "use [REDACTED:openai_key]"
 
 
+def test_input_redaction_masks_tool_results_too(upstream: FakeUpstream, make_gateway: Any) -> None:
+    """A tool's result is where a secret is most likely (a file read, an env dump): a `function_call_output`
+    is masked as a chat `tool` message and a Messages `tool_result` are, as a string or as text parts."""
+    gw = make_gateway(redaction={"profiles": {"p": {"rules": ["secrets"], "inputs": True}}},
+                      models=[{"name": "m", "deployments": [{"provider": "up", "model": "up-model"}],
+                               "redaction": "p"}])
+    key = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
+    upstream.enqueue(PATH, body_script(Answer().message(["ok"])))
+    client(gw).responses.create(model="m", input=[
+        {"role": "user", "content": "read .env"},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": f"OPENAI_API_KEY={key}"},
+        {"type": "function_call", "call_id": "c2", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": f"key {key}"}]}])
+    sent = upstream.bodies(PATH)[0]
+    assert key not in str(sent)
+    assert sent["input"][2]["output"] == "OPENAI_API_KEY=[REDACTED:openai_key]"
+    assert sent["input"][4]["output"] == [{"type": "input_text", "text": "key [REDACTED:openai_key]"}]
+
+
 def test_an_incomplete_answer_is_an_answer(upstream: FakeUpstream, gateway: GatewayServer) -> None:
     events = Answer().message(["cut sh"]).stream_events(end="incomplete")
     events[-1]["response"]["incomplete_details"] = {"reason": "max_output_tokens"}

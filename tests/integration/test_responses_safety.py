@@ -77,6 +77,24 @@ def test_secret_split_across_deltas_is_masked_whole_in_deltas_done_and_completed
     assert gw.sample("llm_gateway_redactions_total", rule="ticket") == 3
 
 
+def test_the_done_event_lists_no_token_of_a_masked_secret(upstream: FakeUpstream,
+                                                          make_gateway: Callable[..., GatewayServer]) -> None:
+    """A client that asks for logprobs (`include`) gets every token of the text in its
+    `response.output_text.done` too: the text before masking, so they go where the text was masked."""
+    events = Answer().message(pieces(ANSWER)).stream_events()
+    for e in events:
+        if e["type"] == "response.output_text.done":
+            e["logprobs"] = [{"token": ANSWER[i:i + 4], "logprob": -0.1, "bytes": [], "top_logprobs": []}
+                             for i in range(0, len(ANSWER), 4)]
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, stream_script(events))
+    got = list(sdk(gw).responses.create(model="m", input="hello", stream=True,
+                                        include=["message.output_text.logprobs"]))
+    [done] = [e for e in got if e.type == "response.output_text.done"]
+    assert done.text == MASKED
+    assert KEY[:12] not in "".join(t.token for t in done.logprobs)
+
+
 def stream_events(gw: GatewayServer) -> tuple[list[Any], BaseException | None]:
     got: list[Any] = []
     try:

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 import openai
+import orjson
 import pytest
 
 from gateway.config import parse_config
@@ -113,6 +114,98 @@ def test_a_stream_that_comes_in_a_few_reads_is_masked_whole(
     assert "".join(got) == MASKED.replace("Sure.", 'Sure, "quoted" \\ and\nmore.')
     assert all(KEY[i:i + 6] not in piece for piece in got for i in range(len(KEY) - 5))
     assert gw.sample("llm_gateway_redactions_total", rule="openai_key") == 1
+
+
+def tokens(text: str) -> dict[str, Any]:
+    """`logprobs` as a server lists them when the client asks: every token, its bytes, its alternatives."""
+    return {"content": [{"token": t, "logprob": -0.1, "bytes": list(t.encode()),
+                         "top_logprobs": [{"token": t, "logprob": -0.1, "bytes": list(t.encode())}]}
+                        for t in (text[i:i + 4] for i in range(0, len(text), 4))], "refusal": None}
+
+
+def test_logprobs_never_spell_out_a_masked_secret(upstream: FakeUpstream,
+                                                  make_gateway: Callable[..., GatewayServer]) -> None:
+    """A client that asks for `logprobs` gets the answer's tokens listed one by one: in a stream of
+    chunks of several tokens (vLLM, batching servers) and in a body. Where the text was masked they are
+    the secret in clear, so they go; the masked text is what the client reads."""
+    parts = [sse(chunk({"role": "assistant", "content": ""}))]
+    for p in pieces(ANSWER, (9, 14, 5)):
+        obj = chunk({"content": p})
+        obj["choices"][0]["logprobs"] = tokens(p)
+        parts.append(sse(obj))
+    parts += [sse(chunk({}, "stop")), b"data: [DONE]\n\n"]
+    body = orjson.loads(completion(ANSWER).parts[0])  # type: ignore[arg-type]
+    body["choices"][0]["logprobs"] = tokens(ANSWER)
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, Script(parts), json_script(body))
+    listed: list[str] = []  # every token the client was shown, in order
+    text = ""
+    for c in sdk(gw).chat.completions.create(model="m", stream=True, logprobs=True,
+                                             messages=[{"role": "user", "content": "x"}]):
+        if c.choices:
+            text += c.choices[0].delta.content or ""
+            listed += [t.token for t in (c.choices[0].logprobs.content or [])] if c.choices[0].logprobs else []
+    answer = sdk(gw).chat.completions.create(model="m", logprobs=True, messages=[{"role": "user", "content": "x"}])
+    assert text == answer.choices[0].message.content == MASKED
+    assert KEY[:12] not in "".join(listed) and "ACME-123456" not in "".join(listed)
+    assert listed, "chunks released as they came keep theirs"
+    assert answer.choices[0].logprobs is not None and answer.choices[0].logprobs.content == []
+    assert [b.get("logprobs") for b in upstream.bodies(PATH)] == [True, True], "the request is passed on"
+
+
+def test_reasoning_details_are_masked_like_the_reasoning(upstream: FakeUpstream,
+                                                        make_gateway: Callable[..., GatewayServer]) -> None:
+    """OpenRouter repeats the reasoning in `reasoning_details` entries, in a stream and in a body: the
+    client reads every copy masked, as the `reasoning` field beside it."""
+    thought = f"The user pasted {KEY} earlier, ticket ACME-123456.\n"
+    masked = "The user pasted [REDACTED:openai_key] earlier, ticket [REDACTED:ticket].\n"
+    parts = [sse(chunk({"role": "assistant", "content": ""}))]
+    parts += [sse(chunk({"reasoning": p, "reasoning_details": [{"type": "reasoning.text", "text": p, "index": 0}]}))
+              for p in pieces(thought, (3, 8, 5))]
+    parts += [sse(chunk({"content": "Done."})), sse(chunk({}, "stop")), b"data: [DONE]\n\n"]
+    body = orjson.loads(completion("Done.").parts[0])  # type: ignore[arg-type]
+    body["choices"][0]["message"].update(reasoning=thought, reasoning_details=[
+        {"type": "reasoning.text", "text": thought, "index": 0},
+        {"type": "reasoning.summary", "summary": thought, "index": 1}])
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, Script(parts), json_script(body))
+    reasoning, details, wire = "", "", ""
+    for c in sdk(gw).chat.completions.create(model="m", stream=True, messages=[{"role": "user", "content": "x"}]):
+        wire += orjson.dumps(c.to_dict()).decode()
+        delta = c.to_dict()["choices"][0]["delta"] if c.choices else {}
+        reasoning += delta.get("reasoning") or ""
+        details += "".join(e.get("text") or "" for e in delta.get("reasoning_details") or [])
+    answer = sdk(gw).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}]).to_dict()
+    wire += orjson.dumps(answer).decode()
+    assert reasoning == details == masked
+    message: Any = answer["choices"][0]["message"]
+    assert message["reasoning"] == masked
+    assert [e.get("text") or e.get("summary") for e in message["reasoning_details"]] == [masked, masked]
+    assert all(KEY[i:i + 6] not in wire for i in range(len(KEY) - 5)) and "ACME-123456" not in wire
+
+
+def test_reasoning_under_both_names_is_masked_and_cached_once(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """A server that writes the reasoning under both names (`reasoning_content` and `reasoning`): each is
+    masked as a body's field is, and the answer kept in the cache has it once, masked, for the next hit."""
+    aws = "AKIAIOSFODNN7EXAMPLE"  # its rule ends on a boundary: two copies back to back match nowhere
+    parts = [sse(chunk({"role": "assistant", "content": ""}))]
+    parts += [sse(chunk({"reasoning_content": p, "reasoning": p})) for p in ["id ", aws[:9], aws[9:], " ok"]]
+    parts += [sse(chunk({"content": "Done."})), sse(chunk({}, "stop")), b"data: [DONE]\n\n"]
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(PATH, Script(parts))
+    masked = "id [REDACTED:aws_access_key_id] ok"
+    for attempt in ("upstream", "cache"):
+        seen: dict[str, str] = {}
+        for c in sdk(gw).chat.completions.create(model="m", stream=True, extra_headers={"x-gateway-cache": "on"},
+                                                 messages=[{"role": "user", "content": "x"}]):
+            for field, text in (c.to_dict()["choices"][0]["delta"] if c.choices else {}).items():
+                if isinstance(text, str):
+                    seen[field] = seen.get(field, "") + text
+        assert seen["reasoning_content"] == masked, attempt
+        assert seen.get("reasoning", masked) == masked, attempt
+        assert aws[:9] not in str(seen) and aws[9:] not in str(seen), attempt
+    assert len(upstream.bodies(PATH)) == 1, "the second answer came from the cache"
 
 
 def test_redaction_off_forwards_text_untouched(upstream: FakeUpstream,

@@ -168,3 +168,21 @@ def test_content_added_from_bytes_one_by_one_or_a_read_at_a_time_assembles_alike
     empty = ChatAssembler()
     empty.add_contents(0, [])
     assert not empty.first_token
+
+
+def test_the_reasoning_under_both_names_is_read_once() -> None:
+    """A server that writes the reasoning under both names (`reasoning_content` and `reasoning`, the same
+    text) gives one answer with it once: as a stream, and as a body re-emitted as chunks (both names in
+    one delta, as a stream has them), whatever reads it (assembler, translators, the cache)."""
+    chunk = {"choices": [{"index": 0, "delta": {"reasoning_content": "Hmm.", "reasoning": "Hmm."}}]}
+    assert [(e.kind, e.text) for e in chunk_events(chunk) if isinstance(e, OutputDelta)] == [
+        (DeltaKind.REASONING, "Hmm.")]
+    body = {"id": "c", "created": 1, "model": "m", "choices": [{"index": 0, "message": {
+        "role": "assistant", "content": "42", "reasoning_content": "Hmm.", "reasoning": "Hmm."},
+        "finish_reason": "stop"}]}
+    chunks = completion_to_chunks(body)
+    assert {"reasoning_content": "Hmm.", "reasoning": "Hmm."} in [c["choices"][0]["delta"] for c in chunks]
+    asm = ChatAssembler()
+    for c in chunks:
+        asm.feed(chunk_events(c))
+    assert asm.text(DeltaKind.REASONING) == "Hmm." and asm.text() == "42"

@@ -95,11 +95,13 @@ def test_a_copy_to_the_lent_text_depth_owns_every_container_a_prompt_text_is_mas
         {"type": "message", "role": "user", "content": "ticket ACME-1"},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "key sk-1"},
                                                          {"type": "input_image", "image_url": {"url": "x"}}]},
-        {"type": "function_call_output", "call_id": "c", "output": "done"}], "tools": [{"type": "function"}]}
+        {"type": "function_call_output", "call_id": "c", "output": "done"},
+        {"type": "function_call_output", "call_id": "d", "output": [{"type": "input_text", "text": "ok"}]}],
+        "tools": [{"type": "function"}]}
     before = copy.deepcopy(lent)
     own = copy_containers(lent, LENT_TEXT_DEPTH)
     slots = input_slots(own)
-    assert len(slots) == 3
+    assert len(slots) == 5
     lent_ids = set(_containers(lent))
     for obj, key in slots:
         assert id(obj) not in lent_ids, (obj, key)

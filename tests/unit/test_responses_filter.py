@@ -129,6 +129,44 @@ def test_unchanged_deltas_keep_their_bytes_and_changed_ones_lose_logprobs_and_pa
     assert all("ACME" not in orjson.dumps(e).decode() for e in out)
 
 
+def listed(text: str) -> list[dict[str, Any]]:
+    """A text's `logprobs` as OpenAI lists them (`include: ["message.output_text.logprobs"]`)."""
+    return [{"token": t, "logprob": -0.1, "bytes": list(t.encode()), "top_logprobs": []}
+            for t in (text[i:i + 4] for i in range(0, len(text), 4))]
+
+
+def token_lists(value: Any) -> list[list[dict[str, Any]]]:
+    """Every non-empty `logprobs` list anywhere in `value`."""
+    if isinstance(value, list):
+        return [found for v in value for found in token_lists(v)]
+    if not isinstance(value, dict):
+        return []
+    own = value.get("logprobs")
+    return ([own] if isinstance(own, list) and own else []) + token_lists(list(value.values()))
+
+
+@pytest.mark.parametrize("pieces", splits(TEXT, 7))
+def test_no_copy_of_the_text_lists_its_tokens_in_clear(pieces: list[str]) -> None:
+    """Every event that carries the text carries its tokens too: each delta its own, and the `*.done`
+    event, the part, the item and the final response the whole text's. Where the text was masked they
+    would spell the secret out, so they are emptied everywhere."""
+    events = Answer().message(pieces).stream_events()
+    for e in events:
+        if e["type"] == "response.output_text.delta":
+            e["logprobs"] = listed(e["delta"])
+        elif e["type"] == "response.output_text.done":
+            e["logprobs"] = listed(e["text"])
+        for part in [e.get("part"), *((e.get("item") or {}).get("content") or []),
+                     *(c for item in (e.get("response") or {}).get("output") or [] for c in item["content"])]:
+            if isinstance(part, dict) and part.get("text"):
+                part["logprobs"] = listed(part["text"])
+    out, _, _ = run_filter(events, safety_run().factory)
+    spelled = ["".join(t["token"] for t in lists) for lists in token_lists(out)]
+    assert all(SECRET[:10] not in text for text in spelled), "no list of tokens spells it"
+    assert set(texts_everywhere(out, "response.output_text.delta").values()) == {
+        "My key is [REDACTED:openai_key] so keep it"}
+
+
 def test_text_that_came_only_in_done_events_is_masked_once_and_reused() -> None:
     events = [e for e in Answer().message([f"id ACME-{n}" for n in ("111111",)]).stream_events()
               if e["type"] != "response.output_text.delta"]

@@ -185,6 +185,9 @@ def _render_choice(index: int, c: _Choice) -> dict[str, Any]:
     return {"index": index, "message": msg, "finish_reason": c.finish_reason or "stop", "logprobs": None}
 
 
+_TEXT_CHUNKS = (("reasoning_content", "reasoning"), ("refusal",), ("content",))
+
+
 def completion_to_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
     """Re-emit a `chat.completion` body as `chat.completion.chunk`s (learn-once buffered fallback, cache
     hits): per choice a role chunk, one delta per text kind and the tool calls, then the finish chunk;
@@ -200,10 +203,10 @@ def completion_to_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
         assert isinstance(msg, dict)
         chunks.append({**base, "choices": [{"index": idx, "delta": {"role": "assistant", "content": ""},
                                             "finish_reason": None}]})
-        for key in ("reasoning_content", "reasoning", "refusal", "content"):
-            if isinstance(msg.get(key), str) and msg[key]:
-                chunks.append({**base, "choices": [{"index": idx, "delta": {key: msg[key]},
-                                                    "finish_reason": None}]})
+        for keys in _TEXT_CHUNKS:  # both spellings of the reasoning in one delta: the same text, read once
+            delta = {k: msg[k] for k in keys if isinstance(msg.get(k), str) and msg[k]}
+            if delta:
+                chunks.append({**base, "choices": [{"index": idx, "delta": delta, "finish_reason": None}]})
         calls = msg.get("tool_calls")
         if isinstance(calls, list) and calls:
             deltas = [{"index": i, **{k: v for k, v in c.items() if k in ("id", "type", "function")}}

@@ -13,15 +13,13 @@ from typing import Any
 
 import orjson
 
-from gateway.core.chat.wire import TEXT_FIELDS, content_only
+from gateway.core.chat.wire import REASONING_DETAILS, TEXT_FIELDS, content_only, detail_texts
 from gateway.core.events import DeltaKind
 from gateway.core.sse import encode_data
 from gateway.core.stages import Refusal, StageFactory, TextStage, refused
 
 _KIND_OF = dict(TEXT_FIELDS)
-_CONTENT = DeltaKind.CONTENT
-_DEFAULT_FIELD = {DeltaKind.CONTENT: "content", DeltaKind.REASONING: "reasoning_content",
-                  DeltaKind.REFUSAL: "refusal"}
+_CONTENT = "content"
 
 
 def _unchanged(texts: list[str]) -> list[str]:
@@ -31,14 +29,17 @@ def _unchanged(texts: list[str]) -> list[str]:
 class ChatOutputFilter:
     """Per request. `apply` returns the SSE bytes to write for one upstream chunk (b"" to drop it)."""
 
-    __slots__ = ("_base", "_emptied", "_factory", "_fields", "_forward_usage", "_stages", "output_released",
+    __slots__ = ("_base", "_details", "_emptied", "_factory", "_forward_usage", "_stages", "output_released",
                  "refusal")
 
     def __init__(self, factory: StageFactory | None, forward_usage: bool) -> None:
         self._factory = factory
         self._forward_usage = forward_usage
-        self._stages: dict[tuple[int, DeltaKind], TextStage | None] = {}
-        self._fields: dict[tuple[int, DeltaKind], str] = {}
+        # a window per (choice, text field): both spellings of the reasoning (`reasoning_content`,
+        # `reasoning`) are the same text when a server sends both, each masked as a body's field is
+        self._stages: dict[tuple[int, str], TextStage | None] = {}
+        # a window per text of a `reasoning_details` entry, by (choice, entry index, field), and the entry's type
+        self._details: dict[tuple[int, int, str], tuple[TextStage | None, object]] = {}
         self._base: dict[str, Any] = {}
         self.refusal: Refusal | None = None  # set once a stage refuses; nothing more is released
         self.output_released = False  # an output token has left the filter (the TTFT moment)
@@ -110,7 +111,7 @@ class ChatOutputFilter:
     def _apply_content(self, obj: dict[str, Any], raw: bytes | None, text: str, has_token: bool) -> bytes:
         """Fast path: one choice, content only (see `content_only`)."""
         choice = obj["choices"][0]
-        released = self._push(choice.get("index", 0), DeltaKind.CONTENT, text)
+        released = self._push(choice.get("index", 0), _CONTENT, text)
         if not released:
             return b""  # held whole, and the chunk carries nothing else
         self.output_released = self.output_released or has_token
@@ -125,35 +126,63 @@ class ChatOutputFilter:
         delta = choice.get("delta")
         changed = False
         if isinstance(delta, dict) and delta:
-            for field, kind in TEXT_FIELDS:
+            for field in _KIND_OF:
                 text = delta.get(field)
                 if isinstance(text, str) and text:
-                    self._fields[(index, kind)] = field
-                    released = self._push(index, kind, text)
+                    released = self._push(index, field, text)
                     if released != text:
                         delta[field] = released
                         changed = True
                         self._emptied |= not released
+            if REASONING_DETAILS in delta:
+                changed |= self._filter_details(index, delta[REASONING_DETAILS])
         if choice.get("finish_reason"):
             tails = self._flush_choice(index)
             if tails:
                 if not isinstance(delta, dict):
                     delta = choice["delta"] = {}
                 for field, tail in tails.items():
-                    delta[field] = (delta.get(field) or "") + tail
+                    if isinstance(tail, list):
+                        have = delta.get(field)
+                        delta[field] = (have if isinstance(have, list) else []) + tail
+                    else:
+                        delta[field] = (delta.get(field) or "") + tail
+                changed = True
+        if changed:
+            empty_logprobs(choice)
+        return changed
+
+    def _filter_details(self, index: int, details: Any) -> bool:
+        """The texts of a `reasoning_details` list (OpenRouter), each through a window of its own, as the
+        `reasoning` beside it: the same text, which would otherwise reach the client unmasked."""
+        changed = False
+        for at, entry, field in detail_texts(details):
+            key = (index, at, field)
+            slot = self._details.get(key)
+            stage = slot[0] if slot is not None else (
+                self._factory(DeltaKind.REASONING) if self._factory is not None else None)
+            self._details[key] = (stage, entry.get("type"))
+            if stage is None:
+                continue
+            text = entry[field]
+            released, refusal = stage.push(text)
+            if refusal is not None and self.refusal is None:
+                self.refusal = refusal
+            if released != text:
+                entry[field] = released
                 changed = True
         return changed
 
-    def _stage(self, index: int, kind: DeltaKind) -> TextStage | None:
-        key = (index, kind)
+    def _stage(self, index: int, field: str) -> TextStage | None:
+        key = (index, field)
         try:
             return self._stages[key]
         except KeyError:
-            stage = self._stages[key] = self._factory(kind) if self._factory is not None else None
+            stage = self._stages[key] = self._factory(_KIND_OF[field]) if self._factory is not None else None
             return stage
 
-    def _push(self, index: int, kind: DeltaKind, text: str) -> str:
-        stage = self._stage(index, kind)
+    def _push(self, index: int, field: str, text: str) -> str:
+        stage = self._stage(index, field)
         if stage is None:
             return text
         released, refusal = stage.push(text)
@@ -161,22 +190,35 @@ class ChatOutputFilter:
             self.refusal = refusal
         return released
 
-    def _flush_choice(self, index: int) -> dict[str, str]:
-        tails: dict[str, str] = {}
-        for (i, kind), stage in self._stages.items():
+    def _flush_choice(self, index: int) -> dict[str, Any]:
+        """What the choice's windows still hold, as delta fields: a text field's tail, and the tails of
+        `reasoning_details` texts as entries of their own."""
+        tails: dict[str, Any] = {}
+        for (i, field), stage in self._stages.items():
             if i != index or stage is None:
                 continue
-            tail, refusal = stage.flush()
-            if refusal is not None and self.refusal is None:
-                self.refusal = refusal
-            if tail and self.refusal is None:
-                tails[self._fields.get((i, kind), _DEFAULT_FIELD[kind])] = tail
+            tail = self._flush(stage)
+            if tail:
+                tails[field] = tail
+        entries = []
+        for (i, at, field), (stage, etype) in self._details.items():
+            tail = self._flush(stage) if i == index and stage is not None else ""
+            if tail:
+                entries.append({"type": etype, field: tail, "index": at})
+        if entries:
+            tails[REASONING_DETAILS] = entries
         return tails
+
+    def _flush(self, stage: TextStage) -> str:
+        tail, refusal = stage.flush()
+        if refusal is not None and self.refusal is None:
+            self.refusal = refusal
+        return tail if self.refusal is None else ""
 
     def flush_all(self) -> bytes:
         """End of stream without a finish chunk: release what the windows still hold, as one chunk."""
         choices = []
-        for index in sorted({i for i, _ in self._stages}):
+        for index in sorted({i for i, _ in self._stages} | {key[0] for key in self._details}):
             tails = self._flush_choice(index)
             if tails:
                 choices.append({"index": index, "delta": tails, "finish_reason": None})
@@ -203,6 +245,17 @@ class ChatOutputFilter:
                 elif value not in (None, "", [], {}):
                     return False
         return True
+
+
+def empty_logprobs(choice: dict[str, Any]) -> None:
+    """A choice whose text the windows changed loses its logprobs: their tokens (one by one, with their
+    `bytes` and top alternatives) spell out the upstream's text before the window, the secret included.
+    Every list goes, not only `content`'s: some servers (vLLM) list a reasoning delta's tokens there too."""
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict):
+        for key, value in logprobs.items():
+            if isinstance(value, list) and value:
+                logprobs[key] = []
 
 
 def _has_output(obj: dict[str, Any]) -> bool:

@@ -36,6 +36,26 @@ TEXT_FIELDS: tuple[tuple[str, DeltaKind], ...] = (
     ("refusal", DeltaKind.REFUSAL),
 )
 
+# OpenRouter's `reasoning_details` (docs/extensions.md, "Reasoning said twice"): the reasoning text again, beside
+# `reasoning` as entries: a `reasoning.text` entry's in `text`, a `reasoning.summary` entry's in `summary`
+REASONING_DETAILS = "reasoning_details"
+_DETAIL_TEXTS = ("text", "summary")
+
+
+def detail_texts(details: Any) -> list[tuple[int, dict[str, Any], str]]:
+    """(its `index`, the entry, the field) of each text of a `reasoning_details` list; an entry without
+    an index is numbered by its place in the list."""
+    found: list[tuple[int, dict[str, Any], str]] = []
+    for pos, entry in enumerate(details if isinstance(details, list) else ()):
+        if not isinstance(entry, dict):
+            continue
+        at = entry.get("index", pos)
+        for field in _DETAIL_TEXTS:
+            text = entry.get(field)
+            if isinstance(text, str) and text:
+                found.append((at if _is_index(at) else pos, entry, field))
+    return found
+
 
 def chunk_events(obj: Any, *, message_key: str = "delta") -> list[StreamEvent]:
     """Typed events of one chat chunk (or, with message_key="message", of a whole completion)."""
@@ -88,9 +108,14 @@ def _choice_events(choice: dict[str, Any], pos: int, key: str, out: list[StreamE
     index = index if isinstance(index, int) else pos
     delta = choice.get(key)
     if isinstance(delta, dict):
+        reasoned = False
         for field, kind in TEXT_FIELDS:
             text = delta.get(field)
             if text and isinstance(text, str):
+                if kind is DeltaKind.REASONING:
+                    if reasoned:  # its other spelling beside it: the same text (a server that sends both)
+                        continue
+                    reasoned = True
                 out.append(OutputDelta(index, kind, text))
         calls = delta.get("tool_calls")
         if isinstance(calls, list):

@@ -114,7 +114,10 @@ class ResponsesOutputFilter:
             if etype in TEXT_DELTAS:
                 return self._delta(ev.key, ev.kind, etype, obj)
             field = TEXT_DONES[etype][3]
-            return self._set(obj, field, self._final_text(ev.key, ev.kind, _text(obj.get(field))))
+            changed = self._set(obj, field, self._final_text(ev.key, ev.kind, _text(obj.get(field))))
+            if changed and obj.get("logprobs"):
+                obj["logprobs"] = []  # the whole text's tokens, before the window
+            return changed
         if etype in _ITEM_EVENTS:
             oi = obj.get("output_index")
             return isinstance(oi, int) and map_item_texts(obj.get("item"), oi, self._final_text)
