@@ -226,10 +226,11 @@ def compile_safety(config: Config, minted: MintedSecrets | None = None) -> Safet
             scope=frozenset(DeltaKind(s) for s in (profile.scope if profile else ())),
             redact_inputs=bool(profile and profile.inputs),
             input_guards=tuple(g for g in mine if g.applies("input")),
-            # a webhook cannot judge a stream incrementally: in stream mode it judges the whole answer
             stream_guards=tuple(g for g in out if g.config.mode == "stream" and g.text is not None),
-            hold_guards=tuple(g for g in out if g.config.mode == "hold"),
-            audit_guards=tuple(g for g in out if g.config.mode == "audit"
-                               or (g.config.mode == "stream" and g.text is None)),
+            # a webhook cannot judge a stream incrementally: until it has answered no text is known to
+            # be safe, so in stream mode it holds the answer for its verdict (docs/reference.md, "`guardrails`")
+            hold_guards=tuple(g for g in out if g.config.mode == "hold"
+                              or (g.config.mode == "stream" and g.text is None)),
+            audit_guards=tuple(g for g in out if g.config.mode == "audit"),
         )
     return Safety(models, Scrubber.compile(upstream_secrets(config), minted))
