@@ -64,17 +64,34 @@ async def check_input(rt: Runtime, ctx: RequestContext, text: str) -> None:
             raise GuardrailBlocked(_message(v), param=g.name)
 
 
+_KINDS = (DeltaKind.CONTENT, DeltaKind.REFUSAL, DeltaKind.REASONING)
+
+
 def output_text(assembler: Answer) -> str:
-    parts = [assembler.text(k) for k in (DeltaKind.CONTENT, DeltaKind.REFUSAL, DeltaKind.REASONING)]
+    parts = [assembler.text(k) for k in _KINDS]
     return "\n".join(p for p in parts if p)
 
 
+async def masked_output_text(rt: Runtime, ctx: RequestContext, assembler: Answer) -> str:
+    """`output_text` of a streamed answer, whose assembler read the upstream's text, as the client read it:
+    masked one-shot with the model's profile, as the text windows masked it (the matches were counted
+    there). Guardrails judge what the client reads, and a webhook is never sent a secret the gateway
+    masks (core/policy/guard.py, "Mask markers")."""
+    safety = rt.safety.models[ctx.model.name]
+    held = [{"t": assembler.text(k)} for k in _KINDS]
+    if safety.redactor is not None:
+        slots = [(h, "t") for h, k in zip(held, _KINDS, strict=True) if k in safety.scope]
+        await rt.slicer.redact(safety.redactor, slots)  # a slice at a time: a long answer must not stall the loop
+    return "\n".join(h["t"] for h in held if h["t"])
+
+
 async def judge_output(rt: Runtime, ctx: RequestContext, assembler: Answer,
-                       guards: Sequence[Guardrail]) -> GatewayError | None:
-    """Whole-answer guardrails (hold, audit, and webhooks in stream mode): the first refusal, if any."""
+                       guards: Sequence[Guardrail], *, masked: bool = True) -> GatewayError | None:
+    """Whole-answer guardrails (hold, audit, and webhooks in stream mode): the first refusal, if any.
+    `masked`: the assembler read the client's (masked) text, a body's; else a stream's upstream text."""
     if not guards:
         return None
-    text = output_text(assembler)
+    text = output_text(assembler) if masked else await masked_output_text(rt, ctx, assembler)
     for g in guards:
         v = await verdict(rt, ctx, g, "output", text)
         if not v.allowed:

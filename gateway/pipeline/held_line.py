@@ -93,6 +93,6 @@ async def judge_keeping_alive(rt: Runtime, ctx: RequestContext, keeper: LineKeep
         return None
     keeper.start()
     try:
-        return await judge_output(rt, ctx, assembler, guards)
+        return await judge_output(rt, ctx, assembler, guards, masked=False)  # a stream's: the upstream's text
     finally:
         await keeper.stop()

@@ -120,3 +120,26 @@ def test_a_webhook_in_stream_mode_holds_the_answer_for_its_verdict(
     assert text_of(allowed.text) == BAD and "error" not in [name for name, _ in events(allowed.text)]
     assert [b["text"] for b in upstream.bodies("/guard")] == [BAD, BAD]
     assert gw.sample("llm_gateway_guardrail_verdicts_total", guardrail="hook", stage="output", verdict="block") == 1
+
+
+@pytest.mark.parametrize("api", list(APIS))
+def test_whole_answer_guardrails_of_a_stream_judge_the_masked_text_the_client_reads(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], api: str) -> None:
+    """A stream's whole-answer guardrails judge what the client reads, as a body's do: the webhook is never
+    sent a secret the redaction profile masks (before, it got the upstream's text, the key in clear), and a
+    regex guardrail on that secret's pattern passes the answer whatever its mode or the request's `stream`
+    (before, `hold` and `audit` refused a stream the same guardrail let through as a body or in `stream`)."""
+    key = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
+    answer = f"Your key is {key} and nothing else.\n"
+    masked = "Your key is [REDACTED:openai_key] and nothing else.\n"
+    pattern = {"name": "keys", "type": "regex", "patterns": ["sk-proj-[A-Za-z0-9]{20}"], "mode": "audit"}
+    gw = make_gateway(config(upstream.base_url, [hook(upstream.base_url), pattern]))
+    upstream.defaults["/guard"] = json_script({"allow": True})
+    _, up_path, script = APIS[api]
+    upstream.enqueue(up_path, script(pieces(answer, 3)))
+    got = post(gw, api)
+    assert text_of(got.text) == masked and "error" not in [name for name, _ in events(got.text)], got.text
+    assert upstream.bodies("/guard") == [{"stage": "output", "model": "claude" if api == "messages" else "m",
+                                          "text": masked}]
+    assert gw.sample("llm_gateway_guardrail_verdicts_total", guardrail="keys", stage="output", verdict="pass") == 1
+    assert gw.sample("llm_gateway_redactions_total", rule="openai_key") == 1, "masked for the judges, counted once"
