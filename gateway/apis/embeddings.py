@@ -13,6 +13,7 @@ from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import fetch_body, raise_inband
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.exchange import GatewayRequest
+from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, keep_serving, resolve
 from gateway.pipeline.runtime import Runtime
@@ -45,4 +46,14 @@ async def embeddings_handler(request: GatewayRequest) -> Response | StreamRespon
     keep_serving(ctx, lambda d: tr if isinstance(tr := rt.translator(EMBEDDINGS.schema, d), Embeds) else None,
                  "embeddings")
     await admit(rt, request.app.state, ctx)
+    # the input leaves for the upstream: the model's input guardrails judge it first (docs/reference.md)
+    if rt.safety.models[ctx.model.name].input_guards:
+        await check_input(rt, ctx, "\n".join(_texts(ctx.body["input"])))
     return await embeddings(rt, ctx)
+
+
+def _texts(value: object) -> list[str]:
+    """The texts of an embeddings `input`: a string, or a list of them (token arrays carry no text)."""
+    if isinstance(value, str):
+        return [value]
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []

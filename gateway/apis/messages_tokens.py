@@ -27,6 +27,7 @@ from gateway.http import Response
 from gateway.pipeline.attempt_io import fetch_body, forwardable
 from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.exchange import GatewayRequest
+from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
 from gateway.pipeline.request import answer_headers, keep_serving, resolve
 from gateway.pipeline.runtime import Runtime
@@ -38,12 +39,16 @@ BYTES_PER_TOKEN = 4
 
 async def count_tokens(request: GatewayRequest) -> Response:
     rt, ctx = await resolve(request, COUNT_TOKENS)
-    input_slots(ctx.body, False)  # the same validation as a Messages request (no texts gathered)
+    safety = rt.safety.models[ctx.model.name]
+    # the same validation as a Messages request; its texts gathered only for what reads them
+    slots = input_slots(ctx.body, bool(safety.input_guards))
     keep_serving(ctx, lambda d: rt.translator(COUNT_TOKENS.schema, d), "Messages")
     await admit(rt, request.app.state, ctx, tokens=False)
     counting = tuple(d for d in ctx.model.deployments if _counter(rt, d, request) is not None)
     if not counting:
         return _estimate(ctx.body, ctx.request_id)
+    # the prompt leaves for the upstream: its input guardrails judge it first, as a Messages request's
+    await check_input(rt, ctx, "\n".join(obj[key] for obj, key in slots))
     ctx.model = dataclasses.replace(ctx.model, deployments=counting)
 
     async def attempt(d: Deployment) -> bytes:

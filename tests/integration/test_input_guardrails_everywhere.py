@@ -1,0 +1,79 @@
+"""Input guardrails on the routes that send a prompt upstream without asking for an answer (CONTRACT
+§5.2: input guardrails run before any upstream call): Anthropic token counting and embeddings. A refused
+prompt gets the API's own 400 and the upstream is sent nothing; an allowed one passes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from gateway.config import parse_config
+from tests.fake_upstream import FakeUpstream, json_script
+from tests.harness import GatewayServer
+
+TERM = {"name": "nightingale", "type": "terms", "terms": ["project nightingale"], "stage": "input"}
+COUNT_PATH = "/a/v1/messages/count_tokens"
+EMBED_PATH = "/v1/embeddings"
+
+
+def config(url: str) -> Any:
+    return parse_config({
+        "auth": {"allow_unauthenticated": True},
+        "providers": {"up": {"type": "openai", "base_url": f"{url}/v1"},
+                      "a": {"type": "anthropic", "base_url": f"{url}/a", "api_key": "ka"}},
+        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x"}], "guardrails": ["nightingale"]},
+                   {"name": "claude", "deployments": [{"provider": "a", "model": "c"}],
+                    "guardrails": ["nightingale"]}],
+        "guardrails": [TERM],
+    }, env={})
+
+
+BLOCKED_COUNTS: dict[str, dict[str, Any]] = {
+    "message": {"messages": [{"role": "user", "content": "what is Project Nightingale?"}]},
+    "system": {"system": [{"type": "text", "text": "you run project\nnightingale"}],
+               "messages": [{"role": "user", "content": "hi"}]},
+    "tool_result": {"messages": [
+        {"role": "user", "content": "look it up"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "find", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "project nightingale: launch"}]}]}]},
+}
+
+
+@pytest.mark.parametrize("where", list(BLOCKED_COUNTS))
+def test_token_counting_passes_on_no_prompt_an_input_guardrail_refuses(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], where: str) -> None:
+    """Claude Code counts the conversation it is about to send: before, the count sent the refused
+    prompt to the provider (only `/v1/messages` was judged)."""
+    gw = make_gateway(config(upstream.base_url))
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{gw.port}", api_key="k", max_retries=0, timeout=20)
+    upstream.enqueue(COUNT_PATH, json_script({"input_tokens": 12}))
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.count_tokens(model="claude", **BLOCKED_COUNTS[where])
+    assert info.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "nightingale" in info.value.message
+    assert upstream.bodies(COUNT_PATH) == [], "the refused prompt never left"
+    assert client.messages.count_tokens(model="claude", messages=[{"role": "user", "content": "hi"}]).input_tokens == 12
+    assert len(upstream.bodies(COUNT_PATH)) == 1
+    assert gw.sample("llm_gateway_guardrail_verdicts_total", guardrail="nightingale", stage="input",
+                     verdict="block") == 1
+
+
+@pytest.mark.parametrize("blocked", ["Project Nightingale rocks", ["fine", "project nightingale"]])
+def test_embeddings_embed_no_input_an_input_guardrail_refuses(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], blocked: str | list[str]) -> None:
+    gw = make_gateway(config(upstream.base_url))
+    client = openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0, timeout=20)
+    upstream.enqueue(EMBED_PATH, json_script({"object": "list", "model": "x", "usage": {"prompt_tokens": 2,
+                                                                                       "total_tokens": 2},
+                                              "data": [{"object": "embedding", "index": 0, "embedding": [0.5]}]}))
+    with pytest.raises(openai.BadRequestError) as info:
+        client.embeddings.create(model="m", input=blocked, encoding_format="float")
+    assert info.value.code == "guardrail_blocked" and info.value.param == "nightingale"
+    assert upstream.bodies(EMBED_PATH) == [], "the refused input never left"
+    got = client.embeddings.create(model="m", input=["fine", "also fine"], encoding_format="float")
+    assert got.data[0].embedding == [0.5] and len(upstream.bodies(EMBED_PATH)) == 1
