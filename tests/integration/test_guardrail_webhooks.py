@@ -4,17 +4,19 @@ the webhook is sent, and how a webhook that misbehaves fails closed. The webhook
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx2 as httpx
+import openai
 import orjson
 import pytest
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as anthropic
 from tests.chat_scripts import text_stream
-from tests.fake_upstream import FakeUpstream, Script, json_script
+from tests.fake_upstream import FakeUpstream, Hang, Script, json_script
 from tests.harness import GatewayServer
 from tests.responses_scripts import Answer, stream_script
 
@@ -143,3 +145,31 @@ def test_whole_answer_guardrails_of_a_stream_judge_the_masked_text_the_client_re
                                           "text": masked}]
     assert gw.sample("llm_gateway_guardrail_verdicts_total", guardrail="keys", stage="output", verdict="pass") == 1
     assert gw.sample("llm_gateway_redactions_total", rule="openai_key") == 1, "masked for the judges, counted once"
+
+
+JSON = {"Content-Type": "application/json"}
+MISBEHAVING = {
+    "hangs": Script([Hang()], headers=JSON),
+    "redirects": Script([b""], 307, {"Location": "/allow"}),
+    "answers 2 MiB": Script([b'{"allow": true, "reason": "' + b"x" * (2 << 20) + b'"}'], headers=JSON),
+    "answers no JSON": Script([b"allow"], headers={"Content-Type": "text/plain"}),
+    "answers a string verdict": json_script({"allow": "true"}),
+}
+
+
+@pytest.mark.parametrize("how", list(MISBEHAVING))
+def test_a_misbehaving_webhook_fails_closed_within_its_timeout(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], how: str) -> None:
+    """Fail closed (CONTRACT §5.2) whatever the webhook does: the input is refused within `timeout_s`, the
+    redirect is not followed, and the model's upstream is sent nothing."""
+    gw = make_gateway(config(upstream.base_url, [hook(upstream.base_url, stage="input", timeout_s=0.5)]))
+    upstream.defaults["/guard"] = MISBEHAVING[how]
+    upstream.defaults["/allow"] = json_script({"allow": True})
+    client = openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0, timeout=20)
+    t0 = time.monotonic()
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert time.monotonic() - t0 < 5
+    assert info.value.code == "guardrail_blocked" and info.value.param == "hook"
+    assert upstream.bodies("/v1/chat/completions") == [] and upstream.bodies("/allow") == []
+    assert len(upstream.bodies("/guard")) == 1
