@@ -29,7 +29,7 @@ from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import answer_headers, keep_serving, resolve
+from gateway.pipeline.request import answer_headers, keep_serving, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import CountsTokens, TranslatesCount, Translator
 
@@ -41,14 +41,17 @@ async def count_tokens(request: GatewayRequest) -> Response:
     rt, ctx = await resolve(request, COUNT_TOKENS)
     safety = rt.safety.models[ctx.model.name]
     # the same validation as a Messages request; its texts gathered only for what reads them
-    slots = input_slots(ctx.body, bool(safety.input_guards))
+    slots = input_slots(ctx.body, safety.redact_inputs or bool(safety.input_guards))
+    text = "\n".join(obj[key] for obj, key in slots) if safety.input_guards else ""  # judged before masking
     keep_serving(ctx, lambda d: rt.translator(COUNT_TOKENS.schema, d), "Messages")
     await admit(rt, request.app.state, ctx, tokens=False)
     counting = tuple(d for d in ctx.model.deployments if _counter(rt, d, request) is not None)
     if not counting:
         return _estimate(ctx.body, ctx.request_id)
-    # the prompt leaves for the upstream: its input guardrails judge it first, as a Messages request's
-    await check_input(rt, ctx, "\n".join(obj[key] for obj, key in slots))
+    # the prompt leaves for the upstream as a Messages request's does: masked (`redaction.inputs`), and
+    # judged first by its input guardrails
+    await redact_input_slots(rt, ctx, slots)
+    await check_input(rt, ctx, text)
     ctx.model = dataclasses.replace(ctx.model, deployments=counting)
 
     async def attempt(d: Deployment) -> bytes:

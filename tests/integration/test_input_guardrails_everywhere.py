@@ -1,6 +1,7 @@
 """Input guardrails on the routes that send a prompt upstream without asking for an answer (CONTRACT
 §5.2: input guardrails run before any upstream call): Anthropic token counting and embeddings. A refused
-prompt gets the API's own 400 and the upstream is sent nothing; an allowed one passes."""
+prompt gets the API's own 400 and the upstream is sent nothing; an allowed one passes. A counted prompt
+is masked as the Messages request it counts is (`redaction.inputs`, §5.1)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,16 @@ COUNT_PATH = "/a/v1/messages/count_tokens"
 EMBED_PATH = "/v1/embeddings"
 
 
-def config(url: str) -> Any:
+def config(url: str, redaction: str = "off") -> Any:
     return parse_config({
         "auth": {"allow_unauthenticated": True},
         "providers": {"up": {"type": "openai", "base_url": f"{url}/v1"},
                       "a": {"type": "anthropic", "base_url": f"{url}/a", "api_key": "ka"}},
         "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x"}], "guardrails": ["nightingale"]},
                    {"name": "claude", "deployments": [{"provider": "a", "model": "c"}],
-                    "guardrails": ["nightingale"]}],
+                    "guardrails": ["nightingale"], "redaction": redaction}],
         "guardrails": [TERM],
+        "redaction": {"profiles": {"in": {"rules": ["secrets"], "inputs": True}}},
     }, env={})
 
 
@@ -77,3 +79,18 @@ def test_embeddings_embed_no_input_an_input_guardrail_refuses(
     assert upstream.bodies(EMBED_PATH) == [], "the refused input never left"
     got = client.embeddings.create(model="m", input=["fine", "also fine"], encoding_format="float")
     assert got.data[0].embedding == [0.5] and len(upstream.bodies(EMBED_PATH)) == 1
+
+
+def test_token_counting_masks_the_prompt_as_the_messages_request_it_counts(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """`redaction.inputs: true` masks the prompt before it leaves: before, the count sent it in clear."""
+    key = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
+    gw = make_gateway(config(upstream.base_url, redaction="in"))
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{gw.port}", api_key="k", max_retries=0, timeout=20)
+    upstream.enqueue(COUNT_PATH, json_script({"input_tokens": 12}))
+    assert client.messages.count_tokens(model="claude", system=f"deploy with {key}", messages=[
+        {"role": "user", "content": [{"type": "text", "text": f"my key is {key}"}]}]).input_tokens == 12
+    [sent] = upstream.bodies(COUNT_PATH)
+    assert key[:12] not in str(sent)
+    assert sent["system"] == "deploy with [REDACTED:openai_key]"
+    assert sent["messages"][0]["content"][0]["text"] == "my key is [REDACTED:openai_key]"
