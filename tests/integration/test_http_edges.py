@@ -228,6 +228,51 @@ def test_a_body_of_one_byte_chunks_reaches_the_upstream_whole(upstream: FakeUpst
     assert upstream.bodies(PATH)[-1]["pad"] == "p" * 5000
 
 
+CHUNKED_HEAD = f"POST {PATH} HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+ENDLESS = {  # chunked framing that carries no data, sent as far as the server reads it
+    "chunk-extension": b"1;" + b"e" * (1 << 20),
+    "zero-padded-size": b"0" * (1 << 20),
+    "trailer-value": b"1\r\nx\r\n0\r\nX-Trailer: " + b"t" * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("framing", list(ENDLESS))
+def test_chunk_framing_without_data_is_refused_before_it_grows(gateway: GatewayServer, framing: str) -> None:
+    """llhttp skips a chunk extension or a size's leading zeros of any length, and httptools joins a
+    trailer value's pieces by concatenation: 1 MiB of either was read to the end (the loop busy for
+    nothing: ~1 GB/s for as long as the client sent; a trailer value held in memory at a quadratic cost),
+    never answered. Now a line of framing past MAX_CHUNK_LINE is a 400 and the connection closes."""
+    with connect(gateway) as sock:
+        sock.sendall(CHUNKED_HEAD + ENDLESS[framing])
+        got = read_to_close(sock)
+    assert statuses(got) == [b"HTTP/1.1 400 Bad Request"]
+    assert "chunk size line or trailer field" in orjson.loads(got.partition(b"\r\n\r\n")[2])["error"]["message"]
+
+
+def test_chunk_framing_is_held_to_a_budget_even_between_data_bytes(make_gateway: Callable[..., GatewayServer]) -> None:
+    """Each chunk one data byte behind an 8 KB extension: no line is over the bound, but the framing in
+    all is held to max_body_bytes + 128 KiB (413), as the data is to max_body_bytes."""
+    gw = make_gateway(server={"max_body_bytes": 1000})
+    chunks = (b"1;" + b"e" * 8000 + b"\r\nx\r\n") * 100  # 800 KB of framing for 100 bytes of data
+    with connect(gw) as sock:
+        sock.sendall(CHUNKED_HEAD + chunks)
+        got = read_to_close(sock)
+    assert statuses(got) == [b"HTTP/1.1 413 Content Too Large"]
+    assert orjson.loads(got.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_too_large"
+
+
+def test_chunk_extensions_and_trailers_within_the_bounds_are_served(upstream: FakeUpstream,
+                                                                    gateway: GatewayServer) -> None:
+    upstream.enqueue(PATH, completion("ok"))
+    pieces = [BODY[i:i + 9] for i in range(0, len(BODY), 9)]
+    chunks = b"".join(b"%x;ext=%s\r\n%s\r\n" % (len(p), b"v" * 4000, p) for p in pieces)
+    with connect(gateway) as sock:
+        sock.sendall(CHUNKED_HEAD + chunks + b"0\r\nX-Trailer: " + b"t" * 6000 + b"\r\n\r\n")
+        status, _, _ = read_response(sock, bytearray())
+    assert status == b"HTTP/1.1 200 OK"
+    assert upstream.bodies(PATH)[-1]["messages"] == orjson.loads(BODY)["messages"]
+
+
 @pytest.fixture
 def tls_files(tmp_path: Path) -> tuple[trustme.CA, dict[str, str]]:
     ca = trustme.CA()
