@@ -115,13 +115,18 @@ class RequestReader:
 
     @property
     def in_request(self) -> bool:
-        """Some bytes of a request have arrived (an idle timeout then cuts a request short)."""
+        """Some bytes of a request have arrived: the connection is not idle (its deadlines are the request's)."""
         return self._started or bool(self._unfed) or bool(self._ready)
 
     @property
     def awaiting_head(self) -> bool:
         """A request has begun and its head is not complete yet (the request-head timeout runs)."""
         return self._in_head and (self._started or bool(self._unfed))
+
+    @property
+    def awaiting_body(self) -> bool:
+        """A request's head has been read and its body has not all come (the request timeout runs)."""
+        return not self._in_head and not self.saturated
 
     def feed(self, data: bytes) -> tuple[RequestHead, bytes] | None:
         if data:

@@ -6,6 +6,7 @@ requests asking to switch protocols, each followed by a pipelined one (issue #27
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.client
 import socket
 import ssl
@@ -58,6 +59,26 @@ def test_a_slow_head_gets_408_and_the_connection_closes(make_gateway: Callable[.
         got = read_to_close(sock)
     assert statuses(got) == [b"HTTP/1.1 408 Request Timeout"]
     assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
+
+
+def test_a_body_that_does_not_come_whole_in_time_gets_408_in_the_routes_shape(
+        make_gateway: Callable[..., GatewayServer]) -> None:
+    """A body stalled half-way was cut without an answer by the keep-alive sweep (the client saw a reset);
+    now the request has its own deadline from its first byte and is answered 408 in its route's shape."""
+    gw = make_gateway()
+    api = gw.api
+    assert api is not None
+    api.limits = dataclasses.replace(api.limits, request_timeout_s=0.2)
+    with connect(gw) as sock:
+        sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: gw\r\nX-Request-Id: slow-1\r\nContent-Length: 100\r\n"
+                     b"anthropic-version: 2023-06-01\r\n\r\n{\"model\":")
+        status, headers, body = read_response(sock, bytearray())
+        assert sock.recv(1) == b""  # then the close
+    assert status == b"HTTP/1.1 408 Request Timeout" and headers["connection"] == "close"
+    assert headers["x-request-id"] == "slow-1"
+    assert orjson.loads(body) == {"type": "error", "error": {"type": "invalid_request_error",
+                                                             "message": "the request body took too long"}}
+    assert gw.sample("llm_gateway_http_refused_total", reason="body_timeout") == 1
 
 
 def test_a_connection_past_max_connections_gets_503(make_gateway: Callable[..., GatewayServer]) -> None:
