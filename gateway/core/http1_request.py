@@ -149,9 +149,10 @@ def request_head(method: str, target: str, version: str, fields: dict[str, str],
     conn = {t.strip().lower() for t in fields.get("connection", "").split(",")}
     keep_alive = "keep-alive" in conn if http10 else "close" not in conn
     upgrade = fields.get("upgrade")
+    # an HTTP/1.0 client knows no 1xx: it would take `100 Continue` for its answer (RFC 9110 §10.1.1: ignored)
+    expects_continue = not http10 and fields.get("expect", "").lower() == "100-continue"
     return RequestHead(method, path, query, fields, keep_alive and upgrade is None, http10, length,
-                       fields.get("expect", "").lower() == "100-continue",
-                       None if upgrade is None else upgrade.lower())
+                       expects_continue, None if upgrade is None else upgrade.lower())
 
 
 def framing_budget(max_body: int) -> int:

@@ -81,6 +81,22 @@ def test_a_body_that_does_not_come_whole_in_time_gets_408_in_the_routes_shape(
     assert gw.sample("llm_gateway_http_refused_total", reason="body_timeout") == 1
 
 
+def test_an_http_1_0_request_expecting_100_continue_gets_no_interim_answer(
+        make_gateway: Callable[..., GatewayServer]) -> None:
+    """RFC 9110 §10.1.1: a server ignores `Expect: 100-continue` from an HTTP/1.0 client, which knows no
+    1xx and took the `HTTP/1.1 100 Continue` it got for its answer. Its body stalls here, so the one answer
+    it gets is the 408, with nothing before it."""
+    gw = make_gateway()
+    api = gw.api
+    assert api is not None
+    api.limits = dataclasses.replace(api.limits, request_timeout_s=0.2)
+    with connect(gw) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n%b"
+                     % (len(BODY), BODY[:10]))
+        got = read_to_close(sock)
+    assert statuses(got) == [b"HTTP/1.1 408 Request Timeout"]
+
+
 def test_a_connection_past_max_connections_gets_503(make_gateway: Callable[..., GatewayServer]) -> None:
     gw = make_gateway(server={"max_connections": 2})
     held = [connect(gw), connect(gw)]
