@@ -91,8 +91,8 @@ class App:
 
     def refusal(self, err: GatewayError, seen: HeadSeen) -> Response:
         """The server's `Refusals`: what it refused before routing (413, 431, 408...) answered in the
-        route's error shape with the client's request id (docs/messages.md, Errors)."""
-        return refused_response(self.apis, err, seen.path, seen.headers)
+        route's error shape with the client's request id (docs/messages.md, Errors) and CORS fields."""
+        return refused_response(self.apis, err, seen.path, seen.headers, self.runtime.config.server.cors)
 
     def upgrade(self, head: RequestHead) -> Awaitable[Response | Accepted]:
         """The server's `Upgrader`: WebSocket mode on `GET /v1/responses` (apis/responses_ws.py)."""

@@ -13,6 +13,8 @@ this server's stricter policy, field by field (RFC 9112, RFC 9110):
   a target of at most MAX_TARGET bytes: 414), MAX_REQUEST_HEAD bytes a head (431), and a body of at most
   `max_body` bytes (413, from `Content-Length` before the body is read). A line still arriving is
   measured the same way (`LineGauge`), so where reads split a line never changes its verdict;
+- a chunked body's framing bounded too (MAX_CHUNK_LINE, `framing_budget`): what is not data costs
+  reading as much as data does;
 - a request carrying `Upgrade` (RFC 9110 §7.8) is answered, then its connection closes: nothing after
   it is read as a request (one request smuggled behind an upgrade is one too many).
 HTTP/1.0 connections close after the response unless the client asked for `keep-alive`. Nothing
@@ -28,6 +30,11 @@ MAX_REQUEST_HEAD = 64 * 1024
 MAX_LINE = 8 * 1024
 MAX_TARGET = 8 * 1024
 MAX_FIELDS = 100
+# A chunked body's framing (chunk size lines with their extensions, chunk ends, trailers) is no data, so
+# `max_body` does not bound it, and llhttp skips extensions and leading zeros of any length: at most
+# MAX_CHUNK_LINE bytes of it may come without a data byte or a whole trailer field between (a line too
+# long: 400), and at most `max_body` + 2 * MAX_REQUEST_HEAD (the trailers' own bound) in all (413).
+MAX_CHUNK_LINE = 2 * MAX_LINE
 # Fields whose second copy is a second reading of the request (RFC 9110 §5.3: only list-valued fields
 # may repeat); `Content-Length` is one (llhttp refuses its repetition too).
 SINGLETON_FIELDS = frozenset(("host", "content-length", "content-type", "transfer-encoding", "authorization",
@@ -142,9 +149,15 @@ def request_head(method: str, target: str, version: str, fields: dict[str, str],
     conn = {t.strip().lower() for t in fields.get("connection", "").split(",")}
     keep_alive = "keep-alive" in conn if http10 else "close" not in conn
     upgrade = fields.get("upgrade")
+    # an HTTP/1.0 client knows no 1xx: it would take `100 Continue` for its answer (RFC 9110 §10.1.1: ignored)
+    expects_continue = not http10 and fields.get("expect", "").lower() == "100-continue"
     return RequestHead(method, path, query, fields, keep_alive and upgrade is None, http10, length,
-                       fields.get("expect", "").lower() == "100-continue",
-                       None if upgrade is None else upgrade.lower())
+                       expects_continue, None if upgrade is None else upgrade.lower())
+
+
+def framing_budget(max_body: int) -> int:
+    """The most chunked framing one request body may carry (see MAX_CHUNK_LINE)."""
+    return max_body + 2 * MAX_REQUEST_HEAD
 
 
 def body_framing_head(head: RequestHead) -> bytes:

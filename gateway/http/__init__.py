@@ -4,8 +4,9 @@
 Why not aiohttp's server: per streamed request it built request and response objects, ran its router
 and middleware chain and a writer stack that profiles put at a tenth of the gateway's CPU; this server
 reads a request whole (bodies are bounded by `server.max_body_bytes`), hands it to one function and
-writes what that returns. Keep-alive connections idle longer than `keepalive_s`, and heads slower than
-`head_timeout_s` (408), are closed by one sweep a second (no timer per request), which also formats
+writes what that returns. Keep-alive connections idle longer than `keepalive_s` between requests, heads
+slower than `head_timeout_s` and requests not whole `request_timeout_s` after their first byte (both 408)
+are closed by one sweep a second (no timer per request), which also formats
 the Date headers of the next seconds (`dates.py`); a client that reads nothing of a response for
 `send_timeout_s` is cut; past `max_connections` a new connection gets one 503.
 Over TLS a connection counts from its accept (`tls.py`): its handshake is inside `max_connections` and
@@ -54,11 +55,14 @@ class ServerLimits:
     head_timeout_s: float = 15.0  # first byte of a request to the end of its head
     send_timeout_s: float = 30.0  # a paused write (the client's socket full) may last this long
     keepalive_s: float = KEEPALIVE_S
+    # first byte of a request to the end of its body: the bound the keep-alive sweep used to set (cutting a
+    # request begun late in a connection's idle time short, without an answer), now the request's own
+    request_timeout_s: float = KEEPALIVE_S
     turn_s: float = TURN_S  # request steps one loop iteration runs before the rest wait; 0: no limit
 
 
 class ServerEvents(Protocol):
-    # max_connections, head_timeout, send_stall, bad_request, too_large, upgrade, tls_handshake
+    # max_connections, head_timeout, body_timeout, send_stall, bad_request, too_large, upgrade, tls_handshake
     def refused(self, reason: str) -> None: ...
 
 
@@ -129,10 +133,12 @@ class HttpServer:
 
     def _sweep_idle(self) -> None:
         now = self.loop.time()
-        idle_before, head_before = now - self.limits.keepalive_s, now - self.limits.head_timeout_s
+        limits = self.limits
+        idle_before, head_before = now - limits.keepalive_s, now - limits.head_timeout_s
+        whole_before = now - limits.request_timeout_s
         for conn in list(self.connections):
             conn.close_if_idle(idle_before)
-            conn.check_head_timeout(head_before)
+            conn.check_request_timeouts(head_before, whole_before)
             conn.swept(now)
         for reason, count in self._refusals.items():  # a flood of refusals is a line a second, not a line each
             log.warning("http_refused", reason=reason, count=count, connections=len(self.connections))

@@ -357,17 +357,24 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
 
     def close_if_idle(self, idle_before: float) -> None:
-        """Shutdown (idle_before = inf) or the keep-alive timeout: close a connection between requests."""
+        """Shutdown (idle_before = inf) or the keep-alive timeout: close a connection between requests (a
+        request begun has deadlines of its own, `check_request_timeouts`, and an answer when they pass)."""
         if self.tunnel is not None and idle_before == math.inf:
             self.tunnel.drain()  # shutdown: the tunnel finishes what runs, then ends
-        elif self.task is None and self.idle_since < idle_before:
+        elif self.task is None and self.idle_since < idle_before \
+                and (idle_before == math.inf or not self._reader.in_request):
             self._close()
 
-    def check_head_timeout(self, started_before: float) -> None:
-        """A request head still incomplete since before `started_before` (a slow-loris client): 408."""
-        if self.task is None and not self._lingering and self._reader.awaiting_head \
-                and self.head_since < started_before:
+    def check_request_timeouts(self, head_before: float, whole_before: float) -> None:
+        """A request head still incomplete since before `head_before` (a slow-loris client), or a request
+        begun before `whole_before` whose body has not all come: 408, answered in the route's shape."""
+        if self.task is not None or self._lingering:
+            return
+        reader = self._reader
+        if reader.awaiting_head and self.head_since < head_before:
             self._reject(RequestError(408, "the request head took too long"), "head_timeout")
+        elif reader.awaiting_body and self.head_since < whole_before:
+            self._reject(RequestError(408, "the request body took too long"), "body_timeout")
 
     def _refuse_connection(self) -> None:
         """Over `max_connections`: one 503 and close, before reading anything (the client may retry)."""

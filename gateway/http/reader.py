@@ -11,6 +11,10 @@ looser than llhttp and h11 on 33 framing vectors. What stays ours is policy and 
   a chunked body up to its last line end, since it ends at one): whatever follows begins at a line
   start, held as above. The body is gathered in one bytearray and counted as it comes, so `max_body`
   is enforced while reading and a 1-byte-chunk trickle costs CPU linear in size;
+- a chunked body's framing is counted too (the bytes fed less the data llhttp gave back): llhttp skips
+  chunk extensions and leading zeros of any length, and httptools joins a trailer value's fragments by
+  concatenation, so an endless extension kept the loop busy for nothing and an endless trailer value grew
+  memory at a quadratic cost (the class of Node's CVE-2024-22019);
 - a request carrying `Upgrade` (RFC 9110 §7.8) is the last one read from its connection: its body is
   read as a body (httptools would skip it and hand the bytes back as "another protocol": the
   smuggling hole of issue #27), nothing after it is parsed, and it is answered with `Connection: close`;
@@ -26,6 +30,7 @@ from collections import deque
 import httptools
 
 from gateway.core.http1_request import (
+    MAX_CHUNK_LINE,
     MAX_FIELDS,
     MAX_REQUEST_HEAD,
     MAX_TARGET,
@@ -36,6 +41,7 @@ from gateway.core.http1_request import (
     RequestHead,
     body_framing_head,
     continue_line,
+    framing_budget,
     head_seen,
     partial_request_line,
     request_head,
@@ -71,9 +77,9 @@ class RequestReader:
     body (RFC 9110 §10.1.1). Raises only RequestError. `saturated`: the queued requests are the last
     ones (MAX_PIPELINED reached, or an `Upgrade` request): serve them, then close."""
 
-    __slots__ = ("_body", "_continue_sent", "_error", "_fields", "_gauge", "_head", "_in_head", "_parser",
-                 "_ready", "_refeed", "_refeeding", "_size", "_started", "_target", "_unfed", "max_body",
-                 "saturated", "upgraded_bytes")
+    __slots__ = ("_body", "_continue_sent", "_error", "_fields", "_framing", "_gauge", "_head", "_in_head",
+                 "_parser", "_ready", "_refeed", "_refeeding", "_size", "_stalled", "_started", "_target", "_unfed",
+                 "max_body", "saturated", "upgraded_bytes")
 
     def __init__(self, max_body: int):
         self.max_body = max_body
@@ -98,6 +104,8 @@ class RequestReader:
         self._head: RequestHead | None = None
         self._body: bytes | bytearray = b""
         self._size = 0
+        self._framing = 0  # a chunked body's bytes that are not data (MAX_CHUNK_LINE)
+        self._stalled = 0  # of which fed since the last data byte or trailer field
         self._continue_sent = False
 
     @property
@@ -107,13 +115,18 @@ class RequestReader:
 
     @property
     def in_request(self) -> bool:
-        """Some bytes of a request have arrived (an idle timeout then cuts a request short)."""
+        """Some bytes of a request have arrived: the connection is not idle (its deadlines are the request's)."""
         return self._started or bool(self._unfed) or bool(self._ready)
 
     @property
     def awaiting_head(self) -> bool:
         """A request has begun and its head is not complete yet (the request-head timeout runs)."""
         return self._in_head and (self._started or bool(self._unfed))
+
+    @property
+    def awaiting_body(self) -> bool:
+        """A request's head has been read and its body has not all come (the request timeout runs)."""
+        return not self._in_head and not self.saturated
 
     def feed(self, data: bytes) -> tuple[RequestHead, bytes] | None:
         if data:
@@ -186,9 +199,29 @@ class RequestReader:
             return left + data[n:] if left else data[n:]
         end = data.rfind(b"\n")  # a chunked body ends with a line end: bytes after the last cannot end it
         if end < 0 or end == len(data) - 1:
-            return self._execute(data)
-        left = self._execute(data[:end + 1])
+            return self._feed_chunked(data)
+        left = self._feed_chunked(data[:end + 1])
         return left + data[end + 1:] if left else data[end + 1:]
+
+    def _feed_chunked(self, data: bytes) -> bytes:
+        """Feed chunked body bytes and count their framing: the bytes fed less the data they carried.
+        Framing fed with neither data nor a whole trailer field is a chunk line or a trailer line still
+        growing (MAX_CHUNK_LINE); all of it is held to `framing_budget`."""
+        head, size, fields = self._head, self._size, self._fields
+        lines = fields.lines if fields is not None else 0
+        left = self._execute(data)
+        if self._head is not head or self._error is not None:
+            return left  # the body ended in these bytes (what followed it is the next request's)
+        framing = len(data) - len(left) - (self._size - size)
+        self._framing += framing
+        moved = self._size != size or (fields is not None and fields.lines != lines)
+        self._stalled = 0 if moved else self._stalled + framing
+        if self._stalled > MAX_CHUNK_LINE:
+            self._error = RequestError(400, "a chunk size line or trailer field is too long")
+        elif self._framing > framing_budget(self.max_body):
+            self._error = RequestError(413, f"the request body's chunked framing passed "
+                                            f"{framing_budget(self.max_body)} bytes")
+        return left
 
     def _hold(self, data: bytes) -> None:
         """Head bytes with no line end yet: wait for one, measuring the line as it grows."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import orjson
 import structlog
 
+from gateway.config.types import CorsConfig
 from gateway.core.api import ClientApi
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.http import Response, StreamResponse
@@ -52,13 +53,17 @@ def error_response(err: GatewayError, request_id: str, anthropic: bool = False) 
 
 
 def refused_response(apis: Mapping[str, ClientApi], err: GatewayError, path: str,
-                     headers: Mapping[str, str]) -> Response:
+                     headers: Mapping[str, str], cors: CorsConfig | None = None) -> Response:
     """A request refused before it was routed (by the HTTP server: 413, 431...; a WebSocket handshake) in
     its route's error shape (Anthropic's on `/v1/messages`: docs/messages.md, Errors), with the id the
-    client sent."""
+    client sent; with `cors`, the CORS fields an allowed origin's answers carry (without them a browser
+    page sees a network error, not the 413 it could tell its user about)."""
     api = apis.get(path)
     anthropic = api.anthropic_errors if api is not None else _anthropic_models(path, headers)
-    return error_response(err, client_request_id(headers), anthropic)
+    answer = error_response(err, client_request_id(headers), anthropic)
+    if cors is not None and "origin" in headers and applies(cors, path):
+        answer.headers.update(cors_headers(cors, headers))
+    return answer
 
 
 async def _route(request: GatewayRequest) -> Response | StreamResponse:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from structlog.testing import capture_logs
 
@@ -16,6 +17,7 @@ from gateway.config import parse_config
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer
+from tests.integration.test_inbound_http import connect, post_head, read_response
 from tests.redis_server import RedisServer
 
 PATH = "/v1/chat/completions"
@@ -171,6 +173,24 @@ def test_cors_preflight_and_answers(upstream: FakeUpstream, make_gateway: Callab
     other = raw_request(gw, "OPTIONS", PATH, {"Origin": "https://evil.example",
                                                "Access-Control-Request-Method": "POST"})
     assert "access-control-allow-origin" not in other.headers
+
+
+@pytest.mark.parametrize(("origin", "allowed"), [("https://app.example.com", True), ("https://evil.example", False)])
+def test_a_request_the_server_refuses_carries_cors_fields_for_an_allowed_origin(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], origin: str, allowed: bool) -> None:
+    """A body over max_body_bytes from a browser page: the 413 lacked Access-Control-Allow-Origin, so the
+    page saw a network error instead of `request_too_large` (docs/reference.md, `server.cors`)."""
+    gw = make_gateway(config(upstream.base_url, max_body_bytes=1000, cors={"allow_origins": ["https://app.example.com"]}))
+    with connect(gw) as sock:
+        sock.sendall(post_head(PATH, 5000, f"Origin: {origin}\r\nAuthorization: Bearer key-a\r\n"))
+        status, headers, body = read_response(sock, bytearray())
+    assert status == b"HTTP/1.1 413 Content Too Large" and orjson.loads(body)["error"]["code"] == "request_too_large"
+    assert headers["vary"] == "Origin"
+    if allowed:
+        assert headers["access-control-allow-origin"] == origin
+        assert "x-request-id" in headers["access-control-expose-headers"]
+    else:
+        assert "access-control-allow-origin" not in headers
 
 
 def test_an_unresolved_model_is_logged_with_a_marker_and_the_reason(

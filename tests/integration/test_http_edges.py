@@ -6,6 +6,7 @@ requests asking to switch protocols, each followed by a pipelined one (issue #27
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.client
 import socket
 import ssl
@@ -58,6 +59,42 @@ def test_a_slow_head_gets_408_and_the_connection_closes(make_gateway: Callable[.
         got = read_to_close(sock)
     assert statuses(got) == [b"HTTP/1.1 408 Request Timeout"]
     assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
+
+
+def test_a_body_that_does_not_come_whole_in_time_gets_408_in_the_routes_shape(
+        make_gateway: Callable[..., GatewayServer]) -> None:
+    """A body stalled half-way was cut without an answer by the keep-alive sweep (the client saw a reset);
+    now the request has its own deadline from its first byte and is answered 408 in its route's shape."""
+    gw = make_gateway()
+    api = gw.api
+    assert api is not None
+    api.limits = dataclasses.replace(api.limits, request_timeout_s=0.2)
+    with connect(gw) as sock:
+        sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: gw\r\nX-Request-Id: slow-1\r\nContent-Length: 100\r\n"
+                     b"anthropic-version: 2023-06-01\r\n\r\n{\"model\":")
+        status, headers, body = read_response(sock, bytearray())
+        assert sock.recv(1) == b""  # then the close
+    assert status == b"HTTP/1.1 408 Request Timeout" and headers["connection"] == "close"
+    assert headers["x-request-id"] == "slow-1"
+    assert orjson.loads(body) == {"type": "error", "error": {"type": "invalid_request_error",
+                                                             "message": "the request body took too long"}}
+    assert gw.sample("llm_gateway_http_refused_total", reason="body_timeout") == 1
+
+
+def test_an_http_1_0_request_expecting_100_continue_gets_no_interim_answer(
+        make_gateway: Callable[..., GatewayServer]) -> None:
+    """RFC 9110 §10.1.1: a server ignores `Expect: 100-continue` from an HTTP/1.0 client, which knows no
+    1xx and took the `HTTP/1.1 100 Continue` it got for its answer. Its body stalls here, so the one answer
+    it gets is the 408, with nothing before it."""
+    gw = make_gateway()
+    api = gw.api
+    assert api is not None
+    api.limits = dataclasses.replace(api.limits, request_timeout_s=0.2)
+    with connect(gw) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n%b"
+                     % (len(BODY), BODY[:10]))
+        got = read_to_close(sock)
+    assert statuses(got) == [b"HTTP/1.1 408 Request Timeout"]
 
 
 def test_a_connection_past_max_connections_gets_503(make_gateway: Callable[..., GatewayServer]) -> None:
@@ -226,6 +263,51 @@ def test_a_body_of_one_byte_chunks_reaches_the_upstream_whole(upstream: FakeUpst
         status, _, _ = read_response(sock, bytearray())
     assert status == b"HTTP/1.1 200 OK"
     assert upstream.bodies(PATH)[-1]["pad"] == "p" * 5000
+
+
+CHUNKED_HEAD = f"POST {PATH} HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+ENDLESS = {  # chunked framing that carries no data, sent as far as the server reads it
+    "chunk-extension": b"1;" + b"e" * (1 << 20),
+    "zero-padded-size": b"0" * (1 << 20),
+    "trailer-value": b"1\r\nx\r\n0\r\nX-Trailer: " + b"t" * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("framing", list(ENDLESS))
+def test_chunk_framing_without_data_is_refused_before_it_grows(gateway: GatewayServer, framing: str) -> None:
+    """llhttp skips a chunk extension or a size's leading zeros of any length, and httptools joins a
+    trailer value's pieces by concatenation: 1 MiB of either was read to the end (the loop busy for
+    nothing: ~1 GB/s for as long as the client sent; a trailer value held in memory at a quadratic cost),
+    never answered. Now a line of framing past MAX_CHUNK_LINE is a 400 and the connection closes."""
+    with connect(gateway) as sock:
+        sock.sendall(CHUNKED_HEAD + ENDLESS[framing])
+        got = read_to_close(sock)
+    assert statuses(got) == [b"HTTP/1.1 400 Bad Request"]
+    assert "chunk size line or trailer field" in orjson.loads(got.partition(b"\r\n\r\n")[2])["error"]["message"]
+
+
+def test_chunk_framing_is_held_to_a_budget_even_between_data_bytes(make_gateway: Callable[..., GatewayServer]) -> None:
+    """Each chunk one data byte behind an 8 KB extension: no line is over the bound, but the framing in
+    all is held to max_body_bytes + 128 KiB (413), as the data is to max_body_bytes."""
+    gw = make_gateway(server={"max_body_bytes": 1000})
+    chunks = (b"1;" + b"e" * 8000 + b"\r\nx\r\n") * 100  # 800 KB of framing for 100 bytes of data
+    with connect(gw) as sock:
+        sock.sendall(CHUNKED_HEAD + chunks)
+        got = read_to_close(sock)
+    assert statuses(got) == [b"HTTP/1.1 413 Content Too Large"]
+    assert orjson.loads(got.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_too_large"
+
+
+def test_chunk_extensions_and_trailers_within_the_bounds_are_served(upstream: FakeUpstream,
+                                                                    gateway: GatewayServer) -> None:
+    upstream.enqueue(PATH, completion("ok"))
+    pieces = [BODY[i:i + 9] for i in range(0, len(BODY), 9)]
+    chunks = b"".join(b"%x;ext=%s\r\n%s\r\n" % (len(p), b"v" * 4000, p) for p in pieces)
+    with connect(gateway) as sock:
+        sock.sendall(CHUNKED_HEAD + chunks + b"0\r\nX-Trailer: " + b"t" * 6000 + b"\r\n\r\n")
+        status, _, _ = read_response(sock, bytearray())
+    assert status == b"HTTP/1.1 200 OK"
+    assert upstream.bodies(PATH)[-1]["messages"] == orjson.loads(BODY)["messages"]
 
 
 @pytest.fixture

@@ -147,6 +147,24 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(gateway: Gate
         assert sock.recv(1) == b"" and not buf  # the server closed it (recv would time out otherwise)
 
 
+def test_a_request_under_way_is_not_cut_by_the_keep_alive_sweep(upstream: FakeUpstream,
+                                                                gateway: GatewayServer) -> None:
+    """The keep-alive clock runs between requests only: a request begun late in a connection's idle time
+    was cut by the sweep half-way through its body (the client saw its connection reset, no answer). A
+    connection opened after it and closed as idle proves a sweep ran past both idle deadlines."""
+    assert gateway.api is not None
+    gateway.api.limits = dataclasses.replace(gateway.api.limits, keepalive_s=0.2)
+    upstream.enqueue(PATH, completion("whole"))
+    with connect(gateway) as sock:
+        sock.sendall(post_head(PATH, len(BODY), "Expect: 100-continue\r\n") + BODY[:10])
+        assert sock.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"  # the head is read: the request is under way
+        with connect(gateway) as witness:
+            assert witness.recv(1) == b""  # idle: closed by a sweep
+        sock.sendall(BODY[10:])
+        status, _, body = read_response(sock, bytearray())
+    assert status == b"HTTP/1.1 200 OK" and orjson.loads(body)["choices"][0]["message"]["content"] == "whole"
+
+
 def test_a_client_that_does_not_read_holds_its_stream_back(servers: LoopThread, upstream: FakeUpstream,
                                                             gateway: GatewayServer) -> None:
     """The gateway stops writing (and so stops reading the upstream) while the client's socket is
