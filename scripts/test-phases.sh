@@ -21,8 +21,10 @@ make -s clean-compiled
 rm -rf build/mypyc-lib
 mkdir -p build
 start=$(date +%s)
-GATEWAY_COMPILE=1 "$BIN/python" setup.py -q build_ext --build-lib build/mypyc-lib --build-temp build/mypyc-temp \
-  > build/compile.log 2>&1 &
+# mypyc type-checks with mypy: a cache of its own, or it and the lint's mypy, starting at the same moment, race
+# to create one (a fresh clone's lint once died with an INTERNAL ERROR)
+MYPY_CACHE_DIR=build/mypyc-cache GATEWAY_COMPILE=1 "$BIN/python" setup.py -q build_ext --build-lib build/mypyc-lib \
+  --build-temp build/mypyc-temp > build/compile.log 2>&1 &
 compiling=$!
 stop_compiling() { kill "$compiling" 2>/dev/null || true; wait "$compiling" 2>/dev/null || true; }
 status=0
