@@ -61,14 +61,19 @@ def test_a_slow_head_gets_408_and_the_connection_closes(make_gateway: Callable[.
     assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
 
 
+def with_request_timeout(gw: GatewayServer, seconds: float) -> GatewayServer:
+    """`gw` with a request deadline of `seconds` (first byte to the whole body), on its running server."""
+    api = gw.api
+    assert api is not None
+    api.limits = dataclasses.replace(api.limits, request_timeout_s=seconds)
+    return gw
+
+
 def test_a_body_that_does_not_come_whole_in_time_gets_408_in_the_routes_shape(
         make_gateway: Callable[..., GatewayServer]) -> None:
     """A body stalled half-way was cut without an answer by the keep-alive sweep (the client saw a reset);
     now the request has its own deadline from its first byte and is answered 408 in its route's shape."""
-    gw = make_gateway()
-    api = gw.api
-    assert api is not None
-    api.limits = dataclasses.replace(api.limits, request_timeout_s=0.2)
+    gw = with_request_timeout(make_gateway(), 0.2)
     with connect(gw) as sock:
         sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: gw\r\nX-Request-Id: slow-1\r\nContent-Length: 100\r\n"
                      b"anthropic-version: 2023-06-01\r\n\r\n{\"model\":")
@@ -86,10 +91,7 @@ def test_an_http_1_0_request_expecting_100_continue_gets_no_interim_answer(
     """RFC 9110 §10.1.1: a server ignores `Expect: 100-continue` from an HTTP/1.0 client, which knows no
     1xx and took the `HTTP/1.1 100 Continue` it got for its answer. Its body stalls here, so the one answer
     it gets is the 408, with nothing before it."""
-    gw = make_gateway()
-    api = gw.api
-    assert api is not None
-    api.limits = dataclasses.replace(api.limits, request_timeout_s=0.2)
+    gw = with_request_timeout(make_gateway(), 0.2)
     with connect(gw) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n%b"
                      % (len(BODY), BODY[:10]))
