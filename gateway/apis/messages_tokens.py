@@ -29,7 +29,7 @@ from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import answer_headers, keep_serving, redact_input_slots, resolve
+from gateway.pipeline.request import answer_headers, keep_serving, prompt_slots, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import CountsTokens, TranslatesCount, Translator
 
@@ -39,10 +39,7 @@ BYTES_PER_TOKEN = 4
 
 async def count_tokens(request: GatewayRequest) -> Response:
     rt, ctx = await resolve(request, COUNT_TOKENS)
-    safety = rt.safety.models[ctx.model.name]
-    # the same validation as a Messages request; its texts gathered only for what reads them
-    slots = input_slots(ctx.body, safety.redact_inputs or bool(safety.input_guards))
-    text = "\n".join(obj[key] for obj, key in slots) if safety.input_guards else ""  # judged before masking
+    slots, text = prompt_slots(rt, ctx, input_slots)  # the same validation as a Messages request
     keep_serving(ctx, lambda d: rt.translator(COUNT_TOKENS.schema, d), "Messages")
     await admit(rt, request.app.state, ctx, tokens=False)
     counting = tuple(d for d in ctx.model.deployments if _counter(rt, d, request) is not None)

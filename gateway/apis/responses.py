@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.apis.catalog import RESPONSES
 from gateway.core.continuation import prefill_input
-from gateway.core.events import StreamEvent, Usage
+from gateway.core.events import StreamEvent, last_usage
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
@@ -86,8 +86,8 @@ def read_answer(obj: dict[str, Any], events: list[StreamEvent]) -> ResponsesAsse
     object has no field for cache writes: `convert.responses_chat_stream.counted`)."""
     assembler = ResponsesAssembler()
     assembler.feed_response(obj)
-    usage = next((e for e in reversed(events) if type(e) is Usage), None)
-    if isinstance(usage, Usage):
+    usage = last_usage(events)
+    if usage is not None:
         assembler.usage = usage
     return assembler
 

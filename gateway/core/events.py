@@ -152,6 +152,14 @@ class InbandError:
 StreamEvent = OutputDelta | ToolCallDelta | Finish | Usage | InbandError
 
 
+def last_usage(events: list[StreamEvent]) -> Usage | None:
+    """The last `Usage` of `events` (a body's, or what a provider's parser read): None without one."""
+    for e in reversed(events):
+        if type(e) is Usage:
+            return e
+    return None
+
+
 class StreamFailed(Exception):
     """A stream core met a failure in the upstream's bytes (an in-band error before the first token, an
     event too large). The shell treats it as the failed read it is: before the commit the attempt fails

@@ -26,7 +26,7 @@ from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
 from gateway.pipeline.opener import fetch_answer, open_stream
 from gateway.pipeline.relay import Relay
-from gateway.pipeline.request import keep_serving, redact_input_slots, resolve
+from gateway.pipeline.request import keep_serving, prompt_slots, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import TextMap
 from gateway.providers.base import ParsedBody
@@ -35,12 +35,7 @@ from gateway.providers.base import ParsedBody
 async def serve(request: GatewayRequest, served: ServedApi) -> Response | StreamResponse:
     api = served.api
     rt, ctx = await resolve(request, api)
-    safety = rt.safety.models[ctx.model.name]
-    # the prompt's texts are gathered only for what reads them (a walk of the whole conversation on every
-    # request otherwise: ~40 us for 30 turns); its shape is checked either way
-    slots = served.input_slots(ctx.body, safety.redact_inputs or bool(safety.input_guards))
-    # what input guardrails judge: before masking
-    text = "\n".join(obj[key] for obj, key in slots) if safety.input_guards else ""
+    slots, text = prompt_slots(rt, ctx, served.input_slots)
     await redact_input_slots(rt, ctx, slots)
     keep_serving(ctx, lambda d: rt.translator(api.schema, d), api.title or api.name, ctx.body)
     state = request.app.state

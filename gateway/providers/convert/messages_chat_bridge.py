@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.core.events import InbandError, Usage
+from gateway.core.events import InbandError, last_usage
 from gateway.core.messages.stream import MessagesStreamParser
 from gateway.core.sse import SSEEvent
 from gateway.providers.base import ParsedBody, StreamParser, Translator, UpstreamRequest
@@ -40,9 +40,7 @@ class MessagesViaChat(ViaChat):
         errors = [e for e in parsed.events if type(e) is InbandError]
         if errors or not parsed.obj:
             return ParsedBody({}, list(errors) or parsed.events)
-        usage = next((e for e in reversed(parsed.events) if type(e) is Usage), None)
-        assert usage is None or isinstance(usage, Usage)
-        return ParsedBody(message_from_completion(parsed.obj, usage), [])
+        return ParsedBody(message_from_completion(parsed.obj, last_usage(parsed.events)), [])
 
     def count_tokens_request(self, body: Mapping[str, Any], model: str,
                              client_headers: Mapping[str, str]) -> UpstreamRequest | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.core.events import InbandError, Usage
+from gateway.core.events import InbandError, last_usage
 from gateway.core.responses.wire import response_events
 from gateway.providers.base import (
     AddsBreakpoints,
@@ -68,6 +68,4 @@ class ResponsesViaChat(ViaChat, AddsBreakpoints):
         if errors or not parsed.obj:
             return ParsedBody({}, list(errors) or parsed.events)
         resp = response_from_completion(parsed.obj, parsed.events, self.echo)
-        usage = next((e for e in reversed(parsed.events) if type(e) is Usage), None)
-        assert usage is None or isinstance(usage, Usage)
-        return ParsedBody(resp, counted(response_events(resp, with_output=True), usage))
+        return ParsedBody(resp, counted(response_events(resp, with_output=True), last_usage(parsed.events)))
