@@ -40,7 +40,7 @@ def _check_mode(st: Section, mode: RedisMode, url: str, sentinel: SentinelConfig
     if mode == "cluster" and url.partition("://")[0] not in _SCHEMES:
         st.errs.add(st.at("redis_url"), "redis_mode cluster needs a redis:// or rediss:// URL of one node")
         return
-    problem = url_problem(url, unix=mode == "single")
+    problem = _url_problem(url, unix=mode == "single")
     if problem is not None:
         st.errs.add(st.at("redis_url"), problem)
     elif mode == "cluster" and _database(url) not in ("", "0"):
@@ -55,7 +55,7 @@ def _sentinel(s: Section) -> SentinelConfig:
     if not urls:
         s.errs.add(s.at("urls"), "required: at least one Sentinel, redis://host:26379")
     for i, url in enumerate(urls):
-        problem = url_problem(url, unix=False) if _is_redis_url(url) else "must be a redis:// or rediss:// URL"
+        problem = _url_problem(url, unix=False) if _is_redis_url(url) else "must be a redis:// or rediss:// URL"
         if problem is not None:
             s.errs.add(f"{s.at('urls')}[{i}]", problem)
     if len({urlsplit(u).scheme for u in urls if _is_redis_url(u)}) > 1:
@@ -65,24 +65,24 @@ def _sentinel(s: Section) -> SentinelConfig:
 
 
 def _is_redis_url(url: str) -> bool:
-    parts = urlsplit_or_none(url)
+    parts = _urlsplit_or_none(url)
     return parts is not None and parts.scheme in _SCHEMES and bool(parts.hostname)
 
 
-def urlsplit_or_none(url: str) -> SplitResult | None:
+def _urlsplit_or_none(url: str) -> SplitResult | None:
     try:
         return urlsplit(url)
     except ValueError:
         return None
 
 
-def url_problem(url: str, *, unix: bool) -> str | None:
+def _url_problem(url: str, *, unix: bool) -> str | None:
     """Why `url` is no Redis URL redis-py would read as written, or None. Checked at load: a password put
     into the URL unencoded (`${REDIS_PASSWORD}`) with a `/`, `?` or `#` in it ends the host part there, so
     the client failed at start with the password's first part in its error ("Port could not be cast to
     integer value as '...'"), or reached a host named after the user and logged the rest as its
     location (docs/scale-out.md). The message never quotes the URL: it holds a credential."""
-    parts = urlsplit_or_none(url)
+    parts = _urlsplit_or_none(url)
     if parts is not None and unix and parts.scheme == "unix":
         return None if parts.path else "a unix:// URL needs the socket's path"
     if parts is None or parts.scheme not in _SCHEMES or not parts.hostname:

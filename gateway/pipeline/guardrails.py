@@ -15,7 +15,7 @@ from gateway.core.stream import Answer
 from gateway.errors import GatewayError, GuardrailBlocked
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.safety import Guardrail
+from gateway.pipeline.safety import Guardrail, TextMap
 from gateway.upstream import UpstreamError
 
 if TYPE_CHECKING:
@@ -77,12 +77,14 @@ async def masked_output_text(rt: Runtime, ctx: RequestContext, assembler: Answer
     masked one-shot with the model's profile, as the text windows masked it (the matches were counted
     there). Guardrails judge what the client reads, and a webhook is never sent a secret the gateway
     masks (core/policy/guard.py, "Mask markers")."""
-    safety = rt.safety.models[ctx.model.name]
-    held = [{"t": assembler.text(k)} for k in _KINDS]
-    if safety.redactor is not None:
-        slots = [(h, "t") for h, k in zip(held, _KINDS, strict=True) if k in safety.scope]
-        await rt.slicer.redact(safety.redactor, slots)  # a slice at a time: a long answer must not stall the loop
-    return "\n".join(h["t"] for h in held if h["t"])
+    texts = [assembler.text(k) for k in _KINDS]
+
+    def walk(fn: TextMap) -> None:
+        for i, kind in enumerate(_KINDS):
+            texts[i] = fn(kind, texts[i])
+
+    await rt.safety.models[ctx.model.name].mask_texts(rt.slicer, walk)  # a slice at a time, as a body's
+    return "\n".join(t for t in texts if t)
 
 
 async def judge_output(rt: Runtime, ctx: RequestContext, assembler: Answer,

@@ -159,9 +159,11 @@ class ChatOutputFilter:
         for at, entry, field in detail_texts(details):
             key = (index, at, field)
             slot = self._details.get(key)
-            stage = slot[0] if slot is not None else (
-                self._factory(DeltaKind.REASONING) if self._factory is not None else None)
-            self._details[key] = (stage, entry.get("type"))
+            if slot is None:  # the entry's first text: its window, and its type for the tail's entry
+                stage = self._factory(DeltaKind.REASONING) if self._factory is not None else None
+                self._details[key] = (stage, entry.get("type"))
+            else:
+                stage = slot[0]
             if stage is None:
                 continue
             text = entry[field]
