@@ -17,9 +17,11 @@ from bench.procstat import tree
 def shell_with_a_child(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A shell that has started a `sleep` and waits for it: a process with a child, like nginx's master."""
     started = tmp_path / "started"
-    proc = subprocess.Popen(["sh", "-c", f"sleep 60 & touch {started}; wait"])
+    # the file made by the shell itself (`: >`, no `touch`): a `touch` still exiting was once taken for the
+    # child, and its /proc entry was gone before the test read it
+    proc = subprocess.Popen(["sh", "-c", f"sleep 60 & : > {started}; wait"])
     try:
-        while not started.exists():  # the shell forks the child before it touches the file
+        while not started.exists():  # the shell forks the child before it makes the file
             if proc.poll() is not None:
                 raise RuntimeError("the shell ended before its child started")
             os.sched_yield()
