@@ -6,12 +6,11 @@ against the models of the config, so a request only ever checks membership in a 
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
 from gateway.config.aliases import glob_match, is_glob
-from gateway.config.reader import Section
+from gateway.config.reader import Section, http_url_problem
 from gateway.config.types import JwtConfig, JwtGroup
 
 JWT_KEYS = ("issuer", "audience", "jwks_url", "team_claim", "groups_claim", "groups", "leeway_s",
@@ -25,9 +24,8 @@ def _url(s: Section, key: str, required: bool) -> str | None:
         if required:
             s.errs.add(s.at(key), "required")
         return None
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        s.errs.add(s.at(key), "must be an http(s) URL")
+    if http_url_problem(value) is not None:  # a bad port too: it failed only at the first fetch
+        s.errs.add(s.at(key), "must be an http(s) URL with a host and a port from 1 to 65535")
     return value
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.config import edges
 from gateway.config.aws_config import AWS_KEYS, aws_settings
-from gateway.config.reader import Errors, Section
+from gateway.config.reader import Errors, Section, http_url_problem
 from gateway.config.types import BreakerConfig, ProviderConfig, Timeouts
 from gateway.providers.registry import PROVIDERS, ProviderKind
 
@@ -42,8 +42,11 @@ def _base_url(s: Section, kind: ProviderKind | None) -> tuple[str, bool]:
     """The configured `base_url`, and whether the type's default stands in for a missing one."""
     base_url = s.get("base_url", str, "").rstrip("/")
     optional = kind is not None and kind.default_base_url is not None and not base_url
-    if kind is not None and kind.remote and not optional and not re.match(r"^https?://[^/\s]+", base_url):
-        s.errs.add(s.at("base_url"), "required: an http:// or https:// URL")
+    if kind is not None and kind.remote and not optional:
+        if not re.match(r"^https?://[^/\s]+", base_url):
+            s.errs.add(s.at("base_url"), "required: an http:// or https:// URL")
+        elif (problem := http_url_problem(base_url)) is not None:
+            s.errs.add(s.at("base_url"), problem)
     return base_url, optional
 
 

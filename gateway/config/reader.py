@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -166,6 +167,22 @@ class Section:
 def did_you_mean(key: str, allowed: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def http_url_problem(value: str) -> str | None:
+    """What is wrong with an http(s) URL the gateway will call (None: nothing), checked at load: a port
+    that is not one (`:99999`, `:80a`) otherwise passed and failed only at request time, as a 500. The
+    problem never quotes the URL (it may carry credentials)."""
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port  # parsing it is the check: it raises on what is not a port
+    except ValueError:
+        return "must be an http:// or https:// URL with a port from 1 to 65535"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host"
+    if port == 0:
+        return "must be an http:// or https:// URL with a port from 1 to 65535"
+    return None
 
 
 # `${FLAG}` interpolates to a string; where a boolean is expected it is read as YAML would read it bare

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gateway.config.reader import Errors, Section
+from gateway.config.reader import Errors, Section, http_url_problem
 from gateway.config.types import CustomRule, GuardrailConfig, RedactionProfile
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,62}$")
@@ -38,8 +38,10 @@ def guardrail(path: str, raw: Any, errs: Errors) -> GuardrailConfig:
         errs.add(s.at("terms"), "at least one term is required for type terms")
     if gtype == "regex" and not g.patterns:
         errs.add(s.at("patterns"), "at least one pattern is required for type regex")
-    if gtype == "webhook" and not (g.url and re.match(r"^https?://", g.url)):
-        errs.add(s.at("url"), "required for type webhook: an http:// or https:// URL")
+    if gtype == "webhook":
+        problem = http_url_problem(g.url) if g.url else "required for type webhook: an http:// or https:// URL"
+        if problem is not None:
+            errs.add(s.at("url"), problem)
     return g
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gateway.config.reader import Errors, Section
+from gateway.config.reader import Errors, Section, http_url_problem
 from gateway.config.types import TelemetryConfig
 
 KEYS = ("otlp_endpoint", "service_name", "sampling_ratio", "respect_parent_sampling", "headers", "export_timeout_s",
@@ -140,9 +140,9 @@ def _endpoint(s: Section, env: Mapping[str, str]) -> str | None:
 
 
 def _checked(url: str, where: str, errs: Errors) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        errs.add(where, "must be an http:// or https:// URL")
+    problem = http_url_problem(url)
+    if problem is not None:
+        errs.add(where, problem)
     return url
 
 

@@ -110,3 +110,25 @@ def test_response_owners_are_kept_30_days_unless_set() -> None:
     custom = parse_config({**BASE, "state": {"response_owner_ttl_s": 3600}}, env={"KEY": "k"})
     assert custom.state.response_owner_ttl_s == 3600
     assert errors({**BASE, "state": {"response_owner_ttl_s": 0}}) == ["state.response_owner_ttl_s: must be >= 1"]
+
+
+@pytest.mark.parametrize("url", ["http://guard:99999/check", "http://guard:80a/check", "http://guard:0/check",
+                                 "http://user:hunter2@guard:65536/check", "http://[::1/check"])
+def test_a_webhook_url_with_a_bad_port_is_a_config_error_that_never_quotes_it(url: str) -> None:
+    """It passed the check and failed at request time as a 500 (the port was first parsed then)."""
+    hook = {"name": "g", "type": "webhook", "url": url, "stage": "input"}
+    found = errors({**BASE, "guardrails": [hook]})
+    assert found == ["guardrails[0].url: must be an http:// or https:// URL with a port from 1 to 65535"]
+    assert all("hunter2" not in e and "guard" not in e.split(":", 1)[1] for e in found)
+
+
+def test_a_good_webhook_url_and_the_other_called_urls_with_a_bad_port() -> None:
+    hook = {"name": "g", "type": "webhook", "url": "https://guard.example:8443/check"}
+    assert parse_config({**BASE, "guardrails": [hook]}, env={"KEY": "k"}).guardrails["g"].url == hook["url"]
+    bad = {**BASE, "providers": {"p": {"type": "openai", "base_url": "https://x.example:123456/v1", "api_key": "k"}},
+           "telemetry": {"otlp_endpoint": "http://collector:4318x"},
+           "auth": {"jwt": {"issuer": "https://idp.example", "audience": "gw", "jwks_url": "https://idp:99999/k"}}}
+    found = errors(bad)
+    assert "providers.p.base_url: must be an http:// or https:// URL with a port from 1 to 65535" in found
+    assert "telemetry.otlp_endpoint: must be an http:// or https:// URL with a port from 1 to 65535" in found
+    assert "auth.jwt.jwks_url: must be an http(s) URL with a host and a port from 1 to 65535" in found
