@@ -30,17 +30,44 @@ _TEXT_PARTS = frozenset({"text"})
 
 
 def _blocks(content: Any, slots: list[TextSlot]) -> None:
-    """The text blocks of a content array, and of the tool results inside it."""
+    """The text blocks of a content array, and of the tool results, documents and search results inside
+    it: every text the model reads (input guardrails judge them, `redaction.inputs` masks them). Images,
+    PDFs (base64), URLs and file ids carry no text of ours to read."""
     for block in content if isinstance(content, list) else ():
         if not isinstance(block, dict):
             continue
-        if block.get("type") in _TEXT_PARTS and isinstance(block.get("text"), str):
+        btype = block.get("type")
+        if btype in _TEXT_PARTS and isinstance(block.get("text"), str):
             slots.append((block, "text"))
-        elif block.get("type") == "tool_result":
-            if isinstance(block.get("content"), str):
-                slots.append((block, "content"))
-            else:
-                _blocks(block.get("content"), slots)
+        elif btype == "tool_result":
+            _text_or_blocks(block, "content", slots)
+        elif btype == "document":
+            _strings(block, ("title", "context"), slots)
+            _document_source(block.get("source"), slots)
+        elif btype == "search_result":
+            _strings(block, ("title", "source"), slots)
+            _blocks(block.get("content"), slots)
+
+
+def _text_or_blocks(obj: dict[str, Any], key: str, slots: list[TextSlot]) -> None:
+    if isinstance(obj.get(key), str):
+        slots.append((obj, key))
+    else:
+        _blocks(obj.get(key), slots)
+
+
+def _strings(obj: dict[str, Any], keys: tuple[str, ...], slots: list[TextSlot]) -> None:
+    slots.extend((obj, k) for k in keys if isinstance(obj.get(k), str))
+
+
+def _document_source(source: Any, slots: list[TextSlot]) -> None:
+    """A plain-text document's `data`, or a custom-content document's `content` (a string or blocks)."""
+    if not isinstance(source, dict):
+        return
+    if source.get("type") == "text" and isinstance(source.get("data"), str):
+        slots.append((source, "data"))
+    elif source.get("type") == "content":
+        _text_or_blocks(source, "content", slots)
 
 
 def input_slots(body: dict[str, Any], texts: bool = True) -> list[TextSlot]:

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from gateway.config import parse_config
+from tests import anthropic_scripts as a
 from tests.fake_upstream import FakeUpstream, json_script
 from tests.harness import GatewayServer
 
@@ -43,6 +44,25 @@ BLOCKED_COUNTS: dict[str, dict[str, Any]] = {
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "find", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
                                       "content": [{"type": "text", "text": "project nightingale: launch"}]}]}]},
+    # what the model reads in documents and search results (before, never judged)
+    "document_text": {"messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "project nightingale"}},
+        {"type": "text", "text": "summarise it"}]}]},
+    "document_content": {"messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "content", "content": [
+            {"type": "text", "text": "chapter one"}, {"type": "text", "text": "Project Nightingale"}]}}]}]},
+    "document_context": {"messages": [{"role": "user", "content": [
+        {"type": "document", "context": "about project nightingale",
+         "source": {"type": "url", "url": "https://docs.example/a.pdf"}}]}]},
+    "search_result": {"messages": [{"role": "user", "content": [
+        {"type": "search_result", "source": "https://kb.example/1", "title": "KB",
+         "content": [{"type": "text", "text": "project nightingale is on"}]}]}]},
+    "search_result_in_tool_result": {"messages": [
+        {"role": "user", "content": "search"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "kb", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "search_result", "source": "https://kb.example/2", "title": "Project Nightingale",
+             "content": [{"type": "text", "text": "launch plan"}]}]}]}]},
 }
 
 
@@ -94,3 +114,30 @@ def test_token_counting_masks_the_prompt_as_the_messages_request_it_counts(
     assert key[:12] not in str(sent)
     assert sent["system"] == "deploy with [REDACTED:openai_key]"
     assert sent["messages"][0]["content"][0]["text"] == "my key is [REDACTED:openai_key]"
+
+
+def test_documents_and_search_results_are_masked_before_they_leave(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """`redaction.inputs: true` masks the texts the input guardrails judge: a document's text source, its
+    content blocks, title and context, and a search result's texts (a message's own, or a tool result's)."""
+    key = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
+    gw = make_gateway(config(upstream.base_url, redaction="in"))
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{gw.port}", api_key="k", max_retries=0, timeout=20)
+    upstream.enqueue("/a/v1/messages", a.message_body([{"type": "text", "text": "ok"}]))
+    result = {"type": "search_result", "source": "https://kb.example/1", "title": f"T {key}",
+              "content": [{"type": "text", "text": f"k={key}"}]}
+    client.messages.create(model="claude", max_tokens=8, messages=[  # type: ignore[misc]
+        {"role": "user", "content": [
+            {"type": "document", "title": f"T {key}", "context": f"c {key}",
+             "source": {"type": "text", "media_type": "text/plain", "data": f"d {key}"}},
+            {"type": "document", "source": {"type": "content", "content": [{"type": "text", "text": f"b {key}"}]}},
+            {"type": "document", "source": {"type": "content", "content": f"s {key}"}},
+            result, {"type": "tool_result", "tool_use_id": "t0", "content": [result]}]}])
+    [sent] = upstream.bodies("/a/v1/messages")
+    assert key[:12] not in str(sent)
+    doc, blocks, plain, found, tool = sent["messages"][0]["content"]
+    masked = "[REDACTED:openai_key]"
+    assert (doc["title"], doc["context"], doc["source"]["data"]) == (f"T {masked}", f"c {masked}", f"d {masked}")
+    assert blocks["source"]["content"][0]["text"] == f"b {masked}" and plain["source"]["content"] == f"s {masked}"
+    for r in (found, tool["content"][0]):
+        assert (r["title"], r["content"][0]["text"], r["source"]) == (f"T {masked}", f"k={masked}", result["source"])
