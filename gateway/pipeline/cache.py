@@ -2,9 +2,11 @@
 
 On for a request when `cache.enabled`, the model's `cache: true`, or the header `x-gateway-cache: on`;
 `x-gateway-cache: off` turns it off. The key is the normalised request plus the caller's key name, so
-tenants never read each other's answers. Answers are stored *after* masking: the cache never holds text
-the client could not have read. A hit makes no upstream call and is served at once; in a stream, as one
-content delta (plus usage if the client asked).
+tenants never read each other's answers, and the fingerprint of the model's guardrails and redaction as
+compiled (`ModelSafety.fingerprint`), so an answer judged and masked under one policy is never served
+under another (a reload that adds a rule misses what was cached before it). Answers are stored *after*
+masking and judging: the cache never holds text the client could not have read. A hit makes no upstream
+call and is served at once; in a stream, as one content delta (plus usage if the client asked).
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ def wanted(rt: Runtime, request: GatewayRequest, ctx: RequestContext) -> bool:
     return choice == "on" or rt.config.cache.enabled or ctx.model.cache
 
 
-def key_for(ctx: RequestContext) -> str:
+def key_for(rt: Runtime, ctx: RequestContext) -> str:
     tenant = ctx.key.name if ctx.key is not None else "-"
-    return cache_key(f"{ctx.api}:{tenant}", ctx.body)
+    policy = rt.safety.models[ctx.model.name].fingerprint
+    return cache_key(f"{ctx.api}:{tenant}:{policy}", ctx.body)
 
 
-async def lookup(state: StateBackend, ctx: RequestContext) -> dict[str, Any] | None:
+async def lookup(rt: Runtime, state: StateBackend, ctx: RequestContext) -> dict[str, Any] | None:
     try:
-        raw = await state.cache_get(key_for(ctx))
+        raw = await state.cache_get(key_for(rt, ctx))
     except Exception as exc:  # the cache is an optimisation: a failing one is a miss
         log.warning("cache_get_failed", error=type(exc).__name__)
         return None
@@ -55,11 +58,9 @@ async def lookup(state: StateBackend, ctx: RequestContext) -> dict[str, Any] | N
 
 async def store(rt: Runtime, state: StateBackend, ctx: RequestContext, body: dict[str, Any]) -> None:
     try:
-        await state.cache_set(key_for(ctx), orjson.dumps(body), rt.config.cache.ttl_s)
+        await state.cache_set(key_for(rt, ctx), orjson.dumps(body), rt.config.cache.ttl_s)
     except Exception as exc:
         log.warning("cache_set_failed", error=type(exc).__name__)
-
-
 
 
 def hit_headers(ctx: RequestContext) -> dict[str, str]:

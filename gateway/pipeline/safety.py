@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import orjson
 
 from gateway.config.types import Config, GuardrailConfig, Proxy, RedactionProfile
 from gateway.core.events import DeltaKind
@@ -114,6 +117,10 @@ class ModelSafety:
     stream_guards: tuple[Guardrail, ...]  # output, mode stream: windowed
     hold_guards: tuple[Guardrail, ...]  # output, mode hold: whole answer before release
     audit_guards: tuple[Guardrail, ...]  # output, mode audit: whole answer after release
+    # the policy an answer of this model is judged and masked by, as a digest: part of its response cache
+    # key, so an answer cached under one policy is never served under another (a reload's new guardrail
+    # or redaction rule). Made once per config, never per request (`policy_fingerprint`)
+    fingerprint: str = ""
 
     @property
     def filters_stream(self) -> bool:
@@ -210,6 +217,14 @@ def _guardrail(g: GuardrailConfig) -> Guardrail:
     return Guardrail(g, TextGuard.compile(g.name, g.type, g.terms, g.patterns))
 
 
+def policy_fingerprint(guards: list[Guardrail], profile: RedactionProfile | None, redactor: Redactor | None) -> str:
+    """A digest of a model's guardrails (every field) and redaction profile, the profile's rules as
+    compiled (a built-in rule's pattern changed by an upgrade counts, for a cache shared in Redis)."""
+    rules = [(r.name, r.regex.pattern) for r in redactor.rules] if redactor is not None else []
+    policy = orjson.dumps([[g.config for g in guards], profile, rules])
+    return hashlib.sha256(policy).hexdigest()[:32]
+
+
 def compile_safety(config: Config, minted: MintedSecrets | None = None) -> Safety:
     """`minted`: the process's signer credentials (`upstream.signing.MintedCredentials`), which the
     scrubber reads as they are at each use; None where nothing is sent (`check-config`)."""
@@ -232,5 +247,6 @@ def compile_safety(config: Config, minted: MintedSecrets | None = None) -> Safet
             hold_guards=tuple(g for g in out if g.config.mode == "hold"
                               or (g.config.mode == "stream" and g.text is None)),
             audit_guards=tuple(g for g in out if g.config.mode == "audit"),
+            fingerprint=policy_fingerprint(mine, profile, redactors.get(m.redaction)),
         )
     return Safety(models, Scrubber.compile(upstream_secrets(config), minted))

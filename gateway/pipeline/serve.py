@@ -44,7 +44,7 @@ async def serve(request: GatewayRequest, served: ServedApi) -> Response | Stream
         await ownership.check_continued(state, served.owned, ctx)
     await check_input(rt, ctx, text)
     if served.cacheable(ctx.body) and cache.wanted(rt, request, ctx):
-        hit = await cache.lookup(state, ctx)
+        hit = await cache.lookup(rt, state, ctx)
         if hit is not None:
             return await cache.serve_hit(request, ctx, hit, served.hit_stream)
         ctx.cache_store = True

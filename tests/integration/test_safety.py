@@ -12,9 +12,10 @@ import orjson
 import pytest
 
 from gateway.config import parse_config
+from gateway.config.types import Config, CustomRule
 from tests.chat_scripts import chunk, completion, text_stream, usage_chunk
 from tests.fake_upstream import FakeUpstream, Script, json_script, sse
-from tests.harness import GatewayServer
+from tests.harness import GatewayServer, LoopThread
 
 PATH = "/v1/chat/completions"
 KEY = "sk-proj-Zq8vN3xT5bW1kR7mY2cP9dL4fH6jS0gA1eU3iO5"
@@ -308,3 +309,59 @@ def test_inputs_are_masked_before_they_leave_when_asked(upstream: FakeUpstream,
     sent = upstream.bodies(PATH)[0]["messages"]
     assert sent[0]["content"] == "my key is [REDACTED:openai_key]"
     assert sent[1]["content"][0]["text"] == "write to [REDACTED:email]"
+
+
+def with_custom_rule(cfg: Config, name: str, pattern: str) -> Config:
+    profile = cfg.redaction_profiles["p"]
+    custom = (*profile.custom, CustomRule(name, pattern))
+    return dataclasses.replace(cfg, redaction_profiles=MappingProxyType(
+        {"p": dataclasses.replace(profile, custom=custom)}))
+
+
+def ask_cached(gw: GatewayServer, stream: bool) -> tuple[str, BaseException | None]:
+    """One request with the cache on: the text read, and the error that ended it, if any."""
+    on, hi = {"x-gateway-cache": "on"}, [{"role": "user", "content": "hi"}]
+    got: list[str] = []
+    try:
+        if not stream:
+            body = sdk(gw).chat.completions.create(model="m", messages=hi, extra_headers=on)
+            return body.choices[0].message.content or "", None
+        for c in sdk(gw).chat.completions.create(model="m", messages=hi, stream=True, extra_headers=on):
+            if c.choices and c.choices[0].delta.content:
+                got.append(c.choices[0].delta.content)
+    except openai.APIError as exc:
+        return "".join(got), exc
+    return "".join(got), None
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
+@pytest.mark.parametrize("change", ["guardrail", "redaction"])
+def test_an_answer_cached_before_a_reload_never_bypasses_a_rule_it_adds(
+        upstream: FakeUpstream, servers: LoopThread, make_gateway: Callable[..., GatewayServer],
+        change: str, stream: bool) -> None:
+    """The cache key did not cover the policy: after a reload (SIGHUP) that added a guardrail or a
+    redaction rule, the same request was served the answer cached before it, unjudged and unmasked by
+    the new rule, for up to `cache.ttl_s`. The key now carries the model's policy fingerprint."""
+    cfg = config(upstream.base_url)
+    gw = make_gateway(cfg)
+    upstream.defaults[PATH] = text_stream(pieces(BAD_ANSWER, (3, 4, 5))) if stream else completion(BAD_ANSWER)
+    assert ask_cached(gw, stream) == (BAD_ANSWER, None)
+    assert ask_cached(gw, stream) == (BAD_ANSWER, None) and len(upstream.bodies(PATH)) == 1, "cached"
+    if change == "guardrail":
+        new = config(upstream.base_url, guardrails=[TERM | {"stage": "output", "mode": "hold"}])
+    else:
+        new = with_custom_rule(cfg, "codename", "NIGHT-[0-9]{3}")
+
+    async def reload() -> None:
+        assert gw.app is not None
+        gw.app.reload(new)
+
+    servers.run(reload())
+    text, err = ask_cached(gw, stream)
+    assert len(upstream.bodies(PATH)) == 2, "the answer cached under the old policy was not served"
+    if change == "guardrail":
+        assert isinstance(err, openai.APIError) and "guardrail nightingale" in err.message
+        assert "Nightingale" not in text
+    else:
+        assert err is None and text == BAD_ANSWER.replace("NIGHT-042", "[REDACTED:codename]")
+        assert ask_cached(gw, stream) == (text, None) and len(upstream.bodies(PATH)) == 2, "cached anew"

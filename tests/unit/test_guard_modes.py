@@ -37,3 +37,13 @@ def test_each_output_guardrail_judges_a_stream_as_its_mode_says(guard: dict[str,
                                        ("audit", s.audit_guards)) if guards}
     assert found == {judged}
     assert s.input_guards == ()
+
+
+def test_the_policy_fingerprint_follows_every_guardrail_field_and_only_them() -> None:
+    """The response cache's key carries it (pipeline/cache.py): a reload that keeps the policy keeps the
+    cached answers; one that changes any field of a guardrail misses them."""
+    same = safety(TERMS | {"mode": "hold"}).fingerprint
+    assert same and safety(TERMS | {"mode": "hold"}).fingerprint == same
+    for changed in (TERMS, TERMS | {"mode": "hold", "terms": ["project nightingale", "x"]},
+                    TERMS | {"mode": "hold", "stage": "both"}, HOOK | {"mode": "hold"}):
+        assert safety(changed).fingerprint != same, changed
