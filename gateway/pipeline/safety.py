@@ -119,7 +119,7 @@ class ModelSafety:
     audit_guards: tuple[Guardrail, ...]  # output, mode audit: whole answer after release
     # the policy an answer of this model is judged and masked by, as a digest: part of its response cache
     # key, so an answer cached under one policy is never served under another (a reload's new guardrail
-    # or redaction rule). Made once per config, never per request (`policy_fingerprint`)
+    # or redaction rule). Made once per config, never per request (policy_fingerprint, below)
     fingerprint: str = ""
 
     @property
