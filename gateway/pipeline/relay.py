@@ -22,7 +22,7 @@ from gateway.core.events import Failure, StreamFailed
 from gateway.core.stages import Refusal
 from gateway.core.stream import Ended, StreamCore
 from gateway.core.usage_estimate import reported
-from gateway.errors import GatewayError, GuardrailBlocked, UpstreamFailed, UpstreamTimeout
+from gateway.errors import GuardrailBlocked, UpstreamFailed, UpstreamTimeout
 from gateway.http import StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.attempt_io import Opened
@@ -31,19 +31,10 @@ from gateway.pipeline.held_line import judge_keeping_alive
 from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import ModelSafety, SafetyRun
-from gateway.pipeline.sink import ClientSink
+from gateway.pipeline.sink import ClientSink, StreamEnded
 from gateway.upstream import UpstreamError, UpstreamResponse
 
 log = structlog.get_logger("gateway")
-
-
-class StreamEnded(Exception):
-    """The committed stream ends badly: `error` goes out as the API's error event, or `payload` as it is
-    (an upstream failure forwarded); `reason` is the metric's and the log line's."""
-
-    def __init__(self, reason: str, error: GatewayError | None = None, payload: bytes = b""):
-        super().__init__(reason)
-        self.reason, self.error, self.payload = reason, error, payload
 
 
 class OutputFilter(Protocol):
@@ -111,7 +102,7 @@ class Relay:
                  safety: ModelSafety, run: SafetyRun | None, filt: OutputFilter, resume: Resume | None = None):
         self.rt, self.ctx, self.opened, self.client, self.safety = rt, ctx, opened, client, safety
         self.stream, self.run_safety, self.filt = opened.stream, run, filt
-        self.sink = ClientSink(rt, ctx, client, hold=bool(safety.hold_guards))
+        self.sink = ClientSink(rt, ctx, client, safety.hold_guards[0].name if safety.hold_guards else None)
         self.accounted = False
         self.resume = resume  # the model continues a stream that fails after the first token
         self.last, self.t_last = b"", 0.0  # the last read's output, written with the end (`pump`)

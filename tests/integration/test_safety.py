@@ -365,3 +365,24 @@ def test_an_answer_cached_before_a_reload_never_bypasses_a_rule_it_adds(
     else:
         assert err is None and text == BAD_ANSWER.replace("NIGHT-042", "[REDACTED:codename]")
         assert ask_cached(gw, stream) == (text, None) and len(upstream.bodies(PATH)) == 2, "cached anew"
+
+
+@pytest.mark.parametrize("kind", ["hold", "webhook"])
+def test_a_held_answer_past_its_bound_fails_closed(upstream: FakeUpstream, kind: str,
+                                                   make_gateway: Callable[..., GatewayServer]) -> None:
+    """A held answer (`mode: hold`, a webhook in stream mode) had no bound of its own: only `total_s` and the
+    upstream's rate. Past `sink.HOLD_MAX_BYTES` (32 MiB) the hold fails closed: nothing of the answer is
+    sent, the stream ends with the API's error event naming the guardrail, and
+    the guardrail's verdict is a block (the webhook is never asked: the answer never ended)."""
+    g = TERM | {"stage": "output", "mode": "hold"} if kind == "hold" else webhook(upstream) | {"stage": "output"}
+    gw = make_gateway(config(upstream.base_url, guardrails=[g], redaction="off"))
+    upstream.defaults["/guard"] = json_script({"allow": True, "reason": ""})
+    mib = "x" * (1 << 20)
+    upstream.enqueue(PATH, text_stream([mib] * 40))  # ~40 MiB of chunks, more than the bound
+    got, err = stream_text(gw)
+    assert got == [], "nothing held went out"
+    assert isinstance(err, openai.APIError) and err.message.startswith(
+        f"refused by guardrail {g['name']}: the answer passed 32 MiB before its verdict")
+    assert upstream.bodies("/guard") == []
+    assert gw.sample("llm_gateway_guardrail_verdicts_total", guardrail=g["name"], stage="output",
+                     verdict="block") == 1
