@@ -2,7 +2,8 @@
 
 A token is accepted only when PyJWT verifies its signature with a key of the issuer's JWKS chosen by
 `kid`, with an asymmetric algorithm that fits the key's type (`none`, HMAC and a key/algorithm mismatch
-are refused, so no algorithm confusion), and `iss`, `aud`, `exp` and `nbf` hold within the leeway. Its
+are refused, so no algorithm confusion), and `iss`, `aud`, `exp` and `nbf` hold within the leeway; its
+time claims and subject must also be values the gateway can use and store (`claims_fault`). Its
 groups then grant a team and models (`core.policy.identity.grant_for`).
 
 The cost stays off the request path: a verified token is kept (by digest) until it expires, so each
@@ -23,7 +24,15 @@ import jwt
 import structlog
 
 from gateway.config.types import ApiKey, JwtConfig, TeamLimits
-from gateway.core.policy.identity import GroupRule, RefetchGate, Refusal, TokenCache, claim_groups, grant_for
+from gateway.core.policy.identity import (
+    GroupRule,
+    RefetchGate,
+    Refusal,
+    TokenCache,
+    claim_groups,
+    claims_fault,
+    grant_for,
+)
 from gateway.errors import ExpiredApiKey, InvalidApiKey, PermissionDenied
 
 log = structlog.get_logger("gateway")
@@ -203,6 +212,10 @@ class JwtAuth:
             raise ExpiredApiKey("expired token", headers=dict(_INVALID_TOKEN)) from None
         except Exception:  # every other refusal, and whatever a hostile token makes a parser raise
             raise invalid_token() from None
+        if (fault := claims_fault(claims)) is not None:  # signed by the IdP, and still unusable
+            refused = invalid_token()
+            refused.reason = f"jwt_bad_{fault}"  # the log line names the claim; the client hears "invalid"
+            raise refused
         return claims
 
     def _key(self, header: dict[str, Any]) -> jwt.PyJWK:
