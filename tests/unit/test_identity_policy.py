@@ -4,6 +4,7 @@ token's header and payload hold, the answer is a principal or a 401/403, never a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from typing import Any
@@ -108,6 +109,26 @@ def test_a_good_token_gives_the_team_principal() -> None:
         key = auth.principal(token)
         assert (key.name, key.models, key.subject) == ("jwt:ml", ("m",), "u")
         assert key.team is not None and key.team.name == "ml"
+
+
+def test_a_withdrawn_key_ends_the_tokens_it_verified() -> None:
+    auth = _auth()
+    tokens = [jwt.encode(_claims(), k.private, algorithm=k.alg, headers={"kid": k.kid}) for k in KEYS]
+    digests = [hashlib.sha256(t.encode()).digest() for t in tokens]
+    for t in tokens:
+        auth.principal(t)
+    same = {k.kid: k.public_jwk() for k in KEYS}  # a fetch that brings the same keys: nothing forgotten
+    auth.jwks.keys = same
+    assert all(auth.cached(d) is not None for d in digests)
+    changed = new_key("RS256").public_jwk()  # the first kid now names other key material
+    auth.jwks.keys = {**same, KEYS[0].kid: {**changed, "kid": KEYS[0].kid}}
+    assert auth.cached(digests[0]) is None and auth.cached(digests[1]) is not None
+    with pytest.raises(InvalidApiKey):
+        auth.principal(tokens[0])
+    auth.jwks.keys = {KEYS[2].kid: KEYS[2].public_jwk()}  # the second withdrawn
+    assert auth.cached(digests[1]) is None and auth.cached(digests[2]) is not None
+    with pytest.raises(SigningKeyUnknown):
+        auth.principal(tokens[1])
 
 
 def test_a_key_of_another_type_than_the_header_says_is_refused() -> None:

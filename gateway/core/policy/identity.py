@@ -10,14 +10,15 @@
   is stored in the ledger and the audit log, where a NUL or a lone surrogate fails the write.
 - `RefetchGate`: at most one JWKS refetch per interval for unknown `kid`s, so a flood of tokens with
   made-up key ids costs the IdP one request per interval, not one per token.
-- `TokenCache`: a verified token is verified once until it expires; bounded, oldest out first.
+- `TokenCache`: a verified token is verified once until it expires (or its key is withdrawn); bounded,
+  oldest out first.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -154,6 +155,11 @@ class TokenCache(Generic[V]):
             del self._entries[digest]
             return None
         return hit[0]
+
+    def discard_where(self, stale: Callable[[V], bool]) -> None:
+        """Drop every entry whose value is `stale` (the verifying key withdrawn): rare, so a whole pass."""
+        for digest in [d for d, (v, _) in self._entries.items() if stale(v)]:
+            del self._entries[digest]
 
     def put(self, digest: bytes, value: V, until: float) -> None:
         if digest not in self._entries and len(self._entries) >= self._max:
