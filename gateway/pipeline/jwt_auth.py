@@ -2,13 +2,14 @@
 
 A token is accepted only when PyJWT verifies its signature with a key of the issuer's JWKS chosen by
 `kid`, with an asymmetric algorithm that fits the key's type (`none`, HMAC and a key/algorithm mismatch
-are refused, so no algorithm confusion), and `iss`, `aud`, `exp` and `nbf` hold within the leeway. Its
+are refused, so no algorithm confusion), and `iss`, `aud`, `exp` and `nbf` hold within the leeway; its
+time claims and subject must also be values the gateway can use and store (`claims_fault`). Its
 groups then grant a team and models (`core.policy.identity.grant_for`).
 
-The cost stays off the request path: a verified token is kept (by digest) until it expires, so each
-token is verified once; the JWKS is fetched at start and again only for an unknown `kid`, at most once
-per `refetch_s` (a token with an unknown `kid` waits for the fetch in flight), while the cached keys keep
-working through an IdP outage.
+The cost stays off the request path: a verified token is kept (by digest) until it expires, or until a
+JWKS fetch no longer holds the key that verified it, so each token is verified once; the JWKS is fetched
+at start and again only for an unknown `kid`, at most once per `refetch_s` (a token with an unknown `kid`
+waits for the fetch in flight), while the cached keys keep working through an IdP outage.
 """
 
 from __future__ import annotations
@@ -17,13 +18,22 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import jwt
 import structlog
 
 from gateway.config.types import ApiKey, JwtConfig, TeamLimits
-from gateway.core.policy.identity import GroupRule, RefetchGate, Refusal, TokenCache, claim_groups, grant_for
+from gateway.core.policy.identity import (
+    GroupRule,
+    RefetchGate,
+    Refusal,
+    TokenCache,
+    claim_groups,
+    claims_fault,
+    grant_for,
+)
 from gateway.errors import ExpiredApiKey, InvalidApiKey, PermissionDenied
 
 log = structlog.get_logger("gateway")
@@ -50,6 +60,17 @@ class TeamSource(Protocol):
 
     @property
     def team_limits(self) -> Mapping[str, TeamLimits]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """A verified token's principal, with what it depends on: the store's teams version it was built at,
+    and the JWKS key that verified it (`kid` and the key as fetched)."""
+
+    key: ApiKey
+    version: int
+    kid: str
+    jwk: dict[str, Any]
 
 
 class SigningKeyUnknown(Exception):
@@ -132,9 +153,9 @@ class JwtAuth:
         self.cfg, self.jwks, self._teams, self._clock = cfg, jwks, teams, clock
         self._rules = tuple(GroupRule(g.group, g.team, g.models) for g in cfg.groups)
         self._config_teams = frozenset(g.team for g in cfg.groups if g.team)
-        self._verified: TokenCache[tuple[ApiKey, int]] = TokenCache()
+        self._verified: TokenCache[_Verified] = TokenCache()
         self._prepared: dict[tuple[str, str], jwt.PyJWK] = {}
-        self._prepared_from = jwks.keys  # the keys `_prepared` was built from
+        self._keys_seen = jwks.keys  # the keys `_prepared` and `_verified` were built from
         # `gate`: the one of the config this reload replaces, when it had the same IdP and `refetch_s`; a new
         # one would let a made-up `kid` cause a JWKS fetch right after every SIGHUP (docs/identity.md)
         self.gate = gate if gate is not None else RefetchGate(cfg.refetch_s)
@@ -142,10 +163,11 @@ class JwtAuth:
     def cached(self, digest: bytes) -> ApiKey | None:
         """The principal of a token already verified (by its SHA-256), while it is valid and the store's
         teams are unchanged; else None."""
+        self._follow_keys()
         hit = self._verified.get(digest, self._clock())
-        if hit is None or hit[1] != (self._teams.version if self._teams is not None else 0):
+        if hit is None or hit.version != (self._teams.version if self._teams is not None else 0):
             return None
-        return hit[0]
+        return hit.key
 
     def principal(self, token: str, digest: bytes | None = None) -> ApiKey:
         """The caller a token names (`digest`: its SHA-256, when the caller has it). Raises InvalidApiKey,
@@ -153,20 +175,21 @@ class JwtAuth:
         now = self._clock()
         digest = digest or hashlib.sha256(token.encode()).digest()
         version = self._teams.version if self._teams is not None else 0
+        self._follow_keys()
         hit = self._verified.get(digest, now)
-        if hit is not None and hit[1] == version:  # a store change of team limits rebuilds the principal
-            return hit[0]
-        claims = self._verify(token)
+        if hit is not None and hit.version == version:  # a store change of team limits rebuilds the principal
+            return hit.key
+        claims, kid = self._verify(token)
         key = self._grant(claims)
         exp = claims.get("exp")
         until = float(exp) + self.cfg.leeway_s if isinstance(exp, int | float) else now + 300.0
-        self._verified.put(digest, (key, version), until)
+        self._verified.put(digest, _Verified(key, version, kid, self._keys_seen[kid]), until)
         return key
 
     def claims(self, token: str) -> dict[str, Any]:
         """A token's verified claims, for the control plane (admin roles by `admin.jwt_groups`): the same
         checks as `principal`, without the data plane's group mapping. Raises as `principal` does."""
-        return self._verify(token)
+        return self._verify(token)[0]
 
     def groups(self, claims: dict[str, Any]) -> tuple[str, ...]:
         return claim_groups(claims, self.cfg.groups_claim)
@@ -189,12 +212,23 @@ class JwtAuth:
         except SigningKeyUnknown:
             raise invalid_token() from None
 
-    def _verify(self, token: str) -> dict[str, Any]:
+    def _follow_keys(self) -> dict[str, dict[str, Any]]:
+        """The JWKS's keys. When a fetch has replaced them (whoever awaited it), what was prepared or
+        verified with a key they no longer hold, or hold changed, is forgotten: a token verified with a
+        withdrawn key ends with it, not when it expires."""
+        keys = self.jwks.keys
+        if keys is not self._keys_seen:
+            self._keys_seen, self._prepared = keys, {}
+            self._verified.discard_where(lambda v: keys.get(v.kid) != v.jwk)
+        return keys
+
+    def _verify(self, token: str) -> tuple[dict[str, Any], str]:
+        """The claims of a token that passes every check, and the `kid` of the key that verified it."""
         try:
             header = jwt.get_unverified_header(token)
         except Exception:
             raise invalid_token() from None
-        key = self._key(header)
+        kid, key = self._key(header)
         try:
             claims: dict[str, Any] = jwt.decode(
                 token, key, algorithms=[key.algorithm_name], audience=self.cfg.audience, issuer=self.cfg.issuer,
@@ -203,15 +237,17 @@ class JwtAuth:
             raise ExpiredApiKey("expired token", headers=dict(_INVALID_TOKEN)) from None
         except Exception:  # every other refusal, and whatever a hostile token makes a parser raise
             raise invalid_token() from None
-        return claims
+        if (fault := claims_fault(claims)) is not None:  # signed by the IdP, and still unusable
+            refused = invalid_token()
+            refused.reason = f"jwt_bad_{fault}"  # the log line names the claim; the client hears "invalid"
+            raise refused
+        return claims, kid
 
-    def _key(self, header: dict[str, Any]) -> jwt.PyJWK:
+    def _key(self, header: dict[str, Any]) -> tuple[str, jwt.PyJWK]:
         alg, kid = header.get("alg"), header.get("kid")
         if not isinstance(alg, str) or not any(alg in f for f in _FAMILY.values()):
             raise invalid_token()  # `none`, HS256 and anything we would not verify: refused unread
-        keys = self.jwks.keys
-        if keys is not self._prepared_from:  # a fetch replaced the keys (whoever awaited it)
-            self._prepared, self._prepared_from = {}, keys
+        keys = self._follow_keys()
         if kid is None and len(keys) == 1:
             kid = next(iter(keys))
         if not isinstance(kid, str) or kid not in keys:
@@ -228,7 +264,7 @@ class JwtAuth:
             except Exception:
                 raise invalid_token() from None
             self._prepared[(kid, alg)] = prepared
-        return prepared
+        return kid, prepared
 
     def _grant(self, claims: dict[str, Any]) -> ApiKey:
         stored = self._teams.team_limits if self._teams is not None else {}

@@ -11,6 +11,10 @@ from gateway.store.types import Invalid, SpendQuery, SpendTotal
 _GROUP_COL = {"key": "key_name", **{g: g for g in ("key_id", "team", "team_id", "model", "deployment", "day",
                                                   "subject")}}
 _WITH_ID = {"key": "key_id", "team": "team_id"}
+# a team's rows are those of its id; a team without one (created before teams had ids, or only in the
+# config: no row in gw_teams) has the rows without one. Portable: no `IS NOT DISTINCT FROM` in older SQLite.
+_TEAM_NOW = ("team = ? AND (team_id = (SELECT id FROM gw_teams WHERE name = ?) "
+             "OR (team_id IS NULL AND (SELECT id FROM gw_teams WHERE name = ?) IS NULL))")
 
 
 def spend_sql(q: SpendQuery) -> tuple[tuple[str, ...], str, list[Any]]:
@@ -25,9 +29,9 @@ def spend_sql(q: SpendQuery) -> tuple[tuple[str, ...], str, list[Any]]:
     if q.day_to:
         where.append("day <= ?")
         params.append(q.day_to)
-    if q.team is not None:
-        where.append("team = ?")
-        params.append(q.team)
+    if q.team is not None:  # the team that has the name now: a deleted namesake's rows are not its own
+        where.append(_TEAM_NOW)
+        params.extend((q.team,) * 3)
     sql = ("SELECT " + "".join(c + ", " for c in cols) + "COUNT(*), SUM(input_tokens), SUM(output_tokens), "
            "SUM(cached_input_tokens), SUM(reasoning_tokens), SUM(cost_usd) FROM gw_spend"
            + (" WHERE " + " AND ".join(where) if where else "")

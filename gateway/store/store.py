@@ -288,15 +288,16 @@ class Store:
         return await self._db.transact(run, write=False)
 
     async def audit(self, page: Page = FIRST_PAGE, team: str | None = None) -> tuple[list[AuditEntry], bool]:
-        """Newest first, after `page.after` (the last id seen); `team`: entries about its objects only."""
+        """Newest first, after `page.after` (the last id seen); `team`: entries about its objects only, since
+        it was created (a team deleted and created again under its name does not inherit its predecessor's)."""
         where: list[str] = []
         params: list[int | str] = []
         if page.after is not None:
             where.append("id < ?")
             params.append(int(page.after))
-        if team is not None:
-            where.append("team = ?")
-            params.append(team)
+        if team is not None:  # from the creation of the team that has the name now: never a deleted namesake's
+            where.append("team = ? AND ts >= (SELECT created_at FROM gw_teams WHERE name = ?)")
+            params.extend((team, team))
         sql = ("SELECT ts, admin, action, target, detail, id, team FROM gw_audit"
                + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC LIMIT ?")
 

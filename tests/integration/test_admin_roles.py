@@ -161,6 +161,19 @@ def test_a_team_admins_spend_and_audit_are_its_teams(gw: GatewayServer) -> None:
     assert audit and {e["name"] for e in audit} <= {"a", "key-a"}
 
 
+def test_a_team_created_again_under_its_name_shows_its_admin_nothing_of_the_old(gw: GatewayServer) -> None:
+    """The config's team admin of `a` follows the name; its spend and audit are the team's that has it now."""
+    _ask(gw, admin_call(gw.port, "POST", "keys/key-a/rotate", {})[1]["key"])
+    assert [r["team"] for r in admin_call(gw.port, "GET", "spend?group_by=team", key=LEAD_A)[1]["data"]] == ["a"]
+    assert admin_call(gw.port, "DELETE", "keys/key-a")[0] == 200
+    assert admin_call(gw.port, "DELETE", "teams/a")[0] == 200
+    assert admin_call(gw.port, "POST", "teams", {"name": "a"})[0] == 201
+    assert admin_call(gw.port, "GET", "spend?group_by=team,key", key=LEAD_A)[1]["data"] == []
+    assert [e["action"] for e in admin_call(gw.port, "GET", "audit", key=LEAD_A)[1]["data"]] == ["team.create"]
+    rows = admin_call(gw.port, "GET", "spend?group_by=team")[1]["data"]  # an admin still sees the old team's
+    assert [(r["team"], r["requests"]) for r in rows] == [("a", 1)]
+
+
 def test_the_audit_names_the_actor_and_me_answers_every_role(gw: GatewayServer, idp: FakeIdp) -> None:
     token = idp.token(["platform-admins"], sub="carol@example.com")
     assert admin_call(gw.port, "PATCH", "keys/key-a", {"rpm": 7}, key=token)[0] == 200

@@ -198,6 +198,25 @@ def test_key_rotation_and_an_idp_outage(gw: GatewayServer, idp: FakeIdp, upstrea
     assert idp.jwks_fetches <= fetched + 2
 
 
+def test_a_key_the_idp_stops_publishing_ends_its_verified_tokens(gw: GatewayServer, idp: FakeIdp,
+                                                                 upstream: FakeUpstream) -> None:
+    """Tokens are kept verified until they expire, but only while the JWKS still holds their key: a fetch
+    that drops a `kid` (a key withdrawn, compromised) ends the tokens it verified at once."""
+    assert gw.app is not None and gw.app.runtime.keyring.jwt is not None
+    upstream.defaults[CHAT] = completion("ok")
+    withdrawn, kept = idp.token(["ml-eng"], key=idp.keys[0]), idp.token(["ml-eng"], key=idp.keys[1])
+    for token in (withdrawn, kept):
+        assert post(gw, CHAT, token, {"model": "m", "messages": HI})[0] == 200
+    idp.keys.pop(0)
+    rotated = idp.rotate()  # its first token makes the gateway fetch the JWKS, which no longer has keys[0]
+    assert post(gw, CHAT, idp.token(["ml-eng"], key=rotated), {"model": "m", "messages": HI})[0] == 200
+    status, body, headers = post(gw, CHAT, withdrawn, {"model": "m", "messages": HI})
+    assert (status, body["error"]["code"]) == (401, "invalid_api_key")
+    assert headers.get("WWW-Authenticate") == 'Bearer error="invalid_token"'
+    assert post(gw, CHAT, kept, {"model": "m", "messages": HI})[0] == 200
+    assert len(gw.app.runtime.keyring.jwt._verified) == 2  # kept's and the rotated key's, still verified once
+
+
 async def _answer(gw: GatewayServer, idp: FakeIdp, token: str) -> tuple[str, int]:
     """What the gateway's key ring makes of a token (the principal's name, or the refusal's code), and how
     many JWKS fetches the IdP had answered by then."""

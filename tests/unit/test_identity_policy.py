@@ -4,13 +4,14 @@ token's header and payload hold, the answer is a principal or a 401/403, never a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from typing import Any
 
 import jwt
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.config.types import ApiKey, JwtConfig, JwtGroup
@@ -21,6 +22,7 @@ from gateway.core.policy.identity import (
     Refusal,
     TokenCache,
     claim_groups,
+    claims_fault,
     grant_for,
     looks_like_jwt,
 )
@@ -69,6 +71,17 @@ def test_token_cache_is_bounded_and_drops_expired() -> None:
     assert cache.get(bytes([4]), 100.0) is None and len(cache) == 2
 
 
+def test_claims_fault_names_the_first_unusable_claim() -> None:
+    good = {"exp": 1_900_000_000, "nbf": 0, "iat": 1_800_000_000.5, "sub": "ü" * 255}
+    assert claims_fault(good) is None and claims_fault({}) is None
+    for claim, value in [("exp", 10**400), ("exp", 1e300), ("exp", float("nan")), ("exp", float("inf")),
+                         ("exp", "1900000000"), ("exp", True), ("nbf", -1), ("nbf", -(10**400)), ("iat", False),
+                         ("iat", None), ("iat", [1]), ("sub", "a\x00b"), ("sub", "\x7f"), ("sub", "\x85"),
+                         ("sub", "\udc00"), ("sub", "x" * 256), ("sub", 7)]:
+        assert claims_fault({**good, claim: value}) == claim, (claim, value)
+    assert claims_fault({**good, "exp": "x", "sub": "\x00"}) == "exp"  # the first, in a fixed order
+
+
 KEYS = [new_key("RS256"), new_key("ES256"), new_key("EdDSA")]
 
 
@@ -98,6 +111,26 @@ def test_a_good_token_gives_the_team_principal() -> None:
         assert key.team is not None and key.team.name == "ml"
 
 
+def test_a_withdrawn_key_ends_the_tokens_it_verified() -> None:
+    auth = _auth()
+    tokens = [jwt.encode(_claims(), k.private, algorithm=k.alg, headers={"kid": k.kid}) for k in KEYS]
+    digests = [hashlib.sha256(t.encode()).digest() for t in tokens]
+    for t in tokens:
+        auth.principal(t)
+    same = {k.kid: k.public_jwk() for k in KEYS}  # a fetch that brings the same keys: nothing forgotten
+    auth.jwks.keys = same
+    assert all(auth.cached(d) is not None for d in digests)
+    changed = new_key("RS256").public_jwk()  # the first kid now names other key material
+    auth.jwks.keys = {**same, KEYS[0].kid: {**changed, "kid": KEYS[0].kid}}
+    assert auth.cached(digests[0]) is None and auth.cached(digests[1]) is not None
+    with pytest.raises(InvalidApiKey):
+        auth.principal(tokens[0])
+    auth.jwks.keys = {KEYS[2].kid: KEYS[2].public_jwk()}  # the second withdrawn
+    assert auth.cached(digests[1]) is None and auth.cached(digests[2]) is not None
+    with pytest.raises(SigningKeyUnknown):
+        auth.principal(tokens[1])
+
+
 def test_a_key_of_another_type_than_the_header_says_is_refused() -> None:
     auth = _auth()
     rsa, ec = KEYS[0], KEYS[1]
@@ -124,12 +157,14 @@ _header = st.fixed_dictionaries({}, optional={
     "alg": st.sampled_from(["RS256", "ES256", "EdDSA", "HS256", "none", "PS256", "ES512", "RS1"]) | _json,
     "kid": st.sampled_from([k.kid for k in KEYS]) | _json, "typ": _json, "crit": _json, "jku": _json})
 _payload = st.fixed_dictionaries({}, optional={
-    "iss": st.just(ISSUER) | _json, "aud": st.just(AUDIENCE) | _json, "exp": st.integers() | _json,
+    "iss": st.just(ISSUER) | _json, "aud": st.just(AUDIENCE) | _json,
+    "exp": st.integers() | st.integers(min_value=10**309) | _json,  # past a float's range too
     "nbf": st.integers() | _json, "iat": _json, "sub": _json, "groups": st.just(["ml"]) | _json})
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(header=_header, payload=_payload, signed_by=st.sampled_from([None, 0, 1, 2]), sig=st.binary(max_size=80))
+@example(header={"kid": KEYS[2].kid}, payload=_claims(exp=10**400), signed_by=2, sig=b"")  # was an OverflowError
 def test_fuzzed_tokens_get_a_principal_or_a_refusal(header: dict[str, Any], payload: dict[str, Any],
                                                      signed_by: int | None, sig: bytes) -> None:
     head, body = b64url(json.dumps(header).encode()), b64url(json.dumps(payload).encode())

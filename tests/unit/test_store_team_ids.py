@@ -62,3 +62,28 @@ async def test_a_team_created_again_under_its_name_starts_at_zero(store_url: str
     totals = await store.spend(SpendQuery(group_by=("team",)))
     assert [(t.group, t.cost_usd) for t in totals] == [((("team", "t"), ("team_id", "t-old")), 2.0)]
     await store.close()
+
+
+async def test_a_team_views_are_those_of_the_team_that_has_the_name_now(store_url: str) -> None:
+    """A team admin's spend and audit (`SpendQuery.team`, `audit(team=)`) follow the team, not its name:
+    a team deleted and created again under it starts with no rows, and a team without an id (created
+    before teams had ids, or only in the config) keeps the rows without one."""
+    store = await Store.open(store_url)
+    await store.migrate()
+    await store.create_team(Actor("ops", 1000.0), Team("t", created_at=1000.0, id="t-old"))
+    await store.record_spend([_row("1", "t", "t-old", 2.0), _row("legacy", "t", None, 0.5)])
+    await store.update_team(Actor("ops", 1000.5), Team("t", created_at=1000.0, id="t-old"), {"rpm": 1})
+    await store.delete_team(Actor("ops", 1001.0), "t")
+    only_legacy = await store.spend(SpendQuery(group_by=("team",), team="t"))  # no team by the name now
+    assert [(t.group, t.cost_usd) for t in only_legacy] == [((("team", "t"), ("team_id", None)), 0.5)]
+    await store.create_team(Actor("ops", 1002.0), Team("t", created_at=1002.0, id="t-new"))
+    assert await store.spend(SpendQuery(group_by=("team",), team="t")) == []
+    await store.record_spend([_row("2", "t", "t-new", 3.0)])
+    [mine] = await store.spend(SpendQuery(group_by=("team",), team="t"))
+    assert (mine.group, mine.cost_usd) == ((("team", "t"), ("team_id", "t-new")), 3.0)
+    assert len(await store.spend(SpendQuery(group_by=("team",)))) == 3  # an admin's view: every team's
+    entries, _ = await store.audit(team="t")
+    assert [(e.action, e.ts) for e in entries] == [("team.create", 1002.0)]
+    assert [e.action for e in (await store.audit())[0]] == ["team.create", "team.delete", "team.update",
+                                                            "team.create"]
+    await store.close()

@@ -5,15 +5,20 @@
 - `grant_for`: what a verified token's claims grant: the team and the models, from the configured
   group mapping (the union of the mapped groups' models; the team is the first mapped group's in config
   order, else the team claim's), or a refusal.
+- `claims_fault`: what is wrong with a verified token's time claims and subject, if anything: PyJWT
+  takes any value `int()` accepts (a digit string, `true`, an integer of 400 digits), and the subject
+  is stored in the ledger and the audit log, where a NUL or a lone surrogate fails the write.
 - `RefetchGate`: at most one JWKS refetch per interval for unknown `kid`s, so a flood of tokens with
   made-up key ids costs the IdP one request per interval, not one per token.
-- `TokenCache`: a verified token is verified once until it expires; bounded, oldest out first.
+- `TokenCache`: a verified token is verified once until it expires (or its key is withdrawn); bounded,
+  oldest out first.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -24,6 +29,34 @@ MAX_TOKEN_CHARS = 16384  # an IdP's access token is 1-4 KiB; a larger bearer is 
 
 def looks_like_jwt(credential: str) -> bool:
     return len(credential) <= MAX_TOKEN_CHARS and _JWS.fullmatch(credential) is not None
+
+
+TIME_CLAIMS = ("exp", "nbf", "iat")
+MAX_NUMERIC_DATE = 253_402_300_799  # 9999-12-31T23:59:59Z: any later instant is a made-up one
+MAX_SUBJECT_CHARS = 255  # OpenID Connect Core 1.0, section 2: `sub` "MUST NOT exceed 255 ASCII characters"
+_UNSTORABLE = frozenset({"Cc", "Cs"})  # control characters (NUL among them) and lone surrogates
+
+
+def claims_fault(claims: Mapping[str, Any]) -> str | None:
+    """The first claim a verified token may not be accepted with (for the log line only; the client is
+    told "invalid token"), or None. Time claims, when present, are JSON numbers (RFC 7519 NumericDate:
+    not a string, not a boolean), finite and within 0..year 9999, so every later use of them (the
+    verified-token cache's expiry) holds a float. `sub`, when present, is at most 255 characters without a
+    control character or a lone surrogate, so the ledger (PostgreSQL refuses NUL in text) and the audit log
+    can always store it and the log can always hash it."""
+    for name in TIME_CLAIMS:
+        if name in claims and not _numeric_date(claims[name]):
+            return name
+    sub = claims.get("sub")
+    if sub is not None and not (isinstance(sub, str) and len(sub) <= MAX_SUBJECT_CHARS
+                                and not any(unicodedata.category(c) in _UNSTORABLE for c in sub)):
+        return "sub"
+    return None
+
+
+def _numeric_date(value: Any) -> bool:
+    # compared as given (float() of a 400-digit integer raises); NaN and infinities fail the comparison
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= MAX_NUMERIC_DATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +155,11 @@ class TokenCache(Generic[V]):
             del self._entries[digest]
             return None
         return hit[0]
+
+    def discard_where(self, stale: Callable[[V], bool]) -> None:
+        """Drop every entry whose value is `stale` (the verifying key withdrawn): rare, so a whole pass."""
+        for digest in [d for d, (v, _) in self._entries.items() if stale(v)]:
+            del self._entries[digest]
 
     def put(self, digest: bytes, value: V, until: float) -> None:
         if digest not in self._entries and len(self._entries) >= self._max:
