@@ -295,8 +295,10 @@ class Store:
         if page.after is not None:
             where.append("id < ?")
             params.append(int(page.after))
-        if team is not None:  # from the creation of the team that has the name now: never a deleted namesake's
-            where.append("team = ? AND ts >= (SELECT created_at FROM gw_teams WHERE name = ?)")
+        # from the creation of the team that has the name now, never a deleted namesake's; a team with no row
+        # (only in the config) keeps all its entries
+        if team is not None:
+            where.append("team = ? AND ts >= COALESCE((SELECT created_at FROM gw_teams WHERE name = ?), 0)")
             params.extend((team, team))
         sql = ("SELECT ts, admin, action, target, detail, id, team FROM gw_audit"
                + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC LIMIT ?")

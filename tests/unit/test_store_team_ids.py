@@ -76,6 +76,8 @@ async def test_a_team_views_are_those_of_the_team_that_has_the_name_now(store_ur
     await store.delete_team(Actor("ops", 1001.0), "t")
     only_legacy = await store.spend(SpendQuery(group_by=("team",), team="t"))  # no team by the name now
     assert [(t.group, t.cost_usd) for t in only_legacy] == [((("team", "t"), ("team_id", None)), 0.5)]
+    # no team has the name (as for a team only in the config): its entries are all still listed
+    assert [e.action for e in (await store.audit(team="t"))[0]] == ["team.delete", "team.update", "team.create"]
     await store.create_team(Actor("ops", 1002.0), Team("t", created_at=1002.0, id="t-new"))
     assert await store.spend(SpendQuery(group_by=("team",), team="t")) == []
     await store.record_spend([_row("2", "t", "t-new", 3.0)])
