@@ -4,7 +4,7 @@ the one log line (docs/reference.md, "Logs"). Holds no message text."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,19 @@ class Unanswered:
         u = self.usage
         return {"deployment": self.deployment, "reason": self.reason, "input_tokens": u.input,
                 "output_tokens": u.output, "cost_usd": round(self.cost_usd, 8), "estimated": self.estimated}
+
+
+@dataclass(frozen=True, slots=True)
+class Leg:
+    """One attempt of a continued answer (`pipeline.continuation`), as it is charged: what its upstream
+    reported (None: nothing), the bytes of output it sent, its prompt's bytes beyond the client's (a
+    prefill's text so far), and whether its answer ended whole (else its usage is at most a floor)."""
+
+    deployment: Deployment
+    usage: Usage | None
+    output_bytes: int
+    prompt_extra: int = 0
+    whole: bool = False
 
 
 @dataclass(slots=True)
@@ -171,6 +184,17 @@ class RequestContext:
         if self.unanswered is None:
             self.unanswered = []
         self.unanswered.append(entry)
+
+    def charge_legs(self, legs: Iterable[Leg]) -> None:
+        """A continued stream's usage and cost (its key is charged) as the sum of its attempts' charges,
+        each at its own deployment's price, estimated where its upstream reported no whole usage."""
+        total, cost, estimated = None, 0.0, False
+        for leg in legs:
+            usage = self.charge_of(leg.deployment, leg.usage, leg.output_bytes, whole=leg.whole,
+                                   prompt_extra=leg.prompt_extra)
+            total, cost = add_usage(total, usage), cost + usage_cost(usage, leg.deployment.price)
+            estimated = estimated or usage is not leg.usage
+        self.usage, self.cost_usd, self.usage_estimated = total, cost, estimated
 
     def fold_unanswered(self) -> None:
         """The request's usage and cost (its spend row, tpm, budget and log line) with the charges of its
