@@ -49,3 +49,11 @@ def charged(so_far: Usage | None, estimate: Usage) -> Usage:
         return Usage(so_far.input, output, so_far.cached_input, so_far.cache_creation_input, so_far.reasoning,
                      so_far.cache_creation_input_1h)
     return Usage(estimate.input, output, reasoning=so_far.reasoning)
+
+
+def estimated_part(charged_usage: Usage, so_far: Usage | None) -> tuple[int, int]:
+    """The input and output tokens of `charged_usage` (what `charged` made of `so_far`) that are the
+    estimate's, not the provider's: `llm_gateway_estimated_tokens_total` counts them."""
+    if so_far is None:
+        return charged_usage.input, charged_usage.output
+    return max(charged_usage.input - so_far.input, 0), max(charged_usage.output - so_far.output, 0)

@@ -4,13 +4,14 @@ the one log line (docs/reference.md, "Logs"). Holds no message text."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from gateway.config.types import ApiKey, Deployment, ModelConfig
+from gateway.core.continuation import add_usage
 from gateway.core.events import Usage
 from gateway.core.policy.learned import Fact
 from gateway.core.usage_estimate import charged, estimate_usage
@@ -37,6 +38,37 @@ class Admission:
     @property
     def key_name(self) -> str:
         return self.key.name if self.key is not None else "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Unanswered:
+    """An attempt the upstream was asked (and billed) that did not answer the client: an empty answer
+    dropped for the next deployment, a hedge that lost, an attempt cut by the client's leaving
+    (`pipeline.unanswered`). Charged to the request (`fold_unanswered`) and named in its log line."""
+
+    deployment: str  # its label
+    reason: str  # empty_answer, hedge_lost, client_gone
+    usage: Usage  # what it is charged: the provider's count, or (in part) the estimate
+    cost_usd: float  # at its own deployment's price
+    estimated: bool
+
+    def logged(self) -> dict[str, object]:
+        u = self.usage
+        return {"deployment": self.deployment, "reason": self.reason, "input_tokens": u.input,
+                "output_tokens": u.output, "cost_usd": round(self.cost_usd, 8), "estimated": self.estimated}
+
+
+@dataclass(frozen=True, slots=True)
+class Leg:
+    """One attempt of a continued answer (`pipeline.continuation`), as it is charged: what its upstream
+    reported (None: nothing), the bytes of output it sent, its prompt's bytes beyond the client's (a
+    prefill's text so far), and whether its answer ended whole (else its usage is at most a floor)."""
+
+    deployment: Deployment
+    usage: Usage | None
+    output_bytes: int
+    prompt_extra: int = 0
+    whole: bool = False
 
 
 @dataclass(slots=True)
@@ -92,6 +124,10 @@ class RequestContext:
     t_upstream: float = 0.0
     t_answer: float = 0.0
     overhead_s: float | None = None
+    # attempts billed without answering (`Unanswered`), None while there is none; the first `folded` of
+    # them are in `usage` and `cost_usd` already
+    unanswered: list[Unanswered] | None = None
+    folded: int = 0
 
     def stream_ended(self, usage: Usage | None, first_token_at: float | None) -> None:
         """A committed stream has ended (its terminator or its error event is next), for every API: usage,
@@ -112,13 +148,63 @@ class RequestContext:
         None): charge the key's tpm and budget an estimate where it counts more (`settle` reads `usage`
         and `cost_usd`), logged as estimated; the token and cost metrics stay provider-reported."""
         assert self.deployment is not None
-        prompt = sum(len(orjson.dumps(self.body[k])) for k in _PROMPT_FIELDS if k in self.body)
-        usage = charged(self.usage, estimate_usage(prompt, output_bytes))
+        usage = self.charge_of(self.deployment, self.usage, output_bytes)
         if usage is self.usage:
             return  # the provider's counts cover what came
         self.usage = usage
         self.usage_estimated = True
         self.cost_usd = usage_cost(usage, self.deployment.price)
+
+    def prompt_bytes(self) -> int:
+        """The prompt's size as the estimate reads it: the JSON of its parts."""
+        return sum(len(orjson.dumps(self.body[k])) for k in _PROMPT_FIELDS if k in self.body)
+
+    def charge_of(self, d: Deployment, so_far: Usage | None, output_bytes: int, *, whole: bool = False,
+                  prompt_extra: int = 0) -> Usage:
+        """What an attempt on `d` is charged: the provider's usage when its answer ended (`whole`) with
+        one, else its counts so far raised to the estimate of its prompt (plus `prompt_extra` bytes) and
+        `output_bytes` (`core.usage_estimate.charged`). The estimate's tokens go to
+        `llm_gateway_estimated_tokens_total`; the provider's are the caller's to record (`rec.usage`)."""
+        if whole and so_far is not None:
+            return so_far
+        usage = charged(so_far, estimate_usage(self.prompt_bytes() + prompt_extra, output_bytes))
+        if usage is not so_far:
+            self.rec.estimated(self.model.name, d, self.key_name, usage, so_far)
+        return usage
+
+    def charge_unanswered(self, d: Deployment, reason: str, so_far: Usage | None, output_bytes: int,
+                          whole: bool = False) -> None:
+        """An attempt on `d` the upstream billed that will not answer the client (`Unanswered`): its
+        reported usage counted against its own deployment's provider (`llm_gateway_usage_missing_total`
+        when an answer that ended carried none), its charge kept until `fold_unanswered`."""
+        if so_far is not None or whole:
+            self.rec.usage(self.model.name, d, so_far, self.key_name)
+        usage = self.charge_of(d, so_far, output_bytes, whole=whole)
+        entry = Unanswered(d.label, reason, usage, usage_cost(usage, d.price), usage is not so_far)
+        if self.unanswered is None:
+            self.unanswered = []
+        self.unanswered.append(entry)
+
+    def charge_legs(self, legs: Iterable[Leg]) -> None:
+        """A continued stream's usage and cost (its key is charged) as the sum of its attempts' charges,
+        each at its own deployment's price, estimated where its upstream reported no whole usage."""
+        total, cost, estimated = None, 0.0, False
+        for leg in legs:
+            usage = self.charge_of(leg.deployment, leg.usage, leg.output_bytes, whole=leg.whole,
+                                   prompt_extra=leg.prompt_extra)
+            total, cost = add_usage(total, usage), cost + usage_cost(usage, leg.deployment.price)
+            estimated = estimated or usage is not leg.usage
+        self.usage, self.cost_usd, self.usage_estimated = total, cost, estimated
+
+    def fold_unanswered(self) -> None:
+        """The request's usage and cost (its spend row, tpm, budget and log line) with the charges of its
+        unanswered attempts added, once its answer's are known (the relay's end, or the request's)."""
+        assert self.unanswered is not None
+        for u in self.unanswered[self.folded:]:
+            self.usage = add_usage(self.usage, u.usage)
+            self.cost_usd += u.cost_usd
+            self.usage_estimated = self.usage_estimated or u.estimated
+        self.folded = len(self.unanswered)
 
     def sent_upstream(self) -> float:
         """An attempt's request is built and about to leave (perf_counter, returned): the first one's time

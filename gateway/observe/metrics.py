@@ -89,6 +89,7 @@ class Metrics:
     websocket_connections: Any = None  # always set by `create_metrics`
     # -- issue #62: the gateway's own share of TTFT, and the GenAI convention metrics (`observe.genai`) --
     overhead: Any = None  # always set by `create_metrics`
+    estimated_tokens: Any = None  # always set by `create_metrics`
     genai: GenAi | None = None  # always set by `create_metrics`
     _children: dict[tuple[object, tuple[str, ...]], Any] = field(default_factory=dict)
 
@@ -237,6 +238,7 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                     [], multiprocess_mode="livesum", **kw),
         overhead=Histogram("overhead_seconds", "The gateway's own share of the time to first token: TTFT minus the "
                            "upstream's time (docs/overhead.md)", ["api", "model"], buckets=OVERHEAD_BUCKETS, **kw),
+        estimated_tokens=Counter("estimated_tokens", "Estimated tokens", ["model", "provider", "key", "type"], **kw),
         genai=create_genai(reg, (Counter, Histogram)),  # issue #62
     )
     m.build_info.labels(__version__).set(1)
@@ -320,11 +322,7 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
                 m.attempts.labels(model.name, d.label, outcome)
             for reason in STREAM_FAILURE_REASONS:
                 m.stream_failures.labels(model.name, d.label, reason)
-            for key in keys:
-                for t in TOKEN_TYPES:
-                    m.tokens.labels(model.name, d.provider, key, t)
-                m.cost.labels(model.name, d.provider, key)
-            m.usage_missing.labels(model.name, d.provider)
+            _preinitialise_usage(m, model.name, d.provider, keys)
         for api in apis:
             for stream in api.streams:
                 for key in keys:
@@ -334,6 +332,17 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
         for d in model.deployments:
             m.routing_decisions.labels(model.name, d.label, model.routing)
         _preinitialise_options(m, model)
+
+
+def _preinitialise_usage(m: Metrics, model: str, provider: str, keys: list[str]) -> None:
+    """A deployment's usage series: tokens by type, estimated tokens, cost, usage missing."""
+    for key in keys:
+        for t in TOKEN_TYPES:
+            m.tokens.labels(model, provider, key, t)
+        for t in ("input", "output"):
+            m.estimated_tokens.labels(model, provider, key, t)
+        m.cost.labels(model, provider, key)
+    m.usage_missing.labels(model, provider)
 
 
 def _preinitialise_options(m: Metrics, model: ModelConfig) -> None:

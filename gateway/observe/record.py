@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.config.types import Deployment
 from gateway.core.events import Usage
+from gateway.core.usage_estimate import estimated_part
 from gateway.observe import genai
 from gateway.observe.logs import write_info
 from gateway.observe.metrics import Metrics, usage_cost
@@ -167,6 +168,14 @@ class RequestRecorder:
             m.child(m.cost, model, d.provider, key).inc(cost)
         return cost
 
+    def estimated(self, model: str, d: Deployment, key: str, charged: Usage, reported: Usage | None) -> None:
+        """Tokens charged on the gateway's estimate, not the provider's count (`charged` less `reported`):
+        kept apart from `llm_gateway_tokens_total`, which stays provider-reported."""
+        m = self.m
+        for t, n in zip(("input", "output"), estimated_part(charged, reported), strict=True):
+            if n:
+                m.child(m.estimated_tokens, model, d.provider, key, t).inc(n)
+
     def stream_ended(self, model: str, d: Deployment, usage: Usage | None, first_token_at: float | None,
                      key: str) -> float:
         """A committed stream's end (its terminator or error event is next): usage, cost and time per
@@ -228,6 +237,7 @@ class RequestRecorder:
             "affinity": ctx.affinity if ctx else None,
             "subject_hash": subject_hash(key.subject) if key is not None and key.subject else None,
             "transport": self.transport,
+            "unanswered_attempts": [u.logged() for u in ctx.unanswered] if ctx and ctx.unanswered else None,
         })
 
     # -- process-level facts a request found -------------------------------------------------------------

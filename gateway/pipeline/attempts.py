@@ -37,6 +37,7 @@ from gateway.errors import (
 from gateway.observe.context import RequestContext
 from gateway.pipeline.learned import confirm
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.unanswered import EMPTY_ANSWER, HEDGE_LOST
 from gateway.upstream import UpstreamError
 
 T = TypeVar("T")
@@ -64,15 +65,17 @@ class Won:
 
 
 AttemptFn = Callable[[Deployment], Awaitable[T]]
+Discard = Callable[[T, str], Awaitable[None]]  # (a result dropped, why: `pipeline.unanswered`'s reasons)
 
 
 async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
-                       discard: Callable[[T], None] | None = None,
+                       discard: Discard[T] | None = None,
                        empty: Callable[[T], bool] | None = None) -> tuple[Won, T]:
     """Try deployments per the routing plan and retry policy. Raises a GatewayError when it gives up.
 
-    With `discard` (how to drop an unwanted result) and the model's `hedge_after_ms`, the first attempt is
-    hedged: if it has no result by then, the next deployment starts too and the first to succeed wins.
+    With `discard` (how to drop an unwanted result, and why: it charges what the upstream billed) and the
+    model's `hedge_after_ms`, the first attempt is hedged: if it has no result by then, the next
+    deployment starts too and the first to succeed wins (the loser is cancelled with `HEDGE_LOST`).
     With `empty` (a result that ended cleanly with no output at all), such a result is dropped for the
     next deployment while there is one and attempts are left; the last one is the client's answer.
     """
@@ -112,7 +115,7 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
                 _affinity_settled(rt, ctx, session, model.deployments[order[0]], d)
                 return Won(d, total), result
             if discard is not None:
-                discard(result)
+                await discard(result, EMPTY_ANSWER)
             after_failure(rt, ctx, d, Failure(FailureKind.EMPTY, f"{d.label}: empty answer"))
             pos, on_this = nxt, 0  # another deployment may answer where this one said nothing
             continue
@@ -160,7 +163,7 @@ class _HedgeFailed(Exception):
 class _Hedge(Generic[T]):
     """Two attempts racing (docs/routing.md): the primary, and after `delay` the next deployment."""
 
-    def __init__(self, rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T], discard: Callable[[T], None],
+    def __init__(self, rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T], discard: Discard[T],
                  order: list[int], pos: int):
         self.rt, self.ctx, self.attempt, self.discard = rt, ctx, attempt, discard
         self.order, self.pos, self.on_this = order, pos, 1
@@ -178,12 +181,15 @@ class _Hedge(Generic[T]):
         self.ctx.attempts = 2
         second = asyncio.ensure_future(run_one(self.rt, self.ctx, second_d, self.attempt))
         racers: dict[asyncio.Future[T], Deployment] = {first: primary, second: second_d}
+        won = False
         try:
-            return await self._race(racers, first, hedge_pos)
+            result = await self._race(racers, first, hedge_pos)
+            won = True
+            return result
         finally:
             for task in racers:
-                if not task.done():
-                    task.cancel()
+                if not task.done():  # the loser, or both when the request itself is cancelled
+                    task.cancel(HEDGE_LOST if won else None)  # its attempt charges what it billed
             for task in racers:
                 with contextlib.suppress(BaseException):
                     await task
@@ -196,7 +202,7 @@ class _Hedge(Generic[T]):
             for task in done:
                 exc = task.exception()
                 if exc is None:
-                    self._settle(racers, task, first)
+                    await self._settle(racers, task, first)
                     self.pos = hedge_pos if task is not first else self.pos
                     return racers[task], task.result()
                 if not isinstance(exc, UpstreamError):
@@ -207,8 +213,8 @@ class _Hedge(Generic[T]):
         last_d, last_f = failed[-1]
         raise _HedgeFailed(last_d, last_f, failed[:-1], hedge_pos)
 
-    def _settle(self, racers: dict[asyncio.Future[T], Deployment], winner: asyncio.Future[T],
-                first: asyncio.Future[T]) -> None:
+    async def _settle(self, racers: dict[asyncio.Future[T], Deployment], winner: asyncio.Future[T],
+                      first: asyncio.Future[T]) -> None:
         rec, model = self.ctx.rec, self.ctx.model.name
         rec.hedge_won(model, "primary" if winner is first else "hedge")
         for task, d in racers.items():
@@ -216,8 +222,8 @@ class _Hedge(Generic[T]):
                 continue
             if not task.done():
                 rec.attempt_ended(model, d, "hedge_cancelled")
-            elif task.exception() is None:
-                self.discard(task.result())  # both won at once: release the loser's connection
+            elif task.exception() is None:  # both won at once: the loser charged, its connection released
+                await self.discard(task.result(), HEDGE_LOST)  # (two racers: no other one left to finish)
 
 
 def _affinity_settled(rt: Runtime, ctx: RequestContext, session: str | None, home: Deployment,

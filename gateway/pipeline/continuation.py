@@ -13,8 +13,10 @@ through its own core (so its protocol, usage and end are read as always) with a 
 typed events go through `core.continuation.Seam` and into the first core (`continue_with`), whose id,
 lifecycle, output filter (redaction window, stream guardrails) and end carry on across the seam.
 
-Each attempt's usage is counted against its own deployment; the client and the request's record get
-the sum (`account`). Candidates are the model's other deployments in its order after the one that
+Each attempt's usage is counted against its own deployment; the client gets the sum of what the
+upstreams reported, the request's record (spend, `tpm`, budget, log line) the sum of what each attempt is
+charged: an attempt cut before its usage came, or without any, the estimate of its prompt and output,
+marked estimated (`account`). Candidates are the model's other deployments in its order after the one that
 failed, while the breaker allows and `retry.max_attempts` has attempts left.
 """
 
@@ -40,7 +42,7 @@ from gateway.core.events import (
 from gateway.core.policy.learned import Fact
 from gateway.core.stream import StreamCore
 from gateway.core.usage_estimate import reported
-from gateway.observe.context import RequestContext
+from gateway.observe.context import Leg, RequestContext
 from gateway.pipeline.api import ServedApi
 from gateway.pipeline.attempt_io import Opened
 from gateway.pipeline.attempts import after_failure, run_one
@@ -91,7 +93,7 @@ class Continuation:
 
     def __init__(self, rt: Runtime, ctx: RequestContext, served: ServedApi) -> None:
         self.rt, self.ctx, self.served = rt, ctx, served
-        self.legs: list[tuple[Deployment, Usage | None]] = []  # the answer's attempts and their usage
+        self.legs: list[Leg] = []  # the answer's attempts, the one that failed first
 
     @property
     def used(self) -> bool:
@@ -99,8 +101,9 @@ class Continuation:
 
     async def __call__(self, opened: Opened[StreamCore], write: Write) -> bool:
         stream, model = opened.stream, self.ctx.model
-        if not self.legs:
-            self.legs.append((opened.deployment, reported(stream.assembler.usage)))
+        if not self.legs:  # cut: its text so far is all it sent
+            asm = stream.assembler
+            self.legs.append(Leg(opened.deployment, reported(asm.usage), asm.output_bytes()))
         for d in self._candidates(opened.deployment):
             text = stream.resume_point()
             if text is None or self.ctx.attempts >= model.retry.max_attempts:
@@ -135,8 +138,9 @@ class Continuation:
 
     async def _leg(self, d: Deployment, mode: Mode, text: str, stream: StreamCore, write: Write) -> bool:
         """One continuing attempt on `d`: True when the answer is whole."""
-        ctx, tap = self.ctx, None
-        body = self.served.prefill(ctx.body, prefill_text(text)) if mode is Mode.PREFILL else ctx.body
+        ctx, tap, outcome = self.ctx, None, "failed"
+        prefilled = prefill_text(text) if mode is Mode.PREFILL else ""
+        body = self.served.prefill(ctx.body, prefilled) if mode is Mode.PREFILL else ctx.body
 
         def core(parser: Any, label: str) -> StreamCore:
             nonlocal tap
@@ -156,7 +160,9 @@ class Continuation:
         finally:  # a guardrail's refusal or the client's leaving too: its usage is the request's
             if second.response is not None:
                 second.response.close()
-            self.legs.append((d, reported(second.stream.assembler.usage)))
+            asm = second.stream.assembler
+            self.legs.append(Leg(d, reported(asm.usage), asm.output_bytes(), len(prefilled.encode()),
+                                 outcome == "ok"))
         self._outcome(d, mode, outcome)
         return outcome == "ok"
 
@@ -205,9 +211,11 @@ class Continuation:
         return "ok"
 
     def _before(self) -> Usage | None:
+        """What the upstreams of the earlier attempts reported, summed: the client's usage counts no
+        estimate (as a stream without usage tells none)."""
         total: Usage | None = None
-        for _, u in self.legs:
-            total = add_usage(total, u)
+        for leg in self.legs:
+            total = add_usage(total, leg.usage)
         return total
 
     def _outcome(self, d: Deployment, mode: Mode, outcome: str) -> None:
@@ -216,22 +224,20 @@ class Continuation:
         ctx.continued = f"{mode.value}:{outcome}"  # the request's log line says how its stream ended
 
     def account(self, opened: Opened[StreamCore]) -> None:
-        """A continued stream's end: each attempt's usage and cost against its own deployment; the
-        request's usage and cost (what the client read, and its key is charged) their sums."""
+        """A continued stream's end: each attempt's reported usage and cost against its own deployment
+        (the last one's as a stream's end: time per token too); the request's usage and cost (its key
+        is charged) the sum of each attempt's charge, estimated where its upstream reported no whole
+        usage (`RequestContext.charge_of`)."""
         ctx, asm = self.ctx, opened.stream.assembler
-        before, cost = None, 0.0
-        for d, u in self.legs[:-1]:
-            cost += ctx.rec.usage(ctx.model.name, d, u, ctx.key_name)
-            before = add_usage(before, u)
-        served, (last, usage) = ctx.deployment, self.legs[-1]
-        ctx.deployment = last
+        *before, last = self.legs
+        for leg in before:
+            ctx.rec.usage(ctx.model.name, leg.deployment, leg.usage, ctx.key_name)
+        served, ctx.deployment = ctx.deployment, last.deployment
         try:
-            ctx.stream_ended(usage, opened.t_first if asm.first_token else None)
+            ctx.stream_ended(last.usage, opened.t_first if asm.first_token else None)
         finally:
             ctx.deployment = served
-        ctx.usage, ctx.cost_usd = add_usage(before, usage), ctx.cost_usd + cost
-        if ctx.usage is None:
-            ctx.estimate_unreported_usage(asm.output_bytes())
+        ctx.charge_legs(self.legs)
 
 
 async def _pass(events: list[StreamEvent], seam: Seam, stream: StreamCore, write: Write) -> None:

@@ -174,10 +174,12 @@ class KeepAlive(Generic[T]):
 async def serve_stream(request: Request, rt: Runtime, ctx: RequestContext,
                        open_attempt: Callable[[Deployment], Awaitable[Opened[S]]],
                        error_event: Callable[[GatewayError], bytes],
-                       relay: Callable[[Opened[S], StreamResponse], Awaitable[None]]) -> StreamResponse:
+                       relay: Callable[[Opened[S], StreamResponse], Awaitable[None]],
+                       drop: Callable[[Opened[S], str], Awaitable[None]]) -> StreamResponse:
     """A streamed request of any API: the attempt loop (with keep-alive while no token has come), the
-    commit of the winner, its relay; the winner's upstream response is closed whatever happens."""
-    attempts = run_attempts(rt, ctx, open_attempt, discard=Opened.close, empty=_empty)
+    commit of the winner, its relay; the winner's upstream response is closed whatever happens. `drop`
+    charges and closes an attempt the loop drops (`pipeline.unanswered.dropped`)."""
+    attempts = run_attempts(rt, ctx, open_attempt, discard=drop, empty=_empty)
     async with KeepAlive(request, rt, ctx, attempts, error_event) as ka:
         got = await ka.wait()
         if got is None:

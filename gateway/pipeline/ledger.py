@@ -44,12 +44,17 @@ def spend_row(ctx: RequestContext, outcome: str, now: float) -> SpendRow:
         SPEND_ROW_IDS.new(), ctx.request_id, now, _utc_day(int(now // 86400)),
         key.name if key is not None else None,
         key.team.name if key is not None and key.team is not None else None,
-        ctx.model.name, d.label if d is not None else None, ctx.api, outcome,
+        ctx.model.name, d.label if d is not None else _unanswered_on(ctx), ctx.api, outcome,
         u.input if u else 0, u.output if u else 0, u.cached_input if u else 0,
         u.cache_creation_input if u else 0, u.reasoning if u else 0, ctx.cost_usd,
         key.id if key is not None else None, key.subject if key is not None else None,
         key.team.id if key is not None and key.team is not None else None,
     )
+
+
+def _unanswered_on(ctx: RequestContext) -> str | None:
+    """A request no attempt answered: the deployment of the last that billed it (`pipeline.unanswered`)."""
+    return ctx.unanswered[-1].deployment if ctx.unanswered else None
 
 
 @lru_cache(maxsize=2)

@@ -141,6 +141,8 @@ async def _finish(request: GatewayRequest, rec: RequestRecorder, end: End, whole
     ctx: RequestContext | None = request.ctx
     adm: Admission = request.admission or _NO_ADMISSION
     outcome = end.outcome
+    if ctx is not None and ctx.unanswered is not None:  # billed attempts without an answer: charged too
+        ctx.fold_unanswered()
     rec.finished(ctx, adm, end)
     cancelled = False
     unrecorded = ctx is not None and not ctx.spend_recorded and request.app.runtime.control is not None

@@ -18,6 +18,7 @@ without them, and learned (`no_prompt_cache_key`) when that retry succeeds (docs
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from typing import Any
@@ -43,6 +44,7 @@ from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
+from gateway.pipeline.unanswered import cancelled
 from gateway.providers.base import (
     MAX_BODY_BYTES,
     ParsedBody,
@@ -76,42 +78,56 @@ def _noted(ctx: RequestContext, req: UpstreamRequest) -> UpstreamRequest:
 async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment,
                       body: dict[str, Any] | None = None) -> OpenedStream:
     """One streamed attempt: open, read until the first output token under `first_token_s`. `body`: the
-    request to send when it is not the client's (a continuation's)."""
+    request to send when it is not the client's (a continuation's). One cancelled on its way (its client
+    gone, a hedge lost) is charged what its upstream billed (`pipeline.unanswered`)."""
     body = _cache_key_kept(rt, ctx, d, ctx.body if body is None else body)
     provider, tr = rt.provider(d), translator(rt, ctx, d, body)
-    ttl = provider.learn_ttl_s
     headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
-    if wants(rt.learned, ctx, d, Fact.NO_STREAM):
-        return await _asked_for_a_body(rt, ctx, api, d, tr, body, headers)
-    options = not wants(rt.learned, ctx, d, Fact.NO_STREAM_OPTIONS)
-    added = options and tr.sends_stream_options and "stream_options" not in body  # by us, not the client
-    with FirstTokenDeadline(d) as deadline:
-        async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
-            req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers,
-                                         send_stream_options=options))
-            t_sent = ctx.sent_upstream()  # built: what follows is the connection's and the upstream's
-            resp = deadline.track(await rt.upstream.open(provider, req, d.label, headers))
-            ctx.request_left(t_sent, resp.sent_at)
-            # the stream core is built once the request is out and its head is back, while the model
-            # thinks: not on the request's way out (issue #34, the "in" hop of the added TTFT)
-            opened = deadline.track(Opened(d, resp, api.stream_core(tr.stream_parser(), d.label), t_sent))
-            await check_status(resp, tr.classify_http_error, d, added_options=added,
-                               cache_key=_carries_cache_key(body))
-            framing, ctype = tr.framing, resp.headers.get("content-type", "")
-            first = b"" if framing.is_stream(ctype, b"") else await resp.next_chunk()
-            t_read = resp.read_at
-            if framing.is_stream(ctype, first):
-                if framing.transcoder is not None:  # bytes of another framing, read as SSE
-                    resp = opened.response = Transcoded(resp, framing.transcoder())
-                opened.t_first = await until_first_token(resp, opened.stream, d.label, first, t_read)
-                confirm(rt.learned, ctx, d, Fact.NO_STREAM_OPTIONS, ttl)
-                return opened
-    try:  # a body to a stream request: the rest of it under the response's own `total_s`
+    deadline = FirstTokenDeadline(d)
+    try:
+        if wants(rt.learned, ctx, d, Fact.NO_STREAM):
+            return await _asked_for_a_body(rt, ctx, api, d, tr, body, headers)
+        options = not wants(rt.learned, ctx, d, Fact.NO_STREAM_OPTIONS)
+        added = options and tr.sends_stream_options and "stream_options" not in body  # by us, not the client
+        with deadline:
+            async with LoopTimeout(rt.upstream.loop, provider.timeouts.first_token_s):
+                req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers,
+                                             send_stream_options=options))
+                t_sent = ctx.sent_upstream()  # built: what follows is the connection's and the upstream's
+                resp = deadline.track(await rt.upstream.open(provider, req, d.label, headers))
+                ctx.request_left(t_sent, resp.sent_at)
+                # the stream core is built once the request is out and its head is back, while the model
+                # thinks: not on the request's way out (issue #34, the "in" hop of the added TTFT)
+                opened = deadline.track(Opened(d, resp, api.stream_core(tr.stream_parser(), d.label), t_sent))
+                await check_status(resp, tr.classify_http_error, d, added_options=added,
+                                   cache_key=_carries_cache_key(body))
+                framing, ctype = tr.framing, resp.headers.get("content-type", "")
+                first = b"" if framing.is_stream(ctype, b"") else await resp.next_chunk()
+                if framing.is_stream(ctype, first):
+                    t_read = resp.read_at
+                    if framing.transcoder is not None:  # bytes of another framing, read as SSE
+                        resp = opened.response = Transcoded(resp, framing.transcoder())
+                    opened.t_first = await until_first_token(resp, opened.stream, d.label, first, t_read)
+                    confirm(rt.learned, ctx, d, Fact.NO_STREAM_OPTIONS, provider.learn_ttl_s)
+                    return opened
+        return await _body_answered(rt, ctx, d, tr, opened, first)
+    except asyncio.CancelledError as exc:
+        cancelled(ctx, d, deadline.opened, exc)
+        raise
+
+
+async def _body_answered(rt: Runtime, ctx: RequestContext, d: Deployment, tr: Translator, opened: OpenedStream,
+                         first: bytes) -> OpenedStream:
+    """A body to a stream request: the rest of it under the response's own `total_s`, held as the stream
+    it would have been; learned from a real answer only, never from an error body."""
+    resp = opened.response
+    assert resp is not None
+    try:
         _hold(opened, tr, first + await resp.read_body(MAX_BODY_BYTES - len(first)), resp.read_at)
     except BaseException:
         opened.close()
         raise
-    rt.learned.learn(ctx, d, Fact.NO_STREAM, ttl)  # from a real answer only, never from an error body
+    rt.learned.learn(ctx, d, Fact.NO_STREAM, rt.provider(d).learn_ttl_s)
     return opened
 
 
@@ -200,11 +216,16 @@ def _cache_key_rejection(exc: UpstreamError, carried: bool) -> UpstreamError:
 async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deployment) -> ParsedBody:
     """One attempt of a non-stream request: the whole answer, or the classified failure. An upstream
     that streams anyway has its stream read through the API's stream core, so an in-band error in it is
-    classified as on a streamed request (an in-band rate limit is a 429, never a malformed body)."""
+    classified as on a streamed request (an in-band rate limit is a 429, never a malformed body). One
+    cancelled on its way (its client gone) is charged its prompt (`pipeline.unanswered`)."""
     body = _cache_key_kept(rt, ctx, d, ctx.body)
     tr = translator(rt, ctx, d, body)
     if wants(rt.learned, ctx, d, Fact.STREAM_ONLY):
-        streamed = await _fetch_streamed(rt, ctx, api, d, tr, body)
+        try:
+            streamed = await _fetch_streamed(rt, ctx, api, d, tr, body)
+        except asyncio.CancelledError as exc:
+            cancelled(ctx, d, None, exc)
+            raise
         ctx.t_answer = time.perf_counter()
         confirm(rt.learned, ctx, d, Fact.STREAM_ONLY, rt.provider(d).learn_ttl_s)
         return streamed
@@ -215,6 +236,9 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
         whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
     except UpstreamError as exc:
         raise _cache_key_rejection(exc, _carries_cache_key(body)) from None
+    except asyncio.CancelledError as exc:
+        cancelled(ctx, d, None, exc)
+        raise
     ctx.request_left(built, whole.sent_at)
     ctx.t_answer = whole.read_at  # read whole: parsing it on is the gateway's own time
     if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):

@@ -234,7 +234,7 @@ class Relay:
     def account(self, passed: bool, client_gone: bool = False) -> None:
         """Once per request, before the last write (or once the client went away): stream guardrail
         verdicts (all pass when the stream completed, a block for the one that refused), redactions,
-        usage, cost and time per token."""
+        usage, cost and time per token, and the charges of the attempts that did not answer."""
         if self.accounted:
             return
         self.accounted = True
@@ -251,6 +251,8 @@ class Relay:
             malformed_skipped(ctx, self.opened)
         else:
             stream_ended(ctx, self.opened, passed, client_gone)
+        if ctx.unanswered is not None:  # attempts billed before this one answered (`pipeline.unanswered`)
+            ctx.fold_unanswered()
 
 
 def stream_ended(ctx: RequestContext, opened: Opened[StreamCore], passed: bool, client_gone: bool = False) -> None:

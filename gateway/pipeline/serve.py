@@ -29,6 +29,7 @@ from gateway.pipeline.relay import Relay
 from gateway.pipeline.request import keep_serving, prompt_slots, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import TextMap
+from gateway.pipeline.unanswered import dropped
 from gateway.providers.base import ParsedBody
 
 
@@ -70,7 +71,10 @@ async def _stream(request: GatewayRequest, rt: Runtime, ctx: RequestContext, ser
         if ctx.cache_store and ctx.stream_error is None:
             await _store_streamed(rt, request, ctx, served, opened.stream)
 
-    return await serve_stream(request, rt, ctx, attempt, served.error_event, relay)
+    async def drop(opened: Opened[StreamCore], reason: str) -> None:  # an empty answer, a hedge's loser
+        await dropped(ctx, opened, reason, served.output_filter)
+
+    return await serve_stream(request, rt, ctx, attempt, served.error_event, relay, drop)
 
 
 async def _store_streamed(rt: Runtime, request: GatewayRequest, ctx: RequestContext, served: ServedApi,

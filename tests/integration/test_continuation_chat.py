@@ -228,8 +228,44 @@ def test_the_usage_recorded_for_the_request_is_the_sum(
         servers.run(wait_until(lambda: any(e["event"] == "request" for e in logs)))
     (line,) = [e for e in logs if e["event"] == "request"]
     assert line["input_tokens"] == FIRST_USAGE["prompt_tokens"] + USAGE["prompt_tokens"]
-    assert line["output_tokens"] == FIRST_USAGE["completion_tokens"] + USAGE["completion_tokens"]
+    # the first attempt was cut: its count so far is a floor, raised to the estimate of the 10 bytes it
+    # sent (3 tokens), as a cut stream's is (docs/extensions.md, "A stream without usage")
+    assert line["output_tokens"] == 3 + USAGE["completion_tokens"] and line["estimated"] is True
     assert line["continued"] == "prefill:ok" and line["stream_error"] is None and line["attempts"] == 2
+
+
+def tokens_of(text: str | bytes) -> int:
+    """The gateway's estimate: a token per 4 UTF-8 bytes, rounded up."""
+    return -(-len(text.encode() if isinstance(text, str) else text) // 4)
+
+
+@pytest.mark.parametrize("second", ["whole", "cut too"])
+def test_an_attempt_cut_before_its_usage_is_charged_an_estimate(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], second: str) -> None:
+    """Most OpenAI-compatible streams report their usage at the end: a leg cut before it is charged the
+    estimate of its prompt (a prefill's text so far included) and of what it sent, each leg its own."""
+    gw = make_gateway(config(upstream.base_url))
+    upstream.enqueue(A, failing(WHOLE[:2], Close()))  # "One, two, ", no usage
+    upstream.enqueue(B, text_stream(WHOLE[2:]) if second == "whole" else failing(["three, "], Close()))
+    with capture_logs() as logs:
+        if second == "whole":
+            assert read(gw)[0] == "".join(WHOLE)
+        else:
+            with pytest.raises(openai.APIError):
+                read(gw)
+        servers.run(wait_until(lambda: any(e["event"] == "request" for e in logs)))
+    (line,) = [e for e in logs if e["event"] == "request"]
+    prompt = tokens_of(orjson.dumps(MESSAGES))
+    first = (prompt, tokens_of("One, two, "))
+    prefilled = tokens_of(orjson.dumps(MESSAGES) + b"One, two,")  # the prefill's prompt: the text so far too
+    reported = (USAGE["prompt_tokens"], USAGE["completion_tokens"])
+    after = reported if second == "whole" else (prefilled, tokens_of("three, "))
+    assert (line["input_tokens"], line["output_tokens"]) == (first[0] + after[0], first[1] + after[1])
+    assert line["estimated"] is True and line["continued"] == ("prefill:ok" if second == "whole" else "prefill:failed")
+    assert gw.sample("llm_gateway_estimated_tokens_total", provider="a", type="input") == first[0]
+    assert gw.sample("llm_gateway_estimated_tokens_total", provider="a", type="output") == first[1]
+    assert gw.sample("llm_gateway_estimated_tokens_total", provider="b") == (0 if second == "whole" else sum(after))
+    assert gw.sample("llm_gateway_tokens_total", provider="b", type="input") == (after[0] if second == "whole" else 0)
 
 
 def test_a_secret_split_by_the_failure_is_masked_whole(upstream: FakeUpstream,

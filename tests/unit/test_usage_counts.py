@@ -16,7 +16,7 @@ from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.sse import SSEDecoder
-from gateway.core.usage_estimate import charged, reported
+from gateway.core.usage_estimate import charged, estimated_part, reported
 from gateway.providers.messages_openai import OpenAIMessages
 from gateway.providers.responses_anthropic import AnthropicResponses
 from gateway.providers.settings import ProviderConfig
@@ -63,6 +63,15 @@ def test_a_partial_usage_is_a_floor_raised_to_the_estimate() -> None:
     # no input counted (a Converse stream's start): the input estimated, the reported output kept if larger
     assert charged(Usage(output=300, reasoning=40), Usage(input=12, output=100)) == Usage(12, 300, reasoning=40)
     assert charged(None, Usage(input=12, output=100)) == Usage(input=12, output=100)
+
+
+def test_the_estimated_part_is_what_the_charge_adds_to_the_reported_counts() -> None:
+    """`llm_gateway_estimated_tokens_total` counts it: the provider's counts stay in the token metrics."""
+    start = Usage(input=30, output=1, cached_input=10)
+    assert estimated_part(charged(start, Usage(input=12, output=100)), start) == (0, 99)
+    assert estimated_part(charged(Usage(output=300), Usage(input=12, output=100)), Usage(output=300)) == (12, 0)
+    assert estimated_part(charged(None, Usage(input=12, output=100)), None) == (12, 100)
+    assert estimated_part(start, start) == (0, 0)
 
 
 def test_a_responses_answer_from_anthropic_is_counted_with_its_cache_writes() -> None:
