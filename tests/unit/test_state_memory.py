@@ -207,6 +207,24 @@ async def test_response_owners_expire_and_stay_bounded(monkeypatch: pytest.Monke
     assert [await backend.response_owner(f"resp_{i}") for i in range(5)] == [None, None, alice, alice, alice]
 
 
+async def test_one_tenant_cannot_evict_anothers_response_owners() -> None:
+    """However many responses one key (or team) stores, it pushes out only its own oldest ids: another
+    tenant's id stays known (docs/responses-bridge.md, Ownership)."""
+    from gateway.state import memory
+    from gateway.state.base import ResponseOwner
+
+    backend = MemoryBackend(clock=ManualClock())
+    victim, busy, teammate = ResponseOwner("victim"), ResponseOwner("busy", "ml"), ResponseOwner("mate", "ml")
+    backend.record_response_owner("resp_victim", victim, ttl_s=60)
+    for i in range(memory.MAX_RESPONSE_OWNERS):
+        backend.record_response_owner(f"resp_busy_{i}", busy if i % 2 else teammate, ttl_s=60)
+    assert await backend.response_owner("resp_victim") == victim
+    last = memory.MAX_RESPONSE_OWNERS - 1
+    assert await backend.response_owner(f"resp_busy_{last}") == busy, "its newest ids stay known"
+    assert await backend.response_owner("resp_busy_0") is None, "its oldest went: a team shares one quota"
+    assert backend.response_owners_held() <= memory.MAX_RESPONSE_OWNERS_PER_TENANT + 1
+
+
 async def test_served_names_are_kept_per_process_expire_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The memory backend's served names (docs/agents.md, "Names the gateway gave back"): this process's
     own, as the Redis backend's fallback keeps them while Redis is away; bounded per name and in all."""
