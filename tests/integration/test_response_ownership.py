@@ -165,6 +165,22 @@ def test_a_team_recreated_under_its_name_shares_nothing(upstream: FakeUpstream,
     assert len(upstream.bodies(RESP)) == asked
 
 
+def test_a_conversation_is_unknown(upstream: FakeUpstream, make: Callable[[], GatewayServer]) -> None:
+    """An OpenAI conversation (`conversation`) is state the upstream keeps for the provider's account: the
+    gateway creates none (it serves no /v1/conversations), so none is any key's, and one named by id is
+    unknown (404), never read or written upstream for a caller who does not own it."""
+    gw = make()
+    for conversation in ("conv_of_someone_else", {"id": "conv_of_someone_else"}):
+        with pytest.raises(openai.NotFoundError) as info:
+            client(gw, ALICE).responses.create(model="m", input="what did we say?",
+                                               extra_body={"conversation": conversation})
+        body: Any = info.value.body
+        assert body == {"message": "Conversation with id 'conv_of_someone_else' not found.",
+                        "type": "invalid_request_error", "param": "conversation",
+                        "code": "conversation_not_found"}
+    assert upstream.bodies(RESP) == [], "the upstream was never asked"
+
+
 def test_an_answer_not_stored_upstream_is_not_recorded(upstream: FakeUpstream,
                                                        make: Callable[[], GatewayServer]) -> None:
     gw = make()
