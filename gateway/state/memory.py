@@ -3,7 +3,7 @@
 No method awaits anything, so each operation runs to completion without interleaving: check-and-count
 is atomic without locks. Memory stays bounded: rate windows of keys idle for two minutes are dropped,
 one spend figure is kept per key and period kind (plus, with a store, the other processes' spend from
-its ledger), the cache is an LRU of at most `max_entries`, and response owners are bounded in all and
+its ledger), the cache is an LRU of at most `max_entries` and `max_bytes`, and response owners are bounded in all and
 per tenant.
 """
 
@@ -85,7 +85,8 @@ class MemoryBackend:
     """`StateBackend` held in this process. `clock` (monotonic seconds) drives cache expiry only."""
 
     def __init__(self, cache: CacheConfig | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self._max_entries = (cache or CacheConfig()).max_entries
+        cache = cache or CacheConfig()
+        self._max_entries, self._max_bytes = cache.max_entries, cache.max_bytes
         self._clock = clock
         self._windows: dict[str, _KeyWindows] = {}
         self._swept_minute = 0
@@ -93,6 +94,7 @@ class MemoryBackend:
         # every other process's spend of the period, per counter, from the store's ledger (seed_spend)
         self._others: dict[Period, tuple[str, Mapping[str, float]]] = {}
         self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._cache_bytes = 0  # of the values in `_cache`
         self._owners: OrderedDict[str, tuple[float, ResponseOwner]] = OrderedDict()  # id -> (expiry, owner)
         self._owned: dict[Tenant, OrderedDict[str, None]] = {}  # each tenant's ids in `_owners`, oldest first
         self._served: OrderedDict[str, tuple[float, tuple[ServedName, ...]]] = OrderedDict()  # (expiry, served)
@@ -167,18 +169,25 @@ class MemoryBackend:
         if entry is None:
             return None
         if entry[0] <= self._clock():
-            del self._cache[cache_key]
+            self._drop_cached(cache_key)
             return None
         self._cache.move_to_end(cache_key)
         return entry[1]
 
     async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None:
-        if self._max_entries <= 0 or ttl_s <= 0:
+        if self._max_entries <= 0 or ttl_s <= 0 or len(value) > self._max_bytes:
             return
+        self._drop_cached(cache_key)
         self._cache[cache_key] = (self._clock() + ttl_s, value)
-        self._cache.move_to_end(cache_key)
-        while len(self._cache) > self._max_entries:
-            self._cache.popitem(last=False)  # least recently used first
+        self._cache_bytes += len(value)
+        # least recently used first, until both bounds hold: a count alone would let big answers fill memory
+        while len(self._cache) > self._max_entries or self._cache_bytes > self._max_bytes:
+            self._drop_cached(next(iter(self._cache)))
+
+    def _drop_cached(self, cache_key: str) -> None:
+        entry = self._cache.pop(cache_key, None)
+        if entry is not None:
+            self._cache_bytes -= len(entry[1])
 
     def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
         self._forget_owner(response_id)  # a record again: the newest, of its new owner
@@ -252,6 +261,7 @@ class MemoryBackend:
     async def close(self) -> None:
         self._windows.clear()
         self._cache.clear()
+        self._cache_bytes = 0
         self._owners.clear()
         self._owned.clear()
         self._served.clear()

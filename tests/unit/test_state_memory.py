@@ -188,6 +188,19 @@ async def test_create_backend_defaults_to_memory_and_is_healthy() -> None:
     assert calls == []
 
 
+async def test_cache_holds_a_bounded_number_of_bytes() -> None:
+    """Entries are bounded by bytes as well as by count: an answer may be up to 32 MiB (a Responses object
+    echoes the request's `instructions`), so 10,000 entries alone would let one client's answers fill the
+    process's memory (docs/extensions.md, `cache.max_bytes`)."""
+    backend = MemoryBackend(CacheConfig())
+    big = b"x" * (1 << 20)  # one object: the test itself holds 1 MiB, whatever the cache keeps
+    for i in range(300):
+        await backend.cache_set(f"answer-{i}", big, 60)
+    assert await backend.cache_get("answer-299") == big
+    assert await backend.cache_get("answer-0") is None, "the oldest went: 300 MiB is over the default bound"
+    assert backend.cache_len() * len(big) <= 256 << 20
+
+
 async def test_response_owners_expire_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.state import memory
     from gateway.state.base import ResponseOwner
