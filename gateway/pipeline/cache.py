@@ -2,11 +2,12 @@
 
 On for a request when `cache.enabled`, the model's `cache: true`, or the header `x-gateway-cache: on`;
 `x-gateway-cache: off` turns it off. The key is the normalised request plus the caller's key (by its
-counter: a stored key's id), so tenants never read each other's answers, and the fingerprint of the model's guardrails and redaction as
-compiled (`ModelSafety.fingerprint`), so an answer judged and masked under one policy is never served
-under another (a reload that adds a rule misses what was cached before it). Answers are stored *after*
-masking and judging: the cache never holds text the client could not have read. A hit makes no upstream
-call and is served at once; in a stream, as one content delta (plus usage if the client asked).
+counter: a stored key's id), so tenants never read each other's answers, and the fingerprint of the
+model's guardrails and redaction as compiled (`ModelSafety.fingerprint`), so an answer judged and
+masked under one policy is never served under another (a reload that adds a rule misses what was cached
+before it). Answers are stored *after* masking and judging: the cache never holds text the client could
+not have read. A hit makes no upstream call and is served at once; in a stream, as one content delta
+(plus usage if the client asked).
 """
 
 from __future__ import annotations

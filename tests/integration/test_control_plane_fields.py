@@ -2,7 +2,8 @@
 real PostgreSQL server: every field of keys and teams, create and PATCH, fuzzed with out-of-range and
 wrong-type values (Hypothesis) never gets a 5xx or a dropped connection, and every stored row is returned
 by the list. Also: the cases of the security review one by one, paginated lists, strict spend dates, a
-reused key name that starts with no spend and none of its predecessor's cached answers, and CORS that never reaches `/admin/`."""
+reused key name that starts with no spend and none of its predecessor's cached answers, and CORS that
+never reaches `/admin/`."""
 
 from __future__ import annotations
 
