@@ -135,6 +135,18 @@ class ResponseNotFound(GatewayError):
         return err
 
 
+class ConversationNotFound(GatewayError):
+    """A Responses `conversation`: state the upstream keeps for the provider's account, which the gateway
+    never creates (it serves no /v1/conversations), so no record binds one to a key: unknown, as an id of
+    another key is (docs/responses-bridge.md, ownership). The upstream is never asked."""
+
+    status, type, code, outcome = 404, "invalid_request_error", "conversation_not_found", "client_error"
+
+    @classmethod
+    def named(cls, conversation_id: str) -> ConversationNotFound:
+        return cls(f"Conversation with id {conversation_id[:128]!r} not found.", param="conversation")
+
+
 class NotFound(GatewayError):
     status, type, code, outcome = 404, "invalid_request_error", "not_found", "client_error"
 

@@ -16,7 +16,7 @@ from gateway.core.responses.filter import ResponsesOutputFilter
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.responses.wire import map_response_texts
 from gateway.core.stages import StageFactory
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import ConversationNotFound, GatewayError, InvalidRequest
 from gateway.http import Response, StreamResponse
 from gateway.observe.context import RequestContext
 from gateway.pipeline.api import Owned, ServedApi, replayed
@@ -104,7 +104,15 @@ def completed(obj: dict[str, Any]) -> bool:
 
 
 def continued(body: dict[str, Any]) -> str | None:
-    """The id a request continues (`previous_response_id`), bound to its creator (pipeline.ownership)."""
+    """The id a request continues (`previous_response_id`), bound to its creator (pipeline.ownership).
+    A `conversation` (an id, or an object with one) is refused: the gateway creates none, so none is the
+    caller's (errors.ConversationNotFound)."""
+    conversation = body.get("conversation")
+    if conversation is not None:
+        cid = conversation.get("id") if isinstance(conversation, dict) else conversation
+        if not isinstance(cid, str):
+            raise InvalidRequest("conversation must be a string or an object with a string id", param="conversation")
+        raise ConversationNotFound.named(cid)
     rid = body.get("previous_response_id")
     if rid is None or isinstance(rid, str):
         return rid

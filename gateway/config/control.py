@@ -23,6 +23,7 @@ from gateway.config.types import (
 )
 
 STORE_KEYS = ("url", "poll_s", "ledger_wait_s", "connect_timeout_s", "ledger_journal")
+IDP_PREFIX = "jwt:"  # the names of IdP callers, never a configured key's
 _URL = re.compile(r"^(sqlite:///.+|postgres(ql)?://.+)$")
 
 
@@ -36,6 +37,11 @@ def key_identity(s: Section, path: str) -> tuple[str, str, str]:
     name = s.get("name", str, "")
     if not NAME.match(name):
         s.errs.add(s.at("name"), "required: letters, digits, _ . : - (max 63)")
+    elif name.lower().startswith(IDP_PREFIX):
+        # an IdP token's principal is `jwt:<team>` (pipeline.jwt_auth): a key so named would count its
+        # limits, spend, cached answers and response ids as that team's, and an admin key would read as
+        # an IdP admin in the audit (apis.admin)
+        s.errs.add(s.at("name"), f"{IDP_PREFIX} names IdP callers (jwt:<team>): choose another name")
     key, digest = s.get("key", str, ""), s.get("key_sha256", str, "").lower()
     # a `${NAME}` left unset is given, and already one error (docs/reference.md, Commands)
     given_unset = s.errs.unset(s.at("key")) or s.errs.unset(s.at("key_sha256"))

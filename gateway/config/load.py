@@ -29,6 +29,7 @@ from gateway.config.state_config import STATE_KEYS, state_config
 from gateway.config.telemetry import KEYS as TELEMETRY_KEYS
 from gateway.config.telemetry import telemetry_config
 from gateway.config.types import (
+    CACHE_MAX_BYTES,
     SLICE_MAX_US,
     SLICE_MIN_US,
     ApiKey,
@@ -285,7 +286,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
             if mname not in models:
                 errs.add(f"auth.keys[{ki}].models[{mi}]", not_a_model(mname, model_names))
     st = Section(top.raw.get("state"), "state", errs, STATE_KEYS)
-    c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries"))
+    c = Section(top.raw.get("cache"), "cache", errs, ("enabled", "ttl_s", "max_entries", "max_bytes"))
     lg = Section(top.raw.get("logging"), "logging", errs, ("level", "format"))
     admin = admin_config(Section(top.raw.get("admin"), "admin", errs, ADMIN_KEYS), auth)
     store = store_config(Section(top.raw.get("store"), "store", errs, STORE_KEYS), admin)
@@ -299,7 +300,8 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
         providers=MappingProxyType(providers), models=MappingProxyType(models),
         guardrails=MappingProxyType(guardrails), redaction_profiles=MappingProxyType(profiles),
         cache=CacheConfig(enabled=c.get("enabled", bool, False), ttl_s=c.number("ttl_s", 300.0, 0.001),
-                          max_entries=c.integer("max_entries", 10_000, 1)),
+                          max_entries=c.integer("max_entries", 10_000, 1),
+                          max_bytes=c.integer("max_bytes", CACHE_MAX_BYTES, 1)),
         logging=LoggingConfig(level=lg.choice("level", ("debug", "info", "warning", "error"), "info"),
                               format=lg.choice("format", ("json", "console"), "json")),  # type: ignore[arg-type]
         telemetry=telemetry_config(Section(top.raw.get("telemetry"), "telemetry", errs, TELEMETRY_KEYS), env),

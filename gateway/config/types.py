@@ -317,11 +317,15 @@ class RedactionProfile:
     inputs: bool = False
 
 
+CACHE_MAX_BYTES = 256 << 20  # the in-memory cache's answers together (an answer may be up to 32 MiB)
+
+
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
     enabled: bool = False
     ttl_s: float = 300.0
     max_entries: int = 10_000
+    max_bytes: int = CACHE_MAX_BYTES
 
 
 @dataclass(frozen=True, slots=True)

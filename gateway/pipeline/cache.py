@@ -1,12 +1,13 @@
 """The exact-match response cache (docs/reference.md, "Config keys", `cache`; docs/extensions.md, "HTTP").
 
 On for a request when `cache.enabled`, the model's `cache: true`, or the header `x-gateway-cache: on`;
-`x-gateway-cache: off` turns it off. The key is the normalised request plus the caller's key name, so
-tenants never read each other's answers, and the fingerprint of the model's guardrails and redaction as
-compiled (`ModelSafety.fingerprint`), so an answer judged and masked under one policy is never served
-under another (a reload that adds a rule misses what was cached before it). Answers are stored *after*
-masking and judging: the cache never holds text the client could not have read. A hit makes no upstream
-call and is served at once; in a stream, as one content delta (plus usage if the client asked).
+`x-gateway-cache: off` turns it off. The key is the normalised request plus the caller's key (by its
+counter: a stored key's id), so tenants never read each other's answers, and the fingerprint of the
+model's guardrails and redaction as compiled (`ModelSafety.fingerprint`), so an answer judged and
+masked under one policy is never served under another (a reload that adds a rule misses what was cached
+before it). Answers are stored *after* masking and judging: the cache never holds text the client could
+not have read. A hit makes no upstream call and is served at once; in a stream, as one content delta
+(plus usage if the client asked).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def wanted(rt: Runtime, request: GatewayRequest, ctx: RequestContext) -> bool:
 
 
 def key_for(rt: Runtime, ctx: RequestContext) -> str:
-    tenant = ctx.key.name if ctx.key is not None else "-"
+    # the key's counter, not its name: a stored key's id, which a new key under a revoked one's name does
+    # not share (docs/keys-teams-spend.md). No counter has a `-` alone, nor the policy digest a `:`.
+    tenant = ctx.key.counter if ctx.key is not None else "-"
     policy = rt.safety.models[ctx.model.name].fingerprint
     return cache_key(f"{ctx.api}:{tenant}:{policy}", ctx.body)
 

@@ -1,8 +1,10 @@
 """Response ids bound to their creator (docs/responses-bridge.md, ownership): an answer an upstream keeps
 under an id (the Responses API's, from an OpenAI Responses upstream) is recorded in the state backend
-with the key and team that asked for it; a request that continues an id (`previous_response_id`) is
-served only for that key or another key of the same team, and is otherwise a 404 before any upstream
-is asked. An id with no record (never relayed by the gateway, expired, forgotten) is unknown too.
+with the key and team that asked for it, by their counters (a stored key's and team's ids, so a key or
+team created later under a revoked one's name owns none of it); a request that continues an id
+(`previous_response_id`) is served only for that key or another key of the same team, and is otherwise
+a 404 before any upstream is asked. An id with no record (never relayed by the gateway, expired,
+forgotten) is unknown too.
 
 Recording never delays a byte to the client: the stream's is scheduled for the loop's next turn at the
 commit (the first token is written first), and a shared store's write runs in the background, bounded
@@ -23,10 +25,12 @@ from gateway.state.base import MAX_RESPONSE_ID_CHARS, ResponseOwner, StateBacken
 
 
 def caller(ctx: RequestContext) -> ResponseOwner:
+    """The caller as its counters name it (`ApiKey.counter`, `TeamLimits.counter`), not by its names: a
+    stored key's or team's id, which a new key or team under a revoked one's name does not inherit."""
     key = ctx.key
     if key is None:
         return ResponseOwner(key=None)
-    return ResponseOwner(key=key.name, team=key.team.name if key.team is not None else None)
+    return ResponseOwner(key=key.counter, team=key.team.counter if key.team is not None else None)
 
 
 async def check_continued(state: StateBackend, owned: Owned, ctx: RequestContext) -> None:

@@ -51,7 +51,8 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class ResponseOwner:
-    """Who created a response id the gateway relayed: the key's name and its team's (None: no team;
+    """Who created a response id the gateway relayed: the key's counter and its team's (`ApiKey.counter`,
+    `TeamLimits.counter`: a stored one's id, so a namesake created later is someone else; None: no team;
     a key of None: an unauthenticated caller)."""
 
     key: str | None

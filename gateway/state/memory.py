@@ -3,7 +3,8 @@
 No method awaits anything, so each operation runs to completion without interleaving: check-and-count
 is atomic without locks. Memory stays bounded: rate windows of keys idle for two minutes are dropped,
 one spend figure is kept per key and period kind (plus, with a store, the other processes' spend from
-its ledger), and the cache is an LRU of at most `max_entries`.
+its ledger), the cache is an LRU of at most `max_entries` and `max_bytes`, and response owners are bounded in all and
+per tenant.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ class _KeyWindows:
 
 # response ids remembered at most, oldest dropped first (an id dropped is unknown: a 404, never a leak)
 MAX_RESPONSE_OWNERS = 100_000
+# of which one tenant (a team, or a key in none) holds at most this many: past it, its own oldest id is
+# dropped, so one tenant's traffic never pushes another's ids out (docs/responses-bridge.md, Ownership)
+MAX_RESPONSE_OWNERS_PER_TENANT = 10_000
+Tenant = tuple[str, str | None]  # ("team", its counter) or ("key", its counter; None: unauthenticated)
 # served names remembered at most, oldest recorded dropped first (in one process: what the runtime's own
 # table already knows; kept here for the Redis backend's fallback)
 MAX_SERVED_NAMES = 4096
@@ -80,7 +85,8 @@ class MemoryBackend:
     """`StateBackend` held in this process. `clock` (monotonic seconds) drives cache expiry only."""
 
     def __init__(self, cache: CacheConfig | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self._max_entries = (cache or CacheConfig()).max_entries
+        cache = cache or CacheConfig()
+        self._max_entries, self._max_bytes = cache.max_entries, cache.max_bytes
         self._clock = clock
         self._windows: dict[str, _KeyWindows] = {}
         self._swept_minute = 0
@@ -88,7 +94,9 @@ class MemoryBackend:
         # every other process's spend of the period, per counter, from the store's ledger (seed_spend)
         self._others: dict[Period, tuple[str, Mapping[str, float]]] = {}
         self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._cache_bytes = 0  # of the values in `_cache`
         self._owners: OrderedDict[str, tuple[float, ResponseOwner]] = OrderedDict()  # id -> (expiry, owner)
+        self._owned: dict[Tenant, OrderedDict[str, None]] = {}  # each tenant's ids in `_owners`, oldest first
         self._served: OrderedDict[str, tuple[float, tuple[ServedName, ...]]] = OrderedDict()  # (expiry, served)
 
     async def check_request(
@@ -161,33 +169,59 @@ class MemoryBackend:
         if entry is None:
             return None
         if entry[0] <= self._clock():
-            del self._cache[cache_key]
+            self._drop_cached(cache_key)
             return None
         self._cache.move_to_end(cache_key)
         return entry[1]
 
     async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None:
-        if self._max_entries <= 0 or ttl_s <= 0:
+        if self._max_entries <= 0 or ttl_s <= 0 or len(value) > self._max_bytes:
             return
+        self._drop_cached(cache_key)
         self._cache[cache_key] = (self._clock() + ttl_s, value)
-        self._cache.move_to_end(cache_key)
-        while len(self._cache) > self._max_entries:
-            self._cache.popitem(last=False)  # least recently used first
+        self._cache_bytes += len(value)
+        # least recently used first, until both bounds hold: a count alone would let big answers fill memory
+        while len(self._cache) > self._max_entries or self._cache_bytes > self._max_bytes:
+            self._drop_cached(next(iter(self._cache)))
+
+    def _drop_cached(self, cache_key: str) -> None:
+        entry = self._cache.pop(cache_key, None)
+        if entry is not None:
+            self._cache_bytes -= len(entry[1])
 
     def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+        self._forget_owner(response_id)  # a record again: the newest, of its new owner
         self._owners[response_id] = (self._clock() + ttl_s, owner)
-        self._owners.move_to_end(response_id)
+        ids = self._owned.setdefault(_tenant(owner), OrderedDict())
+        ids[response_id] = None
+        if len(ids) > MAX_RESPONSE_OWNERS_PER_TENANT:
+            self._forget_owner(next(iter(ids)))
         while len(self._owners) > MAX_RESPONSE_OWNERS:
-            self._owners.popitem(last=False)
+            self._forget_owner(next(iter(self._owners)))
+
+    def _forget_owner(self, response_id: str) -> None:
+        entry = self._owners.pop(response_id, None)
+        if entry is None:
+            return
+        tenant = _tenant(entry[1])
+        ids = self._owned.get(tenant)
+        if ids is not None:
+            ids.pop(response_id, None)
+            if not ids:
+                del self._owned[tenant]
 
     async def response_owner(self, response_id: str) -> ResponseOwner | None:
         entry = self._owners.get(response_id)
         if entry is None:
             return None
         if entry[0] <= self._clock():
-            del self._owners[response_id]
+            self._forget_owner(response_id)
             return None
         return entry[1]
+
+    def response_owners_held(self) -> int:
+        """Response ids remembered now, expired ones not yet dropped included (for tests)."""
+        return len(self._owners)
 
     def record_served_name(self, name: str, served: ServedName) -> None:
         known = self._served_now(name)
@@ -227,5 +261,12 @@ class MemoryBackend:
     async def close(self) -> None:
         self._windows.clear()
         self._cache.clear()
+        self._cache_bytes = 0
         self._owners.clear()
+        self._owned.clear()
         self._served.clear()
+
+
+def _tenant(owner: ResponseOwner) -> Tenant:
+    """Whose share a response id counts against: its team's, else its key's."""
+    return ("team", owner.team) if owner.team is not None else ("key", owner.key)

@@ -2,7 +2,8 @@
 real PostgreSQL server: every field of keys and teams, create and PATCH, fuzzed with out-of-range and
 wrong-type values (Hypothesis) never gets a 5xx or a dropped connection, and every stored row is returned
 by the list. Also: the cases of the security review one by one, paginated lists, strict spend dates, a
-reused key name that starts with no spend, and CORS that never reaches `/admin/`."""
+reused key name that starts with no spend and none of its predecessor's cached answers, and CORS that
+never reaches `/admin/`."""
 
 from __future__ import annotations
 
@@ -257,6 +258,23 @@ def test_a_reused_name_starts_with_no_spend(gateway: GatewayServer) -> None:
     _chat(gateway, second["key"])  # its budget is whole
     status, spend = admin_call(port, "GET", "spend?group_by=key")
     assert {r["key_id"]: r["requests"] for r in spend["data"]} == {first["id"]: 2, second["id"]: 1}  # 200, 429; 200
+
+
+def test_a_reused_name_reads_none_of_its_predecessors_cached_answers(gateway: GatewayServer) -> None:
+    """The response cache is keyed by the key's id, as its spend is: a new key under a revoked key's name
+    is not served the answers the revoked one cached."""
+    def cached(key: str) -> str | None:
+        raw = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0).chat.completions.with_raw_response
+        answer = raw.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                            extra_headers={"x-gateway-cache": "on"})
+        return answer.headers.get("x-gateway-cache")
+
+    first = admin_call(gateway.port, "POST", "keys", {"name": "alice"})[1]["key"]
+    assert (cached(first), cached(first)) == (None, "hit")
+    assert admin_call(gateway.port, "DELETE", "keys/alice")[0] == 200
+    second = admin_call(gateway.port, "POST", "keys", {"name": "alice"})[1]["key"]
+    assert cached(second) is None, "the revoked key's answer is not the new key's"
+    assert cached(second) == "hit"
 
 
 def test_cors_never_applies_to_the_control_plane(servers: LoopThread, tmp_path: Path) -> None:

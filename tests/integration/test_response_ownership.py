@@ -134,6 +134,53 @@ def test_keys_of_one_team_share_their_responses(upstream: FakeUpstream, make: Ca
     assert len(upstream.bodies(RESP)) == asked
 
 
+def test_a_revoked_keys_name_reused_owns_nothing(upstream: FakeUpstream, make: Callable[[], GatewayServer]) -> None:
+    """A revoked key's name may be reused (docs/keys-teams-spend.md): the new key is another principal, as it
+    starts with no spend, so the old key's response ids are not its own."""
+    gw = make()
+    old = admin_call(gw.port, "POST", "keys", {"name": "k1"})[1]["key"]
+    rid = create(upstream, gw, old, "resp_old_k1", stream=False)
+    assert admin_call(gw.port, "DELETE", "keys/k1")[0] == 200
+    status, made = admin_call(gw.port, "POST", "keys", {"name": "k1"})
+    assert status == 201
+    asked = len(upstream.bodies(RESP))
+    assert refused(gw, made["key"], rid)["code"] == "previous_response_not_found"
+    assert len(upstream.bodies(RESP)) == asked, "the upstream was never asked"
+
+
+def test_a_team_recreated_under_its_name_shares_nothing(upstream: FakeUpstream,
+                                                        make: Callable[[], GatewayServer]) -> None:
+    """A team deleted and created again under its name is a new team (its counters start from nothing): the
+    old team's response ids are not the new one's."""
+    gw = make()
+    assert admin_call(gw.port, "POST", "teams", {"name": "ml"})[0] == 201
+    k1 = admin_call(gw.port, "POST", "keys", {"name": "k1", "team": "ml"})[1]["key"]
+    rid = create(upstream, gw, k1, "resp_old_team", stream=True)
+    assert admin_call(gw.port, "DELETE", "keys/k1")[0] == 200
+    assert admin_call(gw.port, "DELETE", "teams/ml")[0] == 200
+    assert admin_call(gw.port, "POST", "teams", {"name": "ml"})[0] == 201
+    k2 = admin_call(gw.port, "POST", "keys", {"name": "k2", "team": "ml"})[1]["key"]
+    asked = len(upstream.bodies(RESP))
+    assert refused(gw, k2, rid)["code"] == "previous_response_not_found"
+    assert len(upstream.bodies(RESP)) == asked
+
+
+def test_a_conversation_is_unknown(upstream: FakeUpstream, make: Callable[[], GatewayServer]) -> None:
+    """An OpenAI conversation (`conversation`) is state the upstream keeps for the provider's account: the
+    gateway creates none (it serves no /v1/conversations), so none is any key's, and one named by id is
+    unknown (404), never read or written upstream for a caller who does not own it."""
+    gw = make()
+    for conversation in ("conv_of_someone_else", {"id": "conv_of_someone_else"}):
+        with pytest.raises(openai.NotFoundError) as info:
+            client(gw, ALICE).responses.create(model="m", input="what did we say?",
+                                               extra_body={"conversation": conversation})
+        body: Any = info.value.body
+        assert body == {"message": "Conversation with id 'conv_of_someone_else' not found.",
+                        "type": "invalid_request_error", "param": "conversation",
+                        "code": "conversation_not_found"}
+    assert upstream.bodies(RESP) == [], "the upstream was never asked"
+
+
 def test_an_answer_not_stored_upstream_is_not_recorded(upstream: FakeUpstream,
                                                        make: Callable[[], GatewayServer]) -> None:
     gw = make()

@@ -62,6 +62,11 @@ def test_an_unset_key_variable_is_one_error_not_two() -> None:
     ({"auth": {"keys": [{"name": "a", "key": "one", "key_sha256": "ab"}]}}, "auth.keys[0]: exactly one of"),
     ({"providers": {"p": {"type": "azure", "base_url": "https://a.example"}}}, "providers.p.api_version: required"),
     ({"auth": {}}, "auth: no keys configured"),
+    # an IdP team's principal is named jwt:<team>: a key of that name would share its limits, spend,
+    # cached answers and response ids (docs/identity.md)
+    ({"auth": {"keys": [{"name": "jwt:ml", "key": "one"}]}}, "auth.keys[0].name: jwt: names IdP callers"),
+    ({"admin": {"keys": [{"name": "JWT:x", "key": "two"}]}, "store": {"url": "sqlite:///x.db"}},
+     "admin.keys[0].name: jwt: names IdP callers"),
     ({"store": {"url": "sqlite:///x.db", "ledger_journal": " "}}, "store.ledger_journal: must be auto, off or a"),
 ])
 def test_every_error_names_its_key_path(patch: dict[str, Any], expected: str) -> None:

@@ -188,6 +188,19 @@ async def test_create_backend_defaults_to_memory_and_is_healthy() -> None:
     assert calls == []
 
 
+async def test_cache_holds_a_bounded_number_of_bytes() -> None:
+    """Entries are bounded by bytes as well as by count: an answer may be up to 32 MiB (a Responses object
+    echoes the request's `instructions`), so 10,000 entries alone would let one client's answers fill the
+    process's memory (docs/extensions.md, `cache.max_bytes`)."""
+    backend = MemoryBackend(CacheConfig())
+    big = b"x" * (1 << 20)  # one object: the test itself holds 1 MiB, whatever the cache keeps
+    for i in range(300):
+        await backend.cache_set(f"answer-{i}", big, 60)
+    assert await backend.cache_get("answer-299") == big
+    assert await backend.cache_get("answer-0") is None, "the oldest went: 300 MiB is over the default bound"
+    assert backend.cache_len() * len(big) <= 256 << 20
+
+
 async def test_response_owners_expire_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.state import memory
     from gateway.state.base import ResponseOwner
@@ -205,6 +218,24 @@ async def test_response_owners_expire_and_stay_bounded(monkeypatch: pytest.Monke
     for i in range(5):
         backend.record_response_owner(f"resp_{i}", alice, ttl_s=60)
     assert [await backend.response_owner(f"resp_{i}") for i in range(5)] == [None, None, alice, alice, alice]
+
+
+async def test_one_tenant_cannot_evict_anothers_response_owners() -> None:
+    """However many responses one key (or team) stores, it pushes out only its own oldest ids: another
+    tenant's id stays known (docs/responses-bridge.md, Ownership)."""
+    from gateway.state import memory
+    from gateway.state.base import ResponseOwner
+
+    backend = MemoryBackend(clock=ManualClock())
+    victim, busy, teammate = ResponseOwner("victim"), ResponseOwner("busy", "ml"), ResponseOwner("mate", "ml")
+    backend.record_response_owner("resp_victim", victim, ttl_s=60)
+    for i in range(memory.MAX_RESPONSE_OWNERS):
+        backend.record_response_owner(f"resp_busy_{i}", busy if i % 2 else teammate, ttl_s=60)
+    assert await backend.response_owner("resp_victim") == victim
+    last = memory.MAX_RESPONSE_OWNERS - 1
+    assert await backend.response_owner(f"resp_busy_{last}") == busy, "its newest ids stay known"
+    assert await backend.response_owner("resp_busy_0") is None, "its oldest went: a team shares one quota"
+    assert backend.response_owners_held() <= memory.MAX_RESPONSE_OWNERS_PER_TENANT + 1
 
 
 async def test_served_names_are_kept_per_process_expire_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
