@@ -67,7 +67,7 @@ class ServerConfig:
     # open client connections; past it a new one gets 503. None: DEFAULT_MAX_CONNECTIONS, or what the file
     # descriptor limit holds when that is less (docs/extensions.md, server)
     max_connections: int | None = None
-    request_head_timeout_s: float = 15.0  # a request's first byte to the end of its head (408)
+    request_head_timeout_s: float = 15.0  # a request's first byte (the first's: the accept) to its head's end (408)
     send_timeout_s: float = 30.0  # a client that reads nothing of its response this long is cut
     loop_turn_ms: float = 2.0  # request steps one loop iteration runs before the rest wait (0: no limit)
     sched_slice_us: int = 0  # the loop thread's EEVDF slice suggestion (0: the kernel's default)

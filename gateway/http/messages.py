@@ -3,12 +3,16 @@ response whose headers leave with its first write (one segment fewer on the time
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from gateway.core.http1_request import LAST_CHUNK, RequestHead, chunk, response_head
+
+if TYPE_CHECKING:
+    from gateway.errors import GatewayError
 
 
 class Channel(Protocol):
@@ -151,3 +155,14 @@ class StreamResponse:
             data, self._head = self._head + data, b""
         if channel.send(data):
             await channel.drained()
+
+
+def error_answer(err: GatewayError, date: str, *, retry_after: bool = False) -> bytes:
+    """A refusal the server answers itself, before any handler ran, in OpenAI's error shape."""
+    body = err.json_bytes()
+    # an answer before any handler ran still carries a request id (one drawn here: nothing was read to
+    # take the client's from, or no application says how), so every answer can be quoted in a support request
+    headers = {"Content-Type": "application/json", "x-request-id": os.urandom(16).hex()}
+    if retry_after:
+        headers["Retry-After"] = "1"
+    return response_head(err.status, headers, date, length=len(body), keep_alive=False, http10=False) + body

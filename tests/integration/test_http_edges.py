@@ -61,6 +61,17 @@ def test_a_slow_head_gets_408_and_the_connection_closes(make_gateway: Callable[.
     assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
 
 
+def test_a_connection_that_sends_nothing_is_closed_after_the_head_timeout(
+        make_gateway: Callable[..., GatewayServer]) -> None:
+    """A client that connects and says nothing was held for the keep-alive time (75 s), not the head
+    timeout: a slow-loris client held sockets 5 times longer than one that sends a byte. The first head's
+    clock now starts at the accept; with nothing to answer, the close is silent (counted)."""
+    gw = make_gateway(server={"request_head_timeout_s": 0.2})
+    with connect(gw) as sock:  # its 5 s timeout bounds the wait: the old code failed it with TimeoutError
+        assert read_to_close(sock) == b""
+    assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
+
+
 def with_request_timeout(gw: GatewayServer, seconds: float) -> GatewayServer:
     """`gw` with a request deadline of `seconds` (first byte to the whole body), on its running server."""
     api = gw.api
@@ -322,10 +333,14 @@ def tls_files(tmp_path: Path) -> tuple[trustme.CA, dict[str, str]]:
     return ca, {"cert_file": str(cert), "key_file": str(key)}
 
 
-def tls_get(gw: GatewayServer, ca: trustme.CA) -> bytes:
+def tls_client(gw: GatewayServer, ca: trustme.CA) -> ssl.SSLSocket:
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)
-    with ctx.wrap_socket(connect(gw), server_hostname="127.0.0.1") as sock:
+    return ctx.wrap_socket(connect(gw), server_hostname="127.0.0.1")
+
+
+def tls_get(gw: GatewayServer, ca: trustme.CA) -> bytes:
+    with tls_client(gw, ca) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
         return read_response(sock, bytearray())[0]
 
@@ -363,6 +378,17 @@ def test_tls_handshakes_count_as_connections_and_end_within_the_head_timeout(
         if e["event"] == "http_refused":
             counts[e["reason"]] = counts.get(e["reason"], 0) + e["count"]
     assert counts == {"max_connections": 1, "tls_handshake": 3}
+
+
+def test_a_tls_connection_that_sends_nothing_after_its_handshake_is_closed_after_the_head_timeout(
+        make_gateway: Callable[..., GatewayServer], tls_files: tuple[trustme.CA, dict[str, str]]) -> None:
+    """The handshake was bounded by the head timeout, then a client that said nothing was held for the
+    keep-alive time (75 s): the first head's clock runs from the accept, over TLS as over plain TCP."""
+    ca, tls = tls_files
+    gw = make_gateway(server={"tls": tls, "request_head_timeout_s": 0.3})
+    with tls_client(gw, ca) as quiet:  # the socket's 5 s timeout bounds the wait (the old code's TimeoutError)
+        assert read_to_close(quiet) == b""
+    assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
 
 
 def test_websocket_bytes_that_come_with_the_handshake_reach_the_socket(gateway: GatewayServer) -> None:
