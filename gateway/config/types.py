@@ -63,6 +63,7 @@ class ServerConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     drain_s: float = 30.0
     websocket_idle_s: float = 300.0  # a WebSocket-mode connection with no message this long is closed
+    websocket_max_per_key: int = 32  # WebSocket-mode connections one key may hold open (per process); past it 429
     keepalive_after_s: float = 10.0
     # open client connections; past it a new one gets 503. None: DEFAULT_MAX_CONNECTIONS, or what the file
     # descriptor limit holds when that is less (docs/extensions.md, server)

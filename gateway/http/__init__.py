@@ -63,7 +63,8 @@ class ServerLimits:
 
 
 class ServerEvents(Protocol):
-    # max_connections, head_timeout, body_timeout, send_stall, bad_request, too_large, upgrade, tls_handshake
+    # max_connections, head_timeout, body_timeout, send_stall, bad_request, too_large, upgrade, tls_handshake,
+    # websocket_limit (an upgrader's 429: the caller's sockets at their cap)
     def refused(self, reason: str) -> None: ...
 
 

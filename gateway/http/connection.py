@@ -257,8 +257,8 @@ class HttpConnection(asyncio.Protocol):
         try:
             answer = await upgrader.upgrade(head)
             if not isinstance(answer, Accepted):
-                if answer.status == 426:
-                    self._server.refused("upgrade")
+                if answer.status in _UPGRADE_REFUSALS:  # counted and logged as the server's own refusals are
+                    self._server.refused(_UPGRADE_REFUSALS[answer.status])
                 if self.send(answer.encode(Request(head, b"", self))):
                     await self.drained()
                 return
@@ -392,3 +392,6 @@ class HttpConnection(asyncio.Protocol):
 
 
 _CODES = {413: "request_too_large", 426: "upgrade_required"}
+# an upgrader's refusals that are the server's kind (docs/reference.md, Metrics): no WebSocket on that route;
+# the caller holds as many sockets as it may (`server.websocket_max_per_key`)
+_UPGRADE_REFUSALS = {426: "upgrade", 429: "websocket_limit"}

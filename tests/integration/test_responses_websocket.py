@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import openai
@@ -20,7 +21,7 @@ from websockets.sync.client import connect
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
 from tests.fake_upstream import Close, FakeUpstream, Script, json_script
-from tests.harness import GatewayServer, LoopThread
+from tests.harness import GatewayServer, LoopThread, wait_until
 
 KEY = "gw-ws-key-0001"
 SPENT_KEY = "gw-ws-key-spent"  # a budget of 0: every request refused
@@ -132,6 +133,31 @@ def test_the_key_is_checked_before_the_upgrade_and_other_routes_keep_426(gw: Gat
     with pytest.raises(InvalidStatus) as page:  # a browser page of another site (no CORS origin allowed)
         connect(ws_url(gw), origin="https://evil.example", additional_headers={"Authorization": f"Bearer {KEY}"})
     assert page.value.response.status_code == 403
+
+
+def test_a_keys_open_sockets_are_capped_and_the_upgrade_past_the_cap_gets_429(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """Each socket holds a conversation (up to `max_body_bytes`): one key opened as many as
+    `max_connections` allowed. Past `server.websocket_max_per_key` the upgrade is refused, in OpenAI's
+    shape, before any `101`; another key is not held back, and a socket closed gives its place back."""
+    gw = make_gateway(ws_config(upstream, websocket_max_per_key=2))
+    with ExitStack() as held:
+        first = held.enter_context(raw_socket(gw))
+        held.enter_context(raw_socket(gw))
+        with pytest.raises(InvalidStatus) as refused:
+            raw_socket(gw)
+        answer = refused.value.response
+        assert answer.status_code == 429
+        assert orjson.loads(answer.body)["error"] == {
+            "type": "rate_limit_error", "code": "websocket_limit_exceeded", "param": None,
+            "message": "this key has 2 WebSocket connections open, the most the gateway allows "
+                       "(server.websocket_max_per_key): close one, or use HTTP streaming"}
+        assert gw.sample("llm_gateway_http_refused_total", reason="websocket_limit") == 1
+        with raw_socket(gw, Authorization=f"Bearer {SPENT_KEY}"):  # another key's count is its own
+            pass
+        first.close()
+        servers.run(wait_until(lambda: gw.sample("llm_gateway_websocket_connections") == 1))
+        held.enter_context(raw_socket(gw))  # the closed one's place
 
 
 def raw_socket(gw: GatewayServer, **headers: str) -> Any:
