@@ -322,7 +322,8 @@ class ResponsesSocket:
             key = await self._check_warmup(body, scan)
             await within_budgets(self.app.runtime, self.app.state, key)  # spends nothing: not counted
         except GatewayError as err:
-            self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status))
+            self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status, err.headers,
+                                                       err.type))
             return
         rid, events = warmup_events(body)
         self._write(b"".join(self.frames.text(e) for e in events))
@@ -368,7 +369,7 @@ class ResponsesSocket:
     def _refused(self, resp: Response) -> None:
         """A response refused before its stream (the status and error body HTTP would have carried); then
         what the response leaves for after its write (the request's log line), as the HTTP server does."""
-        self._refused_with(resp.status, error_from_body(resp.status, resp.body))
+        self._refused_with(resp.status, error_from_body(resp.status, resp.body, resp.headers))
         if resp.after is not None:
             resp.after()
 

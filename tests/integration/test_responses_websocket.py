@@ -269,7 +269,12 @@ def test_a_warmup_past_the_keys_budget_is_refused_as_a_response_would_be(gw: Gat
     with raw_socket(gw, Authorization=f"Bearer {SPENT_KEY}") as ws:
         ws.send(orjson.dumps({"type": "response.create", "model": "claude", "generate": False}).decode())
         err = recv_json(ws)
+        ws.send(orjson.dumps({"type": "response.create", "model": "claude", "input": "hi"}).decode())
+        refused = recv_json(ws)  # a response, refused as its HTTP request is: 429 with its fields
     assert (err["type"], err["code"], err["status"]) == ("error", "budget_exceeded", 429)
+    for event in (err, refused):  # when the period resets, and that an SDK should not retry before then
+        assert event["code"] == "budget_exceeded" and event["error"]["type"] == "insufficient_quota", event
+        assert int(event["headers"]["retry-after"]) > 0 and event["headers"]["x-should-retry"] == "false", event
 
 
 def test_warmups_cannot_grow_the_kept_conversation_past_max_body_bytes(upstream: FakeUpstream,
@@ -356,6 +361,9 @@ def test_each_turn_is_held_to_the_keys_limits(upstream: FakeUpstream,
         assert turn(ws, {"model": "claude", "input": "one"})[-1]["type"] == "response.completed"
         limited = turn(ws, {"model": "claude", "input": "two"})
         assert limited[-1]["code"] == "rate_limit_exceeded" and limited[-1]["status"] == 429
+        # the wait HTTP's `Retry-After` gives, in the event's `headers` (where Codex reads it), and the body's type
+        assert int(limited[-1]["headers"]["retry-after"]) >= 1, limited[-1]
+        assert limited[-1]["error"]["type"] == "rate_limit_error"
         ws.send(orjson.dumps({"type": "response.create", "model": "nope", "input": "x"}).decode())
         assert recv_json(ws)["type"] == "error"  # the socket stays usable after a refusal
     assert len(upstream.bodies(MESSAGES_PATH)) == 1
