@@ -341,14 +341,20 @@ class HttpConnection(asyncio.Protocol):
         """Close after the last answer without resetting what the client still sends (closing a socket
         with unread bytes resets it, and the client would lose the answer): the answer goes out with a
         FIN, what still comes is read and dropped, and the socket closes when the client does (or after
-        LINGER_S): the lingering close of RFC 9112 §9.6."""
+        LINGER_S): the lingering close of RFC 9112 §9.6. TLS cannot half-close, and its shutdown is that
+        lingering close already (`tls.py`): the answer, a close_notify, what still comes read and dropped
+        until the client's close_notify or FIN, LINGER_S at most. Waiting LINGER_S first, as for a FIN the
+        client never got, held every close the gateway began (a WebSocket's: the client waits for the
+        server's close) for its whole 5 s."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         self.tunnel = None  # a tunnel that ended takes nothing more
         self.closing = self._lingering = True
-        if transport.can_write_eof():  # a TLS transport cannot half-close: the answer goes, then the close
-            transport.write_eof()
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
         self._server.loop.call_later(LINGER_S, self._close)
 
     def _close(self) -> None:

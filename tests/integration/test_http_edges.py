@@ -23,7 +23,7 @@ from gateway.core.json_body import MAX_CONTAINERS
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread, wait_until
-from tests.integration.test_inbound_http import BODY, PATH, connect, read_response, read_to_close
+from tests.integration.test_inbound_http import BODY, PATH, connect, post_head, read_response, read_to_close
 from tests.responses_scripts import Answer, body_script
 from tests.unit.http_vectors import ALL, SMUGGLED, UPGRADE
 from tests.unit.test_request_differential import ours
@@ -389,6 +389,20 @@ def test_a_tls_connection_that_sends_nothing_after_its_handshake_is_closed_after
     with tls_client(gw, ca) as quiet:  # the socket's 5 s timeout bounds the wait (the old code's TimeoutError)
         assert read_to_close(quiet) == b""
     assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
+
+
+def test_a_refusal_over_tls_reaches_a_client_still_sending_its_body(
+        make_gateway: Callable[..., GatewayServer], tls_files: tuple[trustme.CA, dict[str, str]]) -> None:
+    """A refusal's close over TLS is its TLS shutdown (no half-close to linger on): the answer and a
+    close_notify go out, and what the client still sends is read and dropped meanwhile, so the client is
+    not reset before it reads the 413."""
+    ca, tls = tls_files
+    gw = make_gateway(server={"tls": tls, "max_body_bytes": 1024})
+    with tls_client(gw, ca) as sock:
+        sock.sendall(post_head(PATH, 4 << 20) + b"x" * (1 << 20))  # refused at the head; the body goes on
+        status, headers, _ = read_response(sock, bytearray())
+        assert sock.recv(65536) == b""  # then the end
+    assert status == b"HTTP/1.1 413 Content Too Large" and headers["connection"] == "close"
 
 
 def test_websocket_bytes_that_come_with_the_handshake_reach_the_socket(gateway: GatewayServer) -> None:

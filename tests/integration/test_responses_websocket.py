@@ -6,6 +6,9 @@ line per response with `transport: "websocket"`."""
 
 from __future__ import annotations
 
+import base64
+import os
+import socket
 import ssl
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -333,14 +336,19 @@ def test_warmups_are_held_to_a_bodys_container_and_nesting_bounds(upstream: Fake
     assert upstream.bodies(MESSAGES_PATH) == []
 
 
-def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
-                                 tmp_path: Any) -> None:
+def tls_files(tmp_path: Any) -> tuple[trustme.CA, dict[str, str]]:
     ca = trustme.CA()
     leaf = ca.issue_cert("127.0.0.1")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     leaf.cert_chain_pems[0].write_to_path(str(cert))
     leaf.private_key_pem.write_to_path(str(key))
-    gw = make_gateway(ws_config(upstream, tls={"cert_file": str(cert), "key_file": str(key)}))
+    return ca, {"cert_file": str(cert), "key_file": str(key)}
+
+
+def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+                                 tmp_path: Any) -> None:
+    ca, tls = tls_files(tmp_path)
+    gw = make_gateway(ws_config(upstream, tls=tls))
     upstream.enqueue(MESSAGES_PATH, a.text_stream(["Private."]))
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)
@@ -348,6 +356,32 @@ def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[
                  additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
         events = turn(ws, {"model": "claude", "input": "hi"})
     assert events[-1]["type"] == "response.completed" and output_text(events) == "Private."
+
+
+def test_a_close_the_gateway_starts_over_tls_ends_when_the_client_answers(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], tmp_path: Any) -> None:
+    """TLS cannot half-close, so a close the gateway began (idle, drain, a revoked key) waited its whole
+    5 s linger: the client answered the close frame and waited, as RFC 6455 has it, for the server to end
+    the connection. The TLS shutdown is now the linger: the client's answer ends it at once."""
+    ca, tls = tls_files(tmp_path)
+    gw = make_gateway(ws_config(upstream, websocket_idle_s=1, tls=tls))
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", gw.port), timeout=10),
+                         server_hostname="127.0.0.1") as sock:
+        nonce = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(f"GET /v1/responses HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     f"Sec-WebSocket-Key: {nonce}\r\nSec-WebSocket-Version: 13\r\n"
+                     f"Authorization: Bearer {KEY}\r\n\r\n".encode())
+        got = b""
+        while b"idle timeout" not in got:  # the 101, then the gateway's close frame (1000) after a second idle
+            chunk = sock.recv(65536)
+            assert chunk, got
+            got += chunk
+        assert got[got.index(b"\r\n\r\n") + 4:][:4] == b"\x88\x0e\x03\xe8"
+        sock.sendall(b"\x88\x82\x00\x00\x00\x00\x03\xe8")  # the client's answer: a masked close frame, 1000
+        sock.settimeout(3)  # the old code's close came after 5 s: TimeoutError
+        assert sock.recv(65536) == b""  # the gateway's close_notify: the end, at once
 
 
 def test_each_turn_is_held_to_the_keys_limits(upstream: FakeUpstream,
