@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 
-from gateway.core.http1_request import HeadSeen, RequestError, RequestHead, response_head
+from gateway.core.http1_request import HeadSeen, RequestError, RequestHead
 from gateway.errors import GatewayError
 from gateway.http.eager import start_eagerly
-from gateway.http.messages import Channel, Request, Response, StreamResponse, error_answer
+from gateway.http.messages import Channel, Request, Response, StreamResponse, error_answer, refusal_answer
 from gateway.http.reader import RequestReader
 from gateway.http.turns import TURNS
 from gateway.http.upgrade import Accepted, Tunnel
@@ -242,12 +242,20 @@ class HttpConnection(asyncio.Protocol):
             log.exception("unhandled_error", path=head.path)
             self._close()
             return
+        self._answered(keep)
+
+    def _answered(self, keep: bool) -> None:
+        """The next request, or the close: lingering when the client sent bytes past what is served (a
+        pipelining flood cut at MAX_PIPELINED), as a close on them unread resets the connection, and a
+        reset can erase answers the client has not read yet."""
         self.task, self._wrote = None, False
-        if not keep or self._server.closing:
+        if keep and not self._server.closing:
+            self.idle_since = self._server.loop.time()
+            self._next()
+        elif self._reader.saturated or self._pending:
+            self._linger()
+        else:
             self._close()
-            return
-        self.idle_since = self._server.loop.time()
-        self._next()
 
     async def _upgrade(self, head: RequestHead) -> None:
         """Ask the upgrader (it authenticates before any `101`); on a refusal, its answer and the close;
@@ -311,7 +319,7 @@ class HttpConnection(asyncio.Protocol):
         elif self._reader.buffered:
             self._take(b"")
         elif self._reader.saturated:
-            self._close()  # its last queued request was served; nothing more is read from it
+            self._linger()  # its last queued request was served; what it still sends is dropped
 
     def _reject(self, exc: RequestError, reason: str | None = None, seen: HeadSeen | None = None) -> None:
         """A request we cannot read: answer its status and close (its framing is not to be trusted),
@@ -320,22 +328,8 @@ class HttpConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(self._refusal(exc, seen or self._reader.seen()))
+        transport.write(refusal_answer(exc, seen or self._reader.seen(), self._server.refusals, self.date()))
         self._linger()
-
-    def _refusal(self, exc: RequestError, seen: HeadSeen | None) -> bytes:
-        """The answer to a refused request: in its route's error shape, with the client's request id, when
-        the head was read far enough to name its path (the application's `Refusals`: docs/messages.md,
-        Errors); else OpenAI's shape and a drawn id."""
-        code = _CODES.get(exc.status, "invalid_request")  # docs/reference.md, "Routes" codes
-        err = GatewayError(exc.message, status=exc.status, code=code,
-                           type="invalid_request_error" if exc.status < 500 else "api_error")
-        refusals = self._server.refusals
-        if refusals is None or seen is None:
-            return error_answer(err, self.date())
-        answer = refusals.refusal(err, seen)
-        return response_head(answer.status, answer.headers, self.date(), length=len(answer.body),
-                             keep_alive=False, http10=False) + answer.body
 
     def _linger(self) -> None:
         """Close after the last answer without resetting what the client still sends (closing a socket
@@ -343,14 +337,14 @@ class HttpConnection(asyncio.Protocol):
         FIN, what still comes is read and dropped, and the socket closes when the client does (or after
         LINGER_S): the lingering close of RFC 9112 §9.6. TLS cannot half-close, and its shutdown is that
         lingering close already (`tls.py`): the answer, a close_notify, what still comes read and dropped
-        until the client's close_notify or FIN, LINGER_S at most. Waiting LINGER_S first, as for a FIN the
-        client never got, held every close the gateway began (a WebSocket's: the client waits for the
-        server's close) for its whole 5 s."""
+        until the client's close_notify or FIN, LINGER_S at most (a WebSocket client answers our close
+        frame, then waits for us to end the connection: it is not kept waiting LINGER_S)."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         self.tunnel = None  # a tunnel that ended takes nothing more
         self.closing = self._lingering = True
+        transport.resume_reading()  # paused past MAX_PENDING, or by a tunnel: what comes now is dropped
         if not transport.can_write_eof():
             transport.close()
             return
@@ -397,7 +391,6 @@ class HttpConnection(asyncio.Protocol):
             transport.close()
 
 
-_CODES = {413: "request_too_large", 426: "upgrade_required"}
 # an upgrader's refusals that are the server's kind (docs/reference.md, Metrics): no WebSocket on that route;
 # the caller holds as many sockets as it may (`server.websocket_max_per_key`)
 _UPGRADE_REFUSALS = {426: "upgrade", 429: "websocket_limit"}

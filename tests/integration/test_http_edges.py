@@ -10,6 +10,7 @@ import dataclasses
 import http.client
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -199,6 +200,30 @@ def test_a_pipelining_flood_is_served_in_part_then_the_connection_closes(gateway
         got = read_to_close(sock)
     lines = statuses(got)
     assert 1 <= len(lines) <= 16 and set(lines) == {b"HTTP/1.1 200 OK"}
+
+
+def test_a_pipelining_flood_gets_every_answer_queued_then_a_clean_close(gateway: GatewayServer) -> None:
+    """Past MAX_PIPELINED the queued requests are served and the connection ends; it was closed while the
+    client was still sending, which resets it (RFC 9112 §9.6), and a reset can erase answers the client
+    has not read yet. Now it lingers: the answers, a FIN, and what the client still sends read and dropped."""
+    flood = b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n" * 16 + post_head(PATH, 8 << 20) + bytes(8 << 20)
+    failed: list[OSError] = []
+
+    def send(sock: socket.socket) -> None:
+        try:
+            sock.sendall(flood)
+        except OSError as exc:  # the old code's reset (EPIPE, ECONNRESET)
+            failed.append(exc)
+
+    with connect(gateway) as sock:
+        sender = threading.Thread(target=send, args=(sock,))
+        sender.start()
+        buf = bytearray()
+        answers = [read_response(sock, buf)[0] for _ in range(16)]
+        end = sock.recv(65536)  # the FIN (the old code's reset could come first: ConnectionResetError)
+        sender.join(10)  # the rest of the flood, read and dropped
+    assert answers == [b"HTTP/1.1 200 OK"] * 16 and end == b"" and not buf
+    assert not sender.is_alive() and failed == []
 
 
 @pytest.mark.parametrize("vector", UPGRADE, ids=[repr(v[:70]) for v in UPGRADE])
