@@ -43,6 +43,7 @@ from gateway.pipeline.budget_sync import BudgetSync
 from gateway.pipeline.exchange import GatewayRequest, Handler
 from gateway.pipeline.middleware import handle, refused_response
 from gateway.pipeline.runtime import Runtime, build_runtime
+from gateway.pipeline.socket_slots import SocketSlots
 from gateway.providers.registry import auth_of, in_process
 from gateway.state.base import StateBackend, create_backend
 from gateway.store import ControlPlane, StoreHooks, StoreUnavailable
@@ -72,6 +73,7 @@ class App:
         self._budgets: BudgetSync | None = None
         self.routes: Mapping[str, Mapping[str, Handler]] = _routes()
         self.apis: Mapping[str, ClientApi] = {api.path: api for api in CLIENT_APIS}  # by route
+        self.sockets = SocketSlots()  # WebSocket-mode connections per caller: kept across reloads
         # read at start only (docs/extensions.md, "Traces"): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
         self.genai_push: GenAiPush | None = None  # the GenAI metrics by OTLP, read at start only too

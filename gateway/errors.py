@@ -163,6 +163,13 @@ class RateLimited(GatewayError):
     status, type, code, outcome = 429, "rate_limit_error", "rate_limit_exceeded", "rate_limited"
 
 
+class TooManySockets(RateLimited):
+    """A WebSocket upgrade past its caller's `server.websocket_max_per_key` open connections: refused
+    before the `101` (`pipeline.socket_slots`)."""
+
+    code = "websocket_limit_exceeded"
+
+
 class BudgetExceeded(GatewayError):
     status, type, code, outcome = 429, "insufficient_quota", "budget_exceeded", "rate_limited"
 

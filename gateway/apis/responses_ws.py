@@ -18,6 +18,7 @@ import orjson
 import structlog
 
 from gateway.apis.catalog import RESPONSES
+from gateway.apis.responses_ws_channel import EventChannel
 from gateway.config.types import ApiKey
 from gateway.core.body_scan import NOTHING, Scan, body_scans, walked
 from gateway.core.http1_request import RequestHead
@@ -27,7 +28,6 @@ from gateway.core.responses.filter import EVENT_ENCODER
 from gateway.core.responses.socket import (
     Conversation,
     Create,
-    EventCutter,
     SocketMessageError,
     error_event,
     error_from_body,
@@ -47,6 +47,7 @@ from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.limits import within_budgets
 from gateway.pipeline.middleware import handle, refused_response
 from gateway.pipeline.request import walked_body
+from gateway.pipeline.socket_slots import Slot
 from gateway.providers.base import MARKER
 from gateway.providers.convert.responses_chat_request import INPUT_MEMO, InputMemo
 from gateway.upstream import STEP_BYTES
@@ -59,7 +60,6 @@ _HOP_FIELDS = frozenset(("upgrade", "connection", "content-length", "transfer-en
 # messages taken per loop iteration: a flood of small messages read in one go is taken a batch at a time
 # (reading held meanwhile), so other connections are served between the batches (~15 us a message)
 BATCH = 32
-_TEXT_FRAME = 0x81  # a whole text frame's first byte (`core.websocket.text_frame`); SSE starts with text
 
 
 async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
@@ -82,56 +82,26 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
             raise HandshakeError("a WebSocket handshake is an HTTP/1.1 request")
         answer = accept_head(head.headers)
         key = await app.runtime.keyring.caller(head.headers)  # a key, or an IdP token (one JWKS refetch)
+        # taken here, the socket made with no await between: each holds a conversation, so a key's are bounded
+        slot = app.sockets.take(key, app.runtime.config.server.websocket_max_per_key)
     except HandshakeError as exc:
         return refused_response(app.apis, InvalidRequest(str(exc)), head.path, head.headers)
-    except GatewayError as err:
+    except GatewayError as err:  # TooManySockets (429) is counted by the server (`http_refused`)
         return refused_response(app.apis, err, head.path, head.headers)
     name = key.name if key is not None else None
-    return Accepted(answer, lambda link: ResponsesSocket(app, head, link, name))
-
-
-class _EventChannel:
-    """The response's channel: one text message per event out, on the socket's link. The serve path's
-    Responses events arrive framed already (`EVENT_ENCODER`, set for the response's task); anything else
-    written to it (an SSE keep-alive comment, which a socket does not need) is cut as SSE."""
-
-    raw_body = True
-    __slots__ = ("_socket", "cutter")
-
-    def __init__(self, socket: ResponsesSocket):
-        self._socket = socket
-        self.cutter = EventCutter()
-
-    @property
-    def closing(self) -> bool:
-        return self._socket.link.closing
-
-    @closing.setter
-    def closing(self, value: bool) -> None:  # the connection's own state: not set through a response
-        pass
-
-    def send(self, data: bytes) -> bool:
-        if not data:
-            return False
-        frames = data if data[0] == _TEXT_FRAME else self.cutter.frames(data)
-        return self._socket.link.send(frames) if frames else False
-
-    async def drained(self) -> None:
-        await self._socket.link.drained()
-
-    def date(self) -> str:
-        return self._socket.link.date()
+    return Accepted(answer, lambda link: ResponsesSocket(app, head, link, name, slot))
 
 
 class ResponsesSocket:
     """One WebSocket-mode connection (the server's `Tunnel`)."""
 
     __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
-                 "_key", "_loop", "_memo", "_opened", "_responses", "_resuming", "_running", "_warmups", "app",
+                 "_key", "_loop", "_memo", "_opened", "_responses", "_resuming", "_running", "_slot", "_warmups", "app",
                  "frames", "idle_s", "link")
 
-    def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None):
+    def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None, slot: Slot):
         self.app, self.link = app, link
+        self._slot: Slot | None = slot  # its place in its caller's count, given back once (`_give_back`)
         server = app.runtime.config.server
         self.frames = ServerSocket(server.max_body_bytes)
         self.idle_s = server.websocket_idle_s
@@ -166,7 +136,7 @@ class ResponsesSocket:
                 self._cut_by_drain()
             raise
         finally:
-            self.app.metrics.websocket_closed()
+            self._give_back()
             log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,
                      continued=self._conversation.continued, close_code=self._close_code,
                      duration_ms=round((self._loop.time() - self._opened) * 1000, 2))
@@ -244,6 +214,14 @@ class ResponsesSocket:
 
     def lost(self) -> None:
         self._end()
+        self._give_back()  # `run` may never have started (the `101` could not be written)
+
+    def _give_back(self) -> None:
+        """Once: the caller's slot, and the open-connections gauge."""
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
+            self.app.metrics.websocket_closed()
 
     def _cut_by_drain(self) -> None:
         """The response in flight did not end within the drain: the client is told so (an `error` event,
@@ -307,7 +285,7 @@ class ResponsesSocket:
             return
         if size > STEP_BYTES:  # counting it was this step's work (~1 ms a MiB): the pipeline's is the next's
             await asyncio.sleep(0)
-        channel = _EventChannel(self)
+        channel = EventChannel(self.link)
         EVENT_ENCODER.set(channel.cutter.frame)  # this task's (the response's) events, framed as made
         INPUT_MEMO.set(self._memo)  # and its conversation's translation, extended by its new items only
         request = self._request(size, channel)
@@ -344,7 +322,8 @@ class ResponsesSocket:
             key = await self._check_warmup(body, scan)
             await within_budgets(self.app.runtime, self.app.state, key)  # spends nothing: not counted
         except GatewayError as err:
-            self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status))
+            self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status, err.headers,
+                                                       err.type))
             return
         rid, events = warmup_events(body)
         self._write(b"".join(self.frames.text(e) for e in events))
@@ -364,7 +343,7 @@ class ResponsesSocket:
             return None
         return size
 
-    def _request(self, size: int, channel: _EventChannel) -> GatewayRequest:
+    def _request(self, size: int, channel: EventChannel) -> GatewayRequest:
         head = RequestHead("POST", RESPONSES.path, "", self._headers, True, False, size, False, None)
         request = GatewayRequest(self.app, head, b"", channel)  # its body is `parsed`, its size `size`
         request.transport, request.body_size = "websocket", size
@@ -390,7 +369,7 @@ class ResponsesSocket:
     def _refused(self, resp: Response) -> None:
         """A response refused before its stream (the status and error body HTTP would have carried); then
         what the response leaves for after its write (the request's log line), as the HTTP server does."""
-        self._refused_with(resp.status, error_from_body(resp.status, resp.body))
+        self._refused_with(resp.status, error_from_body(resp.status, resp.body, resp.headers))
         if resp.after is not None:
             resp.after()
 

@@ -82,6 +82,7 @@ def _server(s: Section) -> ServerConfig:
         max_body_bytes=s.integer("max_body_bytes", d.max_body_bytes, 1),
         drain_s=s.number("drain_s", d.drain_s),
         websocket_idle_s=s.number("websocket_idle_s", d.websocket_idle_s, 1.0),
+        websocket_max_per_key=s.integer("websocket_max_per_key", d.websocket_max_per_key, 1),
         keepalive_after_s=s.number("keepalive_after_s", d.keepalive_after_s),
         max_connections=s.optional_int("max_connections"),
         request_head_timeout_s=s.number("request_head_timeout_s", d.request_head_timeout_s, 0.1),
@@ -293,6 +294,7 @@ def _parse(raw: Any, env: Mapping[str, str], errs: Errors) -> Config:
     config = Config(
         server=_server(Section(top.raw.get("server"), "server", errs,
                                 ("host", "port", "metrics_port", "max_body_bytes", "drain_s", "websocket_idle_s",
+                                 "websocket_max_per_key",
                                  "keepalive_after_s", "max_connections", "request_head_timeout_s",
                                  "send_timeout_s", "loop_turn_ms", "sched_slice_us", "tls", "cors"))),
         auth=auth,

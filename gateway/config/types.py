@@ -63,11 +63,12 @@ class ServerConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     drain_s: float = 30.0
     websocket_idle_s: float = 300.0  # a WebSocket-mode connection with no message this long is closed
+    websocket_max_per_key: int = 32  # WebSocket-mode connections one key may hold open (per process); past it 429
     keepalive_after_s: float = 10.0
     # open client connections; past it a new one gets 503. None: DEFAULT_MAX_CONNECTIONS, or what the file
     # descriptor limit holds when that is less (docs/extensions.md, server)
     max_connections: int | None = None
-    request_head_timeout_s: float = 15.0  # a request's first byte to the end of its head (408)
+    request_head_timeout_s: float = 15.0  # a request's first byte (the first's: the accept) to its head's end (408)
     send_timeout_s: float = 30.0  # a client that reads nothing of its response this long is cut
     loop_turn_ms: float = 2.0  # request steps one loop iteration runs before the rest wait (0: no limit)
     sched_slice_us: int = 0  # the loop thread's EEVDF slice suggestion (0: the kernel's default)

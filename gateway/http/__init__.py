@@ -5,7 +5,8 @@ Why not aiohttp's server: per streamed request it built request and response obj
 and middleware chain and a writer stack that profiles put at a tenth of the gateway's CPU; this server
 reads a request whole (bodies are bounded by `server.max_body_bytes`), hands it to one function and
 writes what that returns. Keep-alive connections idle longer than `keepalive_s` between requests, heads
-slower than `head_timeout_s` and requests not whole `request_timeout_s` after their first byte (both 408)
+slower than `head_timeout_s` (a connection's first from its accept: one that sends nothing is closed
+then, not after the keep-alive time) and requests not whole `request_timeout_s` after their first byte (both 408)
 are closed by one sweep a second (no timer per request), which also formats
 the Date headers of the next seconds (`dates.py`); a client that reads nothing of a response for
 `send_timeout_s` is cut; past `max_connections` a new connection gets one 503.
@@ -52,7 +53,7 @@ KEEPALIVE_S = 75.0  # as aiohttp's and nginx's defaults: longer than the usual c
 class ServerLimits:
     max_body_bytes: int = 10 * 1024 * 1024
     max_connections: int = 10_000
-    head_timeout_s: float = 15.0  # first byte of a request to the end of its head
+    head_timeout_s: float = 15.0  # first byte of a request (a connection's first: its accept) to the end of its head
     send_timeout_s: float = 30.0  # a paused write (the client's socket full) may last this long
     keepalive_s: float = KEEPALIVE_S
     # first byte of a request to the end of its body: the bound the keep-alive sweep used to set (cutting a
@@ -62,7 +63,8 @@ class ServerLimits:
 
 
 class ServerEvents(Protocol):
-    # max_connections, head_timeout, body_timeout, send_stall, bad_request, too_large, upgrade, tls_handshake
+    # max_connections, head_timeout, body_timeout, send_stall, bad_request, too_large, upgrade, tls_handshake,
+    # websocket_limit (an upgrader's 429: the caller's sockets at their cap)
     def refused(self, reason: str) -> None: ...
 
 

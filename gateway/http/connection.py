@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 
-from gateway.core.http1_request import HeadSeen, RequestError, RequestHead, response_head
+from gateway.core.http1_request import HeadSeen, RequestError, RequestHead
 from gateway.errors import GatewayError
 from gateway.http.eager import start_eagerly
-from gateway.http.messages import Channel, Request, Response, StreamResponse
+from gateway.http.messages import Channel, Request, Response, StreamResponse, error_answer, refusal_answer
 from gateway.http.reader import RequestReader
 from gateway.http.turns import TURNS
 from gateway.http.upgrade import Accepted, Tunnel
@@ -66,7 +65,10 @@ class HttpConnection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.closing = False
         self.idle_since = 0.0
-        self.head_since = 0.0  # when the head being read began to arrive (the request-head timeout)
+        # the request-head timeout's start: for the first request the accept (a protocol is made at its
+        # accept, over TLS before the handshake), so a client that connects and sends nothing is held
+        # `head_timeout_s`, not the keep-alive time; for a later one, the arrival of its first byte
+        self.head_since = server.loop.time()
         self.request_at = 0.0  # when the last bytes of the request being served came (perf_counter)
         self._wrote = False  # some bytes of the current response are out
         self._lingering = False
@@ -99,7 +101,7 @@ class HttpConnection(asyncio.Protocol):
             if len(self._pending) > MAX_PENDING and self.transport is not None:
                 self.transport.pause_reading()
             return
-        if not self._reader.in_request:
+        if not self._reader.in_request and self.request_at:  # a later request: its head's clock starts now
             self.head_since = self._server.loop.time()
         self._take(data)
 
@@ -240,12 +242,20 @@ class HttpConnection(asyncio.Protocol):
             log.exception("unhandled_error", path=head.path)
             self._close()
             return
+        self._answered(keep)
+
+    def _answered(self, keep: bool) -> None:
+        """The next request, or the close: lingering when the client sent bytes past what is served (a
+        pipelining flood cut at MAX_PIPELINED), as a close on them unread resets the connection, and a
+        reset can erase answers the client has not read yet."""
         self.task, self._wrote = None, False
-        if not keep or self._server.closing:
+        if keep and not self._server.closing:
+            self.idle_since = self._server.loop.time()
+            self._next()
+        elif self._reader.saturated or self._pending:
+            self._linger()
+        else:
             self._close()
-            return
-        self.idle_since = self._server.loop.time()
-        self._next()
 
     async def _upgrade(self, head: RequestHead) -> None:
         """Ask the upgrader (it authenticates before any `101`); on a refusal, its answer and the close;
@@ -255,8 +265,8 @@ class HttpConnection(asyncio.Protocol):
         try:
             answer = await upgrader.upgrade(head)
             if not isinstance(answer, Accepted):
-                if answer.status == 426:
-                    self._server.refused("upgrade")
+                if answer.status in _UPGRADE_REFUSALS:  # counted and logged as the server's own refusals are
+                    self._server.refused(_UPGRADE_REFUSALS[answer.status])
                 if self.send(answer.encode(Request(head, b"", self))):
                     await self.drained()
                 return
@@ -309,46 +319,36 @@ class HttpConnection(asyncio.Protocol):
         elif self._reader.buffered:
             self._take(b"")
         elif self._reader.saturated:
-            self._close()  # its last queued request was served; nothing more is read from it
+            self._linger()  # its last queued request was served; what it still sends is dropped
 
     def _reject(self, exc: RequestError, reason: str | None = None, seen: HeadSeen | None = None) -> None:
-        """A request we cannot read: answer its status and close (its framing is not to be trusted).
-        The client may still be sending (a body over the limit): closing a socket with unread bytes
-        resets it, and the client would lose the answer. So the answer goes out with a FIN, what
-        still comes is read and dropped, and the socket closes when the client does (or after
-        LINGER_S): the lingering close of RFC 9112 §9.6."""
+        """A request we cannot read: answer its status and close (its framing is not to be trusted),
+        lingering (`_linger`): the client may still be sending, a body over the limit."""
         self._server.refused(reason or ("too_large" if exc.status in (413, 414, 431) else "bad_request"))
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(self._refusal(exc, seen or self._reader.seen()))
+        transport.write(refusal_answer(exc, seen or self._reader.seen(), self._server.refusals, self.date()))
         self._linger()
 
-    def _refusal(self, exc: RequestError, seen: HeadSeen | None) -> bytes:
-        """The answer to a refused request: in its route's error shape, with the client's request id, when
-        the head was read far enough to name its path (the application's `Refusals`: docs/messages.md,
-        Errors); else OpenAI's shape and a drawn id."""
-        code = _CODES.get(exc.status, "invalid_request")  # docs/reference.md, "Routes" codes
-        err = GatewayError(exc.message, status=exc.status, code=code,
-                           type="invalid_request_error" if exc.status < 500 else "api_error")
-        refusals = self._server.refusals
-        if refusals is None or seen is None:
-            return _error_answer(err, self.date())
-        answer = refusals.refusal(err, seen)
-        return response_head(answer.status, answer.headers, self.date(), length=len(answer.body),
-                             keep_alive=False, http10=False) + answer.body
-
     def _linger(self) -> None:
-        """Close after the last answer without resetting what the client still sends: the answer goes
-        out with a FIN, what still comes is read and dropped, and the socket closes when the client
-        does (or after LINGER_S)."""
+        """Close after the last answer without resetting what the client still sends (closing a socket
+        with unread bytes resets it, and the client would lose the answer): the answer goes out with a
+        FIN, what still comes is read and dropped, and the socket closes when the client does (or after
+        LINGER_S): the lingering close of RFC 9112 §9.6. TLS cannot half-close, and its shutdown is that
+        lingering close already (`tls.py`): the answer, a close_notify, what still comes read and dropped
+        until the client's close_notify or FIN, LINGER_S at most (a WebSocket client answers our close
+        frame, then waits for us to end the connection: it is not kept waiting LINGER_S)."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         self.tunnel = None  # a tunnel that ended takes nothing more
         self.closing = self._lingering = True
-        if transport.can_write_eof():  # a TLS transport cannot half-close: the answer goes, then the close
-            transport.write_eof()
+        transport.resume_reading()  # paused past MAX_PENDING, or by a tunnel: what comes now is dropped
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
         self._server.loop.call_later(LINGER_S, self._close)
 
     def _close(self) -> None:
@@ -367,7 +367,8 @@ class HttpConnection(asyncio.Protocol):
 
     def check_request_timeouts(self, head_before: float, whole_before: float) -> None:
         """A request head still incomplete since before `head_before` (a slow-loris client), or a request
-        begun before `whole_before` whose body has not all come: 408, answered in the route's shape."""
+        begun before `whole_before` whose body has not all come: 408, answered in the route's shape. A
+        connection accepted before `head_before` that has sent nothing: closed (no request to answer)."""
         if self.task is not None or self._lingering:
             return
         reader = self._reader
@@ -375,6 +376,9 @@ class HttpConnection(asyncio.Protocol):
             self._reject(RequestError(408, "the request head took too long"), "head_timeout")
         elif reader.awaiting_body and self.head_since < whole_before:
             self._reject(RequestError(408, "the request body took too long"), "body_timeout")
+        elif not self.request_at and not reader.in_request and self.head_since < head_before:
+            self._server.refused("head_timeout")
+            self._close()
 
     def _refuse_connection(self) -> None:
         """Over `max_connections`: one 503 and close, before reading anything (the client may retry)."""
@@ -383,18 +387,10 @@ class HttpConnection(asyncio.Protocol):
         if transport is not None:
             err = GatewayError("the gateway is at its connection limit", status=503, code="unavailable",
                                type="api_error")
-            transport.write(_error_answer(err, self.date(), retry_after=True))
+            transport.write(error_answer(err, self.date(), retry_after=True))
             transport.close()
 
 
-_CODES = {413: "request_too_large", 426: "upgrade_required"}
-
-
-def _error_answer(err: GatewayError, date: str, *, retry_after: bool = False) -> bytes:
-    body = err.json_bytes()
-    # an answer before any handler ran still carries a request id (one drawn here: nothing was read to
-    # take the client's from, or no application says how), so every answer can be quoted in a support request
-    headers = {"Content-Type": "application/json", "x-request-id": os.urandom(16).hex()}
-    if retry_after:
-        headers["Retry-After"] = "1"
-    return response_head(err.status, headers, date, length=len(body), keep_alive=False, http10=False) + body
+# an upgrader's refusals that are the server's kind (docs/reference.md, Metrics): no WebSocket on that route;
+# the caller holds as many sockets as it may (`server.websocket_max_per_key`)
+_UPGRADE_REFUSALS = {426: "upgrade", 429: "websocket_limit"}

@@ -1,14 +1,20 @@
 """What a handler receives and returns: the request (read whole), a response with a body, or a streamed
-response whose headers leave with its first write (one segment fewer on the time to first token)."""
+response whose headers leave with its first write (one segment fewer on the time to first token); and the
+answers the server gives itself, before any handler ran (`error_answer`, `refusal_answer`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from gateway.core.http1_request import LAST_CHUNK, RequestHead, chunk, response_head
+from gateway.core.http1_request import LAST_CHUNK, HeadSeen, RequestError, RequestHead, chunk, response_head
+from gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from gateway.http import Refusals
 
 
 class Channel(Protocol):
@@ -151,3 +157,30 @@ class StreamResponse:
             data, self._head = self._head + data, b""
         if channel.send(data):
             await channel.drained()
+
+
+def error_answer(err: GatewayError, date: str, *, retry_after: bool = False) -> bytes:
+    """A refusal the server answers itself, before any handler ran, in OpenAI's error shape."""
+    body = err.json_bytes()
+    # an answer before any handler ran still carries a request id (one drawn here: nothing was read to
+    # take the client's from, or no application says how), so every answer can be quoted in a support request
+    headers = {"Content-Type": "application/json", "x-request-id": os.urandom(16).hex()}
+    if retry_after:
+        headers["Retry-After"] = "1"
+    return response_head(err.status, headers, date, length=len(body), keep_alive=False, http10=False) + body
+
+
+_CODES = {413: "request_too_large", 426: "upgrade_required"}  # docs/reference.md, "Routes" codes; else invalid_request
+
+
+def refusal_answer(exc: RequestError, seen: HeadSeen | None, refusals: Refusals | None, date: str) -> bytes:
+    """The answer to a request the server refused: in its route's error shape, with the client's request id,
+    when the head was read far enough to name its path (the application's `Refusals`: docs/messages.md,
+    Errors); else OpenAI's shape and a drawn id."""
+    err = GatewayError(exc.message, status=exc.status, code=_CODES.get(exc.status, "invalid_request"),
+                       type="invalid_request_error" if exc.status < 500 else "api_error")
+    if refusals is None or seen is None:
+        return error_answer(err, date)
+    answer = refusals.refusal(err, seen)
+    return response_head(answer.status, answer.headers, date, length=len(answer.body),
+                         keep_alive=False, http10=False) + answer.body

@@ -19,7 +19,9 @@ looser than llhttp and h11 on 33 framing vectors. What stays ours is policy and 
   read as a body (httptools would skip it and hand the bytes back as "another protocol": the
   smuggling hole of issue #27), nothing after it is parsed, and it is answered with `Connection: close`;
 - pipelined requests completed by one read queue up to MAX_PIPELINED; past that the queued ones are
-  served and the connection closes after them (RFC 9112 §9.3.2: a client must be ready to retry).
+  served and the connection closes after them, lingering (`HttpConnection._linger`: a close on the
+  client's unread bytes resets it, erasing answers it has not read), the rest unanswered (RFC 9112
+  §9.3.2: a client must be ready to retry).
 """
 
 from __future__ import annotations

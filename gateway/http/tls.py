@@ -7,7 +7,8 @@ or metric). And `start_tls` from `connection_made` is no way out: uvloop starts 
 `connection_made` returns, so a ClientHello can reach the plain protocol first (measured: one handshake
 in five stalled). Here the accepted socket is counted at once; past the limit it is closed before any
 byte is read (no 503 can be sent before a handshake we will not spend); otherwise it is handed to
-`connect_accepted_socket` with the handshake bounded by the request-head timeout.
+`connect_accepted_socket` with the handshake bounded by the request-head timeout, and its shutdown (a
+close's linger: TLS has no half-close) by LINGER_S, not the loop's 30 s.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import asyncio
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from gateway.http.connection import LINGER_S
 
 if TYPE_CHECKING:
     from gateway.http import HttpServer
@@ -54,8 +57,10 @@ class TlsListener:
         tls = server.tls
         assert tls is not None
         try:  # from here the transport owns the socket, and closes it when the handshake fails
+            # its shutdown, a close's linger (`HttpConnection._linger`), held to LINGER_S, not the loop's 30 s
             await server.loop.connect_accepted_socket(self._protocol, conn, ssl=tls,
-                                                      ssl_handshake_timeout=server.limits.head_timeout_s)
+                                                      ssl_handshake_timeout=server.limits.head_timeout_s,
+                                                      ssl_shutdown_timeout=LINGER_S)
         except OSError:  # TimeoutError, ssl.SSLError and ConnectionError included
             server.refused("tls_handshake")  # too slow, not TLS, or the client left
         finally:

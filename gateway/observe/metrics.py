@@ -291,7 +291,7 @@ def add_process_collectors(registry: CollectorRegistry) -> None:
 
 STORE_OPS = ("refresh", "ledger", "admin")
 HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "body_timeout", "send_stall", "bad_request", "too_large",
-                        "upgrade", "tls_handshake")
+                        "upgrade", "tls_handshake", "websocket_limit")
 STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_timeout", "malformed",
                           "connect_error")
 

@@ -16,6 +16,7 @@ from gateway.http.messages import Channel
 from gateway.observe.context import Admission, RequestContext
 from gateway.observe.record import RequestRecorder
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.socket_slots import SocketSlots
 from gateway.state.base import StateBackend
 
 
@@ -45,6 +46,9 @@ class Host(Protocol):
 
     @property
     def metrics(self) -> ConnectionPoints: ...
+
+    @property
+    def sockets(self) -> SocketSlots: ...  # open WebSocket-mode connections per caller
 
     def recorder(self, request: GatewayRequest, api: ClientApi, request_id: str) -> RequestRecorder:
         """The request's recorder (`observe.record`), its trace started (a no-op when tracing is off)."""

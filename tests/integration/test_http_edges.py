@@ -10,6 +10,7 @@ import dataclasses
 import http.client
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from gateway.core.json_body import MAX_CONTAINERS
 from tests.chat_scripts import completion, text_stream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import GatewayServer, LoopThread, wait_until
-from tests.integration.test_inbound_http import BODY, PATH, connect, read_response, read_to_close
+from tests.integration.test_inbound_http import BODY, PATH, connect, post_head, read_response, read_to_close
 from tests.responses_scripts import Answer, body_script
 from tests.unit.http_vectors import ALL, SMUGGLED, UPGRADE
 from tests.unit.test_request_differential import ours
@@ -58,6 +59,17 @@ def test_a_slow_head_gets_408_and_the_connection_closes(make_gateway: Callable[.
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Ty")
         got = read_to_close(sock)
     assert statuses(got) == [b"HTTP/1.1 408 Request Timeout"]
+    assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_head_timeout(
+        make_gateway: Callable[..., GatewayServer]) -> None:
+    """A client that connects and says nothing was held for the keep-alive time (75 s), not the head
+    timeout: a slow-loris client held sockets 5 times longer than one that sends a byte. The first head's
+    clock now starts at the accept; with nothing to answer, the close is silent (counted)."""
+    gw = make_gateway(server={"request_head_timeout_s": 0.2})
+    with connect(gw) as sock:  # its 5 s timeout bounds the wait: the old code failed it with TimeoutError
+        assert read_to_close(sock) == b""
     assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
 
 
@@ -188,6 +200,30 @@ def test_a_pipelining_flood_is_served_in_part_then_the_connection_closes(gateway
         got = read_to_close(sock)
     lines = statuses(got)
     assert 1 <= len(lines) <= 16 and set(lines) == {b"HTTP/1.1 200 OK"}
+
+
+def test_a_pipelining_flood_gets_every_answer_queued_then_a_clean_close(gateway: GatewayServer) -> None:
+    """Past MAX_PIPELINED the queued requests are served and the connection ends; it was closed while the
+    client was still sending, which resets it (RFC 9112 §9.6), and a reset can erase answers the client
+    has not read yet. Now it lingers: the answers, a FIN, and what the client still sends read and dropped."""
+    flood = b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n" * 16 + post_head(PATH, 8 << 20) + bytes(8 << 20)
+    failed: list[OSError] = []
+
+    def send(sock: socket.socket) -> None:
+        try:
+            sock.sendall(flood)
+        except OSError as exc:  # the old code's reset (EPIPE, ECONNRESET)
+            failed.append(exc)
+
+    with connect(gateway) as sock:
+        sender = threading.Thread(target=send, args=(sock,))
+        sender.start()
+        buf = bytearray()
+        answers = [read_response(sock, buf)[0] for _ in range(16)]
+        end = sock.recv(65536)  # the FIN (the old code's reset could come first: ConnectionResetError)
+        sender.join(10)  # the rest of the flood, read and dropped
+    assert answers == [b"HTTP/1.1 200 OK"] * 16 and end == b"" and not buf
+    assert not sender.is_alive() and failed == []
 
 
 @pytest.mark.parametrize("vector", UPGRADE, ids=[repr(v[:70]) for v in UPGRADE])
@@ -322,10 +358,14 @@ def tls_files(tmp_path: Path) -> tuple[trustme.CA, dict[str, str]]:
     return ca, {"cert_file": str(cert), "key_file": str(key)}
 
 
-def tls_get(gw: GatewayServer, ca: trustme.CA) -> bytes:
+def tls_client(gw: GatewayServer, ca: trustme.CA) -> ssl.SSLSocket:
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)
-    with ctx.wrap_socket(connect(gw), server_hostname="127.0.0.1") as sock:
+    return ctx.wrap_socket(connect(gw), server_hostname="127.0.0.1")
+
+
+def tls_get(gw: GatewayServer, ca: trustme.CA) -> bytes:
+    with tls_client(gw, ca) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
         return read_response(sock, bytearray())[0]
 
@@ -363,6 +403,31 @@ def test_tls_handshakes_count_as_connections_and_end_within_the_head_timeout(
         if e["event"] == "http_refused":
             counts[e["reason"]] = counts.get(e["reason"], 0) + e["count"]
     assert counts == {"max_connections": 1, "tls_handshake": 3}
+
+
+def test_a_tls_connection_that_sends_nothing_after_its_handshake_is_closed_after_the_head_timeout(
+        make_gateway: Callable[..., GatewayServer], tls_files: tuple[trustme.CA, dict[str, str]]) -> None:
+    """The handshake was bounded by the head timeout, then a client that said nothing was held for the
+    keep-alive time (75 s): the first head's clock runs from the accept, over TLS as over plain TCP."""
+    ca, tls = tls_files
+    gw = make_gateway(server={"tls": tls, "request_head_timeout_s": 0.3})
+    with tls_client(gw, ca) as quiet:  # the socket's 5 s timeout bounds the wait (the old code's TimeoutError)
+        assert read_to_close(quiet) == b""
+    assert gw.sample("llm_gateway_http_refused_total", reason="head_timeout") == 1
+
+
+def test_a_refusal_over_tls_reaches_a_client_still_sending_its_body(
+        make_gateway: Callable[..., GatewayServer], tls_files: tuple[trustme.CA, dict[str, str]]) -> None:
+    """A refusal's close over TLS is its TLS shutdown (no half-close to linger on): the answer and a
+    close_notify go out, and what the client still sends is read and dropped meanwhile, so the client is
+    not reset before it reads the 413."""
+    ca, tls = tls_files
+    gw = make_gateway(server={"tls": tls, "max_body_bytes": 1024})
+    with tls_client(gw, ca) as sock:
+        sock.sendall(post_head(PATH, 4 << 20) + b"x" * (1 << 20))  # refused at the head; the body goes on
+        status, headers, _ = read_response(sock, bytearray())
+        assert sock.recv(65536) == b""  # then the end
+    assert status == b"HTTP/1.1 413 Content Too Large" and headers["connection"] == "close"
 
 
 def test_websocket_bytes_that_come_with_the_handshake_reach_the_socket(gateway: GatewayServer) -> None:

@@ -6,8 +6,12 @@ line per response with `transport: "websocket"`."""
 
 from __future__ import annotations
 
+import base64
+import os
+import socket
 import ssl
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import openai
@@ -20,7 +24,7 @@ from websockets.sync.client import connect
 from gateway.config import parse_config
 from tests import anthropic_scripts as a
 from tests.fake_upstream import Close, FakeUpstream, Script, json_script
-from tests.harness import GatewayServer, LoopThread
+from tests.harness import GatewayServer, LoopThread, wait_until
 
 KEY = "gw-ws-key-0001"
 SPENT_KEY = "gw-ws-key-spent"  # a budget of 0: every request refused
@@ -134,6 +138,31 @@ def test_the_key_is_checked_before_the_upgrade_and_other_routes_keep_426(gw: Gat
     assert page.value.response.status_code == 403
 
 
+def test_a_keys_open_sockets_are_capped_and_the_upgrade_past_the_cap_gets_429(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """Each socket holds a conversation (up to `max_body_bytes`): one key opened as many as
+    `max_connections` allowed. Past `server.websocket_max_per_key` the upgrade is refused, in OpenAI's
+    shape, before any `101`; another key is not held back, and a socket closed gives its place back."""
+    gw = make_gateway(ws_config(upstream, websocket_max_per_key=2))
+    with ExitStack() as held:
+        first = held.enter_context(raw_socket(gw))
+        held.enter_context(raw_socket(gw))
+        with pytest.raises(InvalidStatus) as refused:
+            raw_socket(gw)
+        answer = refused.value.response
+        assert answer.status_code == 429
+        assert orjson.loads(answer.body)["error"] == {
+            "type": "rate_limit_error", "code": "websocket_limit_exceeded", "param": None,
+            "message": "this key has 2 WebSocket connections open, the most the gateway allows "
+                       "(server.websocket_max_per_key): close one, or use HTTP streaming"}
+        assert gw.sample("llm_gateway_http_refused_total", reason="websocket_limit") == 1
+        with raw_socket(gw, Authorization=f"Bearer {SPENT_KEY}"):  # another key's count is its own
+            pass
+        first.close()
+        servers.run(wait_until(lambda: gw.sample("llm_gateway_websocket_connections") == 1))
+        held.enter_context(raw_socket(gw))  # the closed one's place
+
+
 def raw_socket(gw: GatewayServer, **headers: str) -> Any:
     return connect(ws_url(gw), additional_headers={"Authorization": f"Bearer {KEY}", **headers}, max_size=None)
 
@@ -243,7 +272,12 @@ def test_a_warmup_past_the_keys_budget_is_refused_as_a_response_would_be(gw: Gat
     with raw_socket(gw, Authorization=f"Bearer {SPENT_KEY}") as ws:
         ws.send(orjson.dumps({"type": "response.create", "model": "claude", "generate": False}).decode())
         err = recv_json(ws)
+        ws.send(orjson.dumps({"type": "response.create", "model": "claude", "input": "hi"}).decode())
+        refused = recv_json(ws)  # a response, refused as its HTTP request is: 429 with its fields
     assert (err["type"], err["code"], err["status"]) == ("error", "budget_exceeded", 429)
+    for event in (err, refused):  # when the period resets, and that an SDK should not retry before then
+        assert event["code"] == "budget_exceeded" and event["error"]["type"] == "insufficient_quota", event
+        assert int(event["headers"]["retry-after"]) > 0 and event["headers"]["x-should-retry"] == "false", event
 
 
 def test_warmups_cannot_grow_the_kept_conversation_past_max_body_bytes(upstream: FakeUpstream,
@@ -302,14 +336,19 @@ def test_warmups_are_held_to_a_bodys_container_and_nesting_bounds(upstream: Fake
     assert upstream.bodies(MESSAGES_PATH) == []
 
 
-def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
-                                 tmp_path: Any) -> None:
+def tls_files(tmp_path: Any) -> tuple[trustme.CA, dict[str, str]]:
     ca = trustme.CA()
     leaf = ca.issue_cert("127.0.0.1")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     leaf.cert_chain_pems[0].write_to_path(str(cert))
     leaf.private_key_pem.write_to_path(str(key))
-    gw = make_gateway(ws_config(upstream, tls={"cert_file": str(cert), "key_file": str(key)}))
+    return ca, {"cert_file": str(cert), "key_file": str(key)}
+
+
+def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+                                 tmp_path: Any) -> None:
+    ca, tls = tls_files(tmp_path)
+    gw = make_gateway(ws_config(upstream, tls=tls))
     upstream.enqueue(MESSAGES_PATH, a.text_stream(["Private."]))
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)
@@ -317,6 +356,32 @@ def test_websocket_mode_over_tls(upstream: FakeUpstream, make_gateway: Callable[
                  additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
         events = turn(ws, {"model": "claude", "input": "hi"})
     assert events[-1]["type"] == "response.completed" and output_text(events) == "Private."
+
+
+def test_a_close_the_gateway_starts_over_tls_ends_when_the_client_answers(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], tmp_path: Any) -> None:
+    """TLS cannot half-close, so a close the gateway began (idle, drain, a revoked key) waited its whole
+    5 s linger: the client answered the close frame and waited, as RFC 6455 has it, for the server to end
+    the connection. The TLS shutdown is now the linger: the client's answer ends it at once."""
+    ca, tls = tls_files(tmp_path)
+    gw = make_gateway(ws_config(upstream, websocket_idle_s=1, tls=tls))
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", gw.port), timeout=10),
+                         server_hostname="127.0.0.1") as sock:
+        nonce = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(f"GET /v1/responses HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     f"Sec-WebSocket-Key: {nonce}\r\nSec-WebSocket-Version: 13\r\n"
+                     f"Authorization: Bearer {KEY}\r\n\r\n".encode())
+        got = b""
+        while b"idle timeout" not in got:  # the 101, then the gateway's close frame (1000) after a second idle
+            chunk = sock.recv(65536)
+            assert chunk, got
+            got += chunk
+        assert got[got.index(b"\r\n\r\n") + 4:][:4] == b"\x88\x0e\x03\xe8"
+        sock.sendall(b"\x88\x82\x00\x00\x00\x00\x03\xe8")  # the client's answer: a masked close frame, 1000
+        sock.settimeout(3)  # the old code's close came after 5 s: TimeoutError
+        assert sock.recv(65536) == b""  # the gateway's close_notify: the end, at once
 
 
 def test_each_turn_is_held_to_the_keys_limits(upstream: FakeUpstream,
@@ -330,6 +395,9 @@ def test_each_turn_is_held_to_the_keys_limits(upstream: FakeUpstream,
         assert turn(ws, {"model": "claude", "input": "one"})[-1]["type"] == "response.completed"
         limited = turn(ws, {"model": "claude", "input": "two"})
         assert limited[-1]["code"] == "rate_limit_exceeded" and limited[-1]["status"] == 429
+        # the wait HTTP's `Retry-After` gives, in the event's `headers` (where Codex reads it), and the body's type
+        assert int(limited[-1]["headers"]["retry-after"]) >= 1, limited[-1]
+        assert limited[-1]["error"]["type"] == "rate_limit_error"
         ws.send(orjson.dumps({"type": "response.create", "model": "nope", "input": "x"}).decode())
         assert recv_json(ws)["type"] == "error"  # the socket stays usable after a refusal
     assert len(upstream.bodies(MESSAGES_PATH)) == 1

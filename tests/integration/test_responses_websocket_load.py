@@ -58,7 +58,8 @@ def gw(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> Ga
     # the response held at its gate while a flood runs must outlast the flood however slow the machine:
     # past `idle_s` it would end, and the flood's creates would start responses instead of being refused
     return make_gateway(parse_config({
-        "server": {"max_body_bytes": 64 * 1024},
+        # one key holds the thousand idle connections (`test_a_thousand_idle_connections_cost_a_bounded_amount_each`)
+        "server": {"max_body_bytes": 64 * 1024, "websocket_max_per_key": IDLE_CONNECTIONS},
         "auth": {"keys": [{"name": "ws", "key": KEY}]},
         "providers": {"claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-SECRET",
                                  "timeouts": {"connect_s": 2, "first_token_s": 10, "idle_s": 600, "total_s": 900}}},

@@ -21,7 +21,14 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from gateway.core.body_scan import NOTHING, Scan, body_scans, walked
 from gateway.core.json_body import MAX_CONTAINERS, MAX_DEPTH, depth_exceeds
 from gateway.core.responses.filter import EVENT_ENCODER, ResponsesOutputFilter
-from gateway.core.responses.socket import Conversation, EventCutter, SocketMessageError, read_message, warmup_events
+from gateway.core.responses.socket import (
+    Conversation,
+    EventCutter,
+    SocketMessageError,
+    error_from_body,
+    read_message,
+    warmup_events,
+)
 from gateway.core.websocket import SLICE, HandshakeError, ServerSocket, accept_head, text_frame
 from gateway.providers.base import MARKER
 
@@ -371,3 +378,15 @@ def test_what_another_library_writes_is_read_whole_at_every_split(messages: list
         assert fed.close is None
         got += fed.texts
     assert got == [text for text, _, _ in messages]
+
+
+def test_a_refusals_error_event_carries_its_retry_fields_and_no_other() -> None:
+    """HTTP's 429 tells when to retry in `Retry-After`; the socket's event carries it in `headers` (lower
+    case, as OpenAI's WebSocket errors do), with `x-should-retry`, and none of the answer's other fields."""
+    body = orjson.dumps({"error": {"message": "key k is over its rpm limit", "type": "rate_limit_error",
+                                   "param": None, "code": "rate_limit_exceeded"}})
+    event = orjson.loads(error_from_body(429, body, {"x-request-id": "r1", "Retry-After": "7",
+                                                     "x-should-retry": "false", "Content-Type": "application/json"}))
+    assert event["headers"] == {"retry-after": "7", "x-should-retry": "false"}
+    assert (event["status"], event["code"], event["error"]["type"]) == (429, "rate_limit_exceeded", "rate_limit_error")
+    assert "headers" not in orjson.loads(error_from_body(404, body, {"x-request-id": "r2"}))

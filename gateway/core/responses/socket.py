@@ -232,25 +232,37 @@ def warmup_events(body: dict[str, Any]) -> tuple[str, list[str]]:
     return rid, [orjson.dumps(created).decode(), orjson.dumps(done).decode()]
 
 
-def error_event(code: str, message: str, param: str | None = None, status: int | None = None) -> str:
+# the fields of an HTTP answer a client acts on that a socket's error event carries, as OpenAI's own do
+# (`headers`, which Codex reads its retry delay from): when to retry (seconds), and whether to at all
+CARRIED_HEADERS = ("retry-after", "x-should-retry")
+
+
+def error_event(code: str, message: str, param: str | None = None, status: int | None = None,
+                headers: dict[str, str] | None = None, kind: str | None = None) -> str:
     """An `error` event in the Responses stream's shape: the flat `code`/`message`/`param` and the nested
-    `error` object the SDKs read; `status` the HTTP status the same error has over HTTP."""
-    err = {"type": "invalid_request_error" if status is None or status < 500 else "api_error",
+    `error` object the SDKs read (`kind`: its `type`, as HTTP's body has it); `status` the HTTP status the
+    same error has over HTTP, and `headers` those of its HTTP answer's fields a client acts on
+    (`CARRIED_HEADERS`, names in lower case): a 429's `retry-after` seconds reach a socket's client too."""
+    err = {"type": kind or ("invalid_request_error" if status is None or status < 500 else "api_error"),
            "code": code, "message": message, "param": param}
     obj: dict[str, Any] = {"type": "error", "code": code, "message": message, "param": param, "error": err}
     if status is not None:
         obj["status"] = status
+    carried = {name.lower(): value for name, value in (headers or {}).items() if name.lower() in CARRIED_HEADERS}
+    if carried:
+        obj["headers"] = carried
     return orjson.dumps(obj).decode()
 
 
-def error_from_body(status: int, body: bytes) -> str:
-    """A refused request's JSON error body (`{"error": {...}}`) as an `error` event."""
+def error_from_body(status: int, body: bytes, headers: dict[str, str] | None = None) -> str:
+    """A refused request's JSON error body (`{"error": {...}}`) and its answer's fields as an `error` event."""
     try:
         err = orjson.loads(body).get("error") or {}
     except (orjson.JSONDecodeError, AttributeError):
         err = {}
+    kind = err.get("type")
     return error_event(str(err.get("code") or "upstream_error"), str(err.get("message") or "request failed"),
-                       err.get("param"), status)
+                       err.get("param"), status, headers, kind if isinstance(kind, str) else None)
 
 
 @dataclass(slots=True)
