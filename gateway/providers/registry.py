@@ -60,8 +60,10 @@ class ProviderKind:
 
 
 PROVIDERS: dict[str, ProviderKind] = {
-    "openai": ProviderKind(genai_name="openai", responses_optional=True,
-                           forward_headers=("openai-organization", "openai-project", "x-request-id")),
+    # not `openai-organization` and `openai-project` by default: with them a client picks which of the
+    # provider key's organisations and projects is billed for its traffic (docs/reference.md,
+    # `forward_headers`); an operator who wants that lists them, or pins one in `headers`
+    "openai": ProviderKind(genai_name="openai", responses_optional=True, forward_headers=("x-request-id",)),
     # anthropic-version too: on the native Messages path the client's version is the one its body and
     # parser speak; a translated request always carries the configured one (the translator sets it)
     "anthropic": ProviderKind(genai_name="anthropic", prefill=True,

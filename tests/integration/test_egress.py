@@ -144,7 +144,8 @@ def test_allowlisted_client_headers_reach_the_upstream_and_the_key_never(servers
         assert ask(gw, **{"OpenAI-Organization": "org-1", "OpenAI-Project": "proj-1", "x-request-id": "req-abc",
                           "x-not-allowed": "no", "anthropic-beta": "not-for-openai"}) == "ok"
         got = {k.lower(): v for k, v in upstream.received[-1].headers.items()}
-        assert got["openai-organization"] == "org-1" and got["openai-project"] == "proj-1"
+        # the client does not pick which of the provider key's organisations and projects is billed
+        assert "openai-organization" not in got and "openai-project" not in got
         assert got["x-request-id"] == "req-abc"
         assert "x-not-allowed" not in got and "anthropic-beta" not in got
         assert got["authorization"] == "Bearer sk-upstream-SECRET", "the provider key, not the client's"
@@ -161,6 +162,15 @@ def test_forward_headers_replaces_the_defaults_and_refuses_credentials(servers: 
         assert ask(gw, **{"x-tenant": "t1", "OpenAI-Organization": "org-1"}) == "ok"
         got = {k.lower(): v for k, v in upstream.received[-1].headers.items()}
         assert got["x-tenant"] == "t1" and "openai-organization" not in got
+    finally:
+        servers.run(gw.stop())
+    # an operator who lets its clients choose the organisation and project lists them
+    gw = start(servers, config(upstream.base_url, {}, forward_headers=["OpenAI-Organization", "OpenAI-Project"]))
+    try:
+        upstream.enqueue(PATH, text_stream(["ok"]))
+        assert ask(gw, **{"OpenAI-Organization": "org-1", "OpenAI-Project": "proj-1"}) == "ok"
+        got = {k.lower(): v for k, v in upstream.received[-1].headers.items()}
+        assert got["openai-organization"] == "org-1" and got["openai-project"] == "proj-1"
     finally:
         servers.run(gw.stop())
     with pytest.raises(ConfigError, match=r'forward_headers\[0\]: "authorization" is never forwarded'):
