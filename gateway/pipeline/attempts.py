@@ -23,7 +23,7 @@ from gateway.core.policy.affinity import affinity_result
 from gateway.core.policy.breaker import counts_against_deployment
 from gateway.core.policy.learned import Fact
 from gateway.core.policy.retry import Action, AttemptState, decide, final_error
-from gateway.core.policy.routing import Signals, route
+from gateway.core.policy.routing import Signals, hedge_end, route, route_session
 from gateway.core.policy.tiers import DEFAULT_OUTPUT_TOKENS
 from gateway.core.usage_estimate import tokens_of
 from gateway.errors import (
@@ -84,8 +84,11 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
     where: list[str] = []  # the deployment of each failure, for the client's error message
     # Breakers are asked lazily, just before a deployment is tried: asking admits a half-open probe.
     session = ctx.session if model.affinity == "session" else None  # docs/agents.md, "Session affinity": the session's
-    # ranking
-    order = route(model.deployments, model.table, model.routing, _signals(rt, ctx), session)
+    # ranking, and its home (not always the plan's first: a `latency` probe goes ahead of it)
+    if session is None:
+        order, home = route(model.deployments, model.table, model.routing, _signals(rt, ctx)), -1
+    else:
+        order, home = route_session(model.deployments, model.table, model.routing, _signals(rt, ctx), session)
     pos, total, on_this = _next_allowed(rt, order, model.deployments, 0), 0, 0
     if pos < len(order):
         ctx.rec.routed(model.name, model.deployments[order[pos]], model.routing)
@@ -95,8 +98,9 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
         on_this += 1
         ctx.attempts = total
         try:
-            if total == 1 and discard is not None and model.hedge_after_ms > 0 and pos + 1 < len(order):
-                hedge = _Hedge(rt, ctx, attempt, discard, order, pos)
+            if total == 1 and discard is not None and model.hedge_after_ms > 0 and pos + 1 < len(order) \
+                    and pos + 1 < (end := hedge_end(model.deployments, order, pos)):  # a hedge stays in the tier
+                hedge = _Hedge(rt, ctx, attempt, discard, order, pos, end)
                 d, result = await hedge.run(d, model.hedge_after_ms / 1000.0)
                 total, pos, on_this = ctx.attempts, hedge.pos, hedge.on_this
             else:
@@ -112,7 +116,7 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
             if empty is not None and total < model.retry.max_attempts and empty(result):
                 nxt = _next_allowed(rt, order, model.deployments, pos + 1)
             if nxt < 0 or nxt >= len(order):
-                _affinity_settled(rt, ctx, session, model.deployments[order[0]], d)
+                _affinity_settled(rt, ctx, session, home, d)
                 return Won(d, total), result
             if discard is not None:
                 await discard(result, EMPTY_ANSWER)
@@ -161,12 +165,13 @@ class _HedgeFailed(Exception):
 
 
 class _Hedge(Generic[T]):
-    """Two attempts racing (docs/routing.md): the primary, and after `delay` the next deployment."""
+    """Two attempts racing (docs/routing.md): the primary, and after `delay` the next deployment of its tier
+    (`order` before `end`): a later tier serves only when the primary's cannot, not while it is slow."""
 
     def __init__(self, rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T], discard: Discard[T],
-                 order: list[int], pos: int):
+                 order: list[int], pos: int, end: int):
         self.rt, self.ctx, self.attempt, self.discard = rt, ctx, attempt, discard
-        self.order, self.pos, self.on_this = order, pos, 1
+        self.order, self.pos, self.end, self.on_this = order, pos, end, 1
 
     async def run(self, primary: Deployment, delay: float) -> tuple[Deployment, T]:
         first = asyncio.ensure_future(run_one(self.rt, self.ctx, primary, self.attempt))
@@ -174,8 +179,8 @@ class _Hedge(Generic[T]):
         if done:
             return primary, first.result()
         model = self.ctx.model
-        hedge_pos = _next_allowed(self.rt, self.order, model.deployments, self.pos + 1)
-        if hedge_pos >= len(self.order):
+        hedge_pos = _next_allowed(self.rt, self.order, model.deployments, self.pos + 1, self.end)
+        if hedge_pos >= self.end:
             return primary, await first
         second_d = model.deployments[self.order[hedge_pos]]
         self.ctx.attempts = 2
@@ -226,19 +231,23 @@ class _Hedge(Generic[T]):
                 await self.discard(task.result(), HEDGE_LOST)  # (two racers: no other one left to finish)
 
 
-def _affinity_settled(rt: Runtime, ctx: RequestContext, session: str | None, home: Deployment,
+def _affinity_settled(rt: Runtime, ctx: RequestContext, session: str | None, home: int,
                       served: Deployment) -> None:
-    """A session's request was served: at home, moved down its ranking, or its first (docs/agents.md,
-    "Session affinity")."""
+    """A session's request was served: at home (`home` indexes the model's deployments), elsewhere (down
+    its ranking, or a `latency` probe's deployment), or its first (docs/agents.md, "Session affinity")."""
     if session is not None:
-        result = affinity_result(home.label, served.label, rt.sessions.visit(session))
+        result = affinity_result(ctx.model.deployments[home].label, served.label, rt.sessions.visit(session))
         ctx.affinity = result.value
         ctx.rec.affinity(ctx.model.name, result.value)
 
 
-def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, ...], start: int) -> int:
+def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, ...], start: int,
+                  end: int | None = None) -> int:
+    """The first position from `start` (before `end`) whose breaker allows it; `end` (or past the plan)
+    if none. A breaker is not asked about a deployment past `end`: asking uses up a half-open probe."""
+    stop = len(order) if end is None else end
     pos = start
-    while pos < len(order) and not rt.allowed(deployments[order[pos]]):
+    while pos < stop and not rt.allowed(deployments[order[pos]]):
         pos += 1
     return pos
 

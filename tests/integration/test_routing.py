@@ -259,3 +259,72 @@ def test_a_request_that_teaches_nothing_never_takes_a_latency_probe(
     assert served_by(gw, 1, workers=1) == ["fast/up"]  # not streamed: by the ranking, and no probe taken
     got = streamed_to(8)
     assert got["late"] >= 1, got  # its probe went to a stream, which measured it
+
+
+def test_a_hedge_stays_in_the_primarys_tier(
+        servers: tuple[LoopThread, FakeUpstream], start: Callable[[Any], GatewayServer]) -> None:
+    """A later tier gets no traffic while the first can serve (docs/routing.md, "Tiers"): a primary that is
+    only slow is hedged on the next deployment of its own tier, and with none left there, not at all. (The
+    hedge went to the next deployment of the plan, a later tier's, and as it answered at once it won.)"""
+    _, upstream = servers
+    upstream.defaults[path("slow")] = answer_after(0.400)
+    for n in ("spare", "backup"):
+        upstream.defaults[path(n)] = answer_after(0.0)
+    alone = start(config(upstream.base_url, "ordered", [{"name": "slow"}, {"name": "backup", "tier": 1}],
+                         hedge_after_ms=100))
+    served_by(alone, 1, stream=True, workers=1)
+    assert [r.path for r in upstream.received] == [path("slow")]  # slow, not down: no hedge into tier 1
+    assert alone.sample("llm_gateway_hedges_total") == 0
+
+    upstream.received.clear()
+    two = start(config(upstream.base_url, "ordered", [{"name": "slow"}, {"name": "spare"},
+                                                      {"name": "backup", "tier": 1}], hedge_after_ms=100))
+    served_by(two, 1, stream=True, workers=1)
+    assert [r.path for r in upstream.received] == [path("slow"), path("spare")]  # the hedge in its tier
+    assert two.sample("llm_gateway_hedges_total", winner="hedge") == 1
+
+
+def test_a_first_tier_of_weight_0_deployments_only_serves_as_a_fallback(
+        servers: tuple[LoopThread, FakeUpstream], start: Callable[[Any], GatewayServer]) -> None:
+    """`weight: 0` serves only as a fallback (docs/routing.md, "weighted"): a tier with no weight above 0
+    has no first choice, so the first tier that has one serves first, the weight-0 tier behind it. (Tier 0
+    served every request, drained or not.)"""
+    _, upstream = servers
+    for n in ("drained", "live"):
+        upstream.defaults[path(n)] = body_answer()
+    gw = start(config(upstream.base_url, "weighted", [{"name": "drained", "weight": 0},
+                                                       {"name": "live", "tier": 1}]))
+    assert set(served_by(gw, 20)) == {"live/up"}
+    assert gw.sample("llm_gateway_routing_decisions_total", deployment="live/up") == 20
+    upstream.defaults[path("live")] = error_script(503, None, "down", "server_error")
+    assert set(served_by(gw, 5, workers=1)) == {"drained/up"}  # the fallback still serves
+
+
+def test_a_latency_probe_to_another_deployment_counts_its_session_moved(
+        servers: tuple[LoopThread, FakeUpstream], start: Callable[[Any], GatewayServer]) -> None:
+    """`llm_gateway_affinity_total` compares the deployment that served with the session's home, the first
+    of its ranking among the policy's first choices. A `latency` probe goes first, ahead of the home: the
+    probe's deployment was taken for the home, so a probe that served counted `kept` while the session was
+    moved off its home (and one that failed, the home serving, `moved`)."""
+    _, upstream = servers
+    upstream.defaults[path("recovering")] = answer_after(0.150)  # beyond the margin: never a first choice
+    upstream.defaults[path("fast")] = answer_after(0.0)
+    gw = start(config(upstream.base_url, "latency", [{"name": "recovering"}, {"name": "fast"}],
+                      affinity="session"))
+    assert gw.app is not None
+    offset = [0.0]
+    gw.app.runtime.mono = lambda: time.monotonic() + offset[0]
+    served_by(gw, 2, stream=True, workers=1)  # each probed once: learned
+    offset[0] += 1.0  # ranked again: `fast` is every session's home
+    before = len(upstream.received)
+    served_by(gw, 2, stream=True, workers=1, sessions=["s", "s"])
+    assert [r.path for r in upstream.received[before:]] == [path("fast")] * 2
+    assert (gw.sample("llm_gateway_affinity_total", result="new"),
+            gw.sample("llm_gateway_affinity_total", result="kept")) == (1, 1)
+
+    offset[0] += 30.0  # no sample for 30 s: `recovering` is due its probe, which the session's request carries
+    before = len(upstream.received)
+    served_by(gw, 1, stream=True, workers=1, sessions=["s"])
+    assert [r.path for r in upstream.received[before:]] == [path("recovering")]
+    assert (gw.sample("llm_gateway_affinity_total", result="kept"),
+            gw.sample("llm_gateway_affinity_total", result="moved")) == (1, 1)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gateway.config.types import Deployment, Price
 from gateway.core.policy.latency import PUBLISH_EVERY_S, RERANK_S, LatencyBook
-from gateway.core.policy.routing import RouteTable, Routing, Signals, plan_order, route
+from gateway.core.policy.routing import RouteTable, Routing, Signals, hedge_end, plan_order, route, route_session
 from gateway.core.policy.tiers import ROUTING_POLICIES
 
 API = "chat"
@@ -84,9 +84,14 @@ def test_every_policy_is_deterministic_under_a_seeded_random_and_keeps_tiers_in_
 
     runs = run()
     assert runs == run()
+    levels = sorted({d.tier for d in deps})
+    if routing == "weighted":  # a tier of weight-0 ones only has no first choice: it follows the first that has
+        lead = next(t for t in levels if any(d.weight for d in deps if d.tier == t))
+        levels = [lead, *(t for t in levels if t < lead), *(t for t in levels if t > lead)]
+    tiers = [t for t in levels for d in deps if d.tier == t]
     for order in runs:
         assert sorted(order) == list(range(len(deps)))
-        assert [deps[i].tier for i in order] == sorted(d.tier for d in deps)  # a lower tier always first
+        assert [deps[i].tier for i in order] == tiers  # a lower tier always first
 
 
 # -- tiers and affinity -----------------------------------------------------------------------------
@@ -127,6 +132,60 @@ def test_no_session_id_reaches_a_later_tier_a_fallback_only_or_a_dearer_deployme
     assert set(homes) <= allowed, homes
     if len(allowed) > 1:
         assert len(homes) > 1  # affinity still spreads sessions over the first choices
+
+
+def test_a_tier_of_weight_0_deployments_only_is_a_fallback_behind_the_first_weighted_tier() -> None:
+    """`weight: 0` serves only as a fallback (CONTRACT 4.10): a tier with no weight above 0 has no first
+    choice, so the first tier that has one goes ahead of it, and it ahead of the tiers after that. No
+    session makes its home there. (Tier 0 went first, weight-0 or not.)"""
+    deps = (dep("drained-a", weight=0), dep("drained-b", weight=0), dep("live", tier=1, weight=3),
+            dep("canary", tier=1, weight=1), dep("spare", tier=1, weight=0), dep("last", tier=2))
+    table, rand = RouteTable.of(deps), random.Random(8).random
+    firsts = Counter[int]()
+    for _ in range(200):
+        order = route(deps, table, "weighted", Signals({}, rand))
+        assert set(order[:2]) == {2, 3} and order[2:] == [4, 0, 1, 5], order
+        firsts[order[0]] += 1
+    assert firsts[3] > 20  # still drawn by weight
+    sessions = [random.Random(i).randbytes(16).hex() for i in range(200)]
+    plans = [route_session(deps, table, "weighted", Signals({}, rand), s) for s in sessions]
+    assert {home for _, home in plans} == {2, 3} and all(order[0] == home for order, home in plans)
+    for routing in ("ordered", "balanced", "latency"):  # `weight` is `weighted`'s alone: tiers in order
+        assert [deps[i].tier for i in route(deps, table, routing, Signals({}, rand))] == [0, 0, 1, 1, 1, 2]
+
+
+def test_a_hedge_ends_with_its_primarys_tier() -> None:
+    deps = (dep("a"), dep("b"), dep("c", tier=1), dep("d", tier=1), dep("e", tier=3))
+    assert [hedge_end(deps, [1, 0, 3, 2, 4], p) for p in range(5)] == [2, 2, 4, 4, 5]
+    held = (dep("zero", weight=0), dep("w", tier=1), dep("x", tier=1))  # a weight-0 tier behind the first
+    assert [hedge_end(held, [2, 1, 0], p) for p in range(3)] == [2, 2, 3]
+
+
+def _latency_book(deps: Sequence[Deployment], ttft: Sequence[float]) -> LatencyBook:
+    book = LatencyBook()
+    for d, seconds in zip(deps, ttft, strict=True):
+        book.observe(API, d.label, seconds, 0.0)
+    return book
+
+
+@pytest.mark.parametrize("ttft", [(0.500, 0.05, 0.05), (0.05, 0.05, 0.05)])
+def test_a_sessions_home_is_its_own_whatever_latency_probe_goes_first(ttft: tuple[float, ...]) -> None:
+    """`llm_gateway_affinity_total` compares the serving deployment with the session's home. 30 s on, a
+    probe goes to `r` ahead of the home; the home stays the first of the session's ranking of the near
+    ones: not `r` if `r` is slow (the plan's first was taken for it), `r` if near and ranked first."""
+    deps = (dep("r"), dep("a"), dep("b"))
+    table, rand = RouteTable.of(deps), random.Random(2).random
+    homes = set()
+    for i in range(40):
+        session = random.Random(i).randbytes(16).hex()
+        book = _latency_book(deps, ttft)
+        order, home = route_session(deps, table, "latency", Signals({}, rand, book, API, 1.0), session)
+        assert order[0] == home
+        probed, probed_home = route_session(deps, table, "latency", Signals({}, rand, book, API, 31.0), session)
+        assert probed[0] == 0 and probed_home == home, (order, probed, probed_home)
+        assert probed == [0, *(i for i in order if i != 0)]  # the probe first, the rest in the session's order
+        homes.add(home)
+    assert homes == ({1, 2} if ttft[0] > 0.1 else {0, 1, 2})
 
 
 def test_under_weighted_sessions_make_their_homes_in_proportion_to_the_weights() -> None:

@@ -102,8 +102,9 @@ def _no_draw() -> float:
     return 0.5
 
 
-# (the tier's order, the deployments of it the policy may pick first)
-TierOrder = tuple[list[int], list[int]]
+# (the tier's order, the deployments of it the policy may pick first, the one carrying a `latency` probe or -1).
+# A probe goes first whatever the ranking; it is among the first choices only if it is near the fastest.
+TierOrder = tuple[list[int], list[int], int]
 
 
 def order_tier(deployments: Sequence[Routable], tier: Sequence[int], labels: tuple[str, ...], routing: Routing,
@@ -112,7 +113,7 @@ def order_tier(deployments: Sequence[Routable], tier: Sequence[int], labels: tup
     them."""
     if routing == "ordered":
         order = list(tier)
-        return order, order[:1]
+        return order, order[:1], -1
     if routing == "weighted":
         return _weighted(deployments, tier, sig.rand)
     if routing == "latency" and sig.book is not None:
@@ -120,7 +121,7 @@ def order_tier(deployments: Sequence[Routable], tier: Sequence[int], labels: tup
     if routing == "cost":
         return _cost(deployments, tier, labels, sig)
     order = _balanced(deployments, tier, sig)
-    return order, order
+    return order, order, -1
 
 
 def _balanced(deployments: Sequence[Routable], indexes: Sequence[int], sig: Signals) -> list[int]:
@@ -153,8 +154,8 @@ def _weighted(deployments: Sequence[Routable], tier: Sequence[int], rand: Callab
             keys[i] = math.log1p(-rand()) / w
     drawn = sorted(keys, key=keys.__getitem__, reverse=True)
     if not drawn:  # a tier of weight-0 deployments only: fallbacks, in config order
-        return list(tier), []
-    return drawn + [i for i in tier if i not in keys], drawn
+        return list(tier), [], -1
+    return drawn + [i for i in tier if i not in keys], drawn, -1
 
 
 def _latency(deployments: Sequence[Routable], tier: Sequence[int], labels: tuple[str, ...], sig: Signals,
@@ -170,13 +171,15 @@ def _latency(deployments: Sequence[Routable], tier: Sequence[int], labels: tuple
         return _with_probe(tier, labels, ranking, due, sig)
     near, rest = ranking.near, ranking.rest
     firsts = _share(tier, labels, near, sig) if len(near) > 1 else [tier[near[0]]]
-    return (firsts + [tier[k] for k in rest] if rest else firsts[:]), firsts
+    return (firsts + [tier[k] for k in rest] if rest else firsts[:]), firsts, -1
 
 
 def _with_probe(tier: Sequence[int], labels: Sequence[str], ranking: Ranking, due: int, sig: Signals) -> TierOrder:
-    """The tier with the deployment at `due` first, for its probe; the others as ranked."""
-    firsts = _share(tier, labels, [k for k in ranking.near if k != due], sig)
-    return [tier[due], *firsts, *(tier[k] for k in ranking.rest if k != due)], firsts
+    """The tier with the deployment at `due` first, for its probe; the others as ranked. The first choices
+    are the near ones as without the probe (a session's home does not depend on when a probe is due)."""
+    shared = _share(tier, labels, [k for k in ranking.near if k != due], sig)
+    firsts = [*shared, tier[due]] if due in ranking.near else shared
+    return [tier[due], *shared, *(tier[k] for k in ranking.rest if k != due)], firsts, tier[due]
 
 
 def _cost(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence[str], sig: Signals) -> TierOrder:
@@ -188,6 +191,6 @@ def _cost(deployments: Sequence[Routable], tier: Sequence[int], labels: Sequence
         keys[i] = (sig.input_tokens * price.input + sig.output_tokens * price.output, latencies[k])
     order = sorted(tier, key=keys.__getitem__)
     cheapest = keys[order[0]][0]
-    return order, [i for i in order if keys[i][0] == cheapest]
+    return order, [i for i in order if keys[i][0] == cheapest], -1
 
 
