@@ -41,6 +41,7 @@ from gateway.observe.record import RequestRecorder
 from gateway.observe.recorder import NO_TRACE
 from gateway.pipeline.budget_sync import BudgetSync
 from gateway.pipeline.exchange import GatewayRequest, Handler
+from gateway.pipeline.jwt_auth import keep_keys_fresh
 from gateway.pipeline.middleware import handle, refused_response
 from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.pipeline.socket_slots import SocketSlots
@@ -77,6 +78,7 @@ class App:
         # read at start only (docs/extensions.md, "Traces"): a reload keeps the process's tracer
         self.tracing: Tracing | None = _start_tracing(config, self.metrics)
         self.genai_push: GenAiPush | None = None  # the GenAI metrics by OTLP, read at start only too
+        self._jwks_refresh: asyncio.Task[None] | None = None  # `auth.jwt.refresh_s`, through reloads
         # TLS on the listener: a reload swaps in a new context, so new handshakes present the new
         # certificate and open connections keep theirs
         self.tls: ssl.SSLContext | None = None
@@ -122,6 +124,8 @@ class App:
             await self._start_budgets(self.control, self._state)
         if (jwt := self.runtime.keyring.jwt) is not None:  # the IdP's keys before the first token arrives
             await jwt.jwks.refresh(jwt.cfg.timeout_s)  # bounded; a failure leaves a refetch to come
+        self._jwks_refresh = asyncio.get_running_loop().create_task(
+            keep_keys_fresh(lambda: self.runtime.keyring.jwt), name="jwks-refresh")
         if self.config.telemetry.metrics_endpoint is not None:  # OTEL_METRICS_EXPORTER=otlp
             from gateway.observe.genai_push import start_push
 
@@ -136,6 +140,9 @@ class App:
         self._budgets.start()
 
     async def close(self) -> None:
+        if self._jwks_refresh is not None:
+            self._jwks_refresh.cancel()
+            await asyncio.gather(self._jwks_refresh, return_exceptions=True)
         self.upstream.close()
         await close_signers(self.upstream.signers)
         if self.tracing is not None:  # the last export may wait on the collector: not on the loop

@@ -14,7 +14,7 @@ from gateway.config.reader import Section, http_url_problem
 from gateway.config.types import JwtConfig, JwtGroup
 
 JWT_KEYS = ("issuer", "audience", "jwks_url", "team_claim", "groups_claim", "groups", "leeway_s",
-            "refetch_s", "timeout_s")
+            "refetch_s", "refresh_s", "timeout_s")
 _GROUP_KEYS = ("team", "models")
 
 
@@ -67,5 +67,6 @@ def jwt_config(s: Section, models: Iterable[str]) -> JwtConfig | None:
         team_claim=s.get("team_claim", str, "").strip() or None,
         groups_claim=s.get("groups_claim", str, d.groups_claim).strip() or d.groups_claim,
         groups=groups, leeway_s=s.number("leeway_s", d.leeway_s),
-        refetch_s=s.number("refetch_s", d.refetch_s, 1.0), timeout_s=s.number("timeout_s", d.timeout_s, 0.1),
+        refetch_s=s.number("refetch_s", d.refetch_s, 1.0), refresh_s=s.number("refresh_s", d.refresh_s, 1.0),
+        timeout_s=s.number("timeout_s", d.timeout_s, 0.1),
     )

@@ -148,6 +148,7 @@ class JwtConfig:
     groups: tuple[JwtGroup, ...] = ()
     leeway_s: float = 60.0
     refetch_s: float = 30.0  # at most one JWKS fetch per this long for unknown `kid`s
+    refresh_s: float = 300.0  # the JWKS fetched again this often: a key the IdP withdraws stops verifying
     timeout_s: float = 5.0  # one discovery or JWKS fetch
 
 

@@ -117,8 +117,9 @@ class Jwks:
             return
         keys = _usable_keys(doc)
         if keys:
+            if keys != self.keys:  # a periodic refresh that brings the same keys says nothing
+                log.info("jwks_loaded", issuer=self._cfg.issuer, keys=len(keys))
             self.keys = keys
-            log.info("jwks_loaded", issuer=self._cfg.issuer, keys=len(keys))
         else:
             log.warning("jwks_fetch_failed", issuer=self._cfg.issuer, error="no usable signing key")
 
@@ -276,3 +277,20 @@ class JwtAuth:
             raise denied
         team = stored.get(g.team) or TeamLimits(name=g.team)
         return ApiKey(name=f"jwt:{g.team}", models=g.models, team=team, subject=g.subject or None)
+
+
+# how often a gateway without `auth.jwt` looks again whether a reload has turned it on
+JWT_OFF_CHECK_S = 30.0
+
+
+async def keep_keys_fresh(current: Callable[[], JwtAuth | None]) -> None:
+    """The JWKS fetched again every `auth.jwt.refresh_s` (docs/identity.md): a key the IdP withdraws (rotated
+    out, compromised) stops verifying tokens, those already verified and kept included (`_follow_keys`),
+    without waiting for a token with an unknown `kid` or a restart. A failed fetch keeps the cached keys.
+    `current`: the verifier of the config in force, read at each turn, so a reload is followed."""
+    while True:
+        jwt_auth = current()
+        await asyncio.sleep(jwt_auth.cfg.refresh_s if jwt_auth is not None else JWT_OFF_CHECK_S)
+        jwt_auth = current()
+        if jwt_auth is not None:
+            await jwt_auth.jwks.refresh(jwt_auth.cfg.timeout_s)

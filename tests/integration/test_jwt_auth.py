@@ -217,6 +217,28 @@ def test_a_key_the_idp_stops_publishing_ends_its_verified_tokens(gw: GatewayServ
     assert len(gw.app.runtime.keyring.jwt._verified) == 2  # kept's and the rotated key's, still verified once
 
 
+def test_a_withdrawn_key_stops_verifying_with_the_periodic_refresh(idp: FakeIdp, upstream: FakeUpstream,
+                                                                    make_gateway: Callable[..., GatewayServer]) -> None:
+    """No token with an unknown `kid` needs to come: the JWKS fetched every `refresh_s` drops a key the IdP no
+    longer publishes (compromised, say), and the tokens it verified, already kept ones included, get 401."""
+    gw = make_gateway(jwt_config(upstream, idp, refresh_s=1))
+    assert gw.app is not None
+    jwt_auth = gw.app.runtime.keyring.jwt
+    assert jwt_auth is not None
+    upstream.defaults[CHAT] = completion("ok")
+    withdrawn, kept = idp.token(["ml-eng"], key=idp.keys[0]), idp.token(["ml-eng"], key=idp.keys[1])
+    for token in (withdrawn, kept):
+        assert post(gw, CHAT, token, {"model": "m", "messages": HI})[0] == 200
+    gone = idp.keys.pop(0).kid
+    deadline = time.monotonic() + 20  # a refresh a second: waited for, not slept on
+    while gone in jwt_auth.jwks.keys:
+        assert time.monotonic() < deadline, "the JWKS was not fetched again"
+        time.sleep(0.05)
+    status, body, _ = post(gw, CHAT, withdrawn, {"model": "m", "messages": HI})
+    assert (status, body["error"]["code"]) == (401, "invalid_api_key")
+    assert post(gw, CHAT, kept, {"model": "m", "messages": HI})[0] == 200
+
+
 async def _answer(gw: GatewayServer, idp: FakeIdp, token: str) -> tuple[str, int]:
     """What the gateway's key ring makes of a token (the principal's name, or the refusal's code), and how
     many JWKS fetches the IdP had answered by then."""
