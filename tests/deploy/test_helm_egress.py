@@ -1,0 +1,91 @@
+"""The chart's restricted egress (`networkPolicy.egress.enabled`): the pods may reach every port the
+gateway's config sends them to, and nothing opens all ports by accident. Before, the policy allowed DNS,
+`httpsPorts`, `redisPort` and `storePort` only: an in-cluster vLLM on :8000, an OTLP collector on :4318,
+an IdP over http, Sentinels on :26379 or a PostgreSQL on :6432 were all cut off once egress was narrowed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+
+from tests.deploy.test_helm import KUBE_VERSIONS, chart, only, render
+
+__all__ = ["chart"]  # the module-scoped fixture, shared
+
+EGRESS_ON: dict[str, Any] = {"networkPolicy": {"egress": {"enabled": True}}}
+DNS = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+
+
+def egress(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
+    policy = only(render(chart, {**EGRESS_ON, **values}), "NetworkPolicy")
+    kubernetes_validate.validate(policy, KUBE_VERSIONS[0], strict=True)
+    rules: list[dict[str, Any]] = policy["spec"]["egress"]
+    return rules
+
+
+def open_ports(rules: list[dict[str, Any]]) -> set[int]:
+    """The TCP ports open to any destination (rules without `to`), DNS aside."""
+    assert rules[0] == DNS
+    return {p["port"] for rule in rules[1:] if "to" not in rule for p in rule["ports"]}
+
+
+def test_every_port_the_config_names_is_open(chart: helm.Chart) -> None:
+    config = {
+        "providers": {
+            "vllm": {"type": "openai", "base_url": "http://vllm.ml.svc:8000/v1", "proxy": "http://squid:3128"},
+            "ollama": {"type": "openai", "base_url": "http://ollama.ml.svc:11434/v1"},
+            "plain-http": {"type": "openai", "base_url": "http://llm.internal/v1", "proxy": False},
+            "openai": {"type": "openai", "base_url": "https://api.openai.com/v1", "api_key": "${OPENAI_API_KEY}"},
+        },
+        "guardrails": [{"name": "dlp", "type": "webhook", "url": "https://dlp.sec.svc:9443/check"}],
+        "auth": {"jwt": {"issuer": "http://keycloak.idp.svc:8081/realms/corp",
+                         "jwks_url": "https://keys.idp.example:8443/jwks"}},
+        "telemetry": {"otlp_endpoint": "http://otel-collector.obs.svc:4318"},
+    }
+    values = {
+        "config": config,
+        "secret": {"env": {"OPENAI_API_KEY": "sk-test", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://otel-m:4319"}},
+        "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://egress-proxy:3129"}],
+        # two PostgreSQL hosts, the second on libpq's default port; Sentinels on theirs and on 26380
+        "store": {"url": "postgresql://gw:pw@pg-a:6432,pg-b/gw"},
+        "redis": {"url": "redis://:pw@unused:6380/0", "mode": "sentinel",
+                  "sentinel": {"master": "mymaster", "urls": ["redis://:${SENTINEL_PASSWORD}@s0:26380", "redis://s1"]}},
+    }
+    assert open_ports(egress(chart, values)) == {
+        443,  # httpsPorts
+        8000, 11434, 3128, 80,  # providers' base_url and proxy (http without a port: 80)
+        9443,  # the guardrail webhook
+        8081, 8443,  # the IdP's issuer (discovery) and JWKS
+        4318, 4319, 3129,  # OTLP (config and environment), HTTPS_PROXY
+        6432, 5432,  # the store's hosts (5432 also as storePort)
+        6380, 6379, 26380, 26379,  # the master's URL and redisPort; the Sentinels
+    }
+
+
+def test_what_the_chart_cannot_see_falls_back_to_the_port_values(chart: helm.Chart) -> None:
+    """URLs from Secrets (`${NAME}`) have no port to read: `redisPort` and `storePort` stand for them,
+    also when the config names Redis or the store itself rather than through `redis.*` / `store.*`."""
+    from_secrets = {"redis": {"existingSecret": "redis-auth"}, "store": {"existingSecret": "gateway-db"},
+                    "config": {"providers": {"vllm": {"type": "openai", "base_url": "${VLLM_URL}"}}}}
+    assert open_ports(egress(chart, from_secrets)) == {443, 6379, 5432}
+    in_config = {"config": {"state": {"backend": "redis", "redis_url": "${REDIS_URL}"},
+                            "store": {"url": "${DATABASE_URL}"}},
+                 "networkPolicy": {"egress": {"enabled": True, "redisPort": 6390, "storePort": 5433}}}
+    assert open_ports(egress(chart, in_config)) == {443, 6390, 5433}
+    assert open_ports(egress(chart, {})) == {443}
+
+
+def test_an_existing_configmap_counts_only_the_charts_own_values(chart: helm.Chart) -> None:
+    values = {"existingConfigMap": "my-config", "store": {"url": "postgresql://gw:pw@db:6432/gw"},
+              "config": {"providers": {"vllm": {"type": "openai", "base_url": "http://vllm:8000/v1"}}}}
+    assert open_ports(egress(chart, values)) == {443, 5432, 6432}
+
+
+def test_no_port_list_is_ever_empty(chart: helm.Chart) -> None:
+    """A rule with no `ports` allows every port: with `httpsPorts: []` and nothing configured, there is
+    no rule rather than an empty one."""
+    rules = egress(chart, {"networkPolicy": {"egress": {"enabled": True, "httpsPorts": []}}})
+    assert rules == [DNS]
+    assert all(rule.get("ports") for rule in rules)
