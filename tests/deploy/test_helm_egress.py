@@ -89,3 +89,21 @@ def test_no_port_list_is_ever_empty(chart: helm.Chart) -> None:
     rules = egress(chart, {"networkPolicy": {"egress": {"enabled": True, "httpsPorts": []}}})
     assert rules == [DNS]
     assert all(rule.get("ports") for rule in rules)
+
+
+BEDROCK = {"providers": {"demo": None, "bedrock-us": {"type": "bedrock", "region": "us-east-1"}},
+           "models": [{"name": "claude", "deployments": [{"provider": "bedrock-us", "model": "anthropic.claude"}]}]}
+POD_IDENTITY_AGENT = [{"ipBlock": {"cidr": "169.254.170.23/32"}}, {"ipBlock": {"cidr": "fd00:ec2::23/128"}}]
+
+
+def test_eks_pod_identity_agent_is_reachable_for_a_bedrock_provider_without_keys(chart: helm.Chart) -> None:
+    """The AWS default chain asks the node's Pod Identity agent (port 80, a link-local address) for the
+    credentials: restricted egress cut bedrock providers off from them."""
+    agent = [r for r in egress(chart, {"config": BEDROCK}) if r.get("to") == POD_IDENTITY_AGENT]
+    assert [[p["port"] for p in r["ports"]] for r in agent] == [[80]]
+    irsa = {"config": BEDROCK, "aws": {"irsaRoleArn": "arn:aws:iam::123456789012:role/r"}}  # STS on 443 instead
+    keyed_provider = {"config": {**BEDROCK, "providers": {"demo": None, "bedrock-us": {
+        "type": "bedrock", "region": "us-east-1", "aws_access_key_id": "${AWS_KEY_ID}",
+        "aws_secret_access_key": "${AWS_SECRET}"}}}}
+    for values in (irsa, keyed_provider, {}):
+        assert all(r.get("to") != POD_IDENTITY_AGENT for r in egress(chart, values))

@@ -116,3 +116,17 @@ Sentinels on :26379).
 {{- range sortAlpha $padded }}{{ $out = append $out (atoi .) }}{{ end }}
 {{- toJson $out }}
 {{- end }}
+
+{{/*
+True ("true") when a `bedrock` provider takes its credentials from the AWS default chain on the pod
+(no static keys in its config, no IRSA role): on EKS with Pod Identity the chain asks the node's agent
+(169.254.170.23, port 80), which restricted egress must let through.
+*/}}
+{{- define "llm-gateway.awsPodIdentity" -}}
+{{- if and (not .Values.existingConfigMap) (not (.Values.aws | default dict).irsaRoleArn) }}
+{{- $cfg := include "llm-gateway.configYaml" . | fromYaml }}
+{{- range $name, $p := (default dict $cfg.providers) }}
+{{- if and (kindIs "map" $p) (eq (toString $p.type) "bedrock") (not $p.aws_access_key_id) }}true{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
