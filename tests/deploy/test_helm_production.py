@@ -3,6 +3,7 @@ graceful shutdown, and secrets that stay out of ConfigMaps."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import helm_python as helm
@@ -33,3 +34,49 @@ def test_websocket_sockets_outlast_their_idle_time_at_the_ingress(
     assert annotations[NGINX + "proxy-read-timeout"] == annotations[NGINX + "proxy-send-timeout"] == str(timeout)
     assert annotations[NGINX + "proxy-buffering"] == "off"
     assert annotations[NGINX + "proxy-http-version"] == "1.1"
+
+
+# ---- secrets stay out of ConfigMaps ----------------------------------------------------------------
+
+LITERALS: list[tuple[dict[str, Any], str]] = [
+    ({"providers": {"openai": {"type": "openai", "base_url": "https://api.openai.com/v1",
+                               "api_key": "sk-literal-provider-key"}}}, "providers.openai.api_key"),
+    ({"providers": {"aws": {"type": "bedrock", "region": "us-east-1", "aws_access_key_id": "AKIAEXAMPLE",
+                            "aws_secret_access_key": "literal-aws-secret"}}}, "providers.aws.aws_secret_access_key"),
+    ({"providers": {"o": {"type": "openai", "base_url": "https://x.example/v1", "api_key": "${K}",
+                          "proxy": "http://proxy-user:literal-proxy-pw@squid:3128"}}}, "providers.o.proxy"),
+    ({"auth": {"keys": [{"name": "team-a", "key": "literal-client-key"}]}}, "auth.keys[0].key"),
+    ({"admin": {"keys": [{"name": "ops", "key": "literal-admin-key"}]}}, "admin.keys[0].key"),
+    ({"server": {"tls": {"cert_file": "/t/c.pem", "key_file": "/t/k.pem", "key_password": "literal-pass"}}},
+     "server.tls.key_password"),
+    ({"store": {"url": "postgresql://gw:literal-db-pw@db:5432/gw"}}, "store.url"),
+    ({"state": {"backend": "redis", "redis_url": "redis://:literal-redis-pw@redis:6379/0"}}, "state.redis_url"),
+    ({"state": {"backend": "redis", "redis_url": "redis://:${REDIS_PASSWORD}@unused:6379/0",
+                "sentinel": {"master": "m", "urls": ["redis://:literal-sentinel-pw@s0:26379"]}}},
+     "state.sentinel.urls[0]"),
+]
+
+
+@pytest.mark.parametrize(("config", "named"), LITERALS, ids=[n for _, n in LITERALS])
+def test_a_literal_credential_in_config_is_refused_by_name(chart: helm.Chart, config: dict[str, Any], named: str) -> None:
+    """`config` becomes a ConfigMap (and the migrations hook's): a key or password written in it was
+    stored there in clear, readable by anyone who may read ConfigMaps. The render now fails, naming the
+    key and never quoting the value."""
+    with pytest.raises(helm.HelmError, match=re.escape(f"config.{named}")) as refused:
+        render(chart, {"config": config})
+    assert "literal" in str(refused.value) and "-pw" not in str(refused.value)
+    assert "literal-" not in str(refused.value).replace("literal credential", "")
+
+
+def test_references_and_passwordless_urls_render(chart: helm.Chart) -> None:
+    """What belongs in a ConfigMap still renders: ${NAME} references (whole, or inside a URL), URLs
+    without a password, a user name alone, key digests."""
+    config = {
+        "providers": {"o": {"type": "openai", "base_url": "https://x.example/v1", "api_key": "${OPENAI_API_KEY}",
+                            "proxy": "http://proxy-user@squid:3128"}},
+        "auth": {"keys": [{"name": "default", "key": "${GATEWAY_API_KEY}"}, {"name": "b", "key_sha256": "ab" * 32}]},
+        "state": {"backend": "redis", "redis_url": "redis://gw:${REDIS_PASSWORD}@redis:6379/0"},
+        "store": {"url": "postgresql://gw@db:5432/gw"},
+    }
+    configmaps = [d for d in render(chart, {"config": config}) if d["kind"] == "ConfigMap"]
+    assert "${REDIS_PASSWORD}" in configmaps[0]["data"]["config.yaml"]

@@ -105,6 +105,7 @@ likewise store.url at ${GATEWAY_STORE_URL}, and admin.existingSecret's key added
 {{- $_ := set $admin "keys" (append $keys (dict "name" .Values.admin.name "key" "${GATEWAY_ADMIN_KEY}")) }}
 {{- $_ := set $cfg "admin" $admin }}
 {{- end }}
+{{- include "llm-gateway.refuseLiteralSecrets" $cfg }}
 {{- $server := default dict $cfg.server }}
 {{- if has (toString (default "127.0.0.1" $server.host)) (list "127.0.0.1" "localhost" "::1") }}
 {{- fail "config.server.host must not be a loopback address inside a pod: use 0.0.0.0 (or ::)" }}
