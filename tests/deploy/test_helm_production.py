@@ -80,3 +80,39 @@ def test_references_and_passwordless_urls_render(chart: helm.Chart) -> None:
     }
     configmaps = [d for d in render(chart, {"config": config}) if d["kind"] == "ConfigMap"]
     assert "${REDIS_PASSWORD}" in configmaps[0]["data"]["config.yaml"]
+
+
+# ---- the migrations hook --------------------------------------------------------------------------
+
+
+def hook_events(doc: dict[str, Any]) -> set[str]:
+    return set(doc["metadata"].get("annotations", {}).get("helm.sh/hook", "").split(",")) - {""}
+
+
+def test_the_migrations_job_reads_this_releases_secret_at_pre_upgrade(chart: helm.Chart) -> None:
+    """Helm runs pre-upgrade hooks before it updates the release's other resources: the Job read the
+    chart's Secret as the previous release left it, so an upgrade whose config names a variable first (a
+    new provider's key, or GATEWAY_STORE_URL on the upgrade that adds store.url) ran `gateway migrate`
+    without it, the Job failed and so did the upgrade. Every Secret of the chart's that the Job reads is
+    now a hook created before it, holding the same values as the pods' Secret."""
+    values = {"store": {"url": "postgresql://gw:${DB_PASSWORD}@db:5432/gw"}, "secret": {
+        "env": {"DB_PASSWORD": "pw", "ANTHROPIC_API_KEY": "sk-ant-test"}, "generateGatewayKey": True}}
+    docs = render(chart, values)
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    job = only(docs, "Job")
+    pod = job["spec"]["template"]["spec"]["containers"][0]
+    read = [s["secretRef"]["name"] for s in pod.get("envFrom", []) if "secretRef" in s]
+    read += [e["valueFrom"]["secretKeyRef"]["name"] for e in pod["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+    ours = [name for name in read if name in secrets]
+    assert ours, "the Job reads the chart's Secret"
+    job_weight = int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    for name in ours:
+        hook = secrets[name]
+        assert hook_events(hook) >= hook_events(job) == {"post-install", "pre-upgrade"}
+        assert int(hook["metadata"]["annotations"]["helm.sh/hook-weight"]) < job_weight
+        assert hook["data"] == secrets["rel-llm-gateway"]["data"], "one generated key for the pods and the Job"
+    pods_secret = only(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+    assert {"secretRef": {"name": "rel-llm-gateway"}} in pods_secret, "the pods keep the release's Secret"
+    assert not hook_events(secrets["rel-llm-gateway"])
+    no_job = render(chart, {**values, "store": {**values["store"], "migrationsJob": False}})
+    assert [d["metadata"]["name"] for d in no_job if d["kind"] == "Secret"] == ["rel-llm-gateway"]

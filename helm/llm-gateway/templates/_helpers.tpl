@@ -160,6 +160,11 @@ then speak HTTPS (the kubelet does not verify the certificate). */}}
 {{- if or .Values.store.url .Values.store.existingSecret }}true{{ end }}
 {{- end }}
 
+{{/* True ("true") when `gateway migrate` runs as a hook Job (templates/migrate-job.yaml). */}}
+{{- define "llm-gateway.migrationsJob" -}}
+{{- if and (include "llm-gateway.storeEnabled" .) .Values.store.migrationsJob (not .Values.existingConfigMap) }}true{{ end }}
+{{- end }}
+
 {{/* The environment the gateway's config refers to (the pods' and the migrations Job's). */}}
 {{- define "llm-gateway.env" -}}
 - name: TMPDIR
