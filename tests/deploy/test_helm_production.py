@@ -58,14 +58,15 @@ LITERALS: list[tuple[dict[str, Any], str]] = [
 
 
 @pytest.mark.parametrize(("config", "named"), LITERALS, ids=[n for _, n in LITERALS])
-def test_a_literal_credential_in_config_is_refused_by_name(chart: helm.Chart, config: dict[str, Any], named: str) -> None:
+def test_a_literal_credential_in_config_is_refused_by_name(
+    chart: helm.Chart, config: dict[str, Any], named: str
+) -> None:
     """`config` becomes a ConfigMap (and the migrations hook's): a key or password written in it was
     stored there in clear, readable by anyone who may read ConfigMaps. The render now fails, naming the
     key and never quoting the value."""
     with pytest.raises(helm.HelmError, match=re.escape(f"config.{named}")) as refused:
         render(chart, {"config": config})
-    assert "literal" in str(refused.value) and "-pw" not in str(refused.value)
-    assert "literal-" not in str(refused.value).replace("literal credential", "")
+    assert "literal-" not in str(refused.value), "the message never quotes the value"
 
 
 def test_references_and_passwordless_urls_render(chart: helm.Chart) -> None:
@@ -95,7 +96,7 @@ def test_the_migrations_job_reads_this_releases_secret_at_pre_upgrade(chart: hel
     new provider's key, or GATEWAY_STORE_URL on the upgrade that adds store.url) ran `gateway migrate`
     without it, the Job failed and so did the upgrade. Every Secret of the chart's that the Job reads is
     now a hook created before it, holding the same values as the pods' Secret."""
-    values = {"store": {"url": "postgresql://gw:${DB_PASSWORD}@db:5432/gw"}, "secret": {
+    values: dict[str, Any] = {"store": {"url": "postgresql://gw:${DB_PASSWORD}@db:5432/gw"}, "secret": {
         "env": {"DB_PASSWORD": "pw", "ANTHROPIC_API_KEY": "sk-ant-test"}, "generateGatewayKey": True}}
     docs = render(chart, values)
     secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
