@@ -42,7 +42,12 @@ def served_key(name: str) -> str:
 
 
 def _tag(key: str) -> str:
-    # Braces inside a hash tag would change which part Redis Cluster hashes, and an empty tag `{}` is
-    # no tag at all (the whole key is hashed, so one operation's keys would spread over slots). "()"
-    # stands for the empty name: no configured name contains parentheses.
-    return key.replace("{", "(").replace("}", ")") or "()"
+    """`key` as a hash tag, one to one: no two names share a tag (they would share rate windows, budgets,
+    owners). A brace inside a tag would change which part Redis Cluster hashes, so `%`, `{` and `}` are
+    percent-encoded (`%25`, `%7B`, `%7D`); any other name is its own tag, as it was when braces were
+    replaced by parentheses (which made `a{b}` and `a(b)` one), so an upgrade resets no window or budget.
+    The empty name (no counter, id or served name is empty) would be no tag at all (`{}`: the whole key
+    hashed): it is `%`, a `%` without an escape after it, which no other name yields."""
+    if not key:
+        return "%"
+    return key.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")

@@ -358,7 +358,7 @@ async def test_response_owners_are_shared_bounded_and_survive_an_outage(
     assert await first.response_owner("resp_{1}") == alice
     assert await second.response_owner("resp_{1}") == alice, "shared by every replica"
     assert 0 < await raw.pttl(owner_key("resp_{1}")) <= 60_000
-    assert owner_key("resp_{1}") == "llmgw:owner:{resp_(1)}", "one hash tag, braces inside it replaced"
+    assert owner_key("resp_{1}") == "llmgw:owner:{resp_%7B1%7D}", "one hash tag, braces inside it escaped"
     await raw.set(owner_key("resp_bad"), b"not json")
     assert await second.response_owner("resp_bad") is None, "an unreadable record is no record"
     assert await second.response_owner("resp_none") is None
@@ -397,7 +397,7 @@ async def test_served_names_are_shared_bounded_and_kept_locally_while_redis_is_a
     second.record_served_name("gpt-4o-2024-08-06", eu)
     assert await eventually(lambda: _served_is(second, "gpt-4o-2024-08-06", (gpt, eu)))
     assert 0 < await raw.pttl(served_key("gpt-4o-2024-08-06")) <= SERVED_NAME_TTL_S * 1000
-    assert served_key("a{b}") == "llmgw:served:{a(b)}", "one hash tag, braces inside it replaced"
+    assert served_key("a{b}") == "llmgw:served:{a%7Bb%7D}", "one hash tag, braces inside it escaped"
     for i in range(MAX_MODELS_PER_SERVED_NAME + 3):
         first.record_served_name("many", ServedName(f"m{i:02}", "up"))
     assert await eventually(lambda: _served_len(second, "many", MAX_MODELS_PER_SERVED_NAME))
