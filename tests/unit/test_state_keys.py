@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, served_key, spend_key
+from gateway.state.keys import (
+    cache_keys,
+    cache_prefix,
+    check_keys,
+    owned_key,
+    owner_key,
+    rate_key,
+    served_key,
+    spend_key,
+)
 from gateway.state.redis import local_share
 
 NAMES = ["team-a", "", "a{b}c", "{x}", "}{", "{", "}", "key:with:colons", "ünïcode-κλειδί", "x" * 300, "%", "a%7Bb"]
@@ -39,11 +48,20 @@ def test_different_keys_spread_over_slots() -> None:
     assert len(slots([rate_key(f"key-{i}", "rpm", 1) for i in range(50)])) > 40
 
 
-@pytest.mark.parametrize("one_key", [cache_redis_key("ab" * 32), owner_key("resp_123"), owner_key("a{b}"),
+@pytest.mark.parametrize("one_key", [owner_key("resp_123"), owner_key("a{b}"), owned_key("team:team-a"),
                                      served_key("gpt-4o-2024-08-06")])
 def test_single_key_operations_name_one_key(one_key: str) -> None:
-    # cache_get/cache_set, the response owner and a served name are single-key operations: any slot is fine
+    # the response owner's read, each step of its write, and a served name are single-key operations
     assert one_key.startswith("llmgw:")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_caching_an_answer_touches_its_tenants_slot_only(name: str) -> None:
+    """The answer, the tenant's index and sizes, and every answer the script may drop (the prefix and a
+    cache key): one slot, so lua.CACHE_SET runs in a Redis Cluster; a hit is one GET of the first."""
+    keys = [*cache_keys(name, "ab" * 32), cache_prefix(name) + "cd" * 32]
+    assert len(set(keys)) == 4
+    assert len(slots(keys)) == 1
 
 
 def test_a_brace_in_a_key_name_cannot_move_its_hash_tag() -> None:
