@@ -26,7 +26,7 @@ HI = [{"role": "user", "content": "hi"}]
 LOAD_KEY = {"name": "load", "key": "key-load", "rpm": 100_000}  # limited, so every request touches Redis
 STREAMS = 50  # concurrent streams over both replicas while Redis fails over (docs/scale-out.md)
 SCRIPTS = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND,
-           lua.ADD_SERVED_NAME)  # loaded on every primary
+           lua.ADD_SERVED_NAME, lua.OWN_RESPONSE, lua.CACHE_SET)  # loaded on every primary
 Make = Callable[..., GatewayServer]
 Victim = TypeVar("Victim")
 

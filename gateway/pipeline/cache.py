@@ -6,7 +6,8 @@ counter: a stored key's id), so tenants never read each other's answers, and the
 model's guardrails and redaction as compiled (`ModelSafety.fingerprint`), so an answer judged and
 masked under one policy is never served under another (a reload that adds a rule misses what was cached
 before it). Answers are stored *after* masking and judging: the cache never holds text the client could
-not have read. A hit makes no upstream call and is served at once; in a stream, as one content delta
+not have read. With Redis, each tenant's answers are bounded by `cache.max_entries` and `cache.max_bytes`
+(`tenant_for`). A hit makes no upstream call and is served at once; in a stream, as one content delta
 (plus usage if the client asked).
 """
 
@@ -25,7 +26,7 @@ from gateway.observe.record import CACHE_PROVIDER
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.ledger import commit_spend
 from gateway.pipeline.runtime import Runtime
-from gateway.state.base import StateBackend
+from gateway.state.base import StateBackend, tenant_of
 from gateway.state.cache_key import cache_key
 
 log = structlog.get_logger("gateway")
@@ -47,9 +48,18 @@ def key_for(rt: Runtime, ctx: RequestContext) -> str:
     return cache_key(f"{ctx.api}:{tenant}:{policy}", ctx.body)
 
 
+def tenant_for(ctx: RequestContext) -> str:
+    """Whose answers a shared store bounds this one with (`cache.max_entries`, `cache.max_bytes`): the
+    key's team's, else the key's (docs/scale-out.md)."""
+    key = ctx.key
+    if key is None:
+        return tenant_of(None, None)
+    return tenant_of(key.counter, key.team.counter if key.team is not None else None)
+
+
 async def lookup(rt: Runtime, state: StateBackend, ctx: RequestContext) -> dict[str, Any] | None:
     try:
-        raw = await state.cache_get(key_for(rt, ctx))
+        raw = await state.cache_get(key_for(rt, ctx), tenant=tenant_for(ctx))
     except Exception as exc:  # the cache is an optimisation: a failing one is a miss
         log.warning("cache_get_failed", error=type(exc).__name__)
         return None
@@ -61,7 +71,7 @@ async def lookup(rt: Runtime, state: StateBackend, ctx: RequestContext) -> dict[
 
 async def store(rt: Runtime, state: StateBackend, ctx: RequestContext, body: dict[str, Any]) -> None:
     try:
-        await state.cache_set(key_for(rt, ctx), orjson.dumps(body), rt.config.cache.ttl_s)
+        await state.cache_set(key_for(rt, ctx), orjson.dumps(body), rt.config.cache.ttl_s, tenant=tenant_for(ctx))
     except Exception as exc:
         log.warning("cache_set_failed", error=type(exc).__name__)
 

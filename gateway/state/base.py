@@ -19,6 +19,9 @@ from gateway.config.types import CacheConfig, StateConfig
 Period = Literal["day", "month"]
 LimitName = Literal["rpm", "tpm"]
 MAX_PENDING_OWNER_WRITES = 1024  # response-owner writes in flight to a shared store, at most
+# response ids one tenant (`tenant_of`) holds at most, in every backend: past it, its own oldest is dropped,
+# so one tenant's traffic never pushes another's ids out nor fills a shared store (docs/responses-bridge.md)
+MAX_RESPONSE_OWNERS_PER_TENANT = 10_000
 MAX_PENDING_NAME_WRITES = 256  # served-name writes in flight (one per name a process learns: rare)
 SERVED_NAME_TTL_S = 30 * 86_400  # a served name kept since it was last recorded (a `--resume` days later)
 MAX_MODELS_PER_SERVED_NAME = 16  # models kept under one served name (two on one upstream are already rare)
@@ -77,6 +80,15 @@ class ServedName:
 MAX_RESPONSE_ID_CHARS = 256
 
 
+def tenant_of(key: str | None, team: str | None) -> str:
+    """Whose share a stored item counts against (response owners, cached answers): its team's, else its
+    key's, by their counters; one tenant for every unauthenticated caller. One to one: the prefixes keep a
+    team and a key of one name apart."""
+    if team is not None:
+        return f"team:{team}"
+    return "-" if key is None else f"key:{key}"
+
+
 class StateBackend(Protocol):
     async def check_request(
         self, key: str, rpm: int | None, tpm: int | None, reserve_tokens: int, now: float
@@ -113,9 +125,14 @@ class StateBackend(Protocol):
         other process's (replacing the previous figure; this process's own spend is counted here)."""
         ...
 
-    async def cache_get(self, cache_key: str) -> bytes | None: ...
+    async def cache_get(self, cache_key: str, *, tenant: str) -> bytes | None:
+        """The answer cached under `cache_key` (`cache_key.cache_key`) by `tenant` (`tenant_of`)."""
+        ...
 
-    async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None: ...
+    async def cache_set(self, cache_key: str, value: bytes, ttl_s: float, *, tenant: str) -> None:
+        """Cache an answer for `ttl_s`, within `cache.max_entries` and `cache.max_bytes` (an answer larger
+        than it is not cached): the memory backend's bound of all answers, a shared store's of `tenant`'s."""
+        ...
 
     def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
         """Remember who created `response_id` for `ttl_s`. Never waits: a shared store's write runs in

@@ -1,6 +1,6 @@
 """Every Redis key the gateway writes (see lua.py for the layout). Each operation touches one key, or
 several keys of one `{hash tag}`, so in a Redis Cluster every script and multi-key command runs on one
-slot (docs/scale-out.md)."""
+slot (docs/scale-out.md); a response owner's write is three such steps (redis_owners.py)."""
 
 from __future__ import annotations
 
@@ -28,12 +28,29 @@ def seeded_key(period: Period, now: float) -> str:
     return f"{PREFIX}spend-seeded:{period_id(period, now)}"
 
 
-def cache_redis_key(cache_key: str) -> str:
-    return f"{PREFIX}cache:{cache_key}"
+def cache_keys(tenant: str, cache_key: str) -> list[str]:
+    """What caching one answer touches (lua.CACHE_SET): the answer's key, the tenant's answers by time
+    written, their sizes; all under the tenant's tag, with the answers it drops (`cache_prefix`)."""
+    tag = _tag(tenant)
+    return [cache_redis_key(tenant, cache_key), f"{PREFIX}cached:{{{tag}}}", f"{PREFIX}cached-bytes:{{{tag}}}"]
+
+
+def cache_prefix(tenant: str) -> str:
+    return f"{PREFIX}cache:{{{_tag(tenant)}}}:"
+
+
+def cache_redis_key(tenant: str, cache_key: str) -> str:
+    return cache_prefix(tenant) + cache_key
 
 
 def owner_key(response_id: str) -> str:
     return f"{PREFIX}owner:{{{_tag(response_id)}}}"
+
+
+def owned_key(tenant: str) -> str:
+    """A tenant's response ids by time recorded (lua.OWN_RESPONSE); its own slot, as each record is in its
+    id's (a lookup knows the id, not the owner)."""
+    return f"{PREFIX}owned:{{{_tag(tenant)}}}"
 
 
 def served_key(name: str) -> str:
@@ -42,7 +59,12 @@ def served_key(name: str) -> str:
 
 
 def _tag(key: str) -> str:
-    # Braces inside a hash tag would change which part Redis Cluster hashes, and an empty tag `{}` is
-    # no tag at all (the whole key is hashed, so one operation's keys would spread over slots). "()"
-    # stands for the empty name: no configured name contains parentheses.
-    return key.replace("{", "(").replace("}", ")") or "()"
+    """`key` as a hash tag, one to one: no two names share a tag (they would share rate windows, budgets,
+    owners). A brace inside a tag would change which part Redis Cluster hashes, so `%`, `{` and `}` are
+    percent-encoded (`%25`, `%7B`, `%7D`); any other name is its own tag, as it was when braces were
+    replaced by parentheses (which made `a{b}` and `a(b)` one), so an upgrade resets no window or budget.
+    The empty name (no counter, id or served name is empty) would be no tag at all (`{}`: the whole key
+    hashed): it is `%`, a `%` without an escape after it, which no other name yields."""
+    if not key:
+        return "%"
+    return key.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")

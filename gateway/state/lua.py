@@ -5,8 +5,11 @@ Key layout (all under `llmgw:`; the `{…}` hash tag keeps one key's buckets in 
   llmgw:rl:{<key>}:tpm:<minute>        tokens counted in that fixed minute
   llmgw:spend:{<key>}:<period id>      USD spent in a UTC day (2024-05-31) or month (2024-05)
   llmgw:spend-seeded:<period id>       set once the period's spend counters were seeded from the ledger
-  llmgw:cache:<sha256>                 a cached response body (plain SET with PX, no script needed)
+  llmgw:cache:{<tenant>}:<sha256>      a cached response body (PX), written by CACHE_SET with the two below
+  llmgw:cached:{<tenant>}              the tenant's cached answers by time written (a sorted set)
+  llmgw:cached-bytes:{<tenant>}        their sizes, and `:total` (a hash)
   llmgw:owner:{<response id>}          who created a response id (plain SET with PX)
+  llmgw:owned:{<tenant>}               the tenant's response ids by time recorded (a sorted set, OWN_RESPONSE)
   llmgw:served:{<model name>}          the models an upstream-reported model name reached (a set)
 """
 
@@ -82,5 +85,66 @@ if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 and redis.call('SCARD', KEYS[1
   redis.call('SADD', KEYS[1], ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 0
+"""
+
+# KEYS: the tenant's response ids (a sorted set, scored by the time recorded: microseconds of Redis's
+# clock, the same clock for every replica). ARGV: the response id, its ttl ms, the most ids a tenant
+# keeps. Counts the id (those recorded over a ttl ago are forgotten: their records expired) and returns
+# those over the bound, oldest first, whose records the caller deletes: a record lives under its id's own
+# tag, since a lookup knows the id and not its owner, so in a Redis Cluster it is in another slot than
+# this set (docs/responses-bridge.md, Ownership).
+OWN_RESPONSE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl * 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
+local dropped = {}
+if over > 0 then
+  local popped = redis.call('ZPOPMIN', KEYS[1], over)
+  for i = 1, #popped, 2 do dropped[#dropped + 1] = popped[i] end
+end
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return dropped
+"""
+
+# KEYS: the answer's key, the tenant's cached answers (a sorted set of cache keys, scored by the time
+# written: microseconds of Redis's clock), their sizes (a hash of cache key -> bytes, and `:total`, which
+# no sha256 hex digest is). ARGV: the cache key, the answer, ttl ms, the most answers and bytes a tenant
+# keeps, the prefix of the tenant's answers' keys (their tag is the tenant's: one slot). Stores the answer,
+# then drops the tenant's oldest answers (with one ttl for all, the first to expire anyway) until both
+# bounds hold. A few of those written over a ttl ago (expired) are forgotten at each write; the others
+# are the first dropped.
+CACHE_SET = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ttl = tonumber(ARGV[3])
+local function drop(member)
+  local size = redis.call('HGET', KEYS[3], member)
+  if size then
+    redis.call('HDEL', KEYS[3], member)
+    redis.call('HINCRBY', KEYS[3], ':total', -tonumber(size))
+  end
+  redis.call('ZREM', KEYS[2], member)
+  redis.call('DEL', ARGV[6] .. member)
+end
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - ttl * 1000, 'LIMIT', 0, 16)
+for _, m in ipairs(expired) do drop(m) end
+drop(ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], #ARGV[2])
+local total = redis.call('HINCRBY', KEYS[3], ':total', #ARGV[2])
+while redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[4]) or total > tonumber(ARGV[5]) do
+  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if not oldest then break end
+  drop(oldest)
+  total = tonumber(redis.call('HGET', KEYS[3], ':total') or '0')
+end
+for i = 2, 3 do
+  if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+end
 return 0
 """

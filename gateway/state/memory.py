@@ -18,6 +18,7 @@ from gateway.config.types import CacheConfig
 from gateway.state.base import (
     ALLOWED,
     MAX_MODELS_PER_SERVED_NAME,
+    MAX_RESPONSE_OWNERS_PER_TENANT,
     SERVED_NAME_TTL_S,
     LimitDecision,
     Period,
@@ -25,6 +26,7 @@ from gateway.state.base import (
     ResponseOwner,
     ServedName,
     period_id,
+    tenant_of,
 )
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of
 
@@ -70,12 +72,9 @@ class _KeyWindows:
         self.tpm.roll(minute)
 
 
-# response ids remembered at most, oldest dropped first (an id dropped is unknown: a 404, never a leak)
+# response ids remembered at most, oldest dropped first (an id dropped is unknown: a 404, never a leak), of
+# which one tenant holds at most MAX_RESPONSE_OWNERS_PER_TENANT (its own oldest dropped first)
 MAX_RESPONSE_OWNERS = 100_000
-# of which one tenant (a team, or a key in none) holds at most this many: past it, its own oldest id is
-# dropped, so one tenant's traffic never pushes another's ids out (docs/responses-bridge.md, Ownership)
-MAX_RESPONSE_OWNERS_PER_TENANT = 10_000
-Tenant = tuple[str, str | None]  # ("team", its counter) or ("key", its counter; None: unauthenticated)
 # served names remembered at most, oldest recorded dropped first (in one process: what the runtime's own
 # table already knows; kept here for the Redis backend's fallback)
 MAX_SERVED_NAMES = 4096
@@ -96,7 +95,7 @@ class MemoryBackend:
         self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._cache_bytes = 0  # of the values in `_cache`
         self._owners: OrderedDict[str, tuple[float, ResponseOwner]] = OrderedDict()  # id -> (expiry, owner)
-        self._owned: dict[Tenant, OrderedDict[str, None]] = {}  # each tenant's ids in `_owners`, oldest first
+        self._owned: dict[str, OrderedDict[str, None]] = {}  # each tenant's ids in `_owners`, oldest first
         self._served: OrderedDict[str, tuple[float, tuple[ServedName, ...]]] = OrderedDict()  # (expiry, served)
 
     async def check_request(
@@ -164,7 +163,8 @@ class MemoryBackend:
     async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
         self._others[period] = (period_id(period, now), dict(ledger))
 
-    async def cache_get(self, cache_key: str) -> bytes | None:
+    # The cache is one LRU of every tenant's answers (`tenant` unused): bounded in all, as this process is.
+    async def cache_get(self, cache_key: str, *, tenant: str = "-") -> bytes | None:
         entry = self._cache.get(cache_key)
         if entry is None:
             return None
@@ -174,7 +174,7 @@ class MemoryBackend:
         self._cache.move_to_end(cache_key)
         return entry[1]
 
-    async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None:
+    async def cache_set(self, cache_key: str, value: bytes, ttl_s: float, *, tenant: str = "-") -> None:
         if self._max_entries <= 0 or ttl_s <= 0 or len(value) > self._max_bytes:
             return
         self._drop_cached(cache_key)
@@ -192,7 +192,7 @@ class MemoryBackend:
     def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
         self._forget_owner(response_id)  # a record again: the newest, of its new owner
         self._owners[response_id] = (self._clock() + ttl_s, owner)
-        ids = self._owned.setdefault(_tenant(owner), OrderedDict())
+        ids = self._owned.setdefault(tenant_of(owner.key, owner.team), OrderedDict())
         ids[response_id] = None
         if len(ids) > MAX_RESPONSE_OWNERS_PER_TENANT:
             self._forget_owner(next(iter(ids)))
@@ -203,7 +203,7 @@ class MemoryBackend:
         entry = self._owners.pop(response_id, None)
         if entry is None:
             return
-        tenant = _tenant(entry[1])
+        tenant = tenant_of(entry[1].key, entry[1].team)
         ids = self._owned.get(tenant)
         if ids is not None:
             ids.pop(response_id, None)
@@ -265,8 +265,3 @@ class MemoryBackend:
         self._owners.clear()
         self._owned.clear()
         self._served.clear()
-
-
-def _tenant(owner: ResponseOwner) -> Tenant:
-    """Whose share a response id counts against: its team's, else its key's."""
-    return ("team", owner.team) if owner.team is not None else ("key", owner.key)

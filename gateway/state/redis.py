@@ -1,7 +1,9 @@
 """Shared state in Redis, so every replica enforces one key's limits and budget together.
 
 Each operation is one Lua script (or one command), hence atomic across replicas; in a Redis Cluster each
-touches one hash slot (keys.py). Every operation has a hard deadline (`state.timeout_ms`).
+touches one hash slot (keys.py). A response owner's write, in the background, is the exception: its
+tenant's bound and its record are in two slots (redis_owners.py). The cache is bounded per tenant
+(redis_cache.py). Every operation has a hard deadline (`state.timeout_ms`).
 
 The backend is a circuit (docs/scale-out.md, While Redis is away): the first failing operation opens it
 (one warning, `on_mode(True)`), the operations already waiting on Redis stop waiting, and until a
@@ -20,14 +22,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
-import orjson
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config.types import CacheConfig, StateConfig
 from gateway.state import lua
 from gateway.state.base import (
     ALLOWED,
-    MAX_PENDING_OWNER_WRITES,
     LimitDecision,
     Period,
     Reservation,
@@ -37,14 +37,15 @@ from gateway.state.base import (
 )
 from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, seeded_key, spend_key
 from gateway.state.memory import MemoryBackend
+from gateway.state.redis_cache import SharedCache
 from gateway.state.redis_client import connect
 from gateway.state.redis_held import HeldSpend
 from gateway.state.redis_names import SharedNames
+from gateway.state.redis_owners import SharedOwners
 from gateway.state.redis_pacing import RecoveryPacing
 from gateway.state.redis_seed import seed_counters
-from gateway.state.redis_values import local_share, owner_of, reason_of, refusal
+from gateway.state.redis_values import local_share, reason_of, refusal
 from gateway.state.redis_values import log as _log
-from gateway.state.redis_writes import BackgroundWrites
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of, previous_weight
 
 __all__ = ["RedisBackend", "cache_redis_key", "local_share", "owner_key", "rate_key", "spend_key"]
@@ -81,8 +82,9 @@ class RedisBackend:
         state = state or StateConfig(backend="redis", redis_url=url)
         self._link = connect(state, op_timeout_s, max_connections)
         self._redis = self._link.client
-        self._scripts = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND, lua.ADD_SERVED_NAME)
-        self._check, self._settle, self._add_spend, self._seed, self._add_served = (
+        self._scripts = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND, lua.ADD_SERVED_NAME,
+                         lua.OWN_RESPONSE, lua.CACHE_SET)
+        self._check, self._settle, self._add_spend, self._seed, add_served, own, put = (
             self._redis.register_script(source) for source in self._scripts)
         self._deadline_s = op_timeout_s
         self._probe_budget_s = max(op_timeout_s * 4, 1.0)  # the probe's and the warm-up's, per step
@@ -92,14 +94,15 @@ class RedisBackend:
         self._share_of = max(1, state.replicas * state.workers)  # each process's part of a limit, degraded
         self._where = self._link.where
         self._local = MemoryBackend(cache)
+        self._cache = SharedCache(self._redis, put, self._local, self._run, cache or CacheConfig())
         self._reason: str | None = None  # why we are degraded; None while Redis answers
         self._probe: asyncio.Task[None] | None = None
         self._pacing = RecoveryPacing()  # a Redis that keeps dropping right after answering is tried later
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
         self._unsynced = HeldSpend()
         self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
-        self._owner_writes = BackgroundWrites("response_owner_not_recorded")  # by response id
-        self._names = SharedNames(self._redis, self._add_served, self._local, self._run)
+        self._owners = SharedOwners(self._redis, own, self._local, self._run, op_timeout_s)
+        self._names = SharedNames(self._redis, add_served, self._local, self._run)
         self._waiting: set[asyncio.Timeout] = set()  # deadlines of operations waiting on Redis now
 
     @property
@@ -301,62 +304,19 @@ class RedisBackend:
 
     # -- cache ---------------------------------------------------------------------------------
 
-    async def cache_get(self, cache_key: str) -> bytes | None:
-        async def remote() -> bytes | None:
-            value = await self._redis.get(cache_redis_key(cache_key))
-            return value if isinstance(value, bytes) else None  # raw bytes: no decode_responses
+    async def cache_get(self, cache_key: str, *, tenant: str) -> bytes | None:
+        return await self._cache.get(cache_key, tenant)  # one GET (redis_cache.py)
 
-        async def local() -> bytes | None:
-            return await self._local.cache_get(cache_key)
-
-        return await self._run(remote, local)
-
-    async def cache_set(self, cache_key: str, value: bytes, ttl_s: float) -> None:
-        if ttl_s <= 0:
-            return
-        ttl_ms = max(1, round(ttl_s * 1000))
-
-        async def remote() -> None:
-            await self._redis.set(cache_redis_key(cache_key), value, px=ttl_ms)
-
-        async def local() -> None:
-            await self._local.cache_set(cache_key, value, ttl_s)
-
-        await self._run(remote, local)
+    async def cache_set(self, cache_key: str, value: bytes, ttl_s: float, *, tenant: str) -> None:
+        await self._cache.set(cache_key, value, ttl_s, tenant)  # one script, bounded per tenant
 
     # -- response ownership ----------------------------------------------------------------------
 
     def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
-        self._owner_writes.start(response_id, lambda: self._write_owner(response_id, owner, ttl_s),
-                                 MAX_PENDING_OWNER_WRITES)
-
-    async def _write_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
-        value, ttl_ms = orjson.dumps([owner.key, owner.team]), max(1, round(ttl_s * 1000))
-
-        async def remote() -> None:
-            await self._redis.set(owner_key(response_id), value, px=ttl_ms)
-
-        async def local() -> None:
-            self._local.record_response_owner(response_id, owner, ttl_s)
-
-        await self._run(remote, local)
+        self._owners.record(response_id, owner, ttl_s)  # in the background, bounded per tenant (redis_owners.py)
 
     async def response_owner(self, response_id: str) -> ResponseOwner | None:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        pending = self._owner_writes.pending(response_id)
-        if pending is not None:  # written from this replica a moment ago: read it after the write
-            with contextlib.suppress(Exception):
-                await asyncio.shield(pending)  # bounded: the write has its own deadline
-
-        async def remote() -> ResponseOwner | None:
-            return owner_of(await self._redis.get(owner_key(response_id)))
-
-        async def local() -> ResponseOwner | None:
-            return await self._local.response_owner(response_id)
-
-        # One deadline for the wait on the write and the read: the request waits `state.timeout_ms` at most
-        return await self._run(remote, local, within_s=self._deadline_s - (loop.time() - started))
+        return await self._owners.read(response_id)
 
     # -- names upstreams reported (docs/agents.md, "Names the gateway gave back") -----------------
 
@@ -387,7 +347,7 @@ class RedisBackend:
             self._enter_degraded(reason_of(exc))  # the probe takes over, as after any failure
 
     async def close(self) -> None:
-        self._owner_writes.cancel()
+        self._owners.cancel()
         self._names.cancel()
         if self._probe is not None:
             self._probe.cancel()

@@ -21,9 +21,10 @@ T = TypeVar("T")
 
 
 class Run(Protocol):
-    """The backend's `_run`: `remote` against Redis within its deadline, else `local`."""
+    """The backend's `_run`: `remote` against Redis within its deadline (or `within_s`), else `local`."""
 
-    async def __call__(self, remote: Callable[[], Awaitable[T]], local: Callable[[], Awaitable[T]]) -> T: ...
+    async def __call__(self, remote: Callable[[], Awaitable[T]], local: Callable[[], Awaitable[T]], *,
+                       within_s: float | None = None) -> T: ...
 
 
 class SharedNames:

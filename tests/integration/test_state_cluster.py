@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 import redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.crc import key_slot
 
 from gateway.config.types import CacheConfig, StateConfig
+from gateway.state import redis_owners
 from gateway.state.base import create_backend
 from gateway.state.keys import cache_redis_key, rate_key, spend_key
 from gateway.state.redis import WARM_CONNECTIONS
@@ -42,6 +44,14 @@ from tests.scaleout_load import (
     spare_keys,
     spares,
     status_of,
+)
+from tests.state_bounds import (
+    MAX_BYTES,
+    MAX_ENTRIES,
+    OWNERS_PER_TENANT,
+    answers_are_bounded_per_tenant,
+    names_differing_in_braces_count_apart,
+    owners_are_bounded_per_tenant,
 )
 
 # times a Redis Cluster failover under load: run with no other test beside it (scripts/test-phases.sh)
@@ -152,7 +162,7 @@ async def test_operations_waiting_on_redis_go_local_once_one_operation_fails(clu
     state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=60_000)
     backend = create_backend(state, CacheConfig(), lambda _reason: None, modes.append)
     wrong = redis.RedisCluster(host="127.0.0.1", port=cluster.servers[0].port)
-    wrong.hset(cache_redis_key("wrong-type"), "field", "value")  # GET of a hash: WRONGTYPE, at once
+    wrong.hset(cache_redis_key("-", "wrong-type"), "field", "value")  # GET of a hash: WRONGTYPE, at once
     holder = redis.Redis(port=cluster.primary_of(key_slot(rate_key("held", "rpm", 0).encode())).port)
     try:
         await backend.check_request("held", 10, None, 0, NOW)  # connected, scripts loaded
@@ -160,12 +170,12 @@ async def test_operations_waiting_on_redis_go_local_once_one_operation_fails(clu
         waiting = asyncio.ensure_future(backend.check_request("held", 10, None, 0, NOW))
         done, _ = await asyncio.wait({waiting}, timeout=0.5)
         assert not done, "the check waits on the paused primary"
-        assert await backend.cache_get("wrong-type") is None  # fails, served locally: a miss
+        assert await backend.cache_get("wrong-type", tenant="-") is None  # fails, served locally: a miss
         decision, reservation = await asyncio.wait_for(waiting, 20)  # old code: 60 s, then local
         assert decision.allowed and reservation is None and modes == [True]
     finally:
         holder.execute_command("CLIENT", "UNPAUSE")
-        wrong.delete(cache_redis_key("wrong-type"))
+        wrong.delete(cache_redis_key("-", "wrong-type"))
         await backend.close()
 
 
@@ -228,3 +238,25 @@ async def test_a_cluster_no_node_of_which_answers_is_redis_away_not_an_error() -
         assert decision.allowed and modes == [True] and not await backend.healthy()
     finally:
         await backend.close()
+
+
+async def test_owners_and_answers_are_bounded_per_tenant_on_a_cluster(
+        cluster: RedisClusterNodes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache's script touches a tenant's answers by the tenant's tag (one slot, the answers it drops
+    included); an owner's records are in their ids' slots, deleted across slots past the tenant's bound;
+    names that differ only in braces have keys of their own (tests/state_bounds.py)."""
+    monkeypatch.setattr(redis_owners, "MAX_RESPONSE_OWNERS_PER_TENANT", OWNERS_PER_TENANT)
+    state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=SHARED_MS)
+    cache = CacheConfig(max_entries=MAX_ENTRIES, max_bytes=MAX_BYTES)
+    modes: list[bool] = []
+    first, second = (create_backend(state, cache, lambda _reason: None, modes.append) for _ in range(2))
+    raw = AsyncRedisCluster(host="127.0.0.1", port=cluster.primaries()[0].port)
+    try:
+        await owners_are_bounded_per_tenant(first, second, raw)
+        await answers_are_bounded_per_tenant(first, second, raw)
+        await names_differing_in_braces_count_apart(first)
+        assert modes == [], "every operation went to the cluster"
+    finally:
+        await raw.aclose()
+        await first.close()
+        await second.close()

@@ -53,10 +53,11 @@ async def make(server: RedisServer) -> AsyncIterator[Factory]:
     """Builds backends (replicas) on the test server, with a fast recovery probe; closes them after."""
     made: list[RedisBackend] = []
 
-    def factory(on_degraded: Callable[[str], None] | None = None, url: str | None = None) -> RedisBackend:
+    def factory(on_degraded: Callable[[str], None] | None = None, url: str | None = None,
+                cache: CacheConfig | None = None) -> RedisBackend:
         backend = RedisBackend(
             url or server.url,
-            CacheConfig(max_entries=100),
+            cache or CacheConfig(max_entries=100),
             on_degraded or (lambda _reason: None),
             probe_interval_s=0.02,
         )
@@ -191,14 +192,14 @@ async def test_budgets_per_utc_period(make: Factory, raw: Redis, period: str) ->
 
 async def test_cache_set_get_and_ttl_expiry(make: Factory, raw: Redis) -> None:
     backend = make()
-    await backend.cache_set("abc", b'{"answer": 42}', ttl_s=60)
-    assert await backend.cache_get("abc") == b'{"answer": 42}'
-    assert await backend.cache_get("nope") is None
-    assert 0 < await raw.pttl(cache_redis_key("abc")) <= 60_000
-    await backend.cache_set("short", b"x", ttl_s=0.02)
+    await backend.cache_set("abc", b'{"answer": 42}', ttl_s=60, tenant="key:k")
+    assert await backend.cache_get("abc", tenant="key:k") == b'{"answer": 42}'
+    assert await backend.cache_get("nope", tenant="key:k") is None
+    assert 0 < await raw.pttl(cache_redis_key("key:k", "abc")) <= 60_000
+    await backend.cache_set("short", b"x", ttl_s=0.02, tenant="key:k")
 
     async def gone() -> bool:
-        return await backend.cache_get("short") is None
+        return await backend.cache_get("short", tenant="key:k") is None
 
     assert await eventually(gone)
 
@@ -216,8 +217,8 @@ async def test_killed_redis_degrades_to_local_limits_then_recovers(
         assert allowed == [True, True, True, False, False]  # limited per replica, never unlimited
         _, local_res = await backend.check_request("t", None, 100, 40, T0)
         assert local_res is not None and not local_res.shared
-        await backend.cache_set("c", b"v", 60)
-        assert await backend.cache_get("c") == b"v"
+        await backend.cache_set("c", b"v", 60, tenant="key:k")
+        assert await backend.cache_get("c", tenant="key:k") == b"v"
         assert not await backend.healthy()
         assert reasons == ["unreachable"] * 8
         # a key without limits needs no state at all: admitted, no fallback recorded
@@ -358,7 +359,7 @@ async def test_response_owners_are_shared_bounded_and_survive_an_outage(
     assert await first.response_owner("resp_{1}") == alice
     assert await second.response_owner("resp_{1}") == alice, "shared by every replica"
     assert 0 < await raw.pttl(owner_key("resp_{1}")) <= 60_000
-    assert owner_key("resp_{1}") == "llmgw:owner:{resp_(1)}", "one hash tag, braces inside it replaced"
+    assert owner_key("resp_{1}") == "llmgw:owner:{resp_%7B1%7D}", "one hash tag, braces inside it escaped"
     await raw.set(owner_key("resp_bad"), b"not json")
     assert await second.response_owner("resp_bad") is None, "an unreadable record is no record"
     assert await second.response_owner("resp_none") is None
@@ -368,10 +369,10 @@ async def test_response_owners_are_shared_bounded_and_survive_an_outage(
 
 
 async def test_response_owner_writes_in_flight_are_bounded(make: Factory, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.state import redis as redis_state
+    from gateway.state import redis_owners
     from gateway.state.base import ResponseOwner
 
-    monkeypatch.setattr(redis_state, "MAX_PENDING_OWNER_WRITES", 1)
+    monkeypatch.setattr(redis_owners, "MAX_PENDING_OWNER_WRITES", 1)
     backend = make()
     with capture_logs() as logs:
         backend.record_response_owner("resp_a", ResponseOwner("alice"), ttl_s=60)
@@ -397,7 +398,7 @@ async def test_served_names_are_shared_bounded_and_kept_locally_while_redis_is_a
     second.record_served_name("gpt-4o-2024-08-06", eu)
     assert await eventually(lambda: _served_is(second, "gpt-4o-2024-08-06", (gpt, eu)))
     assert 0 < await raw.pttl(served_key("gpt-4o-2024-08-06")) <= SERVED_NAME_TTL_S * 1000
-    assert served_key("a{b}") == "llmgw:served:{a(b)}", "one hash tag, braces inside it replaced"
+    assert served_key("a{b}") == "llmgw:served:{a%7Bb%7D}", "one hash tag, braces inside it escaped"
     for i in range(MAX_MODELS_PER_SERVED_NAME + 3):
         first.record_served_name("many", ServedName(f"m{i:02}", "up"))
     assert await eventually(lambda: _served_len(second, "many", MAX_MODELS_PER_SERVED_NAME))
