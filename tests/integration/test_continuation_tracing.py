@@ -62,3 +62,7 @@ def test_the_continuation_is_its_own_attempt_span(servers: LoopThread, upstream:
     assert second.attributes["gateway.attempt.kind"] == "continuation"
     assert second.attributes["gateway.continuation.mode"] == "prefill"
     assert second.attributes["gateway.attempt.outcome"] == "ok"
+    # the answer's span is its own deployment's, not the first attempt's (the server span's `deployment`)
+    assert (second.attributes["gen_ai.request.model"], second.attributes["gen_ai.response.model"]) == (
+        "model-b", "model-b")
+    assert "gen_ai.response.model" not in first.attributes
