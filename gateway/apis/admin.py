@@ -59,13 +59,14 @@ class RowUnreadable(GatewayError):
 
 async def admin(request: GatewayRequest) -> Response:
     rt = request.app.runtime
-    control = await control_plane(rt.config, rt.control)
-    who = await admin_principal(rt.config, rt.keyring.jwt, control, request.headers)
-    actor = Actor(admin=who.name, now=time.time(), role=who.role, team=who.team)
+    control = await control_plane(rt.config, rt.control)  # off: no admin API, and no line (an unknown route)
     parts = [unquote(p) for p in request.path[len(PREFIX):].split("/")]
-    route, handler = _handler(request.method, parts)
+    who: AdminPrincipal | None = None
     status = 500
     try:
+        who = await admin_principal(rt.config, rt.keyring.jwt, control, request.headers)
+        actor = Actor(admin=who.name, now=time.time(), role=who.role, team=who.team)
+        route, handler = _handler(request.method, parts)
         if not may(who, route, request.method):
             raise Forbidden(f"the {who.role} role may not {request.method} /admin/v1/{route}")
         response = await handler(request, control, actor, parts)
@@ -78,12 +79,21 @@ async def admin(request: GatewayRequest) -> Response:
         status = _STATUS[type(exc)]
         raise _error(control, exc) from None
     except Exception as exc:  # a bug must cost one 500 in the API's shape, never the connection
-        log.exception("admin_failed", route=handler.__name__, error=type(exc).__name__)
+        log.exception("admin_failed", route=_route_name(request.method, parts), error=type(exc).__name__)
         raise GatewayError("internal error of the control plane") from None
-    finally:  # one line per admin request: who, what, the answer (never a body: it may hold a secret)
-        log.info("admin_request", request_id=request.request_id, admin=_logged(who), role=who.role,
-                 method=request.method, route=handler.__name__, name=parts[1][:128] if len(parts) > 1 else None,
-                 status=status)
+    finally:  # one line per admin request, a refused one too: who (None: no valid credential), what, the
+        # answer; never a body or a credential (they may hold a secret), nor an anonymous caller's own text
+        log.info("admin_request", request_id=request.request_id, admin=_logged(who) if who else None,
+                 role=who.role if who else None, method=request.method, route=_route_name(request.method, parts),
+                 name=parts[1][:128] if len(parts) > 1 and who else None, status=status)
+
+
+def _route_name(method: str, parts: list[str]) -> str | None:
+    """The handler's name the line gives (`list_keys`, ...), or None for no such route or method."""
+    try:
+        return _handler(method, parts)[1].__name__
+    except GatewayError:
+        return None
 
 
 def _logged(who: AdminPrincipal) -> str:

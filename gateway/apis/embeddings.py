@@ -34,7 +34,7 @@ async def embeddings(rt: Runtime, ctx: RequestContext) -> Response:
     usage = parsed.obj.get("usage")
     if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
         ctx.usage = Usage(input=usage["prompt_tokens"])
-    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, ctx.usage, ctx.key_name)
+    ctx.cost_usd = ctx.rec.answered(ctx.model.name, won.deployment, ctx.usage, ctx.key_name)
     return Response(body=orjson.dumps(parsed.obj), content_type="application/json",
                     headers=answer_headers(ctx, won))
 

@@ -137,15 +137,25 @@ class ResponsesSocket:
             raise
         finally:
             self._give_back()
-            log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,
-                     continued=self._conversation.continued, close_code=self._close_code,
-                     duration_ms=round((self._loop.time() - self._opened) * 1000, 2))
             if self._resuming is not None:
                 self._resuming.cancel()
-            if self._running is not None:
-                self._running.cancel()  # the client went: its response's upstream request is closed too
-            self.frames.release()
-            self._conversation.forget()  # freed now, not when the connection's objects are
+            try:
+                await self._cut()
+            finally:
+                log.info("websocket_closed", key=self._key, responses=self._responses, warmups=self._warmups,
+                         continued=self._conversation.continued, close_code=self._close_code,
+                         duration_ms=round((self._loop.time() - self._opened) * 1000, 2))
+                self.frames.release()
+                self._conversation.forget()  # freed now, not when the connection's objects are
+
+    async def _cut(self) -> None:
+        """The response still running when the connection ends is cut (the client went: its upstream
+        request is closed too) and has ended, its `request` line written, before the connection's last
+        line: `websocket_opened` and `websocket_closed` frame its responses' lines (docs/reference.md)."""
+        running = self._running
+        if running is not None:
+            running.cancel()
+            await asyncio.wait((running,))
 
     def received(self, data: bytes) -> None:
         if self._done.done():

@@ -27,6 +27,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from gateway.config.types import Deployment
+from gateway.core.events import Usage
+
 if TYPE_CHECKING:
     from gateway.observe.context import RequestContext
 
@@ -166,11 +169,13 @@ def configure(g: GenAi, enabled: bool, latest_experimental: bool, operations: Ma
 
 
 def record(g: GenAi, child: Any, api: str, ctx: RequestContext, duration: float, tpot: float | None,
-           error_type: str) -> None:
+           error_type: str, answer: tuple[Deployment, Usage | None] | None = None) -> None:
     """A request's GenAI values, at its end (`RequestRecorder.finished`): its duration; for a success, its
-    TTFT, time per output token and the provider-reported usage. A cache hit (no provider answered) and
-    an estimated usage (the provider reported none: the conventions forbid guessing) are not recorded.
-    `child` is `Metrics.child`: the labelled children come from its cache."""
+    TTFT, time per output token and the usage its answer's upstream reported (`answer`: the deployment
+    that answered and that usage; a continued stream's is its last attempt's), never the charges of
+    attempts that did not answer, nor an estimate (the provider reported none: the conventions forbid
+    guessing). A cache hit (no provider answered) is not recorded. `child` is `Metrics.child`: the
+    labelled children come from its cache."""
     op = g.operations.get(api)
     d = ctx.deployment or ctx.failed_deployment
     if op is None or ctx.cache_hit or (d is None and not ctx.model.deployments):
@@ -187,9 +192,11 @@ def record(g: GenAi, child: Any, api: str, ctx: RequestContext, duration: float,
         child(g.ttft, op, provider, model, served).observe(ctx.ttft_s)
     if tpot is not None:
         child(g.tpot, op, provider, model, served).observe(tpot)
-    usage = ctx.usage
-    if usage is None or ctx.usage_estimated:
+    answering, usage = answer if answer is not None else (d, None)
+    if usage is None:
         return
+    if answering.label != d.label:  # a continued stream: its last attempt answered the rest
+        provider, served = g.providers.get(answering.provider, answering.provider), answering.model
     child(g.tokens, op, provider, model, served, "input").observe(usage.input)
     if api not in g.no_output:  # an embedding has no output: not a zero-token answer
         child(g.tokens, op, provider, model, served, "output").observe(usage.output)

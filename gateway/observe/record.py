@@ -53,7 +53,7 @@ class End:
 
 
 class RequestRecorder:
-    __slots__ = ("_delay", "_duration", "_tpot", "api", "m", "request_id", "t0", "trace", "transport")
+    __slots__ = ("_answer", "_delay", "_duration", "_tpot", "api", "m", "request_id", "t0", "trace", "transport")
 
     def __init__(self, m: Metrics, api: str, request_id: str, t0: float, trace: RequestTrace = NO_TRACE,
                  transport: str = "http"):
@@ -62,6 +62,9 @@ class RequestRecorder:
         self._delay: Any = None
         self._duration = 0.0
         self._tpot: float | None = None  # a stream's time per output token, for the GenAI metric at the end
+        # the answer's own usage as its upstream reported it (`answered`), with its deployment: the GenAI
+        # token usage and the winning span's, apart from the request's charge (other attempts' included)
+        self._answer: tuple[Deployment, Usage | None] | None = None
 
     # -- admission -----------------------------------------------------------------------------------
 
@@ -84,6 +87,11 @@ class RequestRecorder:
     def attempt_ended(self, model: str, d: Deployment, outcome: str) -> None:
         """An attempt's outcome (`ok`, a failure class, `hedge_cancelled`)."""
         self.m.child(self.m.attempts, model, d.label, outcome).inc()
+
+    def dropped(self, d: Deployment, reason: str) -> None:
+        """An attempt on `d` that returned was dropped (`pipeline.unanswered`): `empty_answer`, or
+        `hedge_lost` (its span's outcome `hedge_cancelled`, as a loser cancelled on its way)."""
+        self.trace.dropped(d, "hedge_cancelled" if reason == "hedge_lost" else reason)
 
     def affinity(self, model: str, result: str) -> None:
         """A session's request of an `affinity: session` model was served: kept, moved or new."""
@@ -168,6 +176,12 @@ class RequestRecorder:
             m.child(m.cost, model, d.provider, key).inc(cost)
         return cost
 
+    def answered(self, model: str, d: Deployment, usage: Usage | None, key: str) -> float:
+        """The answer's usage (`usage`: tokens and cost, returned), kept as the answer's own: the GenAI
+        token usage and the answering span's `gen_ai.usage.*` are its, not the request's whole charge."""
+        self._answer = (d, usage)
+        return self.usage(model, d, usage, key)
+
     def estimated(self, model: str, d: Deployment, key: str, charged: Usage, reported: Usage | None) -> None:
         """Tokens charged on the gateway's estimate, not the provider's count (`charged` less `reported`):
         kept apart from `llm_gateway_tokens_total`, which stays provider-reported."""
@@ -180,7 +194,7 @@ class RequestRecorder:
                      key: str) -> float:
         """A committed stream's end (its terminator or error event is next): usage, cost and time per
         output token after the first; returns the cost."""
-        cost = self.usage(model, d, usage, key)
+        cost = self.answered(model, d, usage, key)
         if usage is not None and usage.output > 1 and first_token_at is not None:
             per_token = self._tpot = (time.perf_counter() - first_token_at) / (usage.output - 1)
             self.m.child(self.m.tpot, self.api, model, d.provider).observe(per_token)
@@ -207,9 +221,11 @@ class RequestRecorder:
         if ctx is not None:
             WINDOW.request(model, end.outcome)
         g = m.genai
+        answer = self._answer
         if ctx is not None and g is not None and g.enabled:
-            genai.record(g, m.child, api, ctx, duration, self._tpot, "" if end.outcome == "ok" else end.outcome)
-        self.trace.finish(ctx, end.status, end.outcome)
+            genai.record(g, m.child, api, ctx, duration, self._tpot, "" if end.outcome == "ok" else end.outcome,
+                         answer)
+        self.trace.finish(ctx, end.status, end.outcome, answer[1] if answer is not None else None)
 
     def log_line(self, ctx: RequestContext | None, adm: Admission, end: End) -> None:
         """The request's one log line, after its settlement. `model` is the configured model

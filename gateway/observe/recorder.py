@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from gateway.config.types import Deployment
+from gateway.core.events import Usage
 
 if TYPE_CHECKING:
     from gateway.observe.context import RequestContext
@@ -24,6 +25,10 @@ class RequestTrace:
         """One upstream attempt on `d`: `run(d)`, inside its own span when traced."""
         return run(d)
 
+    def dropped(self, d: Deployment, outcome: str) -> None:
+        """An attempt on `d` that returned was dropped by the loop (an empty answer, a hedge's loser that
+        reached its first token with the winner): it answers nothing, and its span ends with `outcome`."""
+
     def committed(self, t_first: float) -> None:
         """A stream committed to its winner (headers out); `t_first` (perf_counter) is when its first
         output token arrived."""
@@ -34,8 +39,9 @@ class RequestTrace:
     def continuing(self, mode: str) -> None:
         """The committed stream's upstream failed, and the next attempt continues it (docs/continuation.md)."""
 
-    def finish(self, ctx: RequestContext | None, status: int, outcome: str) -> None:
-        """The request is over (its log line is next)."""
+    def finish(self, ctx: RequestContext | None, status: int, outcome: str, answer: Usage | None = None) -> None:
+        """The request is over (its log line is next). `answer`: the usage the answering attempt's upstream
+        reported (the winner's span carries it; the request's charge, `ctx.usage`, may hold other attempts')."""
 
 
 NO_TRACE = RequestTrace()

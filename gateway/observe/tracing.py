@@ -32,7 +32,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from gateway import __version__
 from gateway.config.types import Deployment, ProviderConfig, TelemetryConfig
 from gateway.core.api import ClientApi
-from gateway.core.events import Failure
+from gateway.core.events import Failure, Usage
 from gateway.core.propagation import TRACE_HEADERS
 from gateway.observe.otlp import (
     FLAG_HAS_IS_REMOTE,
@@ -124,13 +124,15 @@ class Tracing:
 class SpanTrace(RequestTrace):
     """The recorder of one traced request."""
 
-    __slots__ = ("_continuing", "_epoch_ns", "_last", "_op", "_open", "_out", "_providers", "_server", "_winner")
+    __slots__ = ("_continuing", "_epoch_ns", "_last", "_op", "_open", "_out", "_providers", "_returned", "_server")
 
     def __init__(self, out: BoundedBatchProcessor, server: SpanRecord, op: str,
                  providers: Mapping[str, ProviderConfig]):
         self._out, self._server, self._op, self._providers = out, server, op, providers
         self._epoch_ns = time.time_ns() - time.perf_counter_ns()  # perf_counter instants -> span times
-        self._winner: SpanRecord | None = None
+        # attempts that returned and whose spans are still open, in the order they returned: the last is
+        # the one that answers, until the loop drops it (`dropped`); two at once when a hedge's both won
+        self._returned: list[tuple[Deployment, SpanRecord]] = []
         self._continuing: str | None = None  # the mode of the continuation the next attempt is
         self._last: str | None = None  # the previous attempt's deployment
         self._open = 0  # attempts running now: one more starting is a hedge
@@ -163,8 +165,8 @@ class SpanTrace(RequestTrace):
         self._open += 1
         try:
             result = await run(d)
-        except asyncio.CancelledError:
-            self._end_attempt(span, "hedge_cancelled" if self._winner is not None else "cancelled", None)
+        except asyncio.CancelledError:  # a hedge's loser once the other returned, else the client's leaving
+            self._end_attempt(span, "hedge_cancelled" if self._returned else "cancelled", None)
             raise
         except BaseException as exc:
             failure = getattr(exc, "failure", None)  # an UpstreamError carries the classified Failure
@@ -173,36 +175,40 @@ class SpanTrace(RequestTrace):
         finally:
             self._open -= 1
             TRACE_HEADERS.reset(token)
-        if self._winner is not None:  # a hedge's two attempts both won at once: the loser is discarded
-            self._end_attempt(self._winner, "hedge_cancelled", None)
-        self._winner = span
+        self._returned.append((d, span))
         return result
+
+    def dropped(self, d: Deployment, outcome: str) -> None:
+        for i in range(len(self._returned) - 1, -1, -1):
+            if self._returned[i][0].label == d.label:
+                self._end_attempt(self._returned.pop(i)[1], outcome, None)
+                return
 
     def committed(self, t_first: float) -> None:
         at = self._epoch_ns + int(t_first * 1e9)
         events = self._server.events
         events.append(("first_token", at))
-        if self._winner is not None:
-            self._winner.events.append(("first_token", at))
+        if self._returned:
+            self._returned[-1][1].events.append(("first_token", at))
         events.append(("commit", time.time_ns()))
 
     def continuing(self, mode: str) -> None:
         """The winner's stream failed after its first token: its span ends so; the next attempt's span
         is the continuation's (and the winner when it continues the answer)."""
-        if self._winner is not None:
-            self._end_attempt(self._winner, "stream_failed", None)
-            self._winner = None
+        if self._returned:
+            self._end_attempt(self._returned.pop()[1], "stream_failed", None)
         self._continuing = mode
 
     def stream_ended(self) -> None:
         self._server.events.append(("stream_end", time.time_ns()))
 
-    def finish(self, ctx: RequestContext | None, status: int, outcome: str) -> None:
+    def finish(self, ctx: RequestContext | None, status: int, outcome: str, answer: Usage | None = None) -> None:
         server = self._server
         attrs = server.attributes
         attrs["http.response.status_code"] = status
         attrs["gateway.outcome"] = outcome
         now = time.time_ns()
+        self._end_winner(ctx, answer, now)
         if ctx is not None:
             server.name = f"{self._op} {ctx.model.name}"
             attrs.update({
@@ -221,41 +227,56 @@ class SpanTrace(RequestTrace):
                 attrs["gateway.affinity"] = ctx.affinity
             if ctx.overhead_s is not None:  # docs/overhead.md
                 attrs["gateway.overhead_ms"] = round(ctx.overhead_s * 1000, 3)
-            winner = self._winner
-            if winner is None:
-                self._answered(ctx, attrs, attrs)
-            else:
-                self._answered(ctx, attrs, winner.attributes)
-                winner.attributes["gateway.attempt.outcome"] = "ok"
-                winner.end_ns = now
-                self._out.on_end(winner)
+            self._answered(ctx, attrs)
         if outcome in _ERROR_OUTCOMES or status >= 500:
             attrs["error.type"] = outcome
             server.error = True
         server.end_ns = now
         self._out.on_end(server)
 
-    def _answered(self, ctx: RequestContext, attrs: dict[str, AttrValue], winner: dict[str, AttrValue]) -> None:
-        """What the serving deployment answered, on the server span (`attrs`) and its `gen_ai.*` part on
-        the winning attempt's span: its model, its provider, the provider's usage."""
+    def _end_winner(self, ctx: RequestContext | None, answer: Usage | None, now: int) -> None:
+        """The answering attempt's span ends with the request: its own deployment's model and its own
+        usage (a continuation's too), `stream_failed` when its stream ended with an error event."""
+        winner = self._returned.pop() if self._returned else None
+        for _, left in self._returned:  # none the loop left undropped: ended all the same, never leaked
+            self._end_attempt(left, "hedge_cancelled", None)
+        self._returned.clear()
+        if winner is None:
+            return
+        d, span = winner
+        self._usage(span.attributes, answer)
+        span.attributes["gen_ai.response.model"] = d.model
+        failed = ctx is not None and ctx.stream_error is not None and ctx.stream_error != "guardrail"
+        span.attributes["gateway.attempt.outcome"] = "stream_failed" if failed else "ok"
+        span.end_ns = now
+        self._out.on_end(span)
+
+    def _answered(self, ctx: RequestContext, attrs: dict[str, AttrValue]) -> None:
+        """What the serving deployment answered, on the server span: its model, its provider, and the
+        request's usage (the log line's: the answer's, plus any attempt billed without answering)."""
         d, u = ctx.deployment, ctx.usage
         if d is not None:
             attrs["gateway.deployment"] = d.label
-            attrs["gen_ai.response.model"] = winner["gen_ai.response.model"] = d.model
-            attrs["gen_ai.provider.name"] = winner["gen_ai.provider.name"] = self._provider_name(d)
+            attrs["gen_ai.response.model"] = d.model
+            attrs["gen_ai.provider.name"] = self._provider_name(d)
         if u is not None and ctx.usage_estimated:  # our estimate, not the provider's: not gen_ai.usage
             attrs["gateway.usage_estimated"] = True
-        elif u is not None:  # the optional parts only when the provider reported them (fewer to encode)
-            attrs["gen_ai.usage.input_tokens"] = winner["gen_ai.usage.input_tokens"] = u.input
-            attrs["gen_ai.usage.output_tokens"] = winner["gen_ai.usage.output_tokens"] = u.output
-            if u.cached_input:
-                attrs["gen_ai.usage.cache_read.input_tokens"] = winner["gen_ai.usage.cache_read.input_tokens"] = (
-                    u.cached_input)
-            if u.cache_creation_input:
-                attrs["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input
-                winner["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input
-            if u.reasoning:
-                attrs["gateway.usage.reasoning_tokens"] = u.reasoning
+        else:
+            self._usage(attrs, u)
+
+    @staticmethod
+    def _usage(attrs: dict[str, AttrValue], u: Usage | None) -> None:
+        """A provider's usage as `gen_ai.usage.*`: the optional parts only when reported (fewer to encode)."""
+        if u is None:
+            return
+        attrs["gen_ai.usage.input_tokens"] = u.input
+        attrs["gen_ai.usage.output_tokens"] = u.output
+        if u.cached_input:
+            attrs["gen_ai.usage.cache_read.input_tokens"] = u.cached_input
+        if u.cache_creation_input:
+            attrs["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input
+        if u.reasoning:
+            attrs["gateway.usage.reasoning_tokens"] = u.reasoning
 
     def _end_attempt(self, span: SpanRecord, outcome: str, failure: Failure | None) -> None:
         attrs = span.attributes

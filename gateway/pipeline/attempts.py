@@ -116,6 +116,7 @@ async def run_attempts(rt: Runtime, ctx: RequestContext, attempt: AttemptFn[T],
             if empty is not None and total < model.retry.max_attempts and empty(result):
                 nxt = _next_allowed(rt, order, model.deployments, pos + 1)
             if nxt < 0 or nxt >= len(order):
+                ctx.rec.attempt_ended(model.name, d, "ok")  # counted once it is kept: a dropped one is not ok
                 _affinity_settled(rt, ctx, session, home, d)
                 return Won(d, total), result
             if discard is not None:
@@ -204,15 +205,21 @@ class _Hedge(Generic[T]):
         pending, failed = set(racers), []
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            winner = None
             for task in done:
                 exc = task.exception()
                 if exc is None:
-                    await self._settle(racers, task, first)
-                    self.pos = hedge_pos if task is not first else self.pos
-                    return racers[task], task.result()
-                if not isinstance(exc, UpstreamError):
+                    winner = task if winner is None else winner  # both at once: the other is discarded
+                elif not isinstance(exc, UpstreamError):
                     raise exc
-                failed.append((racers[task], exc.failure))
+                else:
+                    failed.append((racers[task], exc.failure))
+            if winner is not None:
+                for d, f in failed:  # the other failed first (or with it): counted, logged, its breaker told
+                    after_failure(self.rt, self.ctx, d, f)
+                await self._settle(racers, winner, first)
+                self.pos = hedge_pos if winner is not first else self.pos
+                return racers[winner], winner.result()
         for d, f in failed[:-1]:
             after_failure(self.rt, self.ctx, d, f)
         last_d, last_f = failed[-1]
@@ -228,6 +235,7 @@ class _Hedge(Generic[T]):
             if not task.done():
                 rec.attempt_ended(model, d, "hedge_cancelled")
             elif task.exception() is None:  # both won at once: the loser charged, its connection released
+                rec.attempt_ended(model, d, "hedge_cancelled")  # it lost all the same (counted once)
                 await self.discard(task.result(), HEDGE_LOST)  # (two racers: no other one left to finish)
 
 
@@ -257,7 +265,9 @@ async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Atte
     API, stream or body: the one place its upstream-derived text (an error body's message, code, type,
     param) is scrubbed of our credentials (docs/extensions.md, "Costs a client or an upstream can impose"), before
     anything logs it, passes it through to the client or puts it into a 502's summary. (After the commit, the one place
-    is the failure event a stream core kept: `core.stream.StreamCore.upstream_end`.)"""
+    is the failure event a stream core kept: `core.stream.StreamCore.upstream_end`.) Its `ok` is counted
+    where its result is kept (an empty answer dropped counts `inband_error`, a hedge's loser
+    `hedge_cancelled`): once per attempt."""
     label = d.label
     rt.inflight[label] = rt.inflight.get(label, 0) + 1
     try:
@@ -272,7 +282,6 @@ async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Atte
     rt.breaker(d).record_success(time.monotonic())
     if ctx.fallbacks:  # a request trying a fallback: one without prompt_cache_key is confirmed here
         confirm(rt.learned, ctx, d, Fact.NO_PROMPT_CACHE_KEY, rt.provider(d).learn_ttl_s)
-    ctx.rec.attempt_ended(ctx.model.name, d, "ok")
     return result
 
 

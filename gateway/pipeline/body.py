@@ -37,7 +37,7 @@ async def answer_body(rt: Runtime, ctx: RequestContext, state: StateBackend, won
     safety = rt.safety.models[ctx.model.name]
     refusal = await judge_output(rt, ctx, answer, safety.stream_guards + safety.hold_guards + safety.audit_guards)
     ctx.usage = reported(answer.usage)  # a translation's zeros are no count: the usage is missing
-    ctx.cost_usd = ctx.rec.usage(ctx.model.name, won.deployment, ctx.usage, ctx.key_name)
+    ctx.cost_usd = ctx.rec.answered(ctx.model.name, won.deployment, ctx.usage, ctx.key_name)
     if refusal is not None:
         raise refusal
     if ctx.cache_store and cacheable:

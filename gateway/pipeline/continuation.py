@@ -154,6 +154,7 @@ class Continuation:
             second = await run_one(self.rt, ctx, d, lambda dd: open_stream(self.rt, ctx, served, dd, body))
         except UpstreamError as exc:
             return self._not_opened(d, mode, exc.failure)
+        ctx.rec.attempt_ended(ctx.model.name, d, "ok")  # it opened: how it went on is its `continuations` outcome
         assert tap is not None
         try:
             outcome = await self._read(second, tap, Seam(mode, text), stream, write)

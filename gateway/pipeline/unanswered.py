@@ -43,6 +43,7 @@ async def dropped(ctx: RequestContext, opened: Opened[StreamCore], reason: str,
             await _read_to_end(opened, output_filter)
     finally:
         opened.close()
+        ctx.rec.dropped(opened.deployment, reason)  # its span ends as what it was
         asm = stream.assembler
         ctx.charge_unanswered(opened.deployment, reason, reported(asm.usage), asm.output_bytes(),
                               whole=reason == EMPTY_ANSWER and stream.done)

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from gateway.config import parse_config
-from tests.chat_scripts import chunk, text_stream
+from tests.chat_scripts import USAGE, chunk, text_stream
 from tests.fake_upstream import Close, FakeUpstream, Script, sse
 from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.otlp_receiver import OtlpReceiver
@@ -62,3 +62,11 @@ def test_the_continuation_is_its_own_attempt_span(servers: LoopThread, upstream:
     assert second.attributes["gateway.attempt.kind"] == "continuation"
     assert second.attributes["gateway.continuation.mode"] == "prefill"
     assert second.attributes["gateway.attempt.outcome"] == "ok"
+    # the answer's span is its own deployment's, not the first attempt's (the server span's `deployment`)
+    assert (second.attributes["gen_ai.request.model"], second.attributes["gen_ai.response.model"]) == (
+        "model-b", "model-b")
+    assert "gen_ai.response.model" not in first.attributes
+    # the GenAI token usage is the answer's last attempt's, as its upstream reported it, under its deployment
+    assert gw.sample("gen_ai_client_token_usage_sum", gen_ai_token_type="output") == USAGE["completion_tokens"]
+    assert gw.sample("gen_ai_client_token_usage_sum", gen_ai_response_model="model-b", gen_ai_token_type="input") == (
+        USAGE["prompt_tokens"])
