@@ -165,6 +165,13 @@ class Safety:
     # our upstream credentials, configured and minted by the signers, out of every upstream failure text
     # (docs/extensions.md, "secrets in upstream texts")
     scrubber: Scrubber
+    # by model, for a model with a redaction profile: `scrubber` masking what the profile masks too
+    by_model: dict[str, Scrubber] = field(default_factory=dict)
+
+    def scrubber_for(self, model: str) -> Scrubber:
+        """What scrubs an upstream failure text of a request for `model` (the configured name): an error
+        can quote the prompt or the answer, so the model's redaction profile masks it too."""
+        return self.by_model.get(model, self.scrubber)
 
 
 def upstream_secrets(config: Config) -> Iterator[str]:
@@ -249,4 +256,7 @@ def compile_safety(config: Config, minted: MintedSecrets | None = None) -> Safet
             audit_guards=tuple(g for g in out if g.config.mode == "audit"),
             fingerprint=policy_fingerprint(mine, profile, redactors.get(m.redaction)),
         )
-    return Safety(models, Scrubber.compile(upstream_secrets(config), minted))
+    scrubber = Scrubber.compile(upstream_secrets(config), minted)
+    by_profile = {name: scrubber.with_profile(r) for name, r in redactors.items()}
+    by_model = {m.name: by_profile[m.redaction] for m in config.models.values() if m.redaction in by_profile}
+    return Safety(models, scrubber, by_model)
