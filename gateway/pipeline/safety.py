@@ -70,6 +70,11 @@ class _Chain:
         text = self.redaction.flush() if self.redaction is not None else ""
         return self._through_guards(text, flush=True)
 
+    @property
+    def held_chars(self) -> int:
+        held = self.redaction.held_chars if self.redaction is not None else 0
+        return held + sum(g.held_chars for g in self.guards)
+
     def _through_guards(self, text: str, flush: bool) -> tuple[str, Verdict | None]:
         """Every guard sees what the guards before it released. Once one refuses, the stream ends: the
         text released before its violation still passes every later guard, which then flush."""
