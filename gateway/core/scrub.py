@@ -8,13 +8,18 @@ it that the gateway sends upstream, and reads the credentials the request signer
 (`core.minted`: AWS keys and session tokens, Google access tokens) as they are when it runs. It masks
 each of them exactly (the signers' first, then the configured ones, each the longest first, so a secret
 that contains another is masked whole), then any `Bearer <token>` or `Authorization: Basic <token>`,
-then whatever the built-in `secrets` redaction rules find.
+then whatever the built-in `secrets` redaction rules find, then, for a request whose model has a redaction
+profile, whatever that profile masks (`with_profile`): an error can quote the prompt or the model's output
+(a provider's 400 echoing part of the request, an in-stream error quoting generated text), and what the
+profile masks in an answer must not reach the client in clear through an error instead.
 
 Its cost is bounded, whatever the upstream sends: a text is cut first (at most `MAX_FIELD` characters of
-one text and `MAX_TOTAL` of one failure or error object, moved back before any secret the cut would
-split), then the exact masks are C-speed string replaces over what is kept and the rules run on it; a
-JSON walk visits at most `MAX_NODES` values. So a hostile 1 MiB error costs a few milliseconds of the
-event loop, not seconds, however many credentials the signers hold. Pure: text in, text out.
+one text and `MAX_TOTAL` of one failure or error object, plus `RULES_MARGIN`, moved back before any secret
+the cut would split), then the exact masks are C-speed string replaces over what is kept and the rules run
+on it, and what they leave is cut to the limit (so a match of the rules across the limit is masked whole,
+not cut to a head the rules no longer know); a JSON walk visits at most `MAX_NODES` values. So a hostile
+1 MiB error costs a few milliseconds of the event loop, not seconds, however many credentials the signers
+hold. Pure: text in, text out.
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ from gateway.core.events import Failure, InbandError, StreamEvent
 from gateway.core.minted import MIN_SECRET, MintedSecrets
 from gateway.core.redact.window import Redactor, mask_marker
 
-MAX_FIELD = 4096  # characters of one upstream text kept, after the exact masks
+MAX_FIELD = 4096  # characters of one upstream text kept, after the masks
+# characters past the limit the rules still see: a match that crosses the limit (an e-mail address, a card
+# number, a token) is masked before the cut, instead of cut to a head the rules no longer match
+RULES_MARGIN = 256
 MAX_TOTAL = 16384  # characters of one failure or error object through the rules
 MAX_NODES = 4096  # values of one error object walked; what lies beyond is dropped
 # An error object is a few levels deep. A hostile one nested to orjson's parse limit (1,024) would
@@ -81,6 +89,12 @@ class Scrubber:
     secrets: tuple[str, ...]  # longest first
     rules: Redactor
     minted: MintedSecrets | None = None
+    profile: Redactor | None = None  # the request's model's redaction profile, after the `secrets` rules
+
+    def with_profile(self, profile: Redactor | None) -> Scrubber:
+        """This scrubber, masking also what a model's redaction profile masks (compiled once per config and
+        model, `pipeline.safety.compile_safety`); itself without a profile."""
+        return self if profile is None else dataclasses.replace(self, profile=profile)
 
     @classmethod
     def compile(cls, secrets: Iterable[str], minted: MintedSecrets | None = None) -> Scrubber:
@@ -93,22 +107,28 @@ class Scrubber:
         original = text
         keep = min(MAX_FIELD, budget.chars)
         minted = self.minted.secrets if self.minted is not None else ()
-        cut = len(text) > keep
+        seen = keep + RULES_MARGIN if keep else 0  # no margin once the budget is spent: the bound stays
+        cut = len(text) > seen
         if cut:  # only what can be kept is masked: the cost does not grow with the upstream's text
-            text = text[:_clear_cut(text, keep, minted, self.secrets)]
+            text = text[:_clear_cut(text, seen, minted, self.secrets)]
         # the signers' first: a short configured value (a header's "2024-01-01") could otherwise cut a
         # token that happens to contain it, and leave the rest of the token in clear
         text = _mask_exact(_mask_exact(text, minted), self.secrets)
-        if len(text) > keep:
-            text, cut = text[:keep], True
-        if cut:
-            text += CUT
-        budget.chars -= min(len(text), budget.chars)
+        if len(text) > seen:  # the exact masks made it longer
+            text, cut = text[:seen], True
+        budget.chars -= min(len(text), budget.chars)  # what the rules will read
         if "earer" in text or "EARER" in text:
             text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + _BEARER_MARK, text)
         if "asic" in text or "ASIC" in text:
             text = _BASIC.sub(lambda m: m.group(1) + _BASIC_MARK, text)
         text = self.rules.redact(text).text
+        if self.profile is not None:
+            text = self.profile.redact(text).text
+        # cut after the masks: a cut through a mask leaves part of its marker, never part of what it masked
+        if len(text) > keep:
+            text, cut = text[:keep], True
+        if cut:
+            text += CUT
         return original if text == original else text
 
     def _opt(self, text: str | None, budget: _Budget) -> str | None:

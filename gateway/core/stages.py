@@ -38,5 +38,9 @@ class TextStage(Protocol):
         """For a stage that can never refuse (a redaction window alone): deltas that arrived together
         -> each one's release (`SegmentWindow.push_together`); else None."""
 
+    @property
+    def held_chars(self) -> int:
+        """Characters pushed and not released yet (0: every text pushed so far is out)."""
+
 
 StageFactory = Callable[[DeltaKind], TextStage | None]

@@ -102,7 +102,8 @@ class StreamCore(Protocol):
 
     def upstream_end(self, scrubber: Scrubber) -> Ended | None:
         """After the input's end and `drain`: None when the answer is whole, else how it ended (an
-        upstream failure event is scrubbed of our credentials before any field of it is read, docs/extensions.md,
+        upstream failure event is scrubbed of our credentials, and of what the model's redaction profile masks
+        (`scrubber`: the request's model's), before any field of it is read, docs/extensions.md,
         "Costs a client or an upstream can impose")."""
 
     def tail(self) -> bytes:

@@ -263,17 +263,17 @@ def _next_allowed(rt: Runtime, order: list[int], deployments: tuple[Deployment, 
 async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: AttemptFn[T]) -> T:
     """One attempt. Every failure before the commit enters the loop here, hedged or not, whatever the
     API, stream or body: the one place its upstream-derived text (an error body's message, code, type,
-    param) is scrubbed of our credentials (docs/extensions.md, "Costs a client or an upstream can impose"), before
-    anything logs it, passes it through to the client or puts it into a 502's summary. (After the commit, the one place
-    is the failure event a stream core kept: `core.stream.StreamCore.upstream_end`.) Its `ok` is counted
-    where its result is kept (an empty answer dropped counts `inband_error`, a hedge's loser
-    `hedge_cancelled`): once per attempt."""
+    param) is scrubbed of our credentials and of what the model's redaction profile masks (docs/extensions.md,
+    "Costs a client or an upstream can impose"), before anything logs it, passes it through to the client or
+    puts it into a 502's summary. (After the commit, the one place is the failure event a stream core kept:
+    `core.stream.StreamCore.upstream_end`.) Its `ok` is counted where its result is kept (an empty answer
+    dropped counts `inband_error`, a hedge's loser `hedge_cancelled`): once per attempt."""
     label = d.label
     rt.inflight[label] = rt.inflight.get(label, 0) + 1
     try:
         result = await ctx.rec.attempt(d, attempt)
     except UpstreamError as exc:
-        clean = rt.safety.scrubber.failure(exc.failure)
+        clean = rt.safety.scrubber_for(ctx.model.name).failure(exc.failure)
         if clean is exc.failure:
             raise
         raise UpstreamError(clean) from None

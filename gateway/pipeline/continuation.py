@@ -197,7 +197,7 @@ class Continuation:
                 await _pass(tap.take(), seam, stream, write)
             core.drain()
             await _pass(tap.take(), seam, stream, write)
-            if core.upstream_end(self.rt.safety.scrubber) is not None:
+            if core.upstream_end(self.rt.safety.scrubber_for(self.ctx.model.name)) is not None:
                 return "failed"
             seam.end()
         except Diverged:

@@ -242,7 +242,7 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
     ctx.request_left(built, whole.sent_at)
     ctx.t_answer = whole.read_at  # read whole: parsing it on is the gateway's own time
     if tr.framing.is_stream(whole.headers.get("content-type", ""), whole.body):
-        return await _assembled(rt, api, tr, d.label, whole)
+        return await _assembled(rt, ctx, api, tr, d.label, whole)
     parsed = tr.parse_body(whole.body)
     raise_inband(parsed.events)
     return parsed
@@ -260,12 +260,12 @@ async def _fetch_streamed(rt: Runtime, ctx: RequestContext, api: ServedApi, d: D
     ctx.request_left(built, resp.sent_at)
     try:
         await raise_for_status(resp, tr.classify_http_error, d.label)
-        return await _assembled(rt, api, tr, d.label, resp)
+        return await _assembled(rt, ctx, api, tr, d.label, resp)
     finally:
         resp.close()
 
 
-async def _assembled(rt: Runtime, api: ServedApi, tr: Translator, label: str,
+async def _assembled(rt: Runtime, ctx: RequestContext, api: ServedApi, tr: Translator, label: str,
                      resp: UpstreamResponse) -> ParsedBody:
     """A 200 stream read whole through the API's stream core and assembled into the body; a failure in
     it is the attempt's, with the wait the response asked for (as `first_token.until_first_token`)."""
@@ -276,7 +276,7 @@ async def _assembled(rt: Runtime, api: ServedApi, tr: Translator, label: str,
         await _read_all(resp, stream, api, label)
     except StreamFailed as exc:
         raise UpstreamError(with_response_wait(exc.failure, resp.headers)) from None
-    end = stream.upstream_end(rt.safety.scrubber)
+    end = stream.upstream_end(rt.safety.scrubber_for(ctx.model.name))
     if end is not None:
         failure = end.failure or Failure(FailureKind.EARLY_EOF, end.message)
         raise UpstreamError(with_response_wait(failure, resp.headers))

@@ -141,7 +141,7 @@ class Relay:
             drained = stream.drain()  # what a translator's parser still owed (its closing events)
             if drained:
                 await self._write(drained)
-            ended = stream.upstream_end(self.rt.safety.scrubber)
+            ended = stream.upstream_end(self.rt.safety.scrubber_for(self.ctx.model.name))
             # the failure's own event is read (and numbered) only when the stream ends with it
             if ended is not None:
                 await self._flush_last()  # what came before the failure goes out before its event

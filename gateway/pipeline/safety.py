@@ -70,6 +70,11 @@ class _Chain:
         text = self.redaction.flush() if self.redaction is not None else ""
         return self._through_guards(text, flush=True)
 
+    @property
+    def held_chars(self) -> int:
+        held = self.redaction.held_chars if self.redaction is not None else 0
+        return held + sum(g.held_chars for g in self.guards)
+
     def _through_guards(self, text: str, flush: bool) -> tuple[str, Verdict | None]:
         """Every guard sees what the guards before it released. Once one refuses, the stream ends: the
         text released before its violation still passes every later guard, which then flush."""
@@ -165,6 +170,13 @@ class Safety:
     # our upstream credentials, configured and minted by the signers, out of every upstream failure text
     # (docs/extensions.md, "secrets in upstream texts")
     scrubber: Scrubber
+    # by model, for a model with a redaction profile: `scrubber` masking what the profile masks too
+    by_model: dict[str, Scrubber] = field(default_factory=dict)
+
+    def scrubber_for(self, model: str) -> Scrubber:
+        """What scrubs an upstream failure text of a request for `model` (the configured name): an error
+        can quote the prompt or the answer, so the model's redaction profile masks it too."""
+        return self.by_model.get(model, self.scrubber)
 
 
 def upstream_secrets(config: Config) -> Iterator[str]:
@@ -249,4 +261,7 @@ def compile_safety(config: Config, minted: MintedSecrets | None = None) -> Safet
             audit_guards=tuple(g for g in out if g.config.mode == "audit"),
             fingerprint=policy_fingerprint(mine, profile, redactors.get(m.redaction)),
         )
-    return Safety(models, Scrubber.compile(upstream_secrets(config), minted))
+    scrubber = Scrubber.compile(upstream_secrets(config), minted)
+    by_profile = {name: scrubber.with_profile(r) for name, r in redactors.items()}
+    by_model = {m.name: by_profile[m.redaction] for m in config.models.values() if m.redaction in by_profile}
+    return Safety(models, scrubber, by_model)

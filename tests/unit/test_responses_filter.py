@@ -122,11 +122,14 @@ def test_unchanged_deltas_keep_their_bytes_and_changed_ones_lose_logprobs_and_pa
     for e in events:
         if e["type"] == "response.output_text.delta":
             e["logprobs"] = [{"token": e["delta"], "logprob": -0.1, "top_logprobs": []}]
-    out, _, _ = run_filter(events, safety_run().factory)
+    out, _, wire = run_filter(events, safety_run().factory)
     deltas = [e for e in out if e["type"] == "response.output_text.delta"]
     assert "".join(d["delta"] for d in deltas) == "plain words [REDACTED:ticket]"
-    assert all(d["logprobs"] == [] for d in deltas), "logprobs would spell out the text before the window"
+    assert [d["logprobs"] for d in deltas] == [[{"token": "plain ", "logprob": -0.1, "top_logprobs": []}],
+                                               [{"token": "words ", "logprob": -0.1, "top_logprobs": []}], []], \
+        "a delta released as it came keeps its own; the masked one's would spell out the text before the window"
     assert all("ACME" not in orjson.dumps(e).decode() for e in out)
+    assert frame({**events[4], "sequence_number": 4}) in wire, "an unchanged delta goes as the upstream's bytes"
 
 
 def listed(text: str) -> list[dict[str, Any]]:

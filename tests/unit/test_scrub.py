@@ -178,3 +178,34 @@ def test_a_wide_error_object_is_walked_up_to_a_bounded_number_of_values() -> Non
     out = s.json(wide)
     assert PLAIN_KEY not in orjson.dumps(out).decode()
     assert sum(1 for v in out["error"]["details"] if v) < MAX_NODES
+
+
+@pytest.mark.parametrize("profile", [False, True])
+def test_a_match_across_the_length_limit_is_masked_whole_not_cut_to_a_head(profile: bool) -> None:
+    """The rules see past the limit before the cut: a token (the `secrets` rules) or an e-mail address (a
+    model's `pii` profile) that crosses it leaves no head in clear."""
+    from gateway.core.redact.window import Redactor
+
+    s = Scrubber.compile([])
+    secret = "ghp_" + "A1b2C3d4E5" * 4
+    if profile:
+        s, secret = s.with_profile(Redactor.compile(["pii"], [])), "jane.quiet@example.org"
+    text = "x " * ((MAX_FIELD - 10) // 2) + secret + " and more " * 100
+    out = s.text(text)
+    assert out.endswith(CUT) and len(out) <= MAX_FIELD + len(CUT)
+    assert secret[:8] not in out, "the head of the match before the limit is masked with the rest"
+
+
+def test_a_profile_masks_every_text_of_a_failure_within_the_same_bound() -> None:
+    from gateway.core.redact.window import Redactor
+
+    s = Scrubber.compile([PLAIN_KEY]).with_profile(Redactor.compile(["pii"], [("codename", "Nightingale")]))
+    f = s.failure(Failure(FailureKind.HTTP_4XX, f"to jane@example.org about Nightingale, {PLAIN_KEY}", 400,
+                          "Nightingale", "t", "jane@example.org"))
+    assert (f.message, f.code, f.param) == (f"to [REDACTED:email] about [REDACTED:codename], {KEY_MARK}",
+                                           "[REDACTED:codename]", "[REDACTED:email]")
+    assert s.with_profile(None) is s
+    text = "jane@example.org " * 100_000
+    f = s.failure(Failure(FailureKind.HTTP_4XX, text, 400, text, text, text))
+    assert "jane@" not in repr(f)
+    assert sum(len(v or "") for v in (f.message, f.code, f.type, f.param)) <= MAX_TOTAL + 4 * len(CUT)

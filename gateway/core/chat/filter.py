@@ -15,11 +15,16 @@ import orjson
 
 from gateway.core.chat.wire import REASONING_DETAILS, TEXT_FIELDS, content_only, detail_texts
 from gateway.core.events import DeltaKind
+from gateway.core.logprobs import AlignedStage, token_lengths
 from gateway.core.sse import encode_data
 from gateway.core.stages import Refusal, StageFactory, TextStage, refused
 
 _KIND_OF = dict(TEXT_FIELDS)
 _CONTENT = "content"
+# the `logprobs` list of a text field's tokens: `refusal` its own, the others `content` (vLLM lists a
+# reasoning delta's tokens there)
+_LIST_OF = {"content": "content", "reasoning_content": "content", "reasoning": "content", "refusal": "refusal"}
+Tokens = dict[str, list[Any] | None]  # per text field of a choice: the entries that go with its text (None: none)
 
 
 def _unchanged(texts: list[str]) -> list[str]:
@@ -29,8 +34,8 @@ def _unchanged(texts: list[str]) -> list[str]:
 class ChatOutputFilter:
     """Per request. `apply` returns the SSE bytes to write for one upstream chunk (b"" to drop it)."""
 
-    __slots__ = ("_base", "_details", "_emptied", "_factory", "_forward_usage", "_stages", "output_released",
-                 "refusal")
+    __slots__ = ("_aligned", "_base", "_details", "_emptied", "_factory", "_forward_usage", "_stages",
+                 "output_released", "refusal")
 
     def __init__(self, factory: StageFactory | None, forward_usage: bool) -> None:
         self._factory = factory
@@ -44,6 +49,7 @@ class ChatOutputFilter:
         self.refusal: Refusal | None = None  # set once a stage refuses; nothing more is released
         self.output_released = False  # an output token has left the filter (the TTFT moment)
         self._emptied = False  # this chunk had a text field held back whole
+        self._aligned = False  # a text's stage is an `AlignedStage` (its first delta came with its tokens)
 
     @property
     def active(self) -> bool:
@@ -99,8 +105,9 @@ class ChatOutputFilter:
     def content_push(self, index: int) -> Callable[[list[str]], list[str]] | None:
         """For the relay's loop over one read: the content deltas of choice `index` that arrived
         together -> what each releases, when nothing can refuse them (no stage, or a redaction window
-        alone); else None (call `release_content` per delta). The caller sets `output_released` once
-        it writes released text."""
+        alone); else None (call `release_content` per delta; so too for a text whose tokens follow it,
+        `AlignedStage`, so that what it holds for a token goes out before the next release). The caller
+        sets `output_released` once it writes released text."""
         if self.refusal is not None:
             return None
         if self._factory is None:
@@ -124,12 +131,22 @@ class ChatOutputFilter:
         index = choice.get("index", pos)
         index = index if isinstance(index, int) else pos
         delta = choice.get("delta")
+        logprobs = choice.get("logprobs")
+        one = _token_list(delta, logprobs) if logprobs else None
+        # what each text of the choice releases here comes with (only where tokens can follow a text)
+        tokens: Tokens | None = {} if logprobs or self._aligned else None
         changed = False
         if isinstance(delta, dict) and delta:
             for field in _KIND_OF:
                 text = delta.get(field)
                 if isinstance(text, str) and text:
-                    released = self._push(index, field, text)
+                    if one is not None and one[0] == field:
+                        released, kept = self._push_tokens(index, field, text, one[1], one[2])
+                        changed |= kept is not one[2]
+                    else:
+                        released, kept = self._push(index, field, text), None
+                    if tokens is not None:
+                        tokens[field] = kept
                     if released != text:
                         delta[field] = released
                         changed = True
@@ -137,20 +154,30 @@ class ChatOutputFilter:
             if REASONING_DETAILS in delta:
                 changed |= self._filter_details(index, delta[REASONING_DETAILS])
         if choice.get("finish_reason"):
-            tails = self._flush_choice(index)
-            if tails:
-                if not isinstance(delta, dict):
-                    delta = choice["delta"] = {}
-                for field, tail in tails.items():
-                    if isinstance(tail, list):
-                        have = delta.get(field)
-                        delta[field] = (have if isinstance(have, list) else []) + tail
-                    else:
-                        delta[field] = (delta.get(field) or "") + tail
-                changed = True
+            changed |= self._add_tails(choice, index, tokens)
         if changed:
-            empty_logprobs(choice)
+            if tokens is None:
+                empty_logprobs(choice)
+            else:
+                _set_logprobs(choice, tokens)
         return changed
+
+    def _add_tails(self, choice: dict[str, Any], index: int, tokens: Tokens | None) -> bool:
+        """A finishing choice carries what its windows still held (and, for a text whose tokens follow it,
+        their entries, in `tokens`)."""
+        tails = self._flush_choice(index, tokens)
+        if not tails:
+            return False
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            delta = choice["delta"] = {}
+        for field, tail in tails.items():
+            if isinstance(tail, list):
+                have = delta.get(field)
+                delta[field] = (have if isinstance(have, list) else []) + tail
+            else:
+                delta[field] = (delta.get(field) or "") + tail
+        return True
 
     def _filter_details(self, index: int, details: Any) -> bool:
         """The texts of a `reasoning_details` list (OpenRouter), each through a window of its own, as the
@@ -175,12 +202,17 @@ class ChatOutputFilter:
                 changed = True
         return changed
 
-    def _stage(self, index: int, field: str) -> TextStage | None:
+    def _stage(self, index: int, field: str, aligned: bool = False) -> TextStage | None:
+        """`aligned`: the text's first delta came with its tokens (`_push_tokens`): they follow the text."""
         key = (index, field)
         try:
             return self._stages[key]
         except KeyError:
-            stage = self._stages[key] = self._factory(_KIND_OF[field]) if self._factory is not None else None
+            stage = self._factory(_KIND_OF[field]) if self._factory is not None else None
+            if aligned and stage is not None:
+                stage = AlignedStage(stage)
+                self._aligned = True
+            self._stages[key] = stage
             return stage
 
     def _push(self, index: int, field: str, text: str) -> str:
@@ -192,16 +224,36 @@ class ChatOutputFilter:
             self.refusal = refusal
         return released
 
-    def _flush_choice(self, index: int) -> dict[str, Any]:
+    def _push_tokens(self, index: int, field: str, text: str, lens: list[int],
+                     entries: list[Any]) -> tuple[str, list[Any] | None]:
+        """`_push` of a text whose tokens spell it (`lens`, `entries`): what it releases, and the entries
+        that go with that (None: none can; `entries` itself when it came as it was)."""
+        stage = self._stage(index, field, aligned=True)
+        if stage is None:
+            return text, entries
+        if type(stage) is not AlignedStage:  # the text's first delta came without tokens
+            released = self._push(index, field, text)
+            return released, entries if released == text else None
+        released, kept, refusal = stage.push_tokens(text, lens, entries)
+        if refusal is not None and self.refusal is None:
+            self.refusal = refusal
+        if released == text and (kept is None or len(kept) == len(entries)):
+            return released, entries  # they spell exactly what goes out: the chunk goes as it came
+        return released, kept
+
+    def _flush_choice(self, index: int, tokens: Tokens | None = None) -> dict[str, Any]:
         """What the choice's windows still hold, as delta fields: a text field's tail, and the tails of
-        `reasoning_details` texts as entries of their own."""
+        `reasoning_details` texts as entries of their own. `tokens` gets each tail's entries."""
         tails: dict[str, Any] = {}
         for (i, field), stage in self._stages.items():
             if i != index or stage is None:
                 continue
-            tail = self._flush(stage)
+            tail, kept = self._flush_tokens(stage)
             if tail:
                 tails[field] = tail
+                if tokens is not None:
+                    before = tokens.get(field, [])
+                    tokens[field] = None if before is None or kept is None else before + kept
         entries = []
         for (i, at, field), (stage, etype) in self._details.items():
             tail = self._flush(stage) if i == index and stage is not None else ""
@@ -217,13 +269,25 @@ class ChatOutputFilter:
             self.refusal = refusal
         return tail if self.refusal is None else ""
 
+    def _flush_tokens(self, stage: TextStage) -> tuple[str, list[Any] | None]:
+        if type(stage) is not AlignedStage:
+            return self._flush(stage), None
+        tail, kept, refusal = stage.flush_tokens()
+        if refusal is not None and self.refusal is None:
+            self.refusal = refusal
+        return (tail, kept) if self.refusal is None else ("", None)
+
     def flush_all(self) -> bytes:
         """End of stream without a finish chunk: release what the windows still hold, as one chunk."""
         choices = []
         for index in sorted({i for i, _ in self._stages} | {key[0] for key in self._details}):
-            tails = self._flush_choice(index)
+            tokens: Tokens = {}
+            tails = self._flush_choice(index, tokens)
             if tails:
-                choices.append({"index": index, "delta": tails, "finish_reason": None})
+                choice = {"index": index, "delta": tails, "finish_reason": None}
+                if self._aligned:
+                    _set_logprobs(choice, tokens)
+                choices.append(choice)
         if not choices:
             return b""
         self.output_released = True
@@ -252,12 +316,51 @@ class ChatOutputFilter:
 def empty_logprobs(choice: dict[str, Any]) -> None:
     """A choice whose text the windows changed loses its logprobs: their tokens (one by one, with their
     `bytes` and top alternatives) spell out the upstream's text before the window, the secret included.
-    Every list goes, not only `content`'s: some servers (vLLM) list a reasoning delta's tokens there too."""
+    Every list goes, not only `content`'s: some servers (vLLM) list a reasoning delta's tokens there too.
+    (A text the windows only delayed keeps them, moved with its text: `_set_logprobs`.)"""
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict):
         for key, value in logprobs.items():
             if isinstance(value, list) and value:
                 logprobs[key] = []
+
+
+def _token_list(delta: Any, logprobs: Any) -> tuple[str, list[int], list[Any]] | None:
+    """A chunk's one text field and the one `logprobs` list that spells it token by token: (field, token
+    lengths, entries); None for any other chunk (several texts or lists, `reasoning_details`, tokens that do
+    not spell the text), whose logprobs go as they did (emptied when its text changed)."""
+    if type(delta) is not dict or type(logprobs) is not dict or REASONING_DETAILS in delta:
+        return None
+    fields = [f for f in _KIND_OF if delta.get(f)]
+    lists = [k for k, v in logprobs.items() if v]
+    if len(fields) != 1 or len(lists) != 1 or lists[0] != _LIST_OF[fields[0]]:
+        return None
+    field = fields[0]
+    text, entries = delta[field], logprobs[lists[0]]
+    lens = token_lengths(entries, text) if type(text) is str else None
+    return None if lens is None else (field, lens, entries)
+
+
+def _set_logprobs(choice: dict[str, Any], tokens: Tokens) -> None:
+    """A changed choice's logprobs: each text it carries with the entries that go with it (`AlignedStage`:
+    they spell exactly that text), when every text has them; else every list emptied (`empty_logprobs`)."""
+    delta = choice.get("delta")
+    lists: dict[str, list[Any]] = {}
+    for field in _KIND_OF:
+        if isinstance(delta, dict) and delta.get(field):
+            kept, key = tokens.get(field), _LIST_OF[field]
+            if kept is None or key in lists:
+                empty_logprobs(choice)
+                return
+            lists[key] = kept
+    if not lists or (isinstance(delta, dict) and delta.get(REASONING_DETAILS)):
+        empty_logprobs(choice)
+        return
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        logprobs = choice["logprobs"] = {"content": None, "refusal": None}
+    empty_logprobs(choice)
+    logprobs.update(lists)
 
 
 def _has_output(obj: dict[str, Any]) -> bool:

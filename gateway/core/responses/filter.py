@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from gateway.core.events import DeltaKind
+from gateway.core.logprobs import AlignedStage, token_lengths
 from gateway.core.responses.wire import (
     ERROR_TYPES,
     LIFECYCLE,
@@ -132,13 +133,21 @@ class ResponsesOutputFilter:
 
     def _delta(self, key: TextKey, kind: DeltaKind, etype: str, obj: dict[str, Any]) -> bool:
         text = obj.get("delta")
-        stage = self._stage(key, kind)
-        if stage is None or not isinstance(text, str) or not text:
+        if not isinstance(text, str) or not text:
+            return False
+        entries = obj.get("logprobs")
+        lens = token_lengths(entries, text) if entries else None
+        stage = self._stage(key, kind, aligned=lens is not None)
+        if stage is None:
             return False
         if key not in self._ids:
             index_field = _INDEX_FIELD[key[1]]
             self._ids[key] = (etype, {k: obj[k] for k in ("item_id", "output_index", index_field) if k in obj})
-        released, refusal = stage.push(text)
+        kept: list[Any] | None = None  # the entries that go with what is released (None: none can)
+        if lens is not None and type(stage) is AlignedStage:
+            released, kept, refusal = stage.push_tokens(text, lens, obj["logprobs"])
+        else:
+            released, refusal = stage.push(text)
         self._refuse(refusal)
         parts = self._released.get(key)
         if parts is None:
@@ -148,8 +157,10 @@ class ResponsesOutputFilter:
         if changed:
             obj["delta"] = released
             obj.pop("obfuscation", None)  # padding sized for the original text
-        if obj.get("logprobs"):
-            obj["logprobs"] = []  # their tokens spell out the text before the window
+        if entries and (changed or lens is None):
+            # they spell the text before the window: what goes out instead carries the entries of its own
+            # tokens (`core.logprobs`), or none (a masked text, or entries that do not spell their text)
+            obj["logprobs"] = kept if kept is not None else []
             changed = True
         return changed
 
@@ -173,9 +184,11 @@ class ResponsesOutputFilter:
         target[field] = value
         return True
 
-    def _stage(self, key: TextKey, kind: DeltaKind) -> TextStage | None:
+    def _stage(self, key: TextKey, kind: DeltaKind, aligned: bool = False) -> TextStage | None:
+        """`aligned`: the text's first delta came with its tokens (`core.logprobs`): they follow the text."""
         if key not in self._stages:
-            self._stages[key] = self._factory(kind) if self._factory is not None else None
+            stage = self._factory(kind) if self._factory is not None else None
+            self._stages[key] = AlignedStage(stage) if aligned and stage is not None else stage
         return self._stages[key]
 
     def _refuse(self, refusal: Refusal | None) -> None:
@@ -207,20 +220,25 @@ class ResponsesOutputFilter:
     def _flush_key(self, key: TextKey) -> bytes:
         """End one streamed text: release what its window held as one extra delta, fix its final form."""
         stage = self._stages.get(key)
-        tail, refusal = stage.flush() if stage is not None else ("", None)
+        kept: list[Any] | None = None
+        if type(stage) is AlignedStage:
+            tail, kept, refusal = stage.flush_tokens()
+        else:
+            tail, refusal = stage.flush() if stage is not None else ("", None)
         self._refuse(refusal)
         out = b""
         if tail and self.refusal is None:
             self._released[key].append(tail)
-            out = self._extra_delta(key, tail)
+            out = self._extra_delta(key, tail, kept)
         self._final[key] = "".join(self._released[key])
         return out
 
-    def _extra_delta(self, key: TextKey, text: str) -> bytes:
+    def _extra_delta(self, key: TextKey, text: str, kept: list[Any] | None = None) -> bytes:
+        """`kept`: the entries of the tokens that spell `text`, when they can go with it."""
         etype, ids = self._ids[key]
         obj: dict[str, Any] = {"type": etype, "sequence_number": self._seq, **ids, "delta": text}
         if etype == "response.output_text.delta":
-            obj["logprobs"] = []
+            obj["logprobs"] = kept or []
         self._seq += 1
         self.output_released = True
         return self._encode_event(etype, orjson.dumps(obj), obj)
