@@ -15,7 +15,7 @@ import structlog
 from gateway.config.types import StoreConfig
 from gateway.store.cache import KeyCache
 from gateway.store.journal import SpendJournal, replay
-from gateway.store.ledger import SpendLedger
+from gateway.store.ledger import SpendLedger, commit_or_drop
 from gateway.store.store import Store
 from gateway.store.sync import StoreSync
 from gateway.store.types import StoreUnavailable
@@ -34,13 +34,14 @@ class StoreHooks:
     shadowed: Callable[[int], None] = lambda keys: None  # stored keys refused for a clash with a config key
 
 
-async def _journal(store: Store, setting: str) -> SpendJournal | None:
-    """This process's ledger journal, once the rows of any process that died with one are committed."""
+async def _journal(store: Store, setting: str, on_refused: Callable[[], None]) -> SpendJournal | None:
+    """This process's ledger journal, once the rows of any process that died with one are committed (but
+    those the database refuses: dropped, `on_refused` for each, so that one cannot stop every start)."""
     directory = store.journal_dir(setting)
     if directory is None:
         return None
     try:
-        await replay(directory, store.record_spend)
+        await replay(directory, lambda rows: commit_or_drop(store, rows, on_refused))
         return SpendJournal.create(directory)
     except OSError as exc:  # the directory cannot be read or written: safe, only slower
         log.warning("ledger_journal_failed", reason=type(exc).__name__, directory=str(directory),
@@ -79,8 +80,12 @@ class ControlPlane:
         self._sync = StoreSync(store, self.cache, cfg.poll_s, health, listen, cfg.connect_timeout_s,
                                on_error=hooks.error)
         await self._sync.start()
-        self._ledger = SpendLedger(store, cfg.ledger_wait_s, lambda: hooks.error("ledger"),
-                                   journal=await _journal(store, cfg.ledger_journal), on_pending=hooks.pending)
+        def ledger_error() -> None:
+            hooks.error("ledger")
+
+        self._ledger = SpendLedger(store, cfg.ledger_wait_s, ledger_error,
+                                   journal=await _journal(store, cfg.ledger_journal, ledger_error),
+                                   on_pending=hooks.pending)
         self._ledger.start()
 
     @property

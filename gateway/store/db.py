@@ -1,8 +1,12 @@
 """The one seam between the store's SQL and a driver: a transaction runner per connection.
 
 SQL is written once, with `?` placeholders; each driver adapts it. A driver error never leaves this
-package as itself: a taken name is `Conflict`, anything else `StoreUnavailable` (its message names the
-error class only, never a URL, a statement or a value).
+package as itself: a taken name is `Conflict`; on the ledger's writes (`batch`, `batch_now`, and
+PostgreSQL's `statement`) a value the database refuses, told by the error's class (SQLSTATE class 22 data
+exception, 23 integrity violation, 54 a limit exceeded; SQLite's constraint and too-big errors, and a
+value its binding cannot carry), is `StoreRefused`; anything else is `StoreUnavailable` (the connection,
+a timeout, the server's resources: retried). Their messages name the error class only, never a URL, a
+statement or a value.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from gateway.store.types import StoreUnavailable
+from gateway.store.types import StoreRefused, StoreUnavailable
 
 T = TypeVar("T")
 Params = Sequence[Any]
@@ -52,6 +56,10 @@ class Database(Protocol):
 
 def unavailable(exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"the store is unavailable ({type(exc).__name__})")
+
+
+def refused(exc: BaseException) -> StoreRefused:
+    return StoreRefused(f"the store refuses a value ({type(exc).__name__})")
 
 
 async def open_database(url: str, connect_timeout_s: float) -> Database:

@@ -28,6 +28,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from types import NoneType
 
 import orjson
 import structlog
@@ -38,6 +39,9 @@ log = structlog.get_logger("gateway")
 SUFFIX = ".rows"
 REPLAY_BATCH = 1000
 _FIELDS = len(SpendRow._fields)
+# the types a line's values may have, in SpendRow's field order (what orjson reads back from one written)
+_S, _OPT, _INT, _NUM = frozenset({str}), frozenset({str, NoneType}), frozenset({int}), frozenset({int, float})
+_TYPES = (_S, _S, _NUM, _S, _OPT, _OPT, _S, _OPT, _S, _S, *(_INT,) * 5, _NUM, _OPT, _OPT, _OPT)
 
 
 class SpendJournal:
@@ -55,9 +59,15 @@ class SpendJournal:
         return cls(path, fd)
 
     def append(self, row: SpendRow) -> bool:
-        """The row is in the file (the OS's cache) when this returns True; False: it is not, nor will
-        any later row be."""
-        return not self.broken and self._write(orjson.dumps(tuple(row)) + b"\n")
+        """The row is in the file (the OS's cache) when this returns True; False: it is not, and while
+        `broken` no later row will be."""
+        if self.broken:
+            return False
+        try:
+            line = orjson.dumps(tuple(row)) + b"\n"
+        except orjson.JSONEncodeError:  # a lone surrogate, an integer over 64 bits: no store takes it either
+            return False  # its request waits for the commit, which refuses the row (`ledger.py`)
+        return self._write(line)
 
     def _write(self, data: bytes) -> bool:
         try:
@@ -91,7 +101,7 @@ class SpendJournal:
             return
         old_path, old_fd = self.path, self._fd
         self.path, self._fd, self.size = path, fd, 0
-        if self._write(b"".join(orjson.dumps(tuple(row)) + b"\n" for row in rows)):  # one system call
+        if self._write(b"".join(map(_line, rows))):  # one system call
             old_path.unlink(missing_ok=True)
         os.close(old_fd)  # kept when the new one failed: the next start replays both
 
@@ -106,6 +116,14 @@ class SpendJournal:
         log.warning("ledger_journal_failed", reason=type(exc).__name__,
                     message="requests wait for their ledger commit from now on")
         return False
+
+
+def _line(row: SpendRow) -> bytes:
+    """A row's line; none for one JSON cannot carry (`append` never wrote it: its commit refuses it)."""
+    try:
+        return orjson.dumps(tuple(row)) + b"\n"
+    except orjson.JSONEncodeError:
+        return b""
 
 
 async def replay(directory: Path, commit: Callable[[list[SpendRow]], Awaitable[None]]) -> int:
@@ -149,7 +167,8 @@ def _release(orphans: list[_Orphan], committed: bool) -> None:
 
 
 def parse_rows(data: bytes) -> list[SpendRow]:
-    """The whole lines of a journal; a line cut by the crash (no newline) or unreadable is skipped."""
+    """The whole lines of a journal; a line cut by the crash (no newline) or unreadable (not JSON, or not
+    values of a row's types: garbled) is skipped."""
     rows: list[SpendRow] = []
     lines = data.split(b"\n")
     for line in lines[:-1]:  # the last piece has no newline: empty, or a write the crash cut short
@@ -159,7 +178,8 @@ def parse_rows(data: bytes) -> list[SpendRow]:
             continue
         # a line of an older version has fewer fields (before keys had ids: no `key_id`; before IdP
         # tokens: no `subject`; before teams had ids: no `team_id`), each None then
-        if isinstance(values, list) and _FIELDS - 3 <= len(values) <= _FIELDS:
+        if isinstance(values, list) and _FIELDS - 3 <= len(values) <= _FIELDS and \
+                all(type(v) in kinds for v, kinds in zip(values, _TYPES, strict=False)):
             rows.append(SpendRow(*values))
     return rows
 

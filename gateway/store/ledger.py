@@ -32,19 +32,24 @@ commits, which then carried 15 rows instead of 26 and cost more than the waits t
 Rows have the gateway's own unique id, so a batch retried after an unclear failure is never counted
 twice. Store down: the rows stay queued in memory (bounded) and are retried; requests stop waiting for
 them (serving goes on), an error is counted and the store reports itself down until a commit succeeds.
+A row the database refuses for its data (`StoreRefused`: it would fail the same way for ever) must not
+stop the ledger, nor must any other error of a commit: the batch is committed again in halves until each
+refused row is alone, and that row is dropped (`ledger_row_refused`, counted); its neighbours are
+committed. That costs about 2·log2(batch) commits per refused row, and nothing while commits succeed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from operator import itemgetter
+from typing import TypeVar
 
 import structlog
 
 from gateway.store.journal import SpendJournal
 from gateway.store.store import Store
-from gateway.store.types import SpendRow, StoreUnavailable
+from gateway.store.types import SpendRow, StoreError, StoreUnavailable
 
 log = structlog.get_logger("gateway")
 MAX_BATCH = 1000
@@ -56,6 +61,7 @@ COMMIT_AT_ROWS = 32  # ... and one at the next iteration once this many are queu
 MAX_JOURNAL_BYTES = 64 << 20  # a journal over this is rewritten with just the queued rows (<= MAX_BACKLOG)
 
 Entry = tuple[SpendRow, "asyncio.Future[None] | None"]  # the future its request waits on (shared by a batch)
+E = TypeVar("E")
 
 
 class SpendLedger:
@@ -79,7 +85,8 @@ class SpendLedger:
         self._last_commit = float("-inf")  # loop time the last commit began
         self._closed = False
         self.failing = False
-        self.dropped = 0
+        self.dropped = 0  # rows dropped past the backlog
+        self.refused = 0  # rows dropped because the database refuses them
         self.commits = 0  # batches committed
 
     def start(self) -> None:
@@ -154,6 +161,8 @@ class SpendLedger:
         except StoreUnavailable as exc:
             self._failed(batch, exc)
             done = False
+        except Exception:  # a row the database refuses, or a bug: the writer finds the rows (`flush`)
+            done = False
         if not done:
             self._writer = loop.create_task(self._write(), name="spend-ledger")
             return
@@ -173,8 +182,9 @@ class SpendLedger:
             self._writer = None
 
     async def flush(self) -> None:
-        """Commit what is queued, a batch at a time, on the driver's async path; on a failure the rows
-        stay queued (bounded)."""
+        """Commit what is queued, a batch at a time, on the driver's async path; while the store is
+        unavailable the rows stay queued (bounded). A batch that fails otherwise is committed in pieces,
+        without the rows the database refuses."""
         while self._queue:
             batch = self._queue[:MAX_BATCH]
             self._last_commit = self._now()
@@ -184,13 +194,41 @@ class SpendLedger:
             except StoreUnavailable as exc:
                 self._failed(batch, exc)
                 return
+            except Exception as exc:  # a row it refuses, or a bug: never the end of the writer
+                if not await self._isolate(batch, exc):
+                    return
+                continue
             self._committed(batch)
+
+    async def _isolate(self, batch: list[Entry], exc: Exception) -> bool:
+        """`batch`, at the queue's front and refused whole, committed without the rows the database
+        refuses; False: it became unavailable meanwhile (the rows not committed yet stay queued)."""
+        before = self._removed
+        try:
+            await isolate(self._commit_entries, batch, exc, self._committed, self._refused)
+        except StoreUnavailable as down:
+            self._failed(self._queue[:len(batch) - (self._removed - before)], down)
+            return False
+        return True
+
+    async def _commit_entries(self, entries: list[Entry]) -> None:
+        await self._store.record_spend([row for row, _ in entries])
 
     def _now(self) -> float:
         return self._loop.time() if self._loop is not None else float("-inf")
 
     def _committed(self, batch: list[Entry]) -> None:
         self.commits += 1
+        self._answered(batch)
+
+    def _refused(self, entry: Entry, exc: Exception) -> None:
+        self.refused += 1
+        self._on_error()
+        log_refused(entry[0], exc)
+        self._answered([entry])  # the database answered: its request goes on, the store is not failing
+
+    def _answered(self, batch: list[Entry]) -> None:
+        """`batch`, the queue's front, is committed or refused: off the queue, its requests released."""
         del self._queue[:len(batch)]
         self._removed += len(batch)
         if self._journal is not None:
@@ -268,6 +306,59 @@ class SpendLedger:
             journal.empty()
         elif journal.size > self._max_journal_bytes:
             journal.rewrite(row for row, _ in self._queue)
+
+
+async def isolate(commit: Callable[[list[E]], Awaitable[None]], items: list[E], exc: Exception,
+                  committed: Callable[[list[E]], None], refused: Callable[[E, Exception], None]) -> None:
+    """`items`, whose commit failed with `exc`, committed in halves, in their order, until each row that
+    fails is alone: every piece committed goes to `committed`, every row that fails to `refused`. A
+    StoreUnavailable ends it, the pieces not committed yet neither committed nor refused."""
+    failed: Exception | None = exc
+    pieces = [items]
+    while pieces:
+        piece = pieces.pop()
+        if failed is None:
+            try:
+                await commit(piece)
+            except StoreUnavailable:
+                raise
+            except Exception as why:  # the database's refusal, or a bug: the same, row by row
+                failed = why
+            else:
+                committed(piece)
+                continue
+        if len(piece) == 1:
+            refused(piece[0], failed)
+        else:
+            half = len(piece) // 2
+            pieces += (piece[half:], piece[:half])  # the first half on top: the queue's order kept
+        failed = None
+
+
+async def commit_or_drop(store: Store, rows: list[SpendRow], on_refused: Callable[[], None]) -> None:
+    """`store.record_spend` of `rows` without those the database refuses (logged, `on_refused` for each):
+    the journal's replay at start, which a row that can never be committed must not stop. Raises
+    StoreUnavailable."""
+    def refused(row: SpendRow, exc: Exception) -> None:
+        on_refused()
+        log_refused(row, exc)
+
+    try:
+        await store.record_spend(rows)
+    except StoreUnavailable:
+        raise
+    except Exception as exc:  # a row it refuses, or a bug
+        await isolate(store.record_spend, rows, exc, lambda piece: None, refused)
+
+
+def log_refused(row: SpendRow, exc: Exception) -> None:
+    """One line per row dropped: its request id and the error's class, never a value of the row (the
+    store's own errors name only the driver's class)."""
+    rid = row.request_id  # made printable: it may be the very value refused (a journal's line)
+    request_id = "".join(c if c.isprintable() else "?" for c in rid[:128]) if isinstance(rid, str) else None
+    log.error("ledger_row_refused", request_id=request_id,
+              reason=str(exc) if isinstance(exc, StoreError) else type(exc).__name__,
+              message="the database refuses this spend row: it is dropped, the rest of its batch is committed")
 
 
 def _release(batch: list[Entry], keep: asyncio.Future[None] | None = None) -> None:

@@ -9,17 +9,31 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from gateway.store.db import Params, unavailable
+from gateway.store.db import Params, refused, unavailable
 from gateway.store.types import Conflict
 
 T = TypeVar("T")
 OP_TIMEOUT_S = 5.0
+# SQLSTATE classes of an error about the data sent, not the server or the connection: 22 data exception
+# (a value out of range, a character the database cannot store), 23 integrity constraint violation (a NULL
+# where a value is required), 54 program limit exceeded (a value too big). The same data fails the same way
+# every time; anything else (08 connection, 53 resources, 57 operator intervention or a timeout, ...) may
+# pass when tried again.
+DATA_CLASSES = ("22", "23", "54")
 
 
 def _read_write(url: str) -> dict[str, Any]:
     """The store writes (the ledger, admin changes): of the hosts a URL names, connect to the primary
     only. A URL that says otherwise is left as it is (docs/scale-out.md, PostgreSQL)."""
     return {} if "target_session_attrs" in url else {"target_session_attrs": "read-write"}
+
+
+def _data_error(exc: BaseException) -> bool:
+    """psycopg's classes for SQLSTATE 22 and 23 (also raised before sending: a NUL in a text parameter),
+    or a SQLSTATE of `DATA_CLASSES`."""
+    if isinstance(exc, psycopg.DataError | psycopg.IntegrityError):
+        return True
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in DATA_CLASSES
 
 
 def _pg(sql: str) -> str:
@@ -81,7 +95,8 @@ class PgDatabase:
         await self.transact(run)
 
     async def statement(self, sql: str, params: Params) -> None:
-        """Autocommit: the statement is its own transaction, no BEGIN and COMMIT round trips."""
+        """Autocommit: the statement is its own transaction, no BEGIN and COMMIT round trips. Data the
+        server refuses is `StoreRefused` (the connection, fine, is kept)."""
         async with self._lock:
             try:
                 async with asyncio.timeout(self._op_timeout):
@@ -90,6 +105,8 @@ class PgDatabase:
             except psycopg.errors.UniqueViolation:
                 raise Conflict("the name is taken") from None
             except (psycopg.Error, OSError, TimeoutError) as exc:
+                if _data_error(exc):
+                    raise refused(exc) from None
                 await self._drop()
                 raise unavailable(exc) from None
 

@@ -22,11 +22,17 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from gateway.store.db import Params, unavailable
+from gateway.store.db import Params, refused, unavailable
 from gateway.store.types import Conflict
 
 T = TypeVar("T")
 SQLITE_BUSY = 5
+# what SQLite (or binding a value for it) raises for the data itself, the same every time it is tried: a
+# constraint (a NULL where a value is required: NaN is stored as NULL), a value too big, a value of a type
+# it cannot bind (ProgrammingError: the ledger's connections are never used closed or from another
+# thread), an integer over 64 bits, a string that is not UTF-8 (a lone surrogate). Anything else is the
+# file or the lock: retried.
+REFUSED = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.ProgrammingError, OverflowError, UnicodeEncodeError)
 CHECKPOINT_EVERY = 256  # commits of a few pages each: about SQLite's own default of 1000 WAL pages
 
 
@@ -99,8 +105,8 @@ class SqliteDatabase:
         async with self._lock:
             try:
                 await asyncio.to_thread(self._batch, sql, [tuple(r) for r in rows])
-            except sqlite3.IntegrityError:
-                raise Conflict("the name is taken") from None
+            except REFUSED as exc:
+                raise refused(exc) from None
             except (sqlite3.Error, OSError) as exc:
                 self._plain = None
                 raise unavailable(exc) from None
@@ -134,8 +140,8 @@ class SqliteDatabase:
                 return False
             self._drop_inline()
             raise unavailable(exc) from None
-        except sqlite3.IntegrityError:
-            raise Conflict("the name is taken") from None
+        except REFUSED as exc:
+            raise refused(exc) from None
         except (sqlite3.Error, OSError) as exc:
             self._drop_inline()
             raise unavailable(exc) from None

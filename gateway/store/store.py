@@ -17,7 +17,7 @@ import orjson
 from gateway.config.types import key_counter, team_counter
 from gateway.store import rows as parse
 from gateway.store.admin_keys import AdminKeys
-from gateway.store.db import Database, Tx, open_database
+from gateway.store.db import Database, Tx, open_database, refused
 from gateway.store.migrations import migrate
 from gateway.store.spend_sql import spend_sql, spend_totals
 from gateway.store.types import (
@@ -244,9 +244,14 @@ class Store:
     # -- ledger and audit -------------------------------------------------------------------------
 
     async def record_spend(self, rows: list[SpendRow]) -> None:
-        """One transaction for the batch; a row already there (same `row_id`) is left as it is."""
+        """One transaction for the batch; a row already there (same `row_id`) is left as it is. A value the
+        database refuses (the batch then writes nothing) raises `StoreRefused`."""
         if self.dialect == "postgresql":
-            await self._ledger.statement(_SPEND_INSERT_PG, (orjson.dumps([tuple(r) for r in rows]).decode(),))
+            try:
+                batch = orjson.dumps([tuple(r) for r in rows]).decode()
+            except orjson.JSONEncodeError as exc:  # a lone surrogate, an integer over 64 bits: refused as such
+                raise refused(exc) from None
+            await self._ledger.statement(_SPEND_INSERT_PG, (batch,))
         else:
             await self._ledger.batch(_SPEND_INSERT, rows)
 

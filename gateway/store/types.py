@@ -17,6 +17,12 @@ class StoreUnavailable(StoreError):
     """The database cannot be reached or failed: admin writes answer 503, the request path serves from cache."""
 
 
+class StoreRefused(StoreError):
+    """The database refuses the data itself (a value out of a column's range, a character it cannot
+    store, a NULL where a value is required): the same row fails the same way every time, so retrying it
+    cannot help. The ledger commits the rest of its batch and drops it (`ledger.py`)."""
+
+
 class Conflict(StoreError):
     """A name that is taken (409)."""
 
