@@ -76,7 +76,7 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
         # its origin is allowed (server.cors.allow_origins), else an unauthenticated gateway is anyone's
         err = GatewayError("this Origin may not open a WebSocket (server.cors.allow_origins)", status=403,
                            code="permission_denied", type="invalid_request_error")
-        return refused_response(app.apis, err, head.path, head.headers)
+        return _refused(app, err, head)
     try:
         if head.http10:
             raise HandshakeError("a WebSocket handshake is an HTTP/1.1 request")
@@ -85,11 +85,21 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
         # taken here, the socket made with no await between: each holds a conversation, so a key's are bounded
         slot = app.sockets.take(key, app.runtime.config.server.websocket_max_per_key)
     except HandshakeError as exc:
-        return refused_response(app.apis, InvalidRequest(str(exc)), head.path, head.headers)
-    except GatewayError as err:  # TooManySockets (429) is counted by the server (`http_refused`)
-        return refused_response(app.apis, err, head.path, head.headers)
+        return _refused(app, InvalidRequest(str(exc)), head)
+    except GatewayError as err:  # TooManySockets (429) is counted and logged by the server (`http_refused`)
+        return _refused(app, err, head, logged=err.status == 429)
     name = key.name if key is not None else None
     return Accepted(answer, lambda link: ResponsesSocket(app, head, link, name, slot))
+
+
+def _refused(app: Host, err: GatewayError, head: RequestHead, logged: bool = False) -> Response:
+    """An upgrade refused for its caller (a bad handshake, a key or token refused, an Origin not allowed):
+    one `websocket_refused` line, as an HTTP request refused so writes its `request` line, so guessed
+    credentials leave a trace (docs/reference.md, "WebSocket mode"); the answer in the route's shape."""
+    answer = refused_response(app.apis, err, head.path, head.headers)
+    if not logged:
+        log.info("websocket_refused", status=err.status, code=err.code, request_id=answer.headers.get("x-request-id"))
+    return answer
 
 
 class ResponsesSocket:

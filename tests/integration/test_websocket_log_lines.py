@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import orjson
+import pytest
 from structlog.testing import capture_logs
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from gateway.config import parse_config
@@ -39,3 +41,20 @@ def test_a_response_cut_by_the_clients_leaving_is_logged_inside_the_connections_
     assert (line["transport"], line["outcome"], line["status"]) == ("websocket", "cancelled", 499)
     (closed,) = [e for e in logs if e["event"] == "websocket_closed"]
     assert closed["responses"] == 1 and closed["key"] == "ws"
+
+
+def test_an_upgrade_refused_for_its_caller_leaves_one_line(make_gateway: Callable[..., GatewayServer],
+                                                           upstream: FakeUpstream) -> None:
+    """A guessed key over WebSocket leaves a trace, as over HTTP: one `websocket_refused` line, no credential."""
+    gw = make_gateway(parse_config({
+        "auth": {"keys": [{"name": "ws", "key": KEY}]},
+        "providers": {"up": {"type": "openai", "base_url": f"{upstream.base_url}/v1", "api_key": "sk-up"}},
+        "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x"}]}],
+    }, env={}))
+    with capture_logs() as logs, pytest.raises(InvalidStatus) as refused:
+        connect(f"ws://127.0.0.1:{gw.port}/v1/responses",
+                additional_headers={"Authorization": "Bearer gw-guessed-SECRET"}).close()
+    assert refused.value.response.status_code == 401
+    (line,) = [e for e in logs if e["event"] == "websocket_refused"]
+    assert (line["status"], line["code"]) == (401, "invalid_api_key") and line["request_id"]
+    assert "gw-guessed-SECRET" not in str(logs)
