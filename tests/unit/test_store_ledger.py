@@ -119,8 +119,10 @@ async def test_a_hung_store_releases_requests_after_wait_s_and_keeps_their_rows(
     assert later.done()  # ... and the next requests do not wait (a hung store costs one wait, not one each)
     other.execute("COMMIT")
     other.close()
-    for _ in range(500):  # the commit in flight ends once the lock is free: polled, for 5 s at most
-        if not ledger.failing:
+    # the commit in flight (the first five rows) ends once the lock is free, and the later row's commit
+    # follows it: polled for both, for 5 s at most (the store recovers between the two)
+    for _ in range(500):
+        if not ledger.failing and len(_ids(tmp_path)) == 6:
             break
         await asyncio.sleep(0.01)
     assert not ledger.failing
