@@ -14,17 +14,16 @@ from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import anthropic
-import openai
 import pytest
 from structlog.testing import capture_logs
 
 from gateway.config import parse_config
 from tests import anthropic_scripts as an
-from tests.chat_scripts import chunk, error_script
+from tests import upstream_errors
 from tests.connect_proxy import ConnectProxy
-from tests.fake_upstream import FakeUpstream, Script, json_script, sse
+from tests.fake_upstream import FakeUpstream, json_script
 from tests.harness import GatewayServer, LoopThread, wait_until
-from tests.responses_scripts import Answer, number, stream_script
+from tests.upstream_errors import ROUTES, USER, Quoting, read
 
 # shapes no built-in `secrets` rule knows: only the exact masks of the configured values can catch them
 KEY = "PLAINupstreamKEYnotVendorShaped42"
@@ -35,7 +34,6 @@ ECHO = (f"Incorrect API key provided: {KEY}; subscription {HEADER}; we saw Proxy
         f"{PROXY_B64} ({PROXY_USER}:{PROXY_PASS}) and Authorization: Bearer {KEY}")
 LEAKS = (KEY, HEADER, PROXY_PASS, PROXY_B64, "PLAINupstream", "APIMsubscription", "PROXYpass")
 MASKED = "[REDACTED:"
-USER = [{"role": "user", "content": "hi"}]
 
 
 def config(url: str, proxy_port: int) -> Any:
@@ -77,74 +75,17 @@ def assert_clean(text: str) -> None:
         assert leak not in text
 
 
-# ---- what the hostile upstream answers, per API and path
+# ---- what the hostile upstream answers, per API and path (`tests.upstream_errors`); the Anthropic error's
+# type is what the relay names in its own error under a hold guardrail
 
-OPENAI_ERROR = {"message": ECHO, "type": "server_error", "param": HEADER, "code": f"bad_{KEY}"}
-
-
-def chat_script(path: str) -> Script:
-    if path in ("status_stream", "status_body"):
-        return error_script(400, f"bad_{KEY}", ECHO, param=HEADER)
-    if path == "inband_body":
-        return json_script({"error": OPENAI_ERROR})
-    if path == "inband_before":
-        return Script([sse(chunk({"role": "assistant", "content": ""})), sse({"error": OPENAI_ERROR})])
-    return Script([sse(chunk({"role": "assistant", "content": ""})), sse(chunk({"content": "Partial "})),
-                   sse(chunk({"content": "text"})), sse({"error": OPENAI_ERROR}), b"data: [DONE]\n\n"])
-
-
-def responses_script(path: str) -> Script:
-    if path in ("status_stream", "status_body"):
-        return error_script(400, f"bad_{KEY}", ECHO, param=HEADER)
-    if path == "inband_body":
-        return json_script({"id": "resp_up", "object": "response", "status": "failed", "output": [],
-                            "error": {"code": f"bad_{KEY}", "message": ECHO}, "instructions": ECHO})
-    events = Answer(rid="resp_up").message(["Partial ", "text", " never"]).stream_events()
-    failure = {"type": "error", "error": OPENAI_ERROR}
-    cut = 2 if path == "inband_before" else 6  # after response.in_progress, or after two text deltas
-    return stream_script(number([*events[:cut], failure]))
-
-
-def messages_script(path: str) -> Script:
-    if path in ("status_stream", "status_body"):
-        return an.error_body(400, "invalid_request_error", ECHO)
-    # the error's type is what the relay names in its own error under a hold guardrail
-    failure = {"type": "error", "error": {"type": f"overloaded_{KEY}", "message": ECHO}}
-    if path == "inband_body":
-        return json_script(failure)
-    start = [an.message_start(), an.ping()]
-    if path == "inband_before":
-        return an.stream([*start, failure])
-    return an.stream([*start, *an.text_block(0, ["Partial ", "text"])[:3], failure])
-
-
-# ---- what the client reads: every byte, through the SDKs' raw access
-
-def read(call: Callable[[], Any]) -> str:
-    try:
-        with call() as raw:
-            return f"{raw.status_code} {raw.headers} " + b"".join(raw.iter_bytes()).decode()
-    except (openai.APIStatusError, anthropic.APIStatusError) as err:
-        return f"{err.status_code} {err.response.headers} {err.response.text} {err}"
+QUOTE = Quoting(ECHO, code=f"bad_{KEY}", param=HEADER, kind="server_error", event_type=f"overloaded_{KEY}",
+                instructions=True)
+PATHS = [*upstream_errors.PATHS, "after_hold"]  # after the first token, under a hold guardrail
 
 
 def ask(gw: GatewayServer, api: str, path: str) -> str:
-    stream = path not in ("status_body", "inband_body")
     model = ("c" if api == "messages" else "m") + ("-hold" if path == "after_hold" else "")
-    if api == "messages":
-        a = anthropic.Anthropic(base_url=gw.base_url.removesuffix("/v1"), api_key="x", max_retries=0, timeout=20)
-        return read(lambda: a.messages.with_streaming_response.create(
-            model=model, max_tokens=64, messages=USER, stream=stream))  # type: ignore[arg-type]
-    o = openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0, timeout=20)
-    if api == "chat":
-        return read(lambda: o.chat.completions.with_streaming_response.create(
-            model=model, messages=USER, stream=stream))  # type: ignore[arg-type]
-    return read(lambda: o.responses.with_streaming_response.create(model=model, input="hi", stream=stream))
-
-
-ROUTES = {"chat": ("/v1/chat/completions", chat_script), "responses": ("/v1/responses", responses_script),
-          "messages": ("/v1/messages", messages_script)}
-PATHS = ["status_stream", "status_body", "inband_body", "inband_before", "after", "after_hold"]
+    return upstream_errors.ask(gw, api, path, model, "x")
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -154,8 +95,7 @@ def test_no_configured_secret_reaches_a_client_byte_or_a_log_line(
         make_gateway: Callable[..., GatewayServer], logs: list[MutableMapping[str, Any]], api: str,
         path: str) -> None:
     gw = make_gateway(config(upstream.base_url, proxy.port))
-    route, script = ROUTES[api]
-    upstream.enqueue(route, script(path))
+    upstream.enqueue(ROUTES[api], QUOTE.script(api, path))
 
     got = ask(gw, api, path)
 
