@@ -1,5 +1,5 @@
 """What a shared state backend holds for one tenant, bounded (docs/scale-out.md): the same scenarios on a
-single Redis (tests/integration/test_state_redis_bounds.py) and a Redis Cluster (test_state_cluster.py).
+single Redis (tests/integration/test_state_redis.py) and a Redis Cluster (test_state_cluster.py).
 `first` writes, `second` (another replica on the same Redis) reads; `raw` looks at what was written."""
 
 from __future__ import annotations

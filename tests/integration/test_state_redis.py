@@ -1,5 +1,8 @@
 """RedisBackend against a real redis-server: shared limits across replicas, settlement, budgets, cache,
-and an outage in the middle of a test (kill, stall, restart) with automatic recovery."""
+and an outage in the middle of a test (kill, stall, restart) with automatic recovery; what it holds for one
+tenant bounded as the memory backend's is (docs/scale-out.md: response owners, cached answers), and two
+principals whose names differ only in braces never sharing a key (the same scenarios run on a Redis Cluster
+in test_state_cluster.py)."""
 
 from __future__ import annotations
 
@@ -16,13 +19,21 @@ from redis.retry import Retry
 from structlog.testing import capture_logs
 
 from gateway.config.types import CacheConfig, StateConfig
-from gateway.state import MemoryBackend, create_backend
+from gateway.state import MemoryBackend, create_backend, redis_owners
 from gateway.state.base import Reservation
 from gateway.state.redis import RedisBackend, cache_redis_key, rate_key, spend_key
 from gateway.state.redis_pacing import FIRST_FLAP_WAIT_S
 from gateway.state.window import minute_of
 from tests.ports import free_port
 from tests.redis_server import RedisServer
+from tests.state_bounds import (
+    MAX_BYTES,
+    MAX_ENTRIES,
+    OWNERS_PER_TENANT,
+    answers_are_bounded_per_tenant,
+    names_differing_in_braces_count_apart,
+    owners_are_bounded_per_tenant,
+)
 
 # times the state backend's deadline: run with no other test beside it (scripts/test-phases.sh)
 pytestmark = pytest.mark.alone
@@ -423,3 +434,30 @@ async def _served_is(backend: RedisBackend, name: str, expected: tuple[object, .
 
 async def _served_len(backend: RedisBackend, name: str, n: int) -> bool:
     return len(await backend.served_names(name)) == n
+
+
+# ---- what one tenant holds, bounded (tests/state_bounds.py)
+
+@pytest.fixture
+async def replicas(server: RedisServer) -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
+    """Two replicas; a deadline no busy test machine overruns (a timeout would count locally)."""
+    cache = CacheConfig(max_entries=MAX_ENTRIES, max_bytes=MAX_BYTES)
+    pair = (RedisBackend(server.url, cache, op_timeout_s=5.0), RedisBackend(server.url, cache, op_timeout_s=5.0))
+    yield pair
+    for backend in pair:
+        assert not backend.degraded, "every operation went to Redis"
+        await backend.close()
+
+
+async def test_response_owners_are_bounded_per_tenant(replicas: tuple[RedisBackend, RedisBackend], raw: Redis,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_owners, "MAX_RESPONSE_OWNERS_PER_TENANT", OWNERS_PER_TENANT)
+    await owners_are_bounded_per_tenant(*replicas, raw)
+
+
+async def test_cached_answers_are_bounded_per_tenant(replicas: tuple[RedisBackend, RedisBackend], raw: Redis) -> None:
+    await answers_are_bounded_per_tenant(*replicas, raw)
+
+
+async def test_names_differing_only_in_braces_count_apart(replicas: tuple[RedisBackend, RedisBackend]) -> None:
+    await names_differing_in_braces_count_apart(replicas[0])
