@@ -1,5 +1,5 @@
-"""Fixtures of the integration tests: the scripted IdP, and `aws_env`, an AWS environment with nothing of
-the machine's own in it. The store fixtures (`postgres`, `store_url`) are tests/conftest.py's."""
+"""Fixtures of the integration tests: the scripted IdP, the OTLP receiver, and `aws_env`, an AWS environment
+with nothing of the machine's own in it. The store fixtures (`postgres`, `store_url`) are tests/conftest.py's."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from tests.fake_idp import FakeIdp
 from tests.harness import LoopThread
+from tests.otlp_receiver import OtlpReceiver
 
 
 @pytest.fixture
@@ -20,6 +21,15 @@ def idp(servers: LoopThread) -> Iterator[FakeIdp]:
     servers.run(server.start())
     yield server
     servers.run(server.stop())
+
+
+@pytest.fixture
+def receiver(servers: LoopThread) -> Iterator[OtlpReceiver]:
+    """An OTLP/HTTP collector on loopback that decodes with opentelemetry-proto (tests/otlp_receiver.py)."""
+    r = OtlpReceiver()
+    servers.run(r.start())
+    yield r
+    servers.run(r.stop())
 
 
 @pytest.fixture

@@ -8,11 +8,9 @@ scripted upstream and a real OTLP receiver on loopback."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
-import pytest
 
 from gateway.config import parse_config
 from tests.chat_scripts import USAGE, chunk, error_script, text_stream, usage_chunk
@@ -39,14 +37,6 @@ def config(upstream: str, endpoint: str, hedge_after_ms: float = 0) -> Any:
                     "deployments": [{"provider": "a", "model": "model-a"}, {"provider": "b", "model": "model-b"}]}],
         "telemetry": {"otlp_endpoint": endpoint, "service_name": "gw-under-test"},
     }, env={})
-
-
-@pytest.fixture
-def receiver(servers: LoopThread) -> Iterator[OtlpReceiver]:
-    r = OtlpReceiver()
-    servers.run(r.start())
-    yield r
-    servers.run(r.stop())
 
 
 def _served(servers: LoopThread, upstream: FakeUpstream, receiver: OtlpReceiver, answer_b: Script,

@@ -4,11 +4,9 @@ answer's attempt. Exported over OTLP/HTTP to a real receiver on loopback."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
-import pytest
 
 from gateway.config import parse_config
 from tests.chat_scripts import USAGE, chunk, text_stream
@@ -30,14 +28,6 @@ def config(upstream: str, endpoint: str) -> Any:
             {"provider": "a", "model": "model-a"}, {"provider": "b", "model": "model-b", "prefill": True}]}],
         "telemetry": {"otlp_endpoint": endpoint, "service_name": "gw-under-test"},
     }, env={})
-
-
-@pytest.fixture
-def receiver(servers: LoopThread) -> Iterator[OtlpReceiver]:
-    r = OtlpReceiver()
-    servers.run(r.start())
-    yield r
-    servers.run(r.stop())
 
 
 def test_the_continuation_is_its_own_attempt_span(servers: LoopThread, upstream: FakeUpstream,

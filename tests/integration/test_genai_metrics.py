@@ -12,12 +12,11 @@ conventions' advice; TTFT's extended to 120 s) and label values (from config onl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import openai
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import parse_config
@@ -156,14 +155,6 @@ def test_experimental_names_only_when_opted_in(upstream: FakeUpstream,
     assert sum(s.value for s in samples[read] if s.labels["gen_ai_provider_name"] == "anthropic") == (
         2 * a.USAGE_START["cache_read_input_tokens"])
     assert "gen_ai_client_token_usage" in families  # the released histogram stays
-
-
-@pytest.fixture
-def receiver(servers: LoopThread) -> Iterator[OtlpReceiver]:
-    r = OtlpReceiver()
-    servers.run(r.start())
-    yield r
-    servers.run(r.stop())
 
 
 ATTRIBUTES = {"gen_ai_operation_name": "gen_ai.operation.name", "gen_ai_provider_name": "gen_ai.provider.name",

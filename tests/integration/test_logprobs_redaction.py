@@ -15,19 +15,9 @@ from tests.fake_upstream import FakeUpstream, Script, sse
 from tests.harness import GatewayServer
 from tests.integration.test_safety import ANSWER, KEY, MASKED, config, sdk
 from tests.responses_scripts import Answer, stream_script
+from tests.unit.test_logprobs_follow_text import words
 
 PLAIN = "The river flows quietly on and on.\nThen it ends, calmly, here."
-
-
-def words(text: str) -> list[str]:
-    """Tokens as GPT-style tokenizers cut prose: a word with the space before it, punctuation alone."""
-    out: list[str] = []
-    for ch in text:
-        if not out or ch == " " or (ch.isalnum() != out[-1][-1:].isalnum() and not out[-1].isspace()):
-            out.append(ch)
-        else:
-            out[-1] += ch
-    return out
 
 
 def entry(token: str) -> dict[str, Any]:

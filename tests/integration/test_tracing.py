@@ -4,7 +4,6 @@ scripted upstream records the `traceparent` each attempt carried."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -38,14 +37,6 @@ def config(upstream: str, endpoint: str, **telemetry: Any) -> Any:
                                     {"provider": "b", "model": "model-b", "price": {"input": 1, "output": 2}}]}],
         "telemetry": {"otlp_endpoint": endpoint, "service_name": "gw-under-test", **telemetry},
     }, env={})
-
-
-@pytest.fixture
-def receiver(servers: LoopThread) -> Iterator[OtlpReceiver]:
-    r = OtlpReceiver()
-    servers.run(r.start())
-    yield r
-    servers.run(r.stop())
 
 
 def _stream(gw: GatewayServer, headers: dict[str, str] | None = None) -> str:
