@@ -29,6 +29,7 @@ from tests.fake_aws import EVENTSTREAM, FakeBedrock, FakeSts, KeyPair
 from tests.fake_google import API_KEY, LOCATION, PROJECT, FakeGoogle, gemini_path, vertex_path
 from tests.fake_upstream import FakeUpstream, Gate, Script, json_script
 from tests.harness import GatewayServer, LoopThread, wait_until
+from tests.upstream_errors import read
 
 # the environment's static keys; a session token with the characters AWS's have (`/`, `+`, `=`)
 ENV_KEY_ID, ENV_SECRET, ENV_TOKEN = "ASIAENVKEY01", "env-secret-ACCESS-key-0001", "IQoJenvSESSION/tok+en=="
@@ -192,15 +193,7 @@ def logs() -> Iterator[list[MutableMapping[str, Any]]]:
         yield captured
 
 
-# ---- what the client reads: every byte, through the SDKs' raw access
-
-def read(call: Callable[[], Any]) -> str:
-    try:
-        with call() as raw:
-            return f"{raw.status_code} {raw.headers} " + b"".join(raw.iter_bytes()).decode()
-    except (openai.APIStatusError, anthropic.APIStatusError) as err:
-        return f"{err.status_code} {err.response.headers} {err.response.text} {err}"
-
+# ---- what the client reads: every byte, through the SDKs' raw access (`tests.upstream_errors.read`)
 
 def claude_sdk(gw: GatewayServer) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gw.base_url.removesuffix("/v1"), api_key="x", max_retries=0, timeout=20)
