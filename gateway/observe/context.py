@@ -43,11 +43,11 @@ class Admission:
 @dataclass(frozen=True, slots=True)
 class Unanswered:
     """An attempt the upstream was asked (and billed) that did not answer the client: an empty answer
-    dropped for the next deployment, a hedge that lost, an attempt cut by the client's leaving
-    (`pipeline.unanswered`). Charged to the request (`fold_unanswered`) and named in its log line."""
+    dropped for the next deployment, a hedge that lost, an attempt cut by the client's leaving or by a
+    timeout (`pipeline.unanswered`). Charged to the request (`fold_unanswered`) and named in its log line."""
 
     deployment: str  # its label
-    reason: str  # empty_answer, hedge_lost, client_gone
+    reason: str  # empty_answer, hedge_lost, client_gone, or a timeout's kind (first_token_timeout, ...)
     usage: Usage  # what it is charged: the provider's count, or (in part) the estimate
     cost_usd: float  # at its own deployment's price
     estimated: bool

@@ -44,7 +44,7 @@ from gateway.pipeline.first_token import until_first_token
 from gateway.pipeline.learned import confirm, wants
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.timeouts import LoopTimeout
-from gateway.pipeline.unanswered import cancelled
+from gateway.pipeline.unanswered import cancelled, failed, unfinished
 from gateway.providers.base import (
     MAX_BODY_BYTES,
     ParsedBody,
@@ -79,7 +79,7 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
                       body: dict[str, Any] | None = None) -> OpenedStream:
     """One streamed attempt: open, read until the first output token under `first_token_s`. `body`: the
     request to send when it is not the client's (a continuation's). One cancelled on its way (its client
-    gone, a hedge lost) is charged what its upstream billed (`pipeline.unanswered`)."""
+    gone, a hedge lost), or timed out, is charged what its upstream billed (`pipeline.unanswered`)."""
     body = _cache_key_kept(rt, ctx, d, ctx.body if body is None else body)
     provider, tr = rt.provider(d), translator(rt, ctx, d, body)
     headers = forwardable(rt, d, ctx.client_headers)  # what the provider's `forward_headers` let through
@@ -111,8 +111,8 @@ async def open_stream(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Deplo
                     confirm(rt.learned, ctx, d, Fact.NO_STREAM_OPTIONS, provider.learn_ttl_s)
                     return opened
         return await _body_answered(rt, ctx, d, tr, opened, first)
-    except asyncio.CancelledError as exc:
-        cancelled(ctx, d, deadline.opened, exc)
+    except (UpstreamError, asyncio.CancelledError) as exc:
+        unfinished(ctx, d, deadline.opened, exc)
         raise
 
 
@@ -217,7 +217,7 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
     """One attempt of a non-stream request: the whole answer, or the classified failure. An upstream
     that streams anyway has its stream read through the API's stream core, so an in-band error in it is
     classified as on a streamed request (an in-band rate limit is a 429, never a malformed body). One
-    cancelled on its way (its client gone) is charged its prompt (`pipeline.unanswered`)."""
+    cancelled on its way (its client gone), or timed out, is charged its prompt (`pipeline.unanswered`)."""
     body = _cache_key_kept(rt, ctx, d, ctx.body)
     tr = translator(rt, ctx, d, body)
     if wants(rt.learned, ctx, d, Fact.STREAM_ONLY):
@@ -235,6 +235,7 @@ async def fetch_answer(rt: Runtime, ctx: RequestContext, api: ServedApi, d: Depl
     try:
         whole = await fetch_whole(rt, d, req, tr.classify_http_error, headers)
     except UpstreamError as exc:
+        failed(ctx, d, None, exc.failure)
         raise _cache_key_rejection(exc, _carries_cache_key(body)) from None
     except asyncio.CancelledError as exc:
         cancelled(ctx, d, None, exc)
@@ -252,24 +253,32 @@ async def _fetch_streamed(rt: Runtime, ctx: RequestContext, api: ServedApi, d: D
                           tr: Translator, body: dict[str, Any]) -> ParsedBody:
     """A non-stream request to a deployment that only streams (it rejected `stream: false`): streamed,
     and assembled into the body the client asked for. Nothing reaches the client before the whole
-    answer, so a failure anywhere in the stream is still an attempt's failure, retried like any other."""
+    answer, so a failure anywhere in the stream is still an attempt's failure, retried like any other
+    (one timed out is charged the prompt and the output read, which no client saw: `pipeline.unanswered`)."""
     headers = forwardable(rt, d, ctx.client_headers)
     req = _noted(ctx, tr.request(body, d.model, stream=True, client_headers=headers, send_stream_options=True))
     built = ctx.sent_upstream()
-    resp: UpstreamResponse = await rt.upstream.open(rt.provider(d), req, d.label, headers)
-    ctx.request_left(built, resp.sent_at)
+    opened: OpenedStream | None = None
     try:
-        await raise_for_status(resp, tr.classify_http_error, d.label)
-        return await _assembled(rt, ctx, api, tr, d.label, resp)
-    finally:
-        resp.close()
+        resp: UpstreamResponse = await rt.upstream.open(rt.provider(d), req, d.label, headers)
+        ctx.request_left(built, resp.sent_at)
+        opened = Opened(d, resp, api.stream_core(tr.stream_parser(), d.label), built)
+        try:
+            await raise_for_status(resp, tr.classify_http_error, d.label)
+            return await _assembled(rt, ctx, api, tr, d.label, resp, opened.stream)
+        finally:
+            resp.close()
+    except UpstreamError as exc:
+        failed(ctx, d, opened, exc.failure)
+        raise
 
 
 async def _assembled(rt: Runtime, ctx: RequestContext, api: ServedApi, tr: Translator, label: str,
-                     resp: UpstreamResponse) -> ParsedBody:
-    """A 200 stream read whole through the API's stream core and assembled into the body; a failure in
-    it is the attempt's, with the wait the response asked for (as `first_token.until_first_token`)."""
-    stream = api.stream_core(tr.stream_parser(), label)
+                     resp: UpstreamResponse, stream: StreamCore | None = None) -> ParsedBody:
+    """A 200 stream read whole through the API's stream core (`stream`, else a new one) and assembled into
+    the body; a failure in it is the attempt's, with the wait the response asked for (as
+    `first_token.until_first_token`)."""
+    stream = api.stream_core(tr.stream_parser(), label) if stream is None else stream
     if tr.framing.transcoder is not None:
         resp = Transcoded(resp, tr.framing.transcoder())
     try:

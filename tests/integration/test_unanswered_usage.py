@@ -1,9 +1,10 @@
 """Attempts the upstream billed that did not answer the client are charged (docs/extensions.md, "Attempts
 without an answer"): an empty answer dropped for the next deployment, a hedge that lost, a client gone
-before the first token. End to end against the scripted upstream, with the official SDK where a client
-reads an answer and a raw socket where it leaves before any byte: the charge is read back where each
-account keeps it: the log line, the spend ledger's row (SQLite), the key's budget spend
-(`GET /v1/gateway/spend`), its `tpm` window (the state backend) and the token metrics."""
+before the first token, an attempt the gateway stopped waiting for (a timeout); an attempt the upstream
+refused (an error status, an in-band error, a reset) is not. End to end against the scripted upstream,
+with the official SDK where a client reads an answer and a raw socket where it leaves before any byte:
+the charge is read back where each account keeps it: the log line, the spend ledger's row (SQLite), the
+key's budget spend (`GET /v1/gateway/spend`), its `tpm` window (the state backend) and the token metrics."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from structlog.testing import capture_logs
 from gateway.config import parse_config
 from gateway.config.types import Config
 from tests import anthropic_scripts as a
-from tests.chat_scripts import USAGE, chunk, text_stream, usage_chunk
+from tests.chat_scripts import USAGE, chunk, completion, error_script, text_stream, usage_chunk
 from tests.fake_upstream import FakeUpstream, Hang, Pause, Script, sse
 from tests.harness import GatewayServer, LoopThread, wait_until
 
@@ -40,15 +41,20 @@ EMPTY_USAGE = {"prompt_tokens": 40, "completion_tokens": 300, "total_tokens": 34
                "completion_tokens_details": {"reasoning_tokens": 300}}
 
 
-def config(url: str, tmp_path: Path, hedge_after_ms: float = 0) -> Config:
+def config(url: str, tmp_path: Path, hedge_after_ms: float = 0,
+           timeouts: dict[str, dict[str, float]] | None = None) -> Config:
+    """`timeouts`: a provider's own, over `TIMEOUTS`."""
+    def own(name: str) -> dict[str, float]:
+        return {**TIMEOUTS, **(timeouts or {}).get(name, {})}
+
     def openai_type(name: str) -> dict[str, Any]:
-        return {"type": "openai", "base_url": f"{url}/{name}/v1", "api_key": f"k{name}", "timeouts": TIMEOUTS}
+        return {"type": "openai", "base_url": f"{url}/{name}/v1", "api_key": f"k{name}", "timeouts": own(name)}
 
     return parse_config({
         "auth": {"keys": [{"name": "team", "key": KEY, "tpm": 1_000_000}]},
         "store": {"url": f"sqlite:///{tmp_path}/gateway.db", "ledger_journal": "off"},  # rows committed at once
         "providers": {"a": openai_type("a"), "b": openai_type("b"),
-                      "c": {"type": "anthropic", "base_url": f"{url}/c", "api_key": "kc", "timeouts": TIMEOUTS}},
+                      "c": {"type": "anthropic", "base_url": f"{url}/c", "api_key": "kc", "timeouts": own("c")}},
         "models": [{"name": "m", "hedge_after_ms": hedge_after_ms,
                     "retry": {"max_attempts": 3, "per_deployment": 1, "initial_backoff_ms": 1},
                     "deployments": [{"provider": "a", "model": "model-a", "price": PRICE},
@@ -214,3 +220,132 @@ def test_a_client_gone_after_message_start_is_charged_the_input_anthropic_counte
                                                 "estimated": False}]
     assert gw.sample("llm_gateway_tokens_total", model="claude", provider="c", type="input") == 30
     assert gw.sample("llm_gateway_estimated_tokens_total", model="claude") == 0
+
+
+SHORT = 0.3  # the timeout of the deployment that is let time out: it never answers, so no machine is too slow
+
+
+def test_an_attempt_past_first_token_s_is_charged_its_prompt(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+        tmp_path: Path) -> None:
+    """The upstream sent its head and preamble, then nothing within `first_token_s`: it had the prompt and
+    was working on it when the gateway stopped waiting, as a caller's cut it bills. Charged the prompt's
+    estimate at its own deployment; the next deployment answers."""
+    gw = make_gateway(config(upstream.base_url, tmp_path, timeouts={"a": {"first_token_s": SHORT}}))
+    upstream.enqueue(A, Script([ROLE, Hang()]))
+    upstream.enqueue(B, text_stream(["from ", "b"]))
+    with capture_logs() as logs:
+        assert stream_text(gw) == "from b"
+        line = request_line(servers, logs)
+    assert (line["input_tokens"], line["output_tokens"], line["estimated"]) == (ESTIMATE + 11, 7, True)
+    assert_accounts(servers, gw, tmp_path, line, "b/model-b", "ok")
+    assert line.get("unanswered_attempts") == [{
+        "deployment": "a/model-a", "reason": "first_token_timeout", "input_tokens": ESTIMATE, "output_tokens": 0,
+        "cost_usd": ESTIMATE, "estimated": True}]
+    assert gw.sample("llm_gateway_estimated_tokens_total", provider="a", type="input") == ESTIMATE
+    assert gw.sample("llm_gateway_upstream_attempts_total", deployment="a/model-a", outcome="first_token_timeout") == 1
+
+
+REFUSED = {  # what an upstream does not bill: it refused the request, or failed before working on it;
+    # (its script, the attempt's outcome)
+    "http_5xx": (error_script(500, "server_error", etype="server_error"), "http_5xx"),
+    "http_429": (error_script(429, "rate_limit_exceeded", etype="requests"), "http_429"),
+    "quota": (error_script(429, "insufficient_quota", etype="insufficient_quota"), "quota"),
+    "inband_error": (Script([ROLE, sse({"error": {"message": "overloaded", "type": "server_error",
+                                                  "code": "server_error"}})]), "inband_error"),
+    "connect_error": (Script(reset=True), "connect_error"),
+    # an error status whose body never came: timed out reading it, and still the upstream's error
+    "http_5xx, its body stalled": (Script([Hang()], 500, {"Content-Type": "application/json"}), "idle_timeout"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_an_attempt_the_upstream_refused_is_not_charged_one_that_timed_out_is(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], tmp_path: Path,
+        case: str) -> None:
+    """The first deployment refuses, the second times out before its first token, and the request fails:
+    only the timed-out attempt is charged, and the spend row names its deployment."""
+    script, outcome = REFUSED[case]
+    stall = {"idle_s": SHORT} if outcome == "idle_timeout" else {}  # a's own answer is never raced
+    gw = make_gateway(config(upstream.base_url, tmp_path, timeouts={"a": stall, "b": {"first_token_s": SHORT}}))
+    upstream.enqueue(A, script)
+    upstream.enqueue(B, Script([ROLE, Hang()]))
+    with capture_logs() as logs:
+        with pytest.raises(openai.APIStatusError):
+            stream_text(gw)
+        line = request_line(servers, logs)
+    assert gw.sample("llm_gateway_upstream_attempts_total", deployment="a/model-a", outcome=outcome) == 1
+    assert line.get("unanswered_attempts") == [{
+        "deployment": "b/model-b", "reason": "first_token_timeout", "input_tokens": ESTIMATE, "output_tokens": 0,
+        "cost_usd": ESTIMATE, "estimated": True}]
+    assert (line["input_tokens"], line["output_tokens"], line["estimated"]) == (ESTIMATE, 0, True)
+    assert_accounts(servers, gw, tmp_path, line, "b/model-b", line["outcome"])
+    assert gw.sample("llm_gateway_estimated_tokens_total", provider="a") == 0
+    assert gw.sample("llm_gateway_estimated_tokens_total", provider="b", type="input") == ESTIMATE
+
+
+def test_an_anthropic_attempt_past_first_token_s_is_charged_the_input_it_counted(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+        tmp_path: Path) -> None:
+    """`message_start` counted the input (and an output token), then nothing came: that count is charged,
+    as the provider's, not the estimate; the request fails with it."""
+    gw = make_gateway(config(upstream.base_url, tmp_path, timeouts={"c": {"first_token_s": SHORT}}))
+    upstream.enqueue(C, a.stream([a.message_start(), a.ping()], tail=[Hang()]))
+    with capture_logs() as logs:
+        with pytest.raises(openai.APIStatusError):
+            sdk(gw).chat.completions.create(model="claude", messages=PROMPT, stream=True)  # type: ignore[arg-type]
+        line = request_line(servers, logs)
+    assert (line["input_tokens"], line["cached_tokens"], line["output_tokens"]) == (30, 10, 1)
+    assert line["estimated"] is False
+    assert_accounts(servers, gw, tmp_path, line, "c/claude-c", line["outcome"])
+    assert line.get("unanswered_attempts") == [{"deployment": "c/claude-c", "reason": "first_token_timeout",
+                                                "input_tokens": 30, "output_tokens": 1, "cost_usd": 31,
+                                                "estimated": False}]
+    assert gw.sample("llm_gateway_tokens_total", model="claude", provider="c", type="input") == 30
+    assert gw.sample("llm_gateway_estimated_tokens_total", model="claude") == 0
+
+
+def test_a_body_request_past_total_s_is_charged_its_prompt(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+        tmp_path: Path) -> None:
+    """A non-stream request is waited for up to `total_s`: an upstream silent past it is charged the
+    prompt's estimate; the next deployment's body answers."""
+    gw = make_gateway(config(upstream.base_url, tmp_path, timeouts={"a": {"total_s": SHORT}}))
+    upstream.enqueue(A, Script(silent=True))
+    upstream.enqueue(B, completion("from b"))
+    with capture_logs() as logs:
+        got = sdk(gw).chat.completions.create(model="m", messages=PROMPT)  # type: ignore[arg-type]
+        line = request_line(servers, logs)
+    assert got.choices[0].message.content == "from b"
+    assert (line["input_tokens"], line["output_tokens"], line["estimated"]) == (ESTIMATE + 11, 7, True)
+    assert_accounts(servers, gw, tmp_path, line, "b/model-b", "ok")
+    assert line.get("unanswered_attempts") == [{
+        "deployment": "a/model-a", "reason": "total_timeout", "input_tokens": ESTIMATE, "output_tokens": 0,
+        "cost_usd": ESTIMATE, "estimated": True}]
+    assert gw.sample("llm_gateway_estimated_tokens_total", provider="a", type="input") == ESTIMATE
+
+
+def test_a_stream_read_for_a_body_that_went_idle_is_charged_its_prompt_and_output(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+        tmp_path: Path) -> None:
+    """A deployment that only streams is streamed for a body client, which sees nothing before the whole
+    answer: a stream that goes idle past its first token is dropped for the next deployment, charged the
+    prompt and the output that came (both estimated: no usage came). Its `stream: false` rejection, an
+    error status, is not charged."""
+    gw = make_gateway(config(upstream.base_url, tmp_path, timeouts={"a": {"idle_s": 1.0}}))
+    partial = "a partial answer"
+    upstream.enqueue(A, error_script(400, "invalid_value", "stream must be true", param="stream"),
+                     Script([ROLE, sse(chunk({"content": partial})), Hang()]))
+    upstream.enqueue(B, completion("from b"))
+    with capture_logs() as logs:
+        got = sdk(gw).chat.completions.create(model="m", messages=PROMPT)  # type: ignore[arg-type]
+        line = request_line(servers, logs)
+    assert got.choices[0].message.content == "from b"
+    assert [b.get("stream") for b in upstream.bodies(A)] == [None, True]
+    output = -(-len(partial) // 4)
+    assert (line["input_tokens"], line["output_tokens"], line["estimated"]) == (ESTIMATE + 11, output + 7, True)
+    assert_accounts(servers, gw, tmp_path, line, "b/model-b", "ok")
+    assert line.get("unanswered_attempts") == [{
+        "deployment": "a/model-a", "reason": "idle_timeout", "input_tokens": ESTIMATE, "output_tokens": output,
+        "cost_usd": ESTIMATE + output, "estimated": True}]
+    assert gw.sample("llm_gateway_estimated_tokens_total", provider="a", type="output") == output
