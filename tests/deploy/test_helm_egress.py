@@ -9,9 +9,9 @@ from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
-import yaml
 
-from tests.deploy.test_helm import FULLNAME, KUBE_VERSIONS, NAMESPACE, RELEASE, chart, keyed, only, render
+from tests.deploy.test_helm import FULLNAME, KUBE_VERSIONS, chart, only, render
+from tests.deploy.test_helm_production import hook_events
 
 __all__ = ["chart"]  # the module-scoped fixture, shared
 
@@ -120,10 +120,8 @@ def test_eks_pod_identity_agent_is_reachable_for_a_bedrock_provider_without_keys
 
 
 def hook(doc: dict[str, Any]) -> tuple[set[str], int]:
-    """A manifest's hook events and weight ({} and 0 for a release resource)."""
-    annotations = doc["metadata"].get("annotations", {})
-    events = set(annotations.get("helm.sh/hook", "").split(",")) - {""}
-    return events, int(annotations.get("helm.sh/hook-weight", "0"))
+    """A manifest's hook events and weight (none and 0 for a release resource)."""
+    return hook_events(doc), int(doc["metadata"].get("annotations", {}).get("helm.sh/hook-weight", "0"))
 
 
 def selects(policy: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -148,9 +146,7 @@ def test_the_migrations_job_reaches_the_store_while_the_previous_policy_still_ap
     before = dict(EGRESS_ON)
     after = {**EGRESS_ON, "store": {"url": "postgresql://gw:pw@pg-a:6432,pg-b/gw"}}
     previous = render(chart, before)
-    upgrade = chart.render(keyed(after), name=RELEASE, namespace=NAMESPACE, revision=2, is_upgrade=True)
-    docs = [doc for path, text in sorted(upgrade.items()) if not path.endswith("NOTES.txt")
-            for doc in yaml.safe_load_all(text) if doc]
+    docs = render(chart, after, revision=2, is_upgrade=True)
     job = only(docs, "Job")
     job_events, job_weight = hook(job)
     assert "pre-upgrade" in job_events
