@@ -47,7 +47,7 @@ from gateway.pipeline.runtime import Runtime, build_runtime
 from gateway.pipeline.socket_slots import SocketSlots
 from gateway.providers.registry import auth_of, in_process
 from gateway.state.base import StateBackend, create_backend
-from gateway.store import ControlPlane, StoreHooks, StoreUnavailable
+from gateway.store import ControlPlane, StoreError, StoreHooks
 from gateway.upstream import Upstream
 from gateway.upstream.signing import close_signers, start_signers
 
@@ -118,7 +118,7 @@ class App:
         if self.control is not None:
             try:
                 await self.control.start()
-            except StoreUnavailable as exc:  # start needs the schema; later outages are served from cache
+            except StoreError as exc:  # start needs the schema; later outages are served from cache
                 raise StartupError(f"store.url: cannot open the store: {exc}") from None
             _reserve_keys(self.control, self.config)  # raises ConfigError: exit 2 (docs/reference.md, "Commands")
             await self._start_budgets(self.control, self._state)

@@ -156,7 +156,7 @@ def migrate(config_path: str | None) -> int:
     if url is None:
         print(f"gateway migrate: {path} sets no store.url", file=sys.stderr)
         return 2
-    from gateway.store import Store, StoreUnavailable
+    from gateway.store import Store, StoreError
     from gateway.store.migrations import LATEST
 
     async def run() -> list[int]:
@@ -168,7 +168,7 @@ def migrate(config_path: str | None) -> int:
 
     try:
         applied = asyncio.run(run())
-    except StoreUnavailable as exc:
+    except StoreError as exc:  # unreachable, or a migration's data refused: a message, not a traceback
         print(f"gateway migrate: {exc}", file=sys.stderr)
         return 1
     print(f"applied {', '.join(map(str, applied))}" if applied else "nothing to apply", f"(schema version {LATEST})")

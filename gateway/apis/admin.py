@@ -37,6 +37,7 @@ from gateway.store.types import (
     Limits,
     Missing,
     StoredKey,
+    StoreRefused,
     StoreUnavailable,
     Team,
     Unparsable,
@@ -49,6 +50,15 @@ Handler = Callable[[GatewayRequest, ControlPlane, Actor, list[str]], Awaitable[R
 
 class NameTaken(GatewayError):
     status, type, code, outcome = 409, "invalid_request_error", "conflict", "client_error"
+
+
+class ValueRefused(GatewayError):
+    """The database refused a value of the request (SQLSTATE class 22 or 23 but a taken name, 54; SQLite's
+    constraints): a limit of the database's own that the API does not know, such as a character outside a
+    LATIN1 database's encoding or a constraint added by hand. The same request fails the same way every
+    time, so it is the caller's to change, not a store outage (docs/keys-teams-spend.md, "Validation")."""
+
+    status, type, code, outcome = 400, "invalid_request_error", "store_refused", "client_error"
 
 
 class RowUnreadable(GatewayError):
@@ -75,7 +85,7 @@ async def admin(request: GatewayRequest) -> Response:
     except GatewayError as exc:
         status = exc.status
         raise
-    except (Conflict, Missing, Invalid, StoreUnavailable, Unparsable) as exc:
+    except (Conflict, Missing, Invalid, StoreRefused, StoreUnavailable, Unparsable) as exc:
         status = _STATUS[type(exc)]
         raise _error(control, exc) from None
     except Exception as exc:  # a bug must cost one 500 in the API's shape, never the connection
@@ -105,8 +115,8 @@ class Forbidden(GatewayError):
     status, type, code, outcome = 403, "permission_error", "permission_denied", "auth_error"
 
 
-_STATUS: dict[type[Exception], int] = {Conflict: 409, Missing: 404, Invalid: 400, StoreUnavailable: 503,
-                                        Unparsable: 500}
+_STATUS: dict[type[Exception], int] = {Conflict: 409, Missing: 404, Invalid: 400, StoreRefused: 400,
+                                        StoreUnavailable: 503, Unparsable: 500}
 
 
 def _error(control: ControlPlane, exc: Exception) -> GatewayError:
@@ -118,6 +128,8 @@ def _error(control: ControlPlane, exc: Exception) -> GatewayError:
         return InvalidRequest(str(exc), param=exc.param)
     if isinstance(exc, Unparsable):
         return RowUnreadable(str(exc))
+    if isinstance(exc, StoreRefused):  # nothing was stored, and the store is up: not counted as its error
+        return ValueRefused(f"{exc}: nothing was stored")
     return store_down(control, exc)
 
 

@@ -18,9 +18,9 @@ from gateway.store.journal import SpendJournal, replay
 from gateway.store.ledger import SpendLedger, commit_or_drop
 from gateway.store.store import Store
 from gateway.store.sync import StoreSync
-from gateway.store.types import StoreUnavailable
+from gateway.store.types import StoreError, StoreUnavailable
 
-__all__ = ["ControlPlane", "KeyCache", "SpendLedger", "Store", "StoreHooks", "StoreUnavailable"]
+__all__ = ["ControlPlane", "KeyCache", "SpendLedger", "Store", "StoreError", "StoreHooks", "StoreUnavailable"]
 log = structlog.get_logger("gateway")
 
 
@@ -62,7 +62,8 @@ class ControlPlane:
         self._ledger: SpendLedger | None = None
 
     async def start(self) -> None:
-        """Raises StoreUnavailable when the store cannot be reached or migrated."""
+        """Raises a StoreError when the store cannot be reached or migrated (StoreUnavailable), or refuses a
+        migration's data (StoreRefused, Conflict)."""
         cfg = self.config
         assert cfg.url is not None
         store = self._store = await Store.open(cfg.url, cfg.connect_timeout_s)

@@ -1,11 +1,12 @@
 """The one seam between the store's SQL and a driver: a transaction runner per connection.
 
 SQL is written once, with `?` placeholders; each driver adapts it. A driver error never leaves this
-package as itself: a taken name is `Conflict`; on the ledger's writes (`batch`, `batch_now`, and
-PostgreSQL's `statement`) a value the database refuses, told by the error's class (SQLSTATE class 22 data
-exception, 23 integrity violation, 54 a limit exceeded; SQLite's constraint and too-big errors, and a
-value its binding cannot carry), is `StoreRefused`; anything else is `StoreUnavailable` (the connection,
-a timeout, the server's resources: retried). Their messages name the error class only, never a URL, a
+package as itself: a taken name (a unique constraint) is `Conflict`; a value the database refuses, told
+by the error's class (SQLSTATE class 22 data exception, 23 integrity violation, 54 a limit exceeded;
+SQLite's other constraint and too-big errors, and a value its binding cannot carry), is `StoreRefused`,
+in a transaction (the admin API's writes: a 400) as on the ledger's writes (`batch`, `batch_now`, and
+PostgreSQL's `statement`: the row is dropped); anything else is `StoreUnavailable` (the connection, a
+timeout, the server's resources: retried). Their messages name the error class only, never a URL, a
 statement or a value.
 """
 

@@ -30,8 +30,9 @@ def _read_write(url: str) -> dict[str, Any]:
 
 def _data_error(exc: BaseException) -> bool:
     """psycopg's classes for SQLSTATE 22 and 23 (also raised before sending: a NUL in a text parameter),
-    or a SQLSTATE of `DATA_CLASSES`."""
-    if isinstance(exc, psycopg.DataError | psycopg.IntegrityError):
+    or a SQLSTATE of `DATA_CLASSES`; or a text the connection's encoding cannot carry (psycopg encodes it
+    before sending: a lone surrogate, or a character outside a LATIN1 database's encoding)."""
+    if isinstance(exc, psycopg.DataError | psycopg.IntegrityError | UnicodeEncodeError):
         return True
     return isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in DATA_CLASSES
 
@@ -84,7 +85,9 @@ class PgDatabase:
                         return await fn(_Tx(conn))
             except psycopg.errors.UniqueViolation:
                 raise Conflict("the name is taken") from None
-            except (psycopg.Error, OSError, TimeoutError) as exc:
+            except (psycopg.Error, OSError, TimeoutError, UnicodeEncodeError) as exc:
+                if _data_error(exc):  # the data sent, not the server: rolled back, the connection kept
+                    raise refused(exc) from None
                 await self._drop()
                 raise unavailable(exc) from None
 
@@ -104,7 +107,7 @@ class PgDatabase:
                     await conn.execute(_pg(sql), tuple(params))
             except psycopg.errors.UniqueViolation:
                 raise Conflict("the name is taken") from None
-            except (psycopg.Error, OSError, TimeoutError) as exc:
+            except (psycopg.Error, OSError, TimeoutError, UnicodeEncodeError) as exc:
                 if _data_error(exc):
                     raise refused(exc) from None
                 await self._drop()

@@ -33,6 +33,9 @@ SQLITE_BUSY = 5
 # thread), an integer over 64 bits, a string that is not UTF-8 (a lone surrogate). Anything else is the
 # file or the lock: retried.
 REFUSED = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.ProgrammingError, OverflowError, UnicodeEncodeError)
+# a UNIQUE or PRIMARY KEY constraint (SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY): a name taken meanwhile, 409;
+# any other constraint (NOT NULL, CHECK, a trigger's RAISE) refuses the data, as PostgreSQL's class 23 does
+TAKEN = (2067, 1555)
 CHECKPOINT_EVERY = 256  # commits of a few pages each: about SQLite's own default of 1000 WAL pages
 
 
@@ -93,8 +96,10 @@ class SqliteDatabase:
                     raise
                 await conn.execute("COMMIT")
                 return result
-            except sqlite3.IntegrityError:
-                raise Conflict("the name is taken") from None
+            except REFUSED as exc:  # the rows sent, not the file: rolled back, the connection kept
+                if isinstance(exc, sqlite3.IntegrityError) and exc.sqlite_errorcode in TAKEN:
+                    raise Conflict("the name is taken") from None
+                raise refused(exc) from None
             except (sqlite3.Error, OSError) as exc:
                 await self._drop()
                 raise unavailable(exc) from None

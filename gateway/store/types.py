@@ -20,7 +20,8 @@ class StoreUnavailable(StoreError):
 class StoreRefused(StoreError):
     """The database refuses the data itself (a value out of a column's range, a character it cannot
     store, a NULL where a value is required): the same row fails the same way every time, so retrying it
-    cannot help. The ledger commits the rest of its batch and drops it (`ledger.py`)."""
+    cannot help. The ledger commits the rest of its batch and drops it (`ledger.py`); an admin write
+    answers 400 `store_refused`."""
 
 
 class Conflict(StoreError):

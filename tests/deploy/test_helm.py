@@ -75,8 +75,9 @@ def chart() -> Iterator[helm.Chart]:
         yield loaded
 
 
-def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    out = chart.render(keyed(values), name=RELEASE, namespace=NAMESPACE)
+def render(chart: helm.Chart, values: dict[str, Any] | None = None, **options: Any) -> list[dict[str, Any]]:
+    """The manifests of an install (`options`: Helm's `revision`, `is_upgrade`, ...)."""
+    out = chart.render(keyed(values), name=RELEASE, namespace=NAMESPACE, **options)
     return [doc for path, text in sorted(out.items()) if not path.endswith("NOTES.txt")
             for doc in yaml.safe_load_all(text) if doc]
 

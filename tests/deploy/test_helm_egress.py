@@ -10,7 +10,8 @@ from typing import Any
 import helm_python as helm
 import kubernetes_validate
 
-from tests.deploy.test_helm import KUBE_VERSIONS, chart, only, render
+from tests.deploy.test_helm import FULLNAME, KUBE_VERSIONS, chart, only, render
+from tests.deploy.test_helm_production import hook_events
 
 __all__ = ["chart"]  # the module-scoped fixture, shared
 
@@ -19,10 +20,16 @@ DNS = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"
 
 
 def egress(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
-    policy = only(render(chart, {**EGRESS_ON, **values}), "NetworkPolicy")
+    policy = regular_policy(render(chart, {**EGRESS_ON, **values}))
     kubernetes_validate.validate(policy, KUBE_VERSIONS[0], strict=True)
     rules: list[dict[str, Any]] = policy["spec"]["egress"]
     return rules
+
+
+def regular_policy(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The release's NetworkPolicy (the gateway pods'), not the migrations Job's hook policy."""
+    [policy] = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == FULLNAME]
+    return policy
 
 
 def open_ports(rules: list[dict[str, Any]]) -> set[int]:
@@ -107,3 +114,67 @@ def test_eks_pod_identity_agent_is_reachable_for_a_bedrock_provider_without_keys
         "aws_secret_access_key": "${AWS_SECRET}"}}}}
     for values in (irsa, keyed_provider, {}):
         assert all(r.get("to") != POD_IDENTITY_AGENT for r in egress(chart, values))
+
+
+# ---- the migrations Job at pre-upgrade -----------------------------------------------------------
+
+
+def hook(doc: dict[str, Any]) -> tuple[set[str], int]:
+    """A manifest's hook events and weight (none and 0 for a release resource)."""
+    return hook_events(doc), int(doc["metadata"].get("annotations", {}).get("helm.sh/hook-weight", "0"))
+
+
+def selects(policy: dict[str, Any], labels: dict[str, str]) -> bool:
+    selector = policy["spec"]["podSelector"]
+    assert set(selector) <= {"matchLabels"}, "only matchLabels is read here"
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def egress_ports(policies: list[dict[str, Any]]) -> set[tuple[int, str]]:
+    """The ports the pods selected by `policies` may reach (policies add up); every rule here is port-only."""
+    assert all("Egress" in p["spec"]["policyTypes"] for p in policies)
+    rules = [rule for p in policies for rule in p["spec"].get("egress", [])]
+    return {(port["port"], port["protocol"]) for rule in rules for port in rule["ports"]}
+
+
+def test_the_migrations_job_reaches_the_store_while_the_previous_policy_still_applies(chart: helm.Chart) -> None:
+    """Helm updates the release's NetworkPolicy after the pre-upgrade hooks: on the upgrade that turns on
+    both the store and restricted egress, the migrations Job ran under the previous release's policy,
+    which allows no PostgreSQL port, and `gateway migrate` failed the upgrade. The Job's pods now have a
+    hook policy of their own, created before the Job, allowing DNS and the store's ports; the gateway
+    pods' policy is the same as without it."""
+    before = dict(EGRESS_ON)
+    after = {**EGRESS_ON, "store": {"url": "postgresql://gw:pw@pg-a:6432,pg-b/gw"}}
+    previous = render(chart, before)
+    docs = render(chart, after, revision=2, is_upgrade=True)
+    job = only(docs, "Job")
+    job_events, job_weight = hook(job)
+    assert "pre-upgrade" in job_events
+    job_pods = job["spec"]["template"]["metadata"]["labels"]
+    gateway_pods = only(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    # what selects the Job's pods while it runs: the previous release's policies, and the hooks before it
+    in_place = [d for d in previous if d["kind"] == "NetworkPolicy" and not hook(d)[0]]
+    in_place += [d for d in docs if d["kind"] == "NetworkPolicy" and "pre-upgrade" in hook(d)[0]
+                 and hook(d)[1] < job_weight]
+    covering = [p for p in in_place if selects(p, job_pods)]
+    assert {(5432, "TCP"), (6432, "TCP"), (53, "UDP"), (53, "TCP")} <= egress_ports(covering)
+    hooks = [p for p in covering if hook(p)[0]]
+    assert hooks, "a hook policy covers the Job's pods"
+    for policy in hooks:
+        kubernetes_validate.validate(policy, KUBE_VERSIONS[0], strict=True)
+        assert not selects(policy, gateway_pods), "the hook policy is the Job's alone"
+        assert egress_ports([policy]) == {(5432, "TCP"), (6432, "TCP"), (53, "UDP"), (53, "TCP")}
+    without_job = {**after, "store": {**after["store"], "migrationsJob": False}}
+    assert regular_policy(docs) == regular_policy(render(chart, without_job))
+    assert [d["metadata"]["name"] for d in render(chart, without_job) if d["kind"] == "NetworkPolicy"] == [FULLNAME]
+
+
+def test_without_restricted_egress_the_jobs_hook_policy_allows_every_destination(chart: helm.Chart) -> None:
+    """An upgrade that lifts restricted egress and turns on the store: the previous policy still narrows
+    the Job's egress at pre-upgrade, so its hook policy opens everything, as this release intends."""
+    docs = render(chart, {"store": {"url": "postgresql://gw:pw@db/gw"}})
+    [policy] = [d for d in docs if d["kind"] == "NetworkPolicy" and hook(d)[0]]
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    assert policy["spec"]["egress"] == [{}]
+    assert not [d for d in render(chart, {"store": {"url": "postgresql://gw:pw@db/gw"},
+                                          "networkPolicy": {"enabled": False}}) if d["kind"] == "NetworkPolicy"]

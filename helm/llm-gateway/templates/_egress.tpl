@@ -109,9 +109,26 @@ Sentinels on :26379).
 {{- $ports = concat $ports (splitList "," .) }}
 {{- end }}
 {{- end }}
+{{- include "llm-gateway.portList" $ports }}
+{{- end }}
+
+{{/*
+PostgreSQL's TCP ports alone, as a JSON list of numbers in ascending order: `storePort` and every host's
+port of `store.url`. The migrations Job's hook policy (templates/migrate-job.yaml) opens these and DNS.
+*/}}
+{{- define "llm-gateway.storePorts" -}}
+{{- $ports := list (toString .Values.networkPolicy.egress.storePort) }}
+{{- with include "llm-gateway.urlPorts" (dict "url" .Values.store.url) }}
+{{- $ports = concat $ports (splitList "," .) }}
+{{- end }}
+{{- include "llm-gateway.portList" $ports }}
+{{- end }}
+
+{{/* A list of port strings as a JSON list of distinct numbers in ascending order. */}}
+{{- define "llm-gateway.portList" -}}
 {{- /* numeric order: sort the zero-padded strings */}}
 {{- $padded := list }}
-{{- range uniq $ports }}{{ $padded = append $padded (printf "%05d" (int .)) }}{{ end }}
+{{- range uniq . }}{{ $padded = append $padded (printf "%05d" (int .)) }}{{ end }}
 {{- $out := list }}
 {{- range sortAlpha $padded }}{{ $out = append $out (atoi .) }}{{ end }}
 {{- toJson $out }}
