@@ -178,3 +178,21 @@ def test_without_restricted_egress_the_jobs_hook_policy_allows_every_destination
     assert policy["spec"]["egress"] == [{}]
     assert not [d for d in render(chart, {"store": {"url": "postgresql://gw:pw@db/gw"},
                                           "networkPolicy": {"enabled": False}}) if d["kind"] == "NetworkPolicy"]
+
+
+def test_no_selector_of_the_gateways_pods_picks_the_migrations_jobs_pods(chart: helm.Chart) -> None:
+    """The Job's pods carried the gateway's selector labels: the PodDisruptionBudget counted a migration as
+    a healthy gateway pod, the HPA read its CPU as the gateway's and the previous release's NetworkPolicy
+    narrowed its egress. They now carry labels of their own, which only the Job's hook policy selects."""
+    values = {**EGRESS_ON, "store": {"url": "postgresql://gw:pw@db/gw"},
+              "podDisruptionBudget": {"enabled": True}, "autoscaling": {"enabled": True}}
+    docs = render(chart, values, revision=2, is_upgrade=True)
+    job_pods = only(docs, "Job")["spec"]["template"]["metadata"]["labels"]
+    selectors = [only(docs, "Deployment")["spec"]["selector"]["matchLabels"],
+                 only(docs, "Service")["spec"]["selector"],
+                 only(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+                 regular_policy(docs)["spec"]["podSelector"]["matchLabels"]]
+    for selector in selectors:
+        assert not all(job_pods.get(k) == v for k, v in selector.items()), selector
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert [p["metadata"]["name"] for p in policies if selects(p, job_pods)] == [f"{FULLNAME}-migrate"]

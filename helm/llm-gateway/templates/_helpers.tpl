@@ -27,6 +27,14 @@ app.kubernetes.io/name: {{ include "llm-gateway.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{- /* The migrations Job's pods: not the gateway's selector labels, so the Service, the PodDisruptionBudget,
+the HPA's pod metrics and the gateway pods' NetworkPolicy never count or select them. */}}
+{{- define "llm-gateway.migrateLabels" -}}
+app.kubernetes.io/name: {{ include "llm-gateway.name" . }}-migrate
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: migrate
+{{- end }}
+
 {{- define "llm-gateway.labels" -}}
 helm.sh/chart: {{ include "llm-gateway.chart" . }}
 {{ include "llm-gateway.selectorLabels" . }}
