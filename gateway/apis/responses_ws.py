@@ -19,6 +19,7 @@ import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.apis.responses_ws_channel import EventChannel
+from gateway.apis.responses_ws_refusals import auth_reason, refused_upgrade
 from gateway.config.types import ApiKey
 from gateway.core.body_scan import NOTHING, Scan, body_scans, walked
 from gateway.core.http1_request import RequestHead
@@ -45,7 +46,7 @@ from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.limits import within_budgets
-from gateway.pipeline.middleware import handle, refused_response
+from gateway.pipeline.middleware import handle
 from gateway.pipeline.request import walked_body
 from gateway.pipeline.socket_slots import Slot
 from gateway.providers.base import MARKER
@@ -69,14 +70,14 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
     if head.path != RESPONSES.path or head.method != "GET":
         err = GatewayError("WebSocket mode is served on GET /v1/responses only", status=426,
                            code="upgrade_required", type="invalid_request_error")
-        return refused_response(app.apis, err, head.path, head.headers)
+        return refused_upgrade(app, err, head, "upgrade_required", logged=True)  # the server logs its 426
     origin = head.headers.get("origin")
     if origin is not None and not origin_allowed(app.runtime.config.server.cors, origin):
         # a browser opens a socket to any site with no preflight: a page may use the gateway only when
         # its origin is allowed (server.cors.allow_origins), else an unauthenticated gateway is anyone's
         err = GatewayError("this Origin may not open a WebSocket (server.cors.allow_origins)", status=403,
                            code="permission_denied", type="invalid_request_error")
-        return _refused(app, err, head)
+        return refused_upgrade(app, err, head, "origin")
     try:
         if head.http10:
             raise HandshakeError("a WebSocket handshake is an HTTP/1.1 request")
@@ -85,21 +86,10 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
         # taken here, the socket made with no await between: each holds a conversation, so a key's are bounded
         slot = app.sockets.take(key, app.runtime.config.server.websocket_max_per_key)
     except HandshakeError as exc:
-        return _refused(app, InvalidRequest(str(exc)), head)
-    except GatewayError as err:  # TooManySockets (429) is counted and logged by the server (`http_refused`)
-        return _refused(app, err, head, logged=err.status == 429)
-    name = key.name if key is not None else None
-    return Accepted(answer, lambda link: ResponsesSocket(app, head, link, name, slot))
-
-
-def _refused(app: Host, err: GatewayError, head: RequestHead, logged: bool = False) -> Response:
-    """An upgrade refused for its caller (a bad handshake, a key or token refused, an Origin not allowed):
-    one `websocket_refused` line, as an HTTP request refused so writes its `request` line, so guessed
-    credentials leave a trace (docs/reference.md, "WebSocket mode"); the answer in the route's shape."""
-    answer = refused_response(app.apis, err, head.path, head.headers)
-    if not logged:
-        log.info("websocket_refused", status=err.status, code=err.code, request_id=answer.headers.get("x-request-id"))
-    return answer
+        return refused_upgrade(app, InvalidRequest(str(exc)), head, "handshake")
+    except GatewayError as err:  # TooManySockets (429) is logged by the server too (`http_refused`)
+        return refused_upgrade(app, err, head, auth_reason(err), logged=err.status == 429)
+    return Accepted(answer, lambda link: ResponsesSocket(app, head, link, key, slot))
 
 
 class ResponsesSocket:
@@ -109,7 +99,7 @@ class ResponsesSocket:
                  "_key", "_loop", "_memo", "_opened", "_responses", "_resuming", "_running", "_slot", "_warmups", "app",
                  "frames", "idle_s", "link")
 
-    def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None, slot: Slot):
+    def __init__(self, app: Host, head: RequestHead, link: Link, key: ApiKey | None, slot: Slot):
         self.app, self.link = app, link
         self._slot: Slot | None = slot  # its place in its caller's count, given back once (`_give_back`)
         server = app.runtime.config.server
@@ -127,7 +117,7 @@ class ResponsesSocket:
         self._draining = False
         self._active = self._loop.time()
         self._held = False  # messages wait in the frame parser (see BATCH): reading is held
-        self._key = key_name  # for the connection's log lines
+        self._key = key.name if key is not None else None  # for the connection's log lines
         self._opened = self._loop.time()
         self._responses = self._warmups = 0
         self._close_code: int | None = None

@@ -82,6 +82,7 @@ class Metrics:
     routing_decisions: Any = None  # always set by `create_metrics`
     deployment_ttft: Any = None  # always set by `create_metrics`
     websocket_connections: Any = None  # always set by `create_metrics`
+    websocket_refusals: Any = None  # always set by `create_metrics`
     # -- issue #62: the gateway's own share of TTFT, and the GenAI convention metrics (`observe.genai`) --
     overhead: Any = None  # always set by `create_metrics`
     estimated_tokens: Any = None  # always set by `create_metrics`
@@ -141,6 +142,10 @@ class Metrics:
 
     def websocket_closed(self) -> None:
         self.child(self.websocket_connections).dec()
+
+    def websocket_refused(self, reason: str) -> None:
+        """A WebSocket upgrade refused before the `101`, `reason` one of `WEBSOCKET_REFUSED_REASONS`."""
+        self.child(self.websocket_refusals, reason).inc()
 
     def local_limits(self, workers: int) -> None:
         """Worker processes that each enforce every limit on their own."""
@@ -231,6 +236,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                               "token (docs/continuation.md)", ["model", "deployment", "mode", "outcome"], **kw),
         websocket_connections=Gauge("websocket_connections", "Open WebSocket-mode connections (GET /v1/responses)",
                                     [], multiprocess_mode="livesum", **kw),
+        websocket_refusals=Counter("websocket_refused", "WebSocket upgrades refused before the 101, by reason",
+                                  ["reason"], **kw),
         overhead=Histogram("overhead_seconds", "The gateway's own share of the time to first token: TTFT minus the "
                            "upstream's time (docs/overhead.md)", ["api", "model"], buckets=OVERHEAD_BUCKETS, **kw),
         estimated_tokens=Counter("estimated_tokens", "Estimated tokens", ["model", "provider", "key", "type"], **kw),
@@ -292,6 +299,8 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
     _preinitialise_issue62(m, config, apis)
     for reason in labels.HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
+    for reason in labels.WEBSOCKET_REFUSED_REASONS:
+        m.websocket_refusals.labels(reason)
     if config.store.url is not None:
         for op in labels.STORE_OPS:
             m.store_errors.labels(op)

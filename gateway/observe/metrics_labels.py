@@ -17,3 +17,8 @@ HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "body_timeout", "send
                         "upgrade", "tls_handshake", "websocket_limit")
 STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_timeout", "malformed",
                           "connect_error")
+# `llm_gateway_websocket_refused_total{reason}`: a WebSocket upgrade refused before the `101`
+# (`apis/responses_ws.py`): on another route or method (426), a bad handshake (400), an Origin not allowed
+# (403), a key or token refused (401), a token whose groups grant nothing (403), the caller's cap (429)
+WEBSOCKET_REFUSED_REASONS = ("upgrade_required", "handshake", "origin", "auth", "permission_denied",
+                             "websocket_limit")

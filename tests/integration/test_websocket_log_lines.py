@@ -4,6 +4,7 @@ that one's line (`outcome: cancelled`) comes before the connection's last line, 
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
 import orjson
@@ -13,9 +14,12 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from gateway.config import parse_config
+from gateway.observe.metrics_labels import WEBSOCKET_REFUSED_REASONS
 from tests import anthropic_scripts as a
 from tests.fake_upstream import FakeUpstream, Hang
 from tests.harness import GatewayServer, LoopThread, wait_until
+from tests.integration.test_responses_websocket import KEY as WS_KEY
+from tests.integration.test_responses_websocket import ws_config
 
 KEY = "gw-ws-log-key"
 
@@ -58,3 +62,38 @@ def test_an_upgrade_refused_for_its_caller_leaves_one_line(make_gateway: Callabl
     (line,) = [e for e in logs if e["event"] == "websocket_refused"]
     assert (line["status"], line["code"]) == (401, "invalid_api_key") and line["request_id"]
     assert "gw-guessed-SECRET" not in str(logs)
+
+
+def test_every_upgrade_refused_is_counted_by_its_reason(servers: LoopThread, upstream: FakeUpstream,
+                                                        make_gateway: Callable[..., GatewayServer]) -> None:
+    """`llm_gateway_websocket_refused_total{reason}`: each refusal before the `101`, by why; the ones the
+    gateway logs as its caller's (`websocket_refused`) name the reason too."""
+    gw = make_gateway(ws_config(upstream, websocket_max_per_key=1))
+    url, auth = f"ws://127.0.0.1:{gw.port}", {"Authorization": f"Bearer {WS_KEY}"}
+    statuses = []
+    with capture_logs() as logs:
+        for path, headers, origin in (("/v1/responses", {"Authorization": "Bearer gw-guessed"}, None),
+                                      ("/v1/chat/completions", auth, None),
+                                      ("/v1/responses", auth, "https://evil.example")):
+            with pytest.raises(InvalidStatus) as refused:
+                connect(url + path, additional_headers=headers, origin=origin)
+            statuses.append(refused.value.response.status_code)
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:  # no Sec-WebSocket-Key
+            sock.sendall(f"GET /v1/responses HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                         f"Authorization: Bearer {WS_KEY}\r\n\r\n".encode())
+            head = b""
+            while b"\r\n" not in head:
+                got = sock.recv(4096)
+                assert got, "closed before a status line"
+                head += got
+            statuses.append(int(head.split(b" ", 2)[1]))
+        with connect(url + "/v1/responses", additional_headers=auth):
+            with pytest.raises(InvalidStatus) as refused:
+                connect(url + "/v1/responses", additional_headers=auth)
+            statuses.append(refused.value.response.status_code)
+    assert statuses == [401, 426, 403, 400, 429]
+    counted = {r: gw.sample("llm_gateway_websocket_refused_total", reason=r) for r in WEBSOCKET_REFUSED_REASONS}
+    assert counted == {"auth": 1, "upgrade_required": 1, "origin": 1, "handshake": 1, "websocket_limit": 1,
+                       "permission_denied": 0}
+    assert [e["reason"] for e in logs if e["event"] == "websocket_refused"] == ["auth", "origin", "handshake"]
+
