@@ -19,7 +19,7 @@ import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.apis.responses_ws_channel import EventChannel
-from gateway.apis.responses_ws_refusals import auth_reason, refused_upgrade
+from gateway.apis.responses_ws_refusals import auth_reason, oversized, refused_message, refused_upgrade
 from gateway.config.types import ApiKey
 from gateway.core.body_scan import NOTHING, Scan, body_scans, walked
 from gateway.core.http1_request import RequestHead
@@ -95,9 +95,9 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
 class ResponsesSocket:
     """One WebSocket-mode connection (the server's `Tunnel`)."""
 
-    __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
-                 "_key", "_loop", "_memo", "_opened", "_responses", "_resuming", "_running", "_slot", "_warmups", "app",
-                 "frames", "idle_s", "link")
+    __slots__ = ("_active", "_busy_frame", "_caller", "_close_code", "_conversation", "_done", "_draining",
+                 "_headers", "_held", "_key", "_loop", "_memo", "_opened", "_responses", "_resuming", "_running",
+                 "_slot", "_warmups", "app", "frames", "idle_s", "link")
 
     def __init__(self, app: Host, head: RequestHead, link: Link, key: ApiKey | None, slot: Slot):
         self.app, self.link = app, link
@@ -117,6 +117,7 @@ class ResponsesSocket:
         self._draining = False
         self._active = self._loop.time()
         self._held = False  # messages wait in the frame parser (see BATCH): reading is held
+        self._caller = key  # as the upgrade found it: whose messages a refusal's line names
         self._key = key.name if key is not None else None  # for the connection's log lines
         self._opened = self._loop.time()
         self._responses = self._warmups = 0
@@ -167,6 +168,8 @@ class ResponsesSocket:
         slow = self._write(fed.reply) if fed.reply else False
         if fed.close is not None:
             self._close_code = fed.close
+            if oversized(fed.close, self.frames):  # its close (1009) says so: no event
+                self._refuse(None, "", 413, "request_too_large")
             self._end()
             return
         slow = self._take(fed.texts) or slow
@@ -281,7 +284,7 @@ class ResponsesSocket:
             own, given = body_scans(create.body, MARKER)  # walked before the kept conversation joins them
             whole, scan = self._conversation.expand(create.body, own, given)
         except SocketMessageError as exc:
-            self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
+            self._refuse(exc.param, str(exc), 400, "invalid_request")
             return
         if not create.generate:  # kept as a response is, so sized as one (see `_sized`)
             if self._sized(create.body) is not None:
@@ -344,12 +347,11 @@ class ResponsesSocket:
         try:
             size = self._conversation.body_size(body)
         except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
-            self._write(self.frames.text(error_event("invalid_request", DEPTH_MESSAGE, None, 400)))
+            self._refuse(None, DEPTH_MESSAGE, 400, "invalid_request")
             return None
         if size > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
-            self._write(self.frames.text(error_event(
-                "request_too_large", f"the conversation is larger than {self.frames.max_message} bytes: start a "
-                "new one without previous_response_id", "previous_response_id", 413)))
+            self._refuse("previous_response_id", f"the conversation is larger than {self.frames.max_message} "
+                         "bytes: start a new one without previous_response_id", 413, "request_too_large")
             return None
         return size
 
@@ -375,6 +377,13 @@ class ResponsesSocket:
             raise ModelNotFound.named(name)
         KeyRing.authorize(key, model.name, name)
         return key
+
+    def _refuse(self, param: str | None, message: str, status: int, code: str) -> None:
+        """A message refused before it became a response: its `error` event (none with `message` empty),
+        and its `request` line and count (`responses_ws_refusals.refused_message`)."""
+        if message:
+            self._write(self.frames.text(error_event(code, message, param, status)))
+        refused_message(self.app, self.link, self._headers, self._caller, status, code)
 
     def _refused(self, resp: Response) -> None:
         """A response refused before its stream (the status and error body HTTP would have carried); then

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
 from structlog.testing import capture_logs
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from gateway.config import parse_config
@@ -19,7 +20,7 @@ from tests import anthropic_scripts as a
 from tests.fake_upstream import FakeUpstream, Hang
 from tests.harness import GatewayServer, LoopThread, wait_until
 from tests.integration.test_responses_websocket import KEY as WS_KEY
-from tests.integration.test_responses_websocket import ws_config
+from tests.integration.test_responses_websocket import MESSAGES_PATH, raw_socket, recv_json, turn, ws_config
 
 KEY = "gw-ws-log-key"
 
@@ -97,3 +98,67 @@ def test_every_upgrade_refused_is_counted_by_its_reason(servers: LoopThread, ups
                        "permission_denied": 0}
     assert [e["reason"] for e in logs if e["event"] == "websocket_refused"] == ["auth", "origin", "handshake"]
 
+
+def refused_lines(logs: list[Any]) -> list[Any]:
+    return [e for e in logs if e["event"] == "request" and e["status"] in (400, 413)]
+
+
+MESSAGES = {  # a message refused before it became a response: what it was, its status and code
+    "not JSON": ("not json {", 400, "invalid_request"),
+    "another type": (orjson.dumps({"type": "session.update", "model": "claude"}).decode(), 400, "invalid_request"),
+    "nested too deep": ('{"type": "response.create", "model": "claude", "input": "hi", "metadata": {"x": '
+                        + "[" * 300 + "]" * 300 + "}}", 400, "invalid_request"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MESSAGES))
+def test_a_message_refused_before_its_response_has_its_line_and_count(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], case: str) -> None:
+    """As an HTTP request refused before its model resolved: one `request` line (the connection's key, no model,
+    nothing of the message) inside the connection's lines, and `llm_gateway_requests_total` with model
+    `unknown`; the connection serves on."""
+    gw = make_gateway(ws_config(upstream))
+    text, status, code = MESSAGES[case]
+    with capture_logs() as logs:
+        with raw_socket(gw) as ws:
+            ws.send(text)
+            assert recv_json(ws)["code"] == code
+        servers.run(wait_until(lambda: any(e["event"] == "websocket_closed" for e in logs), 5.0))
+    assert [e["event"] for e in logs if e["event"].startswith(("websocket", "request"))] == [
+        "websocket_opened", "request", "websocket_closed"]
+    (line,) = refused_lines(logs)
+    assert (line["transport"], line["status"], line["reason"], line["outcome"]) == (
+        "websocket", status, code, "client_error")
+    assert (line["key"], line["model"], line["api"], line["requested_model"]) == ("ws", "(unresolved)", "responses",
+                                                                                  None)
+    assert "claude" not in str(line) and "session.update" not in str(line)
+    assert gw.sample("llm_gateway_requests_total", api="responses", model="unknown", outcome="client_error",
+                     key="ws") == gw.sample("llm_gateway_requests_total") == 1
+
+
+def test_a_conversation_too_large_and_an_oversized_message_have_their_lines_and_counts(
+        servers: LoopThread, upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """The whole request over `server.max_body_bytes` (an `error` event 413), then a message over it (closed
+    with 1009): each 413 `request_too_large`, one line and one count."""
+    gw = make_gateway(ws_config(upstream))  # max_body_bytes: 64 KiB
+    upstream.enqueue(MESSAGES_PATH, a.text_stream(["ok"]))
+    big = "z" * 40_000  # two of these outgrow the bound
+    with capture_logs() as logs:
+        with raw_socket(gw) as ws:
+            first = turn(ws, {"model": "claude", "input": big})
+            refused = turn(ws, {"model": "claude", "input": big, "previous_response_id": first[-1]["response"]["id"]})
+            assert refused[-1]["code"] == "request_too_large"
+            ws.send(orjson.dumps({"type": "response.create", "model": "claude", "input": "x" * 70_000}).decode())
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+        servers.run(wait_until(lambda: any(e["event"] == "websocket_closed" for e in logs), 5.0))
+    lines = refused_lines(logs)
+    assert [(e["status"], e["reason"], e["transport"], e["key"]) for e in lines] == [
+        (413, "request_too_large", "websocket", "ws")] * 2
+    assert big not in str(lines)
+    closing = next(e for e in logs if e["event"] == "websocket_closed")
+    assert closing["responses"] == 1 and closing["close_code"] == 1009  # the refused are no responses
+    requests = "llm_gateway_requests_total"
+    assert gw.sample(requests, api="responses", model="unknown", outcome="client_error", key="ws") == 2
+    assert gw.sample(requests, api="responses", model="claude", outcome="ok") == 1
