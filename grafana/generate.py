@@ -209,8 +209,8 @@ def overview_upstream() -> list[Panel | Row]:
         Row("Upstream attempts"),
         timeseries("Upstream attempts by outcome (in-band errors shown separately)",
                    "Every upstream attempt per second by outcome: ok, connect_error, http_429, http_5xx, "
-                   "http_4xx, first_token_timeout, idle_timeout, quota, hedge_cancelled. In-band errors "
-                   "are on the next panel.",
+                   "http_4xx, first_token_timeout, idle_timeout, quota, hedge_cancelled, client_cancelled "
+                   "(cut by the client's leaving before its first token). In-band errors are on the next panel.",
                    [Query(f"sum by (outcome) (rate({ATT}{{{M}, outcome!=\"inband_error\"}}[{RI}]))",
                           "{{outcome}}")], unit="ops"),
         timeseries("In-band upstream errors by deployment",
@@ -223,8 +223,9 @@ def overview_upstream() -> list[Panel | Row]:
                    "Attempts that failed before the first token, by deployment and reason. Each one was "
                    "followed by a retry, a fallback to the next deployment, or (when none was left) an "
                    "error to the client.",
-                   [Query(f"sum by (deployment, outcome) (rate({ATT}{{{M}, outcome!~\"ok|hedge_cancelled\"}}"
-                          f"[{RI}]))", "{{deployment}} {{outcome}}")], unit="ops"),
+                   [Query(f"sum by (deployment, outcome) (rate({ATT}{{{M}, "
+                          f"outcome!~\"ok|hedge_cancelled|client_cancelled\"}}[{RI}]))",
+                          "{{deployment}} {{outcome}}")], unit="ops"),
         timeseries("Hedges by winner",
                    "Hedged requests per second (a second attempt started because the first token was late) "
                    "by which attempt produced the first token: primary or hedge.",

@@ -23,7 +23,7 @@ REQUEST_OUTCOMES = (
 )
 ATTEMPT_OUTCOMES = (
     "ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error", "first_token_timeout",
-    "idle_timeout", "quota", "hedge_cancelled",
+    "idle_timeout", "quota", "hedge_cancelled", "client_cancelled",
 )
 TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
 

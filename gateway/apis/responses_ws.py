@@ -19,6 +19,7 @@ import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.apis.responses_ws_channel import EventChannel
+from gateway.apis.responses_ws_refusals import auth_reason, oversized, refused_message, refused_upgrade
 from gateway.config.types import ApiKey
 from gateway.core.body_scan import NOTHING, Scan, body_scans, walked
 from gateway.core.http1_request import RequestHead
@@ -45,7 +46,7 @@ from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.limits import within_budgets
-from gateway.pipeline.middleware import handle, refused_response
+from gateway.pipeline.middleware import handle
 from gateway.pipeline.request import walked_body
 from gateway.pipeline.socket_slots import Slot
 from gateway.providers.base import MARKER
@@ -69,14 +70,14 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
     if head.path != RESPONSES.path or head.method != "GET":
         err = GatewayError("WebSocket mode is served on GET /v1/responses only", status=426,
                            code="upgrade_required", type="invalid_request_error")
-        return refused_response(app.apis, err, head.path, head.headers)
+        return refused_upgrade(app, err, head, "upgrade_required", logged=True)  # the server logs its 426
     origin = head.headers.get("origin")
     if origin is not None and not origin_allowed(app.runtime.config.server.cors, origin):
         # a browser opens a socket to any site with no preflight: a page may use the gateway only when
         # its origin is allowed (server.cors.allow_origins), else an unauthenticated gateway is anyone's
         err = GatewayError("this Origin may not open a WebSocket (server.cors.allow_origins)", status=403,
                            code="permission_denied", type="invalid_request_error")
-        return _refused(app, err, head)
+        return refused_upgrade(app, err, head, "origin")
     try:
         if head.http10:
             raise HandshakeError("a WebSocket handshake is an HTTP/1.1 request")
@@ -85,31 +86,20 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
         # taken here, the socket made with no await between: each holds a conversation, so a key's are bounded
         slot = app.sockets.take(key, app.runtime.config.server.websocket_max_per_key)
     except HandshakeError as exc:
-        return _refused(app, InvalidRequest(str(exc)), head)
-    except GatewayError as err:  # TooManySockets (429) is counted and logged by the server (`http_refused`)
-        return _refused(app, err, head, logged=err.status == 429)
-    name = key.name if key is not None else None
-    return Accepted(answer, lambda link: ResponsesSocket(app, head, link, name, slot))
-
-
-def _refused(app: Host, err: GatewayError, head: RequestHead, logged: bool = False) -> Response:
-    """An upgrade refused for its caller (a bad handshake, a key or token refused, an Origin not allowed):
-    one `websocket_refused` line, as an HTTP request refused so writes its `request` line, so guessed
-    credentials leave a trace (docs/reference.md, "WebSocket mode"); the answer in the route's shape."""
-    answer = refused_response(app.apis, err, head.path, head.headers)
-    if not logged:
-        log.info("websocket_refused", status=err.status, code=err.code, request_id=answer.headers.get("x-request-id"))
-    return answer
+        return refused_upgrade(app, InvalidRequest(str(exc)), head, "handshake")
+    except GatewayError as err:  # TooManySockets (429) is logged by the server too (`http_refused`)
+        return refused_upgrade(app, err, head, auth_reason(err), logged=err.status == 429)
+    return Accepted(answer, lambda link: ResponsesSocket(app, head, link, key, slot))
 
 
 class ResponsesSocket:
     """One WebSocket-mode connection (the server's `Tunnel`)."""
 
-    __slots__ = ("_active", "_busy_frame", "_close_code", "_conversation", "_done", "_draining", "_headers", "_held",
-                 "_key", "_loop", "_memo", "_opened", "_responses", "_resuming", "_running", "_slot", "_warmups", "app",
-                 "frames", "idle_s", "link")
+    __slots__ = ("_active", "_busy_frame", "_caller", "_close_code", "_conversation", "_done", "_draining",
+                 "_headers", "_held", "_key", "_loop", "_memo", "_opened", "_responses", "_resuming", "_running",
+                 "_slot", "_warmups", "app", "frames", "idle_s", "link")
 
-    def __init__(self, app: Host, head: RequestHead, link: Link, key_name: str | None, slot: Slot):
+    def __init__(self, app: Host, head: RequestHead, link: Link, key: ApiKey | None, slot: Slot):
         self.app, self.link = app, link
         self._slot: Slot | None = slot  # its place in its caller's count, given back once (`_give_back`)
         server = app.runtime.config.server
@@ -127,7 +117,8 @@ class ResponsesSocket:
         self._draining = False
         self._active = self._loop.time()
         self._held = False  # messages wait in the frame parser (see BATCH): reading is held
-        self._key = key_name  # for the connection's log lines
+        self._caller = key  # as the upgrade found it: whose messages a refusal's line names
+        self._key = key.name if key is not None else None  # for the connection's log lines
         self._opened = self._loop.time()
         self._responses = self._warmups = 0
         self._close_code: int | None = None
@@ -177,6 +168,8 @@ class ResponsesSocket:
         slow = self._write(fed.reply) if fed.reply else False
         if fed.close is not None:
             self._close_code = fed.close
+            if oversized(fed.close, self.frames):  # its close (1009) says so: no event
+                self._refuse(None, "", 413, "request_too_large")
             self._end()
             return
         slow = self._take(fed.texts) or slow
@@ -291,7 +284,7 @@ class ResponsesSocket:
             own, given = body_scans(create.body, MARKER)  # walked before the kept conversation joins them
             whole, scan = self._conversation.expand(create.body, own, given)
         except SocketMessageError as exc:
-            self._write(self.frames.text(error_event("invalid_request", str(exc), exc.param, 400)))
+            self._refuse(exc.param, str(exc), 400, "invalid_request")
             return
         if not create.generate:  # kept as a response is, so sized as one (see `_sized`)
             if self._sized(create.body) is not None:
@@ -354,12 +347,11 @@ class ResponsesSocket:
         try:
             size = self._conversation.body_size(body)
         except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes, so past MAX_DEPTH too
-            self._write(self.frames.text(error_event("invalid_request", DEPTH_MESSAGE, None, 400)))
+            self._refuse(None, DEPTH_MESSAGE, 400, "invalid_request")
             return None
         if size > self.frames.max_message:  # the whole conversation, as HTTP would have carried it
-            self._write(self.frames.text(error_event(
-                "request_too_large", f"the conversation is larger than {self.frames.max_message} bytes: start a "
-                "new one without previous_response_id", "previous_response_id", 413)))
+            self._refuse("previous_response_id", f"the conversation is larger than {self.frames.max_message} "
+                         "bytes: start a new one without previous_response_id", 413, "request_too_large")
             return None
         return size
 
@@ -385,6 +377,13 @@ class ResponsesSocket:
             raise ModelNotFound.named(name)
         KeyRing.authorize(key, model.name, name)
         return key
+
+    def _refuse(self, param: str | None, message: str, status: int, code: str) -> None:
+        """A message refused before it became a response: its `error` event (none with `message` empty),
+        and its `request` line and count (`responses_ws_refusals.refused_message`)."""
+        if message:
+            self._write(self.frames.text(error_event(code, message, param, status)))
+        refused_message(self.app, self.link, self._headers, self._caller, status, code)
 
     def _refused(self, resp: Response) -> None:
         """A response refused before its stream (the status and error body HTTP would have carried); then

@@ -24,6 +24,7 @@ from gateway.config.types import Config, ModelConfig, Price
 from gateway.core.api import ClientApi
 from gateway.core.events import Usage
 from gateway.core.redact.rules import expand
+from gateway.observe import metrics_labels as labels
 from gateway.observe.genai import GenAi, configure, create_genai
 from gateway.observe.metrics_local import LocalCounter, LocalGauge, LocalHistogram, ThreadSafeCounter
 from gateway.observe.metrics_mp import MP_GAUGE as _MP_GAUGE
@@ -35,16 +36,10 @@ DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
 DELAY_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                  0.25, 0.5, 1.0)
-ATTEMPT_OUTCOMES = ("ok", "connect_error", "http_429", "http_5xx", "http_4xx", "inband_error",
-                    "first_token_timeout", "idle_timeout", "quota", "hedge_cancelled")
-TOKEN_TYPES = ("input", "output", "cached_input", "cache_creation_input", "reasoning")
-AFFINITY_RESULTS = ("kept", "moved", "new")
 # `llm_gateway_overhead_seconds` (issue #62): from 0.1 ms (a streamed token's own hop) to 1 s (a gateway in
 # trouble)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05,
                     0.1, 0.25, 0.5, 1.0)
-OUTCOMES = ("ok", "client_error", "auth_error", "rate_limited", "guardrail_blocked", "upstream_error",
-            "timeout", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +82,7 @@ class Metrics:
     routing_decisions: Any = None  # always set by `create_metrics`
     deployment_ttft: Any = None  # always set by `create_metrics`
     websocket_connections: Any = None  # always set by `create_metrics`
+    websocket_refusals: Any = None  # always set by `create_metrics`
     # -- issue #62: the gateway's own share of TTFT, and the GenAI convention metrics (`observe.genai`) --
     overhead: Any = None  # always set by `create_metrics`
     estimated_tokens: Any = None  # always set by `create_metrics`
@@ -146,6 +142,10 @@ class Metrics:
 
     def websocket_closed(self) -> None:
         self.child(self.websocket_connections).dec()
+
+    def websocket_refused(self, reason: str) -> None:
+        """A WebSocket upgrade refused before the `101`, `reason` one of `WEBSOCKET_REFUSED_REASONS`."""
+        self.child(self.websocket_refusals, reason).inc()
 
     def local_limits(self, workers: int) -> None:
         """Worker processes that each enforce every limit on their own."""
@@ -236,6 +236,8 @@ def create_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                               "token (docs/continuation.md)", ["model", "deployment", "mode", "outcome"], **kw),
         websocket_connections=Gauge("websocket_connections", "Open WebSocket-mode connections (GET /v1/responses)",
                                     [], multiprocess_mode="livesum", **kw),
+        websocket_refusals=Counter("websocket_refused", "WebSocket upgrades refused before the 101, by reason",
+                                  ["reason"], **kw),
         overhead=Histogram("overhead_seconds", "The gateway's own share of the time to first token: TTFT minus the "
                            "upstream's time (docs/overhead.md)", ["api", "model"], buckets=OVERHEAD_BUCKETS, **kw),
         estimated_tokens=Counter("estimated_tokens", "Estimated tokens", ["model", "provider", "key", "type"], **kw),
@@ -289,23 +291,18 @@ def add_process_collectors(registry: CollectorRegistry) -> None:
     GCCollector(registry=registry)
 
 
-STORE_OPS = ("refresh", "ledger", "admin")
-HTTP_REFUSED_REASONS = ("max_connections", "head_timeout", "body_timeout", "send_stall", "bad_request", "too_large",
-                        "upgrade", "tls_handshake", "websocket_limit")
-STREAM_FAILURE_REASONS = ("inband_error", "early_eof", "idle_timeout", "total_timeout", "malformed",
-                          "connect_error")
-
-
 def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None:
     """Create the known label sets at zero so dashboards show real zeros (with the target's `job` and
     `instance`), not gaps and not `or vector(0)`'s label-less phantom series; `apis`: the client APIs
     served (`apis/catalog.py`)."""
     apis = tuple(apis)
     _preinitialise_issue62(m, config, apis)
-    for reason in HTTP_REFUSED_REASONS:
+    for reason in labels.HTTP_REFUSED_REASONS:
         m.http_refused.labels(reason)
+    for reason in labels.WEBSOCKET_REFUSED_REASONS:
+        m.websocket_refusals.labels(reason)
     if config.store.url is not None:
-        for op in STORE_OPS:
+        for op in labels.STORE_OPS:
             m.store_errors.labels(op)
     _preinitialise_safety(m, config)
     for api_key in config.auth.keys:
@@ -320,7 +317,7 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
             m.upstream_ttft.labels(model.name, d.provider, d.label)
             for outcome in ("ok", "inband_error"):
                 m.attempts.labels(model.name, d.label, outcome)
-            for reason in STREAM_FAILURE_REASONS:
+            for reason in labels.STREAM_FAILURE_REASONS:
                 m.stream_failures.labels(model.name, d.label, reason)
             _preinitialise_usage(m, model.name, d.provider, keys)
         for api in apis:
@@ -337,7 +334,7 @@ def preinitialise(m: Metrics, config: Config, apis: Iterable[ClientApi]) -> None
 def _preinitialise_usage(m: Metrics, model: str, provider: str, keys: list[str]) -> None:
     """A deployment's usage series: tokens by type, estimated tokens, cost, usage missing."""
     for key in keys:
-        for t in TOKEN_TYPES:
+        for t in labels.TOKEN_TYPES:
             m.tokens.labels(model, provider, key, t)
         for t in ("input", "output"):
             m.estimated_tokens.labels(model, provider, key, t)
@@ -347,7 +344,7 @@ def _preinitialise_usage(m: Metrics, model: str, provider: str, keys: list[str])
 
 def _preinitialise_options(m: Metrics, model: ModelConfig) -> None:
     """The series of a model's opt-in behaviours: session affinity's results, continuation's modes."""
-    for result in AFFINITY_RESULTS if model.affinity == "session" else ():
+    for result in labels.AFFINITY_RESULTS if model.affinity == "session" else ():
         m.affinity.labels(model.name, result)
     for d in model.deployments if model.continuation else ():
         for mode in ("prefill", "regenerate"):

@@ -256,6 +256,14 @@ class RequestRecorder:
             "unanswered_attempts": [u.logged() for u in ctx.unanswered] if ctx and ctx.unanswered else None,
         })
 
+    def refused(self, adm: Admission, end: End) -> None:
+        """A request refused before it became one, that no handler saw (WebSocket mode: a message not read,
+        nested too deep or too large before its response began, docs/reference.md, WebSocket mode): its
+        count, span and line, as a request refused before its model resolved has them (model `unknown`)."""
+        self.started()
+        self.finished(None, adm, end)
+        self.log_line(None, adm, end)
+
     # -- process-level facts a request found -------------------------------------------------------------
 
     def learned(self, deployment: str, api: str, fact: str, in_force: bool) -> None:

@@ -176,7 +176,13 @@ class _Hedge(Generic[T]):
 
     async def run(self, primary: Deployment, delay: float) -> tuple[Deployment, T]:
         first = asyncio.ensure_future(run_one(self.rt, self.ctx, primary, self.attempt))
-        done, _ = await asyncio.wait({first}, timeout=delay)
+        try:
+            done, _ = await asyncio.wait({first}, timeout=delay)
+        except asyncio.CancelledError:  # the client went before the hedge's delay: the attempt goes with it
+            first.cancel()
+            with contextlib.suppress(BaseException):
+                await first
+            raise
         if done:
             return primary, first.result()
         model = self.ctx.model
@@ -267,7 +273,8 @@ async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Atte
     "Costs a client or an upstream can impose"), before anything logs it, passes it through to the client or
     puts it into a 502's summary. (After the commit, the one place is the failure event a stream core kept:
     `core.stream.StreamCore.upstream_end`.) Its `ok` is counted where its result is kept (an empty answer
-    dropped counts `inband_error`, a hedge's loser `hedge_cancelled`): once per attempt."""
+    dropped counts `inband_error`, a hedge's loser `hedge_cancelled`), one cut on its way by its request's
+    cancellation (the client gone) here, `client_cancelled`: once per attempt."""
     label = d.label
     rt.inflight[label] = rt.inflight.get(label, 0) + 1
     try:
@@ -277,6 +284,10 @@ async def run_one(rt: Runtime, ctx: RequestContext, d: Deployment, attempt: Atte
         if clean is exc.failure:
             raise
         raise UpstreamError(clean) from None
+    except asyncio.CancelledError as exc:
+        if exc.args != (HEDGE_LOST,):  # a hedge's loser is counted by the race that it lost (`_settle`)
+            ctx.rec.attempt_ended(ctx.model.name, d, "client_cancelled")
+        raise
     finally:
         rt.inflight[label] -= 1
     rt.breaker(d).record_success(time.monotonic())

@@ -21,12 +21,14 @@ from gateway.state.base import StateBackend
 
 
 class ConnectionPoints(Protocol):
-    """The process-level points a WebSocket connection writes (`observe.metrics.Metrics` has them): the
-    pipeline and the APIs reach the metrics object only through these and the request's recorder."""
+    """The process-level points a WebSocket connection (or an upgrade refused) writes (`observe.metrics.Metrics`
+    has them): the pipeline and the APIs reach the metrics object only through these and the request's recorder."""
 
     def websocket_opened(self) -> None: ...
 
     def websocket_closed(self) -> None: ...
+
+    def websocket_refused(self, reason: str) -> None: ...  # an upgrade refused before the `101`
 
 
 class Host(Protocol):

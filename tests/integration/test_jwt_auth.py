@@ -393,3 +393,7 @@ def test_the_websocket_upgrade_takes_a_token(gw: GatewayServer, idp: FakeIdp) ->
     rotated = idp.rotate("ES256")  # a key the gateway has not fetched yet: one refetch, then 101
     assert _upgrade_status(gw, idp.token(["ml-eng"], key=rotated)) == 101
     assert _upgrade_status(gw, idp.token(["ml-eng"], key=new_key("RS256"))) == 401
+    assert _upgrade_status(gw, idp.token(["strangers"])) == 403  # its groups grant nothing
+    refused = "llm_gateway_websocket_refused_total"  # counted by why: a token refused, or one that grants nothing
+    assert (gw.sample(refused, reason="auth"), gw.sample(refused, reason="permission_denied")) == (2, 1)
+    assert gw.sample(refused) == 3

@@ -334,3 +334,5 @@ def test_a_client_gone_mid_response_closes_the_upstream_request(servers: LoopThr
     # what the upstream spent is charged all the same, estimated (the bridge's usage comes at the end): the
     # input "go" and the output "Half" are a token each
     assert (line["input_tokens"], line["output_tokens"], line["estimated"]) == (1, 1, True)
+    attempts = "llm_gateway_upstream_attempts_total"  # its first token came: `ok`, not also `client_cancelled`
+    assert gw.sample(attempts, outcome="ok") == gw.sample(attempts) == 1

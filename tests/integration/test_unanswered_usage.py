@@ -199,6 +199,8 @@ def test_a_client_gone_before_the_first_token_is_charged_the_prompt(
         "cost_usd": ESTIMATE, "estimated": True}]
     assert gw.sample("llm_gateway_estimated_tokens_total", provider="a", type="input") == ESTIMATE
     assert gw.sample("llm_gateway_usage_missing_total", provider="a") == 0  # the upstream omitted nothing
+    attempts = "llm_gateway_upstream_attempts_total"  # the attempt counted once, as cut by its client
+    assert gw.sample(attempts, deployment="a/model-a", outcome="client_cancelled") == gw.sample(attempts) == 1
 
 
 def test_a_client_gone_after_message_start_is_charged_the_input_anthropic_counted(

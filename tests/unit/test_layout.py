@@ -138,7 +138,7 @@ def test_the_docs_stand_alone() -> None:
 # per-request ones are `observe.record.RequestRecorder`'s methods) and the registry a scrape reads
 PROCESS_POINTS = frozenset({"state_degraded_op", "refused", "span_dropped", "store_health", "store_error",
                             "local_limits", "registry", "state_mode", "websocket_opened", "websocket_closed",
-                            "ledger_pending_rows", "stored_keys_shadowed"})
+                            "websocket_refused", "ledger_pending_rows", "stored_keys_shadowed"})
 
 
 def metric_touches(tree: ast.AST) -> list[int]:
