@@ -57,7 +57,13 @@ class RowUnreadable(GatewayError):
     status, type, code, outcome = 500, "api_error", "store_row_unreadable", "error"
 
 
+# on every answer, an error's too: keys, spend and a new secret are never kept by a browser's or a proxy's
+# cache, and a JSON answer is never sniffed as a page (docs/console.md, Security)
+ANSWER_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+
+
 async def admin(request: GatewayRequest) -> Response:
+    request.extra_headers.update(ANSWER_HEADERS)
     rt = request.app.runtime
     control = await control_plane(rt.config, rt.control)  # off: no admin API, and no line (an unknown route)
     parts = [unquote(p) for p in request.path[len(PREFIX):].split("/")]
