@@ -71,8 +71,10 @@ def test_no_admin_answer_is_kept_by_a_cache(start: Start, tmp_path: Path) -> Non
     browser's disk cache nor a proxy keeps an admin answer (docs/console.md, Security)."""
     gw = start(raw_config(f"sqlite:///{tmp_path}/g.db"))
     auth = {"Authorization": f"Bearer {ADMIN_KEY}", "Content-Type": "application/json"}
-    answers = [get(gw, "/admin/v1/keys", "POST", auth, b'{"name": "fresh"}'), get(gw, "/admin/v1/keys", headers=auth),
-               get(gw, "/admin/v1/keys/fresh/rotate", "POST", auth, b"{}"), get(gw, "/admin/v1/keys/nope", headers=auth),
+    answers = [get(gw, "/admin/v1/keys", "POST", auth, b'{"name": "fresh"}'),
+               get(gw, "/admin/v1/keys", headers=auth),
+               get(gw, "/admin/v1/keys/fresh/rotate", "POST", auth, b"{}"),
+               get(gw, "/admin/v1/keys/nope", headers=auth),
                get(gw, "/admin/v1/keys", headers={"Authorization": "Bearer wrong"})]
     assert [status for status, _, _ in answers] == [201, 200, 200, 404, 401]
     assert b'"key":"sk-gw-' in answers[0][2]
