@@ -79,6 +79,7 @@ class FakeIdp:
     port: int = 0
     login_groups: list[str] = field(default_factory=lambda: ["ml-eng"])
     authorizations: list[dict[str, str]] = field(default_factory=list)  # the query of each /auth
+    refuse: str | None = None  # set: /auth sends the browser back with this `error` (and the state) instead of a code
     exchanges: list[Exchange] = field(default_factory=list)
     _codes: dict[str, dict[str, str]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
@@ -136,6 +137,8 @@ class FakeIdp:
         self.authorizations.append(q)
         if q.get("response_type") != "code" or q.get("code_challenge_method") != "S256" or "code_challenge" not in q:
             return web.Response(status=400, text="PKCE S256 and response_type=code are required")
+        if self.refuse is not None:  # RFC 6749 §4.1.2.1: the error, and the state it was sent
+            raise web.HTTPFound(f"{q['redirect_uri']}?error={self.refuse}&state={q.get('state', '')}")
         code = uuid.uuid4().hex
         self._codes[code] = q
         target = f"{q['redirect_uri']}?code={code}&state={q.get('state', '')}"

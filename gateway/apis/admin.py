@@ -23,6 +23,7 @@ from gateway.apis import admin_fields as f
 from gateway.apis import admin_scope as s
 from gateway.apis import admin_stats
 from gateway.apis.admin_auth import admin_principal, control_plane, store_down
+from gateway.config.control import IDP_PREFIX
 from gateway.config.types import Config
 from gateway.core.policy.roles import AdminPrincipal, may
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound
@@ -67,7 +68,13 @@ class RowUnreadable(GatewayError):
     status, type, code, outcome = 500, "api_error", "store_row_unreadable", "error"
 
 
+# on every answer, an error's too: keys, spend and a new secret are never kept by a browser's or a proxy's
+# cache, and a JSON answer is never sniffed as a page (docs/console.md, Security)
+ANSWER_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+
+
 async def admin(request: GatewayRequest) -> Response:
+    request.extra_headers.update(ANSWER_HEADERS)
     rt = request.app.runtime
     control = await control_plane(rt.config, rt.control)  # off: no admin API, and no line (an unknown route)
     parts = [unquote(p) for p in request.path[len(PREFIX):].split("/")]
@@ -75,7 +82,7 @@ async def admin(request: GatewayRequest) -> Response:
     status = 500
     try:
         who = await admin_principal(rt.config, rt.keyring.jwt, control, request.headers)
-        actor = Actor(admin=who.name, now=time.time(), role=who.role, team=who.team)
+        actor = Actor(admin=_audited(who), now=time.time(), role=who.role, team=who.team)
         route, handler = _handler(request.method, parts)
         if not may(who, route, request.method):
             raise Forbidden(f"the {who.role} role may not {request.method} /admin/v1/{route}")
@@ -104,6 +111,13 @@ def _route_name(method: str, parts: list[str]) -> str | None:
         return _handler(method, parts)[1].__name__
     except GatewayError:
         return None
+
+
+def _audited(who: AdminPrincipal) -> str:
+    """The admin as the audit log and `/me` name it: a key's name, or `jwt:` and a token's subject. No
+    admin key's name starts with `jwt:` (config/control.py, `admin_fields.NAME`), so a subject chosen at
+    the IdP can never pass for a key in the audit (docs/identity.md, Admin roles)."""
+    return IDP_PREFIX + who.name if who.via == "jwt" else who.name
 
 
 def _logged(who: AdminPrincipal) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import parse_qsl
 
 import orjson
@@ -22,6 +22,9 @@ LIMIT_FIELDS = ("models", "rpm", "tpm", "budget_usd", "budget_period")
 KEY_FIELDS = ("name", "team", "expires_at", "metadata", *LIMIT_FIELDS)
 TEAM_FIELDS = ("name", *LIMIT_FIELDS)
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # whole string (fullmatch): "alice\n" is not "alice"
+# a URL's dot segments: a browser (or any WHATWG URL client) sends `/admin/v1/keys/..` as `/admin/v1/`, so
+# an object so named could not be changed or revoked from the console (docs/keys-teams-spend.md, Validation)
+DOT_SEGMENTS = (".", "..")
 _DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # ASCII digits, two each for month and day
 MAX_METADATA = 4096
 MAX_MODELS = 1000
@@ -45,9 +48,13 @@ def json_object(body: bytes, allowed: tuple[str, ...]) -> dict[str, Any]:
 
 def name_of(data: dict[str, Any]) -> str:
     name = data.get("name")
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise InvalidRequest("name is required: 1 to 64 of letters, digits, _ . -", param="name")
+    if not is_name(name):
+        raise InvalidRequest("name is required: 1 to 64 of letters, digits, _ . -, not . or ..", param="name")
     return name
+
+
+def is_name(v: object) -> TypeGuard[str]:
+    return isinstance(v, str) and NAME.fullmatch(v) is not None and v not in DOT_SEGMENTS
 
 
 def _count(data: dict[str, Any], field: str) -> int | None:
@@ -91,7 +98,7 @@ def team_of(data: dict[str, Any], default: str | None) -> str | None:
     if "team" not in data:
         return default
     t = data["team"]
-    if t is not None and (not isinstance(t, str) or not NAME.fullmatch(t)):
+    if t is not None and not is_name(t):
         raise InvalidRequest("team must be a team name or null", param="team")
     return t
 

@@ -46,10 +46,13 @@ export async function finish(oidc) {
   history.replaceState(null, "", "/admin/");
   const pending = JSON.parse(sessionStorage.getItem(PENDING) || "null");
   sessionStorage.removeItem(PENDING);
-  if (params.get("error")) throw new Error("the identity provider refused: " + params.get("error"));
-  if (!pending || !params.get("code") || params.get("state") !== pending.state) {
+  // The state first, an error answer's too (RFC 6749 §4.1.2.1 sends it back): a link anyone can make to
+  // /admin/callback?error=... must not put its own words on this page.
+  if (!pending || params.get("state") !== pending.state) {
     throw new Error("this sign-in was not started here (state mismatch); sign in again");
   }
+  if (params.get("error")) throw new Error("the identity provider refused: " + params.get("error"));
+  if (!params.get("code")) throw new Error("the identity provider gave no code; sign in again");
   const body = new URLSearchParams({ grant_type: "authorization_code", code: params.get("code"),
     redirect_uri: redirectUri(), client_id: oidc.client_id, code_verifier: pending.verifier });
   const resp = await fetch(pending.token_endpoint, { method: "POST", body, credentials: "omit",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from playwright.sync_api import Browser, Page, Request, expect
@@ -74,3 +75,19 @@ def test_a_callback_not_started_here_is_refused(page: Page, console: Console, id
     expect(page.locator("#status")).to_contain_text("not started here")
     assert idp.exchanges == [] and "code=" not in page.url
     expect(page.get_by_label("Admin key")).to_be_visible()
+
+
+def test_an_error_link_not_started_here_puts_no_words_on_the_page(page: Page, console: Console, idp: FakeIdp) -> None:
+    """Anyone can send a link to /admin/callback?error=...: its words never reach the page (the state is
+    checked first), while an IdP's own refusal, with the state it was sent, is shown."""
+    lure = "Session expired: paste your admin key at evil.example"
+    page.goto(console.origin + "/admin/callback?" + urlencode({"error": lure, "state": "forged"}))
+    expect(page.locator("#status")).to_contain_text("not started here")
+    assert "evil.example" not in page.locator("#status").inner_text()
+    page.goto(console.origin + "/admin/callback?" + urlencode({"error": lure}))  # no state at all
+    expect(page.locator("#status")).to_contain_text("not started here")
+    idp.refuse = "access_denied"
+    page.goto(console.url)
+    page.get_by_role("button", name="Sign in with your identity provider").click()
+    expect(page.locator("#status")).to_contain_text("the identity provider refused: access_denied")
+    assert idp.exchanges == [] and "error=" not in page.url

@@ -178,8 +178,12 @@ def test_the_audit_names_the_actor_and_me_answers_every_role(gw: GatewayServer, 
     token = idp.token(["platform-admins"], sub="carol@example.com")
     assert admin_call(gw.port, "PATCH", "keys/key-a", {"rpm": 7}, key=token)[0] == 200
     assert admin_call(gw.port, "PATCH", "keys/key-a", {"rpm": 8}, key=LEAD_A)[0] == 200
-    actors = [e["admin"] for e in admin_call(gw.port, "GET", "audit")[1]["data"][:2]]
-    assert actors == ["lead-a", "carol@example.com"]
+    # a subject chosen at the IdP that is an admin key's name: the audit still tells the two apart
+    posing = idp.token(["leads-a"], sub="platform")
+    assert admin_call(gw.port, "PATCH", "keys/key-a", {"rpm": 9}, key=posing)[0] == 200
+    actors = [e["admin"] for e in admin_call(gw.port, "GET", "audit")[1]["data"][:3]]
+    assert actors == ["jwt:platform", "lead-a", "jwt:carol@example.com"]
+    assert admin_call(gw.port, "GET", "me", key=token)[1]["name"] == "jwt:carol@example.com"
     assert admin_call(gw.port, "GET", "me", key=LEAD_A)[1] == {"object": "gateway.admin", "name": "lead-a",
                                                               "role": "team_admin", "team": "a"}
     me = admin_call(gw.port, "GET", "me", key=idp.token(["finance", "leads-a"]))[1]  # the strongest role

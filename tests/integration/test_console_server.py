@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gateway.config import parse_config
-from tests.control_plane import admin_call, raw_config
+from tests.control_plane import ADMIN_KEY, admin_call, raw_config
 from tests.harness import GatewayServer, LoopThread
 
 Start = Callable[[dict[str, Any]], GatewayServer]
@@ -34,14 +34,16 @@ def start(servers: LoopThread, tmp_path: Path) -> Iterator[Start]:
         servers.run(gw.stop())
 
 
-def get(gw: GatewayServer, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+def get(gw: GatewayServer, path: str, method: str = "GET", headers: dict[str, str] | None = None,
+        body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any) -> None:
             return None
 
     opener = urllib.request.build_opener(NoRedirect)
+    req = urllib.request.Request(f"http://127.0.0.1:{gw.port}{path}", data=body, method=method, headers=headers or {})
     try:
-        with opener.open(urllib.request.Request(f"http://127.0.0.1:{gw.port}{path}", method=method), timeout=5) as r:
+        with opener.open(req, timeout=5) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()
@@ -62,6 +64,22 @@ def test_the_page_its_files_and_their_headers(start: Start, tmp_path: Path) -> N
     status, headers, body = get(gw, "/admin/", "HEAD")
     assert status == 200 and body == b""
     assert get(gw, "/admin")[0:2][0] == 308 and get(gw, "/admin")[1]["Location"] == "/admin/"
+
+
+def test_no_admin_answer_is_kept_by_a_cache(start: Start, tmp_path: Path) -> None:
+    """A new secret, a list of keys, an error: `Cache-Control: no-store` and `nosniff` on each, so neither a
+    browser's disk cache nor a proxy keeps an admin answer (docs/console.md, Security)."""
+    gw = start(raw_config(f"sqlite:///{tmp_path}/g.db"))
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}", "Content-Type": "application/json"}
+    answers = [get(gw, "/admin/v1/keys", "POST", auth, b'{"name": "fresh"}'),
+               get(gw, "/admin/v1/keys", headers=auth),
+               get(gw, "/admin/v1/keys/fresh/rotate", "POST", auth, b"{}"),
+               get(gw, "/admin/v1/keys/nope", headers=auth),
+               get(gw, "/admin/v1/keys", headers={"Authorization": "Bearer wrong"})]
+    assert [status for status, _, _ in answers] == [201, 200, 200, 404, 401]
+    assert b'"key":"sk-gw-' in answers[0][2]
+    for status, headers, _ in answers:
+        assert headers.get("Cache-Control") == "no-store" and headers.get("X-Content-Type-Options") == "nosniff", status
 
 
 @pytest.mark.parametrize("path", ["/admin/assets/index.html", "/admin/assets/nope.js", "/admin/assets/..%2fapp.py",

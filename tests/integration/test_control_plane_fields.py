@@ -167,6 +167,22 @@ def test_values_reads_could_not_hold_are_refused_and_store_nothing(gateway: Gate
     assert [k["name"] for k in admin_call(port, "GET", "keys")[1]["data"]] == ["a", "alice"]
 
 
+def test_dot_segment_names_are_refused(gateway: GatewayServer) -> None:
+    """`.` and `..` are a URL's dot segments: a browser sends `DELETE /admin/v1/keys/..` as `DELETE
+    /admin/v1/`, so a key, team or admin key so named could never be revoked from the console (a team
+    admin could make one its admin cannot remove there). Refused as names; `...` is a name like any."""
+    port = gateway.port
+    assert admin_call(port, "POST", "teams", {"name": "t"})[0] == 201
+    for name in (".", ".."):
+        for path, body in (("keys", {"name": name}), ("teams", {"name": name}),
+                           ("admin-keys", {"name": name, "role": "viewer"}), ("keys", {"name": "k", "team": name})):
+            status, answer = admin_call(port, "POST", path, body)
+            assert (status, answer["error"]["param"]) == (400, "team" if "team" in body else "name"), (path, body)
+    assert admin_call(port, "POST", "keys", {"name": "...", "team": "t"})[0] == 201
+    assert [k["name"] for k in admin_call(port, "GET", "keys")[1]["data"]] == ["..."]
+    assert [t["name"] for t in admin_call(port, "GET", "teams")[1]["data"]] == ["t"]
+
+
 def _nested(depth: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for _ in range(depth):
