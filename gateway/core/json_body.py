@@ -103,14 +103,18 @@ def _children(node: dict[str, Any] | list[Any]) -> Iterator[Any]:
 class DepthCheck:
     """`depth_exceeds`, at most `budget` values visited per `step()`: a 10 MiB body of small objects
     is millions of values (~0.2 s of walking), which the I/O shell spreads between its other work.
-    `exceeded` is final once `step()` has returned True."""
+    `exceeded` is final once `step()` has returned True. `marker`: a key its objects are looked up for
+    on the way (`marked`, exact once the walk has ended without `exceeded`): the same walk that bounds the
+    depth finds a cache marker, where a search of the body's bytes for it cost more than the walk
+    (bench/README.md, "agent-sized bodies")."""
 
-    __slots__ = ("_budget", "_limit", "_stack", "exceeded")
+    __slots__ = ("_budget", "_limit", "_marker", "_stack", "exceeded", "marked")
 
-    def __init__(self, value: Any, limit: int, budget: int) -> None:
+    def __init__(self, value: Any, limit: int, budget: int, marker: str = "") -> None:
         if budget < 1:
             raise ValueError("budget must be positive")
-        self._limit, self._budget = limit, budget
+        self._limit, self._budget, self._marker = limit, budget, marker
+        self.marked = bool(marker) and isinstance(value, dict) and marker in value
         # one iterator per open container: the values of the innermost are at depth len(stack) + 1
         self._stack: list[Iterator[Any]] = [_children(value)] if _container(value) else []
         self.exceeded = bool(self._stack) and limit < 1
@@ -118,7 +122,7 @@ class DepthCheck:
             self._stack.clear()
 
     def step(self) -> bool:
-        stack, budget, limit = self._stack, self._budget, self._limit
+        stack, budget, limit, marker = self._stack, self._budget, self._limit, self._marker
         while stack and budget > 0:
             for child in stack[-1]:
                 budget -= 1
@@ -127,6 +131,8 @@ class DepthCheck:
                         self.exceeded = True
                         stack.clear()
                         return True
+                    if marker and not self.marked and isinstance(child, dict) and marker in child:
+                        self.marked = True
                     stack.append(_children(child))
                     break
                 if budget <= 0:

@@ -117,7 +117,7 @@ class RequestContext:
     body_bytes: int = 0  # the request body's size: `routing: cost` estimates its input tokens from it
     continued: str | None = None  # the last continuation's `mode:outcome` (docs/continuation.md), for the log line
     cache_markers_dropped: int = 0  # the client's cache markers over Anthropic's limit (docs/caching.md)
-    # the body may carry cache markers (`providers.base.may_carry_markers`); False: none to fit
+    # the body may carry cache markers (`pipeline.request.read_json`); False: none to fit
     cache_marked: bool = True
     # the gateway's own share of the first token's time (docs/overhead.md): when the first attempt's
     # request left, when the winner's answer (its first token, or its whole body) was read, the share

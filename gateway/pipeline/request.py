@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.config.types import Deployment
 from gateway.core.api import ClientApi
-from gateway.core.body_scan import Scan
+from gateway.core.body_scan import Scan, walked
 from gateway.core.json_body import (
     CONTAINERS_MESSAGE,
     DEPTH_MESSAGE,
@@ -16,10 +16,7 @@ from gateway.core.json_body import (
     MAX_DEPTH,
     BodyError,
     DepthCheck,
-    bracket_count,
     copy_containers,
-    depth_exceeds,
-    parse_object,
     parse_shallow,
 )
 from gateway.core.json_split import SplitParse
@@ -31,7 +28,7 @@ from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.slicer import TextSlot
-from gateway.providers.base import MARKER_NEEDLES, Translator, Unserved, may_carry_markers, unserved
+from gateway.providers.base import MARKER, MARKER_NEEDLES, Translator, Unserved, unserved
 
 INLINE_DEPTH_BYTES = 64 * 1024  # a smaller body's depth is walked at once: ~1 ms at worst
 SPLIT_BYTES = 1024 * 1024  # a bigger body is parsed in steps where it can be (a whole parse is 1-2 ms a MiB)
@@ -43,7 +40,7 @@ LENT_TEXT_DEPTH = 5
 
 
 async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any], bool]:
-    """The body as a JSON object, and whether it may carry cache markers (`may_carry_markers`). Its size
+    """The body as a JSON object, and whether an object of it has the cache marker key. Its size
     was bounded while it was read (`server.max_body_bytes`), its depth is bounded here (`core.json_body`):
     the walk of a big body's containers (~20 ms a MiB of small objects) a slice at a time, between the
     loop's other work (`pipeline.slicer`). A body over SPLIT_BYTES with long strings in it is parsed in
@@ -54,22 +51,23 @@ async def read_json(rt: Runtime, request: GatewayRequest) -> tuple[dict[str, Any
     try:
         if request.scan is not None and request.parsed is not None:
             return walked_body(request.parsed, request.scan)
-        if len(raw) <= INLINE_DEPTH_BYTES:
-            return parse_object(raw, request.parsed), may_carry_markers(raw)
         if len(raw) > SPLIT_BYTES and request.parsed is None:
             split = SplitParse(raw, MARKER_NEEDLES)
             await rt.slicer.run(split)
             if split.body is not None:
                 return split.body, split.found
             body = parse_shallow(raw, split.brackets)
-            marked, deep = split.found, split.brackets >= MAX_DEPTH
-        else:
-            brackets = bracket_count(raw)  # once: the container bound and the depth's (~1 ms a MiB)
-            body = parse_shallow(raw, brackets, request.parsed)
-            marked, deep = may_carry_markers(raw), brackets >= MAX_DEPTH
+            if split.brackets >= MAX_DEPTH and (await _walked(rt, body, len(raw)))[0]:
+                raise InvalidRequest(DEPTH_MESSAGE)
+            return body, split.found
+        # the bracket count only where the container bound needs it, before parsing (`parse_shallow`)
+        body = parse_shallow(raw, parsed=request.parsed)
     except BodyError as exc:
         raise InvalidRequest(str(exc)) from None
-    if deep and await _too_deep(rt, body, len(raw)):
+    # one walk of the parsed body bounds its depth and finds its cache markers, where scanning its bytes
+    # for brackets and for the marker key cost more than the walk (bench/README.md, "agent-sized bodies")
+    deep, marked = await _walked(rt, body, len(raw))
+    if deep:
         raise InvalidRequest(DEPTH_MESSAGE)
     return body, marked
 
@@ -84,13 +82,15 @@ def walked_body(body: dict[str, Any], known: Scan) -> tuple[dict[str, Any], bool
     return body, known.marked
 
 
-async def _too_deep(rt: Runtime, body: dict[str, Any], size: int) -> bool:
-    """The nesting bound: walked at once for a small body, a slice at a time for a bigger one."""
+async def _walked(rt: Runtime, body: dict[str, Any], size: int) -> tuple[bool, bool]:
+    """Whether a parsed body nests too deep, and whether an object of it has the cache marker key: walked
+    at once for a small body, a slice at a time for a bigger one (~20 ms a MiB of small objects)."""
     if size <= INLINE_DEPTH_BYTES:
-        return depth_exceeds(body, MAX_DEPTH)
-    check = DepthCheck(body, MAX_DEPTH, DEPTH_STEP_VALUES)
+        scan = walked(body, 0, MARKER)
+        return scan.too_deep, scan.marked
+    check = DepthCheck(body, MAX_DEPTH, DEPTH_STEP_VALUES, MARKER)
     await rt.slicer.run(check)
-    return check.exceeded
+    return check.exceeded, check.marked
 
 
 def is_anthropic(headers: Mapping[str, str]) -> bool:

@@ -288,11 +288,15 @@ def test_markers_inside_a_tool_result_count_toward_the_four(claude: CachingClaud
     assert [path for path, _ in claude.log[-1].markers] == ["messages[2].content[0].content[0]"]
 
 
-def test_markers_spelled_with_escapes_are_fitted_too(claude: CachingClaudeUpstream, gw: GatewayServer) -> None:
-    """A key written `cache\\u005fcontrol` is `cache_control` to every JSON reader: the byte check that
-    spares unmarked bodies the walk must not let six of them through."""
-    blocks = ",".join(f'{{"type": "text", "text": "b{i}", "cache\\u005fcontrol": {{"type": "ephemeral"}}}}'
-                      for i in range(6))
+@pytest.mark.parametrize("pad", [0, 100_000, 600_000])
+def test_markers_spelled_with_escapes_are_fitted_too(claude: CachingClaudeUpstream, gw: GatewayServer,
+                                                     pad: int) -> None:
+    """A key written `cache\\u005fcontrol` is `cache_control` to every JSON reader: the check that spares
+    unmarked bodies the markers' walk must not let six of them through, whether the body's depth is walked
+    at once (a small body), a slice at a time (over 64 KiB), or past the container bound's count (over
+    250,000 bytes): `pipeline/request.py`, `read_json`."""
+    blocks = ",".join(f'{{"type": "text", "text": "b{i}{" pad" * (pad // 4) if i == 0 else ""}", '
+                      '"cache\\u005fcontrol": {"type": "ephemeral"}}' for i in range(6))
     body = f'{{"model": "anthropic", "max_tokens": 8, "messages": [{{"role": "user", "content": [{blocks}]}}]}}'
     req = urllib.request.Request(f"http://127.0.0.1:{gw.port}/v1/messages", body.encode(),
                                  {"content-type": "application/json", "anthropic-version": "2023-06-01"})

@@ -13,9 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.config import ConfigError, parse_config
+from gateway.core.body_scan import walked
 from gateway.core.events import Usage
+from gateway.core.json_body import MAX_DEPTH, DepthCheck
 from gateway.observe.metrics import usage_cost
-from gateway.providers.base import may_carry_markers
+from gateway.providers.base import MARKER, MARKER_NEEDLES
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.cache_markers import fit, marker
 from gateway.providers.convert.responses_chat_request import chat_body
@@ -339,13 +341,39 @@ def test_an_unset_one_hour_write_price_is_the_input_price() -> None:
         (1000 * 3 + 50 * 3.75 + 10 * 15) / 1e6)
 
 
-def test_a_body_is_walked_for_markers_only_when_its_bytes_may_hold_one() -> None:
-    assert may_carry_markers(b'{"messages": [{"role": "user", "content": "hi"}]}') is False
-    assert may_carry_markers(b'{"system": [{"type": "text", "text": "s", "cache_control": {}}]}') is True
-    assert may_carry_markers(b'{"c": {"cache\\u005fcontrol": {}}}') is True  # an escape could spell it
-    assert may_carry_markers(b'{"c": {"\\u0063ache_control": {}}}') is True
-    assert may_carry_markers(b'{"text": "\\u4e2d\\u6587 unescaped u"}') is False  # escapes of non-ASCII cannot
-    assert may_carry_markers(b'{"text": "a \\"cache_control\\" in prose"}') is False  # inside a string
+def may_carry_markers(raw: bytes) -> bool:
+    """The byte rule a big body's split parse searches with (`core.json_split`, `MARKER_NEEDLES`)."""
+    return any(needle in raw for needle in MARKER_NEEDLES)
+
+
+def walks_find_a_marker(raw: bytes) -> bool:
+    """What the walks of a parsed body find (`pipeline.request.read_json`): at once (a small body) and a
+    slice at a time (a bigger one) agree, and are exact: the key however spelled, never a string's text."""
+    body = orjson.loads(raw)
+    check = DepthCheck(body, MAX_DEPTH, 2, MARKER)
+    while not check.step():
+        pass
+    assert check.marked == walked(body, 0, MARKER).marked
+    return check.marked
+
+
+@pytest.mark.parametrize("raw, byte_rule, walks", [
+    (b'{"messages": [{"role": "user", "content": "hi"}]}', False, False),
+    (b'{"system": [{"type": "text", "text": "s", "cache_control": {}}]}', True, True),
+    (b'{"cache_control": {"type": "ephemeral"}, "messages": []}', True, True),  # the top level's own
+    (b'{"c": {"cache\\u005fcontrol": {}}}', True, True),  # an escape spells it
+    (b'{"c": {"\\u0063ache_control": {}}}', True, True),
+    (b'{"c": {"\\u0063ache_contro": {}}}', True, False),  # the byte rule's harmless yes
+    (b'{"text": "\\u4e2d\\u6587 unescaped u"}', False, False),  # escapes of non-ASCII cannot spell it
+    (b'{"text": "a \\"cache_control\\" in prose"}', False, False),  # inside a string
+    (b'{"text": "cache_control"}', True, False),  # a value, not a key
+])
+def test_a_body_is_walked_for_markers_only_when_it_may_hold_one(raw: bytes, byte_rule: bool, walks: bool) -> None:
+    assert may_carry_markers(raw) is byte_rule
+    assert walks_find_a_marker(raw) is walks
+
+
+def test_a_body_known_to_carry_no_marker_is_not_walked_by_fit() -> None:
     unmarked: dict[str, Any] = {"system": "rules", "messages": [{"role": "user", "content": "hi"}]}
     out = dict(unmarked)
     assert fit(out, auto=False, scan=False) == 0 and out == unmarked
@@ -379,3 +407,4 @@ def test_the_key_however_its_letters_are_escaped_may_be_there(escaped: list[bool
     raw = ('{"system": [{"type": "text", "text": "s", "' + spelled + '": {"type": "ephemeral"}}]}').encode()
     assert "cache_control" in orjson.loads(raw)["system"][0]
     assert may_carry_markers(raw) is True
+    assert walks_find_a_marker(raw) is True

@@ -59,8 +59,8 @@ def marker(value: Any) -> dict[str, str] | None:
 def fit(body: dict[str, Any], *, auto: bool, scan: bool = True) -> int:
     """Make `body`'s breakpoints ones Anthropic accepts (see the module doc), in place on `body`'s own
     keys, copying any container it changes. Returns how many of the client's markers were dropped.
-    `scan=False`: the client's body is known to carry none (`providers.base.may_carry_markers`), so it is
-    not walked for them."""
+    `scan=False`: the client's body is known to carry none (`pipeline.request.read_json`), so it is not
+    walked for them."""
     if not scan:
         if auto:
             _add_auto(body)
