@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+
 def references(body: dict[str, Any]) -> list[Any]:
     """The `id` of each item of `input` that names a stored item (as given: the caller checks its type);
     empty for a request that names none. One pass over the items, one lookup each (a message or a tool
