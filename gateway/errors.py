@@ -135,6 +135,18 @@ class ResponseNotFound(GatewayError):
         return err
 
 
+class ItemNotFound(GatewayError):
+    """An input item that names a stored output item by its id (`item_reference`) the caller was not given:
+    unknown, whoever created it upstream, as an id of another key's response is (docs/responses-bridge.md,
+    ownership). The upstream is never asked. OpenAI's own message for an unknown item, and our code."""
+
+    status, type, code, outcome = 404, "invalid_request_error", "item_not_found", "client_error"
+
+    @classmethod
+    def named(cls, item_id: str) -> ItemNotFound:
+        return cls(f"Item with id {item_id[:128]!r} not found.", param="input")
+
+
 class ConversationNotFound(GatewayError):
     """A Responses `conversation`: state the upstream keeps for the provider's account, which the gateway
     never creates (it serves no /v1/conversations), so no record binds one to a key: unknown, as an id of

@@ -21,8 +21,9 @@ USAGE = {"input_tokens": 11, "input_tokens_details": {"cached_tokens": 3}, "outp
 
 
 class Answer:
-    def __init__(self, rid: str = "resp_up", usage: dict[str, Any] | None = None) -> None:
+    def __init__(self, rid: str = "resp_up", usage: dict[str, Any] | None = None, items: str = "") -> None:
         self.rid = rid
+        self.items = items  # in its output items' ids (`msg_<items>0`): another answer's are other ids
         self.usage = usage or USAGE
         self.output: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = [
@@ -47,7 +48,7 @@ class Answer:
         self.output.append(item)
 
     def message(self, pieces: list[str], *, refusal: bool = False) -> Answer:
-        mid = f"msg_{len(self.output)}"
+        mid = f"msg_{self.items}{len(self.output)}"
         oi = self._add({"id": mid, "type": "message", "role": "assistant", "content": []})
         ptype, field = ("refusal", "refusal") if refusal else ("output_text", "text")
         empty = {"type": ptype, field: ""} | ({} if refusal else {"annotations": [], "logprobs": []})
@@ -65,7 +66,7 @@ class Answer:
         return self
 
     def reasoning(self, pieces: list[str]) -> Answer:
-        rid = f"rs_{len(self.output)}"
+        rid = f"rs_{self.items}{len(self.output)}"
         oi = self._add({"id": rid, "type": "reasoning", "summary": []})
         ids = {"item_id": rid, "output_index": oi, "summary_index": 0}
         self.events.append({"type": "response.reasoning_summary_part.added", **ids,
@@ -82,7 +83,7 @@ class Answer:
         return self
 
     def function_call(self, name: str, call_id: str, arg_pieces: list[str]) -> Answer:
-        fid = f"fc_{len(self.output)}"
+        fid = f"fc_{self.items}{len(self.output)}"
         item = {"id": fid, "type": "function_call", "call_id": call_id, "name": name, "arguments": ""}
         oi = self._add(item)
         for p in arg_pieces:

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.state.base import ResponseOwner, StateBackend, tenant_of
-from gateway.state.keys import cache_keys, cache_redis_key, owned_key, owner_key
+from gateway.state.keys import cache_keys, cache_redis_key, owned_items_key, owned_key, owner_key
 
 NOW = 1_700_000_040.0
 OWNERS_PER_TENANT = 3  # what the tests set MAX_RESPONSE_OWNERS_PER_TENANT to
+ITEMS_PER_TENANT = 4  # and MAX_OWNED_ITEMS_PER_TENANT
 MAX_ENTRIES, MAX_BYTES = 3, 100  # the backends' cache.max_entries and cache.max_bytes
 
 
@@ -34,6 +35,28 @@ async def owners_are_bounded_per_tenant(first: StateBackend, second: StateBacken
     assert await raw.zcard(index) == OWNERS_PER_TENANT
     assert await raw.exists(owner_key("resp_busy_0")) == 0, "the record itself is gone from Redis"
     assert 0 < await raw.pttl(index) <= 60_000, "an idle tenant's index goes with its last record"
+
+
+async def items_are_bounded_per_tenant(first: StateBackend, second: StateBackend, raw: Any) -> None:
+    """A response's output items are counted in the script call that counts its id, in a sorted set of its
+    tenant's under the same tag (one slot: in a cluster a script over two slots fails); every replica reads
+    them; past the bound the tenant's oldest items go, never its response ids nor another tenant's items."""
+    team, solo = tenant_of("k0", "team/items"), tenant_of("solo", None)
+    first.record_response_owner("resp_solo_items", ResponseOwner("solo"), 60, ["msg_solo"])
+    for i in range(3):
+        first.record_response_owner(f"resp_items_{i}", ResponseOwner(f"k{i % 2}", "team/items"), 60,
+                                    [f"rs_{i}", f"msg_{i}"])
+        # a read on the replica that wrote waits for its writes of that tenant in flight
+        assert await first.unowned_item(team, [f"rs_{i}", f"msg_{i}"]) is None
+    held = [await second.unowned_item(team, [f"{kind}_{i}"]) for i in range(3) for kind in ("rs", "msg")]
+    assert held == ["rs_0", "msg_0", None, None, None, None], "the team's oldest two dropped, for every replica"
+    assert await second.unowned_item(team, ["rs_2", "msg_solo", "msg_2"]) == "msg_solo", "another tenant's"
+    assert await second.unowned_item(solo, ["msg_solo"]) is None, "another tenant's items are not touched"
+    assert [await second.response_owner(f"resp_items_{i}") is not None for i in range(3)] == [True] * 3
+    index = owned_items_key(team)
+    assert index == "llmgw:owned-items:{team:team/items}" and owned_key(team).endswith("{team:team/items}")
+    assert await raw.zcard(index) == ITEMS_PER_TENANT
+    assert 0 < await raw.pttl(index) <= 60_000, "an idle tenant's items go with its last record"
 
 
 async def answers_are_bounded_per_tenant(first: StateBackend, second: StateBackend, raw: Any) -> None:

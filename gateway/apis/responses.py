@@ -13,6 +13,7 @@ from gateway.core.continuation import prefill_input
 from gateway.core.events import StreamEvent, last_usage
 from gateway.core.responses.assemble import ResponsesAssembler
 from gateway.core.responses.filter import ResponsesOutputFilter
+from gateway.core.responses.items import output_ids, references, response_output_ids
 from gateway.core.responses.stream import ResponsesStream
 from gateway.core.responses.wire import map_response_texts
 from gateway.core.stages import StageFactory
@@ -134,7 +135,28 @@ def stream_id(stream: ResponsesStream) -> str | None:
     return rid if isinstance(rid, str) else None
 
 
-OWNED = Owned(continued, stored, body_id, stream_id)
+def referenced(body: dict[str, Any]) -> list[str]:
+    """The ids of the stored items the input names (`item_reference`, `core.responses.items`), bound to
+    the tenant that was given them (pipeline.ownership)."""
+    ids = references(body)
+    for rid in ids:
+        if not isinstance(rid, str):
+            raise InvalidRequest("an item_reference must name an item by a string id", param="input")
+    return ids
+
+
+def body_items(obj: dict[str, Any]) -> list[str]:
+    return response_output_ids(obj)
+
+
+def stream_items(stream: ResponsesStream) -> list[str]:
+    """The items the stream announced, and those of its terminal event's `response`, if it came."""
+    end = stream.terminal
+    resp = end.obj.get("response") if end is not None and end.obj is not None else None
+    return output_ids(stream.assembler.items.values(), resp.get("output") if isinstance(resp, dict) else None)
+
+
+OWNED = Owned(continued, stored, body_id, stream_id, referenced, body_items, stream_items)
 
 
 SERVED = ServedApi(

@@ -31,13 +31,18 @@ def always(_body: Body) -> bool:
 @dataclass(frozen=True, slots=True)
 class Owned:
     """An API whose answers an upstream keeps, named by an id a later request may continue (the
-    Responses API's `previous_response_id`): an id works only for its creator's key or team
-    (docs/responses-bridge.md, ownership). `continued` raises InvalidRequest on an id of the wrong type."""
+    Responses API's `previous_response_id`), and whose output items a later request may name by their ids
+    (`item_reference`): an id works only for its creator's key or team, an item only for its tenant
+    (docs/responses-bridge.md, ownership). `continued` and `referenced` raise InvalidRequest on an id of
+    the wrong type."""
 
     continued: Callable[[Body], str | None]  # the id a request continues
     stored: Callable[[Body], bool]  # the request asks the upstream to keep its answer
     body_id: Callable[[Body], str | None]  # a whole answer's id
     stream_id: Callable[[Any], str | None]  # a streamed answer's id (its core), once known
+    referenced: Callable[[Body], list[str]]  # the stored items a request names (empty: none)
+    body_items: Callable[[Body], list[str]]  # a whole answer's output item ids
+    stream_items: Callable[[Any], list[str]]  # a streamed answer's output item ids (its core), at its end
 
 
 @dataclass(frozen=True, slots=True)

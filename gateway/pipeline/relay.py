@@ -99,8 +99,10 @@ class Relay:
     request accounted whatever happens."""
 
     def __init__(self, rt: Runtime, ctx: RequestContext, opened: Opened[StreamCore], client: StreamResponse,
-                 safety: ModelSafety, run: SafetyRun | None, filt: OutputFilter, resume: Resume | None = None):
+                 safety: ModelSafety, run: SafetyRun | None, filt: OutputFilter, resume: Resume | None = None,
+                 ended: Callable[[], object] | None = None):
         self.rt, self.ctx, self.opened, self.client, self.safety = rt, ctx, opened, client, safety
+        self.ended = ended  # told once the answer is whole or cut, with the accounting, before its end is written
         self.stream, self.run_safety, self.filt = opened.stream, run, filt
         self.sink = ClientSink(rt, ctx, client, safety.hold_guards[0].name if safety.hold_guards else None)
         self.accounted = False
@@ -253,6 +255,8 @@ class Relay:
             stream_ended(ctx, self.opened, passed, client_gone)
         if ctx.unanswered is not None:  # attempts billed before this one answered (`pipeline.unanswered`)
             ctx.fold_unanswered()
+        if self.ended is not None:
+            self.ended()
 
 
 def stream_ended(ctx: RequestContext, opened: Opened[StreamCore], passed: bool, client_gone: bool = False) -> None:

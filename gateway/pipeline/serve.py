@@ -10,6 +10,8 @@ comments so proxies in front don't time out; a failure after that is one error e
 
 from __future__ import annotations
 
+from functools import partial
+
 from gateway.config.types import Deployment
 from gateway.core.stream import Answer, StreamCore
 from gateway.http import Response, StreamResponse
@@ -42,7 +44,7 @@ async def serve(request: GatewayRequest, served: ServedApi) -> Response | Stream
     state = request.app.state
     await admit(rt, state, ctx)
     if served.owned is not None:
-        await ownership.check_continued(state, served.owned, ctx)
+        await ownership.check(state, served.owned, ctx)
     await check_input(rt, ctx, text)
     if served.cacheable(ctx.body) and cache.wanted(rt, request, ctx):
         hit = await cache.lookup(rt, state, ctx)
@@ -63,11 +65,13 @@ async def _stream(request: GatewayRequest, rt: Runtime, ctx: RequestContext, ser
         run = safety.start()
         filt = served.output_filter(run.factory if run is not None else None, ctx.forward_usage)
         resume = Continuation(rt, ctx, served) if ctx.model.continuation else None
-        if served.owned is not None:  # the loop's next turn: after the first token's write
-            rt.upstream.loop.call_soon(ownership.record_streamed, rt, request.app.state, ctx, served.owned, opened)
+        # at the answer's end (its output items known): scheduled before its end is written, so it runs in
+        # the loop's next turn, before a follow-up the client sends on reading that end can be read
+        ended = None if served.owned is None else partial(
+            rt.upstream.loop.call_soon, ownership.record_streamed, rt, request.app.state, ctx, served.owned, opened)
         # before the commit, from the held answer's first event
         rt.learn_served_name(opened.deployment, ctx.model.name, opened.stream.reported_model(), request.app.state)
-        await Relay(rt, ctx, opened, client, safety, run, filt, resume).run()
+        await Relay(rt, ctx, opened, client, safety, run, filt, resume, ended).run()
         if ctx.cache_store and ctx.stream_error is None:
             await _store_streamed(rt, request, ctx, served, opened.stream)
 
@@ -100,7 +104,9 @@ async def _complete(rt: Runtime, ctx: RequestContext, served: ServedApi, request
 
     won, parsed = await run_attempts(rt, ctx, attempt)
     if served.owned is not None:
-        ownership.record(rt, request.app.state, ctx, served.owned, won.deployment, served.owned.body_id(parsed.obj))
+        owned = served.owned
+        ownership.record(rt, request.app.state, ctx, owned, won.deployment, owned.body_id(parsed.obj),
+                         owned.body_items(parsed.obj))
     rt.learn_served_name(won.deployment, ctx.model.name, parsed.obj.get("model"), request.app.state)
     return await answer_body(rt, ctx, request.app.state, won, parsed.obj, mask, read,
                              cacheable=served.answer_cacheable(parsed.obj))

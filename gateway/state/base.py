@@ -9,7 +9,7 @@ its operations is atomic with respect to the event loop.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
@@ -22,6 +22,10 @@ MAX_PENDING_OWNER_WRITES = 1024  # response-owner writes in flight to a shared s
 # response ids one tenant (`tenant_of`) holds at most, in every backend: past it, its own oldest is dropped,
 # so one tenant's traffic never pushes another's ids out nor fills a shared store (docs/responses-bridge.md)
 MAX_RESPONSE_OWNERS_PER_TENANT = 10_000
+# output item ids one tenant holds at most, recorded with its responses (an `item_reference` names one):
+# counted apart from its response ids, so a response of many items never makes its id unknown sooner;
+# past it, the tenant's own oldest items are dropped (docs/responses-bridge.md, Ownership)
+MAX_OWNED_ITEMS_PER_TENANT = 10_000
 MAX_PENDING_NAME_WRITES = 256  # served-name writes in flight (one per name a process learns: rare)
 SERVED_NAME_TTL_S = 30 * 86_400  # a served name kept since it was last recorded (a `--resume` days later)
 MAX_MODELS_PER_SERVED_NAME = 16  # models kept under one served name (two on one upstream are already rare)
@@ -134,10 +138,17 @@ class StateBackend(Protocol):
         than it is not cached): the memory backend's bound of all answers, a shared store's of `tenant`'s."""
         ...
 
-    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
-        """Remember who created `response_id` for `ttl_s`. Never waits: a shared store's write runs in
-        the background (bounded: over `MAX_PENDING_OWNER_WRITES` in flight, the write is dropped and
-        logged), and `response_owner` of the same id on this replica waits for it."""
+    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float,
+                              items: Sequence[str] = ()) -> None:
+        """Remember who created `response_id` for `ttl_s`, and that its output `items` (their ids) are its
+        tenant's (`tenant_of`) as long. Never waits: a shared store's write runs in the background (bounded:
+        over `MAX_PENDING_OWNER_WRITES` in flight, the write is dropped and logged), and `response_owner` of
+        the same id, or `unowned_item` of the same tenant, on this replica waits for it."""
+        ...
+
+    async def unowned_item(self, tenant: str, item_ids: Sequence[str]) -> str | None:
+        """The first of `item_ids` that is not one of `tenant`'s output items (recorded with its responses,
+        not expired nor dropped); None when every one is. Asked only for a request that names items."""
         ...
 
     async def response_owner(self, response_id: str) -> ResponseOwner | None:

@@ -53,6 +53,12 @@ def owned_key(tenant: str) -> str:
     return f"{PREFIX}owned:{{{_tag(tenant)}}}"
 
 
+def owned_items_key(tenant: str) -> str:
+    """A tenant's output item ids by expiry (lua.OWN_RESPONSE writes them, lua.OWNED_ITEMS reads them): under
+    the tag of `owned_key`, so the write that counts a response id counts its items in the same call."""
+    return f"{PREFIX}owned-items:{{{_tag(tenant)}}}"
+
+
 def served_key(name: str) -> str:
     """The set of models (and configured upstream names) an upstream-reported model name reached."""
     return f"{PREFIX}served:{{{_tag(name)}}}"

@@ -10,6 +10,7 @@ Key layout (all under `llmgw:`; the `{…}` hash tag keeps one key's buckets in 
   llmgw:cached-bytes:{<tenant>}        their sizes, and `:total` (a hash)
   llmgw:owner:{<response id>}          who created a response id (plain SET with PX)
   llmgw:owned:{<tenant>}               the tenant's response ids by time recorded (a sorted set, OWN_RESPONSE)
+  llmgw:owned-items:{<tenant>}         the tenant's output item ids by expiry (a sorted set, OWN_RESPONSE, OWNED_ITEMS)
   llmgw:served:{<model name>}          the models an upstream-reported model name reached (a set)
 """
 
@@ -89,11 +90,14 @@ return 0
 """
 
 # KEYS: the tenant's response ids (a sorted set, scored by the time recorded: microseconds of Redis's
-# clock, the same clock for every replica). ARGV: the response id, its ttl ms, the most ids a tenant
-# keeps. Counts the id (those recorded over a ttl ago are forgotten: their records expired) and returns
-# those over the bound, oldest first, whose records the caller deletes: a record lives under its id's own
-# tag, since a lookup knows the id and not its owner, so in a Redis Cluster it is in another slot than
-# this set (docs/responses-bridge.md, Ownership).
+# clock, the same clock for every replica), the tenant's output item ids (a sorted set, scored by their
+# expiry, on the same clock). ARGV: the response id, its ttl ms, the most ids a tenant keeps, the most
+# items a tenant keeps, then the response's output item ids, if any. Counts the id (those recorded over a
+# ttl ago are forgotten: their records expired) and returns those over the bound, oldest first, whose
+# records the caller deletes: a record lives under its id's own tag, since a lookup knows the id and not its
+# owner, so in a Redis Cluster it is in another slot than this set (docs/responses-bridge.md, Ownership).
+# The items are counted in the same call (same tag, no other round trip): the expired ones forgotten, and
+# those over the items' bound (the tenant's oldest) dropped.
 OWN_RESPONSE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -107,7 +111,27 @@ if over > 0 then
   for i = 1, #popped, 2 do dropped[#dropped + 1] = popped[i] end
 end
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+if #ARGV > 4 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  for i = 5, #ARGV do redis.call('ZADD', KEYS[2], now + ttl * 1000, ARGV[i]) end
+  local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+  if extra > 0 then redis.call('ZPOPMIN', KEYS[2], extra) end
+  if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+end
 return dropped
+"""
+
+# KEYS: the tenant's output item ids (OWN_RESPONSE's second key). ARGV: item ids. Returns the position
+# (from 1) of the first that is not the tenant's (never recorded, dropped, or past its expiry on Redis's
+# clock), or 0 when every one is.
+OWNED_ITEMS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+for i = 1, #ARGV do
+  local expiry = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if not expiry or tonumber(expiry) <= now then return i end
+end
+return 0
 """
 
 # KEYS: the answer's key, the tenant's cached answers (a sorted set of cache keys, scored by the time

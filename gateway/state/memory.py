@@ -3,21 +3,22 @@
 No method awaits anything, so each operation runs to completion without interleaving: check-and-count
 is atomic without locks. Memory stays bounded: rate windows of keys idle for two minutes are dropped,
 one spend figure is kept per key and period kind (plus, with a store, the other processes' spend from
-its ledger), the cache is an LRU of at most `max_entries` and `max_bytes`, and response owners are bounded in all and
-per tenant.
+its ledger), the cache is an LRU of at most `max_entries` and `max_bytes`, and response owners and their output items
+are bounded in all and per tenant.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from gateway.config.types import CacheConfig
 from gateway.state.base import (
     ALLOWED,
     MAX_MODELS_PER_SERVED_NAME,
+    MAX_OWNED_ITEMS_PER_TENANT,
     MAX_RESPONSE_OWNERS_PER_TENANT,
     SERVED_NAME_TTL_S,
     LimitDecision,
@@ -75,6 +76,9 @@ class _KeyWindows:
 # response ids remembered at most, oldest dropped first (an id dropped is unknown: a 404, never a leak), of
 # which one tenant holds at most MAX_RESPONSE_OWNERS_PER_TENANT (its own oldest dropped first)
 MAX_RESPONSE_OWNERS = 100_000
+# output item ids remembered at most (beside the response ids), oldest dropped first, of which one tenant holds
+# at most MAX_OWNED_ITEMS_PER_TENANT (its own oldest dropped first)
+MAX_OWNED_ITEMS = 100_000
 # served names remembered at most, oldest recorded dropped first (in one process: what the runtime's own
 # table already knows; kept here for the Redis backend's fallback)
 MAX_SERVED_NAMES = 4096
@@ -96,6 +100,8 @@ class MemoryBackend:
         self._cache_bytes = 0  # of the values in `_cache`
         self._owners: OrderedDict[str, tuple[float, ResponseOwner]] = OrderedDict()  # id -> (expiry, owner)
         self._owned: dict[str, OrderedDict[str, None]] = {}  # each tenant's ids in `_owners`, oldest first
+        self._items: dict[str, OrderedDict[str, float]] = {}  # each tenant's output item ids -> expiry, oldest first
+        self._items_order: OrderedDict[tuple[str, str], None] = OrderedDict()  # (tenant, item id), oldest first
         self._served: OrderedDict[str, tuple[float, tuple[ServedName, ...]]] = OrderedDict()  # (expiry, served)
 
     async def check_request(
@@ -189,15 +195,56 @@ class MemoryBackend:
         if entry is not None:
             self._cache_bytes -= len(entry[1])
 
-    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
+    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float,
+                              items: Sequence[str] = ()) -> None:
         self._forget_owner(response_id)  # a record again: the newest, of its new owner
-        self._owners[response_id] = (self._clock() + ttl_s, owner)
-        ids = self._owned.setdefault(tenant_of(owner.key, owner.team), OrderedDict())
+        expiry = self._clock() + ttl_s
+        self._owners[response_id] = (expiry, owner)
+        tenant = tenant_of(owner.key, owner.team)
+        ids = self._owned.setdefault(tenant, OrderedDict())
         ids[response_id] = None
         if len(ids) > MAX_RESPONSE_OWNERS_PER_TENANT:
             self._forget_owner(next(iter(ids)))
         while len(self._owners) > MAX_RESPONSE_OWNERS:
             self._forget_owner(next(iter(self._owners)))
+        if items:
+            self._own_items(tenant, items, expiry)
+
+    def _own_items(self, tenant: str, items: Sequence[str], expiry: float) -> None:
+        held = self._items.setdefault(tenant, OrderedDict())
+        for item in items:
+            held.pop(item, None)  # recorded again: the newest
+            held[item] = expiry
+            self._items_order.pop((tenant, item), None)
+            self._items_order[(tenant, item)] = None
+        while len(held) > MAX_OWNED_ITEMS_PER_TENANT:
+            self._forget_item(tenant, next(iter(held)))
+        while len(self._items_order) > MAX_OWNED_ITEMS:
+            self._forget_item(*next(iter(self._items_order)))
+
+    def _forget_item(self, tenant: str, item: str) -> None:
+        self._items_order.pop((tenant, item), None)
+        held = self._items.get(tenant)
+        if held is not None:
+            held.pop(item, None)
+            if not held:
+                del self._items[tenant]
+
+    async def unowned_item(self, tenant: str, item_ids: Sequence[str]) -> str | None:
+        held = self._items.get(tenant)
+        now = self._clock()
+        for item in item_ids:
+            expiry = held.get(item) if held is not None else None
+            if expiry is None:
+                return item
+            if expiry <= now:
+                self._forget_item(tenant, item)
+                return item
+        return None
+
+    def owned_items_held(self) -> int:
+        """Output item ids remembered now, expired ones not yet dropped included (for tests)."""
+        return len(self._items_order)
 
     def _forget_owner(self, response_id: str) -> None:
         entry = self._owners.pop(response_id, None)
@@ -264,4 +311,6 @@ class MemoryBackend:
         self._cache_bytes = 0
         self._owners.clear()
         self._owned.clear()
+        self._items.clear()
+        self._items_order.clear()
         self._served.clear()

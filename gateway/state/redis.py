@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -83,8 +83,8 @@ class RedisBackend:
         self._link = connect(state, op_timeout_s, max_connections)
         self._redis = self._link.client
         self._scripts = (lua.CHECK_REQUEST, lua.SETTLE_TOKENS, lua.ADD_SPEND, lua.SEED_SPEND, lua.ADD_SERVED_NAME,
-                         lua.OWN_RESPONSE, lua.CACHE_SET)
-        self._check, self._settle, self._add_spend, self._seed, add_served, own, put = (
+                         lua.OWN_RESPONSE, lua.OWNED_ITEMS, lua.CACHE_SET)
+        self._check, self._settle, self._add_spend, self._seed, add_served, own, owned, put = (
             self._redis.register_script(source) for source in self._scripts)
         self._deadline_s = op_timeout_s
         self._probe_budget_s = max(op_timeout_s * 4, 1.0)  # the probe's and the warm-up's, per step
@@ -101,7 +101,7 @@ class RedisBackend:
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
         self._unsynced = HeldSpend()
         self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
-        self._owners = SharedOwners(self._redis, own, self._local, self._run, op_timeout_s)
+        self._owners = SharedOwners(self._redis, own, owned, self._local, self._run, op_timeout_s)
         self._names = SharedNames(self._redis, add_served, self._local, self._run)
         self._waiting: set[asyncio.Timeout] = set()  # deadlines of operations waiting on Redis now
 
@@ -312,11 +312,16 @@ class RedisBackend:
 
     # -- response ownership ----------------------------------------------------------------------
 
-    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float) -> None:
-        self._owners.record(response_id, owner, ttl_s)  # in the background, bounded per tenant (redis_owners.py)
+    def record_response_owner(self, response_id: str, owner: ResponseOwner, ttl_s: float,
+                              items: Sequence[str] = ()) -> None:
+        # in the background, its items in the same script call, bounded per tenant (redis_owners.py)
+        self._owners.record(response_id, owner, ttl_s, items)
 
     async def response_owner(self, response_id: str) -> ResponseOwner | None:
         return await self._owners.read(response_id)
+
+    async def unowned_item(self, tenant: str, item_ids: Sequence[str]) -> str | None:
+        return await self._owners.unowned_item(tenant, item_ids)  # one script call per 256 ids
 
     # -- names upstreams reported (docs/agents.md, "Names the gateway gave back") -----------------
 

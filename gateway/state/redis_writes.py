@@ -19,14 +19,15 @@ class BackgroundWrites:
         self._event = event
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    def start(self, key: str, write: Callable[[], Coroutine[Any, Any, None]], limit: int) -> None:
-        """Run `write()` in the background, unless `limit` writes are in flight already."""
+    def start(self, key: str, write: Callable[[], Coroutine[Any, Any, None]], limit: int) -> asyncio.Task[None] | None:
+        """Run `write()` in the background, unless `limit` writes are in flight already; its task, or None."""
         if len(self._tasks) >= limit:
             log().warning(self._event, reason="too many writes in flight", in_flight=len(self._tasks))
-            return
+            return None
         task = asyncio.get_running_loop().create_task(write())
         self._tasks[key] = task
         task.add_done_callback(lambda done: self._written(key, done))
+        return task
 
     def pending(self, key: str) -> asyncio.Task[None] | None:
         return self._tasks.get(key)

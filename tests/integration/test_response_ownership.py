@@ -19,12 +19,15 @@ import redis
 from structlog.testing import capture_logs
 
 from gateway.config import parse_config
+from gateway.state import lua
+from gateway.state.base import MAX_OWNED_ITEMS_PER_TENANT, MAX_RESPONSE_OWNERS_PER_TENANT
 from gateway.state.redis import owner_key
 from tests.control_plane import ADMIN_KEY, admin_call
-from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream import FakeUpstream, Gate, Script
 from tests.harness import GatewayServer
 from tests.redis_server import RedisServer
-from tests.responses_scripts import Answer, body_script, stream_script
+from tests.responses_scripts import Answer, body_script, frame, stream_script
+from tests.scaleout_load import script_sha
 
 ALICE, BOB = "gw-key-alice-0001", "gw-key-bob-00001"
 RESP = "/oai/v1/responses"
@@ -114,7 +117,8 @@ def test_a_response_id_works_for_its_creator_only(upstream: FakeUpstream, make: 
                    "code": "previous_response_not_found"}
     assert unknown["code"] == "previous_response_not_found"
     assert len(upstream.bodies(RESP)) == asked, "the upstream was never asked"
-    assert [e["reason"] for e in logs if e["event"] == "request"] == [
+    # the refusals' lines (the follow-up's own line is written after its answer, so it may land in here)
+    assert [e["reason"] for e in logs if e["event"] == "request" and e["status"] == 404] == [
         "response_not_owned", "previous_response_not_found"]
 
 
@@ -227,3 +231,159 @@ def test_replicas_share_ownership_through_redis(upstream: FakeUpstream, make_gat
     asked = len(upstream.bodies(RESP))
     assert refused(second, BOB, rid)["code"] == "previous_response_not_found"
     assert len(upstream.bodies(RESP)) == asked
+
+
+# ---- output items named by id (`item_reference`): the tenant that was given them, no other
+
+def items_answer(rid: str, tag: str) -> Answer:
+    """A reasoning item, a message and a function call, their ids `rs_<tag>0`, `msg_<tag>1`, `fc_<tag>2`."""
+    return Answer(rid, items=tag).reasoning(["hm"]).message(["Hello."]).function_call("f", "call_1", ['{"a"', ": 1}"])
+
+
+def create_items(upstream: FakeUpstream, gw: GatewayServer, key: str, rid: str, tag: str, *, stream: bool,
+                 **extra: Any) -> list[str]:
+    """A response with three output items, asked for by `key`: their ids as the client read them. A stream
+    stops after its first token until the client has read it: its other items come later (their ids are
+    recorded at its end, not at the first token)."""
+    answer = items_answer(rid, tag)
+    if stream:
+        events = answer.stream_events()
+        first = next(i for i, e in enumerate(events) if e["type"].endswith(".delta")) + 1
+        gate = Gate()
+        upstream.enqueue(RESP, Script([*map(frame, events[:first]), gate, *map(frame, events[first:])]))
+        with client(gw, key).responses.stream(model="m", input="hi", **extra) as s:
+            for event in s:
+                if event.type.endswith(".delta"):
+                    gate.opened.set()
+            return [item.id for item in s.get_final_response().output if item.id]
+    upstream.enqueue(RESP, body_script(answer))
+    return [item.id for item in client(gw, key).responses.create(model="m", input="hi", **extra).output if item.id]
+
+
+def naming(*ids: str, typed: bool = True) -> list[Any]:
+    """An input naming stored items, with the `type` or without it (openai's `ItemReference`: optional)."""
+    refs = [{"type": "item_reference", "id": i} if typed else {"id": i} for i in ids]
+    return [{"role": "user", "content": "and these?"}, *refs]
+
+
+def answered(upstream: FakeUpstream, gw: GatewayServer, key: str, items: list[Any], model: str = "m") -> str:
+    upstream.enqueue(RESP, body_script(Answer("resp_named").message(["Named."])))
+    return client(gw, key).responses.create(model=model, input=items).output_text
+
+
+def item_refused(gw: GatewayServer, key: str, items: list[Any], model: str = "m") -> dict[str, Any]:
+    with pytest.raises(openai.NotFoundError) as info:
+        client(gw, key).responses.create(model=model, input=items)
+    body: Any = info.value.body
+    return dict(body)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "body"])
+def test_output_items_are_named_by_their_tenant_only(upstream: FakeUpstream, make: Callable[[], GatewayServer],
+                                                     stream: bool) -> None:
+    """Alice's items work for Alice at once (a follow-up right after the stream's end); for Bob each is a
+    404 in the Responses error shape, typed or not, on a bridged model too, and no upstream is asked."""
+    gw = make()
+    ids = create_items(upstream, gw, ALICE, f"resp_items_{stream}", "a", stream=stream)
+    assert ids == ["rs_a0", "msg_a1", "fc_a2"]
+    assert answered(upstream, gw, ALICE, naming(*ids)) == "Named."
+    assert upstream.bodies(RESP)[-1]["input"][1:] == [{"type": "item_reference", "id": i} for i in ids]
+    assert answered(upstream, gw, ALICE, naming("msg_a1", typed=False)) == "Named."
+    asked = len(upstream.bodies(RESP))
+    with capture_logs() as logs:
+        err = item_refused(gw, BOB, naming("msg_a1"))
+        untyped = item_refused(gw, BOB, naming("fc_a2", typed=False))
+        mixed = item_refused(gw, ALICE, naming("rs_a0", "msg_never_relayed", "msg_a1"))
+        bridged = item_refused(gw, BOB, naming("msg_a1"), model="bridged")
+    assert err == {"message": "Item with id 'msg_a1' not found.", "type": "invalid_request_error",
+                   "param": "input", "code": "item_not_found"}
+    assert untyped["message"] == "Item with id 'fc_a2' not found."
+    assert mixed["message"] == "Item with id 'msg_never_relayed' not found.", "the first not the caller's"
+    assert bridged["code"] == "item_not_found", "whatever the provider"
+    assert len(upstream.bodies(RESP)) == asked and upstream.bodies(CLAUDE) == [], "no upstream was asked"
+    # the refusals' lines (an answered request's is written after its answer, so it may land in here)
+    assert [e["reason"] for e in logs if e["event"] == "request" and e["status"] == 404] == ["item_not_found"] * 4
+
+
+def test_keys_of_one_team_share_their_items(upstream: FakeUpstream, make: Callable[[], GatewayServer]) -> None:
+    gw = make()
+    assert admin_call(gw.port, "POST", "teams", {"name": "ml"})[0] == 201
+    k1, k2, solo = (admin_call(gw.port, "POST", "keys", body)[1]["key"]
+                    for body in ({"name": "k1", "team": "ml"}, {"name": "k2", "team": "ml"}, {"name": "solo"}))
+    ids = create_items(upstream, gw, k1, "resp_team_items", "t", stream=True)
+    assert answered(upstream, gw, k2, naming(*ids)) == "Named.", "another key of the same team"
+    asked = len(upstream.bodies(RESP))
+    for outsider in (solo, ALICE):
+        assert item_refused(gw, outsider, naming(ids[1]))["code"] == "item_not_found"
+    assert len(upstream.bodies(RESP)) == asked
+
+
+def test_items_of_an_answer_not_stored_upstream_are_not_recorded(upstream: FakeUpstream,
+                                                                make: Callable[[], GatewayServer]) -> None:
+    gw = make()
+    ids = create_items(upstream, gw, ALICE, "resp_unstored_items", "u", stream=True, store=False)
+    assert item_refused(gw, ALICE, naming(ids[1]))["code"] == "item_not_found"
+    with pytest.raises(openai.BadRequestError) as info:
+        client(gw, ALICE).responses.create(model="m", input=[{"type": "item_reference", "id": 7}])  # type: ignore[list-item]
+    body: Any = info.value.body
+    assert body["param"] == "input"
+    assert len(upstream.bodies(RESP)) == 1
+
+
+def test_websocket_mode_refuses_another_keys_items(upstream: FakeUpstream, make: Callable[[], GatewayServer]) -> None:
+    """WebSocket mode serves each `response.create` through the same serve path: Bob's reference to an
+    item of Alice's is an `error` event (404, `item_not_found`) and the connection stays usable; Alice names
+    the items of her socket's last response in the next turn."""
+    gw = make()
+    upstream.enqueue(RESP, stream_script(items_answer("resp_ws_items", "w").stream_events()),
+                     stream_script(Answer("resp_ws_next").message(["Named."]).stream_events()))
+    with client(gw, ALICE).responses.connect() as alice, client(gw, BOB).responses.connect() as bob:
+        alice.response.create(model="m", input="hi")
+        first = ws_events(alice)
+        ids = [item.id for item in first[-1].response.output]
+        assert first[-1].type == "response.completed" and ids == ["rs_w0", "msg_w1", "fc_w2"]
+        bob.response.create(model="m", input=naming("msg_w1"))
+        refusal = ws_events(bob)
+        assert [(e.type, e.code, e.status) for e in refusal] == [("error", "item_not_found", 404)]  # type: ignore[union-attr]
+        alice.response.create(model="m", input=naming("fc_w2"), previous_response_id=first[-1].response.id)
+        assert ws_events(alice)[-1].type == "response.completed"
+    sent = upstream.bodies(RESP)
+    assert len(sent) == 2, "Bob's turn reached no upstream"
+    assert sent[1]["input"][-1] == {"type": "item_reference", "id": "fc_w2"}
+
+
+def ws_events(conn: Any) -> list[Any]:
+    got = []
+    for event in conn:
+        got.append(event)
+        if event.type in ("response.completed", "response.failed", "response.incomplete", "error"):
+            return got
+    return got
+
+
+def test_items_ride_on_the_owner_write_and_a_request_naming_none_reads_nothing(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], redis_server: RedisServer,
+        tmp_path: Path) -> None:
+    """On Redis (every command a script runs is one EVALSHA in the slow log, at a threshold of 0): a
+    streamed answer's items go in the one script call that counts its id, and a request that names no
+    item makes no read of them (lua.OWNED_ITEMS), while one that names some makes one."""
+    raw = redis.Redis.from_url(redis_server.url)
+    raw.flushall()
+    state = {"backend": "redis", "redis_url": redis_server.url, "response_owner_ttl_s": TTL_S, "timeout_ms": 1000}
+    gw = make_gateway(config(upstream.base_url, state, f"sqlite:///{tmp_path}/gw.db"))
+    raw.config_set("slowlog-max-len", 10_000)
+    raw.config_set("slowlog-log-slower-than", 0)
+    try:
+        raw.slowlog_reset()
+        ids = create_items(upstream, gw, ALICE, "resp_logged", "l", stream=True)
+        assert follow_up(upstream, gw, ALICE, "resp_logged") == "Again."
+        assert answered(upstream, gw, ALICE, naming(ids[0])) == "Named."
+        calls = [e["command"].decode().split(" ") for e in reversed(raw.slowlog_get(10_000))]
+    finally:
+        raw.config_set("slowlog-log-slower-than", 10_000)
+    own, read = script_sha(lua.OWN_RESPONSE), script_sha(lua.OWNED_ITEMS)
+    writes = [c[5:] for c in calls if c[:2] == ["EVALSHA", own]]
+    assert writes[0] == ["resp_logged", str(TTL_S * 1000), str(MAX_RESPONSE_OWNERS_PER_TENANT),
+                         str(MAX_OWNED_ITEMS_PER_TENANT), *ids], "the items in the call that counts the id"
+    assert [w[0] for w in writes] == ["resp_logged", "resp_logged-next", "resp_named"], "one call a response"
+    assert [c[1] for c in calls if c[0] == "EVALSHA"].count(read) == 1, "only the request naming an item reads"

@@ -46,10 +46,12 @@ from tests.scaleout_load import (
     status_of,
 )
 from tests.state_bounds import (
+    ITEMS_PER_TENANT,
     MAX_BYTES,
     MAX_ENTRIES,
     OWNERS_PER_TENANT,
     answers_are_bounded_per_tenant,
+    items_are_bounded_per_tenant,
     names_differing_in_braces_count_apart,
     owners_are_bounded_per_tenant,
 )
@@ -243,9 +245,11 @@ async def test_a_cluster_no_node_of_which_answers_is_redis_away_not_an_error() -
 async def test_owners_and_answers_are_bounded_per_tenant_on_a_cluster(
         cluster: RedisClusterNodes, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache's script touches a tenant's answers by the tenant's tag (one slot, the answers it drops
-    included); an owner's records are in their ids' slots, deleted across slots past the tenant's bound;
-    names that differ only in braces have keys of their own (tests/state_bounds.py)."""
+    included); an owner's records are in their ids' slots, deleted across slots past the tenant's bound,
+    its output items in the tenant's slot beside its ids; names that differ only in braces have keys of
+    their own (tests/state_bounds.py)."""
     monkeypatch.setattr(redis_owners, "MAX_RESPONSE_OWNERS_PER_TENANT", OWNERS_PER_TENANT)
+    monkeypatch.setattr(redis_owners, "MAX_OWNED_ITEMS_PER_TENANT", ITEMS_PER_TENANT)
     state = StateConfig(backend="redis", redis_mode="cluster", redis_url=cluster.url, timeout_ms=SHARED_MS)
     cache = CacheConfig(max_entries=MAX_ENTRIES, max_bytes=MAX_BYTES)
     modes: list[bool] = []
@@ -253,6 +257,7 @@ async def test_owners_and_answers_are_bounded_per_tenant_on_a_cluster(
     raw = AsyncRedisCluster(host="127.0.0.1", port=cluster.primaries()[0].port)
     try:
         await owners_are_bounded_per_tenant(first, second, raw)
+        await items_are_bounded_per_tenant(first, second, raw)
         await answers_are_bounded_per_tenant(first, second, raw)
         await names_differing_in_braces_count_apart(first)
         assert modes == [], "every operation went to the cluster"

@@ -10,6 +10,7 @@ import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import redis
@@ -27,10 +28,12 @@ from gateway.state.window import minute_of
 from tests.ports import free_port
 from tests.redis_server import RedisServer
 from tests.state_bounds import (
+    ITEMS_PER_TENANT,
     MAX_BYTES,
     MAX_ENTRIES,
     OWNERS_PER_TENANT,
     answers_are_bounded_per_tenant,
+    items_are_bounded_per_tenant,
     names_differing_in_braces_count_apart,
     owners_are_bounded_per_tenant,
 )
@@ -393,6 +396,38 @@ async def test_response_owner_writes_in_flight_are_bounded(make: Factory, monkey
     assert await backend.response_owner("resp_b") is None
 
 
+async def test_output_items_ride_on_the_owner_write_are_read_in_batches_and_survive_an_outage(
+        server: RedisServer, make: Factory, raw: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A response's items add no command to its owner's write (the same script call), a request naming
+    items reads them in one script call per `ITEMS_PER_READ`, and while Redis is away both run locally."""
+    from gateway.state.base import ResponseOwner, tenant_of
+
+    monkeypatch.setattr(redis_owners, "ITEMS_PER_READ", 4)
+    first, second = make(), make()
+    alice, me = ResponseOwner("alice"), tenant_of("alice", None)
+    first.record_response_owner("resp_warm", alice, ttl_s=60)  # the scripts loaded, the pool connected
+    assert await first.response_owner("resp_warm") == alice
+    assert await second.unowned_item(me, ["msg_0"]) == "msg_0"
+    before = await raw.info("commandstats")
+    items = [f"msg_{i}" for i in range(9)]
+    first.record_response_owner("resp_items", alice, ttl_s=60, items=items)
+    assert await first.response_owner("resp_items") == alice
+    after = await raw.info("commandstats")
+    assert _calls(after, "evalsha") - _calls(before, "evalsha") == 1, "one script call, items and id"
+    assert _calls(after, "set") - _calls(before, "set") == 1
+    assert await second.unowned_item(me, items) is None
+    assert _calls(await raw.info("commandstats"), "evalsha") - _calls(after, "evalsha") == 3, "9 ids, 4 a call"
+    assert await second.unowned_item(me, [*items[:6], "msg_other", "msg_1"]) == "msg_other"
+    assert await second.unowned_item(tenant_of("bob", None), ["msg_1"]) == "msg_1", "another tenant's"
+    server.kill()
+    second.record_response_owner("resp_local", alice, ttl_s=60, items=["msg_local"])  # locally, Redis away
+    assert await second.unowned_item(me, ["msg_local"]) is None
+
+
+def _calls(stats: dict[str, Any], command: str) -> int:
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
 async def test_served_names_are_shared_bounded_and_kept_locally_while_redis_is_away(
         server: RedisServer, make: Factory, raw: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """Names upstreams reported (docs/agents.md, "Names the gateway gave back"): recorded by one replica in
@@ -453,6 +488,12 @@ async def test_response_owners_are_bounded_per_tenant(replicas: tuple[RedisBacke
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redis_owners, "MAX_RESPONSE_OWNERS_PER_TENANT", OWNERS_PER_TENANT)
     await owners_are_bounded_per_tenant(*replicas, raw)
+
+
+async def test_output_items_are_bounded_per_tenant(replicas: tuple[RedisBackend, RedisBackend], raw: Redis,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_owners, "MAX_OWNED_ITEMS_PER_TENANT", ITEMS_PER_TENANT)
+    await items_are_bounded_per_tenant(*replicas, raw)
 
 
 async def test_cached_answers_are_bounded_per_tenant(replicas: tuple[RedisBackend, RedisBackend], raw: Redis) -> None:

@@ -11,6 +11,7 @@ from gateway.state.keys import (
     cache_keys,
     cache_prefix,
     check_keys,
+    owned_items_key,
     owned_key,
     owner_key,
     rate_key,
@@ -61,6 +62,15 @@ def test_caching_an_answer_touches_its_tenants_slot_only(name: str) -> None:
     cache key): one slot, so lua.CACHE_SET runs in a Redis Cluster; a hit is one GET of the first."""
     keys = [*cache_keys(name, "ab" * 32), cache_prefix(name) + "cd" * 32]
     assert len(set(keys)) == 4
+    assert len(slots(keys)) == 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_counting_a_response_and_its_items_touches_its_tenants_slot_only(name: str) -> None:
+    """lua.OWN_RESPONSE counts a response id and its output items in one call: the tenant's two sorted sets,
+    one slot; lua.OWNED_ITEMS reads the second alone."""
+    keys = [owned_key(name), owned_items_key(name)]
+    assert len(set(keys)) == 2
     assert len(slots(keys)) == 1
 
 

@@ -238,6 +238,52 @@ async def test_one_tenant_cannot_evict_anothers_response_owners() -> None:
     assert backend.response_owners_held() <= memory.MAX_RESPONSE_OWNERS_PER_TENANT + 1
 
 
+async def test_output_items_belong_to_their_tenant_and_expire_with_their_response() -> None:
+    """A response's output items are recorded with it, for its tenant (its team, else its key): every
+    key of the team has them, no other tenant does, and they expire with the response's record."""
+    from gateway.state.base import ResponseOwner, tenant_of
+
+    clock = ManualClock()
+    backend = MemoryBackend(clock=clock)
+    team, solo = tenant_of("alice", "ml"), tenant_of("bob", None)
+    backend.record_response_owner("resp_1", ResponseOwner("alice", "ml"), ttl_s=60, items=["msg_1", "fc_1"])
+    backend.record_response_owner("resp_2", ResponseOwner("bob"), ttl_s=60, items=["msg_2"])
+    assert await backend.unowned_item(team, ["msg_1", "fc_1"]) is None
+    assert await backend.unowned_item(team, ["msg_1", "msg_2", "fc_1"]) == "msg_2", "the first not its own"
+    assert await backend.unowned_item(solo, ["msg_2"]) is None
+    assert await backend.unowned_item(solo, ["msg_1"]) == "msg_1"
+    assert await backend.unowned_item(tenant_of("carol", None), ["msg_never"]) == "msg_never"
+    clock.now += 59
+    assert await backend.unowned_item(team, ["fc_1"]) is None
+    clock.now += 1
+    assert await backend.unowned_item(team, ["fc_1"]) == "fc_1", "expired with its response"
+    assert await backend.response_owner("resp_1") is None
+
+
+async def test_output_items_are_bounded_per_tenant_and_in_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant's items past `MAX_OWNED_ITEMS_PER_TENANT` drop its own oldest, never another tenant's; past
+    `MAX_OWNED_ITEMS` the oldest of all go. Counted apart from the response ids, which stay known."""
+    from gateway.state import memory
+    from gateway.state.base import ResponseOwner, tenant_of
+
+    monkeypatch.setattr(memory, "MAX_OWNED_ITEMS_PER_TENANT", 4)
+    monkeypatch.setattr(memory, "MAX_OWNED_ITEMS", 6)
+    backend = MemoryBackend(clock=ManualClock())
+    victim, busy = ResponseOwner("victim"), ResponseOwner("busy", "ml")
+    backend.record_response_owner("resp_v", victim, ttl_s=60, items=["msg_v"])
+    for i in range(3):
+        backend.record_response_owner(f"resp_{i}", busy, ttl_s=60, items=[f"rs_{i}", f"msg_{i}"])
+    ml = tenant_of("busy", "ml")
+    held = [await backend.unowned_item(ml, [f"{kind}_{i}"]) for i in range(3) for kind in ("rs", "msg")]
+    assert held == ["rs_0", "msg_0", None, None, None, None], "its own two oldest went"
+    assert await backend.unowned_item(tenant_of("victim", None), ["msg_v"]) is None, "another tenant's stay"
+    assert [await backend.response_owner(f"resp_{i}") for i in range(3)] == [busy] * 3, "ids are counted apart"
+    for i in range(3):
+        backend.record_response_owner(f"resp_o{i}", ResponseOwner(f"other{i}"), ttl_s=60, items=[f"msg_o{i}"])
+    assert backend.owned_items_held() == 6
+    assert await backend.unowned_item(tenant_of("victim", None), ["msg_v"]) == "msg_v", "the oldest of all"
+
+
 async def test_served_names_are_kept_per_process_expire_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The memory backend's served names (docs/agents.md, "Names the gateway gave back"): this process's
     own, as the Redis backend's fallback keeps them while Redis is away; bounded per name and in all."""

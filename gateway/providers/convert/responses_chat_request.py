@@ -17,9 +17,10 @@ mode), `parallel_tool_calls`, `text.format` (`json_object`, `json_schema`) -> `r
 `safety_identifier` / `user` -> `user`.
 Dropped: `reasoning` input items (a chat request has no field for earlier reasoning; the Anthropic cell
 turns thinking off for a continued tool loop for the same reason), `item_reference` (it names stored
-state), hosted tools (`web_search`, `file_search`, `code_interpreter`, `mcp`, ...: a chat server cannot
-run them), `include`, `store`, `truncation`, `background`, `text.verbosity`, `stream_options`, `metadata`,
-`service_tier`.
+state; one naming an item the caller was not given was refused before any attempt, whatever the
+provider: `pipeline.ownership`), hosted tools (`web_search`, `file_search`, `code_interpreter`, `mcp`,
+...: a chat server cannot run them), `include`, `store`, `truncation`, `background`, `text.verbosity`,
+`stream_options`, `metadata`, `service_tier`.
 Prompt caching (docs/caching.md): `prompt_cache_key` and `prompt_cache_retention` go to the chat body (an
 OpenAI-type chat server takes them; the Anthropic conversion drops them), and a `cache_control` on a
 content part, a message or tool output item, or a tool is kept on the chat part, message or tool, where
