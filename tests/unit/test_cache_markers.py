@@ -304,6 +304,25 @@ def test_the_responses_bridge_keeps_markers_on_parts_items_and_tools() -> None:
     assert anthropic["messages"][-1]["content"][-1]["cache_control"] == E
 
 
+def test_a_marker_on_a_part_of_a_tool_output_reaches_the_tool_results_content() -> None:
+    """Like a chat `tool` message's marked parts (Claude Code marks the blocks inside a tool_result): kept as
+    text parts, not joined away with the marker; an unmarked output is joined as before."""
+    out = chat_body({"input": [
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [
+            {"type": "input_text", "text": "head"}, {"type": "input_text", "text": "tail", "cache_control": H}]},
+        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "x"},
+                                                                    {"type": "input_text", "text": "y"}]}]})
+    marked, plain = (m for m in out["messages"] if m["role"] == "tool")
+    assert marked["content"] == [{"type": "text", "text": "head"}, {"type": "text", "text": "tail", "cache_control": H}]
+    assert plain["content"] == "xy"
+    results = [b for m in anthropic_body(out, "claude", stream=False)["messages"] for b in m["content"]
+               if b["type"] == "tool_result"]
+    assert results[0]["content"][-1] == {"type": "text", "text": "tail", "cache_control": H}
+    assert results[1]["content"] == "xy"
+
+
 def _config(model: dict[str, Any], price: dict[str, Any] | None = None) -> Any:
     return parse_config({"auth": {"allow_unauthenticated": True}, "providers": {"a": {
         "type": "anthropic", "base_url": "http://127.0.0.1:9", "api_key": "k"}},
