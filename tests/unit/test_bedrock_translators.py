@@ -306,6 +306,18 @@ def test_a_marker_on_a_block_converse_drops_is_no_cache_point_and_is_counted() -
     assert req.cache_markers_dropped == 2
 
 
+def test_a_chat_clients_marker_on_an_image_by_url_is_counted_as_dropped_too() -> None:
+    """The chat cell (and the Responses bridge over it) counts what Converse has no place for, as the
+    Messages cell does: the log line's `cache_markers_dropped` names clients whose markers are lost."""
+    mark = {"type": "ephemeral"}
+    chat = {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}, "cache_control": mark},
+        {"type": "text", "text": "hi", "cache_control": mark}]}]}
+    req = BedrockChat(PROVIDER).request(chat, NOVA, stream=False, client_headers={}, send_stream_options=False)
+    assert [next(iter(b)) for b in orjson.loads(req.body)["messages"][0]["content"]] == ["text", "cachePoint"]
+    assert req.cache_markers_dropped == 1
+
+
 def test_converse_body_to_chat_completion() -> None:
     parsed = BedrockChat(PROVIDER).parse_body(orjson.dumps(CONVERSE_BODY))
     msg = parsed.obj["choices"][0]["message"]
