@@ -409,6 +409,23 @@ def test_a_top_level_cache_control_counts_as_the_newest_breakpoint_and_stops_aut
     assert marked(automatic) == []  # the client asked for Anthropic's own placement: nothing added
 
 
+def test_a_top_level_one_hour_marker_after_a_five_minute_block_marker_is_sent_as_five_minutes() -> None:
+    """The top-level breakpoint lands on the last block, after every block's own: a 1-hour one after a
+    5-minute one is refused as a block's would be; after 1-hour ones only, or alone, it keeps its TTL."""
+    client = {"cache_control": H, "system": [{"type": "text", "text": "s", "cache_control": E}],
+              "messages": [{"role": "user", "content": "hi"}]}
+    body = copy.deepcopy(client)
+    assert fit(body, auto=False) == 0
+    assert body["cache_control"] == E and client["cache_control"] == H  # the client's body as it came
+    long_only = {**body_with(3), "cache_control": H}
+    long_only["messages"] = []
+    fit(long_only, auto=False)
+    assert long_only["cache_control"] == H
+    alone = {"cache_control": H, "messages": [{"role": "user", "content": "hi"}]}
+    fit(alone, auto=True)
+    assert alone["cache_control"] == H
+
+
 def test_a_null_cache_control_is_no_marker() -> None:
     body = body_with(4)
     body["messages"] = [*body["messages"], {"role": "user", "content": [{"type": "text", "text": "x",
