@@ -271,6 +271,16 @@ def test_auto_marks_tools_system_and_the_last_two_user_turns_only_when_the_clien
     assert marked(client) == ["m0.0"]  # the client's own marker: nothing added
 
 
+def test_auto_marks_no_empty_text_block_at_the_end_of_the_system_prompt() -> None:
+    """Anthropic refuses a marker on an empty text block: the system prompt's end is its last block that
+    takes one, as a user turn's is."""
+    body: dict[str, Any] = {"system": [{"type": "text", "text": "rules"}, {"type": "text", "text": ""}],
+                            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"},
+                                                                      {"type": "text", "text": ""}]}]}
+    fit(body, auto=True)
+    assert marked(body) == ["system[0]", "m0.0"]
+
+
 def test_markers_from_chat_parts_and_tools_take_anthropics_form() -> None:
     out = anthropic_body({"messages": [
         {"role": "system", "content": [{"type": "text", "text": "s", "cache_control": {"type": "x", "ttl": "2h"}}]},

@@ -193,8 +193,11 @@ def _add_auto(body: dict[str, Any]) -> None:
     system = body.get("system")
     if isinstance(system, str) and system:
         body["system"] = [{"type": "text", "text": system, "cache_control": dict(EPHEMERAL)}]
-    elif isinstance(system, list) and system and isinstance(system[-1], dict):
-        editor.edit((SYSTEM, len(system) - 1), EPHEMERAL)
+    elif isinstance(system, list):
+        for j in range(len(system) - 1, -1, -1):  # the last block that takes a marker ends the system prompt
+            if _markable(system[j]):
+                editor.edit((SYSTEM, j), EPHEMERAL)
+                break
     messages = body.get("messages")
     turns: list[Any] = messages if isinstance(messages, list) else []
     users: list[int] = []
@@ -219,7 +222,12 @@ def _mark_turn(editor: _Editor, i: int) -> None:
     if not isinstance(content, list):
         return
     for j in range(len(content) - 1, -1, -1):
-        block = content[j]
-        if isinstance(block, dict) and block.get("type") not in _UNMARKABLE and block.get("text", True) != "":
+        if _markable(content[j]):
             editor.edit((MESSAGES, i, j), EPHEMERAL)
             return
+
+
+def _markable(block: Any) -> bool:
+    """A block Anthropic takes a marker on: not thinking, and not an empty text ("cache_control cannot be
+    set for empty text blocks")."""
+    return isinstance(block, dict) and block.get("type") not in _UNMARKABLE and block.get("text", True) != ""
