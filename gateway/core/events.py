@@ -97,6 +97,19 @@ class Usage:
             "completion_tokens_details": {"reasoning_tokens": self.reasoning},
         }
 
+    def as_responses(self) -> dict[str, object]:
+        """The Responses API's `ResponseUsage`: input includes cached tokens and cache writes, output
+        includes reasoning; `input_tokens_details.cache_write_tokens` is always there, as OpenAI's own
+        usage object has it (docs/caching.md)."""
+        return {
+            "input_tokens": self.input,
+            "input_tokens_details": {"cached_tokens": self.cached_input,
+                                     "cache_write_tokens": self.cache_creation_input},
+            "output_tokens": self.output,
+            "output_tokens_details": {"reasoning_tokens": self.reasoning},
+            "total_tokens": self.input + self.output,
+        }
+
 
 class FailureKind(StrEnum):
     """Why an upstream attempt failed. Providers classify from structured fields only."""

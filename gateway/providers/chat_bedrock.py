@@ -21,7 +21,13 @@ from gateway.core.sse import SSEEvent
 from gateway.providers.base import AddsBreakpoints, ChatChunk, Framing, ParsedBody, UpstreamRequest
 from gateway.providers.convert.anthropic_request import anthropic_body
 from gateway.providers.convert.anthropic_stream import AnthropicStreamParser, parse_anthropic_body
-from gateway.providers.convert.bedrock_converse import CONVERSE_EVENTS, ConverseStream, anthropic_answer, converse_body
+from gateway.providers.convert.bedrock_converse import (
+    CONVERSE_EVENTS,
+    ConverseStream,
+    anthropic_answer,
+    converse_body,
+    unplaced_markers,
+)
 from gateway.providers.convert.bedrock_endpoint import (
     EVENTSTREAM,
     BedrockEndpoint,
@@ -74,6 +80,8 @@ class BedrockChat(AddsBreakpoints):
         bp = self.breakpoints  # Converse's cachePoints are made of the markers; auto is for Claude only
         dropped = fit(anthropic, auto=bp.auto and claude, scan=bp.scan)
         out = claude_body(anthropic, {}) if claude else converse_body(anthropic)
+        if not claude and bp.scan:  # and those Converse has no place for (an image by URL), as the Messages cell
+            dropped += unplaced_markers(anthropic)
         return UpstreamRequest("POST", self.endpoint.url(model, stream), self.endpoint.headers_for(stream),
                                orjson.dumps(out), stream, dropped)
 

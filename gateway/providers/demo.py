@@ -111,7 +111,8 @@ def _responses(provider: ProviderConfig, body: dict[str, Any]) -> MockScript:
     text_part = {"type": "output_text", "text": ANSWER, "annotations": []}
     item = {"id": "msg_mock", "type": "message", "role": "assistant", "status": "completed", "content": [text_part]}
     usage = {"input_tokens": 8, "output_tokens": len(words), "total_tokens": 8 + len(words),
-             "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+             "output_tokens_details": {"reasoning_tokens": 0}}
     final = {"id": rid, "object": "response", "created_at": 1_700_000_000, "status": "completed", "model": model,
              "output": [item], "usage": usage}
     if not body.get("stream"):

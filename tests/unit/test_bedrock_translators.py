@@ -306,6 +306,34 @@ def test_a_marker_on_a_block_converse_drops_is_no_cache_point_and_is_counted() -
     assert req.cache_markers_dropped == 2
 
 
+def test_a_top_level_cache_control_is_a_cache_point_after_the_last_block() -> None:
+    """Anthropic's automatic caching (a top-level `cache_control`: a breakpoint on the last block) asks for
+    the same on Converse: one cachePoint after the last message's last block, not two when it is marked."""
+    mark = {"type": "ephemeral"}
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"},
+             {"role": "user", "content": [{"type": "text", "text": "more"}]}]
+    req = BedrockMessages(PROVIDER).request({"max_tokens": 5, "cache_control": mark, "messages": turns}, NOVA,
+                                            stream=False, client_headers={}, send_stream_options=False)
+    kinds = [[next(iter(b)) for b in m["content"]] for m in orjson.loads(req.body)["messages"]]
+    assert kinds == [["text"], ["text"], ["text", "cachePoint"]]
+    assert req.cache_markers_dropped == 0
+    turns[-1] = {"role": "user", "content": [{"type": "text", "text": "more", "cache_control": mark}]}
+    body = converse_body({"max_tokens": 5, "cache_control": mark, "messages": turns})
+    assert [next(iter(b)) for b in body["messages"][-1]["content"]] == ["text", "cachePoint"]
+
+
+def test_a_chat_clients_marker_on_an_image_by_url_is_counted_as_dropped_too() -> None:
+    """The chat cell (and the Responses bridge over it) counts what Converse has no place for, as the
+    Messages cell does: the log line's `cache_markers_dropped` names clients whose markers are lost."""
+    mark = {"type": "ephemeral"}
+    chat = {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}, "cache_control": mark},
+        {"type": "text", "text": "hi", "cache_control": mark}]}]}
+    req = BedrockChat(PROVIDER).request(chat, NOVA, stream=False, client_headers={}, send_stream_options=False)
+    assert [next(iter(b)) for b in orjson.loads(req.body)["messages"][0]["content"]] == ["text", "cachePoint"]
+    assert req.cache_markers_dropped == 1
+
+
 def test_converse_body_to_chat_completion() -> None:
     parsed = BedrockChat(PROVIDER).parse_body(orjson.dumps(CONVERSE_BODY))
     msg = parsed.obj["choices"][0]["message"]

@@ -271,6 +271,16 @@ def test_auto_marks_tools_system_and_the_last_two_user_turns_only_when_the_clien
     assert marked(client) == ["m0.0"]  # the client's own marker: nothing added
 
 
+def test_auto_marks_no_empty_text_block_at_the_end_of_the_system_prompt() -> None:
+    """Anthropic refuses a marker on an empty text block: the system prompt's end is its last block that
+    takes one, as a user turn's is."""
+    body: dict[str, Any] = {"system": [{"type": "text", "text": "rules"}, {"type": "text", "text": ""}],
+                            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"},
+                                                                      {"type": "text", "text": ""}]}]}
+    fit(body, auto=True)
+    assert marked(body) == ["system[0]", "m0.0"]
+
+
 def test_markers_from_chat_parts_and_tools_take_anthropics_form() -> None:
     out = anthropic_body({"messages": [
         {"role": "system", "content": [{"type": "text", "text": "s", "cache_control": {"type": "x", "ttl": "2h"}}]},
@@ -302,6 +312,25 @@ def test_the_responses_bridge_keeps_markers_on_parts_items_and_tools() -> None:
     anthropic = anthropic_body(out, "claude", stream=False)
     assert anthropic["system"][0]["cache_control"] == H and anthropic["tools"][0]["cache_control"] == H
     assert anthropic["messages"][-1]["content"][-1]["cache_control"] == E
+
+
+def test_a_marker_on_a_part_of_a_tool_output_reaches_the_tool_results_content() -> None:
+    """Like a chat `tool` message's marked parts (Claude Code marks the blocks inside a tool_result): kept as
+    text parts, not joined away with the marker; an unmarked output is joined as before."""
+    out = chat_body({"input": [
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [
+            {"type": "input_text", "text": "head"}, {"type": "input_text", "text": "tail", "cache_control": H}]},
+        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "x"},
+                                                                    {"type": "input_text", "text": "y"}]}]})
+    marked, plain = (m for m in out["messages"] if m["role"] == "tool")
+    assert marked["content"] == [{"type": "text", "text": "head"}, {"type": "text", "text": "tail", "cache_control": H}]
+    assert plain["content"] == "xy"
+    results = [b for m in anthropic_body(out, "claude", stream=False)["messages"] for b in m["content"]
+               if b["type"] == "tool_result"]
+    assert results[0]["content"][-1] == {"type": "text", "text": "tail", "cache_control": H}
+    assert results[1]["content"] == "xy"
 
 
 def _config(model: dict[str, Any], price: dict[str, Any] | None = None) -> Any:
@@ -388,6 +417,23 @@ def test_a_top_level_cache_control_counts_as_the_newest_breakpoint_and_stops_aut
     automatic: dict[str, Any] = {"cache_control": E, "system": "s", "messages": [{"role": "user", "content": "hi"}]}
     fit(automatic, auto=True)
     assert marked(automatic) == []  # the client asked for Anthropic's own placement: nothing added
+
+
+def test_a_top_level_one_hour_marker_after_a_five_minute_block_marker_is_sent_as_five_minutes() -> None:
+    """The top-level breakpoint lands on the last block, after every block's own: a 1-hour one after a
+    5-minute one is refused as a block's would be; after 1-hour ones only, or alone, it keeps its TTL."""
+    client = {"cache_control": H, "system": [{"type": "text", "text": "s", "cache_control": E}],
+              "messages": [{"role": "user", "content": "hi"}]}
+    body = copy.deepcopy(client)
+    assert fit(body, auto=False) == 0
+    assert body["cache_control"] == E and client["cache_control"] == H  # the client's body as it came
+    long_only = {**body_with(3), "cache_control": H}
+    long_only["messages"] = []
+    fit(long_only, auto=False)
+    assert long_only["cache_control"] == H
+    alone = {"cache_control": H, "messages": [{"role": "user", "content": "hi"}]}
+    fit(alone, auto=True)
+    assert alone["cache_control"] == H
 
 
 def test_a_null_cache_control_is_no_marker() -> None:

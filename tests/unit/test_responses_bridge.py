@@ -149,8 +149,8 @@ def test_a_chat_stream_becomes_responses_events_in_order_at_every_split() -> Non
     call, custom = final["output"][2:]
     assert (call["call_id"], call["arguments"]) == ("call_a", '{"cmd":"ls"}')
     assert (custom["call_id"], custom["input"]) == ("call_b", "*** Begin")
-    assert final["usage"] == {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 2}, "output_tokens": 3,
-                              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 8}
+    assert final["usage"] == {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 0},
+                              "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 8}
     assert final["tools"] == [SHELL, PATCH], "the request's settings, echoed as OpenAI does"
     for reads in splits(STREAM):
         assert _client_events(reads) == whole

@@ -86,4 +86,4 @@ def test_a_responses_answer_from_anthropic_is_counted_with_its_cache_writes() ->
         "id": "msg_1", "type": "message", "role": "assistant", "model": "c", "stop_reason": "end_turn",
         "content": [{"type": "text", "text": "hi"}], "usage": {**WRITES, "output_tokens": 12}}))
     assert [e for e in body.events if type(e) is Usage] == [want]
-    assert "cache_write_tokens" not in orjson.dumps(body.obj["usage"]).decode()  # the client's shape as it was
+    assert body.obj["usage"]["input_tokens_details"] == {"cached_tokens": 10, "cache_write_tokens": 300}

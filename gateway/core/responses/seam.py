@@ -93,7 +93,7 @@ class ContinuedText:
         item = {**asm.items.get(key[0], {}), "status": "completed", "content": [_part(text)]}
         self._event({"type": "response.output_item.done", "output_index": key[0], "item": item})
         resp = {**asm.meta, "status": status, "output": output(asm),
-                "usage": _usage(usage) if usage is not None else asm.meta.get("usage")}
+                "usage": usage.as_responses() if usage is not None else asm.meta.get("usage")}
         etype = "response.completed" if status == "completed" else "response.incomplete"
         self._event({"type": etype, "response": resp})
 
@@ -124,10 +124,4 @@ def _text_part(item: dict[str, Any], part_name: str, text: str) -> dict[str, Any
     if item.get("type") == "reasoning":
         return {"type": "reasoning_text", "text": text}
     return _part(text)
-
-
-def _usage(u: Usage) -> dict[str, Any]:
-    return {"input_tokens": u.input, "input_tokens_details": {"cached_tokens": u.cached_input},
-            "output_tokens": u.output, "output_tokens_details": {"reasoning_tokens": u.reasoning},
-            "total_tokens": u.input + u.output}
 

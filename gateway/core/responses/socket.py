@@ -226,7 +226,8 @@ def warmup_events(body: dict[str, Any]) -> tuple[str, list[str]]:
             "metadata": body.get("metadata") or {}}
     created = {"type": "response.created", "sequence_number": 0, "response": resp}
     usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-             "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+             "output_tokens_details": {"reasoning_tokens": 0}}
     done = {"type": "response.completed", "sequence_number": 1,
             "response": {**resp, "status": "completed", "usage": usage}}
     return rid, [orjson.dumps(created).decode(), orjson.dumps(done).decode()]

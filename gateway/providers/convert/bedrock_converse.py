@@ -13,7 +13,8 @@ Request (Anthropic -> Converse): `system` -> `system[].text`; blocks text -> `te
 redacted_thinking -> `reasoningContent.redactedContent`; a `cache_control` adds a `cachePoint` after its
 block (a tool's: after it in `toolConfig.tools`; one inside a tool_result's content, at any depth `fit`
 walks: after the toolResult); one inside another block's `content` (a `search_result`'s, a block Converse
-has no form for) is dropped with it, counted by `unplaced_markers`;
+has no form for) is dropped with it, counted by `unplaced_markers`; a top-level one (automatic caching)
+adds one after the last message's last block;
 `max_tokens`, `temperature`, `top_p`, `stop_sequences` -> `inferenceConfig`; `tools` and `tool_choice`
 (auto, any, tool; none sends no choice) -> `toolConfig`.
 Image URLs have no Converse form (only bytes or S3) and are dropped.
@@ -50,6 +51,7 @@ def message_id() -> str:
 def converse_body(anthropic: Mapping[str, Any]) -> dict[str, Any]:
     """A Converse request body for an Anthropic Messages request body (`model` and `stream` are the URL's)."""
     out: dict[str, Any] = {"messages": [_message(m) for m in anthropic.get("messages") or () if isinstance(m, dict)]}
+    _automatic(anthropic, out["messages"])
     system = _system(anthropic.get("system"))
     if system:
         out["system"] = system
@@ -96,6 +98,16 @@ def _message(m: Mapping[str, Any]) -> dict[str, Any]:
                                                               and marked_inside(block))):
                 blocks.append(_CACHE_POINT)
     return {"role": "assistant" if m.get("role") == "assistant" else "user", "content": blocks}
+
+
+def _automatic(anthropic: Mapping[str, Any], messages: list[dict[str, Any]]) -> None:
+    """A top-level `cache_control` (Anthropic's automatic caching: a breakpoint on the last block) is the
+    cachePoint after the last message's last block, unless one is there already."""
+    if anthropic.get("cache_control") is None or not messages:
+        return
+    content = messages[-1]["content"]
+    if content and "cachePoint" not in content[-1]:
+        content.append(_CACHE_POINT)
 
 
 def unplaced_markers(anthropic: Mapping[str, Any]) -> int:

@@ -17,7 +17,7 @@ it leaves:
   and a body nested deeper, which Anthropic refuses anyway, is not walked further (a hostile body cannot
   make the walk deep);
 - a 1-hour marker after a 5-minute one would be refused too (longer TTLs must come first): it is sent
-  as a 5-minute one;
+  as a 5-minute one, a top-level one (after every block's) too;
 - with `auto` (a model's `prompt_cache: {breakpoints: auto}`) and no marker from the client, nested ones
   included: markers at the end of the tools, the end of the system prompt and the last block of the last
   two user turns, so a client that sends none (Codex, OpenAI SDKs) still reads its previous turn's prefix
@@ -76,7 +76,11 @@ def fit(body: dict[str, Any], *, auto: bool, scan: bool = True) -> int:
     editor = _Editor(body)
     for slot in slots[:dropped]:
         editor.edit(slot, None)
-    _order_ttls(editor, slots[dropped:])
+    short_kept = _order_ttls(editor, slots[dropped:])
+    automatic = body.get("cache_control")
+    if short_kept and isinstance(automatic, dict) and automatic.get("ttl") == "1h":
+        # the top-level one is the newest breakpoint: after a shorter one it is refused as a block's would be
+        body["cache_control"] = {k: v for k, v in automatic.items() if k != "ttl"}
     return dropped
 
 
@@ -127,8 +131,9 @@ def _cache_control(body: Mapping[str, Any], slot: Slot) -> Any:
     return node.get("cache_control")
 
 
-def _order_ttls(editor: _Editor, slots: list[Slot]) -> None:
-    """A 1-hour marker after a shorter one becomes a 5-minute one (Anthropic refuses the order)."""
+def _order_ttls(editor: _Editor, slots: list[Slot]) -> bool:
+    """A 1-hour marker after a shorter one becomes a 5-minute one (Anthropic refuses the order). Returns
+    whether a shorter one is among `slots`."""
     short_seen = False
     for slot in slots:
         cc = _cache_control(editor.body, slot)
@@ -136,6 +141,7 @@ def _order_ttls(editor: _Editor, slots: list[Slot]) -> None:
         if long and short_seen:
             editor.edit(slot, {k: v for k, v in cc.items() if k != "ttl"})
         short_seen = short_seen or not long
+    return short_seen
 
 
 class _Editor:
@@ -187,8 +193,11 @@ def _add_auto(body: dict[str, Any]) -> None:
     system = body.get("system")
     if isinstance(system, str) and system:
         body["system"] = [{"type": "text", "text": system, "cache_control": dict(EPHEMERAL)}]
-    elif isinstance(system, list) and system and isinstance(system[-1], dict):
-        editor.edit((SYSTEM, len(system) - 1), EPHEMERAL)
+    elif isinstance(system, list):
+        for j in range(len(system) - 1, -1, -1):  # the last block that takes a marker ends the system prompt
+            if _markable(system[j]):
+                editor.edit((SYSTEM, j), EPHEMERAL)
+                break
     messages = body.get("messages")
     turns: list[Any] = messages if isinstance(messages, list) else []
     users: list[int] = []
@@ -213,7 +222,12 @@ def _mark_turn(editor: _Editor, i: int) -> None:
     if not isinstance(content, list):
         return
     for j in range(len(content) - 1, -1, -1):
-        block = content[j]
-        if isinstance(block, dict) and block.get("type") not in _UNMARKABLE and block.get("text", True) != "":
+        if _markable(content[j]):
             editor.edit((MESSAGES, i, j), EPHEMERAL)
             return
+
+
+def _markable(block: Any) -> bool:
+    """A block Anthropic takes a marker on: not thinking, and not an empty text ("cache_control cannot be
+    set for empty text blocks")."""
+    return isinstance(block, dict) and block.get("type") not in _UNMARKABLE and block.get("text", True) != ""

@@ -23,8 +23,9 @@ provider: `pipeline.ownership`), hosted tools (`web_search`, `file_search`, `cod
 `stream_options`, `metadata`, `service_tier`.
 Prompt caching (docs/caching.md): `prompt_cache_key` and `prompt_cache_retention` go to the chat body (an
 OpenAI-type chat server takes them; the Anthropic conversion drops them), and a `cache_control` on a
-content part, a message or tool output item, or a tool is kept on the chat part, message or tool, where
-the Anthropic conversion reads it (a marked text keeps its parts instead of being joined into one string).
+content part (a tool output's parts included), a message or tool output item, or a tool is kept on the chat
+part, message or tool, where the Anthropic conversion reads it (a marked text keeps its parts instead of
+being joined into one string).
 """
 
 from __future__ import annotations
@@ -195,13 +196,6 @@ def _marked(out: dict[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _joined(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "".join(p["text"] for part in (content if isinstance(content, list) else ())
-                   for p in _part(part) if p["type"] == "text")
-
-
 def _part(part: Any) -> list[dict[str, Any]]:
     if not isinstance(part, dict):
         return []
@@ -223,9 +217,13 @@ def _part(part: Any) -> list[dict[str, Any]]:
     return []
 
 
-def _output_text(output: Any) -> str:
-    """A tool's output: a string, or content parts (their text)."""
-    return output if isinstance(output, str) else _joined(output)
+def _output_text(output: Any) -> str | list[dict[str, Any]]:
+    """A tool's output: a string, or content parts (their text, joined; kept as text parts when one carries a
+    `cache_control`, so the marker reaches the `tool_result`'s content as a chat `tool` message's would)."""
+    if isinstance(output, str):
+        return output
+    texts = [p for part in (output if isinstance(output, list) else ()) for p in _part(part) if p["type"] == "text"]
+    return texts if any("cache_control" in p for p in texts) else "".join(p["text"] for p in texts)
 
 
 def _call(out: list[Message], call_id: Any, name: Any, arguments: Any) -> None:

@@ -57,11 +57,7 @@ _PREFIX = {"message": "msg", "reasoning": "rs", "function_call": "fc", "custom_t
 
 def responses_usage(u: Usage | None) -> dict[str, Any] | None:
     """OpenAI-normalised usage -> `ResponseUsage` (the same semantics: input includes cached tokens)."""
-    if u is None:
-        return None
-    return {"input_tokens": u.input, "input_tokens_details": {"cached_tokens": u.cached_input},
-            "output_tokens": u.output, "output_tokens_details": {"reasoning_tokens": u.reasoning},
-            "total_tokens": u.input + u.output}
+    return None if u is None else u.as_responses()
 
 
 @dataclass(slots=True)
@@ -354,8 +350,8 @@ def _custom_input(arguments: str) -> str:
 
 def counted(events: list[StreamEvent], usage: Usage | None) -> list[StreamEvent]:
     """A translated `response`'s typed events with the usage the chat parser read in place of the one its
-    `usage` object gives back: that object has no field for cache writes (docs/caching.md), so Anthropic's
-    writes would be priced as uncached input, and its 1-hour ones as 5-minute ones."""
+    `usage` object gives back: that object has no field for the 1-hour part of the cache writes
+    (docs/caching.md), so Anthropic's 1-hour writes would be priced as 5-minute ones."""
     if usage is None:
         return events
     return [usage if type(e) is Usage else e for e in events]
