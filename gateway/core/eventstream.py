@@ -44,30 +44,47 @@ HEADER_CACHE_ENTRIES = 16  # distinct header blocks remembered per stream (see `
 
 HeaderValue = bool | int | bytes | str  # a UUID is its 16 bytes (as botocore reads it)
 
-# Bedrock exception name (lower-cased; HTTP errors spell it `ThrottlingException`, frames
-# `throttlingException`) -> the Anthropic error type that carries its meaning into the retry rules
+# Bedrock exception name, lower-cased and without its `Exception` suffix (HTTP errors spell it
+# `ThrottlingException`, frames `throttlingException`, AWS's common errors `IncompleteSignature` or
+# `IncompleteSignatureException`) -> the Anthropic error type that carries its meaning into the retry rules
 ERROR_TYPES: dict[str, str] = {
-    "throttlingexception": "rate_limit_error",
-    "servicequotaexceededexception": "billing_error",
-    "serviceunavailableexception": "overloaded_error",
-    "modelnotreadyexception": "overloaded_error",
-    "internalserverexception": "api_error",
-    "modelstreamerrorexception": "api_error",
-    "modelerrorexception": "api_error",
-    "modeltimeoutexception": "timeout_error",
-    "validationexception": "invalid_request_error",
-    "resourcenotfoundexception": "not_found_error",
-    "accessdeniedexception": "permission_error",
-    "unrecognizedclientexception": "authentication_error",
-    "invalidsignatureexception": "authentication_error",
-    "expiredtokenexception": "authentication_error",
+    "throttling": "rate_limit_error",
+    "servicequotaexceeded": "billing_error",
+    "serviceunavailable": "overloaded_error",
+    "modelnotready": "overloaded_error",
+    "internalserver": "api_error",
+    "internalfailure": "api_error",
+    "modelstreamerror": "api_error",
+    "modelerror": "api_error",
+    "modeltimeout": "timeout_error",
+    "validation": "invalid_request_error",
+    "resourcenotfound": "not_found_error",
+    "accessdenied": "permission_error",
+    "unrecognizedclient": "authentication_error",
+    "invalidsignature": "authentication_error",
+    "expiredtoken": "authentication_error",
+    # the errors every AWS service shares that name our signature, credentials or clock, never the
+    # client's request, though AWS answers several of them with HTTP 400 (docs/cloud-providers.md)
+    "incompletesignature": "authentication_error",
+    "invalidclienttokenid": "authentication_error",
+    "missingauthenticationtoken": "authentication_error",
+    "requestexpired": "authentication_error",
+    "notauthorized": "permission_error",
+    "optinrequired": "permission_error",
 }
 
 
-def error_type(exception: str) -> str:
+def exception_type(exception: str) -> str | None:
     """The Anthropic error type for a Bedrock exception name (`ThrottlingException`, or the
-    `x-amzn-ErrorType` form `ThrottlingException:http://...`); `api_error` for one we don't know."""
-    return ERROR_TYPES.get(exception.partition(":")[0].strip().lower(), "api_error")
+    `x-amzn-ErrorType` form `ThrottlingException:http://...`); None for one we don't know."""
+    name = exception.partition(":")[0].strip().lower()
+    return ERROR_TYPES.get(name.removesuffix("exception"))
+
+
+def error_type(exception: str) -> str:
+    """`exception_type`, `api_error` for one we don't know (an in-stream exception: retried before the first
+    token)."""
+    return exception_type(exception) or "api_error"
 
 
 @dataclass(frozen=True, slots=True)

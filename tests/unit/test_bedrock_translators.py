@@ -241,6 +241,14 @@ def test_exception_frame_after_the_first_token_is_not_retried() -> None:
      "ServiceUnavailableException"),
     (424, {"x-amzn-errortype": "ModelErrorException:"}, {"message": "m"}, FailureKind.HTTP_5XX, "ModelErrorException"),
     (502, {}, None, FailureKind.HTTP_5XX, None),
+    # AWS's common errors: our signature, credentials or clock, though several come as 400s
+    (400, {"x-amzn-errortype": "IncompleteSignatureException:"}, {"message": "s"}, FailureKind.UPSTREAM_AUTH,
+     "IncompleteSignatureException"),
+    (400, {}, {"__type": "com.amazon.coral.service#RequestExpired", "message": "e"}, FailureKind.UPSTREAM_AUTH,
+     "RequestExpired"),
+    (400, {"x-amzn-errortype": "NotAuthorized"}, {"message": "n"}, FailureKind.UPSTREAM_AUTH, "NotAuthorized"),
+    (403, {"x-amzn-errortype": "MissingAuthenticationTokenException:"}, {"message": "m"},
+     FailureKind.UPSTREAM_AUTH, "MissingAuthenticationTokenException"),
 ])
 def test_http_errors(status: int, headers: dict[str, str], body: Any, kind: FailureKind, code: str | None) -> None:
     raw = orjson.dumps(body) if body is not None else b"<html>bad gateway</html>"

@@ -273,3 +273,12 @@ def test_error_frame() -> None:
 def test_error_type_of_http_spelling() -> None:
     assert error_type("ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/") == "rate_limit_error"
     assert error_type("AccessDeniedException") == "permission_error"
+
+
+@pytest.mark.parametrize("name", ["IncompleteSignature", "IncompleteSignatureException", "RequestExpired",
+                                  "InvalidClientTokenId", "MissingAuthenticationTokenException", "NotAuthorized",
+                                  "OptInRequired"])
+def test_aws_common_credential_errors_are_ours(name: str) -> None:
+    """Every AWS service's errors about the signature, the credentials or the clock, with or without the
+    `Exception` suffix: never the client's mistake (AWS answers several with HTTP 400)."""
+    assert error_type(name) in ("authentication_error", "permission_error")

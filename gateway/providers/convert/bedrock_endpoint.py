@@ -17,7 +17,7 @@ from urllib.parse import quote
 import orjson
 
 from gateway.core.events import Failure, FailureKind
-from gateway.core.eventstream import ERROR_TYPES, BedrockStreamTranscoder
+from gateway.core.eventstream import BedrockStreamTranscoder, exception_type
 from gateway.core.messages.wire import classify_anthropic_error
 from gateway.providers.base import Framing
 from gateway.providers.retry_after import with_retry_after
@@ -111,7 +111,7 @@ def classify_bedrock_http_error(status: int, headers: Mapping[str, str], body: b
     name = str(raw).partition(":")[0].rpartition("#")[2].strip()
     message = obj.get("message", obj.get("Message"))
     message = message if isinstance(message, str) and message else f"upstream answered HTTP {status}"
-    etype = ERROR_TYPES.get(name.lower())
+    etype = exception_type(name)
     if etype == "not_found_error":  # no such model or profile at this region: our configuration
         failure = Failure(FailureKind.NOT_FOUND, message, status=status, code=name, type=etype)
     else:
