@@ -153,6 +153,22 @@ def test_a_bad_key_is_our_credentials_not_the_clients_mistake(google: FakeGoogle
     assert err.value.status_code in (502, 503) and "AIza" not in str(err.value.body)
 
 
+def test_failed_precondition_is_our_project_not_the_clients_mistake(google: FakeGoogle, gw: GatewayServer) -> None:
+    """FAILED_PRECONDITION is the project's state (the Gemini API: no billing where the free tier is not
+    offered): the next deployment answers; with none left the client gets a provider quota error (429),
+    never a 400 blaming its request."""
+    unbilled = g.error("FAILED_PRECONDITION", 400, "User location is not supported for the API use.")
+    google.enqueue(gemini_path(FLASH, True), json_script(unbilled, status=400))
+    google.enqueue(gemini_path(PRO, True), sse_script(g.text_stream(["from ", "pro"])))
+    stream = oai(gw).chat.completions.create(model="gemini-pair", messages=USER, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "from pro"
+    google.enqueue(gemini_path(FLASH, False), json_script(unbilled, status=400))
+    with pytest.raises(anthropic.APIStatusError) as err:
+        claude(gw).messages.create(model="gemini", max_tokens=99, messages=USER)
+    assert err.value.status_code == 429 and "User location is not supported" in str(err.value.body)
+    assert len(google.received) == 3  # once each: never retried where it failed
+
+
 # --- Vertex AI --------------------------------------------------------------------------------------
 
 def test_vertex_gemini_with_a_service_account_token(google: FakeGoogle, gw: GatewayServer) -> None:

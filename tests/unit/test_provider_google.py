@@ -171,7 +171,8 @@ def test_an_end_without_finish_reason_is_not_finished() -> None:
 
 @pytest.mark.parametrize(("status", "code", "kind"), [
     ("RESOURCE_EXHAUSTED", 429, FailureKind.INBAND), ("UNAVAILABLE", 503, FailureKind.INBAND),
-    ("INVALID_ARGUMENT", 400, FailureKind.HTTP_4XX), ("PERMISSION_DENIED", 403, FailureKind.UPSTREAM_AUTH)])
+    ("INVALID_ARGUMENT", 400, FailureKind.HTTP_4XX), ("PERMISSION_DENIED", 403, FailureKind.UPSTREAM_AUTH),
+    ("FAILED_PRECONDITION", 400, FailureKind.QUOTA)])
 def test_inband_error_by_status(status: str, code: int, kind: FailureKind) -> None:
     chunks = feed([g.sse([g.error(status, code, "words that must not matter")])])
     err = events(chunks)[0]
@@ -216,6 +217,8 @@ def test_error_and_garbage_bodies() -> None:
     (404, g.error("NOT_FOUND", 404), FailureKind.NOT_FOUND),
     (400, g.error("RESOURCE_EXHAUSTED", 400), FailureKind.HTTP_429),  # the status field decides
     (400, g.error("INVALID_ARGUMENT", 400, reason="API_KEY_INVALID"), FailureKind.UPSTREAM_AUTH),
+    # our project's state, not the request: the Gemini API's "User location is not supported" (no billing)
+    (400, g.error("FAILED_PRECONDITION", 400, "User location is not supported for the API use."), FailureKind.QUOTA),
     (502, "<html>bad gateway</html>", FailureKind.HTTP_5XX),
     (404, "", FailureKind.NOT_FOUND),
 ])

@@ -30,7 +30,10 @@ _KINDS: Mapping[str, FailureKind] = {
     "CANCELLED": FailureKind.HTTP_5XX,
     "DATA_LOSS": FailureKind.HTTP_5XX,
     "INVALID_ARGUMENT": FailureKind.HTTP_4XX,
-    "FAILED_PRECONDITION": FailureKind.HTTP_4XX,
+    # the state of our project, not the request (google.rpc.Code): the Gemini API answers it for a project
+    # without billing where the free tier is not offered ("User location is not supported"): the next
+    # deployment, as a provider quota error, never passed to the client as its own 400
+    "FAILED_PRECONDITION": FailureKind.QUOTA,
     "OUT_OF_RANGE": FailureKind.HTTP_4XX,
     "ALREADY_EXISTS": FailureKind.HTTP_4XX,
     "UNIMPLEMENTED": FailureKind.HTTP_4XX,
