@@ -128,6 +128,8 @@ def test_gemini_messages_stream_with_thinking_and_tools(google: FakeGoogle, gw: 
     assert tool.type == "tool_use" and tool.name == "weather" and tool.input == {"city": "Oslo"}
     assert msg.stop_reason == "tool_use"
     assert (msg.usage.input_tokens, msg.usage.output_tokens) == (10, 13)  # Anthropic counts input uncached
+    # the thoughts are the output's reasoning part, on this API as on chat (Anthropic's usage has no field)
+    assert gw.sample("llm_gateway_tokens_total", model="gemini", provider="gem", type="reasoning") == 4
     body = google.received[0].body
     assert body["generationConfig"]["thinkingConfig"] == {"includeThoughts": True, "thinkingBudget": 2048}
 

@@ -182,6 +182,16 @@ def test_a_continued_stream_is_one_answer_with_the_summed_usage(api: str) -> Non
     assert tokens == (7, 5)
 
 
+def test_a_continued_messages_stream_keeps_the_reasoning_count() -> None:
+    """The summed usage's reasoning part is the Messages stream's too (Anthropic's usage has no field for
+    it: `output_tokens_details.thinking_tokens`, where the assembler reads it)."""
+    stream, _ = messages(None, ["One, "])
+    stream.end_of_input()
+    stream.continue_with([OutputDelta(0, CONTENT, "two.")])
+    stream.continue_with([Finish(0, stream.end_reason() or ""), Usage(7, 5, reasoning=3)])
+    assert stream.assembler.usage == Usage(7, 5, reasoning=3)
+
+
 @pytest.mark.parametrize("api", CORES)
 @settings(max_examples=12, deadline=None)
 @given(k=st.integers(0, len(SECRET)))

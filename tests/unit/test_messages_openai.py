@@ -57,7 +57,7 @@ def test_every_split_gives_one_lifecycle_and_the_same_bytes() -> None:
     end = events_of(whole)[-2]
     assert end["delta"]["stop_reason"] == "tool_use"
     assert end["usage"] == {"input_tokens": 8, "output_tokens": 7, "cache_read_input_tokens": 3,
-                            "cache_creation_input_tokens": 0}
+                            "cache_creation_input_tokens": 0, "output_tokens_details": {"thinking_tokens": 2}}
     for reads in splits(BODY):
         assert reading(relay(reads)) == reading(whole), f"split at {len(reads[0])}"
 

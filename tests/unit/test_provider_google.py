@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.apis.messages import read_answer
 from gateway.core.chat.assemble import ChatAssembler
 from gateway.core.events import DeltaKind, FailureKind, Finish, InbandError, OutputDelta, StreamEvent, Usage
 from gateway.core.sse import SSEDecoder
@@ -16,6 +17,8 @@ from gateway.providers.base import ChatChunk
 from gateway.providers.convert.google_errors import classify_google_http_error
 from gateway.providers.convert.google_request import UNSIGNED_THOUGHT, google_body
 from gateway.providers.convert.google_stream import GoogleStreamParser, parse_google_body
+from gateway.providers.messages_gemini import GeminiMessages
+from gateway.providers.settings import ProviderConfig
 from tests import google_scripts as g
 
 CREATED = 1_750_000_000
@@ -198,6 +201,14 @@ def test_body_becomes_a_chat_completion_and_reads_back_the_same() -> None:
     assert Usage(input=7, output=4, cached_input=2, reasoning=1) in parsed.events
     again = parse_google_body(orjson.dumps(parsed.obj), CREATED)
     assert again.obj["choices"][0]["message"]["content"] == "Hi"
+
+
+def test_a_body_to_a_messages_client_keeps_the_reasoning_count() -> None:
+    """Anthropic's usage has no reasoning field: the thoughts go as `output_tokens_details.thinking_tokens`,
+    which the Messages API's accounting reads."""
+    resp = g.response([g.text("Hmm.", thought=True), g.text("Hi")], "STOP", g.usage(prompt=7, candidates=3, thoughts=2))
+    msg = GeminiMessages(ProviderConfig("gem", "gemini", "http://up", "k")).parse_body(orjson.dumps(resp)).obj
+    assert read_answer(msg).usage == Usage(input=7, output=5, reasoning=2)
 
 
 def test_error_and_garbage_bodies() -> None:

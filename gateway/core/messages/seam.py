@@ -65,8 +65,14 @@ def _text_block(asm: MessagesAssembler, take: Callable[[MessagesEvent], None]) -
 
 def _anthropic_usage(u: Usage | None) -> dict[str, Any]:
     """OpenAI-normalised counts back in Anthropic's terms (its input_tokens exclude cache reads and
-    writes); with none reported, no count but the required `output_tokens`."""
+    writes; the reasoning part of the output as `output_tokens_details.thinking_tokens`, where the
+    assembler reads it: docs/messages.md, "Usage"); with none reported, no count but the required
+    `output_tokens`."""
     if u is None:
         return {"output_tokens": 0}
-    return {"input_tokens": u.input - u.cached_input - u.cache_creation_input, "output_tokens": u.output,
-            "cache_read_input_tokens": u.cached_input, "cache_creation_input_tokens": u.cache_creation_input}
+    out: dict[str, Any] = {"input_tokens": u.input - u.cached_input - u.cache_creation_input,
+                           "output_tokens": u.output, "cache_read_input_tokens": u.cached_input,
+                           "cache_creation_input_tokens": u.cache_creation_input}
+    if u.reasoning:
+        out["output_tokens_details"] = {"thinking_tokens": u.reasoning}
+    return out
