@@ -58,9 +58,21 @@ class Finish:
         self.choice, self.reason = choice, reason
 
 
+# A token count no answer comes near (2**40, about 10**12). An upstream's larger one (JSON numbers up to
+# 2**64 - 1 parse as ints) is read as this, and a negative one as 0, so that a sum of a few counts (a
+# chat usage's `total_tokens`, an answer's charge with its unanswered attempts') stays inside the 64-bit
+# integers the JSON encoder and the databases take: an absurd count is a bounded charge, not a crash.
+MAX_TOKEN_COUNT = 2**40
+
+
+def _count(n: int) -> int:
+    return n if 0 <= n <= MAX_TOKEN_COUNT else (0 if n < 0 else MAX_TOKEN_COUNT)
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts normalised to OpenAI semantics (docs/reference.md, "Metrics" token types).
+    """Token counts normalised to OpenAI semantics (docs/reference.md, "Metrics" token types), each held
+    to 0..`MAX_TOKEN_COUNT`.
 
     `input` includes cached and cache-creation tokens; `output` includes reasoning tokens.
     """
@@ -75,12 +87,12 @@ class Usage:
     def __init__(self, input: int = 0, output: int = 0, cached_input: int = 0, cache_creation_input: int = 0,
                  reasoning: int = 0, cache_creation_input_1h: int = 0) -> None:
         # frozen: set as the generated __init__ sets them, here compiled (docs/compiled.md)
-        object.__setattr__(self, "input", input)
-        object.__setattr__(self, "output", output)
-        object.__setattr__(self, "cached_input", cached_input)
-        object.__setattr__(self, "cache_creation_input", cache_creation_input)
-        object.__setattr__(self, "reasoning", reasoning)
-        object.__setattr__(self, "cache_creation_input_1h", cache_creation_input_1h)
+        object.__setattr__(self, "input", _count(input))
+        object.__setattr__(self, "output", _count(output))
+        object.__setattr__(self, "cached_input", _count(cached_input))
+        object.__setattr__(self, "cache_creation_input", _count(cache_creation_input))
+        object.__setattr__(self, "reasoning", _count(reasoning))
+        object.__setattr__(self, "cache_creation_input_1h", _count(cache_creation_input_1h))
 
     def as_openai(self, writes_reported: bool = False) -> dict[str, object]:
         """OpenAI's usage object; cache writes (which OpenAI's caches never report) as

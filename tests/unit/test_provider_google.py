@@ -11,7 +11,7 @@ import pytest
 
 from gateway.apis.messages import read_answer
 from gateway.core.chat.assemble import ChatAssembler
-from gateway.core.events import DeltaKind, FailureKind, Finish, InbandError, OutputDelta, StreamEvent, Usage
+from gateway.core.events import MAX_TOKEN_COUNT, DeltaKind, FailureKind, Finish, InbandError, OutputDelta, StreamEvent, Usage
 from gateway.core.sse import SSEDecoder
 from gateway.providers.base import ChatChunk
 from gateway.providers.convert.google_errors import classify_google_http_error
@@ -20,6 +20,7 @@ from gateway.providers.convert.google_stream import GoogleStreamParser, parse_go
 from gateway.providers.messages_gemini import GeminiMessages
 from gateway.providers.settings import ProviderConfig
 from tests import google_scripts as g
+from tests.unit.test_fidelity_chat import through_gateway
 
 CREATED = 1_750_000_000
 
@@ -180,6 +181,16 @@ def test_inband_error_by_status(status: str, code: int, kind: FailureKind) -> No
     chunks = feed([g.sse([g.error(status, code, "words that must not matter")])])
     err = events(chunks)[0]
     assert isinstance(err, InbandError) and err.failure.kind is kind and err.failure.code == status
+
+
+def test_absurd_usage_counts_still_make_a_stream() -> None:
+    """Counts whose sum passes 64 bits (each one still parses as a JSON integer): the chat stream's usage
+    chunk is written, bounded, instead of failing to encode."""
+    huge = {"promptTokenCount": 2**64 - 1, "candidatesTokenCount": 2**64 - 1, "thoughtsTokenCount": 2**64 - 1}
+    out = b"".join(through_gateway(GoogleStreamParser(CREATED), [g.sse([g.response([g.text("hi")], "STOP", huge)])]))
+    usage = [c["usage"] for c in map(orjson.loads, (e.data for e in SSEDecoder().feed(out) if e.data != b"[DONE]"))
+             if c.get("usage")]
+    assert usage[-1]["completion_tokens"] == MAX_TOKEN_COUNT
 
 
 def test_garbage_event_is_malformed() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from gateway.core.events import Usage
+from gateway.core.events import MAX_TOKEN_COUNT, Usage
 from gateway.core.messages.filter import MessagesOutputFilter
 from gateway.core.messages.stream import MessagesStream
 from gateway.core.responses.assemble import ResponsesAssembler
@@ -87,3 +87,11 @@ def test_a_responses_answer_from_anthropic_is_counted_with_its_cache_writes() ->
         "content": [{"type": "text", "text": "hi"}], "usage": {**WRITES, "output_tokens": 12}}))
     assert [e for e in body.events if type(e) is Usage] == [want]
     assert body.obj["usage"]["input_tokens_details"] == {"cached_tokens": 10, "cache_write_tokens": 300}
+
+
+def test_an_upstreams_absurd_counts_are_bounded() -> None:
+    """Counts past 64 bits once summed (JSON numbers up to 2**64 - 1 parse as ints) or negative: held to
+    0..MAX_TOKEN_COUNT, so the usage chunk made of them still encodes."""
+    u = Usage(input=2**64 - 1, output=2**64 - 1, cached_input=-5, cache_creation_input=2**70, reasoning=-1)
+    assert u == Usage(MAX_TOKEN_COUNT, MAX_TOKEN_COUNT, 0, MAX_TOKEN_COUNT, 0)
+    assert orjson.loads(orjson.dumps(u.as_openai()))["total_tokens"] == 2 * MAX_TOKEN_COUNT
