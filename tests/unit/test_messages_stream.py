@@ -245,3 +245,18 @@ def test_an_unreadable_event_after_the_first_token_is_skipped_and_counted() -> N
         out, stream = relay(reads, guard=False)
         assert texts(out) == {(0, "text_delta"): "still here"} and stream.skipped_malformed == 1
         assert stream.terminal and stream.failed is None
+
+
+def test_a_block_whose_type_is_no_string_is_an_unknown_block() -> None:
+    """An upstream's `"type": []` (unhashable) on a block, at its start or in a whole message: a block the
+    core knows nothing of, passed on, never a crash of the stream or of the Message it assembles."""
+    odd = {"type": "content_block_start", "index": 0, "content_block": {"type": []}}
+    events = answer(["after ", "it"])
+    for e in events:  # the text block moves to index 1
+        if "index" in e:
+            e["index"] = 1
+    body = sse([*events[:2], odd, {"type": "content_block_stop", "index": 0}, *events[2:]])
+    for reads in [[body], *splits(body)]:
+        out, stream = relay(reads, guard=True)
+        assert texts(out) == {(1, "text_delta"): "after it"}
+        assert [b["type"] for b in stream.assembler.message()["content"]] == [[], "text"]

@@ -200,3 +200,16 @@ def test_a_whole_body_is_replayed_as_the_stream_it_would_have_been() -> None:
     out = stream.commit(filt) + stream.tail() + stream.finish()
     texts, _ = reading(out)
     assert texts == {(0, "response.output_text.delta"): MASKED}
+
+
+def test_a_part_whose_type_is_no_string_is_an_unknown_part() -> None:
+    """An upstream's `"type": []` (unhashable) on a content part, as it is added and in the terminal
+    response's output: a part the core knows nothing of, passed on, never a crash."""
+    events = message_events(["still ", "here"])
+    odd = {"type": []}
+    events[3]["part"] = odd
+    events[-1]["response"]["output"][0]["content"].append(odd)
+    body = sse(events)
+    for reads in [[body], *splits(body)]:
+        _, stream = relay(reads, guard=True)
+        assert stream.assembler.text() == "still here" and stream.assembler.finished

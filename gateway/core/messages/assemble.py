@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.core.events import DeltaKind, OutputDelta, ToolCallDelta, Usage
-from gateway.core.messages.wire import BLOCK_TEXT, MessagesEvent, UsageCounts
+from gateway.core.messages.wire import MessagesEvent, UsageCounts, block_text
 
 
 class MessagesAssembler:
@@ -86,7 +86,7 @@ class MessagesAssembler:
 
     def _start_block(self, index: int, block: dict[str, Any]) -> None:
         self._blocks[index] = block
-        spec = BLOCK_TEXT.get(block.get("type", ""))
+        spec = block_text(block)
         text = block.get(spec[0]) if spec is not None else None
         if isinstance(text, str) and text:  # a block that starts filled
             self._texts.setdefault(index, []).append(text)
@@ -112,7 +112,7 @@ class MessagesAssembler:
         last = self.last_block()
         if self.finished or last < 0 or self._json or self._kind(last) is not DeltaKind.CONTENT:
             return None
-        if any(b.get("type") not in BLOCK_TEXT for b in self._blocks.values()):
+        if any(block_text(b) is None for b in self._blocks.values()):
             return None  # a tool_use (or a block we cannot continue) is in the answer
         return self.text(DeltaKind.CONTENT) or None
 
@@ -129,7 +129,7 @@ class MessagesAssembler:
 
     def _kind(self, index: int) -> DeltaKind | None:
         block = self._blocks.get(index)
-        spec = BLOCK_TEXT.get(block.get("type", "")) if block is not None else None
+        spec = block_text(block)
         return spec[1] if spec is not None else DeltaKind.CONTENT  # a delta without its start: text
 
     def output_bytes(self) -> int:
@@ -142,7 +142,7 @@ class MessagesAssembler:
         content: list[dict[str, Any]] = []
         for i in sorted(self._blocks):
             block = dict(self._blocks[i])
-            spec = BLOCK_TEXT.get(block.get("type", ""))
+            spec = block_text(block)
             if spec is not None:
                 block[spec[0]] = "".join(self._texts.get(i, ()))
             elif block.get("type") == "tool_use":

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.core.events import DeltaKind, InbandError
-from gateway.core.messages.wire import BLOCK_TEXT, DELTA_OF, TEXT_DELTAS, MessagesEvent
+from gateway.core.messages.wire import DELTA_OF, TEXT_DELTAS, MessagesEvent, block_text
 from gateway.core.sse import encode_event
 from gateway.core.stages import Refusal, StageFactory, TextStage, refused
 
@@ -82,7 +82,7 @@ class MessagesOutputFilter:
     def _block_start(self, index: int, obj: dict[str, Any]) -> bool:
         """A block that starts with text (rare): that text goes through the block's window too."""
         block = obj.get("content_block")
-        spec = BLOCK_TEXT.get(block.get("type", "")) if isinstance(block, dict) else None
+        spec = block_text(block)
         if spec is None or not isinstance(block, dict):
             return False
         text = block.get(spec[0])

@@ -70,6 +70,13 @@ BLOCK_TEXT: dict[str, tuple[str, DeltaKind]] = {
 }
 
 
+def block_text(block: Any) -> tuple[str, DeltaKind] | None:
+    """A content block's text field and kind (`BLOCK_TEXT`); None for another block, or a block whose
+    `type` is no string (an upstream's `[]` must not be looked up: it is unhashable)."""
+    btype = block.get("type") if isinstance(block, dict) else None
+    return BLOCK_TEXT.get(btype) if isinstance(btype, str) else None
+
+
 def classify_anthropic_error(err: Any, status: int | None) -> Failure:
     """An Anthropic `error` object (HTTP body, or in-band with status None), from its `type` only."""
     err = err if isinstance(err, dict) else {}
@@ -211,7 +218,7 @@ def map_message_texts(msg: Any, fn: TextFn) -> bool:
     content = msg.get("content") if isinstance(msg, dict) else None
     changed = False
     for i, block in enumerate(content if isinstance(content, list) else ()):
-        spec = BLOCK_TEXT.get(block.get("type", "")) if isinstance(block, dict) else None
+        spec = block_text(block)
         if spec is None or not isinstance(block, dict):
             continue
         text = block.get(spec[0])

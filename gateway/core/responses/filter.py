@@ -26,13 +26,13 @@ from gateway.core.logprobs import AlignedStage, token_lengths
 from gateway.core.responses.wire import (
     ERROR_TYPES,
     LIFECYCLE,
-    PART_TEXT,
     TEXT_DELTAS,
     TEXT_DONES,
     ResponsesEvent,
     TextKey,
     map_item_texts,
     map_response_texts,
+    part_text,
 )
 from gateway.core.sse import encode_event
 from gateway.core.stages import Refusal, StageFactory, TextStage, refused
@@ -167,7 +167,7 @@ class ResponsesOutputFilter:
     def _part(self, obj: dict[str, Any], part_name: str, index_field: str) -> bool:
         part = obj.get("part")
         oi = obj.get("output_index")
-        spec = PART_TEXT.get(part.get("type", "")) if isinstance(part, dict) else None
+        spec = part_text(part)
         if spec is None or not isinstance(part, dict) or not isinstance(oi, int):
             return False
         index = obj.get(index_field, 0)

@@ -64,6 +64,13 @@ PART_TEXT: dict[str, tuple[DeltaKind, str]] = {
     "reasoning_text": (DeltaKind.REASONING, "text"),
     "summary_text": (DeltaKind.REASONING, "text"),
 }
+
+
+def part_text(part: Any) -> tuple[DeltaKind, str] | None:
+    """A content or summary part's kind and text field (`PART_TEXT`); None for another part, or a part
+    whose `type` is no string (an upstream's `[]` must not be looked up: it is unhashable)."""
+    ptype = part.get("type") if isinstance(part, dict) else None
+    return PART_TEXT.get(ptype) if isinstance(ptype, str) else None
 # Codes of `response.failed` that are the request's fault: passed through, never retried.
 CLIENT_CODES = frozenset({"invalid_prompt", "invalid_image", "invalid_image_format", "invalid_base64_image",
                           "invalid_image_url", "image_too_large", "image_too_small", "image_parse_error",
@@ -198,7 +205,7 @@ def item_texts(item: dict[str, Any], oi: int) -> list[tuple[TextKey, DeltaKind, 
         if not isinstance(parts, list):
             continue
         for i, part in enumerate(parts):
-            spec = PART_TEXT.get(part.get("type", "")) if isinstance(part, dict) else None
+            spec = part_text(part)
             if spec is not None and isinstance(part, dict):
                 text = part.get(spec[1])
                 if isinstance(text, str):
