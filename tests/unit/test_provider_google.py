@@ -11,7 +11,16 @@ import pytest
 
 from gateway.apis.messages import read_answer
 from gateway.core.chat.assemble import ChatAssembler
-from gateway.core.events import MAX_TOKEN_COUNT, DeltaKind, FailureKind, Finish, InbandError, OutputDelta, StreamEvent, Usage
+from gateway.core.events import (
+    MAX_TOKEN_COUNT,
+    DeltaKind,
+    FailureKind,
+    Finish,
+    InbandError,
+    OutputDelta,
+    StreamEvent,
+    Usage,
+)
 from gateway.core.sse import SSEDecoder
 from gateway.providers.base import ChatChunk
 from gateway.providers.convert.google_errors import classify_google_http_error
