@@ -109,6 +109,18 @@ class Usage:
             "completion_tokens_details": {"reasoning_tokens": self.reasoning},
         }
 
+    def as_anthropic(self) -> dict[str, object]:
+        """Anthropic's usage object: its `input_tokens` exclude cache reads and writes; it has no field for
+        the reasoning part of `output_tokens`, which goes as `output_tokens_details.thinking_tokens`, where
+        the Messages stream core reads it (docs/messages.md, "Usage"), so a translated reasoning model's
+        thoughts (Gemini's `thoughtsTokenCount`, OpenAI's `reasoning_tokens`) count as reasoning there too."""
+        out: dict[str, object] = {"input_tokens": self.input - self.cached_input - self.cache_creation_input,
+                                  "output_tokens": self.output, "cache_read_input_tokens": self.cached_input,
+                                  "cache_creation_input_tokens": self.cache_creation_input}
+        if self.reasoning:
+            out["output_tokens_details"] = {"thinking_tokens": self.reasoning}
+        return out
+
     def as_responses(self) -> dict[str, object]:
         """The Responses API's `ResponseUsage`: input includes cached tokens and cache writes, output
         includes reasoning; `input_tokens_details.cache_write_tokens` is always there, as OpenAI's own

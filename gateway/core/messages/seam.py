@@ -6,7 +6,6 @@ I/O: its text into the open text block (or a new one after the last), its end as
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from gateway.core.events import (
     DeltaKind,
@@ -63,16 +62,7 @@ def _text_block(asm: MessagesAssembler, take: Callable[[MessagesEvent], None]) -
     return index
 
 
-def _anthropic_usage(u: Usage | None) -> dict[str, Any]:
-    """OpenAI-normalised counts back in Anthropic's terms (its input_tokens exclude cache reads and
-    writes; the reasoning part of the output as `output_tokens_details.thinking_tokens`, where the
-    assembler reads it: docs/messages.md, "Usage"); with none reported, no count but the required
-    `output_tokens`."""
-    if u is None:
-        return {"output_tokens": 0}
-    out: dict[str, Any] = {"input_tokens": u.input - u.cached_input - u.cache_creation_input,
-                           "output_tokens": u.output, "cache_read_input_tokens": u.cached_input,
-                           "cache_creation_input_tokens": u.cache_creation_input}
-    if u.reasoning:
-        out["output_tokens_details"] = {"thinking_tokens": u.reasoning}
-    return out
+def _anthropic_usage(u: Usage | None) -> dict[str, object]:
+    """OpenAI-normalised counts back in Anthropic's terms (`Usage.as_anthropic`); with none reported, no
+    count but the required `output_tokens`."""
+    return {"output_tokens": 0} if u is None else u.as_anthropic()

@@ -40,19 +40,10 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
                 "content_filter": "refusal"}
 
 
-def anthropic_usage(u: Usage | None) -> dict[str, Any]:
-    """OpenAI-normalised usage -> Anthropic's fields (its input_tokens excludes cache reads). Anthropic has
-    no field for the reasoning part of `output_tokens`: it goes as `output_tokens_details.thinking_tokens`,
-    where the Messages stream core reads it (docs/messages.md, "Usage"), so a reasoning model's thoughts
-    (Gemini's `thoughtsTokenCount`, OpenAI's `reasoning_tokens`) count as reasoning on this API too."""
-    if u is None:
-        return {"input_tokens": 0, "output_tokens": 0}
-    out: dict[str, Any] = {"input_tokens": u.input - u.cached_input - u.cache_creation_input,
-                           "output_tokens": u.output, "cache_read_input_tokens": u.cached_input,
-                           "cache_creation_input_tokens": u.cache_creation_input}
-    if u.reasoning:
-        out["output_tokens_details"] = {"thinking_tokens": u.reasoning}
-    return out
+def anthropic_usage(u: Usage | None) -> dict[str, object]:
+    """OpenAI-normalised usage -> Anthropic's fields (`Usage.as_anthropic`: reasoning as
+    `output_tokens_details.thinking_tokens`); none reported: zeros."""
+    return {"input_tokens": 0, "output_tokens": 0} if u is None else u.as_anthropic()
 
 
 def error_event(e: InbandError) -> MessagesEvent:
