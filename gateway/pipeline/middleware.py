@@ -166,4 +166,4 @@ async def _account(request: GatewayRequest, ctx: RequestContext, outcome: str) -
     """The spend ledger's row (a whole response's, before its body leaves) and the state's counters."""
     await commit_spend(request.app.runtime, ctx, outcome)
     if needs_settle(ctx):
-        await settle(request.app.state, ctx)
+        await settle(request.app.state, ctx, request.app.runtime.clock())

@@ -33,8 +33,10 @@ from gateway.state.base import (
     Reservation,
     ResponseOwner,
     ServedName,
+    SpendHold,
     period_id,
 )
+from gateway.state.holds import SpendHolds
 from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, seeded_key, spend_key
 from gateway.state.memory import MemoryBackend
 from gateway.state.redis_cache import SharedCache
@@ -101,6 +103,7 @@ class RedisBackend:
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
         self._unsynced = HeldSpend()
         self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
+        self._holds = SpendHolds()  # this process's requests in flight, per budget (holds.py)
         self._owners = SharedOwners(self._redis, own, self._local, self._run, op_timeout_s)
         self._names = SharedNames(self._redis, add_served, self._local, self._run)
         self._waiting: set[asyncio.Timeout] = set()  # deadlines of operations waiting on Redis now
@@ -226,25 +229,46 @@ class RedisBackend:
             counts = (WindowCounts(current=rc, previous=rp), WindowCounts(current=tc, previous=tp))
             return replace(refusal(decide(*counts, rpm, tpm, cost, now), rpm), counts=(rc, rp, tc, tp)), None
         counted = LimitDecision(allowed=True, counts=(rc + (rpm is not None), rp, tc + cost * (tpm is not None), tp))
-        if tpm is None:
-            return counted, None
-        return counted, Reservation(key=key, minute=minute, tokens=cost, shared=True)
+        return counted, Reservation(key=key, minute=minute, tokens=None if tpm is None else cost, shared=True,
+                                    requests=int(rpm is not None))
 
-    async def settle_tokens(self, reservation: Reservation, actual_tokens: int) -> None:
+    async def settle_tokens(self, reservation: Reservation, actual_tokens: int, now: float) -> None:
         if not reservation.shared:
             # Counted locally during an outage: settle there, never against the other replicas' counts.
-            await self._local.settle_tokens(reservation, actual_tokens)
+            await self._local.settle_tokens(reservation, actual_tokens, now)
+            return
+        if reservation.tokens is None:
             return
         delta = max(0, actual_tokens) - reservation.tokens
         if delta == 0:
             return
-        rkey = rate_key(reservation.key, "tpm", reservation.minute)
+        # too much reserved: handed back to its minute; more used: counted in the minute the answer ended
+        minute = reservation.minute if delta < 0 else max(minute_of(now), reservation.minute)
+        rkey = rate_key(reservation.key, "tpm", minute)
 
         async def remote() -> None:
-            await self._settle(keys=[rkey], args=[delta])
+            await self._settle(keys=[rkey], args=[delta, RATE_TTL_S])
 
         async def local() -> None:
-            return None  # the Redis bucket keeps the reservation until its TTL; nothing local to fix
+            # the Redis bucket keeps a surplus until its TTL; tokens used beyond it count against this
+            # process's share meanwhile
+            if delta > 0:
+                await self._local.settle_tokens(Reservation(reservation.key, minute, 0), delta, now)
+
+        await self._run(remote, local)
+
+    async def release(self, reservation: Reservation) -> None:
+        if not reservation.shared:
+            await self._local.release(reservation)
+            return
+        taken = [(limit, n) for limit, n in (("rpm", reservation.requests), ("tpm", reservation.tokens or 0)) if n]
+
+        async def remote() -> None:
+            for limit, n in taken:
+                await self._settle(keys=[rate_key(reservation.key, limit, reservation.minute)], args=[-n, RATE_TTL_S])
+
+        async def local() -> None:
+            return None  # Redis keeps the count until its TTL: refusing a little more, never admitting more
 
         await self._run(remote, local)
 
@@ -279,6 +303,16 @@ class RedisBackend:
             return base + self._unsynced.amount(rkey)
 
         return await self._run(remote, local)
+
+    async def hold_spend(self, key: str, period: Period, budget: float, usd: float, now: float) -> SpendHold | None:
+        return self._holds.take(key, period, await self.spend(key, period, now), budget, usd, now)
+
+    async def charge_spend(self, hold: SpendHold, usd: float, now: float) -> None:
+        try:
+            if usd > 0:
+                await self.add_spend(hold.key, hold.period, usd, now)
+        finally:
+            self._holds.give_back(hold)
 
     def _remember(self, key: str, period: Period, now: float, total: float) -> None:
         self._known_spend[(key, period)] = (period_id(period, now), total)

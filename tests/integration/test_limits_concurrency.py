@@ -1,0 +1,162 @@
+"""A hostile tenant against its own limits, through the gateway on 127.0.0.1 with the official SDK and the
+scripted upstream, on memory state and on a real redis-server (docs/keys-teams-spend.md, Budgets;
+docs/reference.md, `auth.keys[].tpm`):
+
+- many requests at once cannot pass a budget by more than the last one admitted below it: each admitted
+  request holds its estimated cost until its real cost is counted:
+  test_requests_admitted_together_hold_their_estimated_cost_against_the_budget
+- a stream that ends minutes after its admission is charged to `tpm` in the minute it ends, not in a
+  bucket that has left the window: test_a_long_streams_real_usage_counts_in_the_minute_it_ends
+- the whole prompt (system, tools, instructions) is reserved against `tpm`, not only the messages:
+  test_the_reservation_counts_the_whole_prompt
+
+Synchronisation is by the upstream's `Gate` (an answer held until the test opens it) and by counting what
+the upstream and the clients have seen, never by a sleep.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+import orjson
+import pytest
+
+from gateway.config import parse_config
+from gateway.config.types import Config
+from tests.chat_scripts import USAGE, chunk, completion, usage_chunk
+from tests.fake_upstream import FakeUpstream, Gate, Script, sse
+from tests.harness import GatewayServer
+from tests.redis_server import RedisServer
+
+PATH = "/v1/chat/completions"
+HI = [{"role": "user", "content": "hi"}]
+PRICE = {"input": 1000, "output": 1000}  # USAGE's 18 tokens cost $0.018
+COST = 18 * 1000 / 1_000_000
+T0 = 1_700_000_040.0  # the start of a minute
+
+
+@pytest.fixture(params=["memory", "redis"])
+def state(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    if request.param == "memory":
+        yield {"backend": "memory"}
+        return
+    with RedisServer() as redis:
+        # a wide deadline: a busy test machine must not turn shared counting local (docs/scale-out.md)
+        yield {"backend": "redis", "redis_url": redis.url, "timeout_ms": 1000}
+
+
+def config(url: str, state: dict[str, Any], key: dict[str, Any]) -> Config:
+    return parse_config({
+        "auth": {"keys": [{"name": "tenant", "key": "key-t", **key}]},
+        "state": state,
+        "providers": {"up": {"type": "openai", "base_url": f"{url}/v1",
+                             "timeouts": {"connect_s": 2, "first_token_s": 20, "idle_s": 20, "total_s": 60}}},
+        "models": [{"name": "m", "retry": {"max_attempts": 1},
+                    "deployments": [{"provider": "up", "model": "x", "price": PRICE}]}],
+    }, env={})
+
+
+def sdk(gw: GatewayServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.base_url, api_key="key-t", max_retries=0, timeout=30)
+
+
+def outcome(gw: GatewayServer, **kw: Any) -> str:
+    try:
+        sdk(gw).chat.completions.create(model="m", messages=HI, **kw)  # type: ignore[arg-type]
+    except openai.APIStatusError as exc:
+        return str(exc.code)
+    return "ok"
+
+
+def until(cond: Callable[[], bool], what: str, within_s: float = 20.0) -> None:
+    """Wait for what other threads make true (requests reaching the upstream, refusals read)."""
+    deadline = time.monotonic() + within_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)  # polling counts the scripted upstream and the clients keep: no event to wait on
+
+
+def test_requests_admitted_together_hold_their_estimated_cost_against_the_budget(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], state: dict[str, Any]) -> None:
+    """Twelve requests at once with 2.5 requests' budget: before, every one passed the check before any was
+    charged (12 admitted, $0.216 spent of $0.045); now each admitted one holds its estimate (here above its
+    real cost), so the budget is passed by at most the last request admitted below it."""
+    budget = 2.5 * COST
+    gw = make_gateway(config(upstream.base_url, state, {"budget_usd": budget}))
+    gate = Gate(timeout_s=30)
+    answer = completion("ok")
+    upstream.defaults[PATH] = Script([gate, *answer.parts], headers=answer.headers)
+    n = 12
+    refused: list[str] = []
+    lock = threading.Lock()
+
+    def one(_: int) -> str:
+        got = outcome(gw, max_tokens=20)  # an estimate of at least 20 tokens: above the 18 it costs
+        if got != "ok":
+            with lock:
+                refused.append(got)
+        return got
+
+    with ThreadPoolExecutor(n) as pool:
+        results = pool.map(one, range(n))
+        until(lambda: len(upstream.received) + len(refused) == n, "every request admitted or refused")
+        admitted = len(upstream.received)
+        gate.opened.set()
+        got = list(results)
+    assert got.count("ok") == admitted and set(refused) <= {"budget_exceeded"}
+    assert admitted <= 3, f"{admitted} admitted at once against a budget of 2.5 requests"
+    upstream.defaults[PATH] = answer
+    later = [outcome(gw, max_tokens=20) for _ in range(3)]  # one at a time: each charged before the next
+    assert "budget_exceeded" in later
+    spent = (admitted + later.index("budget_exceeded")) * COST
+    assert budget <= spent < budget + COST, "passed by more than the last request admitted below it"
+
+
+def long_stream(gate: Gate, tokens: int) -> Script:
+    """A stream held at `gate` after its first token, then ending with a usage of `tokens` output tokens."""
+    usage = {**USAGE, "completion_tokens": tokens, "total_tokens": USAGE["prompt_tokens"] + tokens}
+    return Script([sse(chunk({"role": "assistant", "content": "a"})), gate, sse(chunk({}, "stop")),
+                   sse(usage_chunk(usage)), b"data: [DONE]\n\n"])
+
+
+def test_a_long_streams_real_usage_counts_in_the_minute_it_ends(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], state: dict[str, Any]) -> None:
+    """Admitted at T0 with a small reservation, ended at T0 + 150 s having used 5,000 tokens against a tpm of
+    1,000: the key is over its tpm then. Before, the real usage went to the reservation's minute, out of
+    the window by then (in Redis: expired), and the key went on as if the stream had cost nothing."""
+    gw = make_gateway(config(upstream.base_url, state, {"tpm": 1000}))
+    assert gw.app is not None
+    clock = {"now": T0}
+    gw.app.runtime.clock = lambda: clock["now"]
+    gate = Gate(timeout_s=30)
+    upstream.enqueue(PATH, long_stream(gate, 5000))
+    stream = sdk(gw).chat.completions.create(model="m", messages=HI, stream=True, max_tokens=10)
+    first = next(iter(stream))
+    assert first.choices[0].delta.content == "a"
+    clock["now"] = T0 + 150  # two and a half minutes later
+    gate.opened.set()
+    list(stream)
+    upstream.defaults[PATH] = completion("ok")
+    assert outcome(gw, max_tokens=10) == "rate_limit_exceeded"
+
+
+def test_the_reservation_counts_the_whole_prompt(upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer],
+                                                 state: dict[str, Any]) -> None:
+    """Tools of ~2,000 tokens beside a one-word message (as an agent's first turn sends them; a Messages
+    request's `system`, a Responses request's `instructions` alike): before, only the messages were
+    estimated and the reservation was 18 tokens."""
+    gw = make_gateway(config(upstream.base_url, state, {"tpm": 100_000}))
+    upstream.defaults[PATH] = completion("ok")
+    tools = [{"type": "function", "function": {"name": "f", "description": "d " * 4000,
+                                               "parameters": {"type": "object"}}}]
+    body = orjson.dumps({"model": "m", "max_tokens": 10, "messages": HI, "tools": tools})
+    assert len(body) > 8000
+    raw = sdk(gw).chat.completions.with_raw_response.create(model="m", max_tokens=10, messages=HI,
+                                                              tools=tools)  # type: ignore[arg-type]
+    reserved = 100_000 - int(raw.headers["x-ratelimit-remaining-tokens"])
+    assert reserved >= 2000, reserved
