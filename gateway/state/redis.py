@@ -34,14 +34,13 @@ from gateway.state.base import (
     ResponseOwner,
     ServedName,
     SpendHold,
-    period_id,
 )
 from gateway.state.holds import SpendHolds
 from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, seeded_key, spend_key
 from gateway.state.memory import MemoryBackend
 from gateway.state.redis_cache import SharedCache
 from gateway.state.redis_client import connect
-from gateway.state.redis_held import HeldSpend
+from gateway.state.redis_held import HeldSpend, KnownSpend
 from gateway.state.redis_names import SharedNames
 from gateway.state.redis_owners import SharedOwners
 from gateway.state.redis_pacing import RecoveryPacing
@@ -102,7 +101,7 @@ class RedisBackend:
         self._pacing = RecoveryPacing()  # a Redis that keeps dropping right after answering is tried later
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
         self._unsynced = HeldSpend()
-        self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
+        self._known = KnownSpend()  # the figures budgets count from while Redis is away
         self._holds = SpendHolds()  # this process's requests in flight, per budget (holds.py)
         self._owners = SharedOwners(self._redis, own, self._local, self._run, op_timeout_s)
         self._names = SharedNames(self._redis, add_served, self._local, self._run)
@@ -279,7 +278,7 @@ class RedisBackend:
 
         async def remote() -> None:
             total = await self._add_spend(keys=[rkey], args=[repr(usd), SPEND_TTL_S[period]])
-            self._remember(key, period, now, float(total))
+            self._known.remember(key, period, now, float(total))
 
         async def local() -> None:
             self._unsynced.hold(rkey, usd, SPEND_TTL_S[period])
@@ -292,15 +291,12 @@ class RedisBackend:
         async def remote() -> float:
             raw = await self._redis.get(rkey)
             total = float(raw) if raw is not None else 0.0
-            self._remember(key, period, now, total)
+            self._known.remember(key, period, now, total)
             return total
 
         async def local() -> float:
-            # The last figure Redis gave, plus what this replica spent since it went away.
-            pid = period_id(period, now)
-            known = self._known_spend.get((key, period))
-            base = known[1] if known is not None and known[0] == pid else 0.0
-            return base + self._unsynced.amount(rkey)
+            # The last figure Redis (or the ledger) gave, plus what this replica spent since Redis went away.
+            return self._known.base(key, period, now) + self._unsynced.amount(rkey)
 
         return await self._run(remote, local)
 
@@ -314,25 +310,24 @@ class RedisBackend:
         finally:
             self._holds.give_back(hold)
 
-    def _remember(self, key: str, period: Period, now: float, total: float) -> None:
-        self._known_spend[(key, period)] = (period_id(period, now), total)
-
     @property
     def spend_shared(self) -> bool:
         return True
 
     async def spend_seeded(self, period: Period, now: float) -> bool:
-        """Redis holds the period's seed marker; a Redis that restarted empty does not. Unreachable: True
-        (nothing to do until it answers; the next look seeds it)."""
+        """Redis holds the period's seed marker; a Redis that restarted empty does not. Unreachable: whether
+        the fallback has the ledger's figures of the period (once they are in, nothing to do until Redis
+        answers; the next look seeds it)."""
         async def remote() -> bool:
             return bool(await self._redis.exists(seeded_key(period, now)))
 
         async def local() -> bool:
-            return True
+            return self._known.has_ledger(period, now)
 
         return await self._run(remote, local)
 
     async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
+        self._known.take_ledger(period, now, ledger)  # the fallback's base, whatever Redis does next
         await seed_counters(self._link, self._seed, period, now, ledger, SPEND_TTL_S[period], self._deadline_s,
                             self._probe_budget_s)
 
