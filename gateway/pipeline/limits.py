@@ -90,7 +90,9 @@ async def admit_team(state: StateBackend, ctx: RequestContext, team: TeamLimits,
         if ctx.reservation is not None:
             await state.release(ctx.reservation)
             ctx.reservation = None
-        raise rate_refusal(f"team {team.name}", decision.limit or "rpm", decision)
+        limit = decision.limit or "rpm"
+        ctx.rec.rate_limited(ctx.key_name, limit)  # the key refused, by its team's limit: counted too
+        raise rate_refusal(f"team {team.name}", limit, decision)
     ctx.team_reservation = reservation
 
 

@@ -80,6 +80,9 @@ def test_a_key_refused_by_its_own_rpm_leaves_its_teams_rpm_to_its_teammates(gw: 
     noisy, quiet = key(gw, "noisy", team="t", rpm=1), key(gw, "quiet", team="t")
     assert [chat(gw, noisy) for _ in range(4)] == ["ok"] + ["rate_limit_exceeded: key noisy"] * 3
     assert [chat(gw, quiet) for _ in range(3)] == ["ok", "ok", "rate_limit_exceeded: team t"]
+    # a refusal by the team's limit is counted for the key refused, as one by its own (it was not, before)
+    assert gw.sample("llm_gateway_rate_limited_total", key="noisy", limit="rpm") == 3
+    assert gw.sample("llm_gateway_rate_limited_total", key="quiet", limit="rpm") == 1
 
 
 def test_a_request_its_team_refuses_is_not_counted_against_the_keys_own_rpm(gw: GatewayServer) -> None:
