@@ -160,3 +160,31 @@ def test_the_reservation_counts_the_whole_prompt(upstream: FakeUpstream, make_ga
                                                               tools=tools)  # type: ignore[arg-type]
     reserved = 100_000 - int(raw.headers["x-ratelimit-remaining-tokens"])
     assert reserved >= 2000, reserved
+
+
+@pytest.mark.parametrize(("limits", "kw"), [({"rpm": 2}, {}), ({"tpm": 200}, {"max_tokens": 60})])
+def test_retry_after_is_the_whole_seconds_until_the_window_admits_the_request(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], state: dict[str, Any],
+        limits: dict[str, int], kw: dict[str, Any]) -> None:
+    """RFC 9110 §10.2.3: a non-negative integer of seconds, here at least 1. Coming back after it is
+    admitted; it is never more than a second late (rounded up), so two seconds before it is refused
+    again (no other traffic meanwhile)."""
+    gw = make_gateway(config(upstream.base_url, state, limits))
+    assert gw.app is not None
+    clock = {"now": T0 + 10}
+    gw.app.runtime.clock = lambda: clock["now"]
+    upstream.defaults[PATH] = completion("ok", usage={"prompt_tokens": 40, "completion_tokens": 40})
+    refused: openai.RateLimitError | None = None
+    for _ in range(5):
+        try:
+            sdk(gw).chat.completions.create(model="m", messages=HI, **kw)  # type: ignore[arg-type]
+        except openai.RateLimitError as exc:
+            refused = exc
+            break
+    assert refused is not None and refused.code == "rate_limit_exceeded"
+    retry_after = refused.response.headers["retry-after"]
+    assert retry_after.isdigit() and int(retry_after) >= 1, retry_after
+    clock["now"] = T0 + 10 + int(retry_after) - 2
+    assert outcome(gw, **kw) == "rate_limit_exceeded"
+    clock["now"] = T0 + 10 + int(retry_after)
+    assert outcome(gw, **kw) == "ok"

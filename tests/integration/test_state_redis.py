@@ -190,6 +190,27 @@ async def test_a_budget_holds_its_requests_in_flight_over_the_shared_spend(make:
     assert await replica_a.hold_spend("team", "day", 1.0, 0.0, T0) is not None
 
 
+@pytest.mark.parametrize("skew_s", [0.0, 0.5, 20.0])
+async def test_replicas_whose_clocks_disagree_admit_no_more_than_the_window_allows_one_clock(
+        make: Factory, skew_s: float) -> None:
+    """Each replica counts in the minute of its own clock (limits take `now` from the caller, not Redis's
+    TIME): one ahead by `skew_s` enters a minute early, and counts there what the other does not see until
+    its own clock gets there. A tenant asking at every moment on both: in any 60 s at most twice the limit
+    (what the sliding window counter admits with one clock too: a minute's worth at a minute's end, and
+    again as it slides out), and over ten minutes at most the limit a minute, plus one
+    (docs/scale-out.md, "Clocks"). Measured: 20 s apart, 13 in the busiest 60 s and 94 in ten minutes
+    against 10 and 91 with one clock."""
+    replicas = (make(), make())
+    limit, admitted, step = 10, [], 0.5
+    for i in range(int(600 / step)):
+        t = T0 + i * step
+        for replica, now in zip(replicas, (t, t + skew_s), strict=True):
+            while (await replica.check_request("k", limit, None, 0, now))[0].allowed:
+                admitted.append(t)
+    busiest = max(sum(1 for x in admitted if start <= x < start + 60) for start in admitted)
+    assert busiest <= 2 * limit and len(admitted) <= 11 * limit
+
+
 async def test_scripts_reload_after_redis_forgets_them(make: Factory, raw: Redis) -> None:
     backend = make()
     assert (await backend.check_request("k", 5, None, 0, T0))[0].allowed
