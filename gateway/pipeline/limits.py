@@ -106,11 +106,17 @@ async def hold_budget(state: StateBackend, owner: ApiKey | TeamLimits, usd: floa
     """Refuse when the key's or team's spend for its period, with what its requests in flight hold, has
     reached its budget; else hold `usd` for this request until it is charged (`settle`)."""
     assert owner.budget_usd is not None
-    hold = await state.hold_spend(owner.counter, owner.budget_period, owner.budget_usd, usd, now)
-    if hold is None:
-        whose = f"team {owner.name}" if isinstance(owner, TeamLimits) else f"key {owner.name}"
+    hold, spent = await state.hold_spend(owner.counter, owner.budget_period, owner.budget_usd, usd, now)
+    if hold is not None:
+        return hold
+    whose = f"team {owner.name}" if isinstance(owner, TeamLimits) else f"key {owner.name}"
+    if spent >= owner.budget_usd:
         raise budget_refusal(whose, owner.budget_period, now)
-    return hold
+    # not used up: held by its requests in flight, which give their holds back as they end
+    refused = RateLimited(f"the budget of {whose} for this {owner.budget_period} is held by its requests in "
+                          "flight", headers={"Retry-After": "1"})
+    refused.reason = "budget_held"
+    raise refused
 
 
 async def within_budget(state: StateBackend, owner: ApiKey | TeamLimits, now: float) -> None:

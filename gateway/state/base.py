@@ -130,9 +130,12 @@ class StateBackend(Protocol):
 
     # A budget is checked and its request's estimated cost held in one step of the event loop, so the
     # requests this process admits together see each other (docs/keys-teams-spend.md, Budgets).
-    async def hold_spend(self, key: str, period: Period, budget: float, usd: float, now: float) -> SpendHold | None:
+    async def hold_spend(self, key: str, period: Period, budget: float, usd: float,
+                         now: float) -> tuple[SpendHold | None, float]:
         """Admit a request while the period's spend plus what this process's requests in flight hold is
-        under `budget`, and hold `usd` (its estimated cost) until `charge_spend`; None: used up."""
+        under `budget`, and hold `usd` (its estimated cost) until `charge_spend`: the hold (None: refused,
+        nothing held), and the spend read (at the budget or over: used up; under: held by requests in
+        flight)."""
         ...
 
     async def charge_spend(self, hold: SpendHold, usd: float, now: float) -> None:

@@ -172,8 +172,10 @@ class MemoryBackend:
         others = self._others.get(period)
         return own + (others[1].get(key, 0.0) if others is not None and others[0] == pid else 0.0)
 
-    async def hold_spend(self, key: str, period: Period, budget: float, usd: float, now: float) -> SpendHold | None:
-        return self.holds.take(key, period, await self.spend(key, period, now), budget, usd, now)
+    async def hold_spend(self, key: str, period: Period, budget: float, usd: float,
+                         now: float) -> tuple[SpendHold | None, float]:
+        spent = await self.spend(key, period, now)
+        return self.holds.take(key, period, spent, budget, usd, now), spent
 
     async def charge_spend(self, hold: SpendHold, usd: float, now: float) -> None:
         try:

@@ -300,8 +300,10 @@ class RedisBackend:
 
         return await self._run(remote, local)
 
-    async def hold_spend(self, key: str, period: Period, budget: float, usd: float, now: float) -> SpendHold | None:
-        return self._holds.take(key, period, await self.spend(key, period, now), budget, usd, now)
+    async def hold_spend(self, key: str, period: Period, budget: float, usd: float,
+                         now: float) -> tuple[SpendHold | None, float]:
+        spent = await self.spend(key, period, now)
+        return self._holds.take(key, period, spent, budget, usd, now), spent
 
     async def charge_spend(self, hold: SpendHold, usd: float, now: float) -> None:
         try:

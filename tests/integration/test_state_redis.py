@@ -182,12 +182,12 @@ async def test_a_budget_holds_its_requests_in_flight_over_the_shared_spend(make:
     the replicas charged in Redis."""
     replica_a, replica_b = make(), make()
     await replica_b.add_spend("team", "day", 0.5, T0)
-    hold = await replica_a.hold_spend("team", "day", 1.0, 0.6, T0)
-    assert hold is not None and await replica_a.hold_spend("team", "day", 1.0, 0.0, T0) is None
-    assert await replica_b.hold_spend("team", "day", 1.0, 0.0, T0) is not None, "another replica's: not seen"
+    hold = (await replica_a.hold_spend("team", "day", 1.0, 0.6, T0))[0]
+    assert hold is not None and (await replica_a.hold_spend("team", "day", 1.0, 0.0, T0))[0] is None
+    assert (await replica_b.hold_spend("team", "day", 1.0, 0.0, T0))[0] is not None, "another replica's: not seen"
     await replica_a.charge_spend(hold, 0.25, T0)
     assert await replica_b.spend("team", "day", T0) == pytest.approx(0.75)
-    assert await replica_a.hold_spend("team", "day", 1.0, 0.0, T0) is not None
+    assert (await replica_a.hold_spend("team", "day", 1.0, 0.0, T0))[0] is not None
 
 
 @pytest.mark.parametrize("skew_s", [0.0, 0.5, 20.0])

@@ -135,30 +135,31 @@ async def test_release_takes_back_a_requests_count_and_its_tokens() -> None:
 async def test_a_budget_holds_what_its_requests_in_flight_may_cost() -> None:
     backend = MemoryBackend()
     await backend.add_spend("k", "day", 0.5, T0)
-    first = await backend.hold_spend("k", "day", 1.0, 0.3, T0)
-    second = await backend.hold_spend("k", "day", 1.0, 0.3, T0)
+    first = (await backend.hold_spend("k", "day", 1.0, 0.3, T0))[0]
+    second = (await backend.hold_spend("k", "day", 1.0, 0.3, T0))[0]
     assert first is not None and second is not None
-    assert await backend.hold_spend("k", "day", 1.0, 0.3, T0) is None, "0.5 spent and 0.6 held: used up"
+    # refused with the spend read: under the budget, so held by the requests in flight, not used up
+    assert await backend.hold_spend("k", "day", 1.0, 0.3, T0) == (None, 0.5), "0.5 spent and 0.6 held"
     assert await backend.spend("k", "day", T0) == 0.5, "a hold is not spend"
     await backend.charge_spend(first, 0.1, T0)  # cost less than held: 0.6 spent, 0.3 held
-    third = await backend.hold_spend("k", "day", 1.0, 0.3, T0)
-    assert third is not None and await backend.hold_spend("k", "day", 1.0, 0.0, T0) is None
+    third = (await backend.hold_spend("k", "day", 1.0, 0.3, T0))[0]
+    assert third is not None and (await backend.hold_spend("k", "day", 1.0, 0.0, T0))[0] is None
     for hold in (second, third):
         await backend.charge_spend(hold, 0.0, T0)  # refused later, or answered for nothing
     assert backend.holds.counters() == 0 and await backend.spend("k", "day", T0) == pytest.approx(0.6)
-    assert await backend.hold_spend("z", "day", 0.0, 0.0, T0) is None, "a budget of 0 refuses everything"
+    assert (await backend.hold_spend("z", "day", 0.0, 0.0, T0))[0] is None, "a budget of 0 refuses everything"
 
 
 async def test_a_hold_taken_in_one_period_does_not_weigh_on_the_next() -> None:
     backend = MemoryBackend()
     day1, day2 = epoch("2024-01-31T23:59:00"), epoch("2024-02-01T00:00:30")
-    hold = await backend.hold_spend("k", "month", 1.0, 1.0, day1)
-    assert hold is not None and await backend.hold_spend("k", "month", 1.0, 0.0, day1) is None
-    february = await backend.hold_spend("k", "month", 1.0, 0.9, day2)
+    hold = (await backend.hold_spend("k", "month", 1.0, 1.0, day1))[0]
+    assert hold is not None and (await backend.hold_spend("k", "month", 1.0, 0.0, day1))[0] is None
+    february = (await backend.hold_spend("k", "month", 1.0, 0.9, day2))[0]
     assert february is not None, "February starts at zero"
     await backend.charge_spend(hold, 0.2, day2)  # charged when it ends: in February; its hold forgotten
     assert await backend.spend("k", "month", day2) == pytest.approx(0.2)
-    assert await backend.hold_spend("k", "month", 1.0, 0.0, day2) is None, "0.2 spent and 0.9 held"
+    assert (await backend.hold_spend("k", "month", 1.0, 0.0, day2))[0] is None, "0.2 spent and 0.9 held"
     await backend.charge_spend(february, 0.0, day2)
     assert backend.holds.counters() == 0
 
