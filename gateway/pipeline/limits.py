@@ -28,11 +28,13 @@ DEFAULT_ANSWER = 512  # the answer's tokens estimated for a request that sets no
 def estimate(ctx: RequestContext) -> tuple[int, int]:
     """The prompt's tokens and the answer's, as admission reserves them: the whole body at ~4 bytes a
     token (system prompt, tools and instructions are input as much as the messages are), and the answer's
-    cap (or a modest default); each at most `MAX_ESTIMATE`."""
+    cap (or a modest default) for each of its `n` choices; each at most `MAX_ESTIMATE`."""
     body = ctx.body
     cap = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
     answer = cap if isinstance(cap, int) and cap > 0 else DEFAULT_ANSWER
-    return min(MAX_ESTIMATE, tokens_of(ctx.body_bytes)), min(MAX_ESTIMATE, answer)
+    n = body.get("n")
+    choices = n if isinstance(n, int) and n > 1 else 1
+    return min(MAX_ESTIMATE, tokens_of(ctx.body_bytes)), min(MAX_ESTIMATE, answer * choices)
 
 
 def estimate_tokens(ctx: RequestContext) -> int:

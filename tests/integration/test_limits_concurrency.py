@@ -22,12 +22,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import anthropic
 import openai
 import orjson
 import pytest
 
 from gateway.config import parse_config
 from gateway.config.types import Config
+from tests import anthropic_scripts as a
 from tests.chat_scripts import USAGE, chunk, completion, usage_chunk
 from tests.fake_upstream import FakeUpstream, Gate, Script, sse
 from tests.harness import GatewayServer
@@ -55,9 +57,11 @@ def config(url: str, state: dict[str, Any], key: dict[str, Any]) -> Config:
         "auth": {"keys": [{"name": "tenant", "key": "key-t", **key}]},
         "state": state,
         "providers": {"up": {"type": "openai", "base_url": f"{url}/v1",
-                             "timeouts": {"connect_s": 2, "first_token_s": 20, "idle_s": 20, "total_s": 60}}},
+                             "timeouts": {"connect_s": 2, "first_token_s": 20, "idle_s": 20, "total_s": 60}},
+                      "ant": {"type": "anthropic", "base_url": f"{url}/ant", "api_key": "sk-ant"}},
         "models": [{"name": "m", "retry": {"max_attempts": 1},
-                    "deployments": [{"provider": "up", "model": "x", "price": PRICE}]}],
+                    "deployments": [{"provider": "up", "model": "x", "price": PRICE}]},
+                   {"name": "claude", "deployments": [{"provider": "ant", "model": "claude-x"}]}],
     }, env={})
 
 
@@ -154,7 +158,7 @@ def test_the_reservation_counts_the_whole_prompt(upstream: FakeUpstream, make_ga
                                                  state: dict[str, Any]) -> None:
     """Tools of ~2,000 tokens beside a one-word message (as an agent's first turn sends them; a Messages
     request's `system`, a Responses request's `instructions` alike): before, only the messages were
-    estimated and the reservation was 18 tokens."""
+    estimated and the reservation was 18 tokens. And an answer of `n` choices is reserved `n` times."""
     gw = make_gateway(config(upstream.base_url, state, {"tpm": 100_000}))
     upstream.defaults[PATH] = completion("ok")
     tools = [{"type": "function", "function": {"name": "f", "description": "d " * 4000,
@@ -165,6 +169,10 @@ def test_the_reservation_counts_the_whole_prompt(upstream: FakeUpstream, make_ga
                                                               tools=tools)  # type: ignore[arg-type]
     reserved = 100_000 - int(raw.headers["x-ratelimit-remaining-tokens"])
     assert reserved >= 2000, reserved
+    # eight choices of up to 100 tokens each: 800 tokens of answer (before, 100)
+    upstream.defaults[PATH] = completion("ok", n=8)
+    raw = sdk(gw).chat.completions.with_raw_response.create(model="m", max_tokens=100, messages=HI, n=8)
+    assert 100_000 - 18 - int(raw.headers["x-ratelimit-remaining-tokens"]) >= 800  # the first settled at 18
 
 
 @pytest.mark.parametrize(("limits", "kw"), [({"rpm": 2}, {}), ({"tpm": 200}, {"max_tokens": 60})])
@@ -193,3 +201,21 @@ def test_retry_after_is_the_whole_seconds_until_the_window_admits_the_request(
     assert outcome(gw, **kw) == "rate_limit_exceeded"
     clock["now"] = T0 + 10 + int(retry_after)
     assert outcome(gw, **kw) == "ok"
+
+
+def test_tpm_counts_the_providers_whole_usage_cached_input_included(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], state: dict[str, Any]) -> None:
+    """Anthropic reports cache reads and writes beside `input_tokens`: `tpm` counts them all, as the
+    provider's usage is normalised (`input` includes cached input: docs/reference.md, tpm)."""
+    gw = make_gateway(config(upstream.base_url, state, {"tpm": 100_000}))
+    assert gw.app is not None
+    gw.app.runtime.clock = lambda: T0 + 1  # both requests in one minute
+    usage = {"input_tokens": 20, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 500,
+             "output_tokens": 12}
+    upstream.enqueue("/ant/v1/messages", a.message_body([{"type": "text", "text": "ok"}], usage=usage),
+                     a.message_body([{"type": "text", "text": "ok"}], usage=usage))
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{gw.port}", api_key="key-t", max_retries=0)
+    first = client.messages.with_raw_response.create(model="claude", max_tokens=10, messages=HI)  # type: ignore[arg-type]
+    reserved = 100_000 - int(first.headers["x-ratelimit-remaining-tokens"])
+    second = client.messages.with_raw_response.create(model="claude", max_tokens=10, messages=HI)  # type: ignore[arg-type]
+    assert 100_000 - int(second.headers["x-ratelimit-remaining-tokens"]) == 1532 + reserved
