@@ -219,3 +219,41 @@ def test_tpm_counts_the_providers_whole_usage_cached_input_included(
     reserved = 100_000 - int(first.headers["x-ratelimit-remaining-tokens"])
     second = client.messages.with_raw_response.create(model="claude", max_tokens=10, messages=HI)  # type: ignore[arg-type]
     assert 100_000 - int(second.headers["x-ratelimit-remaining-tokens"]) == 1532 + reserved
+
+
+def test_streams_at_once_are_admitted_only_as_far_as_their_reservations_fit_the_tpm(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer], state: dict[str, Any]) -> None:
+    """Twenty streams at once, all held open after their first token: each reserved its estimate when
+    admitted (one step: the window's check and count), so those admitted reserve at most the tpm whatever
+    they then use; the rest are refused before reaching the upstream. When they end having used 500
+    tokens each, the key is over its tpm."""
+    gw = make_gateway(config(upstream.base_url, state, {"tpm": 1000}))
+    assert gw.app is not None
+    gw.app.runtime.clock = lambda: T0 + 1
+    gate = Gate(timeout_s=30)
+    upstream.defaults[PATH] = long_stream(gate, 500)
+    n, lock = 20, threading.Lock()
+    refused: list[str] = []
+    reserved: list[int] = []
+
+    def one(_: int) -> str:
+        try:
+            with sdk(gw).chat.completions.with_streaming_response.create(
+                    model="m", messages=HI, stream=True, max_tokens=100) as raw:
+                with lock:
+                    reserved.append(1000 - int(raw.headers["x-ratelimit-remaining-tokens"]))
+                return "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+        except openai.APIStatusError as exc:
+            with lock:
+                refused.append(str(exc.code))
+            return str(exc.code)
+
+    with ThreadPoolExecutor(n) as pool:
+        results = pool.map(one, range(n))
+        until(lambda: len(upstream.received) + len(refused) == n, "every stream admitted or refused")
+        admitted = len(upstream.received)
+        gate.opened.set()
+        got = list(results)
+    assert got.count("a") == admitted and set(refused) == {"rate_limit_exceeded"}
+    assert max(reserved) <= 1000 and admitted * 100 < 1000, (admitted, reserved)
+    assert outcome(gw, max_tokens=100) == "rate_limit_exceeded"  # they used 511 tokens each
