@@ -31,15 +31,20 @@ Make = Callable[..., GatewayServer]
 Victim = TypeVar("Victim")
 
 
-def config(upstream_url: str, state: dict[str, Any], keys: list[dict[str, Any]]) -> Config:
-    return parse_config({
+def raw(upstream_url: str, state: dict[str, Any], keys: list[dict[str, Any]]) -> dict[str, Any]:
+    """The scale-out tests' config, as YAML would give it: a request of `HI` costs $0.018 (18 tokens)."""
+    return {
         "auth": {"keys": keys},
         "state": {"backend": "redis", **state},
         "cache": {"enabled": True, "ttl_s": 60},
         "providers": {"up": {"type": "openai", "base_url": f"{upstream_url}/v1"}},
         "models": [{"name": "m", "deployments": [{"provider": "up", "model": "x",
                                                   "price": {"input": 1000, "output": 1000}}], "cache": True}],
-    }, env={})
+    }
+
+
+def config(upstream_url: str, state: dict[str, Any], keys: list[dict[str, Any]]) -> Config:
+    return parse_config(raw(upstream_url, state, keys), env={})
 
 
 def replicas(make: Make, upstream_url: str, state: dict[str, Any], keys: list[dict[str, Any]],

@@ -11,8 +11,6 @@ applies (the one with the least left). Per-key spend over time is the metric
 
 from __future__ import annotations
 
-import time
-
 from gateway.errors import InvalidApiKey
 from gateway.http import Response, json_response
 from gateway.pipeline.exchange import GatewayRequest
@@ -24,7 +22,7 @@ async def key_spend(request: GatewayRequest) -> Response:
     key = await rt.keyring.caller(request.headers, x_api_key=True)
     if key is None:  # auth.allow_unauthenticated and no key sent: there is no key to account to
         raise InvalidApiKey("send the gateway key whose spend to read: Authorization: Bearer <key>")
-    now = time.time()
+    now = rt.clock()  # the clock budgets are checked and charged on
     state = request.app.state
     own = _figures(key.budget_period, now, await state.spend(key.counter, key.budget_period, now), key.budget_usd)
     body: dict[str, object] = {"object": "gateway.key_spend", "key": key.name, **own}

@@ -91,8 +91,10 @@ class RequestContext:
     redactions: int = 0
     verdicts: dict[str, str] = field(default_factory=dict)
     stream_error: str | None = None  # reason, when a committed stream ended with an error event
-    reservation: Any = None  # state.base.Reservation of tokens reserved against the key's tpm
-    team_reservation: Any = None  # the same against the key's team's tpm (stored keys in a team)
+    reservation: Any = None  # state.base.Reservation: the request and its tokens counted against the key's rpm, tpm
+    team_reservation: Any = None  # the same against the key's team's (stored keys in a team)
+    key_hold: Any = None  # state.base.SpendHold: its estimated cost held against the key's budget
+    team_hold: Any = None  # the same against its team's budget
     spend_recorded: bool = False  # its row is in the spend ledger (`pipeline.ledger`): once per request
     cache_hit: bool = False
     cache_store: bool = False  # store the (masked) answer in the response cache when it succeeds

@@ -1,75 +1,124 @@
 """Per-key admission (rpm, tpm, budget) before any upstream call, and settlement after the answer.
 
-Tokens are reserved up front from the request (`max_tokens`, or a bounded estimate from the prompt's
-size) so a burst cannot overshoot much, then replaced by the provider's real usage (docs/reference.md, "Config keys"
-`auth`).
+Tokens are reserved up front from the request (its prompt's size and `max_tokens`, or a bounded estimate)
+so a burst cannot overshoot much, then replaced by the provider's real usage (docs/reference.md, "Config
+keys" `auth`); a budget holds each admitted request's estimated cost the same way until its real cost is
+counted (docs/keys-teams-spend.md, Budgets).
 """
 
 from __future__ import annotations
 
 import math
-import time
 
 import structlog
 
 from gateway.config.types import ApiKey, TeamLimits
+from gateway.core.usage_estimate import tokens_of
 from gateway.errors import BudgetExceeded, RateLimited
 from gateway.observe.context import RequestContext
 from gateway.pipeline.runtime import Runtime
-from gateway.state.base import LimitDecision, Period, StateBackend, seconds_until_reset
+from gateway.state.base import LimitDecision, Period, SpendHold, StateBackend, seconds_until_reset
 from gateway.state.window import WindowCounts, headroom
 
 log = structlog.get_logger("gateway")
 MAX_ESTIMATE = 32_768
+DEFAULT_ANSWER = 512  # the answer's tokens estimated for a request that sets no cap
+
+
+def estimate(ctx: RequestContext) -> tuple[int, int]:
+    """The prompt's tokens and the answer's, as admission reserves them: the whole body at ~4 bytes a
+    token (system prompt, tools and instructions are input as much as the messages are), and the answer's
+    cap (or a modest default) for each of its `n` choices; each at most `MAX_ESTIMATE`."""
+    body = ctx.body
+    cap = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
+    answer = cap if isinstance(cap, int) and cap > 0 else DEFAULT_ANSWER
+    n = body.get("n")
+    choices = n if isinstance(n, int) and n > 1 else 1
+    return min(MAX_ESTIMATE, tokens_of(ctx.body_bytes)), min(MAX_ESTIMATE, answer * choices)
 
 
 def estimate_tokens(ctx: RequestContext) -> int:
-    """Prompt size at ~4 bytes a token plus the answer's cap (or a modest default)."""
-    body = ctx.body
-    prompt_chars = len(str(body.get("messages") or body.get("input") or ""))
-    cap = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
-    answer = cap if isinstance(cap, int) and cap > 0 else 512
-    return min(MAX_ESTIMATE, prompt_chars // 4 + answer)
+    return min(MAX_ESTIMATE, sum(estimate(ctx)))
+
+
+def estimate_cost(ctx: RequestContext) -> float:
+    """What the request may cost at its model's dearest deployment: the hold a budget keeps for it while it
+    runs (docs/keys-teams-spend.md, Budgets)."""
+    prompt, answer = estimate(ctx)
+    return max(((prompt * d.price.input + answer * d.price.output) / 1_000_000 for d in ctx.model.deployments),
+               default=0.0)
 
 
 async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens: bool = True) -> None:
-    """Refuse a key over its budget, rpm or tpm; else count the request and reserve its tokens.
-    `tokens=False`: a request that spends no tokens (count_tokens) counts against rpm only."""
+    """Refuse a key over its or its team's budget, rpm or tpm; else count the request, reserve its tokens
+    and hold its estimated cost against the budgets. `tokens=False`: a request that spends no tokens
+    (count_tokens) counts against rpm only, the key's and the team's (docs/keys-teams-spend.md, "A limit of 0").
+    Budgets first, then the key's own rates, then its team's: what one check counted is taken back (or
+    given back at settlement) when a later one refuses, so a key refused by its own limit spends nothing
+    of its team's, and its teammates are not refused for it."""
     key = ctx.key
     if key is None:
         return
     now = rt.clock()
-    if key.team is not None:  # a stored key in a team: the team's limits first, then the key's own
-        await admit_team(rt, state, ctx, key.team, now)
+    team = key.team
+    usd = estimate_cost(ctx) if tokens else 0.0
+    if team is not None and team.budget_usd is not None:
+        ctx.team_hold = await hold_budget(state, team, usd, now)
     if key.budget_usd is not None:
-        await within_budget(state, key, now)
+        ctx.key_hold = await hold_budget(state, key, usd, now)
     tpm = key.tpm if tokens else None
-    if key.rpm is None and tpm is None:
+    if key.rpm is not None or tpm is not None:
+        reserve = estimate_tokens(ctx) if tpm is not None else 0
+        decision, reservation = await state.check_request(key.counter, key.rpm, tpm, reserve, now)
+        ctx.response_headers.update(ratelimit_headers(key.rpm, tpm, decision, now))  # on the answer, 429 or not
+        if not decision.allowed:
+            limit = decision.limit or "rpm"
+            ctx.rec.rate_limited(key.name, limit)
+            raise rate_refusal(f"key {key.name}", limit, decision)
+        ctx.reservation = reservation
+    if team is not None:
+        await admit_team(state, ctx, team, tokens, now)
+
+
+async def admit_team(state: StateBackend, ctx: RequestContext, team: TeamLimits, tokens: bool, now: float) -> None:
+    """The team's rpm and tpm, counted for all its keys together (docs/keys-teams-spend.md); refused, the
+    key's own count is taken back."""
+    tpm = team.tpm if tokens else None
+    if team.rpm is None and tpm is None:
         return
     reserve = estimate_tokens(ctx) if tpm is not None else 0
-    decision, reservation = await state.check_request(key.counter, key.rpm, tpm, reserve, now)
-    ctx.response_headers.update(ratelimit_headers(key.rpm, tpm, decision, now))  # on the answer, 429 or not
+    decision, reservation = await state.check_request(team.counter, team.rpm, tpm, reserve, now)
     if not decision.allowed:
+        if ctx.reservation is not None:
+            await state.release(ctx.reservation)
+            ctx.reservation = None
         limit = decision.limit or "rpm"
-        ctx.rec.rate_limited(key.name, limit)
-        retry = max(1, int(decision.retry_after_s + 0.999))
-        raise RateLimited(f"key {key.name} is over its {limit} limit", headers={"Retry-After": str(retry)})
-    ctx.reservation = reservation
-
-
-async def admit_team(rt: Runtime, state: StateBackend, ctx: RequestContext, team: TeamLimits, now: float) -> None:
-    """The team's budget, rpm and tpm, counted for all its keys together (docs/keys-teams-spend.md)."""
-    if team.budget_usd is not None:
-        await within_budget(state, team, now)
-    if team.rpm is None and team.tpm is None:
-        return
-    reserve = estimate_tokens(ctx) if team.tpm is not None else 0
-    decision, reservation = await state.check_request(team.counter, team.rpm, team.tpm, reserve, now)
-    if not decision.allowed:
-        limit = decision.limit or "rpm"
-        retry = max(1, int(decision.retry_after_s + 0.999))
-        raise RateLimited(f"team {team.name} is over its {limit} limit", headers={"Retry-After": str(retry)})
+        ctx.rec.rate_limited(ctx.key_name, limit)  # the key refused, by its team's limit: counted too
+        raise rate_refusal(f"team {team.name}", limit, decision)
     ctx.team_reservation = reservation
+
+
+def rate_refusal(whose: str, limit: str, decision: LimitDecision) -> RateLimited:
+    """429 `rate_limit_exceeded`; `Retry-After` in whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3)."""
+    retry = max(1, math.ceil(decision.retry_after_s))
+    return RateLimited(f"{whose} is over its {limit} limit", headers={"Retry-After": str(retry)})
+
+
+async def hold_budget(state: StateBackend, owner: ApiKey | TeamLimits, usd: float, now: float) -> SpendHold:
+    """Refuse when the key's or team's spend for its period, with what its requests in flight hold, has
+    reached its budget; else hold `usd` for this request until it is charged (`settle`)."""
+    assert owner.budget_usd is not None
+    hold, spent = await state.hold_spend(owner.counter, owner.budget_period, owner.budget_usd, usd, now)
+    if hold is not None:
+        return hold
+    whose = f"team {owner.name}" if isinstance(owner, TeamLimits) else f"key {owner.name}"
+    if spent >= owner.budget_usd:
+        raise budget_refusal(whose, owner.budget_period, now)
+    # not used up: held by its requests in flight, which give their holds back as they end
+    refused = RateLimited(f"the budget of {whose} for this {owner.budget_period} is held by its requests in "
+                          "flight", headers={"Retry-After": "1"})
+    refused.reason = "budget_held"
+    raise refused
 
 
 async def within_budget(state: StateBackend, owner: ApiKey | TeamLimits, now: float) -> None:
@@ -124,27 +173,35 @@ def duration(seconds: float) -> str:
 
 
 def needs_settle(ctx: RequestContext) -> bool:
-    """Whether `settle` has anything to charge (most requests of an unlimited key have not). Every key's
-    spend is kept, budget or not, so `GET /v1/gateway/spend` can tell any team what it spent."""
+    """Whether `settle` has anything to charge or give back (most requests of an unlimited key have not).
+    Every key's spend is kept, budget or not, so `GET /v1/gateway/spend` can tell any team what it spent."""
     key = ctx.key
     return key is not None and (ctx.reservation is not None or ctx.team_reservation is not None
-                                or ctx.cost_usd > 0)
+                                or ctx.key_hold is not None or ctx.team_hold is not None or ctx.cost_usd > 0)
 
 
-async def settle(state: StateBackend, ctx: RequestContext) -> None:
-    """Charge the real usage and spend; never raises (the answer has already been given)."""
+async def settle(state: StateBackend, ctx: RequestContext, now: float) -> None:
+    """Charge the real usage and spend (and give back the budgets' holds); never raises (the answer has
+    already been given). `now`: when the answer ended, on the clock admission read (`Runtime.clock`)."""
     key = ctx.key
     if key is None:
         return
     try:
+        await charge(state, key.counter, key.budget_period, ctx.key_hold, ctx.cost_usd, now)
+        if key.team is not None:
+            await charge(state, key.team.counter, key.team.budget_period, ctx.team_hold, ctx.cost_usd, now)
         actual = ctx.usage.input + ctx.usage.output if ctx.usage is not None else 0
         if ctx.reservation is not None:
-            await state.settle_tokens(ctx.reservation, actual)
+            await state.settle_tokens(ctx.reservation, actual, now)
         if ctx.team_reservation is not None:
-            await state.settle_tokens(ctx.team_reservation, actual)
-        if ctx.cost_usd > 0:
-            await state.add_spend(key.counter, key.budget_period, ctx.cost_usd, time.time())
-            if key.team is not None:
-                await state.add_spend(key.team.counter, key.team.budget_period, ctx.cost_usd, time.time())
+            await state.settle_tokens(ctx.team_reservation, actual, now)
     except Exception as exc:  # state failures degrade inside the backend; this is a last resort
         log.warning("settle_failed", key=key.name, error=type(exc).__name__)
+
+
+async def charge(state: StateBackend, counter: str, period: Period, hold: SpendHold | None, usd: float,
+                 now: float) -> None:
+    if hold is not None:
+        await state.charge_spend(hold, usd, now)  # its hold given back however the charge ends
+    elif usd > 0:
+        await state.add_spend(counter, period, usd, now)

@@ -163,7 +163,10 @@ async def _finish(request: GatewayRequest, rec: RequestRecorder, end: End, whole
 
 
 async def _account(request: GatewayRequest, ctx: RequestContext, outcome: str) -> None:
-    """The spend ledger's row (a whole response's, before its body leaves) and the state's counters."""
-    await commit_spend(request.app.runtime, ctx, outcome)
-    if needs_settle(ctx):
-        await settle(request.app.state, ctx)
+    """The spend ledger's row (a whole response's, before its body leaves) and the state's counters,
+    whatever the row's commit does: a budget's hold not given back would weigh on it for the period."""
+    try:
+        await commit_spend(request.app.runtime, ctx, outcome)
+    finally:
+        if needs_settle(ctx):
+            await settle(request.app.state, ctx, request.app.runtime.clock())

@@ -46,14 +46,28 @@ ALLOWED = LimitDecision(allowed=True)
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """Tokens counted up front against a key's tpm, to be replaced by the real usage later."""
+    """What `check_request` counted for one admitted request: the request against rpm (`requests`: 1, or 0
+    without an rpm) and tokens up front against tpm (`tokens`, None without a tpm), to be replaced by the
+    real usage later (`settle_tokens`), or all taken back (`release`) when a later check refuses it."""
 
     key: str
-    minute: int  # the fixed minute bucket the tokens were counted in
-    tokens: int
+    minute: int  # the fixed minute bucket they were counted in
+    tokens: int | None
     # True when counted in the shared store; a Redis backend that reserved locally during an outage
     # settles locally too, so a local reservation never subtracts from the other replicas' counts.
     shared: bool = False
+    requests: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SpendHold:
+    """A request's estimated cost, held against a budget from its admission until its real cost is
+    counted (`StateBackend.hold_spend`, `charge_spend`): in this process only (`state/holds.py`)."""
+
+    key: str
+    period: Period
+    period_id: str  # the period it was admitted in (`period_id`)
+    usd: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,13 +117,34 @@ class StateBackend(Protocol):
         """
         ...
 
-    async def settle_tokens(self, reservation: Reservation, actual_tokens: int) -> None:
-        """Replace a reservation by the real usage (the provider's counts) once the answer ends."""
+    async def settle_tokens(self, reservation: Reservation, actual_tokens: int, now: float) -> None:
+        """Replace a reservation by the real usage (the provider's counts) once the answer ends, at `now`:
+        what it reserved too much is taken back from the minute it was counted in; what it used beyond
+        that is counted in the minute of `now` (an answer that took minutes is charged when it ends, not
+        in a minute that has left the window)."""
+        ...
+
+    async def release(self, reservation: Reservation) -> None:
+        """Take back all `check_request` counted, for a request a later check refused (its team's limit)."""
         ...
 
     async def add_spend(self, key: str, period: Period, usd: float, now: float) -> None: ...
 
     async def spend(self, key: str, period: Period, now: float) -> float: ...
+
+    # A budget is checked and its request's estimated cost held in one step of the event loop, so the
+    # requests this process admits together see each other (docs/keys-teams-spend.md, Budgets).
+    async def hold_spend(self, key: str, period: Period, budget: float, usd: float,
+                         now: float) -> tuple[SpendHold | None, float]:
+        """Admit a request while the period's spend plus what this process's requests in flight hold is
+        under `budget`, and hold `usd` (its estimated cost) until `charge_spend`: the hold (None: refused,
+        nothing held), and the spend read (at the budget or over: used up; under: held by requests in
+        flight)."""
+        ...
+
+    async def charge_spend(self, hold: SpendHold, usd: float, now: float) -> None:
+        """The request's real cost (`add_spend`), then its hold given back: never a moment counting neither."""
+        ...
 
     # Budgets start from the store's ledger (docs/keys-teams-spend.md, Budgets): `pipeline/budget_sync.py`
     # reads the period's spend per counter and hands it here.

@@ -46,16 +46,20 @@ end
 return {ok and 1 or 0, rc, rp, tc, tp}
 """
 
-# KEYS: the tpm bucket the reservation was counted in. ARGV: actual - reserved.
-# A bucket that already expired is left alone: it no longer limits anyone, and recreating it would
-# leave a key without TTL. The count never goes below zero (a reservation made before a Redis restart).
+# KEYS: a rate bucket. ARGV: what to add (negative: a reservation's surplus, or a refused request's count,
+# taken back from the bucket it was counted in), ttl seconds.
+# Taking back from a bucket that already expired does nothing: it no longer limits anyone. Adding (the
+# tokens an answer used beyond its reservation, in the minute it ended) makes the bucket if need be, with
+# the TTL the check gives it. The count never goes below zero (a reservation made before a Redis restart).
 SETTLE_TOKENS = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local v = redis.call('INCRBY', KEYS[1], ARGV[1])
+local delta = tonumber(ARGV[1])
+if delta < 0 and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local v = redis.call('INCRBY', KEYS[1], delta)
 if v < 0 then
   redis.call('SET', KEYS[1], 0, 'KEEPTTL')
   v = 0
 end
+if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 return v
 """
 

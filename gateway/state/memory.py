@@ -26,9 +26,11 @@ from gateway.state.base import (
     Reservation,
     ResponseOwner,
     ServedName,
+    SpendHold,
     period_id,
     tenant_of,
 )
+from gateway.state.holds import SpendHolds
 from gateway.state.window import WindowCounts, decide, effective_cost, minute_of
 
 
@@ -96,6 +98,7 @@ class MemoryBackend:
         self._spend: dict[tuple[str, Period], tuple[str, float]] = {}
         # every other process's spend of the period, per counter, from the store's ledger (seed_spend)
         self._others: dict[Period, tuple[str, Mapping[str, float]]] = {}
+        self.holds = SpendHolds()  # the estimated cost of the requests in flight, per budget (holds.py)
         self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._cache_bytes = 0  # of the values in `_cache`
         self._owners: OrderedDict[str, tuple[float, ResponseOwner]] = OrderedDict()  # id -> (expiry, owner)
@@ -109,12 +112,7 @@ class MemoryBackend:
     ) -> tuple[LimitDecision, Reservation | None]:
         if rpm is None and tpm is None:
             return ALLOWED, None  # nothing to enforce, nothing to remember
-        minute = minute_of(now)
-        self._sweep(minute)
-        windows = self._windows.get(key)
-        if windows is None:
-            windows = self._windows[key] = _KeyWindows(minute)
-        windows.roll(minute)
+        windows = self._windows_at(key, minute_of(now))
         cost = effective_cost(reserve_tokens, tpm) if tpm is not None else 0
         decision = decide(windows.rpm.counts(), windows.tpm.counts(), rpm, tpm, cost, now)
         if decision.allowed:
@@ -124,14 +122,36 @@ class MemoryBackend:
                 windows.tpm.current += cost
         r, t = windows.rpm, windows.tpm
         decision = replace(decision, counts=(r.current, r.previous, t.current, t.previous))
-        if not decision.allowed or tpm is None:
+        if not decision.allowed:
             return decision, None
-        return decision, Reservation(key=key, minute=windows.tpm.minute, tokens=cost)
+        return decision, Reservation(key=key, minute=windows.tpm.minute, tokens=None if tpm is None else cost,
+                                     requests=int(rpm is not None))
 
-    async def settle_tokens(self, reservation: Reservation, actual_tokens: int) -> None:
+    async def settle_tokens(self, reservation: Reservation, actual_tokens: int, now: float) -> None:
+        if reservation.tokens is None:
+            return
+        delta = max(0, actual_tokens) - reservation.tokens
+        if delta < 0:  # reserved too much: handed back to its minute, if that still weighs
+            windows = self._windows.get(reservation.key)
+            if windows is not None:
+                windows.tpm.adjust(reservation.minute, delta)
+        elif delta > 0:  # used more: counted when the answer ends (a long one's minute has left the window)
+            self._windows_at(reservation.key, minute_of(now)).tpm.current += delta
+
+    async def release(self, reservation: Reservation) -> None:
         windows = self._windows.get(reservation.key)
         if windows is not None:
-            windows.tpm.adjust(reservation.minute, max(0, actual_tokens) - reservation.tokens)
+            windows.rpm.adjust(reservation.minute, -reservation.requests)
+            windows.tpm.adjust(reservation.minute, -(reservation.tokens or 0))
+
+    def _windows_at(self, key: str, minute: int) -> _KeyWindows:
+        """The key's windows rolled to `minute` (made if it has none), the newest bucket current."""
+        self._sweep(minute)
+        windows = self._windows.get(key)
+        if windows is None:
+            windows = self._windows[key] = _KeyWindows(minute)
+        windows.roll(minute)
+        return windows
 
     def _sweep(self, minute: int) -> None:
         """Once per minute, forget keys whose buckets are both older than the window."""
@@ -157,6 +177,18 @@ class MemoryBackend:
         own = held[1] if held is not None and held[0] == pid else 0.0
         others = self._others.get(period)
         return own + (others[1].get(key, 0.0) if others is not None and others[0] == pid else 0.0)
+
+    async def hold_spend(self, key: str, period: Period, budget: float, usd: float,
+                         now: float) -> tuple[SpendHold | None, float]:
+        spent = await self.spend(key, period, now)
+        return self.holds.take(key, period, spent, budget, usd, now), spent
+
+    async def charge_spend(self, hold: SpendHold, usd: float, now: float) -> None:
+        try:
+            if usd > 0:
+                await self.add_spend(hold.key, hold.period, usd, now)
+        finally:
+            self.holds.give_back(hold)
 
     @property
     def spend_shared(self) -> bool:

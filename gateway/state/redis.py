@@ -33,13 +33,14 @@ from gateway.state.base import (
     Reservation,
     ResponseOwner,
     ServedName,
-    period_id,
+    SpendHold,
 )
+from gateway.state.holds import SpendHolds
 from gateway.state.keys import cache_redis_key, check_keys, owner_key, rate_key, seeded_key, spend_key
 from gateway.state.memory import MemoryBackend
 from gateway.state.redis_cache import SharedCache
 from gateway.state.redis_client import connect
-from gateway.state.redis_held import HeldSpend
+from gateway.state.redis_held import HeldSpend, KnownSpend
 from gateway.state.redis_names import SharedNames
 from gateway.state.redis_owners import SharedOwners
 from gateway.state.redis_pacing import RecoveryPacing
@@ -100,7 +101,8 @@ class RedisBackend:
         self._pacing = RecoveryPacing()  # a Redis that keeps dropping right after answering is tried later
         # Spend while degraded: added to Redis on recovery, so an outage does not forgive real cost.
         self._unsynced = HeldSpend()
-        self._known_spend: dict[tuple[str, Period], tuple[str, float]] = {}
+        self._known = KnownSpend()  # the figures budgets count from while Redis is away
+        self._holds = SpendHolds()  # this process's requests in flight, per budget (holds.py)
         self._owners = SharedOwners(self._redis, own, owned, self._local, self._run, op_timeout_s)
         self._names = SharedNames(self._redis, add_served, self._local, self._run)
         self._waiting: set[asyncio.Timeout] = set()  # deadlines of operations waiting on Redis now
@@ -226,25 +228,46 @@ class RedisBackend:
             counts = (WindowCounts(current=rc, previous=rp), WindowCounts(current=tc, previous=tp))
             return replace(refusal(decide(*counts, rpm, tpm, cost, now), rpm), counts=(rc, rp, tc, tp)), None
         counted = LimitDecision(allowed=True, counts=(rc + (rpm is not None), rp, tc + cost * (tpm is not None), tp))
-        if tpm is None:
-            return counted, None
-        return counted, Reservation(key=key, minute=minute, tokens=cost, shared=True)
+        return counted, Reservation(key=key, minute=minute, tokens=None if tpm is None else cost, shared=True,
+                                    requests=int(rpm is not None))
 
-    async def settle_tokens(self, reservation: Reservation, actual_tokens: int) -> None:
+    async def settle_tokens(self, reservation: Reservation, actual_tokens: int, now: float) -> None:
         if not reservation.shared:
             # Counted locally during an outage: settle there, never against the other replicas' counts.
-            await self._local.settle_tokens(reservation, actual_tokens)
+            await self._local.settle_tokens(reservation, actual_tokens, now)
+            return
+        if reservation.tokens is None:
             return
         delta = max(0, actual_tokens) - reservation.tokens
         if delta == 0:
             return
-        rkey = rate_key(reservation.key, "tpm", reservation.minute)
+        # too much reserved: handed back to its minute; more used: counted in the minute the answer ended
+        minute = reservation.minute if delta < 0 else max(minute_of(now), reservation.minute)
+        rkey = rate_key(reservation.key, "tpm", minute)
 
         async def remote() -> None:
-            await self._settle(keys=[rkey], args=[delta])
+            await self._settle(keys=[rkey], args=[delta, RATE_TTL_S])
 
         async def local() -> None:
-            return None  # the Redis bucket keeps the reservation until its TTL; nothing local to fix
+            # the Redis bucket keeps a surplus until its TTL; tokens used beyond it count against this
+            # process's share meanwhile
+            if delta > 0:
+                await self._local.settle_tokens(Reservation(reservation.key, minute, 0), delta, now)
+
+        await self._run(remote, local)
+
+    async def release(self, reservation: Reservation) -> None:
+        if not reservation.shared:
+            await self._local.release(reservation)
+            return
+        taken = [(limit, n) for limit, n in (("rpm", reservation.requests), ("tpm", reservation.tokens or 0)) if n]
+
+        async def remote() -> None:
+            for limit, n in taken:
+                await self._settle(keys=[rate_key(reservation.key, limit, reservation.minute)], args=[-n, RATE_TTL_S])
+
+        async def local() -> None:
+            return None  # Redis keeps the count until its TTL: refusing a little more, never admitting more
 
         await self._run(remote, local)
 
@@ -255,7 +278,7 @@ class RedisBackend:
 
         async def remote() -> None:
             total = await self._add_spend(keys=[rkey], args=[repr(usd), SPEND_TTL_S[period]])
-            self._remember(key, period, now, float(total))
+            self._known.remember(key, period, now, float(total))
 
         async def local() -> None:
             self._unsynced.hold(rkey, usd, SPEND_TTL_S[period])
@@ -268,37 +291,45 @@ class RedisBackend:
         async def remote() -> float:
             raw = await self._redis.get(rkey)
             total = float(raw) if raw is not None else 0.0
-            self._remember(key, period, now, total)
+            self._known.remember(key, period, now, total)
             return total
 
         async def local() -> float:
-            # The last figure Redis gave, plus what this replica spent since it went away.
-            pid = period_id(period, now)
-            known = self._known_spend.get((key, period))
-            base = known[1] if known is not None and known[0] == pid else 0.0
-            return base + self._unsynced.amount(rkey)
+            # The last figure Redis (or the ledger) gave, plus what this replica spent since Redis went away.
+            return self._known.base(key, period, now) + self._unsynced.amount(rkey)
 
         return await self._run(remote, local)
 
-    def _remember(self, key: str, period: Period, now: float, total: float) -> None:
-        self._known_spend[(key, period)] = (period_id(period, now), total)
+    async def hold_spend(self, key: str, period: Period, budget: float, usd: float,
+                         now: float) -> tuple[SpendHold | None, float]:
+        spent = await self.spend(key, period, now)
+        return self._holds.take(key, period, spent, budget, usd, now), spent
+
+    async def charge_spend(self, hold: SpendHold, usd: float, now: float) -> None:
+        try:
+            if usd > 0:
+                await self.add_spend(hold.key, hold.period, usd, now)
+        finally:
+            self._holds.give_back(hold)
 
     @property
     def spend_shared(self) -> bool:
         return True
 
     async def spend_seeded(self, period: Period, now: float) -> bool:
-        """Redis holds the period's seed marker; a Redis that restarted empty does not. Unreachable: True
-        (nothing to do until it answers; the next look seeds it)."""
+        """Redis holds the period's seed marker; a Redis that restarted empty does not. Unreachable: whether
+        the fallback has the ledger's figures of the period (once they are in, nothing to do until Redis
+        answers; the next look seeds it)."""
         async def remote() -> bool:
             return bool(await self._redis.exists(seeded_key(period, now)))
 
         async def local() -> bool:
-            return True
+            return self._known.has_ledger(period, now)
 
         return await self._run(remote, local)
 
     async def seed_spend(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
+        self._known.take_ledger(period, now, ledger)  # the fallback's base, whatever Redis does next
         await seed_counters(self._link, self._seed, period, now, ledger, SPEND_TTL_S[period], self._deadline_s,
                             self._probe_budget_s)
 

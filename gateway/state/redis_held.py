@@ -1,9 +1,12 @@
-"""Spend a replica counted while Redis was away (redis.py, docs/scale-out.md): held per Redis key, added
-to Redis when it answers again, so an outage forgives no cost."""
+"""Spend while Redis is away (redis.py, docs/scale-out.md): what a replica counted meanwhile, held per Redis
+key and added to Redis when it answers again, so an outage forgives no cost; and the figures a budget
+counts from meanwhile (`KnownSpend`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+
+from gateway.state.base import Period, period_id
 
 # Adds `usd` to one Redis spend key with its TTL; raises if Redis did not answer
 Write = Callable[[str, float, int], Awaitable[None]]
@@ -36,3 +39,32 @@ class HeldSpend:
             except BaseException:
                 self.hold(rkey, *held)
                 raise
+
+
+class KnownSpend:
+    """Each counter's spend of a period as last known: Redis's last figure, or the ledger's, read while Redis
+    was away. Without the ledger's, a replica that had read no counter from Redis (started during the
+    outage, or a key it had not served) counted every budget from zero (docs/keys-teams-spend.md, Budgets)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, Period], tuple[str, float]] = {}
+        self._ledger: dict[Period, str] = {}  # the period whose ledger figures are in
+
+    def remember(self, key: str, period: Period, now: float, total: float) -> None:
+        self._known[(key, period)] = (period_id(period, now), total)
+
+    def base(self, key: str, period: Period, now: float) -> float:
+        known = self._known.get((key, period))
+        return known[1] if known is not None and known[0] == period_id(period, now) else 0.0
+
+    def take_ledger(self, period: Period, now: float, ledger: Mapping[str, float]) -> None:
+        """The whole ledger's spend of the period per counter: each figure raised to it, never lowered
+        (Redis's may hold spend whose ledger row is not committed yet)."""
+        pid = period_id(period, now)
+        for key, usd in ledger.items():
+            if self.base(key, period, now) < usd:
+                self._known[(key, period)] = (pid, usd)
+        self._ledger[period] = pid
+
+    def has_ledger(self, period: Period, now: float) -> bool:
+        return self._ledger.get(period) == period_id(period, now)

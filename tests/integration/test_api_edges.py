@@ -22,7 +22,8 @@ from tests.redis_server import RedisServer
 
 PATH = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
-RESERVED = len(str(HI)) // 4 + 100  # the gateway's up-front estimate: prompt bytes / 4 + max_tokens
+# the gateway's up-front estimate: the body's bytes (the SDK's compact JSON) / 4, rounded up, + max_tokens
+RESERVED = -(-len(orjson.dumps({"messages": HI, "model": "m", "max_tokens": 100})) // 4) + 100
 USED = 18  # what completion() reports: prompt 11 + completion 7, settled after each answer
 T0 = 60.0 * 29_000_000 + 15.0  # 15 s into a minute
 

@@ -15,13 +15,14 @@ from pathlib import Path
 import openai
 import pytest
 
+from gateway.config import parse_config
 from gateway.config.types import CacheConfig, StateConfig
 from gateway.state.base import create_backend
 from tests.chat_scripts import completion
 from tests.fake_upstream import FakeUpstream
 from tests.ports import free_port
 from tests.redis_server import RedisServer
-from tests.scaleout_load import PATH, Make, degraded, error_code, poll, replicas, status_of
+from tests.scaleout_load import PATH, Make, degraded, error_code, poll, raw, replicas, status_of
 
 # times the state backend's outage and recovery: run with no other test beside it (scripts/test-phases.sh)
 pytestmark = pytest.mark.alone
@@ -60,6 +61,24 @@ def test_a_limit_of_zero_stays_zero_while_redis_is_down(
     redis_server.kill()
     local = [error_code(gw, k) for gw in gws for k in ("k-rpm0", "k-tpm0") for _ in range(3)]
     assert local == ["rate_limit_exceeded"] * 12 and all(degraded(g) for g in gws)
+
+
+def test_a_replica_that_starts_while_redis_is_away_counts_budgets_from_the_ledger(
+        tmp_path: Path, upstream: FakeUpstream, make_gateway: Make) -> None:
+    """A replica (re)started during an outage had read no counter from Redis: it counted every budget
+    from zero, and served a key that had used up its budget (docs/keys-teams-spend.md, Budgets). The
+    ledger's figures are now its fallback's base until Redis answers."""
+    store = {"url": f"sqlite:///{tmp_path}/gateway.db", "ledger_journal": "off"}  # rows committed at once
+    keys = [{"name": "spender", "key": "k", "budget_usd": 0.03}]  # a request costs $0.018 (scaleout_load)
+    upstream.defaults[PATH] = completion("ok")
+    first = make_gateway(parse_config({**raw(upstream.base_url, {"backend": "memory"}, keys), "store": store},
+                                      env={}))
+    assert [status_of(first, "k", f"p{i}") for i in range(3)] == [200, 200, 429]
+    nowhere = {"backend": "redis", "redis_url": f"redis://127.0.0.1:{free_port()}/0", "timeout_ms": 200}
+    second = make_gateway(parse_config({**raw(upstream.base_url, nowhere, keys), "store": store}, env={}))
+    assert degraded(second)
+    assert error_code(second, "k") == "budget_exceeded"
+    assert len(upstream.bodies(PATH)) == 2
 
 
 async def test_no_operation_waits_longer_than_timeout_ms(redis_server: RedisServer) -> None:

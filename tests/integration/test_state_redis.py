@@ -144,13 +144,74 @@ async def test_settle_replaces_the_reservation_by_the_actual_tokens(make: Factor
     _, first = await replica_a.check_request("k", None, 1000, 400, T0)
     _, second = await replica_b.check_request("k", None, 1000, 100, T0)
     assert first is not None and second is not None
-    await replica_a.settle_tokens(first, 123)  # the provider reported fewer tokens
-    await replica_b.settle_tokens(second, 250)  # ...or more
+    await replica_a.settle_tokens(first, 123, T0 + 1)  # the provider reported fewer tokens
+    await replica_b.settle_tokens(second, 250, T0 + 2)  # ...or more
     assert await raw.get(rate_key("k", "tpm", MINUTE)) == b"373"
-    # a bucket that has expired is not recreated (it would have no TTL)
+    # a surplus is not handed back to a bucket that has expired (it no longer limits anyone)
     await raw.delete(rate_key("k", "tpm", MINUTE))
-    await replica_a.settle_tokens(Reservation("k", MINUTE, 10, shared=True), 500)
+    await replica_a.settle_tokens(Reservation("k", MINUTE, 500, shared=True), 10, T0 + 3)
     assert await raw.exists(rate_key("k", "tpm", MINUTE)) == 0
+
+
+async def test_tokens_used_beyond_a_reservation_count_in_the_minute_the_answer_ends(make: Factory, raw: Redis) -> None:
+    """A long stream's reservation bucket has expired when it ends (its TTL is 3 minutes): the tokens it
+    used beyond its reservation are counted in the minute it ended, a bucket made with its TTL."""
+    backend = make()
+    _, reservation = await backend.check_request("k", None, 1000, 10, T0)
+    assert reservation is not None
+    await raw.delete(rate_key("k", "tpm", MINUTE))  # expired
+    await backend.settle_tokens(reservation, 4010, T0 + 300)
+    assert await raw.get(rate_key("k", "tpm", MINUTE + 5)) == b"4000"
+    assert 0 < await raw.ttl(rate_key("k", "tpm", MINUTE + 5)) <= 180
+    assert await raw.exists(rate_key("k", "tpm", MINUTE)) == 0
+    refused, _ = await backend.check_request("k", None, 1000, 1, T0 + 301)
+    assert refused.limit == "tpm"
+
+
+async def test_release_takes_a_refused_requests_count_back_from_redis(make: Factory, raw: Redis) -> None:
+    replica_a, replica_b = make(), make()
+    _, first = await replica_a.check_request("k", 2, 100, 30, T0)
+    _, second = await replica_b.check_request("k", 2, 100, 30, T0)
+    assert first is not None and second is not None and first.shared
+    await replica_b.release(second)
+    assert (await raw.get(rate_key("k", "rpm", MINUTE)), await raw.get(rate_key("k", "tpm", MINUTE))) == (b"1", b"30")
+    await raw.delete(rate_key("k", "rpm", MINUTE), rate_key("k", "tpm", MINUTE))
+    await replica_a.release(first)  # from buckets gone: nothing made again
+    assert await raw.exists(rate_key("k", "rpm", MINUTE), rate_key("k", "tpm", MINUTE)) == 0
+
+
+async def test_a_budget_holds_its_requests_in_flight_over_the_shared_spend(make: Factory) -> None:
+    """Each replica holds what its own requests in flight may cost (gateway/state/holds.py) over the spend
+    the replicas charged in Redis."""
+    replica_a, replica_b = make(), make()
+    await replica_b.add_spend("team", "day", 0.5, T0)
+    hold = (await replica_a.hold_spend("team", "day", 1.0, 0.6, T0))[0]
+    assert hold is not None and (await replica_a.hold_spend("team", "day", 1.0, 0.0, T0))[0] is None
+    assert (await replica_b.hold_spend("team", "day", 1.0, 0.0, T0))[0] is not None, "another replica's: not seen"
+    await replica_a.charge_spend(hold, 0.25, T0)
+    assert await replica_b.spend("team", "day", T0) == pytest.approx(0.75)
+    assert (await replica_a.hold_spend("team", "day", 1.0, 0.0, T0))[0] is not None
+
+
+@pytest.mark.parametrize("skew_s", [0.0, 0.5, 20.0])
+async def test_replicas_whose_clocks_disagree_admit_no_more_than_the_window_allows_one_clock(
+        make: Factory, skew_s: float) -> None:
+    """Each replica counts in the minute of its own clock (limits take `now` from the caller, not Redis's
+    TIME): one ahead by `skew_s` enters a minute early, and counts there what the other does not see until
+    its own clock gets there. A tenant asking at every moment on both: in any 60 s at most twice the limit
+    (what the sliding window counter admits with one clock too: a minute's worth at a minute's end, and
+    again as it slides out), and over ten minutes at most the limit a minute, plus one
+    (docs/scale-out.md, "Clocks"). Measured: 20 s apart, 13 in the busiest 60 s and 94 in ten minutes
+    against 10 and 91 with one clock."""
+    replicas = (make(), make())
+    limit, admitted, step = 10, [], 0.5
+    for i in range(int(600 / step)):
+        t = T0 + i * step
+        for replica, now in zip(replicas, (t, t + skew_s), strict=True):
+            while (await replica.check_request("k", limit, None, 0, now))[0].allowed:
+                admitted.append(t)
+    busiest = max(sum(1 for x in admitted if start <= x < start + 60) for start in admitted)
+    assert busiest <= 2 * limit and len(admitted) <= 11 * limit
 
 
 async def test_scripts_reload_after_redis_forgets_them(make: Factory, raw: Redis) -> None:
@@ -184,8 +245,8 @@ async def test_memory_and_redis_take_identical_decisions(make: Factory) -> None:
         if pending and rng.random() < 0.4:
             res_m, res_r = pending.pop(rng.randrange(len(pending)))
             actual = rng.choice([0, 5, 25, 60, 200])
-            await memory.settle_tokens(res_m, actual)
-            await shared.settle_tokens(res_r, actual)
+            await memory.settle_tokens(res_m, actual, now)
+            await shared.settle_tokens(res_r, actual, now)
     assert min(outcomes.values()) > 100  # the workload exercised both admissions and refusals
     assert not shared.degraded
 
@@ -242,7 +303,7 @@ async def test_killed_redis_degrades_to_local_limits_then_recovers(
         server.start()
         assert await eventually(backend.healthy)
         assert (await backend.check_request("k2", 3, None, 0, T0))[0].allowed
-        await backend.settle_tokens(local_res, 10)  # settled locally, not against Redis
+        await backend.settle_tokens(local_res, 10, T0)  # settled locally, not against Redis
 
     assert await raw.get(rate_key("k2", "rpm", MINUTE)) == b"1"  # counting is back in Redis
     assert await raw.exists(rate_key("t", "tpm", MINUTE)) == 0

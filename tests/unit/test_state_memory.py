@@ -82,12 +82,12 @@ async def test_settle_replaces_the_reservation_by_the_actual_usage() -> None:
     backend = MemoryBackend()
     _, reservation = await backend.check_request("k", None, 100, 80, T0)
     assert reservation is not None and reservation.tokens == 80
-    await backend.settle_tokens(reservation, 30)
+    await backend.settle_tokens(reservation, 30, T0)
     # the window now holds 30 tokens: 70 fit, 71 do not
     assert not (await backend.check_request("k", None, 100, 71, T0))[0].allowed
     decision, second = await backend.check_request("k", None, 100, 70, T0)
     assert decision.allowed and second is not None
-    await backend.settle_tokens(second, 90)  # the answer ran longer than reserved: 120 counted
+    await backend.settle_tokens(second, 90, T0)  # the answer ran longer than reserved: 120 counted
     refused, _ = await backend.check_request("k", None, 100, 1, T0)
     assert refused.limit == "tpm"
 
@@ -97,8 +97,71 @@ async def test_settle_after_the_minute_rolled_corrects_the_previous_bucket() -> 
     _, reservation = await backend.check_request("k", None, 100, 100, T0 + 50)
     assert reservation is not None
     assert not (await backend.check_request("k", None, 100, 10, T0 + 61))[0].allowed
-    await backend.settle_tokens(reservation, 10)
+    await backend.settle_tokens(reservation, 10, T0 + 61)
     assert (await backend.check_request("k", None, 100, 80, T0 + 61))[0].allowed
+
+
+async def test_tokens_used_beyond_the_reservation_count_in_the_minute_the_answer_ends() -> None:
+    """A stream admitted at T0 that ends at T0 + 150 having used 500 tokens more than it reserved: they
+    weigh on the window from then (before, they went to T0's bucket, gone from the window)."""
+    backend = MemoryBackend()
+    _, reservation = await backend.check_request("k", None, 100, 10, T0)
+    assert reservation is not None
+    await backend.settle_tokens(reservation, 510, T0 + 150)
+    refused, _ = await backend.check_request("k", None, 100, 1, T0 + 151)
+    assert refused.limit == "tpm" and refused.counts == (0, 0, 500, 0)
+    # the key had been idle long enough to be swept: its windows are made again for the charge
+    _, late = await backend.check_request("idle", None, 100, 10, T0)
+    assert late is not None
+    await backend.check_request("other", 1, None, 0, T0 + 400)  # the sweep drops "idle"'s windows
+    await backend.settle_tokens(late, 100, T0 + 400)
+    assert not (await backend.check_request("idle", None, 100, 11, T0 + 401))[0].allowed
+
+
+async def test_release_takes_back_a_requests_count_and_its_tokens() -> None:
+    backend = MemoryBackend()
+    decision, reservation = await backend.check_request("k", 1, 100, 60, T0)
+    assert decision.allowed and reservation is not None and (reservation.requests, reservation.tokens) == (1, 60)
+    assert not (await backend.check_request("k", 1, 100, 60, T0))[0].allowed
+    await backend.release(reservation)
+    again, _ = await backend.check_request("k", 1, 100, 100, T0)
+    assert again.allowed and again.counts == (1, 0, 100, 0)
+    _, rpm_only = await backend.check_request("r", 5, None, 0, T0)
+    assert rpm_only is not None and rpm_only.tokens is None  # nothing to settle: settle_tokens leaves it
+    await backend.settle_tokens(rpm_only, 10_000, T0)
+    assert (await backend.check_request("r", 5, 1, 1, T0))[0].counts == (2, 0, 1, 0)
+
+
+async def test_a_budget_holds_what_its_requests_in_flight_may_cost() -> None:
+    backend = MemoryBackend()
+    await backend.add_spend("k", "day", 0.5, T0)
+    first = (await backend.hold_spend("k", "day", 1.0, 0.3, T0))[0]
+    second = (await backend.hold_spend("k", "day", 1.0, 0.3, T0))[0]
+    assert first is not None and second is not None
+    # refused with the spend read: under the budget, so held by the requests in flight, not used up
+    assert await backend.hold_spend("k", "day", 1.0, 0.3, T0) == (None, 0.5), "0.5 spent and 0.6 held"
+    assert await backend.spend("k", "day", T0) == 0.5, "a hold is not spend"
+    await backend.charge_spend(first, 0.1, T0)  # cost less than held: 0.6 spent, 0.3 held
+    third = (await backend.hold_spend("k", "day", 1.0, 0.3, T0))[0]
+    assert third is not None and (await backend.hold_spend("k", "day", 1.0, 0.0, T0))[0] is None
+    for hold in (second, third):
+        await backend.charge_spend(hold, 0.0, T0)  # refused later, or answered for nothing
+    assert backend.holds.counters() == 0 and await backend.spend("k", "day", T0) == pytest.approx(0.6)
+    assert (await backend.hold_spend("z", "day", 0.0, 0.0, T0))[0] is None, "a budget of 0 refuses everything"
+
+
+async def test_a_hold_taken_in_one_period_does_not_weigh_on_the_next() -> None:
+    backend = MemoryBackend()
+    day1, day2 = epoch("2024-01-31T23:59:00"), epoch("2024-02-01T00:00:30")
+    hold = (await backend.hold_spend("k", "month", 1.0, 1.0, day1))[0]
+    assert hold is not None and (await backend.hold_spend("k", "month", 1.0, 0.0, day1))[0] is None
+    february = (await backend.hold_spend("k", "month", 1.0, 0.9, day2))[0]
+    assert february is not None, "February starts at zero"
+    await backend.charge_spend(hold, 0.2, day2)  # charged when it ends: in February; its hold forgotten
+    assert await backend.spend("k", "month", day2) == pytest.approx(0.2)
+    assert (await backend.hold_spend("k", "month", 1.0, 0.0, day2))[0] is None, "0.2 spent and 0.9 held"
+    await backend.charge_spend(february, 0.0, day2)
+    assert backend.holds.counters() == 0
 
 
 async def test_oversized_reservation_is_clamped_and_zero_tpm_admits_nothing() -> None:
