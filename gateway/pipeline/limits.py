@@ -61,7 +61,8 @@ async def admit(rt: Runtime, state: StateBackend, ctx: RequestContext, *, tokens
         return
     now = rt.clock()
     team = key.team
-    usd = estimate_cost(ctx) if tokens else 0.0
+    budgeted = key.budget_usd is not None or (team is not None and team.budget_usd is not None)
+    usd = estimate_cost(ctx) if tokens and budgeted else 0.0  # a key without a budget holds nothing
     if team is not None and team.budget_usd is not None:
         ctx.team_hold = await hold_budget(state, team, usd, now)
     if key.budget_usd is not None:
