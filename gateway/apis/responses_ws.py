@@ -6,7 +6,8 @@ on a channel that takes the stream's SSE bytes and sends each event's JSON as on
 
 The key is checked before the `101` and again by each response (a key revoked or expired since: an
 `error` event, then close 1008). One response at a time: a `response.create` while one runs gets an
-`error` event with code `response_in_progress`, as OpenAI answers it.
+`error` event with code `response_in_progress`, as OpenAI answers it; one that comes after the running
+response's terminal event went out, while its accounting ends, waits for it and is served next.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.apis.responses_ws_channel import EventChannel
-from gateway.apis.responses_ws_refusals import auth_reason, oversized, refused_message, refused_upgrade
+from gateway.apis.responses_ws_refusals import auth_reason, oversized, refused_message, refused_upgrade, warmup_caller
 from gateway.config.types import ApiKey
 from gateway.core.body_scan import NOTHING, Scan, body_scans, walked
 from gateway.core.http1_request import RequestHead
@@ -29,6 +30,7 @@ from gateway.core.responses.filter import EVENT_ENCODER
 from gateway.core.responses.socket import (
     Conversation,
     Create,
+    EventCutter,
     SocketMessageError,
     error_event,
     error_from_body,
@@ -38,16 +40,14 @@ from gateway.core.responses.socket import (
     warmup_events,
 )
 from gateway.core.websocket import GOING_AWAY, NORMAL, POLICY_VIOLATION, HandshakeError, ServerSocket, accept_head
-from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, ModelNotFound
+from gateway.errors import GatewayError, InvalidRequest
 from gateway.http import Accepted, Link, Response, StreamResponse
 from gateway.http.eager import start_eagerly
 from gateway.http.turns import TURNS
-from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.cors import origin_allowed
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.limits import within_budgets
 from gateway.pipeline.middleware import handle
-from gateway.pipeline.request import walked_body
 from gateway.pipeline.socket_slots import Slot
 from gateway.providers.base import MARKER
 from gateway.providers.convert.responses_chat_request import INPUT_MEMO, InputMemo
@@ -95,9 +95,9 @@ async def upgrade(app: Host, head: RequestHead) -> Response | Accepted:
 class ResponsesSocket:
     """One WebSocket-mode connection (the server's `Tunnel`)."""
 
-    __slots__ = ("_active", "_busy_frame", "_caller", "_close_code", "_conversation", "_done", "_draining",
-                 "_headers", "_held", "_key", "_loop", "_memo", "_opened", "_responses", "_resuming", "_running",
-                 "_slot", "_warmups", "app", "frames", "idle_s", "link")
+    __slots__ = ("_active", "_busy_frame", "_caller", "_close_code", "_conversation", "_cutter", "_done",
+                 "_draining", "_headers", "_held", "_key", "_loop", "_memo", "_next", "_opened", "_responses",
+                 "_resuming", "_running", "_slot", "_warmups", "app", "frames", "idle_s", "link")
 
     def __init__(self, app: Host, head: RequestHead, link: Link, key: ApiKey | None, slot: Slot):
         self.app, self.link = app, link
@@ -110,6 +110,8 @@ class ResponsesSocket:
         self._conversation = Conversation()
         self._memo = InputMemo()  # its input's translation to chat messages (the bridges'), kept between turns
         self._running: asyncio.Task[None] | None = None
+        self._cutter: EventCutter | None = None  # the running response's events, as they went out
+        self._next: str | bytes | None = None  # a message sent after the running response's end (`_take`)
         self._resuming: asyncio.Task[None] | None = None  # the next batch, waiting for the peer to read
         # looked up once: CPython 3.11's `get_running_loop` makes a `getpid` call each time (bench/README.md)
         self._loop = asyncio.get_running_loop()
@@ -187,7 +189,10 @@ class ResponsesSocket:
         for text in texts:
             self._active = self._loop.time()
             if self._running is not None or self._draining:
-                busy += 1
+                if self._next is None and not self._draining and self._answered():
+                    self._next = text  # its predecessor's end went out: served once its accounting ends
+                else:
+                    busy += 1
                 continue
             if busy:
                 slow = self._write(self._busy() * busy) or slow
@@ -208,6 +213,12 @@ class ResponsesSocket:
             return
         self._resuming = None
         self.received(b"")
+
+    def _answered(self) -> bool:
+        """The running response's terminal event has gone out: a client may send its next at once (Codex
+        does), while the response's task still settles its accounts (`pipeline.middleware._finish`)."""
+        cut = self._cutter
+        return cut is not None and (cut.ended is not None or cut.failed)
 
     def _busy(self) -> bytes:
         if not self._busy_frame:
@@ -273,8 +284,10 @@ class ResponsesSocket:
             self.close(1011, "internal error")
             return
         finally:
-            self._running = None
+            self._running, self._cutter, waiting, self._next = None, None, self._next, None
             self._active = self._loop.time()
+            if waiting is not None and not self._done.done() and not self._draining:
+                self._running = start_eagerly(self._loop, self._respond(waiting))
         if self._draining:
             self.close(GOING_AWAY, "the gateway is shutting down")
 
@@ -299,6 +312,7 @@ class ResponsesSocket:
         if size > STEP_BYTES:  # counting it was this step's work (~1 ms a MiB): the pipeline's is the next's
             await asyncio.sleep(0)
         channel = EventChannel(self.link)
+        self._cutter = channel.cutter
         EVENT_ENCODER.set(channel.cutter.frame)  # this task's (the response's) events, framed as made
         INPUT_MEMO.set(self._memo)  # and its conversation's translation, extended by its new items only
         request = self._request(size, channel)
@@ -332,7 +346,7 @@ class ResponsesSocket:
         """`generate: false` (Codex's warm-up): answered as OpenAI does, with no model call."""
         self._warmups += 1
         try:
-            key = await self._check_warmup(body, scan)
+            key = await warmup_caller(self.app, self._headers, body, scan)
             await within_budgets(self.app.runtime, self.app.state, key)  # spends nothing: not counted
         except GatewayError as err:
             self._refused_with(err.status, error_event(err.code, err.message, err.param, err.status, err.headers,
@@ -360,23 +374,6 @@ class ResponsesSocket:
         request = GatewayRequest(self.app, head, b"", channel)  # its body is `parsed`, its size `size`
         request.transport, request.body_size = "websocket", size
         return request
-
-    async def _check_warmup(self, body: dict[str, Any], scan: Scan) -> ApiKey | None:
-        """A warm-up calls no model, but is refused as a response would be: the body's bounds, key, model, budgets."""
-        walked_body(body, scan)  # its conversation is kept (a chain of warm-ups grew it past a body's bounds)
-        rt = self.app.runtime
-        try:
-            key = rt.keyring.authenticate(self._headers)
-        except SigningKeyUnknown:  # its signing key left the IdP's JWKS since the upgrade
-            raise InvalidApiKey("invalid token") from None
-        name = body.get("model")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest("you must provide a model parameter", param="model")
-        model = rt.model(name) or await rt.shared_model(name, None, self.app.state)  # as `resolve` finds it
-        if model is None:
-            raise ModelNotFound.named(name)
-        KeyRing.authorize(key, model.name, name)
-        return key
 
     def _refuse(self, param: str | None, message: str, status: int, code: str) -> None:
         """A message refused before it became a response: its `error` event (none with `message` empty),

@@ -2,25 +2,30 @@
 refused before the `101` (its `websocket_refused` line and `llm_gateway_websocket_refused_total{reason}`),
 and a message refused before it became a response (one `request` line and its count in
 `llm_gateway_requests_total`, as an HTTP request refused before its model resolved has them). Only the
-refusals come here: an accepted message costs nothing of this module's."""
+refusals come here: an accepted message costs nothing of this module's. A warm-up's checks too: it calls
+no model, but is refused as a response would be."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import structlog
 
 from gateway.apis.catalog import RESPONSES
 from gateway.apis.responses_ws_channel import EventChannel
 from gateway.config.types import ApiKey
+from gateway.core.body_scan import Scan
 from gateway.core.http1_request import RequestHead
 from gateway.core.websocket import TOO_BIG, ServerSocket
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidApiKey, InvalidRequest, ModelNotFound
 from gateway.http import Link, Response
 from gateway.observe.context import Admission
 from gateway.observe.record import End
+from gateway.pipeline.auth import KeyRing, SigningKeyUnknown
 from gateway.pipeline.exchange import GatewayRequest, Host
 from gateway.pipeline.middleware import client_request_id, refused_response
+from gateway.pipeline.request import walked_body
 
 log = structlog.get_logger("gateway")
 # an upgrade's refusal by its status, once the handshake was read (`observe.metrics_labels`): a key or
@@ -62,3 +67,22 @@ def refused_message(app: Host, link: Link, headers: dict[str, str], key: ApiKey 
     request.transport, request.t0 = "websocket", time.perf_counter()
     rid = client_request_id(headers)
     app.recorder(request, RESPONSES, rid).refused(Admission(key), End(status, "client_error", code))
+
+
+async def warmup_caller(app: Host, headers: dict[str, str], body: dict[str, Any], scan: Scan) -> ApiKey | None:
+    """A warm-up (`generate: false`) calls no model, but is refused as a response would be: the body's
+    bounds, the key, the model; its caller's key when it passes (its budgets are the caller's to check)."""
+    walked_body(body, scan)  # its conversation is kept (a chain of warm-ups grew it past a body's bounds)
+    rt = app.runtime
+    try:
+        key = rt.keyring.authenticate(headers)
+    except SigningKeyUnknown:  # its signing key left the IdP's JWKS since the upgrade
+        raise InvalidApiKey("invalid token") from None
+    name = body.get("model")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("you must provide a model parameter", param="model")
+    model = rt.model(name) or await rt.shared_model(name, None, app.state)  # as `resolve` finds it
+    if model is None:
+        raise ModelNotFound.named(name)
+    KeyRing.authorize(key, model.name, name)
+    return key

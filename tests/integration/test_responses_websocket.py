@@ -25,6 +25,7 @@ from gateway.config import parse_config
 from tests import anthropic_scripts as a
 from tests.fake_upstream import Close, FakeUpstream, Script, json_script
 from tests.harness import GatewayServer, LoopThread, wait_until
+from tests.redis_server import RedisServer
 
 KEY = "gw-ws-key-0001"
 SPENT_KEY = "gw-ws-key-spent"  # a budget of 0: every request refused
@@ -401,6 +402,37 @@ def test_each_turn_is_held_to_the_keys_limits(upstream: FakeUpstream,
         ws.send(orjson.dumps({"type": "response.create", "model": "nope", "input": "x"}).decode())
         assert recv_json(ws)["type"] == "error"  # the socket stays usable after a refusal
     assert len(upstream.bodies(MESSAGES_PATH)) == 1
+
+
+def test_a_turn_sent_on_the_last_ones_end_waits_for_its_accounts_instead_of_being_refused(
+        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
+    """Codex sends its next `response.create` as soon as it reads `response.completed`; the response's task
+    still settles its accounts then. That message got `response_in_progress` when it came before the
+    settlement ended (seen in CI under load, where the task's last step waited one loop turn). Here the
+    settlement is held for certain: Redis, which keeps the key's tpm window, stops answering during the
+    first turn. The second turn now waits for the first's end and is served."""
+    with RedisServer() as redis:
+        # tpm: the turn's real usage settles its reservation in Redis after its end, the wait held here
+        raw = {"auth": {"keys": [{"name": "ws", "key": KEY, "tpm": 1_000_000}]},
+               "state": {"backend": "redis", "redis_url": redis.url, "timeout_ms": 1000},
+               "providers": {"claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-X"}},
+               "models": [{"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep"}]}]}
+        gw = make_gateway(parse_config(raw, env={}))
+        upstream.enqueue(MESSAGES_PATH, a.text_stream(["First."]))
+        upstream.enqueue(MESSAGES_PATH, a.text_stream(["Second."]))
+        with raw_socket(gw) as ws:
+            ws.send(orjson.dumps({"type": "response.create", "model": "claude", "input": "one"}).decode())
+            assert recv_json(ws)["type"] == "response.created"  # admitted: its rate window counted in Redis
+            redis.pause()  # the settlement, after the terminal event, waits on Redis (up to 1 s, then local)
+            try:
+                first: list[dict[str, Any]] = []
+                while not first or first[-1]["type"] != "response.completed":
+                    first.append(recv_json(ws))
+                second = turn(ws, {"model": "claude", "input": "two"})
+            finally:
+                redis.resume()
+        assert second[-1]["type"] == "response.completed", second[-1]
+        assert output_text(second) == "Second."
 
 
 def test_input_redaction_masks_each_turn_and_keeps_the_clients_own_history(
