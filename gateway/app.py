@@ -82,7 +82,7 @@ class App:
         # TLS on the listener: a reload swaps in a new context, so new handshakes present the new
         # certificate and open connections keep theirs
         self.tls: ssl.SSLContext | None = None
-        self._signers_task: asyncio.Future[None] | None = None  # a reload's new signers, starting
+        self._closing: set[asyncio.Future[None]] = set()  # signers a reload replaced, closing
         if config.server.tls is not None:
             self.tls = tls_context(config.server.tls)
 
@@ -183,25 +183,28 @@ class App:
         preinitialise(self.metrics, config, CLIENT_APIS)
         return Reload(runtime, context)
 
-    def apply_reload(self, reload: Reload) -> None:
-        """The swap, on the loop: requests in flight keep the runtime they started with. Request signers
-        are started for the new config's providers, then swapped in (`_swap_signers`)."""
+    async def apply_reload(self, reload: Reload) -> None:
+        """The swap, on the loop: requests in flight keep the runtime they started with. The new config's
+        request signers start first (their first credentials, bounded: docs/cloud-providers.md), so it
+        takes over with them: a provider it adds is never called unsigned, and two reloads one after the
+        other (the caller serialises them) never leave the first one's signers beside the second's
+        runtime. The runtime and the signers are then swapped with no await between; the old signers close
+        after (their credentials stay masked for a request of the old config still answering)."""
+        signers = await start_signers(reload.runtime.config.providers, auth_of, self.upstream.minted)
+        old = self.upstream.signers
         self.runtime = reload.runtime
+        self.upstream.signers = signers
         if reload.runtime.control is not None:  # a stored key that clashed since `prepare_reload` is left out
             reload.runtime.control.cache.reserve(reload.runtime.config.auth.keys)
         if reload.tls is not None:
             self.tls = reload.tls
-        providers = reload.runtime.config.providers
-        if any(auth_of(p.type) for p in providers.values()) or self.upstream.signers:
-            self._signers_task = asyncio.ensure_future(self._swap_signers(reload.runtime.config))
+        if old:
+            closing = asyncio.ensure_future(close_signers(old))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
-    async def _swap_signers(self, config: Config) -> None:
-        new = await start_signers(config.providers, auth_of, self.upstream.minted)
-        old, self.upstream.signers = self.upstream.signers, new
-        await close_signers(old)
-
-    def reload(self, config: Config) -> None:
-        self.apply_reload(self.prepare_reload(config))
+    async def reload(self, config: Config) -> None:
+        await self.apply_reload(self.prepare_reload(config))
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,7 +107,7 @@ async def _reload(app: App, api: HttpServer | None, path: str | None, lock: asyn
             sys.setswitchinterval(interval)
             gc.enable()
         was = app.runtime.config.server.sched_slice_us
-        app.apply_reload(prepared)
+        await app.apply_reload(prepared)  # under the lock: the next reload waits for these signers
         gc.freeze()
         if config.server.sched_slice_us != was:
             request_slice(config.server.sched_slice_us)

@@ -10,6 +10,7 @@ Model answers are `FakeUpstream` scripts queued per path.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import json
@@ -63,6 +64,8 @@ class FakeGoogle(FakeUpstream):
         self.revoked: set[str] = set()
         self.token_requests = 0
         self.refuse_tokens = False  # the token endpoint answers 503 (an outage at start)
+        self.token_asked = asyncio.Event()  # set by every token request
+        self.hold_tokens: asyncio.Event | None = None  # when set: token requests wait for it (a slow IdP)
         self._serial = itertools.count(1)
 
     # --- credentials ---
@@ -111,6 +114,9 @@ class FakeGoogle(FakeUpstream):
 
     async def _token(self, request: web.Request) -> web.Response:
         self.token_requests += 1
+        self.token_asked.set()
+        if self.hold_tokens is not None:
+            await self.hold_tokens.wait()
         if self.refuse_tokens:
             return web.json_response({"error": "temporarily_unavailable"}, status=503)
         form = {k: v[0] for k, v in urllib.parse.parse_qs((await request.read()).decode()).items()}
@@ -133,6 +139,9 @@ class FakeGoogle(FakeUpstream):
             return web.Response(text="computeMetadata/\n", headers=flavor)
         if path.endswith("/service-accounts/default/token"):
             self.token_requests += 1
+        self.token_asked.set()
+        if self.hold_tokens is not None:
+            await self.hold_tokens.wait()
             return self._issue()
         if path.endswith("/service-accounts/default/"):
             return web.json_response({"email": SA_EMAIL, "scopes": [SCOPE], "aliases": ["default"]}, headers=flavor)

@@ -315,7 +315,7 @@ def test_a_reload_keeps_the_refetch_gate_closed(gw: GatewayServer, idp: FakeIdp,
 
     async def reload(config: Config) -> None:
         assert gw.app is not None
-        gw.app.reload(config)
+        await gw.app.reload(config)
 
     for _ in range(3):
         servers.run(reload(jwt_config(upstream, idp)))

@@ -225,7 +225,7 @@ def test_a_key_revoked_since_the_upgrade_gets_an_error_event_then_1008(
 
         async def reload() -> None:
             assert gw.app is not None
-            gw.app.reload(revoked)
+            await gw.app.reload(revoked)
 
         servers.run(reload())
         ws.send(orjson.dumps({"type": "response.create", "model": "claude", "input": "hi"}).decode())

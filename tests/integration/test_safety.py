@@ -354,7 +354,7 @@ def test_an_answer_cached_before_a_reload_never_bypasses_a_rule_it_adds(
 
     async def reload() -> None:
         assert gw.app is not None
-        gw.app.reload(new)
+        await gw.app.reload(new)
 
     servers.run(reload())
     text, err = ask_cached(gw, stream)

@@ -304,7 +304,7 @@ def test_a_reload_s_new_signers_tell_the_scrubber_too(rig: Rig, servers: LoopThr
 
 
 async def _reload(app: Any, reload: Any) -> None:
-    app.apply_reload(reload)  # on the loop, as SIGHUP's handler does
+    await app.apply_reload(reload)  # on the loop, as SIGHUP's handler does
 
 
 async def _scrubbed(app: Any, text: str) -> str:
