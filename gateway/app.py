@@ -30,6 +30,7 @@ from gateway.apis.responses_ws import upgrade
 from gateway.apis.spend import key_spend
 from gateway.config import ConfigError
 from gateway.config.extras import missing_extras
+from gateway.config.restart import restart_keys
 from gateway.config.types import DEFAULT_MAX_CONNECTIONS, Config, ServerConfig, TlsConfig
 from gateway.core.api import ClientApi
 from gateway.core.http1_request import HeadSeen, RequestHead
@@ -177,11 +178,9 @@ class App:
         old = self.runtime
         if old.control is not None:
             _no_clash(old.control, config)  # the old config stays: reload_rejected
-        if config.store != self.config.store:
-            log.warning("store_change_needs_restart", message="store.* is read at start; a reload keeps it")
         runtime = build_runtime(config, old.upstream, previous=old)
         preinitialise(self.metrics, config, CLIENT_APIS)
-        return Reload(runtime, context)
+        return Reload(runtime, context, tuple(restart_keys(self.config, config)))
 
     async def apply_reload(self, reload: Reload) -> None:
         """The swap, on the loop: requests in flight keep the runtime they started with. The new config's
@@ -211,6 +210,7 @@ class App:
 class Reload:
     runtime: Runtime
     tls: ssl.SSLContext | None
+    needs_restart: tuple[str, ...] = ()  # changed keys read at start only (`config.restart`)
 
 
 def _control_plane(config: Config, metrics: Metrics) -> ControlPlane | None:

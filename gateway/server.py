@@ -115,6 +115,8 @@ async def _reload(app: App, api: HttpServer | None, path: str | None, lock: asyn
             api.tls = app.tls if api.tls is not None else None
             fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
             api.set_limits(server_limits(config.server, connection_cap(config.server.max_connections, fd_limit)))
+        if prepared.needs_restart:  # applied: the rest of the file; these keep their start values
+            log.warning("reload_needs_restart", keys=list(prepared.needs_restart))
     log.info("reloaded", models=len(config.models))
 
 
@@ -194,9 +196,10 @@ async def run_server(config: Config, path: str | None, *, serve_api: bool, serve
              metrics_port=s.metrics_port if serve_metrics else None, **({"workers": workers} if workers else {}),
              build="compiled" if COMPILED else "pure-python")
     await stop.wait()
-    log.info("draining", drain_s=s.drain_s)
+    drain_s = app.runtime.config.server.drain_s if app is not None else s.drain_s  # a reload's, if any
+    log.info("draining", drain_s=drain_s)
     if api is not None and app is not None:
-        await api.shutdown(s.drain_s)
+        await api.shutdown(drain_s)
         await app.close()
     for runner in runners:
         await runner.cleanup()

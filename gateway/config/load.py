@@ -65,7 +65,7 @@ def with_listen_overrides(config: Config, host: str | None, port: int | None, me
     clash = port_clash(server.port, server.metrics_port)
     if clash:
         raise ConfigError([f"server.metrics_port: {clash}"])
-    return replace(config, server=server)
+    return replace(config, server=server, file_listen=(s.host, s.port, s.metrics_port))
 
 
 def _server(s: Section) -> ServerConfig:

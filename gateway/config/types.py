@@ -381,6 +381,7 @@ class Config:
     admin: AdminConfig = AdminConfig()
     store: StoreConfig = StoreConfig()
     is_demo: bool = False
+    file_listen: tuple[str, int, int] | None = None  # the file's host, port, metrics_port under `serve --host/...`
     model_names: ModelNames = field(default_factory=ModelNames)  # every name and alias of `models`, compiled at load
 
     def resolve_model(self, requested: str) -> ModelConfig | None:

@@ -36,11 +36,12 @@ class Gateway:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: ProcessLog | None = None
 
-    def write(self, providers: str = "", models: str = "") -> None:
-        self.cfg.write_text(BASE.format(port=self.port, mport=self.mport, providers=providers, models=models))
+    def write(self, providers: str = "", models: str = "", more: str = "", port: int | None = None) -> None:
+        self.cfg.write_text(BASE.format(port=port or self.port, mport=self.mport, providers=providers,
+                                        models=models) + more)
 
-    def start(self) -> ProcessLog:
-        self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(self.cfg)],
+    def start(self, *args: str) -> ProcessLog:
+        self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(self.cfg), *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.log = ProcessLog(self.proc)
         self.log.wait("listening", what="the gateway did not start")
@@ -103,3 +104,30 @@ def test_a_reload_takes_over_only_once_its_new_provider_has_a_token(gw: Gateway,
     got = gw.client().chat.completions.create(model="v", messages=USER)  # type: ignore[arg-type]
     assert got.choices[0].message.content == "signed"
     assert google.received[-1].headers["Authorization"] == f"Bearer {google.issued[-1]}"
+
+
+def test_a_reload_names_the_keys_it_cannot_apply_and_applies_the_rest(gw: Gateway) -> None:
+    """The state backend, the cache's sizes and logging are read at start: a reload that changes them
+    used to keep them without a word (only `store.*` was warned of). One `reload_needs_restart` line
+    names each such key, never its value; `serve --port` over the file's port is not a change; the rest
+    of the file (a new model, the response owners' TTL) is applied."""
+    file_port = free_port()  # the file's; `--port` below is the one served
+    gw.write(port=file_port)
+    log = gw.start("--port", str(gw.port))
+    gw.write(port=file_port, models="  - {name: b, deployments: [{provider: demo, model: d}]}", more="""
+state: {backend: redis, redis_url: 'redis://:hunter2-SECRET@127.0.0.1:1/0', timeout_ms: 80,
+        response_owner_ttl_s: 60}
+cache: {max_entries: 5, ttl_s: 10}
+logging: {level: debug}
+""")
+    gw.hup()
+    log.wait("reloaded")
+    [line] = log.wait("reload_needs_restart")
+    assert line["keys"] == ["state.backend", "state.redis_url", "state.timeout_ms",
+                            "cache.max_entries", "logging.level"]
+    assert sorted(m.id for m in gw.client().models.list()) == ["a", "b"], "the rest is applied"
+    gw.write(port=free_port())  # the file's own port moves: the socket stays where it is
+    gw.hup()
+    log.wait("reloaded", count=2)
+    assert log.wait("reload_needs_restart", count=2)[1]["keys"][0] == "server.port"
+    assert b"hunter2" not in b"".join(log.lines)
