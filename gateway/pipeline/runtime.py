@@ -109,7 +109,7 @@ def build_runtime(config: Config, upstream: Upstream,
         keyring=KeyRing(config.auth, control.cache if control is not None else None,
                         _jwt_auth(config, upstream, control, previous)),
         learned=previous.learned if previous else Learned(),
-        breakers=previous.breakers if previous else {},
+        breakers=_kept_breakers(previous, config) if previous else {},
         inflight=previous.inflight if previous else {},
         slicer=previous.slicer if previous else Slicer(),
         clock=previous.clock if previous else time.time,
@@ -119,6 +119,22 @@ def build_runtime(config: Config, upstream: Upstream,
         latency=previous.latency if previous else LatencyBook(),
         mono=previous.mono if previous else time.monotonic,
     )
+
+
+def _kept_breakers(previous: Runtime, config: Config) -> dict[str, CircuitBreaker]:
+    """What a reload keeps of the breakers: a deployment's (open, or counting failures) while it is still
+    configured and its provider's `breaker` settings are the same. The rest are dropped and made anew on
+    first use, so changed settings apply at once, and the table holds the labels of the config in force
+    only, not every label a process ever served (docs/runbook.md, "Reload rejected")."""
+    before, now = previous.config.providers, config.providers
+    kept: dict[str, CircuitBreaker] = {}
+    for model in config.models.values():
+        for d in model.deployments:
+            b = previous.breakers.get(d.label)
+            was = before.get(d.provider)
+            if b is not None and was is not None and was.breaker == now[d.provider].breaker:
+                kept[d.label] = b
+    return kept
 
 
 def _jwt_auth(config: Config, upstream: Upstream, control: ControlPlane | None,

@@ -11,14 +11,18 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
 
+from gateway.config import parse_config
+from gateway.config.types import Config
 from gateway.server import _reload
 from tests.chat_scripts import chunk, text_stream
 from tests.fake_upstream import FakeUpstream, Pause, Script, sse
@@ -190,3 +194,42 @@ def test_a_reload_compiles_off_the_loop_and_a_stream_keeps_flowing(servers: Loop
     # machine that stretches both does not fail it)
     longest = max(gaps)
     assert len(gaps) > 20 and longest < min(1.0, took / 2), f"longest gap {longest:.3f}s during a {took:.2f}s reload"
+
+
+def test_a_reload_keeps_a_breaker_only_while_its_deployment_and_its_settings_stay(
+        upstream: FakeUpstream, servers: LoopThread, make_gateway: Callable[..., GatewayServer]) -> None:
+    """Every reload carried the whole breaker table over: a provider's changed `breaker` settings never
+    applied to a deployment that had had traffic, and the labels of removed deployments stayed forever."""
+    def config(failures: int, with_q: bool = True) -> Config:
+        providers: dict[str, Any] = {
+            "p": {"type": "openai", "base_url": f"{upstream.base_url}/v1", "api_key": "x",
+                  "breaker": {"failures": failures}},
+            "q": {"type": "openai", "base_url": f"{upstream.base_url}/v1", "api_key": "x"}}
+        deployments = [{"provider": "p", "model": "m"}, *([{"provider": "q", "model": "m"}] if with_q else [])]
+        return parse_config({"auth": {"allow_unauthenticated": True}, "providers": providers,
+                             "models": [{"name": "m", "deployments": deployments}]}, env={})
+
+    gw = make_gateway(config(failures=1))
+    assert gw.app is not None
+    app = gw.app
+
+    def opened() -> dict[str, bool]:
+        """Each deployment's breaker, failed once now: whether it lets a request through."""
+        async def run() -> dict[str, bool]:
+            rt, now = app.runtime, time.monotonic()
+            return {d.label: rt.breaker(d).allow(now) for d in rt.config.models["m"].deployments}
+        return servers.run(run())
+
+    async def fail(label: str) -> None:
+        rt = app.runtime
+        [d] = [d for d in rt.config.models["m"].deployments if d.label == label]
+        rt.breaker(d).record_failure(time.monotonic())
+
+    servers.run(fail("p/m"))  # one failure opens it (failures: 1)
+    assert opened() == {"p/m": False, "q/m": True}
+    servers.run(app.reload(config(failures=1)))  # the same settings: still open
+    assert opened() == {"p/m": False, "q/m": True}
+    servers.run(app.reload(config(failures=3)))  # new settings: closed, counting under them
+    assert opened() == {"p/m": True, "q/m": True}
+    servers.run(app.reload(config(failures=3, with_q=False)))
+    assert set(app.runtime.breakers) == {"p/m"}  # the removed deployment's breaker is gone
