@@ -139,9 +139,9 @@ class FakeGoogle(FakeUpstream):
             return web.Response(text="computeMetadata/\n", headers=flavor)
         if path.endswith("/service-accounts/default/token"):
             self.token_requests += 1
-        self.token_asked.set()
-        if self.hold_tokens is not None:
-            await self.hold_tokens.wait()
+            self.token_asked.set()
+            if self.hold_tokens is not None:
+                await self.hold_tokens.wait()
             return self._issue()
         if path.endswith("/service-accounts/default/"):
             return web.json_response({"email": SA_EMAIL, "scopes": [SCOPE], "aliases": ["default"]}, headers=flavor)
