@@ -29,7 +29,7 @@ from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import answer_headers, keep_serving, prompt_slots, redact_input_slots, resolve
+from gateway.pipeline.request import answer_headers, keep_serving, prompt_sent, prompt_slots, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import CountsTokens, TranslatesCount, Translator
 
@@ -48,7 +48,7 @@ async def count_tokens(request: GatewayRequest) -> Response:
     # the prompt leaves for the upstream as a Messages request's does: masked (`redaction.inputs`), and
     # judged first by its input guardrails
     await redact_input_slots(rt, ctx, slots)
-    await check_input(rt, ctx, text)
+    await check_input(rt, ctx, text, prompt_sent(rt, ctx, slots))
     ctx.model = dataclasses.replace(ctx.model, deployments=counting)
 
     async def attempt(d: Deployment) -> bytes:

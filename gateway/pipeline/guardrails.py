@@ -22,11 +22,14 @@ if TYPE_CHECKING:
     from gateway.core.policy.guard import Verdict
 
 
-async def verdict(rt: Runtime, ctx: RequestContext, g: Guardrail, stage: str, text: str) -> Verdict:
+async def verdict(rt: Runtime, ctx: RequestContext, g: Guardrail, stage: str, text: str,
+                  sent: str | None = None) -> Verdict:
+    """`sent`: the text as it leaves the gateway when that differs from `text` (a prompt masked by
+    `redaction.inputs`): what a webhook is sent, since the webhook is somewhere it leaves for."""
     if g.text is not None:
         v = await rt.slicer.check(g.text, text)  # a slice at a time: a long text must not stall the loop
     else:
-        v = await _webhook(rt, ctx, g, stage, text)
+        v = await _webhook(rt, ctx, g, stage, text if sent is None else sent)
     record(rt, ctx, g.name, stage, v.allowed)
     return v
 
@@ -56,10 +59,12 @@ def _verdict(allowed: bool, name: str, reason: str) -> Verdict:
     return Verdict(allowed, name, reason)
 
 
-async def check_input(rt: Runtime, ctx: RequestContext, text: str) -> None:
-    """Input guardrails run before any upstream call; a refusal is 400 guardrail_blocked."""
+async def check_input(rt: Runtime, ctx: RequestContext, text: str, sent: str | None = None) -> None:
+    """Input guardrails run before any upstream call; a refusal is 400 guardrail_blocked. `text`: the
+    prompt as the client sent it, which terms and regex judge; `sent`: as it leaves for the provider,
+    masked (`redaction.inputs`), which a webhook is sent (`pipeline.request.prompt_sent`)."""
     for g in rt.safety.models[ctx.model.name].input_guards:
-        v = await verdict(rt, ctx, g, "input", text)
+        v = await verdict(rt, ctx, g, "input", text, sent)
         if not v.allowed:
             raise GuardrailBlocked(_message(v), param=g.name)
 

@@ -172,6 +172,18 @@ async def redact_input_slots(rt: Runtime, ctx: RequestContext, slots: list[TextS
         await rt.slicer.redact(safety.redactor, slots)
 
 
+def prompt_sent(rt: Runtime, ctx: RequestContext, slots: list[TextSlot]) -> str | None:
+    """The prompt's text as it leaves for the provider, after `redact_input_slots`, when an input webhook
+    is sent it and `redaction.inputs` masked it; else None (the text `prompt_slots` gave). A webhook is
+    never sent a secret the profile masks (docs/extensions.md, "Guardrails judge what the client reads")."""
+    safety = rt.safety.models[ctx.model.name]
+    if not (safety.redact_inputs and safety.redactor is not None and slots):
+        return None
+    if all(g.text is not None for g in safety.input_guards):  # no webhook: terms and regex stay in process
+        return None
+    return "\n".join(obj[key] for obj, key in slots)
+
+
 def keep_serving(ctx: RequestContext, cell: Callable[[Deployment], Translator | None], api_name: str,
                  body: Mapping[str, Any] | None = None) -> None:
     """Only the model's deployments whose provider serves this API (`cell(d)` is its translator) are

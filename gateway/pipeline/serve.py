@@ -28,7 +28,7 @@ from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
 from gateway.pipeline.opener import fetch_answer, open_stream
 from gateway.pipeline.relay import Relay
-from gateway.pipeline.request import keep_serving, prompt_slots, redact_input_slots, resolve
+from gateway.pipeline.request import keep_serving, prompt_sent, prompt_slots, redact_input_slots, resolve
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.safety import TextMap
 from gateway.pipeline.unanswered import dropped
@@ -45,7 +45,7 @@ async def serve(request: GatewayRequest, served: ServedApi) -> Response | Stream
     await admit(rt, state, ctx)
     if served.owned is not None:
         await ownership.check(state, served.owned, ctx)
-    await check_input(rt, ctx, text)
+    await check_input(rt, ctx, text, prompt_sent(rt, ctx, slots))
     if served.cacheable(ctx.body) and cache.wanted(rt, request, ctx):
         hit = await cache.lookup(rt, state, ctx)
         if hit is not None:
