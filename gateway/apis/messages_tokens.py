@@ -29,7 +29,14 @@ from gateway.pipeline.attempts import run_attempts
 from gateway.pipeline.exchange import GatewayRequest
 from gateway.pipeline.guardrails import check_input
 from gateway.pipeline.limits import admit
-from gateway.pipeline.request import answer_headers, keep_serving, prompt_sent, prompt_slots, redact_input_slots, resolve
+from gateway.pipeline.request import (
+    answer_headers,
+    keep_serving,
+    prompt_sent,
+    prompt_slots,
+    redact_input_slots,
+    resolve,
+)
 from gateway.pipeline.runtime import Runtime
 from gateway.providers.base import CountsTokens, TranslatesCount, Translator
 

@@ -173,7 +173,7 @@ async def redact_input_slots(rt: Runtime, ctx: RequestContext, slots: list[TextS
 
 
 def prompt_sent(rt: Runtime, ctx: RequestContext, slots: list[TextSlot]) -> str | None:
-    """The prompt's text as it leaves for the provider, after `redact_input_slots`, when an input webhook
+    """The prompt's text as it leaves for the provider, after its input redaction, when an input webhook
     is sent it and `redaction.inputs` masked it; else None (the text `prompt_slots` gave). A webhook is
     never sent a secret the profile masks (docs/extensions.md, "Guardrails judge what the client reads")."""
     safety = rt.safety.models[ctx.model.name]

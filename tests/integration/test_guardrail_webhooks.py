@@ -196,36 +196,3 @@ def test_an_input_webhook_is_sent_the_prompt_as_masked_for_the_provider(
     assert sent["messages"][0]["content"] == "my key is [REDACTED:openai_key]"
     assert upstream.bodies("/guard") == [{"stage": "input", "model": "m",
                                           "text": "my key is [REDACTED:openai_key]"}]
-
-
-def test_a_webhook_call_on_a_pooled_connection_the_webhook_dropped_is_sent_again(
-        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
-    """A keep-alive connection the webhook closes as a call goes out on it (its idle timer: 5 s in Node.js
-    and uvicorn, 2 s in gunicorn, less than our 30 s) fails before any byte of an answer; the call is sent
-    again once on a new connection, as an HTTP client does, instead of failing closed: before, such a
-    request was refused as if the webhook had blocked it."""
-    gw = make_gateway(config(upstream.base_url, [hook(upstream.base_url, stage="input")]))
-    upstream.enqueue("/guard", json_script({"allow": True}), Script([], reset=True), json_script({"allow": True}))
-    upstream.defaults["/v1/chat/completions"] = json_script({
-        "id": "c", "object": "chat.completion", "created": 1, "model": "x",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})
-    client = openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0, timeout=20)
-    for _ in range(2):
-        got = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-        assert got.choices[0].message.content == "ok"
-    ports = [r.peer_port for r in upstream.received if r.path == "/guard"]
-    assert len(ports) == 3 and ports[0] == ports[1] != ports[2], "the pooled connection, then a new one"
-    assert gw.sample("llm_gateway_guardrail_verdicts_total", guardrail="hook", stage="input", verdict="pass") == 2
-
-
-def test_a_webhook_that_fails_on_a_new_connection_is_not_called_again(
-        upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
-    """Only a pooled connection's drop is sent again: a webhook that drops a new connection is down, and
-    the request fails closed after one call."""
-    gw = make_gateway(config(upstream.base_url, [hook(upstream.base_url, stage="input")]))
-    upstream.defaults["/guard"] = Script([], reset=True)
-    client = openai.OpenAI(base_url=gw.base_url, api_key="x", max_retries=0, timeout=20)
-    with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-    assert info.value.code == "guardrail_blocked"
-    assert len(upstream.bodies("/guard")) == 1 and upstream.bodies("/v1/chat/completions") == []
