@@ -438,8 +438,8 @@ def test_a_turn_sent_on_the_last_ones_end_waits_for_its_accounts_instead_of_bein
 def test_input_redaction_masks_each_turn_and_keeps_the_clients_own_history(
         upstream: FakeUpstream, make_gateway: Callable[..., GatewayServer]) -> None:
     """The serve path takes the message's parsed body (no second parse), but input redaction masks a copy:
-    the history the connection keeps stays the client's own text, so each turn is judged (an input
-    webhook guardrail is sent the text before masking) and masked as its HTTP twin, which resends it."""
+    the history the connection keeps stays the client's own text, so each turn is judged and masked as its
+    HTTP twin, which resends it (an input webhook is sent the prompt masked, as the provider gets it)."""
     raw = {"auth": {"keys": [{"name": "ws", "key": KEY}]},
            "providers": {"claude": {"type": "anthropic", "base_url": upstream.base_url, "api_key": "sk-ant-SECRET"}},
            "models": [{"name": "claude", "deployments": [{"provider": "claude", "model": "claude-dep"}],
@@ -458,7 +458,7 @@ def test_input_redaction_masks_each_turn_and_keeps_the_clients_own_history(
                            "previous_response_id": first[-1]["response"]["id"]})
         assert second[-1]["type"] == "response.completed", second
     judged = [str(body) for body in upstream.bodies("/guard")]
-    assert len(judged) == 2 and all("ACME-123456" in j for j in judged), judged
+    assert len(judged) == 2 and all("ACME-123456" not in j and "[REDACTED:ticket]" in j for j in judged), judged
     texts = [[_text(m) for m in body["messages"]] for body in upstream.bodies(MESSAGES_PATH)]
     assert texts == [["ticket [REDACTED:ticket]"], ["ticket [REDACTED:ticket]", "One", "and now?"]]
 
